@@ -7,6 +7,9 @@
 //!
 //! See `docs/` for the operator's view and `../shared/design.md` for the design.
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
 pub mod lsn;
 
 pub use lsn::Lsn;
+pub mod pg;

@@ -1,0 +1,9 @@
+//! Talking to PostgreSQL.
+//!
+//! [`wire`] and [`replication`] are our own replication-mode connection on
+//! `postgres-protocol` (tokio-postgres has no replication mode). Ordinary SQL —
+//! catalog checks, slot state, lag — goes through `tokio-postgres` in
+//! `catalog`.
+
+pub mod replication;
+pub mod wire;
