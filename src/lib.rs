@@ -7,6 +7,8 @@
 //!
 //! See `docs/` for the operator's view and `../shared/design.md` for the design.
 
+pub mod checkpoint;
 pub mod lsn;
 
+pub use checkpoint::{Checkpoint, CheckpointError, Limits, TxnId};
 pub use lsn::Lsn;
