@@ -470,6 +470,9 @@ fn bytes_u64(bytes: usize) -> Result<u64, CheckpointError> {
 }
 
 #[cfg(test)]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
