@@ -1,6 +1,6 @@
 //! walrelay: a PostgreSQL → Kafka change-data-capture connector.
 //!
-//! Data moves one way — walsender bytes → [`pgoutput`] messages → transactions →
+//! Data moves one way — walsender bytes → `pgoutput` messages → transactions →
 //! Kafka records — and only acknowledgements move back: Kafka delivery reports
 //! advance the checkpoint frontier, which is written to the offset store and only
 //! then reported to PostgreSQL as the slot's flush position.
@@ -9,7 +9,9 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+pub mod checkpoint;
 pub mod lsn;
-
-pub use lsn::Lsn;
 pub mod pg;
+
+pub use checkpoint::{Checkpoint, CheckpointError, Limits, TxnId};
+pub use lsn::Lsn;
