@@ -7,6 +7,7 @@
 //!
 //! See `docs/` for the operator's view and `../shared/design.md` for the design.
 
+pub mod config;
 pub mod lsn;
 
 pub use lsn::Lsn;
