@@ -153,6 +153,33 @@ fn example_toml_sets_every_key() {
 }
 
 #[test]
+fn configuration_reference_documents_every_key() {
+    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md");
+    let doc = std::fs::read_to_string(doc_path).unwrap();
+    let text = std::fs::read_to_string(config_dir().join("example.toml")).unwrap();
+    let table: toml::Table = toml::from_str(&text).unwrap();
+    for (section, value) in &table {
+        let keys = match value {
+            toml::Value::Array(items) => items[0].as_table().unwrap(),
+            other => other.as_table().unwrap(),
+        };
+        assert!(
+            doc.contains(&format!("`[{section}]`")) || doc.contains(&format!("`[[{section}]]`"))
+        );
+        for key in keys.keys() {
+            if key == "librdkafka" {
+                assert!(doc.contains("### `[kafka.librdkafka]`"));
+                continue;
+            }
+            assert!(
+                doc.contains(&format!("| `{key}` |")),
+                "docs/configuration.md has no row for {section}.{key}"
+            );
+        }
+    }
+}
+
+#[test]
 fn example_toml_values_reach_the_typed_config() {
     let path = config_dir().join("example.toml");
     let text = std::fs::read_to_string(&path).unwrap();
