@@ -151,6 +151,7 @@ pub(crate) fn join_key(parent: &str, key: &str) -> String {
 #[derive(Debug)]
 pub(crate) struct SourceMap<'t> {
     text: &'t str,
+    root: Range<usize>,
     entries: Vec<Entry>,
 }
 
@@ -162,10 +163,26 @@ struct Entry {
 }
 
 impl<'t> SourceMap<'t> {
-    pub(crate) fn new(text: &'t str, root: &DeTable<'_>) -> SourceMap<'t> {
+    pub(crate) fn new(text: &'t str, root: &Spanned<DeTable<'_>>) -> SourceMap<'t> {
         let mut entries = Vec::new();
-        walk_table(root, "", &mut entries);
-        SourceMap { text, entries }
+        walk_table(root.get_ref(), "", &mut entries);
+        SourceMap {
+            text,
+            root: root.span(),
+            entries,
+        }
+    }
+
+    /// The key path of the table spanning exactly `span` ("" for the document).
+    fn table_at(&self, span: &Range<usize>) -> Option<&str> {
+        if *span == self.root {
+            return Some("");
+        }
+        self.entries
+            .iter()
+            .filter(|e| e.value == *span)
+            .max_by_key(|e| e.path.len())
+            .map(|e| e.path.as_str())
     }
 
     /// The innermost key path whose key or value span contains `offset`.
@@ -193,7 +210,13 @@ impl<'t> SourceMap<'t> {
         let key = offset.and_then(|o| self.path_at(o)).map(str::to_owned);
         let message = error.message().trim_end();
         if let Some(field) = missing_field(message) {
-            let parent = key.unwrap_or_default();
+            // The span is that of the table missing the field.
+            let parent = error
+                .span()
+                .and_then(|span| self.table_at(&span))
+                .map(str::to_owned)
+                .or(key)
+                .unwrap_or_default();
             return Problem {
                 key: Some(join_key(&parent, field)),
                 location,

@@ -109,7 +109,7 @@ impl Config {
             }],
         };
         let root = toml::de::DeTable::parse(text).map_err(syntax_error)?;
-        let map = SourceMap::new(text, root.get_ref());
+        let map = SourceMap::new(text, &root);
         let document = Document::deserialize(toml::de::Deserializer::from(root)).map_err(|e| {
             ConfigError::Invalid {
                 origin: origin.to_owned(),

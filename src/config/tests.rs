@@ -722,9 +722,17 @@ fn missing_required_sections_and_keys_are_named() {
         error.contains("outbox[0].table: this required key is missing"),
         "{error}"
     );
-    let error = load_err("[connector]\nname = \"x\"\n");
+    // A missing section belongs to the document, not to the first table in it.
+    for text in ["[connector]\nname = \"x\"\n", "connector.name = \"x\"\n"] {
+        let error = load_err(text);
+        assert!(
+            error.starts_with("test.toml:1:1: postgres: this required key is missing"),
+            "{error}"
+        );
+    }
+    let error = load_err("[connector]\nname = \"x\"\n[postgres]\ndatabase = \"d\"\n");
     assert!(
-        error.contains("postgres: this required key is missing"),
+        error.contains(": kafka: this required key is missing"),
         "{error}"
     );
 }
@@ -1100,5 +1108,15 @@ proptest! {
     #[test]
     fn loading_never_panics(text in "[\\[\\]a-z_.=\" \n0-9${}]{0,200}") {
         let _ = Config::from_str_with_env(&text, "fuzz.toml", &fake_env);
+    }
+}
+#[test]
+fn zz_probe() {
+    for t in [
+        "[connector]\nname = \"x\"\n[postgres]\ndatabase=\"d\"\n[kafka.librdkafka]\na=1\n",
+        "[connector]\nname = \"x\"\n[postgres.x]\n",
+        "[connector]\nname = \"x\"\n[postgres]\ndatabase=\"d\"\n[kafka]\nbrokers=\"a\"\n[[outbox]]\n[health]\n",
+    ] {
+        println!("{}", load_err(t));
     }
 }
