@@ -148,14 +148,13 @@ pub(crate) fn join_key(parent: &str, key: &str) -> String {
 
 /// Key paths of a parsed document with their spans, used to turn the byte
 /// span of a deserialization error into a key path and a line:column.
-#[derive(Debug)]
+/// (No `Debug`: it holds the file text, which may contain a literal password.)
 pub(crate) struct SourceMap<'t> {
     text: &'t str,
     root: Range<usize>,
     entries: Vec<Entry>,
 }
 
-#[derive(Debug)]
 struct Entry {
     path: String,
     key: Option<Range<usize>>,
