@@ -10,6 +10,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 pub mod checkpoint;
+pub mod config;
 pub mod lsn;
 pub mod pg;
 

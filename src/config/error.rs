@@ -1,0 +1,327 @@
+//! Configuration errors and the map from key paths to file positions.
+//!
+//! Every [`Problem`] names the key path (`outbox[1].topic`) and, when the key
+//! is in the file, the line and column; [`ConfigError`] adds the file name.
+//! Messages never contain secret values.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
+use std::path::PathBuf;
+
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+/// A 1-based line and column (in characters) in a configuration file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Location {
+    /// Line number, starting at 1.
+    pub line: usize,
+    /// Column in characters, starting at 1.
+    pub column: usize,
+}
+
+impl Location {
+    /// The position of byte `offset` in `text`.
+    pub(crate) fn at(text: &str, offset: usize) -> Location {
+        let offset = offset.min(text.len());
+        let before = text.get(..offset).unwrap_or(text);
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        Location {
+            line: before.matches('\n').count() + 1,
+            column: before[line_start..].chars().count() + 1,
+        }
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.line, self.column)
+    }
+}
+
+/// One thing wrong with a configuration: where, which key, what and how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Key path such as `postgres.slot` or `outbox[1].topic`; `None` when the
+    /// problem is not tied to a key (a TOML syntax error).
+    pub key: Option<String>,
+    /// Where in the file, when known.
+    pub location: Option<Location>,
+    /// What is wrong and what to do about it.
+    pub message: String,
+}
+
+impl Problem {
+    pub(crate) fn new(key: impl Into<String>, message: impl Into<String>) -> Problem {
+        Problem {
+            key: Some(key.into()),
+            location: None,
+            message: message.into(),
+        }
+    }
+
+    fn render(&self, origin: &str) -> String {
+        let mut out = origin.to_owned();
+        if let Some(location) = self.location {
+            out.push_str(&format!(":{location}"));
+        }
+        out.push_str(": ");
+        if let Some(key) = &self.key {
+            out.push_str(key);
+            out.push_str(": ");
+        }
+        out.push_str(&self.message);
+        out
+    }
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{}: cannot read the configuration file: {source}", path.display())]
+    Read {
+        /// The file we tried to read.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file was read but is not a valid configuration.
+    #[error("{}", render_problems(origin, problems))]
+    Invalid {
+        /// File name (or other origin) the text came from.
+        origin: String,
+        /// Everything found wrong, in file order; never empty.
+        problems: Vec<Problem>,
+    },
+}
+
+impl ConfigError {
+    /// The individual problems (empty for [`ConfigError::Read`]).
+    pub fn problems(&self) -> &[Problem] {
+        match self {
+            ConfigError::Read { .. } => &[],
+            ConfigError::Invalid { problems, .. } => problems,
+        }
+    }
+}
+
+fn render_problems(origin: &str, problems: &[Problem]) -> String {
+    match problems {
+        [one] => one.render(origin),
+        many => {
+            let mut out = format!("{origin}: {} configuration problems:", many.len());
+            for problem in many {
+                out.push_str("\n  ");
+                out.push_str(&problem.render(origin));
+            }
+            out
+        }
+    }
+}
+
+/// Formats one key of a key path: bare when TOML allows it, quoted otherwise
+/// (`kafka.librdkafka."batch.num.messages"`).
+pub(crate) fn key_segment(key: &str) -> String {
+    let bare = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if bare {
+        key.to_owned()
+    } else {
+        format!("{key:?}")
+    }
+}
+
+/// Joins a parent path and a key.
+pub(crate) fn join_key(parent: &str, key: &str) -> String {
+    if parent.is_empty() {
+        key_segment(key)
+    } else {
+        format!("{parent}.{}", key_segment(key))
+    }
+}
+
+/// Key paths of a parsed document with their spans, used to turn the byte
+/// span of a deserialization error into a key path and a line:column.
+/// (No `Debug`: it holds the file text, which may contain a literal password.)
+pub(crate) struct SourceMap<'t> {
+    text: &'t str,
+    root: Range<usize>,
+    entries: Vec<Entry>,
+}
+
+struct Entry {
+    path: String,
+    key: Option<Range<usize>>,
+    value: Range<usize>,
+}
+
+impl<'t> SourceMap<'t> {
+    pub(crate) fn new(text: &'t str, root: &Spanned<DeTable<'_>>) -> SourceMap<'t> {
+        let mut entries = Vec::new();
+        walk_table(root.get_ref(), "", &mut entries);
+        SourceMap {
+            text,
+            root: root.span(),
+            entries,
+        }
+    }
+
+    /// The key path of the table spanning exactly `span` ("" for the document).
+    fn table_at(&self, span: &Range<usize>) -> Option<&str> {
+        if *span == self.root {
+            return Some("");
+        }
+        self.entries
+            .iter()
+            .filter(|e| e.value == *span)
+            .max_by_key(|e| e.path.len())
+            .map(|e| e.path.as_str())
+    }
+
+    /// The innermost key path whose key or value span contains `offset`.
+    fn path_at(&self, offset: usize) -> Option<&str> {
+        let contains = |r: &Range<usize>| r.start <= offset && offset < r.end.max(r.start + 1);
+        self.entries
+            .iter()
+            .filter_map(|e| {
+                [e.key.as_ref(), Some(&e.value)]
+                    .into_iter()
+                    .flatten()
+                    .filter(|r| contains(r))
+                    .map(|r| r.len())
+                    .min()
+                    .map(|len| (len, e))
+            })
+            .min_by_key(|(len, e)| (*len, std::cmp::Reverse(e.path.len())))
+            .map(|(_, e)| e.path.as_str())
+    }
+
+    /// Turns a deserialization error into a problem with key path and position.
+    pub(crate) fn problem(&self, error: &toml::de::Error) -> Problem {
+        let offset = error.span().map(|s| s.start);
+        let location = offset.map(|o| Location::at(self.text, o));
+        let key = offset.and_then(|o| self.path_at(o)).map(str::to_owned);
+        let message = error.message().trim_end();
+        if let Some(field) = missing_field(message) {
+            // The span is that of the table missing the field.
+            let parent = error
+                .span()
+                .and_then(|span| self.table_at(&span))
+                .map(str::to_owned)
+                .or(key)
+                .unwrap_or_default();
+            return Problem {
+                key: Some(join_key(&parent, field)),
+                location,
+                message: "this required key is missing; add it".to_owned(),
+            };
+        }
+        let message = if message.starts_with("unknown field") {
+            format!("{message}; remove the key or correct its spelling")
+        } else {
+            plain_types(message)
+        };
+        Problem {
+            key,
+            location,
+            message,
+        }
+    }
+
+    /// Line and column of every key path's value, kept for later validation messages.
+    pub(crate) fn locations(&self) -> BTreeMap<String, Location> {
+        self.entries
+            .iter()
+            .map(|e| (e.path.clone(), Location::at(self.text, e.value.start)))
+            .collect()
+    }
+}
+
+/// Replaces Rust type names in serde messages with what an operator writes.
+fn plain_types(message: &str) -> String {
+    [
+        ("expected u16", "expected an integer from 0 to 65535"),
+        ("expected usize", "expected a whole number, 0 or more"),
+        ("expected u64", "expected a whole number, 0 or more"),
+    ]
+    .iter()
+    .fold(message.to_owned(), |m, (rust, plain)| {
+        m.replace(rust, plain)
+    })
+}
+
+fn missing_field(message: &str) -> Option<&str> {
+    message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.strip_suffix('`'))
+}
+
+fn walk_table(table: &DeTable<'_>, parent: &str, out: &mut Vec<Entry>) {
+    for (key, value) in table.iter() {
+        let path = join_key(parent, key.get_ref());
+        out.push(Entry {
+            path: path.clone(),
+            key: Some(key.span()),
+            value: value.span(),
+        });
+        walk_value(value, &path, out);
+    }
+}
+
+fn walk_value(value: &Spanned<DeValue<'_>>, path: &str, out: &mut Vec<Entry>) {
+    match value.get_ref() {
+        DeValue::Table(table) => walk_table(table, path, out),
+        DeValue::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                let path = format!("{path}[{i}]");
+                out.push(Entry {
+                    path: path.clone(),
+                    key: None,
+                    value: item.span(),
+                });
+                walk_value(item, &path, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Where a loaded [`Config`](super::Config) came from, for validation messages.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Origin {
+    pub(crate) name: String,
+    pub(crate) locations: BTreeMap<String, Location>,
+}
+
+impl Origin {
+    /// Location of `path`, or of its nearest enclosing key that is in the file.
+    pub(crate) fn location_of(&self, path: &str) -> Option<Location> {
+        let mut path = path;
+        loop {
+            if let Some(location) = self.locations.get(path) {
+                return Some(*location);
+            }
+            let cut = path.rfind(['.', '['])?;
+            path = &path[..cut];
+        }
+    }
+
+    pub(crate) fn error(&self, mut problems: Vec<Problem>) -> ConfigError {
+        for problem in &mut problems {
+            if problem.location.is_none() {
+                problem.location = problem.key.as_deref().and_then(|k| self.location_of(k));
+            }
+        }
+        problems.sort_by_key(|p| p.location);
+        ConfigError::Invalid {
+            origin: self.name.clone(),
+            problems,
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Configuration: the TOML schema, `${VAR}` interpolation, and validation.
+//!
+//! [`Config::from_file`] / [`Config::from_str`] parse TOML into typed sections,
+//! substitute environment variables, and run [`Config::validate`]. A `Config`
+//! returned by a loader has passed validation.
+//!
+//! Invariants:
+//! - Unknown keys and wrongly typed values are errors, reported with the file,
+//!   line and column, and the key path (`outbox[1].topic`); every validation
+//!   error names the file, the key path and the fix.
+//! - The producer settings walrelay's guarantees rest on (`acks=all`,
+//!   `enable.idempotence=true`, `partitioner=murmur2_random`) cannot be
+//!   weakened through `[kafka.librdkafka]`: validation rejects such properties
+//!   and [`KafkaConfig::producer_properties`] never emits them.
+//! - Secrets (`postgres.password`, librdkafka properties such as
+//!   `sasl.password`) never appear in `Debug` output or error messages.
+//!
+//! `${NAME}` in `postgres.host`, `postgres.user`, `postgres.password`,
+//! `postgres.database`, `kafka.brokers` and `[kafka.librdkafka]` values is
+//! replaced by environment variable `NAME`; `$${` stands for a literal `${`.
+//! Interpolation runs after parsing, so errors keep their line numbers.
+
+mod error;
+mod interpolate;
+mod schema;
+mod template;
+mod units;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::path::Path;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+
+use error::{Origin, SourceMap};
+use interpolate::interpolate;
+
+pub use error::{ConfigError, Location, Problem};
+pub use interpolate::EnvLookup;
+pub use schema::{
+    Compression, ConnectorConfig, HealthConfig, KafkaConfig, OnUpdate, OutboxConfig,
+    PostgresConfig, is_secret_property,
+};
+pub use template::{Segment, TableRef, TopicTemplate, is_topic_char, topic_name_problem};
+pub use units::parse_byte_size;
+
+/// A complete, validated walrelay configuration.
+#[derive(Clone)]
+pub struct Config {
+    /// `[connector]`
+    pub connector: ConnectorConfig,
+    /// `[postgres]`
+    pub postgres: PostgresConfig,
+    /// `[kafka]`
+    pub kafka: KafkaConfig,
+    /// `[health]`; `None` when the section is absent (no HTTP endpoint).
+    pub health: Option<HealthConfig>,
+    /// `[[outbox]]` sections, in file order; never empty once validated.
+    pub outbox: Vec<OutboxConfig>,
+    origin: Origin,
+}
+
+/// The file's shape; [`Config`] adds where it came from.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Document {
+    connector: ConnectorConfig,
+    postgres: PostgresConfig,
+    kafka: KafkaConfig,
+    #[serde(default)]
+    health: Option<HealthConfig>,
+    #[serde(default)]
+    outbox: Vec<OutboxConfig>,
+}
+
+impl Config {
+    /// Reads, interpolates and validates the configuration file at `path`.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::from_str(&text, &path.display().to_string())
+    }
+
+    /// Parses, interpolates (from the process environment) and validates
+    /// `text`; `origin` names it in errors (usually the file name).
+    pub fn from_str(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        Config::from_str_with_env(text, origin, &|name| std::env::var(name))
+    }
+
+    /// Like [`Config::from_str`], with `env` answering `${VAR}` lookups.
+    pub fn from_str_with_env(
+        text: &str,
+        origin: &str,
+        env: EnvLookup<'_>,
+    ) -> Result<Config, ConfigError> {
+        let syntax_error = |e: toml::de::Error| ConfigError::Invalid {
+            origin: origin.to_owned(),
+            problems: vec![Problem {
+                key: None,
+                location: e.span().map(|s| Location::at(text, s.start)),
+                message: format!("TOML syntax error: {}", e.message().trim_end()),
+            }],
+        };
+        let root = toml::de::DeTable::parse(text).map_err(syntax_error)?;
+        let map = SourceMap::new(text, &root);
+        let document = Document::deserialize(toml::de::Deserializer::from(root)).map_err(|e| {
+            ConfigError::Invalid {
+                origin: origin.to_owned(),
+                problems: vec![map.problem(&e)],
+            }
+        })?;
+        let mut config = Config {
+            connector: document.connector,
+            postgres: document.postgres,
+            kafka: document.kafka,
+            health: document.health,
+            outbox: document.outbox,
+            origin: Origin {
+                name: origin.to_owned(),
+                locations: map.locations(),
+            },
+        };
+        let problems = config.interpolate(env);
+        if !problems.is_empty() {
+            return Err(config.origin.error(problems));
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every rule serde cannot express and reports all problems at once.
+    /// The loaders call this; call it again after changing fields by hand.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let problems = validate::problems(self);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(self.origin.error(problems))
+        }
+    }
+
+    /// Where the configuration came from (the file name given to the loader).
+    pub fn origin(&self) -> &str {
+        &self.origin.name
+    }
+
+    /// Substitutes `${VAR}` in the keys that allow it; returns the problems.
+    fn interpolate(&mut self, env: EnvLookup<'_>) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        let pg = &mut self.postgres;
+        for (key, value) in [
+            ("postgres.host", &mut pg.host),
+            ("postgres.user", &mut pg.user),
+            ("postgres.database", &mut pg.database),
+            ("kafka.brokers", &mut self.kafka.brokers),
+        ] {
+            substitute(key, value, false, env, &mut problems);
+        }
+        if let Some(password) = &mut pg.password {
+            match interpolate(password.expose_secret(), env) {
+                Ok(None) => {}
+                Ok(Some(resolved)) => *password = SecretString::from(resolved),
+                Err(e) => problems.push(Problem::new("postgres.password", e.describe(true))),
+            }
+        }
+        for (key, value) in &mut self.kafka.librdkafka {
+            let path = error::join_key("kafka.librdkafka", key);
+            substitute(&path, value, is_secret_property(key), env, &mut problems);
+        }
+        problems
+    }
+}
+
+fn substitute(
+    key: &str,
+    value: &mut String,
+    secret: bool,
+    env: EnvLookup<'_>,
+    problems: &mut Vec<Problem>,
+) {
+    match interpolate(value, env) {
+        Ok(None) => {}
+        Ok(Some(resolved)) => *value = resolved,
+        Err(e) => problems.push(Problem::new(key, e.describe(secret))),
+    }
+}
+
+/// Prints every section; secrets print as `[REDACTED]`.
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("origin", &self.origin.name)
+            .field("connector", &self.connector)
+            .field("postgres", &self.postgres)
+            .field("kafka", &self.kafka)
+            .field("health", &self.health)
+            .field("outbox", &self.outbox)
+            .finish()
+    }
+}

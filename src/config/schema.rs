@@ -1,0 +1,405 @@
+//! The typed configuration sections and their defaults.
+//!
+//! Field documentation here is the source for `docs/configuration.md`; keep
+//! the two in step.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use secrecy::SecretString;
+use serde::Deserialize;
+
+use super::template::{TableRef, TopicTemplate};
+use super::units;
+use super::validate;
+
+/// `[connector]`: identity of this connector instance.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectorConfig {
+    /// Identifies the connector in the offset-store key, logs and metrics.
+    /// `[A-Za-z0-9._-]{1,64}`. Required.
+    pub name: String,
+}
+
+/// `[postgres]`: the source database and its replication slot.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// Host name, IP address, or a Unix socket directory (starts with `/`).
+    #[serde(default = "defaults::host")]
+    pub host: String,
+    /// TCP port (also names the socket file `.s.PGSQL.<port>` in a socket directory).
+    #[serde(default = "defaults::pg_port")]
+    pub port: u16,
+    /// Role to connect as; needs the REPLICATION attribute.
+    #[serde(default = "defaults::user")]
+    pub user: String,
+    /// Password, if the server asks for one. Never printed.
+    #[serde(default, deserialize_with = "units::secret")]
+    pub password: Option<SecretString>,
+    /// Database holding the outbox tables. Required.
+    pub database: String,
+    /// Logical replication slot name.
+    #[serde(default = "defaults::slot")]
+    pub slot: String,
+    /// Publication name.
+    #[serde(default = "defaults::publication")]
+    pub publication: String,
+    /// Create the slot at start if it does not exist.
+    #[serde(default = "defaults::yes")]
+    pub create_slot: bool,
+    /// Create the publication (for the outbox tables) at start if it does not exist.
+    #[serde(default = "defaults::yes")]
+    pub create_publication: bool,
+    /// Time allowed to establish a connection, including authentication.
+    #[serde(
+        default = "defaults::connect_timeout",
+        deserialize_with = "units::duration"
+    )]
+    pub connect_timeout: Duration,
+    /// How often to send standby status updates; the effective interval is
+    /// `min(status_interval, wal_sender_timeout / 2)`.
+    #[serde(
+        default = "defaults::status_interval",
+        deserialize_with = "units::duration"
+    )]
+    pub status_interval: Duration,
+    /// Largest single replication message accepted, in bytes.
+    #[serde(
+        default = "defaults::max_message_size",
+        deserialize_with = "units::byte_size"
+    )]
+    pub max_message_size: u64,
+    /// First delay before reconnecting after a transient error; doubles per attempt.
+    #[serde(
+        default = "defaults::reconnect_backoff_initial",
+        deserialize_with = "units::duration"
+    )]
+    pub reconnect_backoff_initial: Duration,
+    /// Upper bound for the reconnect delay.
+    #[serde(
+        default = "defaults::reconnect_backoff_max",
+        deserialize_with = "units::duration"
+    )]
+    pub reconnect_backoff_max: Duration,
+}
+
+/// Compression codec for produced records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// No compression.
+    None,
+    /// gzip.
+    Gzip,
+    /// Snappy.
+    Snappy,
+    /// LZ4 (default: cheap on CPU, good ratio for JSON).
+    #[default]
+    Lz4,
+    /// Zstandard.
+    Zstd,
+}
+
+impl Compression {
+    /// The librdkafka `compression.type` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Gzip => "gzip",
+            Compression::Snappy => "snappy",
+            Compression::Lz4 => "lz4",
+            Compression::Zstd => "zstd",
+        }
+    }
+}
+
+/// `[kafka]`: the destination cluster and the producer.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// Bootstrap brokers, comma separated (`host:port,host:port`). Required.
+    pub brokers: String,
+    /// Compression codec.
+    #[serde(default)]
+    pub compression: Compression,
+    /// How long the producer waits to fill a batch (librdkafka `linger.ms`).
+    #[serde(default = "defaults::linger", deserialize_with = "units::duration")]
+    pub linger: Duration,
+    /// Records produced but not yet acknowledged, at most. When reached,
+    /// walrelay stops reading from PostgreSQL until acknowledgements arrive.
+    #[serde(default = "defaults::max_in_flight_records")]
+    pub max_in_flight_records: usize,
+    /// Bytes (keys + values + headers) produced but not yet acknowledged, at most.
+    #[serde(
+        default = "defaults::max_in_flight_bytes",
+        deserialize_with = "units::byte_size"
+    )]
+    pub max_in_flight_bytes: u64,
+    /// On shutdown, how long to wait for in-flight records to be acknowledged.
+    #[serde(
+        default = "defaults::shutdown_flush_timeout",
+        deserialize_with = "units::duration"
+    )]
+    pub shutdown_flush_timeout: Duration,
+    /// Compacted topic holding the offset store.
+    #[serde(default = "defaults::offsets_topic")]
+    pub offsets_topic: String,
+    /// Raw librdkafka producer properties, applied after walrelay's own.
+    /// Properties that would weaken a delivery guarantee are rejected by validation.
+    #[serde(default, deserialize_with = "units::properties")]
+    pub librdkafka: BTreeMap<String, String>,
+}
+
+impl KafkaConfig {
+    /// The complete librdkafka producer configuration: the brokers, the
+    /// settings walrelay's guarantees rest on (`acks=all`,
+    /// `enable.idempotence=true`, `partitioner=murmur2_random`), compression
+    /// and linger, then the raw `[kafka.librdkafka]` map.
+    ///
+    /// Validation rejects raw properties that contradict the fixed ones; as a
+    /// second line of defence, any that slip through (a hand-built, unvalidated
+    /// config) are left out rather than allowed to override them.
+    pub fn producer_properties(&self) -> Vec<(String, String)> {
+        let fixed = [
+            ("bootstrap.servers", self.bootstrap_servers()),
+            ("acks", "all".to_owned()),
+            ("enable.idempotence", "true".to_owned()),
+            ("partitioner", "murmur2_random".to_owned()),
+            ("compression.type", self.compression.as_str().to_owned()),
+            ("linger.ms", millis(self.linger)),
+        ];
+        fixed
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .chain(
+                self.librdkafka
+                    .iter()
+                    .filter(|(k, v)| validate::librdkafka_property(k, v).is_ok())
+                    .map(|(k, v)| (k.clone(), v.clone())),
+            )
+            .collect()
+    }
+
+    /// `brokers` with whitespace around each entry removed.
+    pub fn bootstrap_servers(&self) -> String {
+        self.brokers
+            .split(',')
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// A duration in milliseconds as librdkafka reads it (fractions allowed).
+fn millis(d: Duration) -> String {
+    let micros = d.as_micros();
+    let (whole, frac) = (micros / 1000, micros % 1000);
+    if frac == 0 {
+        whole.to_string()
+    } else {
+        format!("{whole}.{frac:03}")
+            .trim_end_matches('0')
+            .to_owned()
+    }
+}
+
+/// Whether a librdkafka property holds a secret (its value is never printed).
+pub fn is_secret_property(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["password", "secret", "passphrase", "private.key", "key.pem"]
+        .iter()
+        .any(|word| key.contains(word))
+        || key == "sasl.oauthbearer.config"
+}
+
+impl fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Redacted<'a>(&'a BTreeMap<String, String>);
+        impl fmt::Debug for Redacted<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_map()
+                    .entries(self.0.iter().map(|(k, v)| {
+                        let v = if is_secret_property(k) {
+                            "[REDACTED]"
+                        } else {
+                            v
+                        };
+                        (k, v)
+                    }))
+                    .finish()
+            }
+        }
+        f.debug_struct("KafkaConfig")
+            .field("brokers", &self.brokers)
+            .field("compression", &self.compression)
+            .field("linger", &self.linger)
+            .field("max_in_flight_records", &self.max_in_flight_records)
+            .field("max_in_flight_bytes", &self.max_in_flight_bytes)
+            .field("shutdown_flush_timeout", &self.shutdown_flush_timeout)
+            .field("offsets_topic", &self.offsets_topic)
+            .field("librdkafka", &Redacted(&self.librdkafka))
+            .finish()
+    }
+}
+
+/// `[health]`: the HTTP endpoint for `/healthz` and `/metrics`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthConfig {
+    /// Address to listen on.
+    #[serde(
+        default = "defaults::health_listen",
+        deserialize_with = "units::socket_addr"
+    )]
+    pub listen: SocketAddr,
+}
+
+/// What to do when a row of an outbox table is UPDATEd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnUpdate {
+    /// Publish nothing for the update and log a warning.
+    #[default]
+    Warn,
+    /// Publish nothing for the update; only a metric counts it.
+    Skip,
+    /// Stop the connector with an error naming the table and LSN.
+    Fail,
+}
+
+/// `[[outbox]]`: one outbox table and how its rows become Kafka records.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboxConfig {
+    /// The table, `schema.table` or `table` (schema `public`). Required.
+    pub table: TableRef,
+    /// Unique event id; becomes the record's `id` header.
+    #[serde(default = "defaults::id_column")]
+    pub id_column: String,
+    /// Aggregate type (e.g. `Order`); usually used in the topic template.
+    #[serde(default = "defaults::aggregate_type_column")]
+    pub aggregate_type_column: String,
+    /// Aggregate id; becomes the record key, so one aggregate's events stay in order.
+    #[serde(default = "defaults::aggregate_id_column")]
+    pub aggregate_id_column: String,
+    /// Event type (e.g. `OrderCreated`).
+    #[serde(default = "defaults::type_column")]
+    pub type_column: String,
+    /// Event body; becomes the record value.
+    #[serde(default = "defaults::payload_column")]
+    pub payload_column: String,
+    /// Destination topic, with `{column}` placeholders.
+    #[serde(default = "TopicTemplate::default_template")]
+    pub topic: TopicTemplate,
+    /// Columns copied into record headers (header name = column name).
+    #[serde(default = "defaults::header_columns")]
+    pub header_columns: Vec<String>,
+    /// A `timestamptz` column used as the record timestamp; `None` lets Kafka
+    /// stamp the record. `""` in the file means `None`.
+    #[serde(default, deserialize_with = "units::optional_name")]
+    pub timestamp_column: Option<String>,
+    /// Publish a tombstone (null value) for a row whose payload is NULL.
+    #[serde(default)]
+    pub tombstone_on_empty_payload: bool,
+    /// What to do when an outbox row is updated.
+    #[serde(default)]
+    pub on_update: OnUpdate,
+}
+
+impl OutboxConfig {
+    /// Columns a topic template may refer to: the id, aggregate type,
+    /// aggregate id and type columns, then the header columns.
+    pub fn template_columns(&self) -> Vec<&str> {
+        let mut columns = vec![
+            self.id_column.as_str(),
+            self.aggregate_type_column.as_str(),
+            self.aggregate_id_column.as_str(),
+            self.type_column.as_str(),
+        ];
+        for column in &self.header_columns {
+            if !columns.contains(&column.as_str()) {
+                columns.push(column);
+            }
+        }
+        columns
+    }
+}
+
+/// Default values, one function per key (serde needs functions).
+pub(crate) mod defaults {
+    use super::*;
+
+    pub(crate) fn host() -> String {
+        "127.0.0.1".to_owned()
+    }
+    pub(crate) fn pg_port() -> u16 {
+        5432
+    }
+    pub(crate) fn user() -> String {
+        "walrelay".to_owned()
+    }
+    pub(crate) fn slot() -> String {
+        "walrelay".to_owned()
+    }
+    pub(crate) fn publication() -> String {
+        "walrelay".to_owned()
+    }
+    pub(crate) fn yes() -> bool {
+        true
+    }
+    pub(crate) fn connect_timeout() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub(crate) fn status_interval() -> Duration {
+        Duration::from_secs(1)
+    }
+    pub(crate) fn max_message_size() -> u64 {
+        64 << 20
+    }
+    pub(crate) fn reconnect_backoff_initial() -> Duration {
+        Duration::from_millis(500)
+    }
+    pub(crate) fn reconnect_backoff_max() -> Duration {
+        Duration::from_secs(30)
+    }
+    pub(crate) fn linger() -> Duration {
+        Duration::from_millis(5)
+    }
+    pub(crate) fn max_in_flight_records() -> usize {
+        100_000
+    }
+    pub(crate) fn max_in_flight_bytes() -> u64 {
+        64 << 20
+    }
+    pub(crate) fn shutdown_flush_timeout() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub(crate) fn offsets_topic() -> String {
+        "walrelay.offsets".to_owned()
+    }
+    pub(crate) fn health_listen() -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 9187))
+    }
+    pub(crate) fn id_column() -> String {
+        "id".to_owned()
+    }
+    pub(crate) fn aggregate_type_column() -> String {
+        "aggregatetype".to_owned()
+    }
+    pub(crate) fn aggregate_id_column() -> String {
+        "aggregateid".to_owned()
+    }
+    pub(crate) fn type_column() -> String {
+        "type".to_owned()
+    }
+    pub(crate) fn payload_column() -> String {
+        "payload".to_owned()
+    }
+    pub(crate) fn header_columns() -> Vec<String> {
+        vec!["type".to_owned()]
+    }
+}

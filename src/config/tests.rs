@@ -1,0 +1,1120 @@
+//! Tests for the configuration module. The example files under `config/` and
+//! the bad ones under `config/invalid/` are loaded here, so they cannot rot.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::HashMap;
+use std::env::VarError;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use secrecy::ExposeSecret;
+
+use super::interpolate::{InterpolateError, interpolate};
+use super::validate::librdkafka_property;
+use super::*;
+
+const PASSWORD: &str = "pg-s3cret-Zq9!";
+const KAFKA_PASSWORD: &str = "kafka-s3cret-Xw7!";
+
+/// The variables the example files refer to, with recognisable values.
+fn fake_env(name: &str) -> Result<String, VarError> {
+    match name {
+        "WALRELAY_PG_PASSWORD" => Ok(PASSWORD.to_owned()),
+        "WALRELAY_KAFKA_PASSWORD" => Ok(KAFKA_PASSWORD.to_owned()),
+        "PGHOST" => Ok("db.internal".to_owned()),
+        _ => Err(VarError::NotPresent),
+    }
+}
+
+fn load(text: &str) -> Result<Config, ConfigError> {
+    Config::from_str_with_env(text, "test.toml", &fake_env)
+}
+
+fn load_err(text: &str) -> String {
+    match load(text) {
+        Ok(config) => panic!("expected an error, got {config:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+const MINIMAL: &str = r#"
+[connector]
+name = "orders"
+[postgres]
+database = "app"
+[kafka]
+brokers = "127.0.0.1:9092"
+[[outbox]]
+table = "public.outbox"
+"#;
+
+/// `MINIMAL` with `extra` appended (TOML lets a later header reopen nothing,
+/// so extras are whole sections or keys for the last `[[outbox]]`).
+fn minimal_with(extra: &str) -> String {
+    format!("{MINIMAL}{extra}\n")
+}
+
+fn toml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn config_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("config")
+}
+
+#[test]
+fn every_example_config_loads_and_validates() {
+    let files = toml_files(&config_dir());
+    assert!(files.len() >= 2, "expected example configs in config/");
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let origin = file.display().to_string();
+        if let Err(e) = Config::from_str_with_env(&text, &origin, &fake_env) {
+            panic!("example {origin} does not load:\n{e}");
+        }
+    }
+}
+
+#[test]
+fn example_toml_sets_every_key() {
+    // Keys of the schema; a key added to the code but not to
+    // config/example.toml fails here.
+    let text = std::fs::read_to_string(config_dir().join("example.toml")).unwrap();
+    let table: toml::Table = toml::from_str(&text).unwrap();
+    let keys = |section: &str| -> Vec<String> {
+        let value = &table[section];
+        let table = match value {
+            toml::Value::Array(items) => items[0].as_table().unwrap(),
+            other => other.as_table().unwrap(),
+        };
+        let mut keys: Vec<_> = table.keys().cloned().collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(keys("connector"), ["name"]);
+    assert_eq!(
+        keys("postgres"),
+        [
+            "connect_timeout",
+            "create_publication",
+            "create_slot",
+            "database",
+            "host",
+            "max_message_size",
+            "password",
+            "port",
+            "publication",
+            "reconnect_backoff_initial",
+            "reconnect_backoff_max",
+            "slot",
+            "status_interval",
+            "user"
+        ]
+    );
+    assert_eq!(
+        keys("kafka"),
+        [
+            "brokers",
+            "compression",
+            "librdkafka",
+            "linger",
+            "max_in_flight_bytes",
+            "max_in_flight_records",
+            "offsets_topic",
+            "shutdown_flush_timeout"
+        ]
+    );
+    assert_eq!(keys("health"), ["listen"]);
+    assert_eq!(
+        keys("outbox"),
+        [
+            "aggregate_id_column",
+            "aggregate_type_column",
+            "header_columns",
+            "id_column",
+            "on_update",
+            "payload_column",
+            "table",
+            "timestamp_column",
+            "tombstone_on_empty_payload",
+            "topic",
+            "type_column"
+        ]
+    );
+}
+
+#[test]
+fn configuration_reference_documents_every_key() {
+    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md");
+    let doc = std::fs::read_to_string(doc_path).unwrap();
+    let text = std::fs::read_to_string(config_dir().join("example.toml")).unwrap();
+    let table: toml::Table = toml::from_str(&text).unwrap();
+    for (section, value) in &table {
+        let keys = match value {
+            toml::Value::Array(items) => items[0].as_table().unwrap(),
+            other => other.as_table().unwrap(),
+        };
+        assert!(
+            doc.contains(&format!("`[{section}]`")) || doc.contains(&format!("`[[{section}]]`"))
+        );
+        for key in keys.keys() {
+            if key == "librdkafka" {
+                assert!(doc.contains("### `[kafka.librdkafka]`"));
+                continue;
+            }
+            assert!(
+                doc.contains(&format!("| `{key}` |")),
+                "docs/configuration.md has no row for {section}.{key}"
+            );
+        }
+    }
+}
+
+#[test]
+fn example_toml_values_reach_the_typed_config() {
+    let path = config_dir().join("example.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let config = Config::from_str_with_env(&text, "example.toml", &fake_env).unwrap();
+    assert_eq!(config.postgres.host, "db.internal");
+    assert_eq!(
+        config.kafka.librdkafka["sasl.password"], KAFKA_PASSWORD,
+        "librdkafka values are interpolated"
+    );
+    assert_eq!(config.kafka.librdkafka["batch.num.messages"], "10000");
+    assert_eq!(config.outbox.len(), 2);
+    let billing = &config.outbox[1];
+    assert_eq!(
+        billing.table,
+        TableRef {
+            schema: "billing".into(),
+            name: "outbox".into()
+        }
+    );
+    assert_eq!(billing.timestamp_column.as_deref(), Some("created_at"));
+    assert_eq!(billing.on_update, OnUpdate::Fail);
+    assert_eq!(
+        billing.topic.columns().collect::<Vec<_>>(),
+        ["aggregatetype", "type"]
+    );
+    assert_eq!(config.outbox[0].timestamp_column, None, "\"\" means unset");
+}
+
+#[test]
+fn quickstart_targets_the_dev_services() {
+    let text = std::fs::read_to_string(config_dir().join("quickstart.toml")).unwrap();
+    let config = Config::from_str_with_env(&text, "quickstart.toml", &fake_env).unwrap();
+    assert_eq!(config.postgres.host, "127.0.0.1");
+    assert_eq!(config.postgres.port, 54318);
+    assert_eq!(config.postgres.database, "walrelay_quickstart");
+    assert_eq!(config.postgres.user, "walrelay");
+    assert_eq!(
+        config.postgres.password.as_ref().unwrap().expose_secret(),
+        PASSWORD
+    );
+    assert_eq!(config.kafka.brokers, "127.0.0.1:19092");
+    assert_eq!(config.outbox.len(), 1);
+    let outbox = &config.outbox[0];
+    assert_eq!(outbox.table.to_string(), "public.outbox");
+    assert_eq!(outbox.id_column, "id");
+    assert_eq!(outbox.aggregate_type_column, "aggregatetype");
+    assert_eq!(outbox.aggregate_id_column, "aggregateid");
+    assert_eq!(outbox.type_column, "type");
+    assert_eq!(outbox.payload_column, "payload");
+    assert_eq!(outbox.topic.as_str(), "outbox.event.{aggregatetype}");
+}
+
+#[test]
+fn every_invalid_config_fails_naming_the_expected_key() {
+    let dir = config_dir().join("invalid");
+    let files = toml_files(&dir);
+    assert!(
+        files.len() >= 20,
+        "expected the bad configs in config/invalid/"
+    );
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let expects: Vec<&str> = text
+            .lines()
+            .map_while(|l| l.strip_prefix("# expect: "))
+            .collect();
+        let origin = file.display().to_string();
+        assert!(
+            !expects.is_empty(),
+            "{origin}: first line must be `# expect: <substring of the error>`"
+        );
+        let error = match Config::from_str_with_env(&text, &origin, &fake_env) {
+            Ok(_) => panic!("{origin} loaded, but it is meant to be invalid"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            error.starts_with(&origin),
+            "{origin}: error does not start with the file name:\n{error}"
+        );
+        for expect in expects {
+            assert!(
+                error.contains(expect),
+                "{origin}: error does not mention {expect:?}:\n{error}"
+            );
+        }
+    }
+}
+
+#[test]
+fn defaults_apply_to_every_optional_key() {
+    let config = load(MINIMAL).unwrap();
+    let pg = &config.postgres;
+    assert_eq!(pg.host, "127.0.0.1");
+    assert_eq!(pg.port, 5432);
+    assert_eq!(pg.user, "walrelay");
+    assert!(pg.password.is_none());
+    assert_eq!(pg.slot, "walrelay");
+    assert_eq!(pg.publication, "walrelay");
+    assert!(pg.create_slot);
+    assert!(pg.create_publication);
+    assert_eq!(pg.connect_timeout, Duration::from_secs(10));
+    assert_eq!(pg.status_interval, Duration::from_secs(1));
+    assert_eq!(pg.max_message_size, 64 * 1024 * 1024);
+    assert_eq!(pg.reconnect_backoff_initial, Duration::from_millis(500));
+    assert_eq!(pg.reconnect_backoff_max, Duration::from_secs(30));
+
+    let kafka = &config.kafka;
+    assert_eq!(kafka.compression, Compression::Lz4);
+    assert_eq!(kafka.linger, Duration::from_millis(5));
+    assert_eq!(kafka.max_in_flight_records, 100_000);
+    assert_eq!(kafka.max_in_flight_bytes, 64 * 1024 * 1024);
+    assert_eq!(kafka.shutdown_flush_timeout, Duration::from_secs(10));
+    assert_eq!(kafka.offsets_topic, "walrelay.offsets");
+    assert!(kafka.librdkafka.is_empty());
+
+    assert!(config.health.is_none());
+
+    let outbox = &config.outbox[0];
+    assert_eq!(outbox.id_column, "id");
+    assert_eq!(outbox.aggregate_type_column, "aggregatetype");
+    assert_eq!(outbox.aggregate_id_column, "aggregateid");
+    assert_eq!(outbox.type_column, "type");
+    assert_eq!(outbox.payload_column, "payload");
+    assert_eq!(
+        outbox.topic,
+        TopicTemplate::parse(TopicTemplate::DEFAULT).unwrap()
+    );
+    assert_eq!(outbox.header_columns, ["type"]);
+    assert_eq!(outbox.timestamp_column, None);
+    assert!(!outbox.tombstone_on_empty_payload);
+    assert_eq!(outbox.on_update, OnUpdate::Warn);
+}
+
+#[test]
+fn empty_health_section_listens_on_the_default_address() {
+    let config = load(&minimal_with("[health]")).unwrap();
+    assert_eq!(
+        config.health.unwrap().listen,
+        "127.0.0.1:9187".parse().unwrap()
+    );
+}
+
+#[test]
+fn producer_properties_put_guarantees_first_and_raw_map_last() {
+    let config = load(&minimal_with(
+        "[kafka.librdkafka]\n\"batch.num.messages\" = 10000\n\"enable.gapless.guarantee\" = false\nacks = \"all\"",
+    ))
+    .unwrap();
+    let props = config.kafka.producer_properties();
+    let pairs: Vec<(&str, &str)> = props.iter().map(|(k, v)| (&**k, &**v)).collect();
+    assert_eq!(
+        pairs,
+        [
+            ("bootstrap.servers", "127.0.0.1:9092"),
+            ("acks", "all"),
+            ("enable.idempotence", "true"),
+            ("partitioner", "murmur2_random"),
+            ("compression.type", "lz4"),
+            ("linger.ms", "5"),
+            ("acks", "all"),
+            ("batch.num.messages", "10000"),
+            ("enable.gapless.guarantee", "false"),
+        ]
+    );
+}
+
+#[test]
+fn producer_properties_format_brokers_compression_and_fractional_linger() {
+    let mut config = load(MINIMAL).unwrap();
+    config.kafka.brokers = " a:1 , b:2 ".into();
+    config.kafka.compression = Compression::Zstd;
+    config.kafka.linger = Duration::from_micros(1_250);
+    let props: HashMap<_, _> = config.kafka.producer_properties().into_iter().collect();
+    assert_eq!(props["bootstrap.servers"], "a:1,b:2");
+    assert_eq!(props["compression.type"], "zstd");
+    assert_eq!(props["linger.ms"], "1.25");
+    config.kafka.linger = Duration::ZERO;
+    let props: HashMap<_, _> = config.kafka.producer_properties().into_iter().collect();
+    assert_eq!(props["linger.ms"], "0");
+}
+
+#[test]
+fn producer_properties_never_emit_a_weakening_property_even_unvalidated() {
+    let mut config = load(MINIMAL).unwrap();
+    config.kafka.librdkafka.insert("acks".into(), "1".into());
+    config
+        .kafka
+        .librdkafka
+        .insert("linger.ms".into(), "100".into());
+    config
+        .kafka
+        .librdkafka
+        .insert("client.id".into(), "x".into());
+    let props = config.kafka.producer_properties();
+    assert!(!props.iter().any(|(k, v)| k == "acks" && v == "1"));
+    assert!(!props.iter().any(|(k, v)| k == "linger.ms" && v == "100"));
+    assert!(props.iter().any(|(k, _)| k == "client.id"));
+    let error = config.validate().unwrap_err().to_string();
+    assert!(error.contains("kafka.librdkafka.acks"), "{error}");
+    assert!(error.contains("kafka.librdkafka.\"linger.ms\""), "{error}");
+}
+
+#[test]
+fn librdkafka_properties_that_weaken_guarantees_are_rejected_with_a_reason() {
+    let rejected = [
+        ("acks", "1", "acks=all"),
+        ("acks", "0", "acks=all"),
+        ("request.required.acks", "1", "acks=all"),
+        ("enable.idempotence", "false", "idempotent"),
+        ("partitioner", "consistent_random", "murmur2_random"),
+        ("partitioner", "murmur2", "murmur2_random"),
+        ("bootstrap.servers", "a:1", "kafka.brokers"),
+        ("metadata.broker.list", "a:1", "kafka.brokers"),
+        ("compression.type", "lz4", "kafka.compression"),
+        ("compression.codec", "gzip", "kafka.compression"),
+        ("linger.ms", "5", "kafka.linger"),
+        ("queue.buffering.max.ms", "5", "kafka.linger"),
+        ("max.in.flight.requests.per.connection", "6", "1 to 5"),
+        ("max.in.flight.requests.per.connection", "0", "1 to 5"),
+        ("max.in.flight", "1000000", "1 to 5"),
+        ("max.in.flight", "many", "1 to 5"),
+        ("retries", "0", "retries > 0"),
+        ("message.send.max.retries", "0", "retries > 0"),
+        ("transactional.id", "x", "transactions"),
+        ("ACKS", "1", "acks=all"),
+    ];
+    for (key, value, reason) in rejected {
+        let why = librdkafka_property(key, value).unwrap_err();
+        assert!(why.contains(reason), "{key}={value}: {why}");
+    }
+    let accepted = [
+        ("acks", "all"),
+        ("acks", "-1"),
+        ("request.required.acks", "all"),
+        ("enable.idempotence", "true"),
+        ("partitioner", "murmur2_random"),
+        ("max.in.flight.requests.per.connection", "5"),
+        ("max.in.flight", "1"),
+        ("enable.gapless.guarantee", "false"),
+        ("enable.gapless.guarantee", "true"),
+        ("retries", "2147483647"),
+        ("batch.num.messages", "10000"),
+        ("sasl.password", "anything"),
+    ];
+    for (key, value) in accepted {
+        assert_eq!(librdkafka_property(key, value), Ok(()), "{key}={value}");
+    }
+}
+
+#[test]
+fn librdkafka_contradiction_in_a_file_names_key_line_and_reason() {
+    let text = minimal_with("[kafka.librdkafka]\n\"enable.idempotence\" = false");
+    let error = load_err(&text);
+    let line = text.lines().count();
+    assert!(
+        error.starts_with(&format!(
+            "test.toml:{line}:24: kafka.librdkafka.\"enable.idempotence\": \"false\" weakens"
+        )),
+        "{error}"
+    );
+}
+
+#[test]
+fn interpolates_every_key_that_allows_it() {
+    let env = |name: &str| match name {
+        "H" => Ok("db".to_owned()),
+        "U" => Ok("relay".to_owned()),
+        "D" => Ok("appdb".to_owned()),
+        "B" => Ok("k1:9092".to_owned()),
+        "P" => Ok("pw".to_owned()),
+        "C" => Ok("client-7".to_owned()),
+        _ => Err(VarError::NotPresent),
+    };
+    let text = r#"
+[connector]
+name = "orders"
+[postgres]
+host = "${H}"
+user = "${U}"
+database = "${D}_x"
+password = "a${P}b"
+[kafka]
+brokers = "${B},k2:9092"
+[kafka.librdkafka]
+"client.id" = "${C}"
+[[outbox]]
+table = "public.outbox"
+"#;
+    let config = Config::from_str_with_env(text, "t.toml", &env).unwrap();
+    assert_eq!(config.postgres.host, "db");
+    assert_eq!(config.postgres.user, "relay");
+    assert_eq!(config.postgres.database, "appdb_x");
+    assert_eq!(
+        config.postgres.password.as_ref().unwrap().expose_secret(),
+        "apwb"
+    );
+    assert_eq!(config.kafka.brokers, "k1:9092,k2:9092");
+    assert_eq!(config.kafka.librdkafka["client.id"], "client-7");
+}
+
+#[test]
+fn keys_without_interpolation_keep_dollar_signs_literally() {
+    let config = load(&minimal_with("[kafka.librdkafka]\n\"client.id\" = \"a$b\"")).unwrap();
+    assert_eq!(config.kafka.librdkafka["client.id"], "a$b");
+    // The slot is not interpolated; `${X}` there is just an invalid slot name.
+    let error = load_err(&MINIMAL.replace("database", "slot = \"${X}\"\ndatabase"));
+    assert!(error.contains("postgres.slot"), "{error}");
+}
+
+#[test]
+fn missing_variable_names_the_key_the_variable_and_the_line() {
+    let text = MINIMAL.replace("database = \"app\"", "database = \"${NO_SUCH_DB_VAR}\"");
+    let error = load_err(&text);
+    assert!(
+        error.starts_with(
+            "test.toml:5:12: postgres.database: environment variable NO_SUCH_DB_VAR is not set"
+        ),
+        "{error}"
+    );
+    let text = minimal_with("[kafka.librdkafka]\n\"sasl.password\" = \"${NO_SUCH_KAFKA_VAR}\"");
+    let error = load_err(&text);
+    assert!(
+        error.contains(
+            "kafka.librdkafka.\"sasl.password\": environment variable NO_SUCH_KAFKA_VAR is not set"
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn interpolation_escape_unterminated_and_invalid_names() {
+    let env = |name: &str| match name {
+        "A" => Ok("x".to_owned()),
+        "RAW" => Ok("${A}".to_owned()),
+        "BAD" => Err(VarError::NotUnicode(OsString::from("x"))),
+        _ => Err(VarError::NotPresent),
+    };
+    let run = |s: &str| interpolate(s, &env);
+    assert_eq!(run("plain"), Ok(None));
+    assert_eq!(run("$${A}"), Ok(Some("${A}".into())));
+    assert_eq!(run("$${A} ${A}"), Ok(Some("${A} x".into())));
+    assert_eq!(run("a$b$"), Ok(Some("a$b$".into())));
+    assert_eq!(run("$$"), Ok(Some("$$".into())));
+    assert_eq!(run("${A}${A}"), Ok(Some("xx".into())));
+    assert_eq!(
+        run("${RAW}"),
+        Ok(Some("${A}".into())),
+        "values are not re-interpolated"
+    );
+    assert_eq!(run("${A"), Err(InterpolateError::Unterminated));
+    assert_eq!(
+        run("${}"),
+        Err(InterpolateError::InvalidName {
+            name: String::new()
+        })
+    );
+    assert_eq!(
+        run("${1A}"),
+        Err(InterpolateError::InvalidName { name: "1A".into() })
+    );
+    assert_eq!(
+        run("${A:-default}"),
+        Err(InterpolateError::InvalidName {
+            name: "A:-default".into()
+        })
+    );
+    assert_eq!(
+        run("${NOPE}"),
+        Err(InterpolateError::Unset { var: "NOPE".into() })
+    );
+    assert_eq!(
+        run("${BAD}"),
+        Err(InterpolateError::NotUnicode { var: "BAD".into() })
+    );
+}
+
+#[test]
+fn escaped_dollar_brace_reaches_the_config_literally() {
+    let text = MINIMAL.replace(
+        "database = \"app\"",
+        "database = \"app\"\npassword = \"p$${x}\"",
+    );
+    let config = load(&text).unwrap();
+    assert_eq!(
+        config.postgres.password.as_ref().unwrap().expose_secret(),
+        "p${x}"
+    );
+}
+
+#[test]
+fn password_errors_do_not_repeat_the_password() {
+    // A literal password with a malformed reference: the message must not quote it.
+    let text = MINIMAL.replace(
+        "database = \"app\"",
+        "database = \"app\"\npassword = \"hunter2${bad name}\"",
+    );
+    let error = load_err(&text);
+    assert!(error.contains("postgres.password"), "{error}");
+    assert!(
+        !error.contains("hunter2") && !error.contains("bad name"),
+        "{error}"
+    );
+    // A password of the wrong type: the value is not echoed either.
+    let text = MINIMAL.replace(
+        "database = \"app\"",
+        "database = \"app\"\npassword = 987654321",
+    );
+    let error = load_err(&text);
+    assert!(error.contains("postgres.password"), "{error}");
+    assert!(!error.contains("987654321"), "{error}");
+    // Other problems in a file with a password never print it.
+    let text = MINIMAL.replace(
+        "database = \"app\"",
+        "database = \"app\"\npassword = \"${WALRELAY_PG_PASSWORD}\"\nslot = \"Bad\"",
+    );
+    let error = load_err(&text);
+    assert!(!error.contains(PASSWORD), "{error}");
+}
+
+#[test]
+fn debug_redacts_password_and_secret_librdkafka_properties() {
+    let text = std::fs::read_to_string(config_dir().join("example.toml")).unwrap();
+    let config = Config::from_str_with_env(&text, "example.toml", &fake_env).unwrap();
+    for debug in [format!("{config:?}"), format!("{config:#?}")] {
+        assert!(!debug.contains(PASSWORD), "{debug}");
+        assert!(!debug.contains(KAFKA_PASSWORD), "{debug}");
+        assert!(debug.contains("REDACTED"), "{debug}");
+        assert!(
+            debug.contains("walrelay-orders"),
+            "non-secret values still print"
+        );
+    }
+    assert!(!format!("{:?}", config.postgres).contains(PASSWORD));
+    assert!(!format!("{:?}", config.kafka).contains(KAFKA_PASSWORD));
+}
+
+#[test]
+fn secret_property_names() {
+    for key in [
+        "sasl.password",
+        "ssl.key.password",
+        "ssl.keystore.password",
+        "ssl.key.pem",
+        "sasl.oauthbearer.client.secret",
+        "sasl.oauthbearer.config",
+    ] {
+        assert!(is_secret_property(key), "{key}");
+    }
+    for key in [
+        "sasl.username",
+        "client.id",
+        "ssl.ca.location",
+        "batch.num.messages",
+    ] {
+        assert!(!is_secret_property(key), "{key}");
+    }
+}
+
+/// Runs itself in a child process with the password in the real process
+/// environment (setting variables in this process would need `unsafe`).
+#[test]
+fn debug_hides_a_password_taken_from_the_process_environment() {
+    const CHILD: &str = "WALRELAY_CONFIG_TEST_CHILD";
+    const VAR: &str = "WALRELAY_CONFIG_TEST_PG_PASSWORD";
+    const SECRET: &str = "from-the-environment-9f3K";
+    if std::env::var_os(CHILD).is_none() {
+        let test = concat!(
+            module_path!(),
+            "::debug_hides_a_password_taken_from_the_process_environment"
+        );
+        let test = test.split_once("::").unwrap().1;
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .env(VAR, SECRET)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains("1 passed"),
+            "child failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        return;
+    }
+    let text = MINIMAL.replace(
+        "database = \"app\"",
+        &format!("database = \"app\"\npassword = \"${{{VAR}}}\""),
+    );
+    let config = Config::from_str(&text, "env.toml").unwrap();
+    assert_eq!(
+        config.postgres.password.as_ref().unwrap().expose_secret(),
+        SECRET
+    );
+    let debug = format!("{config:?} {config:#?}");
+    assert!(!debug.contains(SECRET), "{debug}");
+    let bad = text.replace("name = \"orders\"", "name = \"no spaces allowed\"");
+    let error = Config::from_str(&bad, "env.toml").unwrap_err();
+    assert!(!error.to_string().contains(SECRET));
+    assert!(!format!("{error:?}").contains(SECRET));
+}
+
+#[test]
+fn unknown_keys_and_type_errors_report_file_line_and_column() {
+    let text = minimal_with("tombstone_on_empty_payloads = true");
+    let error = load_err(&text);
+    let line = text.lines().count();
+    assert!(
+        error.starts_with(&format!(
+            "test.toml:{line}:1: outbox[0].tombstone_on_empty_payloads: unknown field"
+        )),
+        "{error}"
+    );
+    let text = minimal_with("tombstone_on_empty_payload = \"yes\"");
+    let error = load_err(&text);
+    assert!(
+        error.starts_with(&format!(
+            "test.toml:{line}:30: outbox[0].tombstone_on_empty_payload: invalid type"
+        )),
+        "{error}"
+    );
+    let error = load_err(&MINIMAL.replace("[postgres]", "[postgres]\nport = 70000"));
+    assert!(
+        error.starts_with("test.toml:5:8: postgres.port: invalid value: integer `70000`, expected an integer from 0 to 65535"),
+        "{error}"
+    );
+    let error = load_err(&MINIMAL.replace("[[outbox]]", "[unknown]\n[[outbox]]"));
+    assert!(error.contains("unknown field `unknown`"), "{error}");
+}
+
+#[test]
+fn missing_required_sections_and_keys_are_named() {
+    let error = load_err(&MINIMAL.replace("brokers = \"127.0.0.1:9092\"", ""));
+    assert!(
+        error.contains("kafka.brokers: this required key is missing"),
+        "{error}"
+    );
+    let error = load_err(&MINIMAL.replace("table = \"public.outbox\"", ""));
+    assert!(
+        error.contains("outbox[0].table: this required key is missing"),
+        "{error}"
+    );
+    // A missing section belongs to the document, not to the first table in it.
+    for text in ["[connector]\nname = \"x\"\n", "connector.name = \"x\"\n"] {
+        let error = load_err(text);
+        assert!(
+            error.starts_with("test.toml:1:1: postgres: this required key is missing"),
+            "{error}"
+        );
+    }
+    let error = load_err("[connector]\nname = \"x\"\n[postgres]\ndatabase = \"d\"\n");
+    assert!(
+        error.contains(": kafka: this required key is missing"),
+        "{error}"
+    );
+    // `[kafka.librdkafka]` alone defines `kafka` implicitly; `brokers` is what is missing.
+    let error = load_err(
+        "[connector]\nname = \"x\"\n[postgres]\ndatabase = \"d\"\n[kafka.librdkafka]\na = 1\n",
+    );
+    assert!(
+        error.contains(": kafka.brokers: this required key is missing"),
+        "{error}"
+    );
+}
+
+#[test]
+fn validation_errors_point_at_the_key_and_list_every_problem() {
+    let text = MINIMAL
+        .replace("[postgres]", "[postgres]\nslot = \"A\"")
+        .replace("brokers = \"127.0.0.1:9092\"", "brokers = \"\"");
+    let error = load(&text).unwrap_err();
+    let problems = error.problems();
+    assert_eq!(problems.len(), 2, "{error}");
+    assert_eq!(problems[0].key.as_deref(), Some("postgres.slot"));
+    assert_eq!(problems[0].location, Some(Location { line: 5, column: 8 }));
+    assert_eq!(problems[1].key.as_deref(), Some("kafka.brokers"));
+    assert_eq!(
+        problems[1].location,
+        Some(Location {
+            line: 8,
+            column: 11
+        })
+    );
+    let text = error.to_string();
+    assert!(
+        text.starts_with("test.toml: 2 configuration problems:\n  test.toml:5:8: postgres.slot:"),
+        "{text}"
+    );
+}
+
+#[test]
+fn validate_after_changing_fields_uses_the_nearest_known_location() {
+    let mut config = load(MINIMAL).unwrap();
+    config.outbox[0].header_columns = vec!["type".into(), "type".into()];
+    let error = config.validate().unwrap_err();
+    let problem = &error.problems()[0];
+    assert_eq!(problem.key.as_deref(), Some("outbox[0].header_columns[1]"));
+    assert!(problem.message.contains("listed twice"));
+    // header_columns is not in the file: the location is that of outbox[0].
+    assert_eq!(problem.location.map(|l| l.line), Some(8));
+}
+
+#[test]
+fn topic_template_columns_are_checked_against_the_configured_ones() {
+    let ok = minimal_with(
+        "topic = \"{aggregatetype}.{type}.{tenant}.{id}.{aggregateid}\"\nheader_columns = [\"type\", \"tenant\"]",
+    );
+    load(&ok).unwrap();
+    let error = load_err(&minimal_with("topic = \"events.{payload}\""));
+    assert!(
+        error.contains(
+            "outbox[0].topic: template references {payload}, which is not a configured column; \
+             use one of {id}, {aggregatetype}, {aggregateid}, {type} or add the column to header_columns"
+        ),
+        "{error}"
+    );
+    let renamed = minimal_with("aggregate_type_column = \"kind\"\ntopic = \"ev.{kind}\"");
+    load(&renamed).unwrap();
+    let error = load_err(&minimal_with("aggregate_type_column = \"kind\""));
+    assert!(
+        error.contains("{aggregatetype}, which is not a configured column"),
+        "{error}"
+    );
+}
+
+#[test]
+fn fixed_topic_must_be_a_valid_topic_name() {
+    load(&minimal_with("topic = \"events\"")).unwrap();
+    let error = load_err(&minimal_with(&format!("topic = \"{}\"", "a".repeat(250))));
+    assert!(error.contains("at most 249"), "{error}");
+    let error = load_err(&minimal_with("topic = \"..\""));
+    assert!(error.contains("outbox[0].topic"), "{error}");
+}
+
+#[test]
+fn topic_template_parsing() {
+    let t = TopicTemplate::parse("outbox.{aggregatetype}-{type}").unwrap();
+    assert_eq!(
+        t.segments(),
+        [
+            Segment::Literal("outbox.".into()),
+            Segment::Column("aggregatetype".into()),
+            Segment::Literal("-".into()),
+            Segment::Column("type".into()),
+        ]
+    );
+    assert_eq!(t.to_string(), "outbox.{aggregatetype}-{type}");
+    let values = HashMap::from([("aggregatetype", "Order"), ("type", "Created")]);
+    assert_eq!(
+        t.render(|c| values.get(c).copied()),
+        Ok("outbox.Order-Created".to_owned())
+    );
+    assert_eq!(t.render(|_| None::<&str>), Err("aggregatetype"));
+    for (bad, why) in [
+        ("", "empty"),
+        ("a{b", "never closed"),
+        ("a}b", "no matching"),
+        ("{a{b}}", "cannot nest"),
+        ("a.{}", "empty placeholder"),
+        ("a b", "not allowed"),
+        ("a/{b}", "not allowed"),
+    ] {
+        let e = TopicTemplate::parse(bad).unwrap_err();
+        assert!(e.contains(why), "{bad:?}: {e}");
+    }
+    assert_eq!(
+        TopicTemplate::default_template(),
+        TopicTemplate::parse(TopicTemplate::DEFAULT).unwrap()
+    );
+}
+
+#[test]
+fn table_names() {
+    assert_eq!(
+        TableRef::parse("outbox").unwrap(),
+        TableRef {
+            schema: "public".into(),
+            name: "outbox".into()
+        }
+    );
+    assert_eq!(
+        TableRef::parse("App.Outbox").unwrap().to_string(),
+        "App.Outbox"
+    );
+    for bad in [
+        "",
+        ".x",
+        "x.",
+        "a.b.c",
+        "public.\"Outbox\"",
+        &"x".repeat(64),
+    ] {
+        assert!(TableRef::parse(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn duplicate_tables_are_found_after_schema_defaulting() {
+    let error = load_err(&minimal_with("[[outbox]]\ntable = \"outbox\""));
+    assert!(
+        error.contains("outbox[1].table: table public.outbox is already configured in outbox[0]"),
+        "{error}"
+    );
+    load(&minimal_with("[[outbox]]\ntable = \"other.outbox\"")).unwrap();
+}
+
+#[test]
+fn byte_sizes() {
+    for (text, bytes) in [
+        ("0", 0),
+        ("4096", 4096),
+        ("64MiB", 64 << 20),
+        ("64 MiB", 64 << 20),
+        ("64mib", 64 << 20),
+        ("1KiB", 1024),
+        ("1kB", 1000),
+        ("2MB", 2_000_000),
+        ("3GiB", 3 << 30),
+        ("1TiB", 1 << 40),
+        ("10B", 10),
+    ] {
+        assert_eq!(parse_byte_size(text), Ok(bytes), "{text}");
+    }
+    for bad in [
+        "",
+        "MiB",
+        "1.5MiB",
+        "-1",
+        "64 MeB",
+        "99999999999999999999",
+        "20000000TiB",
+    ] {
+        assert!(parse_byte_size(bad).is_err(), "{bad:?}");
+    }
+    let config =
+        load(&MINIMAL.replace("[kafka]", "[kafka]\nmax_in_flight_bytes = 1048576")).unwrap();
+    assert_eq!(config.kafka.max_in_flight_bytes, 1 << 20);
+    let error = load_err(&MINIMAL.replace("[kafka]", "[kafka]\nmax_in_flight_bytes = -1"));
+    assert!(
+        error.contains("kafka.max_in_flight_bytes: a size cannot be negative"),
+        "{error}"
+    );
+}
+
+#[test]
+fn durations_parse_with_units_and_name_the_key_when_they_do_not() {
+    let config = load(&MINIMAL.replace(
+        "[postgres]",
+        "[postgres]\nconnect_timeout = \"1m 30s\"\nstatus_interval = \"250ms\"",
+    ))
+    .unwrap();
+    assert_eq!(config.postgres.connect_timeout, Duration::from_secs(90));
+    assert_eq!(config.postgres.status_interval, Duration::from_millis(250));
+    let error = load_err(&MINIMAL.replace("[kafka]", "[kafka]\nlinger = \"5 parsecs\""));
+    assert!(
+        error.contains("kafka.linger: invalid duration \"5 parsecs\""),
+        "{error}"
+    );
+    let error = load_err(&MINIMAL.replace("[kafka]", "[kafka]\nlinger = \"20m\""));
+    assert!(
+        error.contains("kafka.linger: librdkafka allows at most 900s"),
+        "{error}"
+    );
+    let error = load_err(&MINIMAL.replace("[postgres]", "[postgres]\nstatus_interval = \"0s\""));
+    assert!(
+        error.contains("postgres.status_interval: must be longer than 0"),
+        "{error}"
+    );
+}
+
+#[test]
+fn names_are_checked() {
+    for (replace, with, key) in [
+        ("name = \"orders\"", "name = \"\"", "connector.name"),
+        (
+            "name = \"orders\"",
+            &format!("name = \"{}\"", "n".repeat(65)),
+            "connector.name",
+        ),
+        (
+            "[postgres]",
+            "[postgres]\nslot = \"UPPER\"",
+            "postgres.slot",
+        ),
+        (
+            "[postgres]",
+            &format!("[postgres]\nslot = \"{}\"", "s".repeat(64)),
+            "postgres.slot",
+        ),
+        ("[postgres]", "[postgres]\nhost = \"\"", "postgres.host"),
+        ("[postgres]", "[postgres]\nhost = \"a b\"", "postgres.host"),
+        ("[postgres]", "[postgres]\nport = 0", "postgres.port"),
+        (
+            "[postgres]",
+            "[postgres]\npublication = \"\"",
+            "postgres.publication",
+        ),
+        (
+            "[postgres]",
+            &format!("[postgres]\nuser = \"{}\"", "u".repeat(64)),
+            "postgres.user",
+        ),
+        (
+            "[kafka]",
+            "[kafka]\noffsets_topic = \"offsets store\"",
+            "kafka.offsets_topic",
+        ),
+        (
+            "table = \"public.outbox\"",
+            "table = \"public.outbox\"\nid_column = \"\"",
+            "outbox[0].id_column",
+        ),
+        (
+            "table = \"public.outbox\"",
+            "table = \"public.outbox\"\nheader_columns = [\"\"]",
+            "outbox[0].header_columns[0]",
+        ),
+    ] {
+        let error = load_err(&MINIMAL.replace(replace, with));
+        assert!(error.contains(&format!(": {key}: ")), "{key}: {error}");
+    }
+    let config =
+        load(&MINIMAL.replace("[postgres]", "[postgres]\nhost = \"/var/run/postgresql\"")).unwrap();
+    assert_eq!(config.postgres.host, "/var/run/postgresql");
+}
+
+#[test]
+fn from_file_reads_and_names_the_file() {
+    let path = config_dir().join("invalid").join("bad_slot.toml");
+    let error = Config::from_file(&path).unwrap_err();
+    assert!(
+        error.to_string().starts_with(&path.display().to_string()),
+        "{error}"
+    );
+    let missing = config_dir().join("does-not-exist.toml");
+    let error = Config::from_file(&missing).unwrap_err();
+    assert!(matches!(error, ConfigError::Read { .. }));
+    assert!(
+        error
+            .to_string()
+            .contains("does-not-exist.toml: cannot read"),
+        "{error}"
+    );
+}
+
+#[test]
+fn from_file_loads_a_config_without_variables() {
+    let dir = std::env::temp_dir().join(format!("walrelay-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("plain.toml");
+    std::fs::write(&path, MINIMAL).unwrap();
+    let config = Config::from_file(&path).unwrap();
+    assert_eq!(config.origin(), path.display().to_string());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn locations_count_characters_not_bytes() {
+    let text = "ä = 1\nkey = \"é\"x";
+    assert_eq!(Location::at(text, 0), Location { line: 1, column: 1 });
+    assert_eq!(
+        Location::at(text, "ä = ".len()),
+        Location { line: 1, column: 5 }
+    );
+    let offset = text.find('x').unwrap();
+    assert_eq!(
+        Location::at(text, offset),
+        Location {
+            line: 2,
+            column: 10
+        }
+    );
+    assert_eq!(
+        Location::at(text, 10_000).line,
+        2,
+        "past the end is clamped"
+    );
+}
+
+#[test]
+fn syntax_errors_have_a_location_but_no_key() {
+    let error =
+        load(&MINIMAL.replace("brokers = \"127.0.0.1:9092\"", "brokers = \"x")).unwrap_err();
+    let problem = &error.problems()[0];
+    assert_eq!(problem.key, None);
+    assert_eq!(problem.location.map(|l| l.line), Some(7));
+}
+
+proptest! {
+    #[test]
+    fn strings_without_dollar_are_left_alone(s in "[^$]*") {
+        prop_assert_eq!(interpolate(&s, &fake_env), Ok(None));
+    }
+
+    #[test]
+    fn escaped_references_come_out_literally(a in "[^$]*", name in "[A-Za-z_][A-Za-z0-9_]{0,10}", b in "[^$]*") {
+        let input = format!("{a}$${{{name}}}{b}");
+        prop_assert_eq!(interpolate(&input, &fake_env), Ok(Some(format!("{a}${{{name}}}{b}"))));
+    }
+
+    #[test]
+    fn byte_sizes_multiply_out_or_fail(n in any::<u64>(), unit in prop::sample::select(vec![
+        ("", 1u64), ("B", 1), ("KiB", 1 << 10), ("kB", 1000), ("MiB", 1 << 20),
+        ("MB", 1_000_000), ("GiB", 1 << 30), ("GB", 1_000_000_000), ("TiB", 1 << 40),
+    ])) {
+        let (suffix, multiplier) = unit;
+        let parsed = parse_byte_size(&format!("{n}{suffix}"));
+        match n.checked_mul(multiplier) {
+            Some(bytes) => prop_assert_eq!(parsed, Ok(bytes)),
+            None => prop_assert!(parsed.is_err()),
+        }
+    }
+
+    #[test]
+    fn templates_round_trip_their_segments(parts in prop::collection::vec(
+        prop_oneof!["[A-Za-z0-9._-]{1,8}".prop_map(Segment::Literal), "[a-z_]{1,8}".prop_map(Segment::Column)],
+        1..6,
+    )) {
+        // Adjacent literals merge when parsed; compare rendered text instead.
+        let text: String = parts.iter().map(|p| match p {
+            Segment::Literal(l) => l.clone(),
+            Segment::Column(c) => format!("{{{c}}}"),
+        }).collect();
+        let template = TopicTemplate::parse(&text).unwrap();
+        let columns: Vec<_> = parts.iter().filter_map(|p| match p {
+            Segment::Column(c) => Some(c.as_str()),
+            Segment::Literal(_) => None,
+        }).collect();
+        prop_assert_eq!(template.columns().collect::<Vec<_>>(), columns);
+        let rendered = template.render(|c| Some(c.to_owned())).unwrap();
+        prop_assert_eq!(rendered, text.replace(['{', '}'], ""));
+    }
+
+    #[test]
+    fn loading_never_panics(text in "[\\[\\]a-z_.=\" \n0-9${}]{0,200}") {
+        let _ = Config::from_str_with_env(&text, "fuzz.toml", &fake_env);
+    }
+}
