@@ -49,7 +49,9 @@ impl From<u64> for Lsn {
 
 /// Error returned when a string is not of the form `X/Y` with hex halves.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid LSN {input:?}: expected two hexadecimal numbers separated by '/', like 16/B374D848")]
+#[error(
+    "invalid LSN {input:?}: expected two hexadecimal numbers separated by '/', like 16/B374D848"
+)]
 pub struct ParseLsnError {
     input: String,
 }
@@ -58,7 +60,9 @@ impl FromStr for Lsn {
     type Err = ParseLsnError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = || ParseLsnError { input: s.to_owned() };
+        let err = || ParseLsnError {
+            input: s.to_owned(),
+        };
         let (hi, lo) = s.trim().split_once('/').ok_or_else(err)?;
         if hi.is_empty() || lo.is_empty() || hi.len() > 8 || lo.len() > 8 {
             return Err(err());
@@ -90,7 +94,17 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for bad in ["", "/", "1/", "/1", "1", "G/0", "1/2/3", "123456789/0", "-1/0"] {
+        for bad in [
+            "",
+            "/",
+            "1/",
+            "/1",
+            "1",
+            "G/0",
+            "1/2/3",
+            "123456789/0",
+            "-1/0",
+        ] {
             assert!(bad.parse::<Lsn>().is_err(), "{bad:?} parsed");
         }
     }

@@ -30,7 +30,9 @@ const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
 
 /// Current time in PostgreSQL's representation (µs since 2000-01-01).
 pub fn pg_now_us() -> i64 {
-    let since_unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    let since_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO);
     i64::try_from(since_unix.as_micros()).unwrap_or(i64::MAX) - PG_EPOCH_OFFSET_US
 }
 
@@ -54,9 +56,18 @@ pub struct SystemInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReplicationMessage {
     /// `'w'`: a pgoutput message starting at `wal_start`.
-    XLogData { wal_start: Lsn, wal_end: Lsn, send_time: i64, data: Bytes },
+    XLogData {
+        wal_start: Lsn,
+        wal_end: Lsn,
+        send_time: i64,
+        data: Bytes,
+    },
     /// `'k'`: the walsender's position; `reply` asks for a status update now.
-    Keepalive { wal_end: Lsn, send_time: i64, reply: bool },
+    Keepalive {
+        wal_end: Lsn,
+        send_time: i64,
+        reply: bool,
+    },
 }
 
 /// Parses a CopyData payload received in COPY BOTH mode.
@@ -67,7 +78,9 @@ pub fn parse_replication_message(mut data: Bytes) -> Result<ReplicationMessage, 
         ))
     };
     if data.is_empty() {
-        return Err(WireError::Protocol("empty CopyData payload in replication stream".into()));
+        return Err(WireError::Protocol(
+            "empty CopyData payload in replication stream".into(),
+        ));
     }
     let tag = data.get_u8();
     match tag {
@@ -78,7 +91,12 @@ pub fn parse_replication_message(mut data: Bytes) -> Result<ReplicationMessage, 
             let wal_start = Lsn(data.get_u64());
             let wal_end = Lsn(data.get_u64());
             let send_time = data.get_i64();
-            Ok(ReplicationMessage::XLogData { wal_start, wal_end, send_time, data })
+            Ok(ReplicationMessage::XLogData {
+                wal_start,
+                wal_end,
+                send_time,
+                data,
+            })
         }
         b'k' => {
             if data.len() < 17 {
@@ -87,7 +105,11 @@ pub fn parse_replication_message(mut data: Bytes) -> Result<ReplicationMessage, 
             let wal_end = Lsn(data.get_u64());
             let send_time = data.get_i64();
             let reply = data.get_u8() != 0;
-            Ok(ReplicationMessage::Keepalive { wal_end, send_time, reply })
+            Ok(ReplicationMessage::Keepalive {
+                wal_end,
+                send_time,
+                reply,
+            })
         }
         other => Err(WireError::Protocol(format!(
             "unknown replication message tag {:?} (0x{other:02x})",
@@ -97,7 +119,13 @@ pub fn parse_replication_message(mut data: Bytes) -> Result<ReplicationMessage, 
 }
 
 /// Encodes a standby status update (`'r'`).
-pub fn encode_status_update(write: Lsn, flush: Lsn, apply: Lsn, now_pg_us: i64, reply: bool) -> Bytes {
+pub fn encode_status_update(
+    write: Lsn,
+    flush: Lsn,
+    apply: Lsn,
+    now_pg_us: i64,
+    reply: bool,
+) -> Bytes {
     let mut b = BytesMut::with_capacity(34);
     b.put_u8(b'r');
     b.put_u64(write.0);
@@ -117,7 +145,9 @@ pub struct ReplicationClient {
 impl ReplicationClient {
     /// Connects with `replication=database`.
     pub async fn connect(params: &ConnectParams) -> Result<Self, WireError> {
-        Ok(ReplicationClient { conn: WireConnection::connect(params, true).await? })
+        Ok(ReplicationClient {
+            conn: WireConnection::connect(params, true).await?,
+        })
     }
 
     /// The server's `server_version_num`.
@@ -146,7 +176,12 @@ impl ReplicationClient {
         let xlogpos = col(2)
             .and_then(|l| l.parse().ok())
             .ok_or_else(|| WireError::Protocol("IDENTIFY_SYSTEM returned a bad xlogpos".into()))?;
-        Ok(SystemInfo { system_id, timeline, xlogpos, database: col(3) })
+        Ok(SystemInfo {
+            system_id,
+            timeline,
+            xlogpos,
+            database: col(3),
+        })
     }
 
     /// Creates a permanent logical slot using `pgoutput`, without exporting a
@@ -172,7 +207,11 @@ impl ReplicationClient {
     ) -> Result<ReplicationStream, WireError> {
         let sql = start_replication_sql(slot, start, publication);
         self.conn.start_copy_both(&sql).await?;
-        Ok(ReplicationStream { conn: self.conn, last_flush: start, ended: false })
+        Ok(ReplicationStream {
+            conn: self.conn,
+            last_flush: start,
+            ended: false,
+        })
     }
 }
 
@@ -183,7 +222,10 @@ fn create_slot_sql(slot: &str, server_version_num: u32) -> String {
             escape_identifier(slot)
         )
     } else {
-        format!("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput NOEXPORT_SNAPSHOT", escape_identifier(slot))
+        format!(
+            "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput NOEXPORT_SNAPSHOT",
+            escape_identifier(slot)
+        )
     }
 }
 
@@ -234,10 +276,15 @@ impl ReplicationStream {
                 }
                 Backend::Message(Message::ErrorResponse(body)) => {
                     let error = crate::pg::wire::ServerError::from_body(&body);
-                    return Err(WireError::Server { context: "streaming changes".into(), error });
+                    return Err(WireError::Server {
+                        context: "streaming changes".into(),
+                        error,
+                    });
                 }
                 Backend::CopyBothResponse => {
-                    return Err(WireError::Protocol("second CopyBothResponse in a stream".into()));
+                    return Err(WireError::Protocol(
+                        "second CopyBothResponse in a stream".into(),
+                    ));
                 }
                 Backend::Message(_) => {
                     return Err(WireError::Protocol(
@@ -290,7 +337,12 @@ mod tests {
         b.put_i64(42);
         b.put_slice(b"Bpayload");
         match parse_replication_message(b.freeze()) {
-            Ok(ReplicationMessage::XLogData { wal_start, wal_end, send_time, data }) => {
+            Ok(ReplicationMessage::XLogData {
+                wal_start,
+                wal_end,
+                send_time,
+                data,
+            }) => {
                 assert_eq!(wal_start, Lsn(0x1_0000_0010));
                 assert_eq!(wal_end, Lsn(0x1_0000_0020));
                 assert_eq!(send_time, 42);
@@ -309,7 +361,11 @@ mod tests {
         b.put_u8(1);
         assert_eq!(
             parse_replication_message(b.freeze()).ok(),
-            Some(ReplicationMessage::Keepalive { wal_end: Lsn(77), send_time: 5, reply: true })
+            Some(ReplicationMessage::Keepalive {
+                wal_end: Lsn(77),
+                send_time: 5,
+                reply: true
+            })
         );
     }
 
@@ -356,8 +412,10 @@ mod tests {
     fn pg_time_round_trip() {
         let now = pg_now_us();
         let unix_ms = pg_us_to_unix_ms(now);
-        let real =
-            SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        let real = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
         assert!((real - unix_ms).abs() < 5_000);
     }
 }

@@ -122,7 +122,10 @@ pub enum WireError {
     #[error("timed out after {timeout:?} connecting to PostgreSQL at {address}")]
     ConnectTimeout { address: String, timeout: Duration },
     #[error("I/O error on the PostgreSQL connection while {context}: {source}")]
-    Io { context: &'static str, source: io::Error },
+    Io {
+        context: &'static str,
+        source: io::Error,
+    },
     #[error("PostgreSQL closed the connection while {context}")]
     Closed { context: &'static str },
     #[error("PostgreSQL error while {context}: {error}")]
@@ -214,11 +217,17 @@ impl WireConnection {
     /// parameter.
     pub async fn connect(params: &ConnectParams, replication: bool) -> Result<Self, WireError> {
         let address = params.address();
-        match tokio::time::timeout(params.connect_timeout, Self::connect_inner(params, replication))
-            .await
+        match tokio::time::timeout(
+            params.connect_timeout,
+            Self::connect_inner(params, replication),
+        )
+        .await
         {
             Ok(result) => result,
-            Err(_) => Err(WireError::ConnectTimeout { address, timeout: params.connect_timeout }),
+            Err(_) => Err(WireError::ConnectTimeout {
+                address,
+                timeout: params.connect_timeout,
+            }),
         }
     }
 
@@ -228,12 +237,18 @@ impl WireConnection {
             let path = PathBuf::from(&address);
             let s = UnixStream::connect(&path)
                 .await
-                .map_err(|source| WireError::Connect { address: address.clone(), source })?;
+                .map_err(|source| WireError::Connect {
+                    address: address.clone(),
+                    source,
+                })?;
             Box::new(s)
         } else {
             let s = TcpStream::connect((params.host.as_str(), params.port))
                 .await
-                .map_err(|source| WireError::Connect { address: address.clone(), source })?;
+                .map_err(|source| WireError::Connect {
+                    address: address.clone(),
+                    source,
+                })?;
             // Status updates are tiny and latency matters more than packet count.
             let _ = s.set_nodelay(true);
             Box::new(s)
@@ -255,7 +270,11 @@ impl WireConnection {
         self.server_version_num
     }
 
-    async fn startup(&mut self, params: &ConnectParams, replication: bool) -> Result<(), WireError> {
+    async fn startup(
+        &mut self,
+        params: &ConnectParams,
+        replication: bool,
+    ) -> Result<(), WireError> {
         let mut startup: Vec<(&str, &str)> = vec![
             ("user", params.user.as_str()),
             ("database", params.database.as_str()),
@@ -290,14 +309,21 @@ impl WireConnection {
     }
 
     async fn authenticate(&mut self, params: &ConnectParams) -> Result<(), WireError> {
-        let auth_err = |reason: String| WireError::Auth { user: params.user.clone(), reason };
+        let auth_err = |reason: String| WireError::Auth {
+            user: params.user.clone(),
+            reason,
+        };
         let password = || {
-            params.password.as_ref().map(|p| p.expose_secret().as_bytes()).ok_or_else(|| {
-                auth_err(
+            params
+                .password
+                .as_ref()
+                .map(|p| p.expose_secret().as_bytes())
+                .ok_or_else(|| {
+                    auth_err(
                     "the server asks for a password but none is configured (set postgres.password)"
                         .into(),
                 )
-            })
+                })
         };
         match self.read_message("authenticating").await? {
             Backend::Message(Message::AuthenticationOk) => return Ok(()),
@@ -320,13 +346,18 @@ impl WireConnection {
                 }
                 if !has_scram {
                     return Err(auth_err(
-                        "the server offers no SASL mechanism we support (need SCRAM-SHA-256)".into(),
+                        "the server offers no SASL mechanism we support (need SCRAM-SHA-256)"
+                            .into(),
                     ));
                 }
                 // No TLS yet, so no channel binding to offer.
                 let mut scram = ScramSha256::new(password()?, ChannelBinding::unsupported());
-                frontend::sasl_initial_response(SCRAM_SHA_256, scram.message(), &mut self.write_buf)
-                    .map_err(|e| auth_err(format!("cannot encode SASL response: {e}")))?;
+                frontend::sasl_initial_response(
+                    SCRAM_SHA_256,
+                    scram.message(),
+                    &mut self.write_buf,
+                )
+                .map_err(|e| auth_err(format!("cannot encode SASL response: {e}")))?;
                 self.flush("sending the SCRAM first message").await?;
                 match self.read_message("authenticating (SCRAM)").await? {
                     Backend::Message(Message::AuthenticationSaslContinue(body)) => {
@@ -411,7 +442,10 @@ impl WireConnection {
                     | Message::ParameterStatus(_),
                 ) => {}
                 Backend::Message(Message::ErrorResponse(body)) => {
-                    error = Some(server_error(&format!("running `{}`", first_words(sql)), &body));
+                    error = Some(server_error(
+                        &format!("running `{}`", first_words(sql)),
+                        &body,
+                    ));
                 }
                 Backend::Message(Message::ReadyForQuery(_)) => {
                     return match error {
@@ -483,7 +517,10 @@ impl WireConnection {
             .await
             .map_err(|source| WireError::Io { context, source })?;
         self.write_buf.clear();
-        self.socket.flush().await.map_err(|source| WireError::Io { context, source })
+        self.socket
+            .flush()
+            .await
+            .map_err(|source| WireError::Io { context, source })
     }
 
     /// Reads the next backend message. Cancel-safe (see the module doc).
@@ -526,7 +563,11 @@ fn parse_frame(buf: &mut BytesMut, max: usize) -> Result<Option<Backend>, WireEr
     }
     let total = len + 1;
     if total > max {
-        return Err(WireError::MessageTooLarge { tag: tag as char, len: total, max });
+        return Err(WireError::MessageTooLarge {
+            tag: tag as char,
+            len: total,
+            max,
+        });
     }
     if buf.len() < total {
         buf.reserve(total - buf.len());
@@ -549,7 +590,10 @@ fn parse_frame(buf: &mut BytesMut, max: usize) -> Result<Option<Backend>, WireEr
 }
 
 fn server_error(context: &str, body: &ErrorResponseBody) -> WireError {
-    WireError::Server { context: context.to_owned(), error: ServerError::from_body(body) }
+    WireError::Server {
+        context: context.to_owned(),
+        error: ServerError::from_body(body),
+    }
 }
 
 fn unexpected(context: &str, msg: &Backend) -> WireError {
@@ -586,7 +630,10 @@ fn first_words(sql: &str) -> String {
 
 /// "18.4" -> 180004, "14.12 (Debian …)" -> 140012, "9.6.3" -> 90603.
 fn parse_server_version(v: &str) -> u32 {
-    let numeric: String = v.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+    let numeric: String = v
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
     let parts: Vec<u32> = numeric.split('.').filter_map(|p| p.parse().ok()).collect();
     match parts.as_slice() {
         [major, minor, ..] if *major >= 10 => major * 10000 + minor,
@@ -647,19 +694,29 @@ mod tests {
             Err(WireError::MessageTooLarge { tag: 'd', max, .. }) => assert_eq!(max, 1 << 20),
             other => panic!("unexpected {other:?}"),
         }
-        assert!(buf.capacity() < 1 << 20, "buffer grew to {}", buf.capacity());
+        assert!(
+            buf.capacity() < 1 << 20,
+            "buffer grew to {}",
+            buf.capacity()
+        );
     }
 
     #[test]
     fn rejects_impossible_length() {
         let mut buf = BytesMut::from(&[b'd', 0, 0, 0, 2][..]);
-        assert!(matches!(parse_frame(&mut buf, 1024), Err(WireError::Protocol(_))));
+        assert!(matches!(
+            parse_frame(&mut buf, 1024),
+            Err(WireError::Protocol(_))
+        ));
     }
 
     #[test]
     fn unknown_tag_is_an_error_not_a_panic() {
         let mut buf = BytesMut::from(&frame(b'?', b"")[..]);
-        assert!(matches!(parse_frame(&mut buf, 1024), Err(WireError::Protocol(_))));
+        assert!(matches!(
+            parse_frame(&mut buf, 1024),
+            Err(WireError::Protocol(_))
+        ));
     }
 
     #[test]
@@ -674,7 +731,10 @@ mod tests {
                 hint: None,
             },
         };
-        assert!(server("55006").is_transient(), "slot in use by a dying walsender");
+        assert!(
+            server("55006").is_transient(),
+            "slot in use by a dying walsender"
+        );
         assert!(server("57P01").is_transient(), "admin shutdown");
         assert!(!server("28P01").is_transient(), "bad password");
         assert!(!server("42704").is_transient(), "slot does not exist");

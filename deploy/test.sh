@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# deploy/test.sh — runs walrelay's whole test suite on a fresh machine.
+#
+# Brings up the real services (PostgreSQL 18 + Apache Kafka, via deploy/dev/*.sh,
+# which install what they need), runs every cargo test against them, then runs
+# the version-sensitive tests against PostgreSQL 14, 15, 16 and 17 too, and
+# takes everything down again (also on failure or Ctrl-C).
+#
+#   deploy/test.sh                  everything (what .ci/run calls)
+#   WALRELAY_TEST_MAJORS="16" deploy/test.sh   limit the extra PostgreSQL majors
+set -euo pipefail
+
+ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)
+cd "$ROOT"
+EXTRA_MAJORS=${WALRELAY_TEST_MAJORS-"14 15 16 17"}
+
+log() { printf '\n==> %s\n' "$*" >&2; }
+
+cleanup() {
+  local rc=$?
+  log "taking services down"
+  for m in 18 $EXTRA_MAJORS; do PG_MAJOR=$m deploy/dev/postgres.sh down >/dev/null 2>&1 || true; done
+  deploy/dev/kafka.sh down >/dev/null 2>&1 || true
+  exit $rc
+}
+trap cleanup EXIT INT TERM
+
+log "checking the Rust toolchain"
+command -v cargo >/dev/null || { echo "cargo not found: install Rust with rustup (see README)" >&2; exit 1; }
+
+log "building (first build compiles librdkafka: a few minutes)"
+cargo build --locked --all-targets
+
+log "starting PostgreSQL 18 and Kafka"
+eval "$(PG_MAJOR=18 deploy/dev/postgres.sh up)"
+eval "$(deploy/dev/kafka.sh up)"
+export WALRELAY_PG_MAJOR WALRELAY_PG_PORT WALRELAY_KAFKA_BROKERS
+
+log "cargo test — everything, against PostgreSQL 18"
+cargo test --locked --all-targets
+
+# Tests that depend on the server version run against every supported major.
+for m in $EXTRA_MAJORS; do
+  log "PostgreSQL $m"
+  eval "$(PG_MAJOR=$m deploy/dev/postgres.sh up)"
+  export WALRELAY_PG_MAJOR WALRELAY_PG_PORT
+  cargo test --locked --test services
+  PG_MAJOR=$m deploy/dev/postgres.sh down >/dev/null
+done
+log "all tests passed"
