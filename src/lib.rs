@@ -8,5 +8,6 @@
 //! See `docs/` for the operator's view and `../shared/design.md` for the design.
 
 pub mod lsn;
+pub mod pgoutput;
 
 pub use lsn::Lsn;
