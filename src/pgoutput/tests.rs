@@ -9,6 +9,7 @@ use proptest::prelude::*;
 
 use super::*;
 
+mod fixtures;
 
 /// Builds message bytes by hand, independent of [`encode`].
 #[derive(Default)]
