@@ -12,7 +12,13 @@
 pub mod checkpoint;
 pub mod config;
 pub mod lsn;
+pub mod offsets;
 pub mod pg;
+pub mod pgoutput;
+pub mod preflight;
+pub mod relay;
+pub mod router;
+pub mod sink;
 
 pub use checkpoint::{Checkpoint, CheckpointError, Limits, TxnId};
 pub use lsn::Lsn;

@@ -13,9 +13,15 @@ use crate::pg::wire::ConnectParams;
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
     #[error("cannot connect to PostgreSQL at {address} for catalog queries: {source}")]
-    Connect { address: String, source: tokio_postgres::Error },
+    Connect {
+        address: String,
+        source: tokio_postgres::Error,
+    },
     #[error("catalog query failed while {context}: {source}")]
-    Query { context: &'static str, source: tokio_postgres::Error },
+    Query {
+        context: &'static str,
+        source: tokio_postgres::Error,
+    },
     #[error("{0}")]
     Invalid(String),
 }
@@ -58,10 +64,13 @@ pub async fn connect(params: &ConnectParams) -> Result<Client, CatalogError> {
     if let Some(p) = &params.password {
         cfg.password(p.expose_secret());
     }
-    let (client, connection) = cfg
-        .connect(NoTls)
-        .await
-        .map_err(|source| CatalogError::Connect { address: params.address(), source })?;
+    let (client, connection) =
+        cfg.connect(NoTls)
+            .await
+            .map_err(|source| CatalogError::Connect {
+                address: params.address(),
+                source,
+            })?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "catalog connection ended");
@@ -84,7 +93,10 @@ pub async fn slot_state(client: &Client, slot: &str) -> Result<Option<SlotState>
             &[&slot],
         )
         .await
-        .map_err(|source| CatalogError::Query { context: "reading pg_replication_slots", source })?;
+        .map_err(|source| CatalogError::Query {
+            context: "reading pg_replication_slots",
+            source,
+        })?;
     Ok(row.map(|r| SlotState {
         plugin: r.get(0),
         slot_type: r.get::<_, Option<String>>(1).unwrap_or_default(),
@@ -101,7 +113,10 @@ pub async fn setting(client: &Client, name: &'static str) -> Result<String, Cata
     let row = client
         .query_one("SELECT current_setting($1)", &[&name])
         .await
-        .map_err(|source| CatalogError::Query { context: "reading a server setting", source })?;
+        .map_err(|source| CatalogError::Query {
+            context: "reading a server setting",
+            source,
+        })?;
     Ok(row.get(0))
 }
 
@@ -110,8 +125,12 @@ pub async fn current_wal_lsn(client: &Client) -> Result<Lsn, CatalogError> {
     let row = client
         .query_one("SELECT pg_current_wal_lsn()::text", &[])
         .await
-        .map_err(|source| CatalogError::Query { context: "reading pg_current_wal_lsn()", source })?;
-    lsn(row.get(0)).ok_or_else(|| CatalogError::Invalid("pg_current_wal_lsn() was not an LSN".into()))
+        .map_err(|source| CatalogError::Query {
+            context: "reading pg_current_wal_lsn()",
+            source,
+        })?;
+    lsn(row.get(0))
+        .ok_or_else(|| CatalogError::Invalid("pg_current_wal_lsn() was not an LSN".into()))
 }
 
 /// Tables `(schema, table)` a publication covers, or `None` if it does not exist.
@@ -120,9 +139,15 @@ pub async fn publication_tables(
     publication: &str,
 ) -> Result<Option<Vec<(String, String)>>, CatalogError> {
     let exists = client
-        .query_opt("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&publication])
+        .query_opt(
+            "SELECT 1 FROM pg_publication WHERE pubname = $1",
+            &[&publication],
+        )
         .await
-        .map_err(|source| CatalogError::Query { context: "reading pg_publication", source })?;
+        .map_err(|source| CatalogError::Query {
+            context: "reading pg_publication",
+            source,
+        })?;
     if exists.is_none() {
         return Ok(None);
     }
@@ -146,12 +171,19 @@ pub async fn ensure_publication(
 ) -> Result<(), CatalogError> {
     use postgres_protocol::escape::escape_identifier as ident;
     let list = |ts: &[&(String, String)]| {
-        ts.iter().map(|(s, t)| format!("{}.{}", ident(s), ident(t))).collect::<Vec<_>>().join(", ")
+        ts.iter()
+            .map(|(s, t)| format!("{}.{}", ident(s), ident(t)))
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     match publication_tables(client, publication).await? {
         None => {
             let all: Vec<&(String, String)> = tables.iter().collect();
-            let sql = format!("CREATE PUBLICATION {} FOR TABLE {}", ident(publication), list(&all));
+            let sql = format!(
+                "CREATE PUBLICATION {} FOR TABLE {}",
+                ident(publication),
+                list(&all)
+            );
             if !create {
                 return Err(CatalogError::Invalid(format!(
                     "publication {publication:?} does not exist; create it with `{sql}` or set postgres.create_publication = true"
@@ -160,7 +192,10 @@ pub async fn ensure_publication(
             client
                 .batch_execute(&sql)
                 .await
-                .map_err(|source| CatalogError::Query { context: "creating the publication", source })?;
+                .map_err(|source| CatalogError::Query {
+                    context: "creating the publication",
+                    source,
+                })?;
             tracing::info!(publication, "created publication");
         }
         Some(covered) => {
@@ -169,7 +204,11 @@ pub async fn ensure_publication(
             if missing.is_empty() {
                 return Ok(());
             }
-            let sql = format!("ALTER PUBLICATION {} ADD TABLE {}", ident(publication), list(&missing));
+            let sql = format!(
+                "ALTER PUBLICATION {} ADD TABLE {}",
+                ident(publication),
+                list(&missing)
+            );
             if !create {
                 return Err(CatalogError::Invalid(format!(
                     "publication {publication:?} does not cover {}; run `{sql}` or set postgres.create_publication = true",
@@ -179,7 +218,10 @@ pub async fn ensure_publication(
             client
                 .batch_execute(&sql)
                 .await
-                .map_err(|source| CatalogError::Query { context: "extending the publication", source })?;
+                .map_err(|source| CatalogError::Query {
+                    context: "extending the publication",
+                    source,
+                })?;
             tracing::info!(publication, tables = %list(&missing), "added tables to publication");
         }
     }
@@ -202,6 +244,9 @@ pub async fn table_columns(
             &[&schema, &table],
         )
         .await
-        .map_err(|source| CatalogError::Query { context: "reading table columns", source })?;
+        .map_err(|source| CatalogError::Query {
+            context: "reading table columns",
+            source,
+        })?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }

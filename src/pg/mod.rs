@@ -3,7 +3,8 @@
 //! [`wire`] and [`replication`] are our own replication-mode connection on
 //! `postgres-protocol` (tokio-postgres has no replication mode). Ordinary SQL —
 //! catalog checks, slot state, lag — goes through `tokio-postgres` in
-//! `catalog`.
+//! [`catalog`].
 
+pub mod catalog;
 pub mod replication;
 pub mod wire;

@@ -275,7 +275,7 @@ impl ReplicationStream {
                     return Ok(StreamEvent::End);
                 }
                 Backend::Message(Message::ErrorResponse(body)) => {
-                    let error = crate::pg::wire::ServerError::from_body(&body);
+                    let error = Box::new(crate::pg::wire::ServerError::from_body(&body));
                     return Err(WireError::Server {
                         context: "streaming changes".into(),
                         error,

@@ -129,7 +129,10 @@ pub enum WireError {
     #[error("PostgreSQL closed the connection while {context}")]
     Closed { context: &'static str },
     #[error("PostgreSQL error while {context}: {error}")]
-    Server { context: String, error: ServerError },
+    Server {
+        context: String,
+        error: Box<ServerError>,
+    },
     #[error(
         "PostgreSQL sent a {len}-byte message (tag {tag:?}), over the {max}-byte limit; raise postgres.max_message_size if this is legitimate"
     )]
@@ -592,7 +595,7 @@ fn parse_frame(buf: &mut BytesMut, max: usize) -> Result<Option<Backend>, WireEr
 fn server_error(context: &str, body: &ErrorResponseBody) -> WireError {
     WireError::Server {
         context: context.to_owned(),
-        error: ServerError::from_body(body),
+        error: Box::new(ServerError::from_body(body)),
     }
 }
 
@@ -723,13 +726,13 @@ mod tests {
     fn transient_classification() {
         let server = |code: &str| WireError::Server {
             context: "x".into(),
-            error: ServerError {
+            error: Box::new(ServerError {
                 severity: "ERROR".into(),
                 code: code.into(),
                 message: "m".into(),
                 detail: None,
                 hint: None,
-            },
+            }),
         };
         assert!(
             server("55006").is_transient(),

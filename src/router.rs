@@ -1,0 +1,435 @@
+//! Outbox routing: turns inserted outbox rows into Kafka records.
+//!
+//! Defaults follow Debezium's Outbox Event Router so existing consumers keep
+//! working: topic `outbox.event.{aggregatetype}`, key = aggregate id, header
+//! `id` = the row's id column, value = the payload column's bytes unchanged.
+//! We add header `walrelay.lsn` (the transaction's commit LSN) for positional
+//! de-duplication.
+//!
+//! Invariants:
+//! - **Stable identity.** A record depends only on the row and its commit LSN,
+//!   so a re-sent event has the same topic, key, value and headers.
+//! - **Never skip silently.** A row that cannot be routed — a NULL id or
+//!   aggregate id, a configured column missing from the table, a value that
+//!   cannot be converted — is a [`RouteError`] naming the table, the column,
+//!   the commit LSN and what to do. The caller stops before confirming it.
+//! - Deletes are ignored (insert-then-delete in one transaction is the usual
+//!   outbox pattern); updates follow the configured [`OnUpdate`] policy;
+//!   changes to tables that are not configured outbox tables are ignored.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::Lsn;
+use crate::config::{OnUpdate, OutboxConfig, Segment, topic_name_problem};
+use crate::pgoutput::{Cell, Oid, Relation, TupleData};
+
+/// PostgreSQL type oids we treat specially.
+const BYTEA_OID: Oid = 17;
+
+/// One Kafka record, ready to produce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub topic: String,
+    pub key: Option<Bytes>,
+    /// `None` is a tombstone.
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Bytes)>,
+    /// Milliseconds since the Unix epoch, or `None` for the producer's clock.
+    pub timestamp_ms: Option<i64>,
+}
+
+impl Record {
+    /// Bytes this record occupies in the producer queue, roughly.
+    pub fn size(&self) -> usize {
+        self.topic.len()
+            + self.key.as_ref().map_or(0, Bytes::len)
+            + self.value.as_ref().map_or(0, Bytes::len)
+            + self
+                .headers
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>()
+            + 64
+    }
+}
+
+/// A row that cannot be routed. The connector stops on it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot route outbox row of {table} (column {column}, commit LSN {lsn}): {reason}; {fix}")]
+pub struct RouteError {
+    pub table: String,
+    pub column: String,
+    pub lsn: Lsn,
+    pub reason: String,
+    pub fix: String,
+}
+
+/// What the router decided for one change.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Routed {
+    Record(Record),
+    /// Nothing to publish (delete, ignored update, other table).
+    Nothing,
+    /// An update to an outbox row under `on_update = "warn"`: not published,
+    /// but the caller should log it.
+    IgnoredUpdate {
+        table: String,
+    },
+}
+
+/// One configured outbox table.
+#[derive(Debug)]
+struct Route {
+    config: OutboxConfig,
+}
+
+/// Column positions of a route, resolved against a Relation message.
+#[derive(Debug)]
+struct Bound {
+    route: Arc<Route>,
+    display: String,
+    id: usize,
+    aggregate_id: usize,
+    payload: usize,
+    payload_is_bytea: bool,
+    topic_columns: HashMap<String, usize>,
+    headers: Vec<(String, usize)>,
+    timestamp: Option<usize>,
+}
+
+/// The router: configured routes plus their binding to relations seen so far.
+#[derive(Debug)]
+pub struct Router {
+    routes: Vec<Arc<Route>>,
+    /// Relation oid → binding; `Err` when the table lacks a configured column
+    /// (reported on the first row, which is when it matters).
+    bound: HashMap<Oid, Result<Bound, (String, String)>>,
+}
+
+impl Router {
+    pub fn new(outboxes: &[OutboxConfig]) -> Self {
+        let routes = outboxes
+            .iter()
+            .map(|c| Arc::new(Route { config: c.clone() }))
+            .collect();
+        Router {
+            routes,
+            bound: HashMap::new(),
+        }
+    }
+
+    /// `(schema, table)` of every configured outbox table.
+    pub fn tables(&self) -> Vec<(String, String)> {
+        self.routes
+            .iter()
+            .map(|r| (r.config.table.schema.clone(), r.config.table.name.clone()))
+            .collect()
+    }
+
+    /// Learns (or re-learns) a relation's shape.
+    pub fn on_relation(&mut self, rel: &Relation) {
+        let Some(route) = self
+            .routes
+            .iter()
+            .find(|r| r.config.table.schema == rel.namespace && r.config.table.name == rel.name)
+            .cloned()
+        else {
+            self.bound.remove(&rel.oid);
+            return;
+        };
+        self.bound.insert(rel.oid, bind(route, rel));
+    }
+
+    /// Routes an inserted row.
+    pub fn on_insert(
+        &self,
+        rel: Oid,
+        row: &TupleData,
+        commit_lsn: Lsn,
+    ) -> Result<Routed, RouteError> {
+        let bound = match self.bound.get(&rel) {
+            None => return Ok(Routed::Nothing),
+            Some(Err((table, column))) => {
+                return Err(RouteError {
+                    table: table.clone(),
+                    column: column.clone(),
+                    lsn: commit_lsn,
+                    reason: "the table has no such column".into(),
+                    fix: "add the column to the table or fix the column name in the [[outbox]] section"
+                        .into(),
+                });
+            }
+            Some(Ok(b)) => b,
+        };
+        bound.record(row, commit_lsn).map(Routed::Record)
+    }
+
+    /// Applies the update policy to an update of an outbox row.
+    pub fn on_update(&self, rel: Oid, commit_lsn: Lsn) -> Result<Routed, RouteError> {
+        let Some(Ok(bound)) = self.bound.get(&rel) else {
+            return Ok(Routed::Nothing);
+        };
+        match bound.route.config.on_update {
+            OnUpdate::Skip => Ok(Routed::Nothing),
+            OnUpdate::Warn => Ok(Routed::IgnoredUpdate { table: bound.display.clone() }),
+            OnUpdate::Fail => Err(RouteError {
+                table: bound.display.clone(),
+                column: "*".into(),
+                lsn: commit_lsn,
+                reason: "an outbox row was updated, and on_update = \"fail\"".into(),
+                fix: "outbox rows should only be inserted (and deleted); set on_update = \"warn\" or \"skip\" to ignore updates".into(),
+            }),
+        }
+    }
+}
+
+fn bind(route: Arc<Route>, rel: &Relation) -> Result<Bound, (String, String)> {
+    let display = format!("{}.{}", rel.namespace, rel.name);
+    let find = |col: &str| {
+        rel.column_index(col)
+            .ok_or_else(|| (display.clone(), col.to_owned()))
+    };
+    let c = &route.config;
+    let id = find(&c.id_column)?;
+    let aggregate_id = find(&c.aggregate_id_column)?;
+    let payload = find(&c.payload_column)?;
+    let payload_is_bytea = rel
+        .columns
+        .get(payload)
+        .is_some_and(|col| col.type_oid == BYTEA_OID);
+    let mut topic_columns = HashMap::new();
+    for name in route.config.topic.columns() {
+        topic_columns.insert(name.to_owned(), find(name)?);
+    }
+    let mut headers = Vec::new();
+    for h in &c.header_columns {
+        headers.push((h.clone(), find(h)?));
+    }
+    let timestamp = match c.timestamp_column.as_deref() {
+        Some(col) if !col.is_empty() => Some(find(col)?),
+        _ => None,
+    };
+    Ok(Bound {
+        route,
+        display,
+        id,
+        aggregate_id,
+        payload,
+        payload_is_bytea,
+        topic_columns,
+        headers,
+        timestamp,
+    })
+}
+
+impl Bound {
+    fn err(&self, column: &str, lsn: Lsn, reason: &str, fix: &str) -> RouteError {
+        RouteError {
+            table: self.display.clone(),
+            column: column.to_owned(),
+            lsn,
+            reason: reason.to_owned(),
+            fix: fix.to_owned(),
+        }
+    }
+
+    /// The text value of a column that must not be NULL.
+    fn required(
+        &self,
+        row: &TupleData,
+        idx: usize,
+        column: &str,
+        lsn: Lsn,
+    ) -> Result<Bytes, RouteError> {
+        match row.get(idx) {
+            Some(Cell::Text(b) | Cell::Binary(b)) => Ok(b.clone()),
+            Some(Cell::Null) => Err(self.err(
+                column,
+                lsn,
+                "the value is NULL",
+                "make the column NOT NULL and fix the writer; the slot will not advance past this row until it is routable (see docs/operations.md, \"A row cannot be routed\")",
+            )),
+            Some(Cell::UnchangedToast) => Err(self.err(
+                column,
+                lsn,
+                "the value was not sent (unchanged TOAST)",
+                "this cannot happen for inserts; report it as a bug",
+            )),
+            None => Err(self.err(
+                column,
+                lsn,
+                "the row has fewer columns than its Relation message",
+                "report it as a bug",
+            )),
+        }
+    }
+
+    fn record(&self, row: &TupleData, lsn: Lsn) -> Result<Record, RouteError> {
+        let c = &self.route.config;
+        let id = self.required(row, self.id, &c.id_column, lsn)?;
+        let key = self.required(row, self.aggregate_id, &c.aggregate_id_column, lsn)?;
+
+        let mut topic = String::new();
+        for seg in c.topic.segments() {
+            match seg {
+                Segment::Literal(s) => topic.push_str(s),
+                Segment::Column(col) => {
+                    let idx = self.topic_columns.get(col).copied().unwrap_or(usize::MAX);
+                    let v = self.required(row, idx, col, lsn)?;
+                    let s = std::str::from_utf8(&v).map_err(|_| {
+                        self.err(
+                            col,
+                            lsn,
+                            "the value is not UTF-8",
+                            "topic names must be text",
+                        )
+                    })?;
+                    topic.push_str(s);
+                }
+            }
+        }
+        if let Some(problem) = topic_name_problem(&topic) {
+            return Err(self.err(
+                c.topic.as_str(),
+                lsn,
+                &format!("the row's topic {topic:?} is invalid: {problem}"),
+                "fix the values the topic template uses, or the template",
+            ));
+        }
+
+        let value = match row.get(self.payload) {
+            Some(Cell::Text(b) | Cell::Binary(b))
+                if b.is_empty() && c.tombstone_on_empty_payload =>
+            {
+                None
+            }
+            Some(Cell::Text(b)) if self.payload_is_bytea => {
+                Some(decode_bytea_hex(b).ok_or_else(|| {
+                    self.err(
+                        &c.payload_column,
+                        lsn,
+                        "the bytea value is not in hex format",
+                        "set bytea_output = 'hex' for the walrelay role",
+                    )
+                })?)
+            }
+            Some(Cell::Text(b) | Cell::Binary(b)) => Some(b.clone()),
+            Some(Cell::Null) => None,
+            Some(Cell::UnchangedToast) | None => {
+                return Err(self.err(
+                    &c.payload_column,
+                    lsn,
+                    "the payload was not sent",
+                    "report it as a bug",
+                ));
+            }
+        };
+
+        let mut headers = Vec::with_capacity(self.headers.len() + 2);
+        headers.push(("id".to_owned(), id));
+        for (name, idx) in &self.headers {
+            if let Some(Cell::Text(b) | Cell::Binary(b)) = row.get(*idx) {
+                headers.push((name.clone(), b.clone()));
+            }
+        }
+        headers.push(("walrelay.lsn".to_owned(), Bytes::from(lsn.to_string())));
+
+        let timestamp_ms = match self.timestamp {
+            None => None,
+            Some(idx) => match row.get(idx) {
+                Some(Cell::Text(b)) => Some(parse_timestamptz_ms(b).ok_or_else(|| {
+                    self.err(
+                        c.timestamp_column.as_deref().unwrap_or_default(),
+                        lsn,
+                        "the value is not a timestamp with time zone in ISO format",
+                        "use a timestamptz column, and DateStyle ISO for the walrelay role",
+                    )
+                })?),
+                _ => None,
+            },
+        };
+
+        Ok(Record {
+            topic,
+            key: Some(key),
+            value,
+            headers,
+            timestamp_ms,
+        })
+    }
+}
+
+/// Decodes bytea's text output (`\x` + hex).
+fn decode_bytea_hex(text: &[u8]) -> Option<Bytes> {
+    let hex = text.strip_prefix(b"\\x")?;
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    };
+    let mut out = Vec::with_capacity(hex.len() / 2);
+    for pair in hex.chunks_exact(2) {
+        out.push(nibble(pair[0])? << 4 | nibble(pair[1])?);
+    }
+    Some(Bytes::from(out))
+}
+
+/// Parses timestamptz text output in DateStyle ISO
+/// (`2026-11-30 01:02:03.123456+00`, `…+05:30`) to Unix milliseconds.
+fn parse_timestamptz_ms(text: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(text).ok()?;
+    let (date, rest) = s.split_once(' ')?;
+    let mut d = date.split('-');
+    let year: i64 = d.next()?.parse().ok()?;
+    let month: i64 = d.next()?.parse().ok()?;
+    let day: i64 = d.next()?.parse().ok()?;
+    if d.next().is_some() || !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return None;
+    }
+    let tz_at = rest.find(['+', '-'])?;
+    let (time, tz) = rest.split_at(tz_at);
+    let mut t = time.split(':');
+    let hour: i64 = t.next()?.parse().ok()?;
+    let minute: i64 = t.next()?.parse().ok()?;
+    let sec_text = t.next()?;
+    let (sec, frac) = match sec_text.split_once('.') {
+        Some((s, f)) => (s.parse::<i64>().ok()?, f),
+        None => (sec_text.parse::<i64>().ok()?, ""),
+    };
+    let millis: i64 = if frac.is_empty() {
+        0
+    } else {
+        let digits: String = frac.chars().chain(std::iter::repeat('0')).take(3).collect();
+        digits.parse().ok()?
+    };
+    let sign = if tz.starts_with('-') { -1 } else { 1 };
+    let mut tzp = tz[1..].split(':');
+    let tzh: i64 = tzp.next()?.parse().ok()?;
+    let tzm: i64 = tzp.next().map_or(Some(0), |m| m.parse().ok())?;
+    let tzs: i64 = tzp.next().map_or(Some(0), |m| m.parse().ok())?;
+    let offset = sign * (tzh * 3600 + tzm * 60 + tzs);
+    let days = days_from_civil(year, month, day);
+    let secs = days * 86_400 + hour * 3600 + minute * 60 + sec - offset;
+    Some(secs * 1000 + millis)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,260 @@
+use super::*;
+use crate::config::Config;
+use crate::pgoutput::Column;
+
+fn config(outbox_extra: &str) -> Vec<OutboxConfig> {
+    let text = format!(
+        r#"
+[connector]
+name = "t"
+[postgres]
+database = "d"
+[kafka]
+brokers = "k:9092"
+[[outbox]]
+table = "public.outbox"
+{outbox_extra}
+"#
+    );
+    Config::from_str(&text, "test.toml")
+        .expect("valid config")
+        .outbox
+}
+
+fn col(name: &str, type_oid: Oid) -> Column {
+    Column {
+        flags: 0,
+        name: name.into(),
+        type_oid,
+        type_modifier: -1,
+    }
+}
+
+fn relation(columns: Vec<Column>) -> Relation {
+    Relation {
+        oid: 42,
+        namespace: "public".into(),
+        name: "outbox".into(),
+        replica_identity: b'd',
+        columns,
+    }
+}
+
+fn debezium_columns() -> Vec<Column> {
+    vec![
+        col("id", 2950),
+        col("aggregatetype", 25),
+        col("aggregateid", 25),
+        col("type", 25),
+        col("payload", 3802),
+        col("created_at", 1184),
+    ]
+}
+
+fn text(s: &str) -> Cell {
+    Cell::Text(Bytes::copy_from_slice(s.as_bytes()))
+}
+
+fn row(cells: Vec<Cell>) -> TupleData {
+    TupleData(cells)
+}
+
+fn order_row() -> TupleData {
+    row(vec![
+        text("5b8f3c1e-0000-4000-8000-000000000001"),
+        text("order"),
+        text("order-17"),
+        text("OrderCreated"),
+        text(r#"{"total": 10}"#),
+        text("2026-11-30 01:02:03.456789+00"),
+    ])
+}
+
+const LSN: Lsn = Lsn(0x1_0000_0A00);
+
+fn router(extra: &str) -> Router {
+    let mut r = Router::new(&config(extra));
+    r.on_relation(&relation(debezium_columns()));
+    r
+}
+
+#[test]
+fn routes_like_debeziums_outbox_event_router() {
+    let r = router("");
+    let Ok(Routed::Record(rec)) = r.on_insert(42, &order_row(), LSN) else {
+        panic!("not routed")
+    };
+    assert_eq!(rec.topic, "outbox.event.order");
+    assert_eq!(rec.key.as_deref(), Some(&b"order-17"[..]));
+    assert_eq!(rec.value.as_deref(), Some(&br#"{"total": 10}"#[..]));
+    assert_eq!(
+        rec.headers,
+        vec![
+            (
+                "id".to_owned(),
+                Bytes::from_static(b"5b8f3c1e-0000-4000-8000-000000000001")
+            ),
+            // header_columns defaults to ["type"], as Debezium's table.fields.additional.placement does not,
+            // but consumers of an event type need it.
+            ("type".to_owned(), Bytes::from_static(b"OrderCreated")),
+            ("walrelay.lsn".to_owned(), Bytes::from_static(b"1/00000A00")),
+        ]
+    );
+    assert_eq!(rec.timestamp_ms, None);
+}
+
+#[test]
+fn same_row_same_record() {
+    let r = router("");
+    assert_eq!(
+        r.on_insert(42, &order_row(), LSN),
+        r.on_insert(42, &order_row(), LSN)
+    );
+}
+
+#[test]
+fn header_columns_template_and_timestamp() {
+    let r = router(
+        "topic = \"events.{aggregatetype}.{type}\"\nheader_columns = [\"type\"]\ntimestamp_column = \"created_at\"",
+    );
+    let Ok(Routed::Record(rec)) = r.on_insert(42, &order_row(), LSN) else {
+        panic!("not routed")
+    };
+    assert_eq!(rec.topic, "events.order.OrderCreated");
+    assert!(
+        rec.headers
+            .contains(&("type".to_owned(), Bytes::from_static(b"OrderCreated")))
+    );
+    // 2026-11-30T01:02:03.456Z
+    assert_eq!(rec.timestamp_ms, Some(1_796_000_523_456));
+}
+
+#[test]
+fn null_aggregate_id_names_table_column_and_lsn() {
+    let r = router("");
+    let mut bad = order_row();
+    bad.0[2] = Cell::Null;
+    let err = r.on_insert(42, &bad, LSN).expect_err("must not route");
+    assert_eq!(
+        (err.table.as_str(), err.column.as_str(), err.lsn),
+        ("public.outbox", "aggregateid", LSN)
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("public.outbox") && msg.contains("aggregateid") && msg.contains("1/00000A00"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn null_id_is_an_error() {
+    let r = router("");
+    let mut bad = order_row();
+    bad.0[0] = Cell::Null;
+    assert_eq!(r.on_insert(42, &bad, LSN).expect_err("error").column, "id");
+}
+
+#[test]
+fn missing_configured_column_is_an_error_on_the_first_row() {
+    let mut r = Router::new(&config(""));
+    let mut cols = debezium_columns();
+    cols.retain(|c| c.name != "aggregateid");
+    r.on_relation(&relation(cols));
+    let err = r.on_insert(42, &order_row(), LSN).expect_err("error");
+    assert_eq!(err.column, "aggregateid");
+    assert!(err.reason.contains("no such column"));
+}
+
+#[test]
+fn invalid_topic_from_row_values_is_an_error() {
+    let r = router("");
+    let mut bad = order_row();
+    bad.0[1] = text("has space");
+    assert!(
+        r.on_insert(42, &bad, LSN)
+            .expect_err("error")
+            .reason
+            .contains("invalid")
+    );
+}
+
+#[test]
+fn null_payload_is_a_tombstone_and_empty_payload_follows_the_option() {
+    let r = router("");
+    let mut null_payload = order_row();
+    null_payload.0[4] = Cell::Null;
+    let Ok(Routed::Record(rec)) = r.on_insert(42, &null_payload, LSN) else {
+        panic!()
+    };
+    assert_eq!(rec.value, None);
+
+    let mut empty = order_row();
+    empty.0[4] = text("");
+    let Ok(Routed::Record(rec)) = r.on_insert(42, &empty, LSN) else {
+        panic!()
+    };
+    assert_eq!(rec.value.as_deref(), Some(&b""[..]));
+    let r = router("tombstone_on_empty_payload = true");
+    let Ok(Routed::Record(rec)) = r.on_insert(42, &empty, LSN) else {
+        panic!()
+    };
+    assert_eq!(rec.value, None);
+}
+
+#[test]
+fn bytea_payload_is_decoded_from_hex() {
+    let mut r = Router::new(&config(""));
+    let mut cols = debezium_columns();
+    cols[4] = col("payload", BYTEA_OID);
+    r.on_relation(&relation(cols));
+    let mut bytes_row = order_row();
+    bytes_row.0[4] = text("\\x00ff10");
+    let Ok(Routed::Record(rec)) = r.on_insert(42, &bytes_row, LSN) else {
+        panic!()
+    };
+    assert_eq!(rec.value.as_deref(), Some(&[0x00, 0xff, 0x10][..]));
+    bytes_row.0[4] = text("\\x0");
+    assert!(r.on_insert(42, &bytes_row, LSN).is_err());
+}
+
+#[test]
+fn other_tables_and_unknown_relations_publish_nothing() {
+    let mut r = router("");
+    let mut other = relation(debezium_columns());
+    other.oid = 7;
+    other.name = "orders".into();
+    r.on_relation(&other);
+    assert_eq!(r.on_insert(7, &order_row(), LSN), Ok(Routed::Nothing));
+    assert_eq!(r.on_insert(999, &order_row(), LSN), Ok(Routed::Nothing));
+}
+
+#[test]
+fn update_policy() {
+    assert_eq!(
+        router("").on_update(42, LSN),
+        Ok(Routed::IgnoredUpdate {
+            table: "public.outbox".into()
+        })
+    );
+    assert_eq!(
+        router("on_update = \"skip\"").on_update(42, LSN),
+        Ok(Routed::Nothing)
+    );
+    let err = router("on_update = \"fail\"")
+        .on_update(42, LSN)
+        .expect_err("fail policy");
+    assert_eq!(err.lsn, LSN);
+}
+
+#[test]
+fn timestamps_with_offsets() {
+    assert_eq!(parse_timestamptz_ms(b"1970-01-01 00:00:00+00"), Some(0));
+    assert_eq!(parse_timestamptz_ms(b"1970-01-01 05:30:00+05:30"), Some(0));
+    assert_eq!(parse_timestamptz_ms(b"1969-12-31 23:00:00.5-01"), Some(500));
+    assert_eq!(
+        parse_timestamptz_ms(b"2000-02-29 12:00:00+00"),
+        Some(951_825_600_000)
+    );
+    assert_eq!(parse_timestamptz_ms(b"not a time"), None);
+    assert_eq!(parse_timestamptz_ms(b"2020-13-01 00:00:00+00"), None);
+}

@@ -1,0 +1,276 @@
+//! The Kafka producer and its delivery reports.
+//!
+//! Owns the librdkafka producer (`acks=all`, `enable.idempotence=true`,
+//! `partitioner=murmur2_random`, set by the config layer and not
+//! overridable). Knows nothing about PostgreSQL: records come in tagged with
+//! a [`Delivery`] and come back, in whatever order the brokers acknowledge
+//! them, as [`Ack`]s on a channel — acknowledgements flow back by message, not
+//! shared state.
+//!
+//! Invariants:
+//! - Every record handed to [`KafkaSink::send`] produces exactly one [`Ack`]
+//!   (success or failure) unless the sink is dropped first; a full librdkafka
+//!   queue is backpressure (we wait and retry), never a drop.
+//! - Failures are classified: errors that retrying cannot fix (message too
+//!   large, authorization, unknown topic with auto-create off, fatal
+//!   idempotence errors) are [`SinkErrorKind::Definite`] and stop the
+//!   connector; the rest are transient and restart the session from the
+//!   confirmed position (a re-send, never a loss).
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use tokio::sync::mpsc;
+
+use crate::Lsn;
+use crate::checkpoint::TxnId;
+use crate::router::Record;
+
+/// What a produced record stands for, returned with its acknowledgement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// The `index`-th record of transaction `txn`, committed at `commit_lsn`.
+    Record {
+        txn: TxnId,
+        bytes: usize,
+        commit_lsn: Lsn,
+        index: u32,
+    },
+    /// An offset-store write for position `lsn`.
+    Offset { lsn: Lsn },
+}
+
+/// A delivery report.
+#[derive(Debug)]
+pub enum Ack {
+    Delivered(Delivery),
+    Failed {
+        delivery: Delivery,
+        topic: String,
+        error: SinkError,
+    },
+    /// librdkafka reported a fatal client error (e.g. the idempotent
+    /// producer lost its guarantees); the producer is unusable.
+    Fatal(SinkError),
+}
+
+/// Whether retrying can help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkErrorKind {
+    Transient,
+    Definite,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct SinkError {
+    pub kind: SinkErrorKind,
+    pub message: String,
+    pub code: Option<RDKafkaErrorCode>,
+}
+
+impl SinkError {
+    fn from_kafka(e: &KafkaError) -> SinkError {
+        let code = e.rdkafka_error_code();
+        let kind = match code {
+            Some(c) if is_definite(c) => SinkErrorKind::Definite,
+            _ => SinkErrorKind::Transient,
+        };
+        SinkError {
+            kind,
+            message: describe(e, code),
+            code,
+        }
+    }
+}
+
+fn is_definite(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode::*;
+    matches!(
+        code,
+        MessageSizeTooLarge
+            | InvalidMessageSize
+            | TopicAuthorizationFailed
+            | ClusterAuthorizationFailed
+            | TransactionalIdAuthorizationFailed
+            | UnknownTopicOrPartition
+            | UnknownTopic
+            | InvalidTopic
+            | Fatal
+            | InvalidConfig
+            | UnsupportedVersion
+            | SaslAuthenticationFailed
+            | Authentication
+            | PolicyViolation
+    )
+}
+
+fn describe(e: &KafkaError, code: Option<RDKafkaErrorCode>) -> String {
+    use RDKafkaErrorCode::*;
+    let fix = match code {
+        Some(MessageSizeTooLarge | InvalidMessageSize) => {
+            "; the record is larger than the broker or topic accepts (message.max.bytes / max.message.bytes): \
+             shrink the payload or raise the limit on the topic and in [kafka.librdkafka] \"message.max.bytes\""
+        }
+        Some(TopicAuthorizationFailed | ClusterAuthorizationFailed) => {
+            "; grant the connector's principal WRITE (and IDEMPOTENT_WRITE) on the topic"
+        }
+        Some(UnknownTopicOrPartition | UnknownTopic) => {
+            "; create the topic, or enable auto.create.topics.enable on the brokers"
+        }
+        _ => "",
+    };
+    format!("{e}{fix}")
+}
+
+struct AckContext {
+    acks: mpsc::UnboundedSender<Ack>,
+}
+
+impl ClientContext for AckContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => tracing::error!(facility = fac, "librdkafka: {message}"),
+            RDKafkaLogLevel::Warning => tracing::warn!(facility = fac, "librdkafka: {message}"),
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::debug!(facility = fac, "librdkafka: {message}")
+            }
+            RDKafkaLogLevel::Debug => tracing::trace!(facility = fac, "librdkafka: {message}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
+            let _ = self.acks.send(Ack::Fatal(SinkError {
+                kind: SinkErrorKind::Definite,
+                message: format!("fatal Kafka producer error: {reason}"),
+                code: Some(RDKafkaErrorCode::Fatal),
+            }));
+        } else {
+            // Broker down, DNS, etc.: librdkafka retries by itself. Logged at
+            // debug because it repeats; the connector logs the stall itself.
+            tracing::debug!(error = %error, "librdkafka: {reason}");
+        }
+    }
+}
+
+impl ProducerContext for AckContext {
+    type DeliveryOpaque = Box<Delivery>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, delivery: Box<Delivery>) {
+        let ack = match result {
+            Ok(_) => Ack::Delivered(*delivery),
+            Err((e, msg)) => {
+                use rdkafka::Message;
+                Ack::Failed {
+                    delivery: *delivery,
+                    topic: msg.topic().to_owned(),
+                    error: SinkError::from_kafka(e),
+                }
+            }
+        };
+        // The receiver is gone only when the session is being torn down.
+        let _ = self.acks.send(ack);
+    }
+}
+
+/// The producer side of the connector.
+pub struct KafkaSink {
+    producer: ThreadedProducer<AckContext>,
+}
+
+impl std::fmt::Debug for KafkaSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSink").finish_non_exhaustive()
+    }
+}
+
+impl KafkaSink {
+    /// Creates the producer from a complete librdkafka property list.
+    pub fn new(
+        properties: &[(String, String)],
+    ) -> Result<(KafkaSink, mpsc::UnboundedReceiver<Ack>), SinkError> {
+        let mut cfg = ClientConfig::new();
+        for (k, v) in properties {
+            cfg.set(k, v);
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let producer: ThreadedProducer<AckContext> = cfg
+            .create_with_context(AckContext { acks: tx })
+            .map_err(|e| SinkError {
+                kind: SinkErrorKind::Definite,
+                message: format!("cannot create the Kafka producer: {e}"),
+                code: e.rdkafka_error_code(),
+            })?;
+        Ok((KafkaSink { producer }, rx))
+    }
+
+    /// Enqueues one record. When librdkafka's queue is full, waits (yielding
+    /// to the runtime) and retries: backpressure, never a drop.
+    pub async fn send(&self, record: &Record, delivery: Delivery) -> Result<(), SinkError> {
+        let mut delivery = Box::new(delivery);
+        let mut backoff = Duration::from_micros(200);
+        loop {
+            let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+            for (k, v) in &record.headers {
+                headers = headers.insert(Header {
+                    key: k,
+                    value: Some(v.as_ref()),
+                });
+            }
+            let mut base: BaseRecord<'_, [u8], [u8], Box<Delivery>> =
+                BaseRecord::with_opaque_to(&record.topic, delivery).headers(headers);
+            if let Some(k) = &record.key {
+                base = base.key(k.as_ref());
+            }
+            if let Some(v) = &record.value {
+                base = base.payload(v.as_ref());
+            }
+            if let Some(ts) = record.timestamp_ms {
+                base = base.timestamp(ts);
+            }
+            match self.producer.send(base) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    delivery = back.delivery_opaque;
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(50));
+                }
+                Err((e, _)) => return Err(SinkError::from_kafka(&e)),
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for everything queued to be delivered.
+    pub fn flush(&self, timeout: Duration) -> Result<(), SinkError> {
+        self.producer
+            .flush(timeout)
+            .map_err(|e| SinkError::from_kafka(&e))
+    }
+
+    /// Records queued or in flight inside librdkafka.
+    pub fn in_flight(&self) -> i32 {
+        self.producer.in_flight_count()
+    }
+
+    /// Asks the cluster for metadata: proves the brokers answer.
+    pub fn check_reachable(&self, timeout: Duration) -> Result<usize, SinkError> {
+        self.producer
+            .client()
+            .fetch_metadata(None, timeout)
+            .map(|m| m.brokers().len())
+            .map_err(|e| SinkError {
+                kind: SinkErrorKind::Transient,
+                message: format!("Kafka did not answer a metadata request within {timeout:?}: {e}"),
+                code: e.rdkafka_error_code(),
+            })
+    }
+}

@@ -1,0 +1,3 @@
+//! Where records go. Today: Kafka ([`kafka`]).
+
+pub mod kafka;
