@@ -239,14 +239,30 @@ struct Started {
 impl Started {
     /// Streams until shutdown (then stops gracefully) or an error.
     async fn run(mut self, shutdown: &CancellationToken) -> Result<(), RelayError> {
-        self.run
+        let result = self
+            .run
             .stream(
                 &mut self.stream,
                 &mut self.acks,
                 self.status_interval,
                 shutdown,
             )
-            .await?;
+            .await;
+        if let Err(e) = result {
+            if matches!(
+                e,
+                RelayError::Route(_) | RelayError::Decode { .. } | RelayError::Stream { .. }
+            ) {
+                // The connections are fine and the problem is one change: let
+                // Kafka take (and the slot confirm) everything before it, so
+                // the operator restarts right at the bad change.
+                let final_pos = self.run.finish(&mut self.acks).await;
+                if let Ok(pos) = self.stream.shutdown(final_pos).await {
+                    tracing::info!(lsn = %pos, "confirmed everything before the failing change");
+                }
+            }
+            return Err(e);
+        }
         let final_pos = self.run.finish(&mut self.acks).await;
         match self.stream.shutdown(final_pos).await {
             Ok(pos) => tracing::info!(lsn = %pos, "stopped; final position reported"),

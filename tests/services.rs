@@ -2,6 +2,8 @@
 //! inserted row, and a record produced to Kafka with acks=all comes back.
 //! CI runs this file against every supported PostgreSQL major (14–18).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use std::time::Duration;

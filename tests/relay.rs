@@ -1,0 +1,367 @@
+//! Relay behaviour against the real services: what is published, what stops
+//! the connector, and how the slot position is protected.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+
+const START: Duration = Duration::from_secs(60);
+
+async fn insert(db: &TestDb, sql: &str) {
+    db.client
+        .batch_execute(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+fn ids_of(consumed: &[Consumed]) -> Vec<String> {
+    consumed.iter().filter_map(|c| c.header_str("id")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollbacks_deletes_and_updates_follow_the_outbox_rules() {
+    require_kafka();
+    let db = TestDb::new("rules").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("rules");
+    let mut relay = RelayProcess::start(&relay_config(&db, &names, "", ""), &[]);
+    relay.wait_log("streaming", START).await;
+
+    let row = |id: &str, agg: &str| {
+        format!(
+            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('{id}', 'order', '{agg}', 'Created', '{{\"n\": 1}}')"
+        )
+    };
+    let rolled_back = "00000000-0000-4000-8000-000000000001";
+    let deleted = "00000000-0000-4000-8000-000000000002";
+    let updated = "00000000-0000-4000-8000-000000000003";
+    let marker = "00000000-0000-4000-8000-000000000004";
+    insert(&db, &format!("BEGIN; {}; ROLLBACK", row(rolled_back, "a"))).await;
+    insert(
+        &db,
+        &format!(
+            "BEGIN; {}; DELETE FROM outbox WHERE id = '{deleted}'; COMMIT",
+            row(deleted, "b")
+        ),
+    )
+    .await;
+    insert(&db, &row(updated, "c")).await;
+    insert(
+        &db,
+        &format!("UPDATE outbox SET payload = '{{\"n\": 2}}' WHERE id = '{updated}'"),
+    )
+    .await;
+    insert(&db, &row(marker, "d")).await;
+
+    let consumed = consume(
+        &[&names.topic("order")],
+        3,
+        Duration::from_secs(60),
+        Duration::from_secs(2),
+    );
+    let mut ids = ids_of(&consumed);
+    ids.sort();
+    assert_eq!(
+        ids,
+        vec![deleted.to_owned(), updated.to_owned(), marker.to_owned()],
+        "{consumed:?}"
+    );
+    let updated_rec = consumed
+        .iter()
+        .find(|c| c.header_str("id").as_deref() == Some(updated))
+        .unwrap();
+    assert_eq!(
+        updated_rec.value.as_deref(),
+        Some(&b"{\"n\": 1}"[..]),
+        "the insert is published, not the update"
+    );
+    relay
+        .wait_log("an outbox row was updated", Duration::from_secs(10))
+        .await;
+    assert!(relay.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_policy_fail_stops_the_connector() {
+    require_kafka();
+    let db = TestDb::new("updfail").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("updfail");
+    let mut relay =
+        RelayProcess::start(&relay_config(&db, &names, "on_update = \"fail\"", ""), &[]);
+    relay.wait_log("streaming", START).await;
+    insert(
+        &db,
+        "INSERT INTO outbox VALUES (gen_random_uuid(), 'order', 'a', 'Created', '{}')",
+    )
+    .await;
+    insert(&db, "UPDATE outbox SET type = 'Changed'").await;
+    let status = relay
+        .wait_exit(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("still running:\n{}", relay.log()));
+    assert_eq!(status.code(), Some(1));
+    assert!(
+        relay.log().contains("on_update = \\\"fail\\\"")
+            || relay.log().contains("on_update = \"fail\""),
+        "{}",
+        relay.log()
+    );
+}
+
+/// Parses the `commit LSN X/Y` a route error names.
+fn lsn_in(log: &str) -> u64 {
+    let at = log
+        .find("commit LSN ")
+        .unwrap_or_else(|| panic!("no commit LSN in log:\n{log}"));
+    let rest = &log[at + "commit LSN ".len()..];
+    let end = rest
+        .find(|c: char| !(c.is_ascii_hexdigit() || c == '/'))
+        .unwrap_or(rest.len());
+    parse_lsn(&rest[..end])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_null_aggregate_id_stops_the_connector_before_the_slot_passes_it() {
+    require_kafka();
+    let db = TestDb::new("nullagg").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("nullagg");
+    let config = relay_config(&db, &names, "", "");
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", START).await;
+
+    let good = "00000000-0000-4000-8000-00000000000a";
+    let after = "00000000-0000-4000-8000-00000000000c";
+    insert(
+        &db,
+        &format!("INSERT INTO outbox VALUES ('{good}', 'order', 'a', 'Created', '{{}}')"),
+    )
+    .await;
+    insert(&db, "INSERT INTO outbox VALUES ('00000000-0000-4000-8000-00000000000b', 'order', NULL, 'Created', '{}')").await;
+    insert(
+        &db,
+        &format!("INSERT INTO outbox VALUES ('{after}', 'order', 'c', 'Created', '{{}}')"),
+    )
+    .await;
+
+    let status = relay
+        .wait_exit(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("still running:\n{}", relay.log()));
+    assert_eq!(status.code(), Some(1), "a definite error exits 1");
+    let log = relay.log();
+    assert!(
+        log.contains("public.outbox") && log.contains("column aggregateid"),
+        "{log}"
+    );
+    let bad_commit = lsn_in(&log);
+    let confirmed = db.confirmed_flush(&names.slot).await.expect("slot");
+    assert!(
+        confirmed <= bad_commit,
+        "slot confirmed {confirmed:X} past the unroutable row at {bad_commit:X}"
+    );
+
+    let consumed = consume(
+        &[&names.topic("order")],
+        1,
+        Duration::from_secs(30),
+        Duration::from_secs(2),
+    );
+    assert_eq!(
+        ids_of(&consumed),
+        vec![good.to_owned()],
+        "only the row before the bad one is published"
+    );
+
+    // A restart meets the same row again: nothing was skipped.
+    let mut again = RelayProcess::start_with(&relay.config_path, &[]);
+    let status = again
+        .wait_exit(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("still running:\n{}", again.log()));
+    assert_eq!(status.code(), Some(1));
+    assert_eq!(
+        db.confirmed_flush(&names.slot).await.expect("slot"),
+        confirmed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_slot_advances_while_another_database_writes() {
+    require_kafka();
+    let db = TestDb::new("idle").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("idle");
+    let mut relay = RelayProcess::start(&relay_config(&db, &names, "", ""), &[]);
+    relay.wait_log("streaming", START).await;
+    let before = db.confirmed_flush(&names.slot).await.expect("slot");
+
+    let other = TestDb::new("idle_other").await;
+    other
+        .client
+        .batch_execute("CREATE TABLE filler AS SELECT g, repeat('x', 200) AS pad FROM generate_series(1, 20000) g")
+        .await
+        .expect("write WAL elsewhere");
+    let target = other.current_wal_lsn().await;
+    assert!(target > before);
+    wait_for(
+        "the idle slot to advance past the other database's WAL",
+        Duration::from_secs(60),
+        || async { (db.confirmed_flush(&names.slot).await? >= target).then_some(()) },
+    )
+    .await;
+    assert!(relay.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_or_recreated_slot_is_refused_at_start() {
+    require_kafka();
+    let db = TestDb::new("recreate").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("recreate");
+    let config = relay_config(&db, &names, "", "");
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", START).await;
+    insert(
+        &db,
+        "INSERT INTO outbox VALUES (gen_random_uuid(), 'order', 'a', 'Created', '{}')",
+    )
+    .await;
+    consume(
+        &[&names.topic("order")],
+        1,
+        Duration::from_secs(30),
+        Duration::ZERO,
+    );
+    // Let the position reach the offset store, then stop cleanly.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(relay.stop().success());
+
+    // Dropped: the slot is gone but the offset store remembers a position.
+    db.client
+        .batch_execute(&format!(
+            "SELECT pg_drop_replication_slot('{}')",
+            names.slot
+        ))
+        .await
+        .expect("drop slot");
+    insert(
+        &db,
+        "INSERT INTO outbox VALUES (gen_random_uuid(), 'order', 'lost', 'Created', '{}')",
+    )
+    .await;
+    let mut dropped = RelayProcess::start_with(&relay.config_path, &[]);
+    let status = dropped
+        .wait_exit(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("still running:\n{}", dropped.log()));
+    assert_eq!(status.code(), Some(1));
+    assert!(
+        dropped
+            .log()
+            .contains("does not exist, but the offset store says"),
+        "{}",
+        dropped.log()
+    );
+    assert!(
+        db.confirmed_flush(&names.slot).await.is_none(),
+        "the slot must not be recreated silently"
+    );
+
+    // Recreated by hand: the new slot is ahead of the stored offset.
+    db.client
+        .batch_execute(&format!(
+            "SELECT pg_create_logical_replication_slot('{}', 'pgoutput')",
+            names.slot
+        ))
+        .await
+        .expect("recreate slot");
+    let mut recreated = RelayProcess::start_with(&relay.config_path, &[]);
+    let status = recreated
+        .wait_exit(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("still running:\n{}", recreated.log()));
+    assert_eq!(status.code(), Some(1));
+    let log = recreated.log();
+    assert!(
+        log.contains("but Kafka holds events only up to") && log.contains("--accept-slot-position"),
+        "{log}"
+    );
+
+    // After reconciling, the operator accepts the slot's position explicitly.
+    let mut accepted = RelayProcess::start_with(&relay.config_path, &["--accept-slot-position"]);
+    accepted.wait_log("streaming", START).await;
+    let id = "00000000-0000-4000-8000-0000000000ff";
+    insert(
+        &db,
+        &format!("INSERT INTO outbox VALUES ('{id}', 'order', 'z', 'Created', '{{}}')"),
+    )
+    .await;
+    let consumed = consume(
+        &[&names.topic("order")],
+        2,
+        Duration::from_secs(30),
+        Duration::from_secs(1),
+    );
+    assert!(ids_of(&consumed).contains(&id.to_owned()), "{consumed:?}");
+    assert!(accepted.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_reports_each_problem_with_its_fix() {
+    require_kafka();
+    let db = TestDb::new("check").await;
+    let names = Names::new("check");
+    let dir = std::env::temp_dir().join(unique("check"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("walrelay.toml");
+    std::fs::write(&path, relay_config(&db, &names, "", "")).unwrap();
+    let run = || {
+        std::process::Command::new(walrelay_bin())
+            .args(["check", "--config"])
+            .arg(&path)
+            .output()
+            .expect("run check")
+    };
+    let out = run();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("FAIL  outbox table public.outbox: the table does not exist"),
+        "{text}"
+    );
+    assert!(text.contains("ok    kafka"), "{text}");
+    assert!(text.contains("ok    wal_level"), "{text}");
+
+    db.create_outbox("outbox").await;
+    let out = run();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("all") && text.contains("checks passed"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bad_config_exits_2_naming_the_key() {
+    let dir = std::env::temp_dir().join(unique("badcfg"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.toml");
+    std::fs::write(
+        &path,
+        "[connector]\nname = \"x\"\n[postgres]\ndatabase = \"d\"\nslot = \"Bad-Slot\"\n[kafka]\nbrokers = \"k:1\"\n[[outbox]]\ntable = \"outbox\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(walrelay_bin())
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("postgres.slot") && err.contains("bad.toml"),
+        "{err}"
+    );
+}
