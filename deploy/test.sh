@@ -44,7 +44,7 @@ for m in $EXTRA_MAJORS; do
   log "PostgreSQL $m"
   eval "$(PG_MAJOR=$m deploy/dev/postgres.sh up)"
   export WALRELAY_PG_MAJOR WALRELAY_PG_PORT
-  cargo test --locked --test services
+  cargo test --locked --test services --test relay_matrix
   PG_MAJOR=$m deploy/dev/postgres.sh down >/dev/null
 done
 log "all tests passed"

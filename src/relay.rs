@@ -42,6 +42,9 @@ use crate::pgoutput::{self, DecodeError, LogicalMessage, RelationCache};
 use crate::router::{RouteError, Routed, Router};
 use crate::sink::kafka::{Ack, Delivery, KafkaSink, SinkError, SinkErrorKind};
 
+/// How long Kafka may leave records unacknowledged before we warn.
+const STALL_WARNING: Duration = Duration::from_secs(10);
+
 /// Knobs from the command line.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
@@ -531,6 +534,9 @@ impl Streaming {
         let mut ticker = tokio::time::interval(status_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut full_since: Option<Instant> = None;
+        // When Kafka last acknowledged anything, and whether we said it stalled.
+        let mut last_ack = Instant::now();
+        let mut stall_reported = false;
         loop {
             let full = self.checkpoint.is_full();
             match (full, full_since) {
@@ -542,26 +548,33 @@ impl Streaming {
                         "in-flight limit reached; pausing reads until Kafka acknowledges"
                     );
                 }
-                (false, Some(since)) => {
-                    full_since = None;
-                    if since.elapsed() > Duration::from_secs(5) {
-                        tracing::info!(paused_for = ?since.elapsed(), "Kafka caught up; reading again");
-                    }
-                }
-                (true, Some(since)) if since.elapsed() > Duration::from_secs(10) => {
-                    tracing::warn!(
-                        records = self.checkpoint.in_flight_records(),
-                        "Kafka has not acknowledged records for 10 s; waiting (is the broker reachable?)"
-                    );
-                    full_since = Some(Instant::now());
-                }
+                (false, Some(_)) => full_since = None,
                 _ => {}
+            }
+            let waiting =
+                self.checkpoint.in_flight_records() > 0 || self.offset_in_flight.is_some();
+            if !waiting {
+                last_ack = Instant::now();
+            }
+            if waiting && !stall_reported && last_ack.elapsed() > STALL_WARNING {
+                stall_reported = true;
+                tracing::warn!(
+                    records = self.checkpoint.in_flight_records(),
+                    reads_paused = full,
+                    "Kafka has not acknowledged records for {}s; waiting for Kafka (is the broker reachable?)",
+                    STALL_WARNING.as_secs()
+                );
             }
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return Ok(()),
                 ack = acks.recv() => {
                     let Some(ack) = ack else { return Err(RelayError::Ended("Kafka delivery channel")) };
+                    if stall_reported {
+                        stall_reported = false;
+                        tracing::info!(stalled_for = ?last_ack.elapsed(), "Kafka acknowledges again");
+                    }
+                    last_ack = Instant::now();
                     if self.on_ack(ack)? {
                         stream.send_status(self.offset_acked, false).await?;
                     }

@@ -663,3 +663,96 @@ pub fn verify_outbox_delivery(
     }
     duplicates
 }
+
+/// Reads every record currently in `topics` (up to each partition's high
+/// watermark at the time of the call). Deterministic, unlike a subscription.
+/// Topics that do not exist yet contribute nothing.
+pub fn consume_to_end(topics: &[&str]) -> Vec<Consumed> {
+    use rdkafka::{Offset, TopicPartitionList};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("group.id", unique("test_reader"))
+        .set("enable.auto.commit", "false")
+        .set("allow.auto.create.topics", "false")
+        .create()
+        .unwrap_or_else(|e| kafka_unreachable(&e));
+    let mut tpl = TopicPartitionList::new();
+    let mut ends = std::collections::HashMap::new();
+    for topic in topics {
+        let md = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .unwrap_or_else(|e| kafka_unreachable(&e));
+        for t in md
+            .topics()
+            .iter()
+            .filter(|t| t.name() == *topic && t.error().is_none())
+        {
+            for p in t.partitions() {
+                let (low, high) = consumer
+                    .fetch_watermarks(topic, p.id(), Duration::from_secs(10))
+                    .unwrap_or_else(|e| kafka_unreachable(&e));
+                if high > low {
+                    tpl.add_partition_offset(topic, p.id(), Offset::Offset(low))
+                        .expect("assign");
+                    ends.insert((topic.to_string(), p.id()), high);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if ends.is_empty() {
+        return out;
+    }
+    consumer.assign(&tpl).expect("assign");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !ends.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "reading to the end took over 120 s"
+        );
+        let Some(m) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = m.unwrap_or_else(|e| panic!("consumer error: {e}"));
+        let headers = m
+            .headers()
+            .map(|hs| {
+                hs.iter()
+                    .map(|h| {
+                        (
+                            h.key.to_owned(),
+                            h.value.map(<[u8]>::to_vec).unwrap_or_default(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let key = (m.topic().to_owned(), m.partition());
+        if let Some(high) = ends.get(&key)
+            && m.offset() + 1 >= *high
+        {
+            ends.remove(&key);
+        }
+        out.push(Consumed {
+            topic: m.topic().to_owned(),
+            partition: m.partition(),
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.payload().map(<[u8]>::to_vec),
+            headers,
+            timestamp: m.timestamp().to_millis(),
+        });
+    }
+    out
+}
+
+/// Runs `deploy/dev/kafka.sh <command>` (stop/start), panicking on failure.
+pub fn kafka_script(command: &str) {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/dev/kafka.sh");
+    let status = std::process::Command::new(script)
+        .arg(command)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run deploy/dev/kafka.sh");
+    assert!(status.success(), "deploy/dev/kafka.sh {command} failed");
+}
