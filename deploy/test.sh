@@ -34,7 +34,7 @@ cargo build --locked --all-targets
 log "starting PostgreSQL 18 and Kafka"
 eval "$(PG_MAJOR=18 deploy/dev/postgres.sh up)"
 eval "$(deploy/dev/kafka.sh up)"
-export WALRELAY_PG_MAJOR WALRELAY_PG_PORT WALRELAY_KAFKA_BROKERS
+export WALRELAY_PG_MAJOR WALRELAY_PG_PORT WALRELAY_PG_SOCKET_DIR WALRELAY_KAFKA_BROKERS
 
 log "cargo test — everything, against PostgreSQL 18"
 cargo test --locked --all-targets
@@ -43,7 +43,7 @@ cargo test --locked --all-targets
 for m in $EXTRA_MAJORS; do
   log "PostgreSQL $m"
   eval "$(PG_MAJOR=$m deploy/dev/postgres.sh up)"
-  export WALRELAY_PG_MAJOR WALRELAY_PG_PORT
+  export WALRELAY_PG_MAJOR WALRELAY_PG_PORT WALRELAY_PG_SOCKET_DIR
   cargo test --locked --test services --test relay_matrix
   PG_MAJOR=$m deploy/dev/postgres.sh down >/dev/null
 done
