@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# deploy/quickstart.sh — see walrelay work, from nothing, on this machine.
+#
+# 1. starts PostgreSQL 18 and Kafka (deploy/dev/*.sh install what they need),
+# 2. creates the database walrelay_quickstart with an outbox table,
+# 3. builds walrelay and runs it with config/quickstart.toml,
+# 4. inserts sample orders the way an application would (business row and
+#    outbox row in one transaction),
+# 5. prints the resulting Kafka records: topic, partition, key, headers, value.
+#
+# The services stay up afterwards so you can keep experimenting; stop them with
+#   deploy/dev/postgres.sh down && deploy/dev/kafka.sh down
+set -euo pipefail
+
+ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)
+cd "$ROOT"
+say() { printf '\n\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+say "starting PostgreSQL 18 and Kafka"
+eval "$(PG_MAJOR=18 deploy/dev/postgres.sh up)"
+eval "$(deploy/dev/kafka.sh up)"
+
+say "building walrelay (release; the first build compiles librdkafka and takes a few minutes)"
+cargo build --locked --release
+BIN=$ROOT/target/release/walrelay
+
+say "creating database walrelay_quickstart with tables orders and outbox"
+deploy/dev/postgres.sh psql -q -c "DROP DATABASE IF EXISTS walrelay_quickstart WITH (FORCE)" >/dev/null
+deploy/dev/postgres.sh psql -q -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'walrelay_quickstart'" >/dev/null
+deploy/dev/postgres.sh psql -q -c "CREATE DATABASE walrelay_quickstart OWNER walrelay"
+export PGPASSWORD=walrelay
+APP_PSQL=(psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$WALRELAY_PG_PORT" -U walrelay -d walrelay_quickstart)
+"${APP_PSQL[@]}" <<'SQL'
+CREATE TABLE orders (id bigserial PRIMARY KEY, customer text NOT NULL, total numeric NOT NULL);
+-- Debezium's outbox columns, so existing consumers keep working.
+CREATE TABLE outbox (
+  id            uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+  aggregatetype text NOT NULL,
+  aggregateid   text NOT NULL,
+  type          text NOT NULL,
+  payload       jsonb
+);
+SQL
+
+# Start from an empty offset store entry: a previous quickstart's offset would
+# (rightly) make walrelay refuse the freshly created slot.
+WORK=$ROOT/.state/quickstart
+rm -rf "$WORK" && mkdir -p "$WORK"
+sed "s/^name = \"quickstart\"/name = \"quickstart-$(date +%s)\"/" config/quickstart.toml >"$WORK/walrelay.toml"
+
+say "checking the setup: walrelay check"
+WALRELAY_PG_PASSWORD=walrelay "$BIN" check --config "$WORK/walrelay.toml"
+
+say "running walrelay (log: $WORK/walrelay.log)"
+WALRELAY_PG_PASSWORD=walrelay NO_COLOR=1 "$BIN" run --config "$WORK/walrelay.toml" >"$WORK/walrelay.log" 2>&1 &
+PID=$!
+trap 'kill -TERM $PID 2>/dev/null || true' EXIT
+for _ in $(seq 1 120); do
+  grep -q "streaming" "$WORK/walrelay.log" && break
+  kill -0 $PID 2>/dev/null || { cat "$WORK/walrelay.log" >&2; exit 1; }
+  sleep 0.5
+done
+grep -q "streaming" "$WORK/walrelay.log" || { echo "walrelay did not start streaming:" >&2; cat "$WORK/walrelay.log" >&2; exit 1; }
+
+SINCE_MS=$(($(date +%s%3N) - 1000))
+say "placing 3 orders (each: the order row and its outbox event in one transaction)"
+for i in 1 2 3; do
+  "${APP_PSQL[@]}" <<SQL
+BEGIN;
+WITH o AS (INSERT INTO orders (customer, total) VALUES ('customer-$i', $((i * 25)).50) RETURNING id, customer, total)
+INSERT INTO outbox (aggregatetype, aggregateid, type, payload)
+SELECT 'order', o.id::text, 'OrderCreated', jsonb_build_object('orderId', o.id, 'customer', o.customer, 'total', o.total) FROM o;
+COMMIT;
+SQL
+done
+# A rolled-back order publishes nothing.
+"${APP_PSQL[@]}" -c "BEGIN; INSERT INTO outbox (aggregatetype, aggregateid, type, payload) VALUES ('order', '999', 'OrderCreated', '{}'); ROLLBACK;"
+
+say "records on Kafka topic outbox.event.order"
+timeout 60 kcat -b "$WALRELAY_KAFKA_BROKERS" -C -t outbox.event.order -o "s@$SINCE_MS" -c 3 -q \
+  -f 'topic=%t partition=%p offset=%o key=%k\n  headers: %h\n  value:   %s\n'
+
+say "stopping walrelay (SIGTERM: flush, store offset, report position)"
+kill -TERM $PID && wait $PID || true
+trap - EXIT
+tail -n 2 "$WORK/walrelay.log"
+deploy/dev/postgres.sh psql -At -c "SELECT 'slot ' || slot_name || ' confirmed at ' || confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'walrelay_quickstart'"
+say "done. Services are still running: deploy/dev/postgres.sh down && deploy/dev/kafka.sh down"
