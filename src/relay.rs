@@ -41,9 +41,14 @@ use crate::pg::wire::{ConnectParams, WireError};
 use crate::pgoutput::{self, DecodeError, LogicalMessage, RelationCache};
 use crate::router::{RouteError, Routed, Router};
 use crate::sink::kafka::{Ack, Delivery, KafkaSink, SinkError, SinkErrorKind};
+use crate::telemetry::{self, Metrics};
+use std::sync::atomic::Ordering;
 
 /// How long Kafka may leave records unacknowledged before we warn.
-const STALL_WARNING: Duration = Duration::from_secs(10);
+const STALL_WARNING: Duration = telemetry::STALL;
+
+/// How often the slot's lag is read for the metrics.
+const SLOT_POLL_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Knobs from the command line.
 #[derive(Debug, Clone, Default)]
@@ -167,6 +172,16 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), RelayError> {
     let config = Arc::new(config);
+    let metrics = Arc::new(Metrics::default());
+    if let Some(health) = &config.health {
+        let addr =
+            telemetry::serve(health.listen, metrics.clone()).map_err(|what| RelayError::Setup {
+                what,
+                fix: "choose a free address for [health] listen, or remove the [health] section"
+                    .into(),
+            })?;
+        tracing::info!(%addr, "serving /healthz and /metrics");
+    }
     let mut backoff = config.postgres.reconnect_backoff_initial;
     let mut last_problem: Option<String> = None;
     let mut accept = options.accept_slot_position;
@@ -174,6 +189,7 @@ pub async fn run(
         let session = Session {
             config: config.clone(),
             accept_slot_position: accept,
+            metrics: metrics.clone(),
         };
         // Setup (connecting, checks) is simply abandoned on shutdown; once
         // streaming, the session stops gracefully by itself.
@@ -187,10 +203,19 @@ pub async fn run(
                 backoff = config.postgres.reconnect_backoff_initial;
                 last_problem = None;
                 accept = false;
-                started.run(&shutdown).await
+                metrics.sessions_started.fetch_add(1, Ordering::Relaxed);
+                metrics.streaming.store(true, Ordering::Relaxed);
+                metrics.set_error("");
+                let r = started.run(&shutdown).await;
+                metrics.streaming.store(false, Ordering::Relaxed);
+                r
             }
             Err(e) => Err(e),
         };
+        if let Err(e) = &result {
+            metrics.session_errors.fetch_add(1, Ordering::Relaxed);
+            metrics.set_error(&e.to_string());
+        }
         match result {
             Ok(()) => return Ok(()),
             Err(e) if e.is_transient() => {
@@ -229,6 +254,7 @@ struct OpenTxn {
 struct Session {
     config: Arc<Config>,
     accept_slot_position: bool,
+    metrics: Arc<Metrics>,
 }
 
 /// A session that reached START_REPLICATION.
@@ -237,6 +263,44 @@ struct Started {
     stream: ReplicationStream,
     acks: mpsc::UnboundedReceiver<Ack>,
     status_interval: Duration,
+    /// Polls the slot's lag for the metrics; aborted with the session.
+    _slot_poller: AbortOnDrop,
+}
+
+/// Aborts a background task when the session ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Every few seconds, reads the slot's lag and WAL retention into the metrics.
+async fn poll_slot(client: tokio_postgres::Client, slot: String, metrics: Arc<Metrics>) {
+    let sql = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::int8, \
+                      pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8, \
+                      safe_wal_size, wal_status::text \
+               FROM pg_replication_slots WHERE slot_name = $1";
+    loop {
+        match client.query_opt(sql, &[&slot]).await {
+            Ok(Some(row)) => {
+                let get = |i: usize| row.get::<_, Option<i64>>(i).unwrap_or(-1);
+                metrics.slot_lag_bytes.store(get(0), Ordering::Relaxed);
+                metrics.slot_retained_bytes.store(get(1), Ordering::Relaxed);
+                metrics.slot_safe_wal_bytes.store(get(2), Ordering::Relaxed);
+                let status: Option<String> = row.get(3);
+                let status = status.unwrap_or_default();
+                if status == "unreserved" || status == "lost" {
+                    tracing::warn!(%slot, wal_status = %status, "the slot is about to lose (or lost) WAL it needs; see docs/operations.md");
+                }
+                metrics.set_wal_status(&status);
+            }
+            Ok(None) => tracing::warn!(%slot, "the replication slot disappeared"),
+            Err(e) => tracing::debug!(error = %e, "slot lag query failed"),
+        }
+        tokio::time::sleep(SLOT_POLL_INTERVAL).await;
+    }
 }
 
 impl Started {
@@ -444,8 +508,15 @@ impl Session {
             offset_in_flight: None,
             offset_acked: start,
             warned_updates: HashSet::new(),
+            metrics: self.metrics.clone(),
         };
+        let slot_poller = AbortOnDrop(tokio::spawn(poll_slot(
+            catalog,
+            pg.slot.clone(),
+            self.metrics.clone(),
+        )));
         Ok(Started {
+            _slot_poller: slot_poller,
             run,
             stream,
             acks,
@@ -509,6 +580,7 @@ fn effective_status_interval(configured: Duration, wal_sender_timeout: &str) -> 
 }
 
 struct Streaming {
+    metrics: Arc<Metrics>,
     config: Arc<Config>,
     sink: KafkaSink,
     router: Router,
@@ -555,7 +627,17 @@ impl Streaming {
                 self.checkpoint.in_flight_records() > 0 || self.offset_in_flight.is_some();
             if !waiting {
                 last_ack = Instant::now();
+                self.metrics.kafka_progress();
             }
+            self.metrics
+                .in_flight_records
+                .store(self.checkpoint.in_flight_records(), Ordering::Relaxed);
+            self.metrics
+                .in_flight_bytes
+                .store(self.checkpoint.in_flight_bytes(), Ordering::Relaxed);
+            self.metrics
+                .confirmed_lsn
+                .store(stream.last_reported().0, Ordering::Relaxed);
             if waiting && !stall_reported && last_ack.elapsed() > STALL_WARNING {
                 stall_reported = true;
                 tracing::warn!(
@@ -575,6 +657,7 @@ impl Streaming {
                         tracing::info!(stalled_for = ?last_ack.elapsed(), "Kafka acknowledges again");
                     }
                     last_ack = Instant::now();
+                    self.metrics.kafka_progress();
                     if self.on_ack(ack)? {
                         stream.send_status(self.offset_acked, false).await?;
                     }
@@ -599,7 +682,8 @@ impl Streaming {
                                 stream.send_status(self.offset_acked, false).await?;
                             }
                         }
-                        StreamEvent::Message(ReplicationMessage::XLogData { wal_start, data, .. }) => {
+                        StreamEvent::Message(ReplicationMessage::XLogData { wal_start, wal_end, data, .. }) => {
+                            self.metrics.received_lsn.store(wal_end.0, Ordering::Relaxed);
                             let msg = pgoutput::decode(data)
                                 .map_err(|source| RelayError::Decode { lsn: wal_start, source })?;
                             self.on_message(msg, wal_start).await?;
@@ -626,6 +710,7 @@ impl Streaming {
                     what: "Commit without Begin".into(),
                 })?;
                 self.checkpoint.commit(open.id, c.end_lsn)?;
+                self.metrics.transactions.fetch_add(1, Ordering::Relaxed);
             }
             LogicalMessage::Relation(r) => {
                 self.router.on_relation(&r);
@@ -644,6 +729,9 @@ impl Streaming {
                 {
                     let bytes = record.size();
                     self.checkpoint.record_sent(open.id, bytes)?;
+                    self.metrics
+                        .records_published
+                        .fetch_add(1, Ordering::Relaxed);
                     let delivery = Delivery::Record {
                         txn: open.id,
                         bytes,
@@ -700,6 +788,7 @@ impl Streaming {
         match ack {
             Ack::Delivered(Delivery::Record { txn, bytes, .. }) => {
                 self.checkpoint.ack(txn, bytes)?;
+                self.metrics.records_acked.fetch_add(1, Ordering::Relaxed);
                 Ok(false)
             }
             Ack::Delivered(Delivery::Offset { lsn }) => {

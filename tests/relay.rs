@@ -365,3 +365,71 @@ fn bad_config_exits_2_naming_the_key() {
         "{err}"
     );
 }
+
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_metrics_show_streaming_and_slot_lag() {
+    require_kafka();
+    let db = TestDb::new("health").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("health");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut relay = RelayProcess::start(
+        &relay_config(&db, &names, "", &format!("[health]\nlisten = \"{addr}\"")),
+        &[],
+    );
+    relay.wait_log("streaming", START).await;
+    insert(
+        &db,
+        "INSERT INTO outbox VALUES (gen_random_uuid(), 'order', 'a', 'Created', '{}')",
+    )
+    .await;
+    consume(
+        &[&names.topic("order")],
+        1,
+        Duration::from_secs(30),
+        Duration::ZERO,
+    );
+
+    let health = http_get(&addr, "/healthz");
+    assert!(
+        health.starts_with("HTTP/1.0 200") || health.starts_with("HTTP/1.1 200"),
+        "{health}"
+    );
+    let metrics = wait_for(
+        "metrics with the slot lag and the published record",
+        Duration::from_secs(30),
+        || {
+            let m = http_get(&addr, "/metrics");
+            async move {
+                (m.contains("walrelay_records_acked_total 1\n")
+                    && m.contains("walrelay_up 1\n")
+                    && m.contains("walrelay_slot_wal_status{status=\"reserved\"} 1"))
+                .then_some(m)
+            }
+        },
+    )
+    .await;
+    let lag: i64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("walrelay_slot_lag_bytes "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no slot lag in:\n{metrics}"));
+    assert!(lag >= 0, "slot lag is known once streaming: {lag}");
+    assert!(relay.stop().success());
+}

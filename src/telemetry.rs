@@ -1,0 +1,338 @@
+//! Health and metrics for operators: `/healthz` and `/metrics` (Prometheus
+//! text format) on the `[health] listen` address.
+//!
+//! The relay updates a shared [`Metrics`] of atomics; nothing here feeds back
+//! into the data path (metrics are observations, not control). All metric
+//! names are in [`Metrics::render`], in one place, Prometheus-style.
+//!
+//! The slot gauges come from `pg_replication_slots`, polled by the relay:
+//! - `walrelay_slot_lag_bytes`: WAL written since the slot's
+//!   `confirmed_flush_lsn` — how far the connector is behind.
+//! - `walrelay_slot_retained_wal_bytes`: WAL the slot holds back from
+//!   recycling (`pg_current_wal_lsn() - restart_lsn`) — what fills the disk.
+//! - `walrelay_slot_safe_wal_bytes`: how much more WAL may be written before
+//!   the slot is lost (`safe_wal_size`; absent without `max_slot_wal_keep_size`).
+//! - `walrelay_slot_wal_status`: 1 for the current `wal_status`.
+//!
+//! Health: 200 while a session is streaming and Kafka acknowledged something
+//! (or had nothing to acknowledge) within the stall window; 503 with the
+//! reason otherwise.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Counters and gauges shared by the relay and the HTTP endpoint.
+#[derive(Debug)]
+pub struct Metrics {
+    started: Instant,
+    pub streaming: AtomicBool,
+    pub records_published: AtomicU64,
+    pub records_acked: AtomicU64,
+    pub transactions: AtomicU64,
+    pub sessions_started: AtomicU64,
+    pub session_errors: AtomicU64,
+    pub confirmed_lsn: AtomicU64,
+    pub received_lsn: AtomicU64,
+    pub in_flight_records: AtomicU64,
+    pub in_flight_bytes: AtomicU64,
+    pub slot_lag_bytes: AtomicI64,
+    pub slot_retained_bytes: AtomicI64,
+    pub slot_safe_wal_bytes: AtomicI64,
+    /// Milliseconds since `started` of the last Kafka acknowledgement, or of
+    /// the last moment nothing was waiting for one.
+    pub kafka_progress_ms: AtomicU64,
+    slot_wal_status: Mutex<String>,
+    last_error: Mutex<String>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            started: Instant::now(),
+            streaming: AtomicBool::new(false),
+            records_published: AtomicU64::new(0),
+            records_acked: AtomicU64::new(0),
+            transactions: AtomicU64::new(0),
+            sessions_started: AtomicU64::new(0),
+            session_errors: AtomicU64::new(0),
+            confirmed_lsn: AtomicU64::new(0),
+            received_lsn: AtomicU64::new(0),
+            in_flight_records: AtomicU64::new(0),
+            in_flight_bytes: AtomicU64::new(0),
+            slot_lag_bytes: AtomicI64::new(-1),
+            slot_retained_bytes: AtomicI64::new(-1),
+            slot_safe_wal_bytes: AtomicI64::new(-1),
+            kafka_progress_ms: AtomicU64::new(0),
+            slot_wal_status: Mutex::new(String::new()),
+            last_error: Mutex::new(String::new()),
+        }
+    }
+}
+
+/// How long Kafka may leave records unacknowledged before health says so.
+pub const STALL: Duration = Duration::from_secs(10);
+
+impl Metrics {
+    /// Kafka made progress (or nothing waits for it) now.
+    pub fn kafka_progress(&self) {
+        let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.kafka_progress_ms.store(ms, Ordering::Relaxed);
+    }
+
+    pub fn set_wal_status(&self, status: &str) {
+        if let Ok(mut s) = self.slot_wal_status.lock() {
+            status.clone_into(&mut s);
+        }
+    }
+
+    pub fn set_error(&self, error: &str) {
+        if let Ok(mut s) = self.last_error.lock() {
+            error.clone_into(&mut s);
+        }
+    }
+
+    /// `Ok(reason)` when healthy, `Err(reason)` when not.
+    pub fn health(&self) -> Result<String, String> {
+        if !self.streaming.load(Ordering::Relaxed) {
+            let err = self
+                .last_error
+                .lock()
+                .map(|e| e.clone())
+                .unwrap_or_default();
+            return Err(if err.is_empty() {
+                "not streaming yet".to_owned()
+            } else {
+                format!("not streaming: {err}")
+            });
+        }
+        let since = self.started.elapsed().as_millis() as u64;
+        let last = self.kafka_progress_ms.load(Ordering::Relaxed);
+        let stalled = Duration::from_millis(since.saturating_sub(last));
+        if stalled > STALL {
+            return Err(format!(
+                "Kafka has not acknowledged records for {}s",
+                stalled.as_secs()
+            ));
+        }
+        if self
+            .slot_wal_status
+            .lock()
+            .map(|s| s.as_str() == "lost")
+            .unwrap_or(false)
+        {
+            return Err("replication slot is lost".to_owned());
+        }
+        Ok("streaming".to_owned())
+    }
+
+    /// Prometheus text exposition.
+    pub fn render(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::with_capacity(2048);
+        let mut metric = |name: &str, kind: &str, help: &str, value: String| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
+        };
+        let u = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
+        let i = |a: &AtomicI64| a.load(Ordering::Relaxed).to_string();
+        metric(
+            "walrelay_up",
+            "gauge",
+            "1 while a replication session is streaming.",
+            u8::from(self.streaming.load(Ordering::Relaxed)).to_string(),
+        );
+        metric(
+            "walrelay_records_published_total",
+            "counter",
+            "Records handed to the Kafka producer.",
+            u(&self.records_published),
+        );
+        metric(
+            "walrelay_records_acked_total",
+            "counter",
+            "Records Kafka acknowledged (acks=all).",
+            u(&self.records_acked),
+        );
+        metric(
+            "walrelay_transactions_total",
+            "counter",
+            "Committed transactions received from PostgreSQL.",
+            u(&self.transactions),
+        );
+        metric(
+            "walrelay_sessions_started_total",
+            "counter",
+            "Replication sessions that reached streaming.",
+            u(&self.sessions_started),
+        );
+        metric(
+            "walrelay_session_errors_total",
+            "counter",
+            "Sessions ended by an error (retried or not).",
+            u(&self.session_errors),
+        );
+        metric(
+            "walrelay_confirmed_lsn",
+            "gauge",
+            "Position stored and reported to PostgreSQL, as a 64-bit LSN.",
+            u(&self.confirmed_lsn),
+        );
+        metric(
+            "walrelay_received_lsn",
+            "gauge",
+            "Newest WAL position received from PostgreSQL.",
+            u(&self.received_lsn),
+        );
+        metric(
+            "walrelay_in_flight_records",
+            "gauge",
+            "Records sent to Kafka and not yet acknowledged.",
+            u(&self.in_flight_records),
+        );
+        metric(
+            "walrelay_in_flight_bytes",
+            "gauge",
+            "Bytes sent to Kafka and not yet acknowledged.",
+            u(&self.in_flight_bytes),
+        );
+        metric(
+            "walrelay_slot_lag_bytes",
+            "gauge",
+            "WAL written since the slot's confirmed_flush_lsn (-1 unknown).",
+            i(&self.slot_lag_bytes),
+        );
+        metric(
+            "walrelay_slot_retained_wal_bytes",
+            "gauge",
+            "WAL the slot keeps from being recycled (-1 unknown).",
+            i(&self.slot_retained_bytes),
+        );
+        metric(
+            "walrelay_slot_safe_wal_bytes",
+            "gauge",
+            "WAL that may still be written before the slot is lost (-1 unlimited or unknown).",
+            i(&self.slot_safe_wal_bytes),
+        );
+        let status = self
+            .slot_wal_status
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "# HELP walrelay_slot_wal_status 1 for the slot's current wal_status.\n# TYPE walrelay_slot_wal_status gauge"
+        );
+        for s in ["reserved", "extended", "unreserved", "lost"] {
+            let _ = writeln!(
+                out,
+                "walrelay_slot_wal_status{{status=\"{s}\"}} {}",
+                u8::from(status == s)
+            );
+        }
+        let ok = u8::from(self.health().is_ok());
+        let _ = writeln!(
+            out,
+            "# HELP walrelay_healthy 1 when /healthz answers 200.\n# TYPE walrelay_healthy gauge\nwalrelay_healthy {ok}"
+        );
+        out
+    }
+}
+
+/// Serves `/healthz` and `/metrics` on a dedicated thread until the process
+/// exits. Returns the bound address (useful with port 0).
+pub fn serve(
+    listen: std::net::SocketAddr,
+    metrics: std::sync::Arc<Metrics>,
+) -> Result<std::net::SocketAddr, String> {
+    let server = tiny_http::Server::http(listen)
+        .map_err(|e| format!("cannot listen on {listen} for /healthz and /metrics: {e}"))?;
+    let bound = server
+        .server_addr()
+        .to_ip()
+        .ok_or_else(|| format!("{listen} is not an IP address"))?;
+    std::thread::Builder::new()
+        .name("walrelay-health".into())
+        .spawn(move || {
+            for request in server.incoming_requests() {
+                let (code, body, content_type) = match request.url() {
+                    "/healthz" => match metrics.health() {
+                        Ok(r) => (200, format!("ok: {r}\n"), "text/plain"),
+                        Err(r) => (503, format!("unhealthy: {r}\n"), "text/plain"),
+                    },
+                    "/metrics" => (200, metrics.render(), "text/plain; version=0.0.4"),
+                    _ => (404, "try /healthz or /metrics\n".to_owned(), "text/plain"),
+                };
+                let mut response = tiny_http::Response::from_string(body).with_status_code(code);
+                if let Ok(h) =
+                    tiny_http::Header::from_bytes(&b"Content-Type"[..], content_type.as_bytes())
+                {
+                    response = response.with_header(h);
+                }
+                let _ = request.respond(response);
+            }
+        })
+        .map_err(|e| format!("cannot start the health thread: {e}"))?;
+    Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_follows_streaming_and_kafka_progress() {
+        let m = Metrics::default();
+        assert!(m.health().is_err());
+        m.set_error("waiting for PostgreSQL");
+        assert!(m.health().unwrap_err().contains("waiting for PostgreSQL"));
+        m.streaming.store(true, Ordering::Relaxed);
+        m.kafka_progress();
+        assert_eq!(m.health(), Ok("streaming".into()));
+        m.set_wal_status("lost");
+        assert!(m.health().is_err());
+    }
+
+    #[test]
+    fn renders_prometheus_text() {
+        let m = Metrics::default();
+        m.records_published.store(7, Ordering::Relaxed);
+        m.slot_lag_bytes.store(4096, Ordering::Relaxed);
+        m.set_wal_status("extended");
+        let text = m.render();
+        assert!(text.contains(
+            "# TYPE walrelay_records_published_total counter\nwalrelay_records_published_total 7\n"
+        ));
+        assert!(text.contains("walrelay_slot_lag_bytes 4096\n"));
+        assert!(text.contains("walrelay_slot_wal_status{status=\"extended\"} 1\n"));
+        assert!(text.contains("walrelay_slot_wal_status{status=\"lost\"} 0\n"));
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let mut parts = line.split(' ');
+            let (name, value) = (parts.next().unwrap(), parts.next().unwrap());
+            assert!(name.starts_with("walrelay_"), "{line}");
+            assert!(value.parse::<f64>().is_ok(), "{line}");
+        }
+    }
+
+    #[test]
+    fn serves_over_http() {
+        let m = std::sync::Arc::new(Metrics::default());
+        let addr = serve("127.0.0.1:0".parse().unwrap(), m.clone()).unwrap();
+        let get = |path: &str| {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).unwrap();
+            out
+        };
+        assert!(get("/healthz").starts_with("HTTP/1.0 503"));
+        m.streaming.store(true, Ordering::Relaxed);
+        m.kafka_progress();
+        assert!(get("/healthz").starts_with("HTTP/1.0 200"));
+        assert!(get("/metrics").contains("walrelay_up 1"));
+        assert!(get("/nope").starts_with("HTTP/1.0 404"));
+    }
+}
