@@ -239,12 +239,9 @@ pub fn consume(
         }
         match consumer.poll(Duration::from_millis(100)) {
             None => {}
-            Some(Err(e)) => {
-                // Subscribing to a topic that is not created yet is normal.
-                if !e.to_string().contains("Unknown topic") {
-                    eprintln!("consumer error: {e}");
-                }
-            }
+            // Subscribing to a topic that is not created yet is normal.
+            Some(Err(e)) if e.to_string().contains("Unknown topic") => {}
+            Some(Err(e)) => eprintln!("consumer error: {e}"),
             Some(Ok(m)) => {
                 let headers = m
                     .headers()
