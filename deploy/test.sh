@@ -44,7 +44,7 @@ for m in $EXTRA_MAJORS; do
   log "PostgreSQL $m"
   eval "$(PG_MAJOR=$m deploy/dev/postgres.sh up)"
   export WALRELAY_PG_MAJOR WALRELAY_PG_PORT WALRELAY_PG_SOCKET_DIR
-  cargo test --locked --test services --test relay_matrix
+  cargo test --locked --test services --test relay_matrix --test wire
   PG_MAJOR=$m deploy/dev/postgres.sh down >/dev/null
 done
 log "all tests passed"

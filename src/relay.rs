@@ -71,12 +71,12 @@ pub enum RelayError {
     Stream { lsn: Lsn, what: String },
     #[error(transparent)]
     Route(#[from] RouteError),
-    #[error(
-        "Kafka rejected a record for topic {topic:?} (transaction committed at {lsn}): {error}"
-    )]
+    #[error("Kafka rejected {event} for topic {topic:?} (transaction committed at {lsn}): {error}")]
     Delivery {
         topic: String,
         lsn: Lsn,
+        /// Which event: the outbox row id when known.
+        event: String,
         error: SinkError,
     },
     #[error("Kafka: {0}")]
@@ -316,10 +316,14 @@ impl Started {
             )
             .await;
         if let Err(e) = result {
-            if matches!(
-                e,
-                RelayError::Route(_) | RelayError::Decode { .. } | RelayError::Stream { .. }
-            ) {
+            let one_bad_change = match &e {
+                RelayError::Route(_) | RelayError::Decode { .. } | RelayError::Stream { .. } => {
+                    true
+                }
+                RelayError::Delivery { error, .. } => error.kind == SinkErrorKind::Definite,
+                _ => false,
+            };
+            if one_bad_change {
                 // The connections are fine and the problem is one change: let
                 // Kafka take (and the slot confirm) everything before it, so
                 // the operator restarts right at the bad change.
@@ -522,6 +526,14 @@ impl Session {
             acks,
             status_interval,
         })
+    }
+}
+
+/// "outbox row id=…" for error messages (never the payload).
+fn describe_record(record: &crate::router::Record) -> String {
+    match record.headers.iter().find(|(k, _)| k == "id") {
+        Some((_, id)) => format!("outbox row id={}", String::from_utf8_lossy(id)),
+        None => "a record".to_owned(),
     }
 }
 
@@ -745,6 +757,7 @@ impl Streaming {
                         RelayError::Delivery {
                             topic: record.topic.clone(),
                             lsn: open.commit_lsn,
+                            event: describe_record(&record),
                             error,
                         }
                     })?;
@@ -812,6 +825,7 @@ impl Streaming {
                 Err(RelayError::Delivery {
                     topic,
                     lsn: commit_lsn,
+                    event: format!("record #{index} of the transaction"),
                     error,
                 })
             }
@@ -819,7 +833,12 @@ impl Streaming {
                 delivery: Delivery::Offset { lsn },
                 topic,
                 error,
-            } => Err(RelayError::Delivery { topic, lsn, error }),
+            } => Err(RelayError::Delivery {
+                topic,
+                lsn,
+                event: "the offset-store write".into(),
+                error,
+            }),
             Ack::Fatal(e) => Err(RelayError::Sink(e)),
         }
     }
@@ -842,6 +861,7 @@ impl Streaming {
             .map_err(|error| RelayError::Delivery {
                 topic: record.topic.clone(),
                 lsn: confirmed,
+                event: "the offset-store write".into(),
                 error,
             })?;
         self.offset_in_flight = Some(confirmed);

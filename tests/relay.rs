@@ -535,3 +535,139 @@ async fn a_huge_transaction_streams_in_bounded_memory() {
     eprintln!("peak RSS {peak_kb} kB for a 100,000-row (~100 MB) transaction");
     assert!(relay.stop().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_outbox_tables_with_their_own_columns_and_topics() {
+    require_kafka();
+    let db = TestDb::new("multi").await;
+    db.create_outbox("outbox").await;
+    db.client
+        .batch_execute(
+            "CREATE SCHEMA billing AUTHORIZATION walrelay;
+             CREATE TABLE billing.events (
+                event_id uuid PRIMARY KEY, kind text NOT NULL, invoice text NOT NULL,
+                body bytea, happened_at timestamptz NOT NULL);
+             ALTER TABLE billing.events OWNER TO walrelay;",
+        )
+        .await
+        .expect("second outbox table");
+    let names = Names::new("multi");
+    let billing_topic = format!("{}.billing", names.topic_prefix);
+    let second = format!(
+        r#"
+[[outbox]]
+table = "billing.events"
+id_column = "event_id"
+aggregate_type_column = "kind"
+aggregate_id_column = "invoice"
+type_column = "kind"
+payload_column = "body"
+topic = "{billing_topic}"
+header_columns = ["kind"]
+timestamp_column = "happened_at"
+"#
+    );
+    let mut relay = RelayProcess::start(&relay_config(&db, &names, "", &second), &[]);
+    relay.wait_log("streaming", START).await;
+    insert(
+        &db,
+        "BEGIN;
+         INSERT INTO outbox VALUES ('00000000-0000-4000-8000-000000000101', 'order', 'o-1', 'Created', '{\"x\": 1}');
+         INSERT INTO billing.events VALUES ('00000000-0000-4000-8000-000000000102', 'InvoiceIssued', 'inv-9',
+                                            '\\x00ff', '2026-01-02 03:04:05.678+00');
+         COMMIT;",
+    )
+    .await;
+    let orders = consume(
+        &[&names.topic("order")],
+        1,
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+    );
+    let bills = consume(
+        &[&billing_topic],
+        1,
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+    );
+    assert_eq!(orders.len(), 1, "{orders:?}");
+    assert_eq!(bills.len(), 1, "{bills:?}");
+    let bill = &bills[0];
+    assert_eq!(bill.key.as_deref(), Some(&b"inv-9"[..]));
+    assert_eq!(
+        bill.value.as_deref(),
+        Some(&[0x00, 0xff][..]),
+        "bytea payload bytes, unchanged"
+    );
+    assert_eq!(
+        bill.header_str("id").as_deref(),
+        Some("00000000-0000-4000-8000-000000000102")
+    );
+    assert_eq!(bill.header_str("kind").as_deref(), Some("InvoiceIssued"));
+    assert_eq!(
+        bill.timestamp,
+        Some(1_767_323_045_678),
+        "record timestamp from happened_at"
+    );
+    assert_eq!(
+        bill.header_str("walrelay.lsn"),
+        orders[0].header_str("walrelay.lsn"),
+        "one transaction, one commit LSN"
+    );
+    assert!(relay.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_kafka_refuses_stops_the_connector_naming_the_event() {
+    require_kafka();
+    let db = TestDb::new("toolarge").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("toolarge");
+    let mut relay = RelayProcess::start(&relay_config(&db, &names, "", ""), &[]);
+    relay.wait_log("streaming", START).await;
+    let big = "00000000-0000-4000-8000-0000000000bb";
+    insert(
+        &db,
+        "INSERT INTO outbox VALUES (gen_random_uuid(), 'order', 'a', 'Created', '{}')",
+    )
+    .await;
+    // Incompressible, well over the 1 MB default limits.
+    insert(
+        &db,
+        &format!(
+            "INSERT INTO outbox VALUES ('{big}', 'order', 'b', 'Created',
+               jsonb_build_object('blob', (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 100000) g)))"
+        ),
+    )
+    .await;
+    let status = relay
+        .wait_exit(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("still running:\n{}", relay.log()));
+    assert_eq!(status.code(), Some(1));
+    let log = relay.log();
+    assert!(
+        log.contains(big) && log.contains("message.max.bytes"),
+        "{log}"
+    );
+    let bad_commit = {
+        let at = log.find("transaction committed at ").expect("lsn in error");
+        let rest = &log[at + "transaction committed at ".len()..];
+        parse_lsn(&rest[..rest.find(')').unwrap()])
+    };
+    let confirmed = db.confirmed_flush(&names.slot).await.unwrap();
+    assert!(
+        confirmed <= bad_commit,
+        "slot {confirmed:X} passed the refused event at {bad_commit:X}"
+    );
+    let before = consume(
+        &[&names.topic("order")],
+        1,
+        Duration::from_secs(20),
+        Duration::from_millis(500),
+    );
+    assert_eq!(
+        before.len(),
+        1,
+        "the event before it is delivered: {before:?}"
+    );
+}
