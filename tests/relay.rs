@@ -100,10 +100,7 @@ async fn update_policy_fail_stops_the_connector() {
     )
     .await;
     insert(&db, "UPDATE outbox SET type = 'Changed'").await;
-    let status = relay
-        .wait_exit(Duration::from_secs(30))
-        .unwrap_or_else(|| panic!("still running:\n{}", relay.log()));
-    assert_eq!(status.code(), Some(1));
+    relay.expect_exit(1, Duration::from_secs(30));
     assert!(
         relay.log().contains("on_update = \\\"fail\\\"")
             || relay.log().contains("on_update = \"fail\""),
@@ -148,11 +145,7 @@ async fn a_null_aggregate_id_stops_the_connector_before_the_slot_passes_it() {
     )
     .await;
 
-    let status = relay
-        .wait_exit(Duration::from_secs(30))
-        .unwrap_or_else(|| panic!("still running:\n{}", relay.log()));
-    assert_eq!(status.code(), Some(1), "a definite error exits 1");
-    let log = relay.log();
+    let log = relay.expect_exit(1, Duration::from_secs(30));
     assert!(
         log.contains("public.outbox") && log.contains("column aggregateid"),
         "{log}"
@@ -178,10 +171,7 @@ async fn a_null_aggregate_id_stops_the_connector_before_the_slot_passes_it() {
 
     // A restart meets the same row again: nothing was skipped.
     let mut again = RelayProcess::start_with(&relay.config_path, &[]);
-    let status = again
-        .wait_exit(Duration::from_secs(60))
-        .unwrap_or_else(|| panic!("still running:\n{}", again.log()));
-    assert_eq!(status.code(), Some(1));
+    again.expect_exit(1, Duration::from_secs(60));
     assert_eq!(
         db.confirmed_flush(&names.slot).await.expect("slot"),
         confirmed
@@ -253,10 +243,7 @@ async fn a_dropped_or_recreated_slot_is_refused_at_start() {
     )
     .await;
     let mut dropped = RelayProcess::start_with(&relay.config_path, &[]);
-    let status = dropped
-        .wait_exit(Duration::from_secs(60))
-        .unwrap_or_else(|| panic!("still running:\n{}", dropped.log()));
-    assert_eq!(status.code(), Some(1));
+    dropped.expect_exit(1, Duration::from_secs(60));
     assert!(
         dropped
             .log()
@@ -278,11 +265,7 @@ async fn a_dropped_or_recreated_slot_is_refused_at_start() {
         .await
         .expect("recreate slot");
     let mut recreated = RelayProcess::start_with(&relay.config_path, &[]);
-    let status = recreated
-        .wait_exit(Duration::from_secs(60))
-        .unwrap_or_else(|| panic!("still running:\n{}", recreated.log()));
-    assert_eq!(status.code(), Some(1));
-    let log = recreated.log();
+    let log = recreated.expect_exit(1, Duration::from_secs(60));
     assert!(
         log.contains("but Kafka holds events only up to") && log.contains("--accept-slot-position"),
         "{log}"
@@ -640,11 +623,7 @@ async fn a_payload_kafka_refuses_stops_the_connector_naming_the_event() {
         ),
     )
     .await;
-    let status = relay
-        .wait_exit(Duration::from_secs(60))
-        .unwrap_or_else(|| panic!("still running:\n{}", relay.log()));
-    assert_eq!(status.code(), Some(1));
-    let log = relay.log();
+    let log = relay.expect_exit(1, Duration::from_secs(60));
     assert!(
         log.contains(big) && log.contains("message.max.bytes"),
         "{log}"

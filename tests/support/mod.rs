@@ -175,6 +175,31 @@ pub struct Consumed {
 }
 
 impl Consumed {
+    pub fn from_message(m: &rdkafka::message::BorrowedMessage<'_>) -> Consumed {
+        let headers = m
+            .headers()
+            .map(|hs| {
+                hs.iter()
+                    .map(|h| {
+                        (
+                            h.key.to_owned(),
+                            h.value.map(<[u8]>::to_vec).unwrap_or_default(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Consumed {
+            topic: m.topic().to_owned(),
+            partition: m.partition(),
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.payload().map(<[u8]>::to_vec),
+            headers,
+            timestamp: m.timestamp().to_millis(),
+        }
+    }
+
     pub fn header(&self, name: &str) -> Option<&[u8]> {
         self.headers
             .iter()
@@ -242,30 +267,7 @@ pub fn consume(
             // Subscribing to a topic that is not created yet is normal.
             Some(Err(e)) if e.to_string().contains("Unknown topic") => {}
             Some(Err(e)) => eprintln!("consumer error: {e}"),
-            Some(Ok(m)) => {
-                let headers = m
-                    .headers()
-                    .map(|hs| {
-                        hs.iter()
-                            .map(|h| {
-                                (
-                                    h.key.to_owned(),
-                                    h.value.map(<[u8]>::to_vec).unwrap_or_default(),
-                                )
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                out.push(Consumed {
-                    topic: m.topic().to_owned(),
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    value: m.payload().map(<[u8]>::to_vec),
-                    headers,
-                    timestamp: m.timestamp().to_millis(),
-                });
-            }
+            Some(Ok(m)) => out.push(Consumed::from_message(&m)),
         }
     }
     out
@@ -416,6 +418,20 @@ impl RelayProcess {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Waits for the process to exit with `code`; returns its log.
+    pub fn expect_exit(&mut self, code: i32, timeout: Duration) -> String {
+        let status = self
+            .wait_exit(timeout)
+            .unwrap_or_else(|| panic!("walrelay still running after {timeout:?}:\n{}", self.log()));
+        assert_eq!(
+            status.code(),
+            Some(code),
+            "exit status; log:\n{}",
+            self.log()
+        );
+        self.log()
     }
 
     /// SIGTERM and wait for a clean exit.
@@ -711,34 +727,13 @@ pub fn consume_to_end(topics: &[&str]) -> Vec<Consumed> {
             continue;
         };
         let m = m.unwrap_or_else(|e| panic!("consumer error: {e}"));
-        let headers = m
-            .headers()
-            .map(|hs| {
-                hs.iter()
-                    .map(|h| {
-                        (
-                            h.key.to_owned(),
-                            h.value.map(<[u8]>::to_vec).unwrap_or_default(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
         let key = (m.topic().to_owned(), m.partition());
         if let Some(high) = ends.get(&key)
             && m.offset() + 1 >= *high
         {
             ends.remove(&key);
         }
-        out.push(Consumed {
-            topic: m.topic().to_owned(),
-            partition: m.partition(),
-            offset: m.offset(),
-            key: m.key().map(<[u8]>::to_vec),
-            value: m.payload().map(<[u8]>::to_vec),
-            headers,
-            timestamp: m.timestamp().to_millis(),
-        });
+        out.push(Consumed::from_message(&m));
     }
     out
 }
