@@ -98,10 +98,44 @@ pub async fn pg_connect(database: &str) -> Client {
     client
 }
 
-/// A fresh database owned by the `walrelay` role.
+/// A fresh database owned by the `walrelay` role. Dropped — with its
+/// replication slots, which would otherwise pin WAL and use up
+/// `max_replication_slots` — when the test ends, even on failure.
 pub struct TestDb {
     pub name: String,
     pub client: Client,
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        // Drop cannot be async: use psql, which the service scripts install.
+        let db = &self.name;
+        // Separate -c commands: DROP DATABASE cannot run in the implicit
+        // transaction of a multi-statement string.
+        let _ = std::process::Command::new("psql")
+            .args(["-X", "-q", "-h", "127.0.0.1", "-p", &pg_port().to_string()])
+            .args(["-U", "postgres", "-d", "postgres"])
+            .args([
+                "-c",
+                &format!(
+                    "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+                 WHERE database = '{db}' AND active_pid IS NOT NULL"
+                ),
+            ])
+            .args(["-c", "SELECT pg_sleep(0.2)"])
+            .args([
+                "-c",
+                &format!(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+                 WHERE database = '{db}' AND NOT active"
+                ),
+            ])
+            .args(["-c", &format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")])
+            .env("PGPASSWORD", "postgres")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
 }
 
 impl TestDb {
