@@ -659,8 +659,13 @@ impl Streaming {
                     STALL_WARNING.as_secs()
                 );
             }
+            if shutdown.is_cancelled() {
+                return Ok(());
+            }
+            // Unbiased on purpose: under a backlog both the stream and the
+            // acks are always ready, and a fixed order would starve one
+            // (reads, or acks and with them the status updates).
             tokio::select! {
-                biased;
                 _ = shutdown.cancelled() => return Ok(()),
                 ack = acks.recv() => {
                     let Some(ack) = ack else { return Err(RelayError::Ended("Kafka delivery channel")) };
