@@ -1,0 +1,243 @@
+//! The relay: one replication session from slot to Kafka, and the loop that
+//! restarts it.
+//!
+//! Data moves one way: walsender → [`ReplicationStream`] → [`pgoutput::decode`]
+//! → [`Router`] → [`KafkaSink`]. Acknowledgements move back: delivery reports
+//! arrive as [`Ack`]s on a channel and advance the [`Checkpoint`]; the
+//! checkpoint's confirmed position is written to the offset store, and only an
+//! *acknowledged* offset write is reported to PostgreSQL as the slot's flush
+//! position.
+//!
+//! Invariants kept here (the pieces keep their own):
+//! - **Confirm only what Kafka holds.** The status update's flush LSN is
+//!   always an offset-store write that Kafka acknowledged, and that write
+//!   carried `checkpoint.confirmed()`, which covers only fully acked
+//!   transactions. So the slot is never ahead of Kafka, nor of the offset store.
+//! - **Bounded memory.** While the checkpoint is full, the socket is not read
+//!   (TCP backpressure reaches the walsender), but status updates keep going
+//!   so the walsender does not time us out.
+//! - **Never skip silently.** Decode, route, delivery and frontier errors end
+//!   the session before the position passes the offending change.
+//! - **Errors say what to do.** Each error is transient (the outer loop
+//!   retries with capped exponential backoff, logging once per state change)
+//!   or definite (the connector stops with the explanation).
+
+mod session;
+mod streaming;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::Lsn;
+use crate::checkpoint::CheckpointError;
+use crate::config::Config;
+use crate::offsets;
+use crate::pg::catalog::CatalogError;
+use crate::pg::wire::{ConnectParams, WireError};
+use crate::pgoutput::DecodeError;
+use crate::router::RouteError;
+use crate::sink::kafka::{SinkError, SinkErrorKind};
+use crate::telemetry::{self, Metrics};
+
+use session::Session;
+
+/// How long Kafka may leave records unacknowledged before we warn.
+const STALL_WARNING: Duration = telemetry::STALL;
+
+/// How often the slot's lag is read for the metrics.
+const SLOT_POLL_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Knobs from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Start even if the slot is ahead of the stored offset (after the
+    /// operator has reconciled the gap). Applies to the first session only.
+    pub accept_slot_position: bool,
+}
+
+/// Why a session or the connector stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error("cannot decode the replication stream at {lsn}: {source}")]
+    Decode { lsn: Lsn, source: DecodeError },
+    #[error("replication stream out of order at {lsn}: {what}")]
+    Stream { lsn: Lsn, what: String },
+    #[error(transparent)]
+    Route(#[from] RouteError),
+    #[error("Kafka rejected {event} for topic {topic:?} (transaction committed at {lsn}): {error}")]
+    Delivery {
+        topic: String,
+        lsn: Lsn,
+        /// Which event: the outbox row id when known.
+        event: String,
+        error: SinkError,
+    },
+    #[error("Kafka: {0}")]
+    Sink(SinkError),
+    #[error("offset store: {0}")]
+    Offsets(#[from] offsets::OffsetStoreError),
+    #[error("internal consistency check failed: {0}")]
+    Checkpoint(#[from] CheckpointError),
+    #[error("refusing to start: {reason}. What to do: {hint}")]
+    Refused { reason: String, hint: String },
+    #[error("{what}. What to do: {fix}")]
+    Setup { what: String, fix: String },
+    #[error("{0} ended unexpectedly")]
+    Ended(&'static str),
+}
+
+impl RelayError {
+    /// Whether the outer loop should retry.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            RelayError::Wire(e) => e.is_transient(),
+            RelayError::Catalog(e) => e.is_transient(),
+            RelayError::Delivery { error, .. } | RelayError::Sink(error) => {
+                error.kind == SinkErrorKind::Transient
+            }
+            RelayError::Offsets(_) => true,
+            RelayError::Ended(_) => true,
+            RelayError::Decode { .. }
+            | RelayError::Stream { .. }
+            | RelayError::Route(_)
+            | RelayError::Checkpoint(_)
+            | RelayError::Refused { .. }
+            | RelayError::Setup { .. } => false,
+        }
+    }
+
+    /// What we are waiting for, for the retry log line.
+    fn waiting_for(&self) -> &'static str {
+        match self {
+            RelayError::Wire(_) | RelayError::Catalog(_) => "PostgreSQL",
+            RelayError::Delivery { .. } | RelayError::Sink(_) | RelayError::Offsets(_) => "Kafka",
+            _ => "the session to restart",
+        }
+    }
+}
+
+/// Connection parameters for both PostgreSQL connections.
+pub fn connect_params(config: &Config) -> ConnectParams {
+    let pg = &config.postgres;
+    ConnectParams {
+        host: pg.host.clone(),
+        port: pg.port,
+        user: pg.user.clone(),
+        password: pg.password.clone(),
+        database: pg.database.clone(),
+        application_name: format!("walrelay-{}", config.connector.name),
+        connect_timeout: pg.connect_timeout,
+        max_message_size: usize::try_from(pg.max_message_size).unwrap_or(usize::MAX),
+    }
+}
+
+/// librdkafka properties: the config's, plus queue sizes derived from our
+/// in-flight caps so that librdkafka's queue never fills before ours does.
+pub fn producer_properties(config: &Config) -> Vec<(String, String)> {
+    let k = &config.kafka;
+    let mut props = vec![
+        (
+            "client.id".to_owned(),
+            format!("walrelay-{}", config.connector.name),
+        ),
+        (
+            "queue.buffering.max.messages".to_owned(),
+            (k.max_in_flight_records as u64 + 10_000)
+                .min(2_147_483_647)
+                .to_string(),
+        ),
+        (
+            "queue.buffering.max.kbytes".to_owned(),
+            ((k.max_in_flight_bytes + config.postgres.max_message_size) / 1024 + 1024)
+                .min(2_147_483_647)
+                .to_string(),
+        ),
+    ];
+    // The config's list last, so its raw map can still tune these.
+    props.extend(k.producer_properties());
+    props
+}
+
+/// Runs the connector until `shutdown` is cancelled (Ok) or a definite error.
+pub async fn run(
+    config: Config,
+    options: RunOptions,
+    shutdown: CancellationToken,
+) -> Result<(), RelayError> {
+    let config = Arc::new(config);
+    let metrics = Arc::new(Metrics::default());
+    if let Some(health) = &config.health {
+        let addr =
+            telemetry::serve(health.listen, metrics.clone()).map_err(|what| RelayError::Setup {
+                what,
+                fix: "choose a free address for [health] listen, or remove the [health] section"
+                    .into(),
+            })?;
+        tracing::info!(%addr, "serving /healthz and /metrics");
+    }
+    let mut backoff = config.postgres.reconnect_backoff_initial;
+    let mut last_problem: Option<String> = None;
+    let mut accept = options.accept_slot_position;
+    loop {
+        let session = Session {
+            config: config.clone(),
+            accept_slot_position: accept,
+            metrics: metrics.clone(),
+        };
+        // Setup (connecting, checks) is simply abandoned on shutdown; once
+        // streaming, the session stops gracefully by itself.
+        let started = tokio::select! {
+            r = session.setup() => r,
+            _ = shutdown.cancelled() => return Ok(()),
+        };
+        let result = match started {
+            Ok(started) => {
+                // It got as far as streaming: the next failure starts a new story.
+                backoff = config.postgres.reconnect_backoff_initial;
+                last_problem = None;
+                accept = false;
+                metrics.sessions_started.fetch_add(1, Ordering::Relaxed);
+                metrics.streaming.store(true, Ordering::Relaxed);
+                metrics.set_error("");
+                let r = started.run(&shutdown).await;
+                metrics.streaming.store(false, Ordering::Relaxed);
+                r
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &result {
+            metrics.session_errors.fetch_add(1, Ordering::Relaxed);
+            metrics.set_error(&e.to_string());
+        }
+        match result {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_transient() => {
+                let problem = e.to_string();
+                if last_problem.as_deref() != Some(problem.as_str()) {
+                    tracing::warn!(
+                        error = %problem,
+                        retry_in = ?backoff,
+                        "waiting for {}; will retry with backoff",
+                        e.waiting_for()
+                    );
+                    last_problem = Some(problem);
+                } else {
+                    tracing::debug!(retry_in = ?backoff, "still waiting for {}", e.waiting_for());
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.cancelled() => return Ok(()),
+                }
+                backoff = (backoff * 2).min(config.postgres.reconnect_backoff_max);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
