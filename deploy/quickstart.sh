@@ -20,6 +20,7 @@ say "starting PostgreSQL 18 and Kafka"
 eval "$(PG_MAJOR=18 deploy/dev/postgres.sh up)"
 eval "$(deploy/dev/kafka.sh up)"
 
+deploy/dev/prereqs.sh
 say "building walrelay (release; the first build compiles librdkafka and takes a few minutes)"
 cargo build --locked --release
 BIN=$ROOT/target/release/walrelay

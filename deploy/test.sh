@@ -25,8 +25,8 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-log "checking the Rust toolchain"
-command -v cargo >/dev/null || { echo "cargo not found: install Rust with rustup (see README)" >&2; exit 1; }
+log "checking build prerequisites"
+deploy/dev/prereqs.sh
 
 log "building (first build compiles librdkafka: a few minutes)"
 cargo build --locked --all-targets

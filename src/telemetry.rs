@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 pub struct Metrics {
     started: Instant,
+    /// `connector="<name>"`, on every sample.
+    labels: String,
     pub streaming: AtomicBool,
     pub records_published: AtomicU64,
     pub records_acked: AtomicU64,
@@ -46,10 +48,13 @@ pub struct Metrics {
     last_error: Mutex<String>,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
+impl Metrics {
+    /// Metrics labelled with the connector's name (validated by the config
+    /// to `[A-Za-z0-9._-]`, so it needs no escaping).
+    pub fn new(connector: &str) -> Self {
         Metrics {
             started: Instant::now(),
+            labels: format!("connector=\"{connector}\""),
             streaming: AtomicBool::new(false),
             records_published: AtomicU64::new(0),
             records_acked: AtomicU64::new(0),
@@ -130,10 +135,11 @@ impl Metrics {
     pub fn render(&self) -> String {
         use std::fmt::Write;
         let mut out = String::with_capacity(2048);
+        let labels = self.labels.clone();
         let mut metric = |name: &str, kind: &str, help: &str, value: String| {
             let _ = writeln!(
                 out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{labels}}} {value}"
             );
         };
         let u = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
@@ -228,14 +234,16 @@ impl Metrics {
         for s in ["reserved", "extended", "unreserved", "lost"] {
             let _ = writeln!(
                 out,
-                "walrelay_slot_wal_status{{status=\"{s}\"}} {}",
+                "walrelay_slot_wal_status{{{},status=\"{s}\"}} {}",
+                self.labels,
                 u8::from(status == s)
             );
         }
         let ok = u8::from(self.health().is_ok());
         let _ = writeln!(
             out,
-            "# HELP walrelay_healthy 1 when /healthz answers 200.\n# TYPE walrelay_healthy gauge\nwalrelay_healthy {ok}"
+            "# HELP walrelay_healthy 1 when /healthz answers 200.\n# TYPE walrelay_healthy gauge\nwalrelay_healthy{{{}}} {ok}",
+            self.labels
         );
         out
     }
@@ -284,7 +292,7 @@ mod tests {
 
     #[test]
     fn health_follows_streaming_and_kafka_progress() {
-        let m = Metrics::default();
+        let m = Metrics::new("c1");
         assert!(m.health().is_err());
         m.set_error("waiting for PostgreSQL");
         assert!(m.health().unwrap_err().contains("waiting for PostgreSQL"));
@@ -297,28 +305,32 @@ mod tests {
 
     #[test]
     fn renders_prometheus_text() {
-        let m = Metrics::default();
+        let m = Metrics::new("c1");
         m.records_published.store(7, Ordering::Relaxed);
         m.slot_lag_bytes.store(4096, Ordering::Relaxed);
         m.set_wal_status("extended");
         let text = m.render();
         assert!(text.contains(
-            "# TYPE walrelay_records_published_total counter\nwalrelay_records_published_total 7\n"
+            "# TYPE walrelay_records_published_total counter\nwalrelay_records_published_total{connector=\"c1\"} 7\n"
         ));
-        assert!(text.contains("walrelay_slot_lag_bytes 4096\n"));
-        assert!(text.contains("walrelay_slot_wal_status{status=\"extended\"} 1\n"));
-        assert!(text.contains("walrelay_slot_wal_status{status=\"lost\"} 0\n"));
+        assert!(text.contains("walrelay_slot_lag_bytes{connector=\"c1\"} 4096\n"));
+        assert!(
+            text.contains("walrelay_slot_wal_status{connector=\"c1\",status=\"extended\"} 1\n")
+        );
+        assert!(text.contains("walrelay_slot_wal_status{connector=\"c1\",status=\"lost\"} 0\n"));
         for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let mut parts = line.split(' ');
-            let (name, value) = (parts.next().unwrap(), parts.next().unwrap());
-            assert!(name.starts_with("walrelay_"), "{line}");
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            assert!(
+                series.starts_with("walrelay_") && series.contains("{connector=\"c1\""),
+                "{line}"
+            );
             assert!(value.parse::<f64>().is_ok(), "{line}");
         }
     }
 
     #[test]
     fn serves_over_http() {
-        let m = std::sync::Arc::new(Metrics::default());
+        let m = std::sync::Arc::new(Metrics::new("c1"));
         let addr = serve("127.0.0.1:0".parse().unwrap(), m.clone()).unwrap();
         let get = |path: &str| {
             use std::io::{Read, Write};
@@ -332,7 +344,7 @@ mod tests {
         m.streaming.store(true, Ordering::Relaxed);
         m.kafka_progress();
         assert!(get("/healthz").starts_with("HTTP/1.0 200"));
-        assert!(get("/metrics").contains("walrelay_up 1"));
+        assert!(get("/metrics").contains("walrelay_up{connector=\"c1\"} 1"));
         assert!(get("/nope").starts_with("HTTP/1.0 404"));
     }
 }

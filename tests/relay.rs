@@ -399,10 +399,13 @@ async fn health_and_metrics_show_streaming_and_slot_lag() {
         Duration::from_secs(30),
         || {
             let m = http_get(&addr, "/metrics");
+            let c = format!("{{connector=\"{}\"", names.connector);
             async move {
-                (m.contains("walrelay_records_acked_total 1\n")
-                    && m.contains("walrelay_up 1\n")
-                    && m.contains("walrelay_slot_wal_status{status=\"reserved\"} 1"))
+                (m.contains(&format!("walrelay_records_acked_total{c}}} 1\n"))
+                    && m.contains(&format!("walrelay_up{c}}} 1\n"))
+                    && m.contains(&format!(
+                        "walrelay_slot_wal_status{c},status=\"reserved\"}} 1"
+                    )))
                 .then_some(m)
             }
         },
@@ -410,7 +413,11 @@ async fn health_and_metrics_show_streaming_and_slot_lag() {
     .await;
     let lag: i64 = metrics
         .lines()
-        .find_map(|l| l.strip_prefix("walrelay_slot_lag_bytes "))
+        .find_map(|l| {
+            l.strip_prefix("walrelay_slot_lag_bytes{")
+                .and_then(|r| r.split_once("} "))
+                .map(|(_, v)| v)
+        })
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no slot lag in:\n{metrics}"));
     assert!(lag >= 0, "slot lag is known once streaming: {lag}");

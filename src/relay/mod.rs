@@ -172,7 +172,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), RelayError> {
     let config = Arc::new(config);
-    let metrics = Arc::new(Metrics::default());
+    let metrics = Arc::new(Metrics::new(&config.connector.name));
     if let Some(health) = &config.health {
         let addr =
             telemetry::serve(health.listen, metrics.clone()).map_err(|what| RelayError::Setup {

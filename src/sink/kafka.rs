@@ -274,3 +274,67 @@ impl KafkaSink {
             })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        [
+            ("bootstrap.servers", "127.0.0.1:1"),
+            ("acks", "all"),
+            ("enable.idempotence", "true"),
+        ]
+        .iter()
+        .chain(extra)
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+
+    /// Every codec the config accepts is compiled into librdkafka.
+    #[test]
+    fn every_configurable_codec_is_built_in() {
+        for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+            let created = KafkaSink::new(&props(&[("compression.type", codec)]));
+            assert!(created.is_ok(), "{codec}: {:?}", created.err());
+        }
+    }
+
+    /// TLS and SASL/SCRAM to the brokers need librdkafka built with OpenSSL.
+    #[test]
+    fn tls_and_sasl_scram_are_built_in() {
+        let created = KafkaSink::new(&props(&[
+            ("security.protocol", "sasl_ssl"),
+            ("sasl.mechanisms", "SCRAM-SHA-512"),
+            ("sasl.username", "u"),
+            ("sasl.password", "p"),
+        ]));
+        assert!(created.is_ok(), "{:?}", created.err());
+    }
+
+    #[test]
+    fn definite_and_transient_errors() {
+        let e = |c| SinkError::from_kafka(&KafkaError::MessageProduction(c));
+        assert_eq!(
+            e(RDKafkaErrorCode::MessageSizeTooLarge).kind,
+            SinkErrorKind::Definite
+        );
+        assert!(
+            e(RDKafkaErrorCode::MessageSizeTooLarge)
+                .message
+                .contains("message.max.bytes")
+        );
+        assert_eq!(
+            e(RDKafkaErrorCode::TopicAuthorizationFailed).kind,
+            SinkErrorKind::Definite
+        );
+        assert_eq!(
+            e(RDKafkaErrorCode::BrokerTransportFailure).kind,
+            SinkErrorKind::Transient
+        );
+        assert_eq!(
+            e(RDKafkaErrorCode::MessageTimedOut).kind,
+            SinkErrorKind::Transient
+        );
+    }
+}

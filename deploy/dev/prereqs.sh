@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# deploy/dev/prereqs.sh — build prerequisites that cargo cannot install.
+#
+# librdkafka (built by the rdkafka crate) links OpenSSL and zlib and finds
+# them with pkg-config. Installs the Debian packages when missing (as root),
+# otherwise says what to install. Idempotent and quick when all is there.
+set -euo pipefail
+
+missing=()
+command -v cc >/dev/null || missing+=(build-essential)
+command -v make >/dev/null || missing+=(make)
+command -v pkg-config >/dev/null || missing+=(pkg-config)
+if command -v pkg-config >/dev/null; then
+  pkg-config --exists openssl || missing+=(libssl-dev)
+  pkg-config --exists zlib || missing+=(zlib1g-dev)
+else
+  missing+=(libssl-dev zlib1g-dev)
+fi
+command -v cargo >/dev/null || {
+  echo "prereqs.sh: cargo not found: install Rust with rustup (https://rustup.rs), then re-run" >&2
+  exit 1
+}
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "prereqs.sh: missing build packages: ${missing[*]}; install them with: sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "prereqs.sh: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null 2>&1 \
+  || { apt-get update >/dev/null && apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; }
