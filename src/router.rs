@@ -73,10 +73,11 @@ pub enum Routed {
     Record(Record),
     /// Nothing to publish (delete, ignored update, other table).
     Nothing,
-    /// An update to an outbox row under `on_update = "warn"`: not published,
-    /// but the caller should log it.
+    /// An update to an outbox row under `on_update = "warn"` or `"skip"`:
+    /// not published; counted, and logged when `warn`.
     IgnoredUpdate {
         table: String,
+        warn: bool,
     },
 }
 
@@ -173,8 +174,8 @@ impl Router {
             return Ok(Routed::Nothing);
         };
         match bound.route.config.on_update {
-            OnUpdate::Skip => Ok(Routed::Nothing),
-            OnUpdate::Warn => Ok(Routed::IgnoredUpdate { table: bound.display.clone() }),
+            OnUpdate::Skip => Ok(Routed::IgnoredUpdate { table: bound.display.clone(), warn: false }),
+            OnUpdate::Warn => Ok(Routed::IgnoredUpdate { table: bound.display.clone(), warn: true }),
             OnUpdate::Fail => Err(RouteError {
                 table: bound.display.clone(),
                 column: "*".into(),

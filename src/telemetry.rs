@@ -32,6 +32,7 @@ pub struct Metrics {
     pub records_published: AtomicU64,
     pub records_acked: AtomicU64,
     pub transactions: AtomicU64,
+    pub updates_ignored: AtomicU64,
     pub sessions_started: AtomicU64,
     pub session_errors: AtomicU64,
     pub confirmed_lsn: AtomicU64,
@@ -59,6 +60,7 @@ impl Metrics {
             records_published: AtomicU64::new(0),
             records_acked: AtomicU64::new(0),
             transactions: AtomicU64::new(0),
+            updates_ignored: AtomicU64::new(0),
             sessions_started: AtomicU64::new(0),
             session_errors: AtomicU64::new(0),
             confirmed_lsn: AtomicU64::new(0),
@@ -167,6 +169,12 @@ impl Metrics {
             "counter",
             "Committed transactions received from PostgreSQL.",
             u(&self.transactions),
+        );
+        metric(
+            "walrelay_updates_ignored_total",
+            "counter",
+            "Updates of outbox rows, not published (on_update = warn or skip).",
+            u(&self.updates_ignored),
         );
         metric(
             "walrelay_sessions_started_total",

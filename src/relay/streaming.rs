@@ -208,10 +208,11 @@ impl Streaming {
             }
             LogicalMessage::Update(u) => {
                 let open = self.current(wal_start)?;
-                if let Routed::IgnoredUpdate { table } =
+                if let Routed::IgnoredUpdate { table, warn } =
                     self.router.on_update(u.relation, open.commit_lsn)?
                 {
-                    if self.warned_updates.insert(table.clone()) {
+                    self.metrics.updates_ignored.fetch_add(1, Ordering::Relaxed);
+                    if warn && self.warned_updates.insert(table.clone()) {
                         tracing::warn!(
                             %table, lsn = %open.commit_lsn,
                             "an outbox row was updated; updates are not published (on_update = \"warn\"; \

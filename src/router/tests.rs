@@ -233,12 +233,16 @@ fn update_policy() {
     assert_eq!(
         router("").on_update(42, LSN),
         Ok(Routed::IgnoredUpdate {
-            table: "public.outbox".into()
+            table: "public.outbox".into(),
+            warn: true
         })
     );
     assert_eq!(
         router("on_update = \"skip\"").on_update(42, LSN),
-        Ok(Routed::Nothing)
+        Ok(Routed::IgnoredUpdate {
+            table: "public.outbox".into(),
+            warn: false
+        })
     );
     let err = router("on_update = \"fail\"")
         .on_update(42, LSN)
