@@ -1,0 +1,1253 @@
+#!/usr/bin/env python3
+"""walrelay benchmark harness: R (pg_recvlogical ceiling), D (Debezium), W (walrelay).
+
+Run it through deploy/bench/run.sh, which starts PostgreSQL and Kafka, resolves
+the Kafka Connect + Debezium classpath and exports BENCH_* / WALRELAY_* env
+variables. Standard library only. How each number is measured: docs/benchmarks.md.
+
+Per transaction size K and run i:
+  1. TRUNCATE the outbox table, create one fresh logical slot per contender
+     (before the fill, so each must stream the whole backlog), fill N rows in
+     K-row transactions with pgbench (several writers), record the end LSN,
+     VACUUM + CHECKPOINT so no background work lands inside a measurement.
+  2. R: pg_recvlogical --start --endpos=<end LSN> to a file; drain time = first
+     byte .. last write.
+  3. D: Kafka Connect standalone + Debezium + EventRouter; drain time = first ..
+     last record's LogAppendTime, stopped once the topics' end offsets grew by N.
+     Routing is verified against the database.
+  4. W: walrelay run --config; same measurement and verification as D.
+     "not yet" while target/release/walrelay is missing or does not deliver.
+     The order of R, D, W rotates from run to run.
+  Each contender's slot is dropped right after its measurement.
+Then the medians over runs go into a Markdown table.
+"""
+
+import argparse
+import datetime as dt
+import json
+import math
+import mmap
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+REPO = Path(os.environ.get("BENCH_REPO_ROOT", Path(__file__).resolve().parents[2]))
+BENCH_DIR = REPO / "deploy" / "bench"
+STATE_ROOT = REPO / ".state" / "bench"
+CHILDREN_FILE = STATE_ROOT / "children"  # pids we started, for cleanup after a crash
+
+DB = "walrelay_bench"
+PUB = "wrbench_pub"
+SLOT_PREFIX = "wrbench_"
+# aggregatetype values written by workload/schema.sql -> topics (EventRouter default
+# route.topic.replacement = outbox.event.${routedByValue}; walrelay's default is the same).
+AGG_TYPES = ["BenchOrder", "BenchPayment"]
+TOPICS = [f"outbox.event.{t}" for t in AGG_TYPES]
+PARTITIONS = 3
+
+PG_HOST = os.environ.get("WALRELAY_PG_HOST", "127.0.0.1")
+PG_PORT = int(os.environ.get("WALRELAY_PG_PORT", "54318"))
+PG_SUPER = ("postgres", "postgres")
+PG_RELAY = ("walrelay", "walrelay")  # REPLICATION role created by deploy/dev/postgres.sh
+BROKERS = os.environ.get("WALRELAY_KAFKA_BROKERS", "127.0.0.1:19092")
+
+CONNECT_LIBS = os.environ.get("BENCH_CONNECT_LIBS", "")
+CONNECT_VERSION = os.environ.get("BENCH_CONNECT_VERSION", "?")
+DEBEZIUM_VERSION = os.environ.get("BENCH_DEBEZIUM_VERSION", "?")
+
+# Connect worker JVM (see docs/benchmarks.md "Fair tuning"); Debezium's batch/queue sizes
+# and poll interval are command-line options.
+CONNECT_HEAP = ["-Xms256m", "-Xmx1g"]
+# As Kafka's bin/kafka-run-class.sh (KAFKA_JVM_PERFORMANCE_OPTS), heap capped at 1 GiB.
+CONNECT_JVM = CONNECT_HEAP + [
+    "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:MaxInlineLevel=15", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+]
+
+POLL_S = 0.1          # Kafka end-offset poll interval (one `kcat -Q`, ~6 ms CPU)
+R_POLL_S = 0.005      # pg_recvlogical: output file size + wait4 poll interval
+
+DOCS = REPO / "docs" / "benchmarks.md"
+DOCS_BEGIN = "<!-- bench:results:begin (written by deploy/bench/run.sh; edit outside these markers) -->"
+DOCS_END = "<!-- bench:results:end -->"
+
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+class BenchError(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------------------
+# Processes we start: remembered in .state/bench/children so a crashed or killed
+# harness's leftovers (a JVM holding a slot) are stopped by the next invocation.
+
+_children = {}  # pid -> Popen
+OUTAGES = []  # wall-clock times at which the broker did not answer
+
+
+def spawn(cmd, marker, **kw):
+    """Starts cmd in its own session; marker is a string in its argv we can recognise."""
+    p = subprocess.Popen(cmd, start_new_session=True, **kw)
+    _children[p.pid] = p
+    with open(CHILDREN_FILE, "a") as f:
+        f.write(f"{p.pid}\t{marker}\n")
+    return p
+
+
+def forget(p):
+    _children.pop(p.pid, None)
+
+
+def _cmdline(pid):
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return None
+
+
+def stop_process(p, grace_s=30.0):
+    """SIGTERM, wait up to grace_s, then SIGKILL. Returns (exit code, rusage or None)."""
+    ru = None
+    if p.returncode is None:
+        try:
+            os.kill(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                p.returncode = os.waitstatus_to_exitcode(status)
+                break
+            time.sleep(0.05)
+        else:
+            log(f"pid {p.pid} still running {grace_s:.0f}s after SIGTERM; SIGKILL")
+            os.kill(p.pid, signal.SIGKILL)
+            _, status, ru = os.wait4(p.pid, 0)
+            p.returncode = os.waitstatus_to_exitcode(status)
+    forget(p)
+    return p.returncode, ru
+
+
+def cleanup_leftover_children():
+    if not CHILDREN_FILE.exists():
+        return
+    for line in CHILDREN_FILE.read_text().splitlines():
+        try:
+            pid_s, marker = line.split("\t", 1)
+            pid = int(pid_s)
+        except ValueError:
+            continue
+        cmd = _cmdline(pid)
+        if cmd and marker in cmd:
+            log(f"stopping leftover process {pid} from an earlier bench run: {cmd[:120]}")
+            try:
+                os.kill(pid, signal.SIGTERM)
+                for _ in range(300):
+                    if _cmdline(pid) is None:
+                        break
+                    time.sleep(0.1)
+                else:
+                    os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    CHILDREN_FILE.unlink()
+
+
+def stop_all_children():
+    for p in list(_children.values()):
+        try:
+            stop_process(p, grace_s=15)
+        except Exception as e:  # noqa: BLE001 - best effort during cleanup
+            log(f"could not stop pid {p.pid}: {e}")
+
+
+# --------------------------------------------------------------------------------------
+# /proc accounting
+
+def proc_cpu_s(pid):
+    """utime+stime of the whole process (all threads), seconds; None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    # fields[0] is field 3 (state); utime/stime are fields 14/15.
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def proc_hwm_kb(pid):
+    """Peak resident set size (VmHWM), KiB; None if gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def loadavg():
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+# --------------------------------------------------------------------------------------
+# PostgreSQL
+
+def pg_env(user):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env["PGPASSWORD"] = user[1]
+    env["PGCONNECT_TIMEOUT"] = "10"
+    return env
+
+
+def psql(sql, db=DB, user=PG_SUPER, check=True):
+    """Runs sql (one or more statements); returns unaligned, tuples-only stdout."""
+    r = subprocess.run(
+        ["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", PG_HOST, "-p", str(PG_PORT),
+         "-U", user[0], "-d", db, "-c", sql],
+        env=pg_env(user), capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise BenchError(f"psql failed ({sql[:80]}...): {r.stderr.strip()}")
+    return r.stdout.strip()
+
+
+def conninfo(user, replication=False):
+    s = f"host={PG_HOST} port={PG_PORT} dbname={DB} user={user[0]} password={user[1]}"
+    return s + (" replication=database" if replication else "")
+
+
+def drop_slot(name):
+    """Drops a slot. A walsender still attached (its client is shutting down) gets 5 s to
+    go away on its own, then is terminated."""
+    t0 = time.monotonic()
+    while True:
+        row = psql(f"SELECT coalesce(active_pid, 0) FROM pg_replication_slots WHERE slot_name = '{name}'",
+                   db="postgres")
+        if not row:
+            return
+        active = int(row)
+        if not active:
+            psql(f"SELECT pg_drop_replication_slot('{name}')", db="postgres", check=False)
+        elif time.monotonic() - t0 > 5:
+            psql(f"SELECT pg_terminate_backend({active})", db="postgres", check=False)
+        if time.monotonic() - t0 > 60:
+            raise BenchError(f"could not drop replication slot {name}")
+        time.sleep(0.2)
+
+
+def drop_bench_slots():
+    names = psql(f"SELECT slot_name FROM pg_replication_slots WHERE slot_name LIKE '{SLOT_PREFIX}%'",
+                 db="postgres")
+    for name in filter(None, names.splitlines()):
+        log(f"dropping replication slot {name}")
+        drop_slot(name)
+
+
+def create_slot(name):
+    return psql(f"SELECT lsn FROM pg_create_logical_replication_slot('{name}', 'pgoutput')")
+
+
+def setup_database():
+    drop_bench_slots()
+    log(f"recreating database {DB}")
+    psql(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)", db="postgres")
+    psql(f"CREATE DATABASE {DB}", db="postgres")
+    r = subprocess.run(
+        ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", PG_HOST, "-p", str(PG_PORT), "-U", "postgres",
+         "-d", DB, "-f", str(BENCH_DIR / "workload" / "schema.sql")],
+        env=pg_env(PG_SUPER), capture_output=True, text=True)
+    if r.returncode != 0:
+        raise BenchError(f"applying workload/schema.sql failed: {r.stderr.strip()}")
+    psql(f"CREATE PUBLICATION {PUB} FOR TABLE public.outbox")
+
+
+def pgbench(k, writers, transactions=None, rate=None, seconds=None, log_path=None, while_running=None):
+    """Runs the outbox insert script; returns (elapsed s, tps reported by pgbench).
+    while_running(t_start) is called once the process runs (latency pass: timed samples)."""
+    cmd = ["pgbench", "-n", "-M", "prepared", "-h", PG_HOST, "-p", str(PG_PORT), "-U", PG_SUPER[0],
+           "-c", str(writers), "-j", str(min(writers, 2)), "-D", f"k={k}",
+           "-f", str(BENCH_DIR / "workload" / "outbox_insert.pgbench")]
+    if transactions is not None:
+        cmd += ["-t", str(transactions)]
+    if rate is not None:
+        cmd += ["-R", str(rate)]
+    if seconds is not None:
+        cmd += ["-T", str(seconds)]
+    cmd.append(DB)
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, env=pg_env(PG_SUPER), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if while_running:
+        try:
+            while_running(t0)
+        except BaseException:
+            p.kill()
+            p.communicate()
+            raise
+    out, err = p.communicate()
+    elapsed = time.monotonic() - t0
+    if log_path:
+        Path(log_path).write_text(out + err)
+    if p.returncode != 0:
+        raise BenchError(f"pgbench failed: {err.strip()[-500:]}")
+    m = re.search(r"tps = ([0-9.]+)", out)
+    return elapsed, float(m.group(1)) if m else None
+
+
+# --------------------------------------------------------------------------------------
+# Kafka
+
+def ensure_topics():
+    """Creates the outbox topics up front with LogAppendTime (latency mode needs the broker's
+    append time); returns {topic: [partition, ...]}."""
+    r = subprocess.run(
+        ["java", "-cp", f"{CONNECT_LIBS}/*", str(BENCH_DIR / "BenchAdmin.java"), "ensure-topics", BROKERS,
+         str(PARTITIONS), *TOPICS],
+        capture_output=True, text=True, timeout=180)
+    if r.returncode != 0:
+        raise BenchError(f"BenchAdmin ensure-topics failed: {r.stderr.strip()[-2000:]}")
+    for line in r.stdout.splitlines():
+        log(f"topic {line}")
+    out = subprocess.run(["kcat", "-b", BROKERS, "-L", "-J"], capture_output=True, text=True, timeout=30)
+    meta = json.loads(out.stdout)
+    parts = {t["topic"]: sorted(p["partition"] for p in t["partitions"])
+             for t in meta["topics"] if t["topic"] in TOPICS}
+    missing = [t for t in TOPICS if not parts.get(t)]
+    if missing:
+        raise BenchError(f"topics not visible in metadata: {missing}")
+    return parts
+
+
+def end_offsets(parts, patience_s=120):
+    """{(topic, partition): high watermark}. High watermark = acknowledged by the in-sync
+    replicas (acks=all), i.e. 'in Kafka'. The broker is shared with the project's tests, some
+    of which stop and restart it: retry for up to patience_s (and say so) before giving up."""
+    cmd = ["kcat", "-b", BROKERS, "-Q", "-m", "10"]
+    for t, ps in parts.items():
+        for p in ps:
+            cmd += ["-t", f"{t}:{p}:-1"]
+    want = sum(len(ps) for ps in parts.values())
+    t0, warned = time.monotonic(), False
+    while True:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        offs = {}
+        for line in r.stdout.splitlines():
+            m = re.match(r"(\S+) \[(\d+)\] offset (-?\d+)", line)
+            if m:
+                offs[(m.group(1), int(m.group(2)))] = int(m.group(3))
+        if len(offs) == want and all(v >= 0 for v in offs.values()):
+            if warned:
+                log(f"  broker answers again after {time.monotonic() - t0:.0f}s")
+            return offs
+        if time.monotonic() - t0 > patience_s:
+            raise BenchError(f"kcat -Q gave no complete end offsets for {patience_s}s: {r.stdout!r} "
+                             f"{r.stderr.strip()[-300:]!r}")
+        if not warned:
+            log("  warning: the broker does not answer (a test stopping it?); results of this run "
+                "include the outage")
+            warned = True
+            OUTAGES.append(time.time())
+        time.sleep(1)
+
+
+def delta(offs, base):
+    return sum(offs[k] - base[k] for k in base)
+
+
+def consume(topic, partition, start, count=None, fmt="%T\\t%k\\t%h\\t%s\\n"):
+    """Records of one partition from offset start (to the end, or count records)."""
+    cmd = ["kcat", "-b", BROKERS, "-C", "-q", "-e", "-t", topic, "-p", str(partition), "-o", str(start),
+           "-f", fmt]
+    if count is not None:
+        cmd += ["-c", str(count)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise BenchError(f"kcat consume {topic}[{partition}]@{start} failed: {r.stderr.strip()}")
+    return [line.split("\t", 3) for line in r.stdout.splitlines() if line]
+
+
+def parse_headers(h):
+    out = {}
+    for kv in filter(None, h.split(",")):
+        k, _, v = kv.partition("=")
+        out[k] = v
+    return out
+
+
+def verify_routing(parts, base, end, expected):
+    """Checks that what arrived since `base` is the outbox backlog routed as the EventRouter
+    routes it: topic = outbox.event.<aggregatetype>, key = aggregateid, header id = row id,
+    value carrying the row's payload. Samples up to 5 records per partition and looks each
+    one up in the database by its id header. Returns a short description; raises on mismatch."""
+    got = delta(end, base)
+    if got < expected:
+        raise BenchError(f"only {got} of {expected} records arrived")
+    samples = []
+    for (topic, p), b in sorted(base.items()):
+        if end[(topic, p)] > b:
+            for rec in consume(topic, p, b, count=5):
+                samples.append((topic, rec))
+    if not samples:
+        raise BenchError("no records to verify")
+    ids = {}
+    for topic, rec in samples:
+        if len(rec) != 4:
+            raise BenchError(f"unparseable record on {topic}: {rec!r}")
+        _, key, headers, value = rec
+        hid = parse_headers(headers).get("id")
+        if not hid:
+            raise BenchError(f"record on {topic} key={key!r} has no `id` header (headers: {headers!r})")
+        try:
+            uuid.UUID(hid)
+        except ValueError:
+            raise BenchError(f"`id` header {hid!r} on {topic} is not the outbox row's uuid") from None
+        ids[hid] = (topic, key, value)
+    id_list = ",".join(f"'{i}'" for i in ids)
+    rows = psql(f"SELECT id, aggregatetype, aggregateid, payload->>'orderId' FROM public.outbox "
+                f"WHERE id IN ({id_list})")
+    found = {}
+    for line in rows.splitlines():
+        rid, atype, aid, order_id = line.split("|")
+        found[rid] = (atype, aid, order_id)
+    for hid, (topic, key, value) in ids.items():
+        if hid not in found:
+            raise BenchError(f"record {topic} key={key} id={hid}: no outbox row has this id")
+        atype, aid, order_id = found[hid]
+        if topic != f"outbox.event.{atype}":
+            raise BenchError(f"record id={hid} is on {topic}, its aggregatetype is {atype}")
+        if key != aid:
+            raise BenchError(f"record id={hid} has key {key!r}, its aggregateid is {aid!r}")
+        if order_id not in value:
+            raise BenchError(f"record id={hid}: value does not carry the row's payload ({value[:120]!r})")
+    note = f"{len(ids)} sampled records match their rows (topic, key, id header, payload)"
+    if got > expected:
+        note += f"; {got - expected} more records than rows (duplicates)"
+    return note
+
+
+# --------------------------------------------------------------------------------------
+# pgoutput stream file written by pg_recvlogical: count the Insert messages (verifies R).
+
+def count_pgoutput_inserts(path):
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return 0
+        # mmap, not read(): keeps this process small (its RSS would otherwise be inherited
+        # by the next fork) and the file is ~600 bytes per row.
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return _count_inserts(data)
+
+
+def _count_inserts(data):
+    i, n, inserts = 0, len(data), 0
+
+    def cstring(j):
+        e = data.find(b"\0", j)
+        if e < 0:
+            raise BenchError("pgoutput: unterminated string")
+        return e + 1
+
+    def tupledata(j):
+        ncols = int.from_bytes(data[j:j + 2], "big")
+        j += 2
+        for _ in range(ncols):
+            kind = data[j]
+            j += 1
+            if kind in (ord("t"), ord("b")):
+                ln = int.from_bytes(data[j:j + 4], "big")
+                j += 4 + ln
+        return j
+
+    while i < n:
+        tag = chr(data[i])
+        j = i + 1
+        if tag == "B":
+            j += 20
+        elif tag == "C":
+            j += 25
+        elif tag == "O":
+            j = cstring(j + 8)
+        elif tag == "R":
+            j = cstring(cstring(j + 4)) + 1
+            ncols = int.from_bytes(data[j:j + 2], "big")
+            j += 2
+            for _ in range(ncols):
+                j = cstring(j + 1) + 8
+        elif tag == "Y":
+            j = cstring(cstring(j + 4))
+        elif tag == "I":
+            inserts += 1
+            j = tupledata(j + 5)
+        elif tag == "U":
+            j += 4
+            if chr(data[j]) in "KO":
+                j = tupledata(j + 1)
+            j = tupledata(j + 1)
+        elif tag == "D":
+            j = tupledata(j + 5)
+        elif tag == "T":
+            nrel = int.from_bytes(data[j:j + 4], "big")
+            j += 5 + 4 * nrel
+        elif tag == "M":
+            j = cstring(j + 9)
+            j += 4 + int.from_bytes(data[j:j + 4], "big")
+        else:
+            raise BenchError(f"unexpected pgoutput message {tag!r} at byte {i}")
+        if j >= n or data[j] != 0x0A:  # pg_recvlogical writes '\n' after each message
+            raise BenchError(f"pgoutput framing lost at byte {j}")
+        i = j + 1
+    return inserts
+
+
+# --------------------------------------------------------------------------------------
+# Contenders
+
+def fill_template(path, out, **vals):
+    text = Path(path).read_text()
+    for k, v in vals.items():
+        text = text.replace(f"@{k}@", str(v))
+    left = re.findall(r"@[A-Z_]+@", text)
+    if left:
+        raise BenchError(f"{path}: unfilled template variables {left}")
+    Path(out).write_text(text)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def result(contender, k, run, n, **kw):
+    r = dict(contender=contender, k=k, run=run, n=n, status="ok", rows_per_s=None, wall_s=None,
+             first_s=None, drain_s=None, cpu_total_s=None, cpu_drain_s=None, rss_kb=None,
+             load1=loadavg(), verified="")
+    r.update(kw)
+    return r
+
+
+def run_r(ctx, slot, k, run, n, end_lsn):
+    d = ctx.rundir / f"k{k}-run{run}-R"
+    d.mkdir()
+    out = d / "stream.pgoutput"
+    cmd = ["pg_recvlogical", "-d", conninfo(PG_RELAY), "--slot", slot, "--plugin=pgoutput",
+           "-o", "proto_version=1", "-o", f"publication_names={PUB}",
+           "--start", f"--endpos={end_lsn}", "--no-loop", "-f", str(out)]
+    res = result("R", k, run, n)
+    log(f"  R: pg_recvlogical --endpos={end_lsn}")
+    with open(d / "pg_recvlogical.log", "w") as errf:
+        t0 = time.monotonic()
+        p = spawn(cmd, str(out), stdout=subprocess.DEVNULL, stderr=errf, env=pg_env(PG_RELAY))
+        t_first = cpu_first = None
+        hwm_kb = 0
+        deadline = t0 + max(300, n / 500)
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            now = time.monotonic()
+            if pid:
+                p.returncode = os.waitstatus_to_exitcode(status)
+                forget(p)
+                break
+            if t_first is None and out.exists() and out.stat().st_size > 0:
+                t_first, t_first_wall, cpu_first = now, time.time(), proc_cpu_s(p.pid)
+            # Peak RSS from /proc (VmHWM belongs to the exec'd image). Not wait4()'s ru_maxrss:
+            # Linux carries the pre-exec maxrss over exec, so it would report this Python
+            # process's RSS at fork time.
+            hwm = proc_hwm_kb(p.pid)
+            if hwm:
+                hwm_kb = max(hwm_kb, hwm)
+            if now > deadline:
+                stop_process(p)
+                raise BenchError(f"pg_recvlogical did not reach {end_lsn} within {deadline - t0:.0f}s")
+            time.sleep(R_POLL_S)
+    if p.returncode != 0:
+        raise BenchError(f"pg_recvlogical exited {p.returncode}: {(d / 'pg_recvlogical.log').read_text()[-500:]}")
+    wall = now - t0
+    cpu = ru.ru_utime + ru.ru_stime
+    inserts = count_pgoutput_inserts(out)
+    if inserts != n:
+        raise BenchError(f"R streamed {inserts} inserts, expected {n}")
+    if t_first is None:
+        raise BenchError("pg_recvlogical exited before its output appeared (poll too slow?)")
+    # Drain = first byte (polled every 5 ms) .. last write (the file's mtime), not .. exit:
+    # pg_recvlogical only exits once the server confirms a position at or past --endpos
+    # (a keepalive), which a Kafka-side measurement has no equivalent for.
+    drain = max(out.stat().st_mtime_ns / 1e9 - t_first_wall, 1e-3)
+    res.update(wall_s=wall, first_s=t_first - t0, rss_kb=hwm_kb or None, cpu_total_s=cpu,
+               verified=f"{inserts} Insert messages in the stream file",
+               drain_s=drain, rows_per_s=n / drain, cpu_drain_s=cpu - (cpu_first or 0.0))
+    size = out.stat().st_size
+    if not ctx.args.keep:
+        out.unlink()
+    log(f"  R: {n} rows in {drain:.2f}s = {n / drain:,.0f} rows/s ({size / 1e6:.0f} MB of pgoutput), "
+        f"CPU {cpu:.2f}s, RSS {hwm_kb / 1024:.1f} MiB")
+    return res
+
+
+def rel(path):
+    try:
+        return str(Path(path).relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+def log_tail(path, lines=2, width=300):
+    try:
+        tail = [l.strip() for l in Path(path).read_text(errors="replace").splitlines() if l.strip()][-lines:]
+    except OSError:
+        return ""
+    return " / ".join(tail)[-width:]
+
+
+def watch_kafka(ctx, p, parts, base, n, t0, first_timeout_s, stall_timeout_s, name, log_path):
+    """Polls end offsets until n new records are in Kafka. Returns timing/CPU samples."""
+    t_first = cpu_before_first = None
+    last_count, last_change = 0, time.monotonic()
+    cpu_prev = 0.0
+    while True:
+        if p.poll() is not None:
+            forget(p)
+            raise BenchError(f"{name} exited with code {p.returncode} before delivering "
+                             f"({last_count}/{n} records): {log_tail(log_path)} (log: {rel(log_path)})")
+        cpu_now = proc_cpu_s(p.pid)
+        offs = end_offsets(parts)
+        now = time.monotonic()
+        count = delta(offs, base)
+        if count > 0 and t_first is None:
+            # CPU spent before the first record: the sample taken just before this poll.
+            t_first, cpu_before_first = now, cpu_prev
+        if count >= n:
+            return dict(t_done=now, t_first=t_first, cpu_before_first=cpu_before_first,
+                        cpu_done=proc_cpu_s(p.pid), rss_kb=proc_hwm_kb(p.pid), offsets=offs, count=count)
+        if count != last_count:
+            last_count, last_change = count, now
+        if count == 0 and now - t0 > first_timeout_s:
+            raise BenchError(f"{name}: no record in Kafka {first_timeout_s:.0f}s after start; "
+                             f"log: {rel(log_path)}")
+        if count > 0 and now - last_change > stall_timeout_s:
+            raise BenchError(f"{name}: stuck at {count}/{n} records for {stall_timeout_s:.0f}s; "
+                             f"log: {rel(log_path)}")
+        cpu_prev = cpu_now if cpu_now is not None else cpu_prev
+        time.sleep(POLL_S)
+
+
+def append_time_span(base, end):
+    """(first, last) LogAppendTime in ms of the records in [base, end) over all partitions:
+    the broker's own clock, to the millisecond, whatever our poll interval."""
+    firsts, lasts = [], []
+    for (topic, p), b in base.items():
+        e = end[(topic, p)]
+        if e > b:
+            firsts += [int(r[0]) for r in consume(topic, p, b, count=1, fmt="%T\\n")]
+            lasts += [int(r[0]) for r in consume(topic, p, e - 1, count=1, fmt="%T\\n")]
+    return min(firsts), max(lasts)
+
+
+def kafka_result(contender, k, run, n, t0, t0_wall, base, w, verified):
+    """Drain time = last record's LogAppendTime - first record's (all topics and partitions);
+    the end-offset polls only decide when to stop and when to sample CPU/RSS."""
+    res = result(contender, k, run, n)
+    first_ms, last_ms = append_time_span(base, w["offsets"])
+    drain = (last_ms - first_ms) / 1000.0
+    res.update(wall_s=w["t_done"] - t0, first_s=first_ms / 1000.0 - t0_wall, drain_s=drain,
+               rows_per_s=n / drain if drain > 0 else None,
+               cpu_total_s=w["cpu_done"], cpu_drain_s=w["cpu_done"] - (w["cpu_before_first"] or 0.0),
+               rss_kb=w["rss_kb"], verified=verified)
+    return res
+
+
+def start_connect(ctx, d, slot, poll_ms):
+    offsets = d / "offsets.dat"
+    fill_template(BENCH_DIR / "connect" / "worker.properties.in", d / "worker.properties",
+                  BROKERS=BROKERS, OFFSETS_FILE=offsets, REST_PORT=free_port())
+    fill_template(BENCH_DIR / "connect" / "connector.properties.in", d / "connector.properties",
+                  PG_HOST=PG_HOST, PG_PORT=PG_PORT, PG_USER=PG_RELAY[0], PG_PASSWORD=PG_RELAY[1],
+                  PG_DATABASE=DB, SLOT=slot, PUBLICATION=PUB, SNAPSHOT_MODE="no_data",
+                  MAX_BATCH=ctx.args.dbz_max_batch, MAX_QUEUE=ctx.args.dbz_max_queue, POLL_INTERVAL_MS=poll_ms)
+    connect_log = d / "connect.log"
+    cmd = ["java", *CONNECT_JVM,
+           f"-Dlog4j2.configurationFile={BENCH_DIR / 'connect' / 'log4j2.properties'}",
+           f"-Dbench.log.file={connect_log}",
+           "-cp", f"{CONNECT_LIBS}/*",
+           "org.apache.kafka.connect.cli.ConnectStandalone", str(d / "worker.properties"),
+           str(d / "connector.properties")]
+    jvm_out = open(d / "jvm.out", "w")
+    p = spawn(cmd, str(connect_log), stdin=subprocess.DEVNULL, stdout=jvm_out, stderr=subprocess.STDOUT)
+    jvm_out.close()
+    return p, connect_log
+
+
+def start_walrelay(ctx, d, slot, name):
+    cfg = d / "walrelay.toml"
+    fill_template(BENCH_DIR / "walrelay.toml.in", cfg, NAME=name, PG_HOST=PG_HOST, PG_PORT=PG_PORT,
+                  PG_USER=PG_RELAY[0], PG_PASSWORD=PG_RELAY[1], PG_DATABASE=DB, SLOT=slot,
+                  PUBLICATION=PUB, BROKERS=BROKERS)
+    wlog = d / "walrelay.log"
+    env = dict(os.environ)
+    env.setdefault("WALRELAY_LOG", "info")
+    with open(wlog, "w") as f:
+        p = spawn([str(ctx.walrelay), "run", "--config", str(cfg)], str(cfg), stdin=subprocess.DEVNULL,
+                  stdout=f, stderr=subprocess.STDOUT, env=env)
+    return p, wlog
+
+
+def run_kafka_contender(ctx, contender, slot, k, run, n):
+    d = ctx.rundir / f"k{k}-run{run}-{contender}"
+    d.mkdir()
+    base = end_offsets(ctx.parts)
+    outages = len(OUTAGES)
+    if contender == "D":
+        log("  D: Kafka Connect standalone + Debezium PostgresConnector + EventRouter")
+        t0, t0_wall = time.monotonic(), time.time()
+        p, plog = start_connect(ctx, d, slot, ctx.args.dbz_poll_ms)
+        first_timeout, name = 240, "Kafka Connect"
+    else:
+        log(f"  W: {rel(ctx.walrelay)} run")
+        t0, t0_wall = time.monotonic(), time.time()
+        p, plog = start_walrelay(ctx, d, slot, f"wrbench-{ctx.stamp}-k{k}-run{run}")
+        first_timeout, name = 120, "walrelay"
+    try:
+        w = watch_kafka(ctx, p, ctx.parts, base, n, t0, first_timeout, 90, name, plog)
+    finally:
+        code, _ = stop_process(p)
+    verified = verify_routing(ctx.parts, base, w["offsets"], n)
+    if len(OUTAGES) > outages:
+        verified += "; DISTURBED: the broker did not answer for a while during this run"
+    res = kafka_result(contender, k, run, n, t0, t0_wall, base, w, verified)
+    log(f"  {contender}: {n} rows in {res['drain_s']:.3f}s = {fmt(res['rows_per_s'], ',.0f')} rows/s "
+        f"(first record {res['first_s']:.1f}s after start), CPU {res['cpu_total_s']:.2f}s "
+        f"({res['cpu_drain_s']:.2f}s while draining), RSS {res['rss_kb'] / 1024:.0f} MiB; {verified}")
+    if code not in (0, 143, -15):
+        log(f"  {contender}: note: exited with code {code} after SIGTERM")
+    return res
+
+
+def walrelay_missing_reason(ctx):
+    if not ctx.walrelay.exists():
+        return f"{rel(ctx.walrelay)} does not exist"
+    if not os.access(ctx.walrelay, os.X_OK):
+        return f"{ctx.walrelay} is not executable"
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# Throughput
+
+def throughput(ctx):
+    results = []
+    contenders = ctx.contenders
+    for k in ctx.txn_sizes:
+        for run in range(1, ctx.args.runs + 1):
+            log(f"== K={k} run {run}/{ctx.args.runs}: backlog of {ctx.args.rows} rows")
+            psql("TRUNCATE public.outbox")
+            use = [c for c in contenders if not (c == "W" and ctx.w_reason)]
+            slots = {c: f"{SLOT_PREFIX}{c.lower()}_k{k}_r{run}" for c in use}
+            for s in slots.values():
+                create_slot(s)
+            per_txn = k * ctx.args.writers
+            txns = -(-ctx.args.rows // per_txn)
+            fill_s, tps = pgbench(k, ctx.args.writers, transactions=txns,
+                                  log_path=ctx.rundir / f"k{k}-run{run}-fill.log")
+            end_lsn = psql("SELECT pg_current_wal_lsn()")
+            n = int(psql("SELECT count(*) FROM public.outbox"))
+            if n != txns * per_txn:
+                raise BenchError(f"fill wrote {n} rows, expected {txns * per_txn}")
+            psql("VACUUM (ANALYZE) public.outbox")
+            psql("CHECKPOINT")
+            log(f"  filled {n} rows in {n // k} transactions by {ctx.args.writers} writers in {fill_s:.1f}s "
+                f"({n / fill_s:,.0f} rows/s); end LSN {end_lsn}")
+            ctx.fills.append(dict(k=k, run=run, n=n, fill_s=fill_s, tps=tps))
+            # Rotate who goes first (run 1: R D W, run 2: D W R, run 3: W R D) so no contender
+            # always gets the freshly written, just-checkpointed backlog first.
+            rot = (run - 1) % len(contenders)
+            for c in contenders[rot:] + contenders[:rot]:
+                if c == "W" and ctx.w_reason:
+                    results.append(result("W", k, run, n, status=f"not yet ({ctx.w_reason})"))
+                    continue
+                try:
+                    if c == "R":
+                        r = run_r(ctx, slots[c], k, run, n, end_lsn)
+                    else:
+                        r = run_kafka_contender(ctx, c, slots[c], k, run, n)
+                except BenchError as e:
+                    if c != "W":
+                        raise
+                    log(f"  W: not yet: {e}")
+                    r = result("W", k, run, n, status=f"not yet ({e})")
+                    if ctx.args.require_walrelay:
+                        raise
+                    ctx.w_reason = ctx.w_reason or str(e)
+                finally:
+                    drop_slot(slots[c])
+                results.append(r)
+            for s in slots.values():
+                drop_slot(s)
+    return results
+
+
+# --------------------------------------------------------------------------------------
+# Latency: steady offered load, commit -> Kafka (LogAppendTime)
+
+def percentile(sorted_vals, q):
+    if not sorted_vals:
+        return None
+    # nearest-rank
+    i = min(len(sorted_vals), max(1, math.ceil(q / 100 * len(sorted_vals)))) - 1
+    return sorted_vals[i]
+
+
+def latency_variants(ctx):
+    """(label key, contender, Debezium poll.interval.ms): Debezium's streaming loop sleeps
+    poll.interval.ms whenever the slot has nothing new, so at a modest steady load that
+    setting, not throughput, decides its latency; we show the default and a low value."""
+    out = []
+    for c in ctx.contenders:
+        if c == "D":
+            out += [("D", c, ms) for ms in ctx.dbz_latency_poll_ms]
+        elif c == "W":
+            out.append(("W", c, None))
+    return out
+
+
+def latency(ctx):
+    out = []
+    rate, secs, warmup = ctx.args.latency_rate, ctx.args.latency_seconds, ctx.args.latency_warmup_seconds
+    for label, c, poll_ms in latency_variants(ctx):
+        if c == "W" and ctx.w_reason:
+            out.append(dict(contender="W", poll_ms=None, status=f"not yet ({ctx.w_reason})"))
+            continue
+        what = f" (poll.interval.ms={poll_ms})" if poll_ms is not None else ""
+        log(f"== latency {c}{what}: {rate} rows/s (1-row transactions) for {warmup}s warm-up + {secs}s")
+        psql("TRUNCATE public.outbox")
+        slot = f"{SLOT_PREFIX}{c.lower()}_latency"
+        create_slot(slot)
+        d = ctx.rundir / (f"latency-{c}" + (f"-poll{poll_ms}" if poll_ms is not None else ""))
+        d.mkdir()
+        p = None
+        try:
+            base0 = end_offsets(ctx.parts)
+            outages = len(OUTAGES)
+            t0 = time.monotonic()
+            if c == "D":
+                p, plog = start_connect(ctx, d, slot, poll_ms)
+                name = "Kafka Connect"
+            else:
+                p, plog = start_walrelay(ctx, d, slot, f"wrbench-{ctx.stamp}-latency")
+                name = "walrelay"
+            # Warm-up: a few rows, wait until they are in Kafka (the contender is streaming).
+            warm = 4 * ctx.args.writers
+            pgbench(1, ctx.args.writers, transactions=4)
+            watch_kafka(ctx, p, ctx.parts, base0, warm, t0, 240, 90, name, plog)
+            time.sleep(1.0)
+            base = end_offsets(ctx.parts)
+            since0 = psql("SELECT clock_timestamp()")
+            # One pgbench run of warmup + window seconds at the offered rate; only rows
+            # created after the warm-up count (steady state: JIT, caches, batching settled).
+            since = psql(f"SELECT '{since0}'::timestamptz + interval '{warmup} seconds'")
+            mark = {}
+
+            def at_window_start(t_start):
+                time.sleep(max(0.0, t_start + warmup - time.monotonic()))
+                mark["cpu0"], mark["t0"] = proc_cpu_s(p.pid), time.monotonic()
+
+            _, tps = pgbench(1, ctx.args.writers, rate=rate, seconds=warmup + secs, log_path=d / "pgbench.log",
+                             while_running=at_window_start)
+            n_all = int(psql(f"SELECT count(*) FROM public.outbox WHERE created_at > '{since0}'"))
+            w = watch_kafka(ctx, p, ctx.parts, base, n_all, t0, 240, 90, name, plog)
+            cpu_s, window_s = w["cpu_done"] - mark["cpu0"], w["t_done"] - mark["t0"]
+            rss_kb = w["rss_kb"]
+        except BenchError as e:
+            if c != "W" or ctx.args.require_walrelay:
+                raise
+            out.append(dict(contender="W", poll_ms=None, status=f"not yet ({e})"))
+            continue
+        finally:
+            if p is not None:
+                stop_process(p)
+            drop_slot(slot)
+        created = {}
+        rows = psql(f"SELECT id, (extract(epoch FROM created_at) * 1000000)::bigint FROM public.outbox "
+                    f"WHERE created_at > '{since}'")
+        for line in rows.splitlines():
+            rid, us = line.split("|")
+            created[rid] = int(us)
+        lat = []
+        for (topic, part), b in base.items():
+            for rec in consume(topic, part, b, fmt="%T\\t%h\\n"):
+                ts, headers = rec[0], rec[1] if len(rec) > 1 else ""
+                rid = parse_headers(headers).get("id")
+                if rid in created:
+                    lat.append(int(ts) - created.pop(rid) / 1000.0)
+        if created:
+            raise BenchError(f"latency {c}: {len(created)} rows written during the window never reached Kafka")
+        lat.sort()
+        res = dict(contender=c, poll_ms=poll_ms, status="ok", disturbed=len(OUTAGES) > outages, offered=rate, achieved=tps, seconds=secs, n=len(lat),
+                   p50=percentile(lat, 50), p90=percentile(lat, 90), p99=percentile(lat, 99),
+                   p999=percentile(lat, 99.9), max=lat[-1], cpu_pct=100 * cpu_s / window_s, rss_kb=rss_kb,
+                   load1=loadavg())
+        (d / "latencies_ms.txt").write_text("\n".join(f"{x:.1f}" for x in lat) + "\n")
+        log(f"  {c}{what}: {len(lat)} records, p50 {res['p50']:.1f} ms, p99 {res['p99']:.1f} ms, "
+            f"max {res['max']:.1f} ms, CPU {res['cpu_pct']:.0f}% of a core")
+        out.append(res)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Report
+
+def sh(cmd):
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        return (r.stdout + r.stderr).strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+
+
+def machine_info(ctx):
+    cpu_model = "?"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu_model = line.split(":", 1)[1].strip()
+            break
+    mem_kb = next(int(l.split()[1]) for l in Path("/proc/meminfo").read_text().splitlines()
+                  if l.startswith("MemTotal:"))
+    java = sh(["java", "-version"]).splitlines()
+    walrelay = "—"
+    if not walrelay_missing_reason(ctx):
+        walrelay = sh([str(ctx.walrelay), "--version"]).splitlines()[0]
+    git = sh(["git", "-C", str(REPO), "describe", "--always", "--dirty"])
+    return dict(
+        cores=os.cpu_count(), cpu_model=cpu_model, mem_gib=mem_kb / 1024 / 1024,
+        kernel=os.uname().release,
+        postgres=psql("SHOW server_version", db="postgres"),
+        pg_recvlogical=sh(["pg_recvlogical", "--version"]), pgbench=sh(["pgbench", "--version"]),
+        kafka=os.environ.get("WALRELAY_KAFKA_VERSION", "?"), connect=CONNECT_VERSION, debezium=DEBEZIUM_VERSION,
+        java=java[0] if java else "?", kcat=sh(["kcat", "-V"]).splitlines()[0],
+        walrelay=walrelay, git=git,
+    )
+
+
+def fmt(v, spec, none="—"):
+    return none if v is None else format(v, spec)
+
+
+def median(vals):
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def summarize(results, contenders, txn_sizes):
+    """Per K and contender: medians over runs; ratios are per run (same backlog, same minute)
+    and then the median of those."""
+    rows = []
+    for k in txn_sizes:
+        by_run = {}
+        for r in results:
+            if r["k"] == k:
+                by_run.setdefault(r["run"], {})[r["contender"]] = r
+        for c in contenders:
+            rs = [runs[c] for runs in by_run.values() if c in runs]
+            ok = [r for r in rs if r["status"] == "ok"]
+            if not ok:
+                rows.append(dict(k=k, contender=c, status=rs[0]["status"] if rs else "not run"))
+                continue
+
+            def ratio(other):
+                vals = []
+                for runs in by_run.values():
+                    a, b = runs.get(c), runs.get(other)
+                    if a and b and a["status"] == b["status"] == "ok":
+                        vals.append(a["rows_per_s"] / b["rows_per_s"])
+                return median(vals)
+
+            n = ok[0]["n"]
+            rows.append(dict(
+                k=k, contender=c, status="ok", runs=len(ok), n=n,
+                rows_per_s=median([r["rows_per_s"] for r in ok]),
+                x_r=ratio("R"), x_d=ratio("D"),
+                first_s=median([r["first_s"] for r in ok]), wall_s=median([r["wall_s"] for r in ok]),
+                cpu_per_m=median([r["cpu_total_s"] / r["n"] * 1e6 for r in ok]),
+                cpu_drain_per_m=median([r["cpu_drain_s"] / r["n"] * 1e6 for r in ok]),
+                rss_mib=median([r["rss_kb"] / 1024 for r in ok]),
+                spread=(min(r["rows_per_s"] for r in ok), max(r["rows_per_s"] for r in ok)),
+            ))
+    return rows
+
+
+def headline(summary, lat):
+    """The ratios, in words, first: they are what the benchmark is for."""
+    out = []
+    by = {(r["k"], r["contender"]): r for r in summary}
+    for k in sorted({r["k"] for r in summary}):
+        d, w = by.get((k, "D")), by.get((k, "W"))
+        parts = []
+        if w and w["status"] == "ok":
+            s = f"W drains at **{fmt(w.get('x_r'), '.2f', '?')}× R**"
+            if d and d["status"] == "ok":
+                s += (f" and **{fmt(w.get('x_d'), '.1f', '?')}× D**, using "
+                      f"{w['cpu_drain_per_m'] / d['cpu_drain_per_m']:.2f}× D's CPU per event (drain) and "
+                      f"{w['rss_mib'] / d['rss_mib']:.3f}× its peak RSS")
+            parts.append(s)
+        elif w:
+            parts.append(f"W {w['status']}")
+        if d and d["status"] == "ok":
+            parts.append(f"D drains at {fmt(d.get('x_r'), '.2f', '?')}× R")
+        if parts:
+            out.append(f"- K={k}: " + "; ".join(parts) + ".")
+    ok = [l for l in lat if l["status"] == "ok"]
+    if ok:
+        bits = []
+        for l in sorted(ok, key=lambda l: (l["contender"] != "W", l.get("poll_ms") or 0)):
+            who = "W" if l["contender"] == "W" else f"D (poll.interval.ms={l['poll_ms']})"
+            bits.append(f"{who} p50 {l['p50']:.0f} ms / p99 {l['p99']:.0f} ms")
+        out.append(f"- Latency at {ok[0]['offered']:,} rows/s: " + "; ".join(bits) + ".")
+    if out:
+        out = ["Headline (medians; details below):", ""] + out + [""]
+    return out
+
+
+NAMES = {"R": "R  pg_recvlogical (ceiling)", "D": "D  Debezium + EventRouter", "W": "W  walrelay"}
+
+
+def report(ctx, results, lat, info, started, finished):
+    a = ctx.args
+    lines = []
+    w = lines.append
+    w(f"### Results {started:%Y-%m-%d %H:%M} UTC ({'smoke' if a.smoke else 'full'} run)")
+    w("")
+    w(f"Command: `{ctx.command}` — wall time {(finished - started).total_seconds() / 60:.1f} min.")
+    w("")
+    w(f"Machine: {info['cores']} cores ({info['cpu_model']}), {info['mem_gib']:.1f} GiB RAM, Linux "
+      f"{info['kernel']}; load average (1 min) {ctx.load_start:.2f} at start, {loadavg():.2f} at end — "
+      f"the machine is shared, other work ran at the same time.")
+    w("")
+    w(f"Versions: PostgreSQL {info['postgres']} · {info['pg_recvlogical']} · Kafka broker {info['kafka']} · "
+      f"Kafka Connect {info['connect']} · Debezium {info['debezium']} · {info['java']} · "
+      f"walrelay: {info['walrelay']} (git {info['git']}).")
+    w("")
+    for line in headline(summarize(results, ctx.contenders, ctx.txn_sizes) if results else [], lat):
+        w(line)
+    if results:
+        fills = {}
+        for f in ctx.fills:
+            fills.setdefault(f["k"], []).append(f["n"] / f["fill_s"])
+        w(f"Throughput: backlog of {ctx.fills[0]['n'] if ctx.fills else a.rows:,} outbox rows "
+          f"(≈430-byte jsonb payload, 10,000 aggregates, 2 aggregate types), written by {a.writers} "
+          f"concurrent pgbench writers in K-row transactions, slot created before the fill; "
+          f"median of {a.runs} run(s). ×R and ×D are per-run ratios (same backlog, minutes apart), "
+          f"then the median.")
+        w("")
+        w("| K | contender | rows/s | ×R | ×D | first record after start, s | start → all in Kafka, s "
+          "| CPU-s / M events | CPU-s / M events, drain only | peak RSS MiB | runs (rows/s min–max) |")
+        w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        for s in summarize(results, ctx.contenders, ctx.txn_sizes):
+            if s["status"] != "ok":
+                w(f"| {s['k']} | {NAMES[s['contender']]} | {s['status']} | | | | | | | | |")
+                continue
+            xd = "" if s["contender"] in ("R", "D") else fmt(s["x_d"], ".2f")
+            xr = "1" if s["contender"] == "R" else fmt(s["x_r"], ".2f")
+            w(f"| {s['k']} | {NAMES[s['contender']]} | {s['rows_per_s']:,.0f} | {xr} | {xd} "
+              f"| {fmt(s['first_s'], '.1f')} | {fmt(s['wall_s'], '.1f')} | {s['cpu_per_m']:,.1f} "
+              f"| {s['cpu_drain_per_m']:,.1f} | {s['rss_mib']:,.0f} "
+              f"| {s['runs']} ({s['spread'][0]:,.0f}–{s['spread'][1]:,.0f}) |")
+        w("")
+        w("Fill rate (pgbench, for context): " + "; ".join(
+            f"K={k}: {median(v):,.0f} rows/s" for k, v in fills.items()) + ".")
+        w("")
+    if lat:
+        w(f"Latency: offered load {a.latency_rate} rows/s in 1-row transactions ({a.writers} pgbench "
+          f"writers, `--rate`), measured for {a.latency_seconds} s after a {a.latency_warmup_seconds} s "
+          f"warm-up at the same rate; latency = Kafka LogAppendTime − the row's "
+          f"created_at (clock_timestamp() at INSERT, microseconds before COMMIT); every row of the window "
+          f"is matched by its `id` header.")
+        w("")
+        w("| contender | offered rows/s | achieved rows/s | records | p50 ms | p90 ms | p99 ms | p99.9 ms "
+          "| max ms | CPU % of one core (window) | peak RSS MiB |")
+        w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for l in lat:
+            name = NAMES[l["contender"]]
+            if l.get("poll_ms") is not None:
+                name += f", poll.interval.ms={l['poll_ms']}" + (" (default)" if l["poll_ms"] == 500 else "")
+            if l["status"] != "ok":
+                w(f"| {name} | {l['status']} | | | | | | | | | |")
+                continue
+            if l.get("disturbed"):
+                name += " (DISTURBED: broker outage)"
+            w(f"| {name} | {l['offered']:,} | {fmt(l['achieved'], ',.0f')} | {l['n']:,} "
+              f"| {l['p50']:.0f} | {l['p90']:.0f} | {l['p99']:.0f} | {l['p999']:.0f} | {l['max']:.0f} "
+              f"| {l['cpu_pct']:.0f} | {l['rss_kb'] / 1024:,.0f} |")
+        w("")
+    if OUTAGES:
+        w(f"Note: the shared broker stopped answering {len(OUTAGES)} time(s) during this benchmark "
+          f"(the project's outage tests stop and restart it); affected runs are marked in the list below.")
+        w("")
+    if results:
+        w("<details><summary>Every run</summary>")
+        w("")
+        w("| K | run | contender | status | rows/s | drain s | first record s | CPU-s total | CPU-s drain "
+          "| peak RSS MiB | load1 | verified |")
+        w("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+        for r in results:
+            w(f"| {r['k']} | {r['run']} | {r['contender']} | {r['status']} | {fmt(r['rows_per_s'], ',.0f')} "
+              f"| {fmt(r['drain_s'], '.2f')} | {fmt(r['first_s'], '.2f')} | {fmt(r['cpu_total_s'], '.2f')} "
+              f"| {fmt(r['cpu_drain_s'], '.2f')} | {fmt(r['rss_kb'] and r['rss_kb'] / 1024, ',.0f')} "
+              f"| {r['load1']:.2f} | {r['verified']} |")
+        w("")
+        w("</details>")
+        w("")
+    return "\n".join(lines)
+
+
+def update_docs(md):
+    text = DOCS.read_text() if DOCS.exists() else ""
+    block = f"{DOCS_BEGIN}\n\n{md}\n{DOCS_END}"
+    if DOCS_BEGIN in text and DOCS_END in text:
+        head, rest = text.split(DOCS_BEGIN, 1)
+        _, tail = rest.split(DOCS_END, 1)
+        text = head + block + tail
+    else:
+        text = text.rstrip() + "\n\n## Results\n\n" + block + "\n"
+    DOCS.write_text(text)
+    log(f"wrote the results into {DOCS.relative_to(REPO)}")
+
+
+# --------------------------------------------------------------------------------------
+
+class Ctx:
+    pass
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="deploy/bench/run.sh", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=200_000, help="backlog size N (default 200000)")
+    ap.add_argument("--txn-sizes", default="1 10", help='rows per transaction K, e.g. "1 10" (default)')
+    ap.add_argument("--runs", type=int, default=3, help="runs per K; the table shows medians (default 3)")
+    ap.add_argument("--writers", type=int, default=4, help="concurrent pgbench writers (default 4)")
+    ap.add_argument("--contenders", default="R D W", help='subset of "R D W" (default all)')
+    ap.add_argument("--latency", action="store_true", help="also run the latency pass (D and W)")
+    ap.add_argument("--latency-only", action="store_true", help="only the latency pass")
+    ap.add_argument("--latency-rate", type=int, default=2000, help="offered rows/s (default 2000)")
+    ap.add_argument("--latency-seconds", type=int, default=60, help="measured duration of the load (default 60)")
+    ap.add_argument("--latency-warmup-seconds", type=int, default=15,
+                    help="load before the measured window starts, not measured (default 15)")
+    ap.add_argument("--dbz-max-batch", type=int, default=2048,
+                    help="Debezium max.batch.size (default 2048, Debezium's default)")
+    ap.add_argument("--dbz-max-queue", type=int, default=8192,
+                    help="Debezium max.queue.size (default 8192, Debezium's default)")
+    ap.add_argument("--dbz-poll-ms", type=int, default=500,
+                    help="Debezium poll.interval.ms for the throughput runs (default 500, Debezium's default)")
+    ap.add_argument("--dbz-latency-poll-ms", default="500 10",
+                    help='Debezium poll.interval.ms values for the latency pass (default "500 10")')
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny run for CI: 2000 rows, 1 run, K=1 and 10, 3+10 s latency pass at 200 rows/s; "
+                         "never touches docs/")
+    default_bin = os.environ.get("WALRELAY_BIN") or str(
+        Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target") / "release" / "walrelay")
+    ap.add_argument("--walrelay", default=default_bin,
+                    help="walrelay binary (default $WALRELAY_BIN, else $CARGO_TARGET_DIR/release/walrelay, "
+                         "else target/release/walrelay)")
+    ap.add_argument("--require-walrelay", action="store_true",
+                    help='fail instead of printing "not yet" when walrelay is missing or does not deliver')
+    ap.add_argument("--no-docs", action="store_true", help="do not write docs/benchmarks.md")
+    ap.add_argument("--keep", action="store_true", help="keep the pg_recvlogical stream files")
+    a = ap.parse_args(argv)
+    if a.smoke:
+        a.rows, a.runs, a.latency = 2000, 1, True
+        a.latency_rate, a.latency_seconds, a.latency_warmup_seconds = 200, 10, 3
+        a.no_docs = True
+    if a.latency_only:
+        a.latency = True
+    return a
+
+
+def main(argv):
+    args = parse_args(argv)
+    if not CONNECT_LIBS:
+        print("bench.py: run me through deploy/bench/run.sh (it sets BENCH_CONNECT_LIBS etc.)", file=sys.stderr)
+        return 2
+    ctx = Ctx()
+    ctx.args = args
+    ctx.command = "deploy/bench/run.sh" + ("" if not argv else " " + " ".join(
+        a if re.fullmatch(r"[\w./=:-]+", a) else f"'{a}'" for a in argv))
+    ctx.txn_sizes = [int(x) for x in args.txn_sizes.split()]
+    ctx.contenders = [c for c in "RDW" if c in args.contenders.upper().split()]
+    ctx.dbz_latency_poll_ms = [int(x) for x in args.dbz_latency_poll_ms.split()]
+    ctx.walrelay = Path(args.walrelay)
+    ctx.w_reason = walrelay_missing_reason(ctx) if "W" in ctx.contenders else None
+    if ctx.w_reason and args.require_walrelay:
+        print(f"bench: error: --require-walrelay: {ctx.w_reason}", file=sys.stderr)
+        return 1
+    started = dt.datetime.now(dt.timezone.utc)
+    ctx.stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    STATE_ROOT.mkdir(parents=True, exist_ok=True)
+    ctx.rundir = STATE_ROOT / ctx.stamp
+    ctx.rundir.mkdir()
+    latest = STATE_ROOT / "latest"
+    if latest.is_symlink() or latest.exists():
+        latest.unlink()
+    latest.symlink_to(ctx.stamp)
+    ctx.load_start = loadavg()
+    ctx.fills = []
+    log(f"state and logs: {ctx.rundir.relative_to(REPO)}")
+    if ctx.w_reason:
+        log(f"W: not yet ({ctx.w_reason})")
+
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    rc = 0
+    results, lat = [], []
+    try:
+        cleanup_leftover_children()
+        setup_database()
+        ctx.parts = ensure_topics()
+        if not args.latency_only:
+            results = throughput(ctx)
+        if args.latency:
+            lat = latency(ctx)
+    except BenchError as e:
+        log(f"error: {e}")
+        rc = 1
+    except KeyboardInterrupt as e:
+        log(f"interrupted ({e}); cleaning up")
+        rc = 130
+    finally:
+        stop_all_children()
+        try:
+            drop_bench_slots()
+        except Exception as e:  # noqa: BLE001
+            log(f"warning: could not drop bench slots: {e}")
+        if CHILDREN_FILE.exists() and not _children:
+            CHILDREN_FILE.unlink()
+    if rc != 0:
+        return rc
+    finished = dt.datetime.now(dt.timezone.utc)
+    info = machine_info(ctx)
+    md = report(ctx, results, lat, info, started, finished)
+    (ctx.rundir / "results.md").write_text(md + "\n")
+    (ctx.rundir / "results.json").write_text(json.dumps(dict(results=results, latency=lat, info=info,
+                                                             fills=ctx.fills), indent=1, default=str))
+    print(md)
+    if not args.no_docs:
+        update_docs(md)
+    log(f"done in {(finished - started).total_seconds():.0f}s; results: {(ctx.rundir / 'results.md').relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# deploy/bench/run.sh - walrelay throughput/latency benchmark, one command.
+#
+# Compares, on the same pre-filled outbox backlog and the same broker:
+#   R  the ceiling: pg_recvlogical (pgoutput) draining the slot to a file
+#   D  Debezium's PostgreSQL connector + Outbox Event Router on Kafka Connect
+#   W  walrelay (target/release/walrelay; "not yet" until it exists and runs)
+# and prints a Markdown table (rows/s, ratio to R, CPU-s per million events,
+# peak RSS, machine, versions). See docs/benchmarks.md.
+#
+# Usage:
+#   deploy/bench/run.sh [--rows N] [--txn-sizes "1 10"] [--runs 3] [--writers 4]
+#                       [--latency] [--latency-only] [--latency-rate 2000]
+#                       [--latency-seconds 60] [--contenders "R D W"]
+#                       [--smoke] [--no-docs] [--keep] [--walrelay PATH]
+#                       [--require-walrelay] [--dbz-...]
+#   deploy/bench/run.sh --help            (all options)
+#
+#   --smoke   2,000 rows, 1 run, K=1 and K=10, plus a latency pass at 200
+#             rows/s (3 s warm-up + 10 s): every code path in ~1.5 min (CI).
+#   A full run (no --smoke, no --no-docs) rewrites the results section of
+#   docs/benchmarks.md.
+#
+# What it sets up (idempotent; first run resolves everything):
+#   PostgreSQL  deploy/dev/postgres.sh up   (PG_MAJOR selects 14..18, default 18)
+#   Kafka       deploy/dev/kafka.sh up      (also installs kcat)
+#   Connect +   deploy/bench/connect/pom.xml resolved by Maven into
+#   Debezium    .deps/bench/connect-<kafka>-debezium-<debezium>/libs (git-ignored)
+#   state       .state/bench/<timestamp>/   (configs, logs, results.md; git-ignored)
+#
+# Progress goes to stderr; the results table to stdout (and results.md).
+set -euo pipefail
+
+SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
+REPO_ROOT=$(cd -- "$SCRIPT_DIR/../.." && pwd -P)
+POM="$SCRIPT_DIR/connect/pom.xml"
+
+log() { echo "bench: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+for a in "$@"; do
+    case "$a" in
+        -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}" >&2
+                     exec python3 "$SCRIPT_DIR/bench.py" --help ;;
+    esac
+done
+
+is_root() { [[ $(id -u) -eq 0 ]]; }
+
+apt_install() { # <command that is missing> <debian package>
+    is_root || die "'$1' is missing; install it: sudo apt-get install -y $2"
+    log "'$1' not found; installing Debian package '$2' ..."
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-get install -y -q --no-install-recommends "$2" </dev/null >&2; then
+        apt-get update -q </dev/null >&2 || die "apt-get update failed"
+        apt-get install -y -q --no-install-recommends "$2" </dev/null >&2 || die "apt-get install $2 failed"
+    fi
+}
+
+# ---- tools -----------------------------------------------------------------
+command -v python3 >/dev/null 2>&1 || apt_install python3 python3-minimal
+command -v java >/dev/null 2>&1 || apt_install java openjdk-17-jdk-headless
+# BenchAdmin.java runs as a single-file source program: needs the JDK's compiler.
+command -v javac >/dev/null 2>&1 || apt_install javac openjdk-17-jdk-headless
+command -v mvn >/dev/null 2>&1 || apt_install mvn maven
+
+# ---- services --------------------------------------------------------------
+log "PostgreSQL: deploy/dev/postgres.sh up"
+eval "$("$REPO_ROOT/deploy/dev/postgres.sh" up)"
+# pgbench ships in Debian's postgresql-client (installed by postgres.sh).
+command -v pgbench >/dev/null 2>&1 || apt_install pgbench postgresql-client
+command -v pg_recvlogical >/dev/null 2>&1 || apt_install pg_recvlogical postgresql-client
+log "Kafka: deploy/dev/kafka.sh up"
+eval "$("$REPO_ROOT/deploy/dev/kafka.sh" up)"
+command -v kcat >/dev/null 2>&1 || apt_install kcat kcat
+
+# ---- Kafka Connect + Debezium classpath ---------------------------------------
+pom_prop() { sed -n "s:.*<$1>\\([^<]*\\)</$1>.*:\\1:p" "$POM" | head -n1; }
+CONNECT_VERSION=$(pom_prop kafka.version)
+DEBEZIUM_VERSION=$(pom_prop debezium.version)
+[[ -n $CONNECT_VERSION && -n $DEBEZIUM_VERSION ]] || die "cannot read versions from $POM"
+if [[ ${WALRELAY_KAFKA_VERSION:-} != "$CONNECT_VERSION" ]]; then
+    log "warning: broker is Kafka ${WALRELAY_KAFKA_VERSION:-?} but $POM pins connect-runtime $CONNECT_VERSION"
+fi
+DEPS_DIR="$REPO_ROOT/.deps/bench/connect-$CONNECT_VERSION-debezium-$DEBEZIUM_VERSION"
+LIBS_DIR="$DEPS_DIR/libs"
+STAMP="$DEPS_DIR/.resolved"            # sha256 of the pom the libs came from, written last
+pom_hash() { sha256sum "$POM" | cut -d' ' -f1; }
+
+if ! [[ -d $LIBS_DIR && -f $STAMP && $(cat "$STAMP") == "$(pom_hash)" ]]; then
+    log "resolving Kafka Connect $CONNECT_VERSION + Debezium $DEBEZIUM_VERSION from Maven into $LIBS_DIR ..."
+    tmp="$DEPS_DIR/libs.tmp.$$"
+    rm -rf "$tmp"
+    mkdir -p "$DEPS_DIR"
+    # Same recipe as deploy/dev/kafka.sh (Debian's Maven emits ESC[0m even with -q -B).
+    if ! mvn -q -B -f "$POM" dependency:copy-dependencies \
+            -DoutputDirectory="$tmp" -DincludeScope=runtime </dev/null 2>&1 \
+            | sed 's/\x1b\[[0-9;]*m//g' >&2; then
+        rm -rf "$tmp"
+        die "mvn could not resolve $POM (see output above)"
+    fi
+    # The classes the benchmark cannot do without, checked here rather than
+    # discovered as a ClassNotFoundException 20 s into a Connect start.
+    if ! python3 - "$tmp" <<'PY' >&2
+import sys, zipfile, glob, os
+need = {
+    "org/apache/kafka/connect/cli/ConnectStandalone.class": None,
+    "org/apache/kafka/connect/json/JsonConverter.class": None,
+    "io/debezium/connector/postgresql/PostgresConnector.class": None,
+    "io/debezium/transforms/outbox/EventRouter.class": None,
+    "org/postgresql/Driver.class": None,
+}
+for jar in sorted(glob.glob(os.path.join(sys.argv[1], "*.jar"))):
+    names = set(zipfile.ZipFile(jar).namelist())
+    for cls in need:
+        if need[cls] is None and cls in names:
+            need[cls] = os.path.basename(jar)
+missing = [c for c, j in need.items() if j is None]
+for c, j in need.items():
+    if j: print(f"bench:   {c[:-6].replace('/', '.')}  <- {j}")
+if missing:
+    print("bench: error: not on the resolved classpath: " + ", ".join(missing))
+    sys.exit(1)
+PY
+    then
+        rm -rf "$tmp"
+        die "the resolved classpath lacks a required class (see above); fix $POM"
+    fi
+    rm -rf "$LIBS_DIR"
+    mv "$tmp" "$LIBS_DIR"
+    pom_hash >"$STAMP"
+fi
+
+# ---- run -------------------------------------------------------------------------
+mkdir -p "$REPO_ROOT/.state/bench"
+exec 9>"$REPO_ROOT/.state/bench/.lock"
+flock -n 9 || die "another deploy/bench/run.sh is running (lock: .state/bench/.lock)"
+
+export BENCH_REPO_ROOT="$REPO_ROOT"
+export BENCH_CONNECT_LIBS="$LIBS_DIR"
+export BENCH_CONNECT_VERSION="$CONNECT_VERSION"
+export BENCH_DEBEZIUM_VERSION="$DEBEZIUM_VERSION"
+# bench.py inherits fd 9 and so holds the lock while it runs; its children
+# (JVMs, walrelay, ...) do not (subprocess closes inherited fds).
+exec python3 "$SCRIPT_DIR/bench.py" "$@"
