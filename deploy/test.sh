@@ -39,6 +39,11 @@ export WALRELAY_PG_MAJOR WALRELAY_PG_PORT WALRELAY_PG_SOCKET_DIR WALRELAY_KAFKA_
 log "cargo test — everything, against PostgreSQL 18"
 cargo test --locked --all-targets
 
+# The benchmark harness in its smoke mode (2,000 rows through pg_recvlogical,
+# Debezium and walrelay), so it cannot rot; its numbers are not results.
+log "benchmark harness, smoke mode"
+deploy/bench/run.sh --smoke --walrelay "$ROOT/target/debug/walrelay" --require-walrelay >/dev/null
+
 # Tests that depend on the server version run against every supported major.
 for m in $EXTRA_MAJORS; do
   log "PostgreSQL $m"
