@@ -261,37 +261,47 @@ impl ReplicationStream {
     /// Receives the next replication message. Cancel-safe.
     pub async fn recv(&mut self) -> Result<StreamEvent, WireError> {
         loop {
-            match self.conn.read_message("streaming changes").await? {
-                Backend::Message(Message::CopyData(body)) => {
-                    return parse_replication_message(body.into_bytes()).map(StreamEvent::Message);
-                }
-                Backend::Message(Message::CopyDone) => {
-                    self.ended = true;
-                    return Ok(StreamEvent::End);
-                }
-                Backend::Message(Message::NoticeResponse(_) | Message::ParameterStatus(_)) => {}
-                Backend::Message(Message::CommandComplete(_) | Message::ReadyForQuery(_)) => {
-                    self.ended = true;
-                    return Ok(StreamEvent::End);
-                }
-                Backend::Message(Message::ErrorResponse(body)) => {
-                    let error = Box::new(crate::pg::wire::ServerError::from_body(&body));
-                    return Err(WireError::Server {
-                        context: "streaming changes".into(),
-                        error,
-                    });
-                }
-                Backend::CopyBothResponse => {
-                    return Err(WireError::Protocol(
-                        "second CopyBothResponse in a stream".into(),
-                    ));
-                }
-                Backend::Message(_) => {
-                    return Err(WireError::Protocol(
-                        "unexpected backend message inside COPY BOTH".into(),
-                    ));
-                }
+            let msg = self.conn.read_message("streaming changes").await?;
+            if let Some(event) = self.on_backend(msg)? {
+                return Ok(event);
             }
+        }
+    }
+
+    /// The next message if it is already buffered; never reads the socket.
+    pub fn try_recv_buffered(&mut self) -> Result<Option<StreamEvent>, WireError> {
+        while let Some(msg) = self.conn.try_read_buffered()? {
+            if let Some(event) = self.on_backend(msg)? {
+                return Ok(Some(event));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Interprets one backend message inside COPY BOTH; `None` for messages
+    /// to skip (notices).
+    fn on_backend(&mut self, msg: Backend) -> Result<Option<StreamEvent>, WireError> {
+        match msg {
+            Backend::Message(Message::CopyData(body)) => {
+                parse_replication_message(body.into_bytes()).map(|m| Some(StreamEvent::Message(m)))
+            }
+            Backend::Message(Message::NoticeResponse(_) | Message::ParameterStatus(_)) => Ok(None),
+            Backend::Message(
+                Message::CopyDone | Message::CommandComplete(_) | Message::ReadyForQuery(_),
+            ) => {
+                self.ended = true;
+                Ok(Some(StreamEvent::End))
+            }
+            Backend::Message(Message::ErrorResponse(body)) => Err(WireError::Server {
+                context: "streaming changes".into(),
+                error: Box::new(crate::pg::wire::ServerError::from_body(&body)),
+            }),
+            Backend::CopyBothResponse => Err(WireError::Protocol(
+                "second CopyBothResponse in a stream".into(),
+            )),
+            Backend::Message(_) => Err(WireError::Protocol(
+                "unexpected backend message inside COPY BOTH".into(),
+            )),
         }
     }
 

@@ -11,6 +11,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{RelayError, STALL_WARNING};
+
+/// Messages handled per wake-up beyond the first, from what is already
+/// buffered (no socket read).
+const BUFFERED_BATCH: usize = 1024;
 use crate::Lsn;
 use crate::checkpoint::{Checkpoint, TxnId};
 use crate::config::Config;
@@ -128,23 +132,53 @@ impl Streaming {
                     stream.send_status(self.offset_acked, false).await?;
                 }
                 event = stream.recv(), if !full => {
-                    match event? {
-                        StreamEvent::End => return Err(RelayError::Ended("the replication stream")),
-                        StreamEvent::Message(ReplicationMessage::Keepalive { wal_end, reply, .. }) => {
-                            self.checkpoint.keepalive(wal_end);
-                            if reply {
-                                self.write_offset_if_due().await?;
-                                stream.send_status(self.offset_acked, false).await?;
-                            }
+                    self.on_event(event?, stream).await?;
+                    // Whatever else the last read brought is handled without
+                    // another trip through select (bounded, so acks and the
+                    // timer get their turn).
+                    for _ in 0..BUFFERED_BATCH {
+                        if self.checkpoint.is_full() {
+                            break;
                         }
-                        StreamEvent::Message(ReplicationMessage::XLogData { wal_start, wal_end, data, .. }) => {
-                            self.metrics.received_lsn.store(wal_end.0, Ordering::Relaxed);
-                            let msg = pgoutput::decode(data)
-                                .map_err(|source| RelayError::Decode { lsn: wal_start, source })?;
-                            self.on_message(msg, wal_start).await?;
+                        match stream.try_recv_buffered()? {
+                            Some(event) => self.on_event(event, stream).await?,
+                            None => break,
                         }
                     }
                 }
+            }
+        }
+    }
+
+    async fn on_event(
+        &mut self,
+        event: StreamEvent,
+        stream: &mut ReplicationStream,
+    ) -> Result<(), RelayError> {
+        match event {
+            StreamEvent::End => Err(RelayError::Ended("the replication stream")),
+            StreamEvent::Message(ReplicationMessage::Keepalive { wal_end, reply, .. }) => {
+                self.checkpoint.keepalive(wal_end);
+                if reply {
+                    self.write_offset_if_due().await?;
+                    stream.send_status(self.offset_acked, false).await?;
+                }
+                Ok(())
+            }
+            StreamEvent::Message(ReplicationMessage::XLogData {
+                wal_start,
+                wal_end,
+                data,
+                ..
+            }) => {
+                self.metrics
+                    .received_lsn
+                    .store(wal_end.0, Ordering::Relaxed);
+                let msg = pgoutput::decode(data).map_err(|source| RelayError::Decode {
+                    lsn: wal_start,
+                    source,
+                })?;
+                self.on_message(msg, wal_start).await
             }
         }
     }
