@@ -17,6 +17,7 @@
 //!   outbox pattern); updates follow the configured [`OnUpdate`] policy;
 //!   changes to tables that are not configured outbox tables are ignored.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -36,7 +37,9 @@ pub struct Record {
     pub key: Option<Bytes>,
     /// `None` is a tombstone.
     pub value: Option<Bytes>,
-    pub headers: Vec<(String, Bytes)>,
+    /// Header names are shared (`Arc<str>`): the same few names repeat on
+    /// every record.
+    pub headers: Vec<(Arc<str>, Bytes)>,
     /// Milliseconds since the Unix epoch, or `None` for the producer's clock.
     pub timestamp_ms: Option<i64>,
 }
@@ -97,8 +100,10 @@ struct Bound {
     payload: usize,
     payload_is_bytea: bool,
     topic_columns: HashMap<String, usize>,
-    headers: Vec<(String, usize)>,
+    headers: Vec<(Arc<str>, usize)>,
     timestamp: Option<usize>,
+    id_header: Arc<str>,
+    lsn_header: Arc<str>,
 }
 
 /// The router: configured routes plus their binding to relations seen so far.
@@ -108,6 +113,9 @@ pub struct Router {
     /// Relation oid → binding; `Err` when the table lacks a configured column
     /// (reported on the first row, which is when it matters).
     bound: HashMap<Oid, Result<Bound, (String, String)>>,
+    /// The `walrelay.lsn` value of the transaction being routed: rows of one
+    /// transaction share it, so it is formatted once.
+    lsn_text: RefCell<(Lsn, Bytes)>,
 }
 
 impl Router {
@@ -119,6 +127,7 @@ impl Router {
         Router {
             routes,
             bound: HashMap::new(),
+            lsn_text: RefCell::new((Lsn::ZERO, Bytes::new())),
         }
     }
 
@@ -165,7 +174,18 @@ impl Router {
             }
             Some(Ok(b)) => b,
         };
-        bound.record(row, commit_lsn).map(Routed::Record)
+        bound
+            .record(row, commit_lsn, self.lsn_text(commit_lsn))
+            .map(Routed::Record)
+    }
+
+    /// `lsn` as header text, formatted once per transaction.
+    fn lsn_text(&self, lsn: Lsn) -> Bytes {
+        let mut cached = self.lsn_text.borrow_mut();
+        if cached.0 != lsn || cached.1.is_empty() {
+            *cached = (lsn, Bytes::from(lsn.to_string()));
+        }
+        cached.1.clone()
     }
 
     /// Applies the update policy to an update of an outbox row.
@@ -207,7 +227,7 @@ fn bind(route: Arc<Route>, rel: &Relation) -> Result<Bound, (String, String)> {
     }
     let mut headers = Vec::new();
     for h in &c.header_columns {
-        headers.push((h.clone(), find(h)?));
+        headers.push((Arc::from(h.as_str()), find(h)?));
     }
     let timestamp = match c.timestamp_column.as_deref() {
         Some(col) if !col.is_empty() => Some(find(col)?),
@@ -223,6 +243,8 @@ fn bind(route: Arc<Route>, rel: &Relation) -> Result<Bound, (String, String)> {
         topic_columns,
         headers,
         timestamp,
+        id_header: Arc::from("id"),
+        lsn_header: Arc::from("walrelay.lsn"),
     })
 }
 
@@ -268,7 +290,7 @@ impl Bound {
         }
     }
 
-    fn record(&self, row: &TupleData, lsn: Lsn) -> Result<Record, RouteError> {
+    fn record(&self, row: &TupleData, lsn: Lsn, lsn_text: Bytes) -> Result<Record, RouteError> {
         let c = &self.route.config;
         let id = self.required(row, self.id, &c.id_column, lsn)?;
         let key = self.required(row, self.aggregate_id, &c.aggregate_id_column, lsn)?;
@@ -330,13 +352,13 @@ impl Bound {
         };
 
         let mut headers = Vec::with_capacity(self.headers.len() + 2);
-        headers.push(("id".to_owned(), id));
+        headers.push((self.id_header.clone(), id));
         for (name, idx) in &self.headers {
             if let Some(Cell::Text(b) | Cell::Binary(b)) = row.get(*idx) {
                 headers.push((name.clone(), b.clone()));
             }
         }
-        headers.push(("walrelay.lsn".to_owned(), Bytes::from(lsn.to_string())));
+        headers.push((self.lsn_header.clone(), lsn_text));
 
         let timestamp_ms = match self.timestamp {
             None => None,

@@ -392,7 +392,7 @@ impl Streaming {
 
 /// "outbox row id=…" for error messages (never the payload).
 fn describe_record(record: &crate::router::Record) -> String {
-    match record.headers.iter().find(|(k, _)| k == "id") {
+    match record.headers.iter().find(|(k, _)| &**k == "id") {
         Some((_, id)) => format!("outbox row id={}", String::from_utf8_lossy(id)),
         None => "a record".to_owned(),
     }

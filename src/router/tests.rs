@@ -91,13 +91,12 @@ fn routes_like_debeziums_outbox_event_router() {
         rec.headers,
         vec![
             (
-                "id".to_owned(),
+                "id".into(),
                 Bytes::from_static(b"5b8f3c1e-0000-4000-8000-000000000001")
             ),
-            // header_columns defaults to ["type"], as Debezium's table.fields.additional.placement does not,
-            // but consumers of an event type need it.
-            ("type".to_owned(), Bytes::from_static(b"OrderCreated")),
-            ("walrelay.lsn".to_owned(), Bytes::from_static(b"1/00000A00")),
+            // header_columns defaults to ["type"].
+            ("type".into(), Bytes::from_static(b"OrderCreated")),
+            ("walrelay.lsn".into(), Bytes::from_static(b"1/00000A00")),
         ]
     );
     assert_eq!(rec.timestamp_ms, None);
@@ -123,7 +122,7 @@ fn header_columns_template_and_timestamp() {
     assert_eq!(rec.topic, "events.order.OrderCreated");
     assert!(
         rec.headers
-            .contains(&("type".to_owned(), Bytes::from_static(b"OrderCreated")))
+            .contains(&("type".into(), Bytes::from_static(b"OrderCreated")))
     );
     // 2026-11-30T01:02:03.456Z
     assert_eq!(rec.timestamp_ms, Some(1_796_000_523_456));
@@ -261,4 +260,24 @@ fn timestamps_with_offsets() {
     );
     assert_eq!(parse_timestamptz_ms(b"not a time"), None);
     assert_eq!(parse_timestamptz_ms(b"2020-13-01 00:00:00+00"), None);
+}
+
+#[test]
+fn lsn_header_follows_the_transaction() {
+    let r = router("");
+    let lsn_of = |lsn: Lsn| {
+        let Ok(Routed::Record(rec)) = r.on_insert(42, &order_row(), lsn) else {
+            panic!("not routed")
+        };
+        rec.headers
+            .iter()
+            .find(|(k, _)| &**k == "walrelay.lsn")
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(lsn_of(LSN).as_deref(), Some(&b"1/00000A00"[..]));
+    assert_eq!(
+        lsn_of(Lsn(0x2_0000_0001)).as_deref(),
+        Some(&b"2/00000001"[..])
+    );
+    assert_eq!(lsn_of(LSN).as_deref(), Some(&b"1/00000A00"[..]));
 }
