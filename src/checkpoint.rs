@@ -63,13 +63,14 @@
 //!   never processed before its send.
 //! - Pass to [`ack`](Checkpoint::ack) the same `TxnId` and byte count as to
 //!   `record_sent` (carry them in the delivery opaque).
-//! - Keep one `Checkpoint` for the life of the process, across reconnects: a
-//!   `TxnId` from another `Checkpoint` is not detected. When the replication
-//!   connection drops in the middle of a transaction, call
-//!   [`abandon_open`](Checkpoint::abandon_open): PostgreSQL re-sends the whole
-//!   transaction after reconnecting, the abandoned one's records already sent keep
-//!   counting as in flight, and newer transactions are not confirmed before those
-//!   records are acked.
+//! - A `TxnId` from another `Checkpoint` is not detected, so acks must only
+//!   ever reach the `Checkpoint` whose records they acknowledge. The relay keeps
+//!   one `Checkpoint` per replication session, with its own producer and ack
+//!   channel, all dropped together. A caller that instead keeps one `Checkpoint`
+//!   across a reconnect must call [`abandon_open`](Checkpoint::abandon_open) when
+//!   the connection drops mid-transaction: PostgreSQL re-sends the whole
+//!   transaction, the abandoned one's records already sent keep counting as in
+//!   flight, and newer transactions are not confirmed before those are acked.
 //! - Call [`keepalive`](Checkpoint::keepalive) in stream order, with the `wal_end`
 //!   of a keepalive read after every message before it was processed.
 //! - Store `confirmed()` in the offset store before reporting it to PostgreSQL.

@@ -17,16 +17,6 @@ pub struct Lsn(pub u64);
 impl Lsn {
     /// The invalid/zero position (`0/0`), which PostgreSQL uses for "none".
     pub const ZERO: Lsn = Lsn(0);
-
-    /// The raw 64-bit value.
-    pub fn as_u64(self) -> u64 {
-        self.0
-    }
-
-    /// Bytes of WAL from `older` to `self`, zero if `older` is ahead.
-    pub fn bytes_since(self, older: Lsn) -> u64 {
-        self.0.saturating_sub(older.0)
-    }
 }
 
 impl fmt::Display for Lsn {

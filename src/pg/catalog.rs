@@ -120,19 +120,6 @@ pub async fn setting(client: &Client, name: &'static str) -> Result<String, Cata
     Ok(row.get(0))
 }
 
-/// The server's current WAL position (`pg_current_wal_lsn()`).
-pub async fn current_wal_lsn(client: &Client) -> Result<Lsn, CatalogError> {
-    let row = client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await
-        .map_err(|source| CatalogError::Query {
-            context: "reading pg_current_wal_lsn()",
-            source,
-        })?;
-    lsn(row.get(0))
-        .ok_or_else(|| CatalogError::Invalid("pg_current_wal_lsn() was not an LSN".into()))
-}
-
 /// Tables `(schema, table)` a publication covers, or `None` if it does not exist.
 pub async fn publication_tables(
     client: &Client,

@@ -155,12 +155,6 @@ impl ReplicationClient {
         self.conn.server_version_num()
     }
 
-    /// Runs ordinary SQL on the replication connection (allowed with
-    /// `replication=database`).
-    pub async fn simple_query(&mut self, sql: &str) -> Result<crate::pg::wire::Rows, WireError> {
-        self.conn.simple_query(sql).await
-    }
-
     /// `IDENTIFY_SYSTEM`.
     pub async fn identify_system(&mut self) -> Result<SystemInfo, WireError> {
         let rows = self.conn.simple_query("IDENTIFY_SYSTEM").await?;

@@ -256,11 +256,6 @@ impl KafkaSink {
             .map_err(|e| SinkError::from_kafka(&e))
     }
 
-    /// Records queued or in flight inside librdkafka.
-    pub fn in_flight(&self) -> i32 {
-        self.producer.in_flight_count()
-    }
-
     /// Asks the cluster for metadata: proves the brokers answer.
     pub fn check_reachable(&self, timeout: Duration) -> Result<usize, SinkError> {
         self.producer
