@@ -262,16 +262,6 @@ impl ReplicationStream {
         }
     }
 
-    /// The next message if it is already buffered; never reads the socket.
-    pub fn try_recv_buffered(&mut self) -> Result<Option<StreamEvent>, WireError> {
-        while let Some(msg) = self.conn.try_read_buffered()? {
-            if let Some(event) = self.on_backend(msg)? {
-                return Ok(Some(event));
-            }
-        }
-        Ok(None)
-    }
-
     /// Interprets one backend message inside COPY BOTH; `None` for messages
     /// to skip (notices).
     fn on_backend(&mut self, msg: Backend) -> Result<Option<StreamEvent>, WireError> {

@@ -543,11 +543,6 @@ impl WireConnection {
         }
     }
 
-    /// The next message if it is already completely buffered; never reads.
-    pub fn try_read_buffered(&mut self) -> Result<Option<Backend>, WireError> {
-        self.parse_buffered()
-    }
-
     /// Parses one complete message from the read buffer, if there is one.
     fn parse_buffered(&mut self) -> Result<Option<Backend>, WireError> {
         parse_frame(&mut self.read_buf, self.max_message_size)

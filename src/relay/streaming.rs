@@ -12,9 +12,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::{RelayError, STALL_WARNING};
 
-/// Messages handled per wake-up beyond the first, from what is already
-/// buffered (no socket read).
-const BUFFERED_BATCH: usize = 1024;
 use crate::Lsn;
 use crate::checkpoint::{Checkpoint, TxnId};
 use crate::config::Config;
@@ -133,18 +130,6 @@ impl Streaming {
                 }
                 event = stream.recv(), if !full => {
                     self.on_event(event?, stream).await?;
-                    // Whatever else the last read brought is handled without
-                    // another trip through select (bounded, so acks and the
-                    // timer get their turn).
-                    for _ in 0..BUFFERED_BATCH {
-                        if self.checkpoint.is_full() {
-                            break;
-                        }
-                        match stream.try_recv_buffered()? {
-                            Some(event) => self.on_event(event, stream).await?,
-                            None => break,
-                        }
-                    }
                 }
             }
         }
