@@ -42,7 +42,7 @@ cargo test --locked --all-targets
 # The benchmark harness in its smoke mode (2,000 rows through pg_recvlogical,
 # Debezium and walrelay), so it cannot rot; its numbers are not results.
 log "benchmark harness, smoke mode"
-deploy/bench/run.sh --smoke --walrelay "$ROOT/target/debug/walrelay" --require-walrelay >/dev/null
+deploy/bench/run.sh --smoke --walrelay "${CARGO_TARGET_DIR:-$ROOT/target}/debug/walrelay" --require-walrelay >/dev/null
 
 # Tests that depend on the server version run against every supported major.
 for m in $EXTRA_MAJORS; do
