@@ -623,12 +623,11 @@ fn message_name(m: &Message) -> &'static str {
     }
 }
 
+/// The first words of a statement, at most 60 characters, for error context.
 fn first_words(sql: &str) -> String {
-    let mut s: String = sql.split_whitespace().take(4).collect::<Vec<_>>().join(" ");
-    if s.len() > 60 {
-        s.truncate(60);
-    }
-    s
+    let s = sql.split_whitespace().take(4).collect::<Vec<_>>().join(" ");
+    // By characters: identifiers may be non-ASCII, and a byte cut could split one.
+    s.chars().take(60).collect()
 }
 
 /// "18.4" -> 180004, "14.12 (Debian …)" -> 140012, "9.6.3" -> 90603.
@@ -655,6 +654,14 @@ mod tests {
         v.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
         v.extend_from_slice(body);
         v
+    }
+
+    #[test]
+    fn error_context_cuts_long_statements_by_characters() {
+        let sql = format!("SELECT {} FROM t", "é".repeat(100));
+        let words = first_words(&sql);
+        assert_eq!(words.chars().count(), 60);
+        assert!(words.starts_with("SELECT éé"));
     }
 
     #[test]
