@@ -175,8 +175,8 @@ impl OffsetStore {
         cfg
     }
 
-    /// Creates the compacted topic if it does not exist. Blocking.
-    pub fn ensure_topic(&self, timeout: Duration) -> Result<(), OffsetStoreError> {
+    /// Creates the compacted topic if it does not exist.
+    pub async fn ensure_topic(&self, timeout: Duration) -> Result<(), OffsetStoreError> {
         let err = |message: String| OffsetStoreError::Create {
             topic: self.topic.clone(),
             message,
@@ -188,12 +188,9 @@ impl OffsetStore {
         let opts = AdminOptions::new()
             .operation_timeout(Some(timeout))
             .request_timeout(Some(timeout));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| err(e.to_string()))?;
-        let results = rt
-            .block_on(admin.create_topics(&[topic], &opts))
+        let results = admin
+            .create_topics(&[topic], &opts)
+            .await
             .map_err(|e| err(e.to_string()))?;
         for r in results {
             match r {

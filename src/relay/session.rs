@@ -148,22 +148,18 @@ impl Session {
         );
 
         // 2. Kafka: producer, offset topic, stored offset.
-        let (sink, acks) =
-            KafkaSink::new(&producer_properties(&config)).map_err(RelayError::Sink)?;
+        let properties = producer_properties(&config);
+        let (sink, acks) = KafkaSink::new(&properties).map_err(RelayError::Sink)?;
         let store = OffsetStore::new(
-            &producer_properties(&config),
+            &properties,
             &config.kafka.offsets_topic,
             &config.connector.name,
         );
-        let stored = {
-            let store = store.clone();
-            tokio::task::spawn_blocking(move || {
-                store.ensure_topic(Duration::from_secs(10))?;
-                store.load(Duration::from_secs(10))
-            })
+        store.ensure_topic(Duration::from_secs(10)).await?;
+        // Reading the topic polls a consumer, which blocks.
+        let stored = tokio::task::spawn_blocking(move || store.load(Duration::from_secs(10)))
             .await
-            .map_err(|_| RelayError::Ended("offset store reader"))??
-        };
+            .map_err(|_| RelayError::Ended("offset store reader"))??;
 
         // 3. Replication connection, slot, and the start decision.
         let mut repl = ReplicationClient::connect(&params).await?;
