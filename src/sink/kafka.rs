@@ -202,6 +202,18 @@ impl KafkaSink {
         for (k, v) in properties {
             cfg.set(k, v);
         }
+        // rdkafka derives librdkafka's log level from the `log` crate's
+        // filter, which never enables debug here, so a `debug` property in
+        // [kafka.librdkafka] would print nothing. Pass everything; the
+        // tracing filter decides what is shown.
+        let debugging = properties
+            .iter()
+            .any(|(k, v)| k == "debug" && !v.trim().is_empty());
+        cfg.set_log_level(if debugging {
+            RDKafkaLogLevel::Debug
+        } else {
+            RDKafkaLogLevel::Info
+        });
         let (tx, rx) = mpsc::unbounded_channel();
         let producer: ThreadedProducer<AckContext> = cfg
             .create_with_context(AckContext { acks: tx })
