@@ -283,6 +283,9 @@ pub fn consume(
         .unwrap_or_else(|e| kafka_unreachable(&e));
     consumer.subscribe(topics).expect("subscribe");
     let mut out = Vec::new();
+    // Counted by event id, not records: re-sent duplicates must not end the
+    // wait before every distinct event has arrived.
+    let mut ids = std::collections::HashSet::new();
     let deadline = Instant::now() + timeout;
     let mut settle_until: Option<Instant> = None;
     loop {
@@ -291,7 +294,7 @@ pub fn consume(
             if now > s {
                 break;
             }
-        } else if out.len() >= expected {
+        } else if ids.len() >= expected {
             settle_until = Some(now + settle);
         } else if now > deadline {
             break;
@@ -301,7 +304,14 @@ pub fn consume(
             // Subscribing to a topic that is not created yet is normal.
             Some(Err(e)) if e.to_string().contains("Unknown topic") => {}
             Some(Err(e)) => eprintln!("consumer error: {e}"),
-            Some(Ok(m)) => out.push(Consumed::from_message(&m)),
+            Some(Ok(m)) => {
+                let rec = Consumed::from_message(&m);
+                ids.insert(match rec.header("id") {
+                    Some(id) => id.to_vec(),
+                    None => format!("{}/{}/{}", rec.topic, rec.partition, rec.offset).into_bytes(),
+                });
+                out.push(rec);
+            }
         }
     }
     out
@@ -404,12 +414,16 @@ impl RelayProcess {
             .append(true)
             .open(&log_path)
             .expect("log file");
+        eprintln!("walrelay log: {}", log_path.display());
         let child = std::process::Command::new(walrelay_bin())
             .arg("run")
             .arg("--config")
             .arg(config_path)
             .args(extra_args)
-            .env("WALRELAY_LOG", "info,walrelay=debug")
+            .env(
+                "WALRELAY_LOG",
+                std::env::var("WALRELAY_TEST_LOG").unwrap_or_else(|_| "info,walrelay=debug".into()),
+            )
             .env("NO_COLOR", "1")
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone().expect("log"))
@@ -668,10 +682,10 @@ pub fn verify_outbox_delivery(
     let missing: Vec<&String> = rows.keys().filter(|id| !first.contains_key(*id)).collect();
     assert!(
         missing.is_empty(),
-        "{} of {} events never arrived, e.g. {:?}",
+        "{} of {} events never arrived:\n{}",
         missing.len(),
         rows.len(),
-        &missing[..missing.len().min(5)]
+        describe_missing(rows, &missing, &first)
     );
 
     // Per aggregate: one partition, and first copies in commit order
@@ -709,6 +723,59 @@ pub fn verify_outbox_delivery(
         );
     }
     duplicates
+}
+
+/// For a failure message: each missing event (writer and sequence from its
+/// payload) next to the records that did arrive just before and after it
+/// from the same writer, with their commit LSN and partition offset. A whole
+/// missing transaction (same LSN gap, consecutive sequences) points at the
+/// relay; scattered events on one partition point at the producer or broker.
+fn describe_missing(
+    rows: &std::collections::HashMap<String, OutboxRow>,
+    missing: &[&String],
+    first: &std::collections::HashMap<String, &Consumed>,
+) -> String {
+    use std::collections::BTreeMap;
+    let ws = |payload: &[u8]| -> (i64, i64) {
+        let v: serde_json::Value = serde_json::from_slice(payload).unwrap_or_default();
+        (v["w"].as_i64().unwrap_or(-1), v["s"].as_i64().unwrap_or(-1))
+    };
+    // (writer, seq) -> arrived record
+    let arrived: BTreeMap<(i64, i64), &Consumed> = first
+        .values()
+        .map(|r| (ws(r.value.as_deref().unwrap_or_default()), *r))
+        .collect();
+    let show = |key: (i64, i64)| match arrived.get(&key) {
+        Some(r) => format!(
+            "w{} s{} lsn {} {}[{}]@{}",
+            key.0,
+            key.1,
+            r.header_str("walrelay.lsn").unwrap_or_default(),
+            r.topic,
+            r.partition,
+            r.offset
+        ),
+        None => format!("w{} s{} missing", key.0, key.1),
+    };
+    let mut lost: Vec<(i64, i64, &str)> = missing
+        .iter()
+        .map(|id| {
+            let (w, s) = ws(rows[*id].payload.as_bytes());
+            (w, s, rows[*id].aggregate_id.as_str())
+        })
+        .collect();
+    lost.sort();
+    lost.iter()
+        .take(20)
+        .map(|(w, s, agg)| {
+            format!(
+                "  w{w} s{s} ({agg}) between [{}] and [{}]",
+                show((*w, s - 1)),
+                show((*w, s + 1))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Reads every record currently in `topics` (up to each partition's high
