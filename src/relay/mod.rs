@@ -241,3 +241,22 @@ pub async fn run(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record Kafka only inferred was written (see `sink::kafka`) is not
+    /// confirmed: the session restarts and re-sends it, the connector runs on.
+    #[test]
+    fn an_unverified_delivery_restarts_the_session() {
+        let e = RelayError::Delivery {
+            topic: "t".into(),
+            lsn: Lsn(1),
+            event: "record #0 of the transaction".into(),
+            error: SinkError::unverified(0),
+        };
+        assert!(e.is_transient(), "{e}");
+        assert_eq!(e.waiting_for(), "Kafka");
+    }
+}

@@ -19,7 +19,7 @@ use crate::offsets::StoredOffset;
 use crate::pg::replication::{ReplicationMessage, ReplicationStream, StreamEvent};
 use crate::pgoutput::{self, LogicalMessage, RelationCache};
 use crate::router::{Routed, Router};
-use crate::sink::kafka::{Ack, Delivery, KafkaSink};
+use crate::sink::kafka::{Ack, Delivery, KafkaSink, SinkErrorKind};
 use crate::telemetry::Metrics;
 
 /// State of the transaction currently streaming.
@@ -284,7 +284,11 @@ impl Streaming {
                 topic,
                 error,
             } => {
-                tracing::error!(%topic, lsn = %commit_lsn, index, error = %error, "Kafka did not take a record");
+                if error.kind == SinkErrorKind::Definite {
+                    tracing::error!(%topic, lsn = %commit_lsn, index, error = %error, "Kafka did not take a record");
+                } else {
+                    tracing::warn!(%topic, lsn = %commit_lsn, index, error = %error, "a record is not known to be in Kafka; the session restarts to re-send it");
+                }
                 Err(RelayError::Delivery {
                     topic,
                     lsn: commit_lsn,

@@ -16,6 +16,17 @@
 //!   idempotence errors) are [`SinkErrorKind::Definite`] and stop the
 //!   connector; the rest are transient and restart the session from the
 //!   confirmed position (a re-send, never a loss).
+//! - **Delivered means written at an offset.** A success report without an
+//!   offset is not trusted: it is reported as a transient failure, so the
+//!   record is re-sent. librdkafka's idempotent producer issues such reports
+//!   as *implicit acks*: when request R1 to a partition fails (e.g. "not
+//!   leader") and a later request R2 succeeds, it assumes R1 was written and
+//!   reports R1's records delivered. That holds only if the broker enforces
+//!   sequence order, which it does not for a producer id it holds no state
+//!   for on that partition (a new session's first writes, a new topic, state
+//!   expired after `producer.id.expiration.ms`): it accepts R2, and R1's
+//!   records are silently gone. The config layer also sets
+//!   `max.in.flight=1`, so R2 is never in flight while R1 can fail.
 
 use std::time::Duration;
 
@@ -85,6 +96,21 @@ impl SinkError {
             kind,
             message: describe(e, code),
             code,
+        }
+    }
+}
+
+impl SinkError {
+    /// A success report that carries no offset (see the module doc).
+    pub(crate) fn unverified(partition: i32) -> SinkError {
+        SinkError {
+            kind: SinkErrorKind::Transient,
+            message: format!(
+                "Kafka reported a record on partition {partition} delivered without an offset \
+                 (the producer inferred it from a later batch after an earlier one failed), so it \
+                 may not be in the log; re-sending from the last confirmed position"
+            ),
+            code: None,
         }
     }
 }
@@ -166,16 +192,20 @@ impl ProducerContext for AckContext {
     type DeliveryOpaque = Box<Delivery>;
 
     fn delivery(&self, result: &DeliveryResult<'_>, delivery: Box<Delivery>) {
+        use rdkafka::Message;
         let ack = match result {
-            Ok(_) => Ack::Delivered(*delivery),
-            Err((e, msg)) => {
-                use rdkafka::Message;
-                Ack::Failed {
-                    delivery: *delivery,
-                    topic: msg.topic().to_owned(),
-                    error: SinkError::from_kafka(e),
-                }
-            }
+            Ok(msg) if msg.offset() >= 0 => Ack::Delivered(*delivery),
+            // See the module doc: an implicit ack, not proof of a write.
+            Ok(msg) => Ack::Failed {
+                delivery: *delivery,
+                topic: msg.topic().to_owned(),
+                error: SinkError::unverified(msg.partition()),
+            },
+            Err((e, msg)) => Ack::Failed {
+                delivery: *delivery,
+                topic: msg.topic().to_owned(),
+                error: SinkError::from_kafka(e),
+            },
         };
         // The receiver is gone only when the session is being torn down.
         let _ = self.acks.send(ack);
@@ -317,6 +347,123 @@ mod tests {
             ("sasl.password", "p"),
         ]));
         assert!(created.is_ok(), "{:?}", created.err());
+    }
+
+    fn record(i: u64) -> Record {
+        Record {
+            topic: "t".into(),
+            key: Some(bytes::Bytes::from(format!("k{i}"))),
+            value: Some(bytes::Bytes::from(format!("v{i}"))),
+            headers: Vec::new(),
+            timestamp_ms: None,
+        }
+    }
+
+    /// Sends records 0..n (one request each, up to `in_flight` at once) to a
+    /// mock broker whose first produce request fails with "not leader", and
+    /// returns the acks by record number plus the values in the log.
+    async fn produce_through_a_failed_first_request(
+        in_flight: &str,
+        n: u64,
+    ) -> (Vec<(u64, Result<(), SinkError>)>, Vec<String>) {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        use rdkafka::mocking::MockCluster;
+        use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic("t", 1, 1).unwrap();
+        mock.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION],
+        );
+        let mut properties = props(&[
+            ("batch.num.messages", "1"),
+            ("linger.ms", "0"),
+            ("max.in.flight", in_flight),
+        ]);
+        properties[0].1 = mock.bootstrap_servers();
+        let (sink, mut acks) = KafkaSink::new(&properties).unwrap();
+        for i in 0..n {
+            sink.send(&record(i), Delivery::Offset { lsn: Lsn(i) })
+                .await
+                .unwrap();
+        }
+        let mut got = Vec::new();
+        while got.len() < n as usize {
+            let ack = tokio::time::timeout(Duration::from_secs(30), acks.recv())
+                .await
+                .expect("every record is acknowledged")
+                .expect("channel open");
+            got.push(match ack {
+                Ack::Delivered(Delivery::Offset { lsn }) => (lsn.0, Ok(())),
+                Ack::Failed {
+                    delivery: Delivery::Offset { lsn },
+                    error,
+                    ..
+                } => (lsn.0, Err(error)),
+                other => panic!("unexpected {other:?}"),
+            });
+        }
+        got.sort_by_key(|(i, _)| *i);
+
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .set("group.id", "read-back")
+            .create()
+            .unwrap();
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset("t", 0, rdkafka::Offset::Beginning)
+            .unwrap();
+        consumer.assign(&tpl).unwrap();
+        let (_, high) = consumer
+            .fetch_watermarks("t", 0, Duration::from_secs(10))
+            .unwrap();
+        let mut log = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while (log.len() as i64) < high && std::time::Instant::now() < deadline {
+            use rdkafka::Message;
+            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+                log.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+            }
+        }
+        (got, log)
+    }
+
+    /// librdkafka's implicit ack: request 1 fails "not leader", requests 2..
+    /// (already in flight) succeed, and record 0 is reported delivered
+    /// although it was never written. The sink must not call it delivered.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_success_report_without_an_offset_is_not_a_delivery() {
+        let (acks, log) = produce_through_a_failed_first_request("5", 20).await;
+        assert!(
+            !log.contains(&"v0".to_owned()),
+            "the fault was injected as intended: record 0 is not in the log {log:?}"
+        );
+        let (_, first) = &acks[0];
+        let error = first
+            .as_ref()
+            .expect_err("record 0 must not count as delivered");
+        assert_eq!(error.kind, SinkErrorKind::Transient, "{error}");
+        assert!(error.message.contains("without an offset"), "{error}");
+        for (i, ack) in &acks[1..] {
+            assert!(ack.is_ok(), "record {i}: {ack:?}");
+            assert!(
+                log.contains(&format!("v{i}")),
+                "record {i} acked but not in {log:?}"
+            );
+        }
+    }
+
+    /// With one request in flight (walrelay's default) the failed request is
+    /// retried before anything after it is sent: every record is written,
+    /// in order, and acknowledged with its offset.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_request_in_flight_leaves_no_gap_to_infer() {
+        let (acks, log) = produce_through_a_failed_first_request("1", 20).await;
+        for (i, ack) in &acks {
+            assert!(ack.is_ok(), "record {i}: {ack:?}");
+        }
+        let expected: Vec<String> = (0..20).map(|i| format!("v{i}")).collect();
+        assert_eq!(log, expected);
     }
 
     #[test]
