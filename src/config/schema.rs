@@ -158,7 +158,9 @@ impl KafkaConfig {
     /// The complete librdkafka producer configuration: the brokers, the
     /// settings walrelay's guarantees rest on (`acks=all`,
     /// `enable.idempotence=true`, `partitioner=murmur2_random`), compression
-    /// and linger, then the raw `[kafka.librdkafka]` map.
+    /// and linger, `max.in.flight=1` (a default the raw map may raise to 5:
+    /// see `sink::kafka` on implicit acks), then the raw `[kafka.librdkafka]`
+    /// map.
     ///
     /// Validation rejects raw properties that contradict the fixed ones; as a
     /// second line of defence, any that slip through (a hand-built, unvalidated
@@ -171,6 +173,7 @@ impl KafkaConfig {
             ("partitioner", "murmur2_random".to_owned()),
             ("compression.type", self.compression.as_str().to_owned()),
             ("linger.ms", millis(self.linger)),
+            ("max.in.flight", "1".to_owned()),
         ];
         fixed
             .into_iter()

@@ -339,11 +339,31 @@ fn producer_properties_put_guarantees_first_and_raw_map_last() {
             ("partitioner", "murmur2_random"),
             ("compression.type", "lz4"),
             ("linger.ms", "5"),
+            ("max.in.flight", "1"),
             ("acks", "all"),
             ("batch.num.messages", "10000"),
             ("enable.gapless.guarantee", "false"),
         ]
     );
+}
+
+/// One request in flight per broker by default (see `sink::kafka` on
+/// implicit acks); the raw map may raise it within what keeps idempotence.
+#[test]
+fn max_in_flight_defaults_to_one_and_may_be_raised_to_five() {
+    let props = load(MINIMAL).unwrap().kafka.producer_properties();
+    assert!(props.iter().any(|(k, v)| k == "max.in.flight" && v == "1"));
+    let config = load(&minimal_with("[kafka.librdkafka]\n\"max.in.flight\" = 5")).unwrap();
+    let props = config.kafka.producer_properties();
+    assert_eq!(
+        props.iter().rev().find(|(k, _)| k == "max.in.flight"),
+        Some(&("max.in.flight".to_owned(), "5".to_owned())),
+        "the raw map comes later, so librdkafka takes its value"
+    );
+    let error = load(&minimal_with("[kafka.librdkafka]\n\"max.in.flight\" = 6"))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("1 to 5"), "{error}");
 }
 
 #[test]
