@@ -98,9 +98,7 @@ impl SinkError {
             code,
         }
     }
-}
 
-impl SinkError {
     /// A success report that carries no offset (see the module doc).
     pub(crate) fn unverified(partition: i32) -> SinkError {
         SinkError {
