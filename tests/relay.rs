@@ -657,3 +657,71 @@ async fn a_payload_kafka_refuses_stops_the_connector_naming_the_event() {
         "the event before it is delivered: {before:?}"
     );
 }
+
+/// With `sslmode = "verify-full"` and the dev CA, both of walrelay's
+/// PostgreSQL sessions (catalog and walsender) are encrypted, and events
+/// flow; with a CA that did not sign the server's certificate, walrelay stops
+/// at once with the reason instead of retrying.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_over_verified_tls_and_refuses_an_unknown_ca() {
+    require_kafka();
+    let db = TestDb::new("tls").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("tls");
+    let tls_dir = std::env::var("WALRELAY_PG_TLS_DIR")
+        .unwrap_or_else(|_| format!("{}/.state/pg{}/tls", env!("CARGO_MANIFEST_DIR"), pg_major()));
+    let with_ca = |ca: &str| {
+        relay_config(&db, &names, "", "").replacen(
+            "status_interval = \"200ms\"",
+            &format!(
+                "status_interval = \"200ms\"\nsslmode = \"verify-full\"\nsslrootcert = \"{tls_dir}/{ca}\""
+            ),
+            1,
+        )
+    };
+
+    let mut refused = RelayProcess::start(&with_ca("other-ca.pem"), &[]);
+    let log = refused.expect_exit(1, START);
+    assert!(
+        log.contains("certificate") && log.contains("verify-full"),
+        "says why, once:\n{log}"
+    );
+    assert!(!log.contains("will retry"), "not retried:\n{log}");
+
+    let mut relay = RelayProcess::start(&with_ca("ca.pem"), &[]);
+    relay.wait_log("streaming", START).await;
+    let admin = pg_connect("postgres").await;
+    let sessions: Vec<(String, bool)> = admin
+        .query(
+            "SELECT a.backend_type, s.ssl FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
+             WHERE a.application_name = $1",
+            &[&format!("walrelay-{}", names.connector)],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert!(
+        sessions.iter().any(|(t, _)| t == "walsender"),
+        "the walsender is there: {sessions:?}"
+    );
+    assert!(
+        sessions.iter().all(|(_, ssl)| *ssl),
+        "all encrypted: {sessions:?}"
+    );
+
+    insert(
+        &db,
+        "INSERT INTO outbox VALUES ('00000000-0000-4000-8000-0000000000f1', 'order', 'a', 'Created', '{}')",
+    )
+    .await;
+    let got = consume(
+        &[&names.topic("order")],
+        1,
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+    );
+    assert_eq!(ids_of(&got), ["00000000-0000-4000-8000-0000000000f1"]);
+    assert!(relay.stop().success(), "{}", relay.log());
+}

@@ -10,6 +10,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 use support::*;
 use walrelay::pg::replication::ReplicationClient;
+use walrelay::pg::tls::{SslMode, TlsSettings};
 use walrelay::pg::wire::{ConnectParams, WireError};
 
 fn params(host: &str, user: &str, password: Option<&str>) -> ConnectParams {
@@ -22,6 +23,7 @@ fn params(host: &str, user: &str, password: Option<&str>) -> ConnectParams {
         application_name: "walrelay-test".into(),
         connect_timeout: Duration::from_secs(10),
         max_message_size: 1 << 20,
+        tls: Default::default(),
     }
 }
 
@@ -93,4 +95,108 @@ async fn an_unreachable_server_is_transient_and_names_the_address() {
     let err = identify(&p).await.expect_err("nothing listens on port 1");
     assert!(err.is_transient(), "{err}");
     assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
+}
+
+fn tls_file(name: &str) -> std::path::PathBuf {
+    let dir = std::env::var("WALRELAY_PG_TLS_DIR")
+        .unwrap_or_else(|_| format!("{}/.state/pg{}/tls", env!("CARGO_MANIFEST_DIR"), pg_major()));
+    let path = std::path::Path::new(&dir).join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: the dev cluster predates TLS support; recreate it with \
+         `deploy/dev/postgres.sh down && deploy/dev/postgres.sh up`",
+        path.display()
+    );
+    path
+}
+
+fn tls_params(host: &str, mode: SslMode, ca: Option<&str>) -> ConnectParams {
+    let mut p = params(host, "walrelay_tls", Some("walrelay_tls"));
+    p.tls = TlsSettings {
+        mode,
+        root_cert: ca.map(tls_file),
+    };
+    p
+}
+
+/// Whether the server sees the session of `application_name` encrypted.
+async fn server_sees_tls(application_name: &str) -> bool {
+    let admin = pg_connect("postgres").await;
+    let row = admin
+        .query_one(
+            "SELECT bool_and(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+             WHERE a.application_name = $1",
+            &[&application_name],
+        )
+        .await
+        .unwrap();
+    row.get::<_, Option<bool>>(0).unwrap_or(false)
+}
+
+/// `walrelay_tls` is admitted over TLS only (`hostnossl … reject`), so a
+/// successful connection proves encryption; the certificate names 127.0.0.1
+/// and not `localhost`, and `other-ca.pem` did not sign it.
+#[tokio::test]
+async fn sslmodes_encrypt_and_verify_like_libpq() {
+    use SslMode::*;
+    let accepted = [
+        ("127.0.0.1", Prefer, None),
+        ("127.0.0.1", Require, None),
+        ("127.0.0.1", VerifyCa, Some("ca.pem")),
+        ("localhost", VerifyCa, Some("ca.pem")),
+        ("127.0.0.1", VerifyFull, Some("ca.pem")),
+    ];
+    for (host, mode, ca) in accepted {
+        let mut p = tls_params(host, mode, ca);
+        p.application_name = unique("walrelay_tls_test");
+        let mut client = ReplicationClient::connect(&p)
+            .await
+            .unwrap_or_else(|e| panic!("{host} {mode:?}: {e}"));
+        client.identify_system().await.unwrap();
+        assert!(
+            server_sees_tls(&p.application_name).await,
+            "{host} {mode:?}"
+        );
+        let catalog = walrelay::pg::catalog::connect(&p)
+            .await
+            .unwrap_or_else(|e| panic!("catalog {host} {mode:?}: {e}"));
+        let ssl: bool = catalog
+            .query_one(
+                "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(ssl, "catalog {host} {mode:?}");
+    }
+
+    let refused = [
+        ("localhost", VerifyFull, Some("ca.pem"), "certificate"),
+        ("127.0.0.1", VerifyFull, Some("other-ca.pem"), "certificate"),
+        ("127.0.0.1", VerifyCa, Some("other-ca.pem"), "certificate"),
+    ];
+    for (host, mode, ca, says) in refused {
+        let p = tls_params(host, mode, ca);
+        let err = identify(&p)
+            .await
+            .expect_err("the certificate must be refused");
+        assert!(!err.is_transient(), "{host} {mode:?}: {err}");
+        let text = err.to_string();
+        assert!(
+            text.contains(says) && text.contains(mode.as_str()),
+            "{text}"
+        );
+        let err = walrelay::pg::catalog::connect(&p)
+            .await
+            .expect_err("the catalog connection refuses it too");
+        assert!(!err.is_transient(), "catalog {host} {mode:?}: {err}");
+    }
+
+    // Plaintext is refused by the server for this role: a definite error.
+    let err = identify(&tls_params("127.0.0.1", Disable, None))
+        .await
+        .expect_err("hostnossl rejects walrelay_tls");
+    assert!(!err.is_transient(), "{err}");
+    assert_eq!(err.sqlstate(), Some("28000"), "{err}");
 }

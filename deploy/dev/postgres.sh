@@ -83,6 +83,7 @@ LOG_FILE=$STATE_DIR/postgres.log
 # Written as the very last step of a successful first `up`; a data dir without it is
 # the leftover of an interrupted setup and gets recreated.
 INIT_MARKER=$STATE_DIR/.initialized
+TLS_DIR=$STATE_DIR/tls
 
 if is_root; then PG_OS_USER=$PG_OS_USER_ROOT; else PG_OS_USER=$(id -un); fi
 
@@ -131,6 +132,33 @@ ensure_client_tools() {
     apt_install psql postgresql-client
   fi
   psql --version >/dev/null 2>&1 || die "psql still not runnable after install; check: psql --version"
+  command -v openssl >/dev/null || apt_install openssl openssl
+}
+
+# A throwaway CA and a server certificate it signed, for TLS tests:
+#   ca.pem        the CA (postgres.sslrootcert in tests)
+#   other-ca.pem  an unrelated CA (a certificate that must be refused)
+#   server.pem    names IP 127.0.0.1 and DNS walrelay-dev.invalid only, so
+#                 verify-full to "localhost" fails while verify-ca passes
+make_tls_files() {
+  local dir=$TLS_DIR
+  mkdir -p "$dir"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=walrelay dev CA" \
+    -keyout "$dir/ca.key" -out "$dir/ca.pem" 2>/dev/null || die "openssl: cannot make the dev CA"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=some other CA" \
+    -keyout "$dir/other-ca.key" -out "$dir/other-ca.pem" 2>/dev/null ||
+    die "openssl: cannot make the other CA"
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=walrelay-dev.invalid" \
+    -keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null ||
+    die "openssl: cannot make the server key"
+  printf 'subjectAltName=IP:%s,DNS:walrelay-dev.invalid\n' "$PG_HOST" >"$dir/san.ext"
+  openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
+    -CAcreateserial -days 3650 -extfile "$dir/san.ext" -out "$dir/server.pem" 2>/dev/null ||
+    die "openssl: cannot sign the server certificate"
+  chown -R "$PG_OS_USER:" "$dir"
+  chmod 755 "$dir"
+  chmod 644 "$dir/ca.pem" "$dir/other-ca.pem" "$dir/server.pem"
+  chmod 600 "$dir/server.key" "$dir/ca.key" "$dir/other-ca.key"   # PostgreSQL insists
 }
 
 # True if the pinned package is installed and its binaries run (+ pgoutput is there).
@@ -325,6 +353,8 @@ init_cluster() {
   chmod 700 "$DATA_DIR"                  # PostgreSQL insists on this
   ensure_traversable "$SOCKET_DIR"
 
+  make_tls_files
+
   # Superuser is "postgres" whatever the OS user; C locale so nothing depends on which
   # OS locales happen to be installed; --no-sync because this is a throwaway cluster.
   # Its chatter goes to initdb.log and is only shown on failure.
@@ -359,6 +389,10 @@ timezone = 'UTC'
 log_timezone = 'UTC'
 log_min_messages = warning
 log_line_prefix = '%m [%p] %q%u@%d '
+# TLS for the sslmode tests (certificates made by $SELF, see make_tls_files)
+ssl = on
+ssl_cert_file = '$TLS_DIR/server.pem'
+ssl_key_file = '$TLS_DIR/server.key'
 EOF
 
   # Specific per-user lines first (first match wins), then scram for everyone else.
@@ -375,6 +409,10 @@ host    all          walrelay_plain  $PG_HOST/32     password
 host    replication  walrelay_plain  $PG_HOST/32     password
 host    all          walrelay_trust  $PG_HOST/32     trust
 host    replication  walrelay_trust  $PG_HOST/32     trust
+hostssl   all          walrelay_tls  $PG_HOST/32     scram-sha-256
+hostssl   replication  walrelay_tls  $PG_HOST/32     scram-sha-256
+hostnossl all          walrelay_tls  $PG_HOST/32     reject
+hostnossl replication  walrelay_tls  $PG_HOST/32     reject
 host    all          all             $PG_HOST/32     scram-sha-256
 host    replication  all             $PG_HOST/32     scram-sha-256
 EOF
@@ -391,6 +429,7 @@ ALTER ROLE postgres PASSWORD 'postgres';
 CREATE ROLE walrelay       LOGIN REPLICATION CREATEDB PASSWORD 'walrelay';
 CREATE ROLE walrelay_plain LOGIN REPLICATION PASSWORD 'walrelay_plain';
 CREATE ROLE walrelay_trust LOGIN REPLICATION;
+CREATE ROLE walrelay_tls   LOGIN REPLICATION PASSWORD 'walrelay_tls';
 SET password_encryption = 'md5';
 CREATE ROLE walrelay_md5   LOGIN REPLICATION PASSWORD 'walrelay_md5';
 SQL
@@ -405,6 +444,7 @@ print_env() {
   printf 'export WALRELAY_PG_SUPERUSER_URL=%q\n' "$SUPERUSER_URL"
   printf 'export WALRELAY_PG_URL=%q\n' "$WALRELAY_URL"
   printf 'export WALRELAY_PG_BIN=%q\n' "$PG_BIN"
+  printf 'export WALRELAY_PG_TLS_DIR=%q\n' "$TLS_DIR"
 }
 
 # ---------------------------------------------------------------------------------------

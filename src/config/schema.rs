@@ -6,10 +6,13 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use secrecy::SecretString;
 use serde::Deserialize;
+
+pub use crate::pg::tls::SslMode;
 
 use super::template::{TableRef, TopicTemplate};
 use super::units;
@@ -85,6 +88,13 @@ pub struct PostgresConfig {
         deserialize_with = "units::duration"
     )]
     pub reconnect_backoff_max: Duration,
+    /// TLS, with libpq's `sslmode` meanings (see `pg::tls`).
+    #[serde(default)]
+    pub sslmode: SslMode,
+    /// PEM file of CA certificates for `verify-ca` / `verify-full`; the
+    /// system trust store when unset.
+    #[serde(default)]
+    pub sslrootcert: Option<PathBuf>,
 }
 
 /// Compression codec for produced records.

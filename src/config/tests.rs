@@ -116,6 +116,7 @@ fn example_toml_sets_every_key() {
             "reconnect_backoff_initial",
             "reconnect_backoff_max",
             "slot",
+            "sslmode",
             "status_interval",
             "user"
         ]
@@ -1137,4 +1138,54 @@ proptest! {
     fn loading_never_panics(text in "[\\[\\]a-z_.=\" \n0-9${}]{0,200}") {
         let _ = Config::from_str_with_env(&text, "fuzz.toml", &fake_env);
     }
+}
+
+fn with_postgres(keys: &str) -> String {
+    MINIMAL.replace("database = \"app\"", &format!("database = \"app\"\n{keys}"))
+}
+
+#[test]
+fn sslmode_takes_libpq_names_and_defaults_to_prefer() {
+    use crate::pg::tls::SslMode;
+    assert_eq!(load(MINIMAL).unwrap().postgres.sslmode, SslMode::Prefer);
+    for (name, mode) in [
+        ("disable", SslMode::Disable),
+        ("prefer", SslMode::Prefer),
+        ("require", SslMode::Require),
+        ("verify-ca", SslMode::VerifyCa),
+        ("verify-full", SslMode::VerifyFull),
+    ] {
+        let config = load(&with_postgres(&format!("sslmode = \"{name}\""))).unwrap();
+        assert_eq!(config.postgres.sslmode, mode, "{name}");
+        assert_eq!(mode.as_str(), name);
+    }
+    let error = load_err(&with_postgres("sslmode = \"verify_full\""));
+    assert!(error.contains("postgres.sslmode"), "{error}");
+    assert!(
+        error.contains("verify-full"),
+        "lists the accepted values: {error}"
+    );
+}
+
+#[test]
+fn sslrootcert_needs_a_verifying_mode_and_an_existing_file() {
+    let error = load_err(&with_postgres(
+        "sslmode = \"require\"\nsslrootcert = \"/etc/hostname\"",
+    ));
+    assert!(error.contains("postgres.sslrootcert"), "{error}");
+    assert!(error.contains("verify-full"), "says the fix: {error}");
+    let error = load_err(&with_postgres(
+        "sslmode = \"verify-full\"\nsslrootcert = \"/nonexistent/ca.pem\"",
+    ));
+    assert!(error.contains("/nonexistent/ca.pem"), "{error}");
+    let dir = std::env::temp_dir().join(format!("walrelay-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = dir.join("ca.pem");
+    std::fs::write(&ca, "PEM").unwrap();
+    let config = load(&with_postgres(&format!(
+        "sslmode = \"verify-ca\"\nsslrootcert = \"{}\"",
+        ca.display()
+    )))
+    .unwrap();
+    assert_eq!(config.postgres.sslrootcert.as_deref(), Some(ca.as_path()));
 }

@@ -102,6 +102,28 @@ fn postgres(pg: &PostgresConfig, out: &mut Vec<Problem>) {
             "must be greater than 0, e.g. \"64MiB\"",
         ));
     }
+    if let Some(path) = &pg.sslrootcert {
+        if !pg.sslmode.verifies_certificate() {
+            out.push(Problem::new(
+                "postgres.sslrootcert",
+                format!(
+                    "is only used to verify the server with sslmode \"verify-ca\" or \
+                     \"verify-full\", but sslmode is \"{}\"; set postgres.sslmode = \
+                     \"verify-full\" or remove the key",
+                    pg.sslmode.as_str()
+                ),
+            ));
+        } else if !path.is_file() {
+            out.push(Problem::new(
+                "postgres.sslrootcert",
+                format!(
+                    "{} is not a readable file; give the path of the PEM file holding the CA \
+                     certificate(s) that signed the server's certificate",
+                    path.display()
+                ),
+            ));
+        }
+    }
 }
 
 fn kafka(kafka: &KafkaConfig, out: &mut Vec<Problem>) {

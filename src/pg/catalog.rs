@@ -4,10 +4,13 @@
 //! Nothing here streams; it answers "what does the server look like" for the
 //! relay's start-up checks and for `walrelay check`.
 
+use postgres_openssl::MakeTlsConnector;
 use secrecy::ExposeSecret;
+use tokio_postgres::config::SslMode;
 use tokio_postgres::{Client, NoTls};
 
 use crate::Lsn;
+use crate::pg::tls;
 use crate::pg::wire::ConnectParams;
 
 #[derive(Debug, thiserror::Error)]
@@ -24,12 +27,21 @@ pub enum CatalogError {
     },
     #[error("{0}")]
     Invalid(String),
+    #[error("TLS to PostgreSQL at {address} for catalog queries (sslmode = {mode}): {reason}")]
+    Tls {
+        address: String,
+        mode: &'static str,
+        reason: String,
+    },
 }
 
 impl CatalogError {
     pub fn is_transient(&self) -> bool {
         match self {
             CatalogError::Connect { .. } => true,
+            // A refused certificate, or a server that will not do TLS when
+            // sslmode requires it, stays that way until someone acts.
+            CatalogError::Tls { .. } => false,
             CatalogError::Query { source, .. } => source.is_closed() || source.code().is_none(),
             CatalogError::Invalid(_) => false,
         }
@@ -64,19 +76,101 @@ pub async fn connect(params: &ConnectParams) -> Result<Client, CatalogError> {
     if let Some(p) = &params.password {
         cfg.password(p.expose_secret());
     }
-    let (client, connection) =
-        cfg.connect(NoTls)
-            .await
-            .map_err(|source| CatalogError::Connect {
+    let connect_error = |source: tokio_postgres::Error| {
+        if is_tls_refusal(&source) {
+            CatalogError::Tls {
+                address: params.address(),
+                mode: params.tls.mode.as_str(),
+                reason: format!(
+                    "{}; {}",
+                    error_chain(&source),
+                    if params.tls.mode.verifies_certificate() {
+                        "if the server's certificate was refused, check that postgres.sslrootcert \
+                         holds the CA that signed it (and, with verify-full, that the certificate \
+                         names postgres.host)"
+                    } else {
+                        "enable ssl on the server, or set postgres.sslmode = \"prefer\" to allow \
+                         plaintext"
+                    }
+                ),
+            }
+        } else {
+            CatalogError::Connect {
                 address: params.address(),
                 source,
-            })?;
+            }
+        }
+    };
+    // As in libpq (and our replication connection), no TLS on Unix sockets.
+    let connector = if params.is_unix() {
+        None
+    } else {
+        tls::connector(&params.tls).map_err(|e| CatalogError::Tls {
+            address: params.address(),
+            mode: params.tls.mode.as_str(),
+            reason: e.0,
+        })?
+    };
+    let Some(connector) = connector else {
+        cfg.ssl_mode(SslMode::Disable);
+        let (client, connection) = cfg.connect(NoTls).await.map_err(connect_error)?;
+        spawn_connection(connection);
+        return Ok(client);
+    };
+    cfg.ssl_mode(if params.tls.mode.allows_plaintext() {
+        SslMode::Prefer
+    } else {
+        SslMode::Require
+    });
+    let mut tls = MakeTlsConnector::new(connector);
+    let verify_host_name = params.tls.mode.verifies_host_name();
+    tls.set_callback(move |config, _domain| {
+        config.set_verify_hostname(verify_host_name);
+        Ok(())
+    });
+    let (client, connection) = cfg.connect(tls).await.map_err(connect_error)?;
+    spawn_connection(connection);
+    Ok(client)
+}
+
+/// Whether tokio-postgres failed the TLS negotiation itself (its message for
+/// that error kind), as opposed to the network failing underneath it.
+fn is_tls_refusal(e: &tokio_postgres::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    let mut io_failure = false;
+    while let Some(c) = cause {
+        io_failure |= c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            io.get_ref().is_none() // a plain OS error, not a wrapped TLS error
+        });
+        cause = c.source();
+    }
+    e.to_string().starts_with("error performing TLS handshake") && !io_failure
+}
+
+/// `e` and its causes, `: `-separated (tokio-postgres prints only the first).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+fn spawn_connection<F>(connection: F)
+where
+    F: std::future::Future<Output = Result<(), tokio_postgres::Error>> + Send + 'static,
+{
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "catalog connection ended");
         }
     });
-    Ok(client)
 }
 
 fn lsn(text: Option<String>) -> Option<Lsn> {

@@ -7,4 +7,5 @@
 
 pub mod catalog;
 pub mod replication;
+pub mod tls;
 pub mod wire;

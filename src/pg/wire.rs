@@ -33,6 +33,8 @@ use secrecy::{ExposeSecret, SecretString};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
+use super::tls::{self, TlsSettings};
+
 /// Where and how to connect.
 #[derive(Debug, Clone)]
 pub struct ConnectParams {
@@ -47,6 +49,8 @@ pub struct ConnectParams {
     pub connect_timeout: Duration,
     /// Largest backend message we accept, in bytes (header included).
     pub max_message_size: usize,
+    /// `sslmode` and CA file (see [`super::tls`]).
+    pub tls: TlsSettings,
 }
 
 impl ConnectParams {
@@ -59,7 +63,7 @@ impl ConnectParams {
         }
     }
 
-    fn is_unix(&self) -> bool {
+    pub fn is_unix(&self) -> bool {
         self.host.starts_with('/')
     }
 }
@@ -141,6 +145,13 @@ pub enum WireError {
     Protocol(String),
     #[error("authentication failed for user {user:?}: {reason}")]
     Auth { user: String, reason: String },
+    /// TLS could not be set up or the server's certificate was refused.
+    #[error("TLS to PostgreSQL at {address} (sslmode = {mode}): {reason}")]
+    Tls {
+        address: String,
+        mode: &'static str,
+        reason: String,
+    },
 }
 
 impl WireError {
@@ -152,9 +163,10 @@ impl WireError {
             | WireError::Io { .. }
             | WireError::Closed { .. } => true,
             WireError::Server { error, .. } => is_transient_sqlstate(&error.code),
-            WireError::MessageTooLarge { .. } | WireError::Protocol(_) | WireError::Auth { .. } => {
-                false
-            }
+            WireError::MessageTooLarge { .. }
+            | WireError::Protocol(_)
+            | WireError::Auth { .. }
+            | WireError::Tls { .. } => false,
         }
     }
 
@@ -178,6 +190,86 @@ fn is_transient_sqlstate(code: &str) -> bool {
 
 trait Socket: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Socket for T {}
+
+/// Asks the server for TLS (SSLRequest) when `sslmode` wants it, and
+/// returns the socket to speak the protocol on: encrypted, or plaintext when
+/// the mode allows it (see [`super::tls`]).
+async fn negotiate_tls(
+    mut tcp: TcpStream,
+    params: &ConnectParams,
+) -> Result<Box<dyn Socket>, WireError> {
+    let settings = &params.tls;
+    let tls_error = |reason: String| WireError::Tls {
+        address: params.address(),
+        mode: settings.mode.as_str(),
+        reason,
+    };
+    let Some(connector) = tls::connector(settings).map_err(|e| tls_error(e.0))? else {
+        return Ok(Box::new(tcp));
+    };
+    let io = |context| move |source| WireError::Io { context, source };
+    let mut request = BytesMut::with_capacity(8);
+    frontend::ssl_request(&mut request);
+    tcp.write_all(&request)
+        .await
+        .map_err(io("asking for TLS"))?;
+    let answer = tcp.read_u8().await.map_err(io("asking for TLS"))?;
+    match answer {
+        b'S' => {}
+        b'N' if settings.mode.allows_plaintext() => return Ok(Box::new(tcp)),
+        b'N' => {
+            return Err(tls_error(
+                "the server does not accept TLS connections; enable ssl on the server, or set \
+                 postgres.sslmode = \"prefer\" to allow plaintext"
+                    .into(),
+            ));
+        }
+        other => {
+            return Err(WireError::Protocol(format!(
+                "unexpected answer {:?} to SSLRequest",
+                other as char
+            )));
+        }
+    }
+    let ssl = tls::configure(&connector, settings, &params.host).map_err(|e| tls_error(e.0))?;
+    let mut stream = tokio_openssl::SslStream::new(ssl, tcp)
+        .map_err(|e| tls_error(format!("cannot start the handshake: {e}")))?;
+    match std::pin::Pin::new(&mut stream).connect().await {
+        Ok(()) => Ok(Box::new(stream)),
+        Err(e) => {
+            let verify = stream.ssl().verify_result();
+            match e.into_io_error() {
+                // The connection broke mid-handshake: worth retrying.
+                Ok(source) => Err(WireError::Io {
+                    context: "the TLS handshake",
+                    source,
+                }),
+                Err(e) => Err(tls_error(describe_handshake_error(&e, verify, settings))),
+            }
+        }
+    }
+}
+
+/// Why a handshake failed, with what to do about a refused certificate.
+fn describe_handshake_error(
+    e: &openssl::ssl::Error,
+    verify: openssl::x509::X509VerifyResult,
+    settings: &TlsSettings,
+) -> String {
+    match (verify.as_raw() != 0).then_some(verify) {
+        Some(result) => format!(
+            "the server's certificate was refused: {} — {}",
+            result.error_string(),
+            if settings.mode.verifies_host_name() {
+                "check that postgres.sslrootcert holds the CA that signed it and that the \
+                 certificate names postgres.host"
+            } else {
+                "check that postgres.sslrootcert holds the CA that signed it"
+            }
+        ),
+        None => format!("the TLS handshake failed: {e}"),
+    }
+}
 
 /// What a simple query returned: rows of text columns (NULL = `None`).
 pub type Rows = Vec<Vec<Option<String>>>;
@@ -254,7 +346,7 @@ impl WireConnection {
                 })?;
             // Status updates are tiny and latency matters more than packet count.
             let _ = s.set_nodelay(true);
-            Box::new(s)
+            negotiate_tls(s, params).await?
         };
         let mut conn = WireConnection {
             socket,
@@ -762,6 +854,7 @@ mod tests {
             application_name: "a".into(),
             connect_timeout: Duration::from_secs(1),
             max_message_size: 1,
+            tls: TlsSettings::default(),
         };
         assert!(!format!("{p:?}").contains("hunter2"));
     }

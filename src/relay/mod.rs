@@ -36,6 +36,7 @@ use crate::checkpoint::CheckpointError;
 use crate::config::Config;
 use crate::offsets;
 use crate::pg::catalog::CatalogError;
+use crate::pg::tls::TlsSettings;
 use crate::pg::wire::{ConnectParams, WireError};
 use crate::pgoutput::DecodeError;
 use crate::router::RouteError;
@@ -135,6 +136,10 @@ pub fn connect_params(config: &Config) -> ConnectParams {
         application_name: format!("walrelay-{}", config.connector.name),
         connect_timeout: pg.connect_timeout,
         max_message_size: usize::try_from(pg.max_message_size).unwrap_or(usize::MAX),
+        tls: TlsSettings {
+            mode: pg.sslmode,
+            root_cert: pg.sslrootcert.clone(),
+        },
     }
 }
 
