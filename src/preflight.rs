@@ -88,10 +88,32 @@ pub async fn check(config: &Config) -> Report {
 
     let client = match catalog::connect(&params).await {
         Ok(c) => {
-            report.push(
-                "postgres connection",
-                Outcome::Ok(format!("connected to {}", params.address())),
-            );
+            let tls = c
+                .query_opt(
+                    "SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid() AND ssl",
+                    &[],
+                )
+                .await
+                .ok()
+                .flatten()
+                .map(|row| row.get::<_, Option<String>>(0).unwrap_or_default());
+            let mode = pg.sslmode.as_str();
+            let outcome = match tls {
+                Some(version) => Outcome::Ok(format!(
+                    "connected to {} over TLS ({version}, sslmode = {mode})",
+                    params.address()
+                )),
+                None if params.is_unix() => Outcome::Ok(format!(
+                    "connected to {} (Unix socket, no TLS)",
+                    params.address()
+                )),
+                None => Outcome::Warn(format!(
+                    "connected to {} WITHOUT TLS (sslmode = {mode}); set postgres.sslmode = \
+                     \"verify-full\" unless the network is trusted",
+                    params.address()
+                )),
+            };
+            report.push("postgres connection", outcome);
             c
         }
         Err(e) => {

@@ -315,6 +315,11 @@ async fn check_reports_each_problem_with_its_fix() {
     );
     assert!(text.contains("ok    kafka"), "{text}");
     assert!(text.contains("ok    wal_level"), "{text}");
+    // sslmode = "prefer" (the default) and a server with TLS: encrypted.
+    assert!(
+        text.contains("ok    postgres connection") && text.contains("over TLS (TLSv1."),
+        "{text}"
+    );
 
     db.create_outbox("outbox").await;
     let out = run();
@@ -322,6 +327,21 @@ async fn check_reports_each_problem_with_its_fix() {
     assert!(out.status.success(), "{text}");
     assert!(
         text.contains("all") && text.contains("checks passed"),
+        "{text}"
+    );
+
+    // Plaintext is allowed but said out loud.
+    let plain = relay_config(&db, &names, "", "").replacen(
+        "status_interval = \"200ms\"",
+        "status_interval = \"200ms\"\nsslmode = \"disable\"",
+        1,
+    );
+    std::fs::write(&path, plain).unwrap();
+    let out = run();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "a warning is not a failure: {text}");
+    assert!(
+        text.contains("warn  postgres connection") && text.contains("WITHOUT TLS"),
         "{text}"
     );
 }
