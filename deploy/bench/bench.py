@@ -226,7 +226,10 @@ def psql(sql, db=DB, user=PG_SUPER, check=True):
 
 
 def conninfo(user, replication=False):
-    s = f"host={PG_HOST} port={PG_PORT} dbname={DB} user={user[0]} password={user[1]}"
+    # TLS for every contender alike (the dev cluster runs with ssl = on); see
+    # docs/benchmarks.md, "Workload".
+    s = (f"host={PG_HOST} port={PG_PORT} dbname={DB} user={user[0]} password={user[1]} "
+         "sslmode=require")
     return s + (" replication=database" if replication else "")
 
 
