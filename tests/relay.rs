@@ -579,13 +579,22 @@ timestamp_column = "happened_at"
     );
     let mut relay = RelayProcess::start(&relay_config(&db, &names, "", &second), &[]);
     relay.wait_log("streaming", START).await;
+    // An hour ago, to the millisecond. Not a fixed date: the broker deletes
+    // records older than its retention (7 days) at its next retention check.
+    let happened_ms = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64)
+        - 3_600_000;
     insert(
         &db,
-        "BEGIN;
-         INSERT INTO outbox VALUES ('00000000-0000-4000-8000-000000000101', 'order', 'o-1', 'Created', '{\"x\": 1}');
-         INSERT INTO billing.events VALUES ('00000000-0000-4000-8000-000000000102', 'InvoiceIssued', 'inv-9',
-                                            '\\x00ff', '2026-01-02 03:04:05.678+00');
-         COMMIT;",
+        &format!(
+            "BEGIN;
+             INSERT INTO outbox VALUES ('00000000-0000-4000-8000-000000000101', 'order', 'o-1', 'Created', '{{\"x\": 1}}');
+             INSERT INTO billing.events VALUES ('00000000-0000-4000-8000-000000000102', 'InvoiceIssued', 'inv-9',
+                                                '\\x00ff', TIMESTAMPTZ 'epoch' + {happened_ms} * INTERVAL '1 millisecond');
+             COMMIT;"
+        ),
     )
     .await;
     let orders = consume(
@@ -616,7 +625,7 @@ timestamp_column = "happened_at"
     assert_eq!(bill.header_str("kind").as_deref(), Some("InvoiceIssued"));
     assert_eq!(
         bill.timestamp,
-        Some(1_767_323_045_678),
+        Some(happened_ms),
         "record timestamp from happened_at"
     );
     assert_eq!(
@@ -688,13 +697,12 @@ async fn streams_over_verified_tls_and_refuses_an_unknown_ca() {
     let db = TestDb::new("tls").await;
     db.create_outbox("outbox").await;
     let names = Names::new("tls");
-    let tls_dir = std::env::var("WALRELAY_PG_TLS_DIR")
-        .unwrap_or_else(|_| format!("{}/.state/pg{}/tls", env!("CARGO_MANIFEST_DIR"), pg_major()));
     let with_ca = |ca: &str| {
         relay_config(&db, &names, "", "").replacen(
             "status_interval = \"200ms\"",
             &format!(
-                "status_interval = \"200ms\"\nsslmode = \"verify-full\"\nsslrootcert = \"{tls_dir}/{ca}\""
+                "status_interval = \"200ms\"\nsslmode = \"verify-full\"\nsslrootcert = \"{}\"",
+                pg_tls_file(ca).display()
             ),
             1,
         )

@@ -97,24 +97,11 @@ async fn an_unreachable_server_is_transient_and_names_the_address() {
     assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
 }
 
-fn tls_file(name: &str) -> std::path::PathBuf {
-    let dir = std::env::var("WALRELAY_PG_TLS_DIR")
-        .unwrap_or_else(|_| format!("{}/.state/pg{}/tls", env!("CARGO_MANIFEST_DIR"), pg_major()));
-    let path = std::path::Path::new(&dir).join(name);
-    assert!(
-        path.is_file(),
-        "{} is missing: the dev cluster predates TLS support; recreate it with \
-         `deploy/dev/postgres.sh down && deploy/dev/postgres.sh up`",
-        path.display()
-    );
-    path
-}
-
 fn tls_params(host: &str, mode: SslMode, ca: Option<&str>) -> ConnectParams {
     let mut p = params(host, "walrelay_tls", Some("walrelay_tls"));
     p.tls = TlsSettings {
         mode,
-        root_cert: ca.map(tls_file),
+        root_cert: ca.map(pg_tls_file),
     };
     p
 }

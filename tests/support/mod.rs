@@ -29,6 +29,22 @@ pub fn pg_major() -> String {
     env_or("WALRELAY_PG_MAJOR", "18")
 }
 
+/// A file the dev script made for the TLS tests (`ca.pem`, `other-ca.pem`).
+pub fn pg_tls_file(name: &str) -> std::path::PathBuf {
+    let dir = env_or(
+        "WALRELAY_PG_TLS_DIR",
+        &format!("{}/.state/pg{}/tls", env!("CARGO_MANIFEST_DIR"), pg_major()),
+    );
+    let path = std::path::Path::new(&dir).join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: the dev cluster predates TLS support; recreate it with \
+         `deploy/dev/postgres.sh down && deploy/dev/postgres.sh up`",
+        path.display()
+    );
+    path
+}
+
 pub fn pg_port() -> u16 {
     env_or("WALRELAY_PG_PORT", &format!("543{}", pg_major()))
         .parse()
