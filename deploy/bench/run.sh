@@ -33,6 +33,8 @@ set -euo pipefail
 
 SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 REPO_ROOT=$(cd -- "$SCRIPT_DIR/../.." && pwd -P)
+# shellcheck source=deploy/dev/maven.sh
+. "$REPO_ROOT/deploy/dev/maven.sh"
 POM="$SCRIPT_DIR/connect/pom.xml"
 
 log() { echo "bench: $*" >&2; }
@@ -90,15 +92,7 @@ pom_hash() { sha256sum "$POM" | cut -d' ' -f1; }
 if ! [[ -d $LIBS_DIR && -f $STAMP && $(cat "$STAMP") == "$(pom_hash)" ]]; then
     log "resolving Kafka Connect $CONNECT_VERSION + Debezium $DEBEZIUM_VERSION from Maven into $LIBS_DIR ..."
     tmp="$DEPS_DIR/libs.tmp.$$"
-    rm -rf "$tmp"
-    mkdir -p "$DEPS_DIR"
-    # Same recipe as deploy/dev/kafka.sh (Debian's Maven emits ESC[0m even with -q -B).
-    if ! mvn -q -B -f "$POM" dependency:copy-dependencies \
-            -DoutputDirectory="$tmp" -DincludeScope=runtime </dev/null 2>&1 \
-            | sed 's/\x1b\[[0-9;]*m//g' >&2; then
-        rm -rf "$tmp"
-        die "mvn could not resolve $POM (see output above)"
-    fi
+    maven_copy_deps "$POM" "$tmp" || die "mvn could not resolve $POM (see output above)"
     # The classes the benchmark cannot do without, checked here rather than
     # discovered as a ClassNotFoundException 20 s into a Connect start.
     if ! python3 - "$tmp" <<'PY' >&2

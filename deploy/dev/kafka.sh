@@ -31,6 +31,8 @@ set -euo pipefail
 
 SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 REPO_ROOT=$(cd -- "$SCRIPT_DIR/../.." && pwd -P)
+# shellcheck source=deploy/dev/maven.sh
+. "$SCRIPT_DIR/maven.sh"
 SELF="deploy/dev/kafka.sh"
 CONF_DIR="$SCRIPT_DIR/kafka"
 POM="$CONF_DIR/pom.xml"
@@ -103,20 +105,10 @@ ensure_libs() {
     if [[ -d "$LIBS_DIR" && -f "$LIBS_STAMP" && "$(cat "$LIBS_STAMP")" == "$(pom_hash)" ]]; then
         return 0
     fi
-    command -v mvn >/dev/null 2>&1 || die "mvn not found; install Maven (apt-get install -y maven)"
     log "resolving Kafka $KAFKA_VERSION jars from Maven into $LIBS_DIR (first run only) ..."
     local tmp="$DEPS_DIR/libs.tmp.$$"
-    rm -rf "$tmp"
-    mkdir -p "$DEPS_DIR"
-    # -B: no progress bars in CI logs. Debian's Maven 3.8 still emits bare
-    # ESC[0m resets even with -q -B, hence the sed. Output to stderr: stdout
-    # is reserved for the env lines. pipefail keeps mvn's exit status.
-    if ! mvn -q -B -f "$POM" dependency:copy-dependencies \
-            -DoutputDirectory="$tmp" -DincludeScope=runtime </dev/null 2>&1 \
-            | sed 's/\x1b\[[0-9;]*m//g' >&2; then
-        rm -rf "$tmp"
+    maven_copy_deps "$POM" "$tmp" ||
         die "mvn could not resolve org.apache.kafka:kafka_2.13:$KAFKA_VERSION (see output above)"
-    fi
     rm -rf "$LIBS_DIR"
     mv "$tmp" "$LIBS_DIR"
     pom_hash >"$LIBS_STAMP"
