@@ -152,6 +152,13 @@ pub fn producer_properties(config: &Config) -> Vec<(String, String)> {
             "client.id".to_owned(),
             format!("walrelay-{}", config.connector.name),
         ),
+        // No local delivery timeout (0 = infinite): a record waits for the
+        // broker as long as it takes, with our in-flight caps as the bound.
+        // A finite timeout fails the records of a long outage while later
+        // ones may still be written, breaking per-aggregate order when the
+        // failed ones are re-sent; the stall warning and /healthz tell the
+        // operator instead.
+        ("message.timeout.ms".to_owned(), "0".to_owned()),
         (
             "queue.buffering.max.messages".to_owned(),
             (k.max_in_flight_records as u64 + 10_000)

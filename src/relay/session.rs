@@ -88,31 +88,57 @@ impl Started {
                 shutdown,
             )
             .await;
-        if let Err(e) = result {
-            let one_bad_change = match &e {
-                RelayError::Route(_) | RelayError::Decode { .. } | RelayError::Stream { .. } => {
-                    true
-                }
-                RelayError::Delivery { error, .. } => error.kind == SinkErrorKind::Definite,
-                _ => false,
-            };
-            if one_bad_change {
-                // The connections are fine and the problem is one change: let
-                // Kafka take (and the slot confirm) everything before it, so
-                // the operator restarts right at the bad change.
-                let final_pos = self.run.finish(&mut self.acks).await;
-                if let Ok(pos) = self.stream.shutdown(final_pos).await {
-                    tracing::info!(lsn = %pos, "confirmed everything before the failing change");
+        let Err(e) = result else {
+            let done = self
+                .run
+                .finish(&mut self.stream, &mut self.acks, self.status_interval)
+                .await;
+            match self.stream.shutdown(done.position).await {
+                Ok(pos) => tracing::info!(lsn = %pos, "stopped; final position reported"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "stopped; could not send the final status update")
                 }
             }
-            return Err(e);
+            return Ok(());
+        };
+        let refused = matches!(&e, RelayError::Delivery { error, .. } if error.kind == SinkErrorKind::Definite);
+        if refused {
+            // Kafka refused a record for good. Records queued behind it must
+            // not reach Kafka before it (per-aggregate order): drop them now;
+            // the next session re-sends them after the refused one.
+            self.run.sink.purge_queued();
         }
-        let final_pos = self.run.finish(&mut self.acks).await;
-        match self.stream.shutdown(final_pos).await {
-            Ok(pos) => tracing::info!(lsn = %pos, "stopped; final position reported"),
-            Err(e) => tracing::warn!(error = %e, "stopped; could not send the final status update"),
+        let one_bad_change = refused
+            || matches!(
+                &e,
+                RelayError::Route(_) | RelayError::Decode { .. } | RelayError::Stream { .. }
+            );
+        if one_bad_change {
+            // The connections are fine and the problem is one change: let
+            // Kafka settle what was sent before it, store and confirm exactly
+            // the acknowledged prefix, so the operator restarts right at the
+            // bad change.
+            let done = self
+                .run
+                .finish(&mut self.stream, &mut self.acks, self.status_interval)
+                .await;
+            match self.stream.shutdown(done.position).await {
+                Ok(pos) => tracing::info!(
+                    lsn = %pos,
+                    not_delivered = done.undelivered,
+                    flush_timed_out = done.timed_out,
+                    "stopped before the failing change: PostgreSQL and the offset store confirm \
+                     everything Kafka acknowledged up to this position; later changes were not \
+                     confirmed and will be sent again after the fix"
+                ),
+                Err(err) => tracing::warn!(
+                    error = %err, lsn = %done.position,
+                    "stopped before the failing change; could not send the final status update \
+                     (the slot stays at its previous position, which is safe)"
+                ),
+            }
         }
-        Ok(())
+        Err(e)
     }
 }
 
@@ -280,6 +306,8 @@ impl Session {
             },
             offset_in_flight: None,
             offset_acked: start,
+            awaiting_reports: 0,
+            received: start,
             warned_updates: HashSet::new(),
             metrics: self.metrics.clone(),
         };

@@ -19,7 +19,7 @@ use crate::offsets::StoredOffset;
 use crate::pg::replication::{ReplicationMessage, ReplicationStream, StreamEvent};
 use crate::pgoutput::{self, LogicalMessage, RelationCache};
 use crate::router::{Routed, Router};
-use crate::sink::kafka::{Ack, Delivery, KafkaSink, SinkErrorKind};
+use crate::sink::kafka::{Ack, Delivery, KafkaSink};
 use crate::telemetry::Metrics;
 
 /// State of the transaction currently streaming.
@@ -43,6 +43,14 @@ pub(super) struct Streaming {
     pub(super) offset_in_flight: Option<Lsn>,
     /// The newest acknowledged offset-store write: what we report.
     pub(super) offset_acked: Lsn,
+    /// Records handed to the producer whose delivery report (success or
+    /// failure) has not come back yet. Unlike the checkpoint's in-flight
+    /// count, a failure settles a record here: a graceful stop waits for
+    /// this to reach zero, not for acks that will never come.
+    pub(super) awaiting_reports: u64,
+    /// The newest WAL position the server told us about (XLogData `wal_end`
+    /// or keepalive); never 0/0 once anything arrived.
+    pub(super) received: Lsn,
     pub(super) warned_updates: HashSet<String>,
 }
 
@@ -143,6 +151,7 @@ impl Streaming {
         match event {
             StreamEvent::End => Err(RelayError::Ended("the replication stream")),
             StreamEvent::Message(ReplicationMessage::Keepalive { wal_end, reply, .. }) => {
+                self.note_received(wal_end);
                 self.checkpoint.keepalive(wal_end);
                 if reply {
                     self.write_offset_if_due().await?;
@@ -155,17 +164,28 @@ impl Streaming {
                 wal_end,
                 data,
                 ..
-            }) => {
-                self.metrics
-                    .received_lsn
-                    .store(wal_end.0, Ordering::Relaxed);
-                let msg = pgoutput::decode(data).map_err(|source| RelayError::Decode {
-                    lsn: wal_start,
-                    source,
-                })?;
-                self.on_message(msg, wal_start).await
-            }
+            }) => self.on_xlogdata(wal_start, wal_end, data).await,
         }
+    }
+
+    async fn on_xlogdata(
+        &mut self,
+        wal_start: Lsn,
+        wal_end: Lsn,
+        data: bytes::Bytes,
+    ) -> Result<(), RelayError> {
+        // PostgreSQL sends 0/0 as wal_start and wal_end for every message but
+        // the last of a write (Relation, Type, …): name the newest position
+        // we know instead, and never let the received position drop to 0.
+        let at = if wal_start == Lsn::ZERO {
+            self.received
+        } else {
+            wal_start
+        };
+        self.note_received(wal_end);
+        let msg =
+            pgoutput::decode(data).map_err(|source| RelayError::Decode { lsn: at, source })?;
+        self.on_message(msg, at).await
     }
 
     async fn on_message(&mut self, msg: LogicalMessage, wal_start: Lsn) -> Result<(), RelayError> {
@@ -211,6 +231,7 @@ impl Streaming {
                         bytes,
                         commit_lsn: open.commit_lsn,
                         index: open.next_index,
+                        event_id: record_id(&record),
                     };
                     if let Some(o) = self.open.as_mut() {
                         o.next_index += 1;
@@ -223,6 +244,7 @@ impl Streaming {
                             error,
                         }
                     })?;
+                    self.awaiting_reports += 1;
                 }
             }
             LogicalMessage::Update(u) => {
@@ -263,6 +285,7 @@ impl Streaming {
     fn on_ack(&mut self, ack: Ack) -> Result<bool, RelayError> {
         match ack {
             Ack::Delivered(Delivery::Record { txn, bytes, .. }) => {
+                self.awaiting_reports = self.awaiting_reports.saturating_sub(1);
                 self.checkpoint.ack(txn, bytes)?;
                 self.metrics.records_acked.fetch_add(1, Ordering::Relaxed);
                 Ok(false)
@@ -279,20 +302,19 @@ impl Streaming {
             Ack::Failed {
                 delivery:
                     Delivery::Record {
-                        commit_lsn, index, ..
+                        commit_lsn,
+                        index,
+                        event_id,
+                        ..
                     },
                 topic,
                 error,
             } => {
-                if error.kind == SinkErrorKind::Definite {
-                    tracing::error!(%topic, lsn = %commit_lsn, index, error = %error, "Kafka did not take a record");
-                } else {
-                    tracing::warn!(%topic, lsn = %commit_lsn, index, error = %error, "a record is not known to be in Kafka; the session restarts to re-send it");
-                }
+                self.awaiting_reports = self.awaiting_reports.saturating_sub(1);
                 Err(RelayError::Delivery {
                     topic,
                     lsn: commit_lsn,
-                    event: format!("record #{index} of the transaction"),
+                    event: describe_event(event_id.as_deref(), index),
                     error,
                 })
             }
@@ -300,12 +322,17 @@ impl Streaming {
                 delivery: Delivery::Offset { lsn },
                 topic,
                 error,
-            } => Err(RelayError::Delivery {
-                topic,
-                lsn,
-                event: "the offset-store write".into(),
-                error,
-            }),
+            } => {
+                if self.offset_in_flight == Some(lsn) {
+                    self.offset_in_flight = None;
+                }
+                Err(RelayError::Delivery {
+                    topic,
+                    lsn,
+                    event: "the offset-store write".into(),
+                    error,
+                })
+            }
             Ack::Fatal(e) => Err(RelayError::Sink(e)),
         }
     }
@@ -335,54 +362,236 @@ impl Streaming {
         Ok(())
     }
 
-    /// Graceful stop: waits (bounded) for Kafka to take what is in flight,
-    /// stores the final position and returns what may be reported.
-    pub(super) async fn finish(&mut self, acks: &mut mpsc::UnboundedReceiver<Ack>) -> Lsn {
-        let deadline = Instant::now() + self.config.kafka.shutdown_flush_timeout;
-        let mut wrote_final = false;
+    /// The server told us its WAL reaches `lsn`.
+    fn note_received(&mut self, lsn: Lsn) {
+        if lsn > self.received {
+            self.received = lsn;
+            self.metrics.received_lsn.store(lsn.0, Ordering::Relaxed);
+        }
+    }
+
+    /// Graceful stop (shutdown, or one change that cannot be published):
+    /// waits, at most `shutdown_flush_timeout`, until every record handed to
+    /// the producer has its delivery report, stores the confirmed position
+    /// and returns what may be reported to PostgreSQL.
+    ///
+    /// Meanwhile it keeps the walsender content: keepalives that ask for a
+    /// reply get one, and a status update goes out every `status_interval`,
+    /// so a long flush does not run into `wal_sender_timeout`. Changes that
+    /// arrive are dropped unread: nothing after this point is published, and
+    /// the frontier does not move on keepalives (a dropped transaction below
+    /// a keepalive's `wal_end` must not be confirmed), so they are streamed
+    /// again by the next session.
+    pub(super) async fn finish(
+        &mut self,
+        stream: &mut ReplicationStream,
+        acks: &mut mpsc::UnboundedReceiver<Ack>,
+        status_interval: Duration,
+    ) -> Finished {
+        let deadline = tokio::time::Instant::now() + self.config.kafka.shutdown_flush_timeout;
+        let mut ticker = tokio::time::interval(status_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut undelivered: u64 = 0;
+        let mut stream_open = true;
+        let mut final_write = FinalWrite::NotYet;
         loop {
-            while let Ok(ack) = acks.try_recv() {
-                if let Err(e) = self.on_ack(ack) {
-                    tracing::warn!(error = %e, "delivery failed during shutdown; the position stays at the last stored offset");
-                    return self.offset_acked;
-                }
-            }
-            let idle = self.checkpoint.in_flight_records() == 0 && self.offset_in_flight.is_none();
-            if idle && (wrote_final || self.checkpoint.confirmed() <= self.offset_acked) {
-                return self.offset_acked;
-            }
-            if idle && !wrote_final {
-                if let Err(e) = self.write_offset_if_due().await {
-                    tracing::warn!(error = %e, "could not store the final offset");
-                    return self.offset_acked;
-                }
-                wrote_final = true;
-            }
-            if Instant::now() > deadline {
-                tracing::warn!(
-                    in_flight = self.checkpoint.in_flight_records(),
-                    "shutdown flush timeout reached; unacknowledged records will be re-sent on restart"
-                );
-                return self.offset_acked;
-            }
-            match tokio::time::timeout(Duration::from_millis(100), acks.recv()).await {
-                Ok(Some(ack)) => {
-                    if let Err(e) = self.on_ack(ack) {
-                        tracing::warn!(error = %e, "delivery failed during shutdown");
-                        return self.offset_acked;
+            let settled = self.awaiting_reports == 0 && self.offset_in_flight.is_none();
+            if settled {
+                match final_write {
+                    FinalWrite::NotYet if self.checkpoint.confirmed() > self.offset_acked => {
+                        match self.write_offset_if_due().await {
+                            Ok(()) => final_write = FinalWrite::Sent,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "could not store the final offset");
+                                final_write = FinalWrite::Failed;
+                            }
+                        }
+                        continue;
+                    }
+                    _ => {
+                        return Finished {
+                            position: self.offset_acked,
+                            undelivered,
+                            timed_out: false,
+                        };
                     }
                 }
-                Ok(None) => return self.offset_acked,
-                Err(_) => {}
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!(
+                        awaiting_reports = self.awaiting_reports,
+                        "shutdown flush timeout reached; unacknowledged records will be re-sent on restart"
+                    );
+                    return Finished { position: self.offset_acked, undelivered, timed_out: true };
+                }
+                ack = acks.recv() => match ack {
+                    None => return Finished { position: self.offset_acked, undelivered, timed_out: false },
+                    Some(Ack::Fatal(e)) => {
+                        tracing::warn!(error = %e, "the Kafka producer failed while stopping");
+                        return Finished { position: self.offset_acked, undelivered, timed_out: false };
+                    }
+                    Some(ack) => {
+                        let offset_write = matches!(
+                            ack,
+                            Ack::Delivered(Delivery::Offset { .. }) | Ack::Failed { delivery: Delivery::Offset { .. }, .. }
+                        );
+                        match self.on_ack(ack) {
+                            Ok(_) => {}
+                            // The failure is already logged; the record is
+                            // re-sent by the next session.
+                            Err(_) if !offset_write => undelivered += 1,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "could not store the final offset");
+                                final_write = FinalWrite::Failed;
+                            }
+                        }
+                    }
+                },
+                _ = ticker.tick() => {
+                    if stream_open && let Err(e) = stream.send_status(self.offset_acked, false).await {
+                        tracing::debug!(error = %e, "status update while stopping failed");
+                        stream_open = false;
+                    }
+                }
+                event = stream.recv(), if stream_open => match event {
+                    Ok(StreamEvent::Message(ReplicationMessage::Keepalive { wal_end, reply: true, .. })) => {
+                        self.note_received(wal_end);
+                        if let Err(e) = stream.send_status(self.offset_acked, false).await {
+                            tracing::debug!(error = %e, "answering a keepalive while stopping failed");
+                            stream_open = false;
+                        }
+                    }
+                    Ok(StreamEvent::Message(_)) => {}
+                    Ok(StreamEvent::End) | Err(_) => stream_open = false,
+                },
             }
         }
     }
 }
 
+/// How a graceful stop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Finished {
+    /// The stored (acknowledged) position: what may be reported.
+    pub(super) position: Lsn,
+    /// Records whose delivery failed while stopping (purged after a refused
+    /// record, or failed): not confirmed, re-sent by the next session.
+    pub(super) undelivered: u64,
+    /// Kafka did not report on everything within `shutdown_flush_timeout`.
+    pub(super) timed_out: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FinalWrite {
+    NotYet,
+    Sent,
+    Failed,
+}
+
+/// The record's event id (its `id` header), if it has one.
+fn record_id(record: &crate::router::Record) -> Option<bytes::Bytes> {
+    record
+        .headers
+        .iter()
+        .find(|(k, _)| &**k == "id")
+        .map(|(_, v)| v.clone())
+}
+
+/// "outbox row id=…" for error messages (never the payload).
+fn describe_event(id: Option<&[u8]>, index: u32) -> String {
+    match id {
+        Some(id) => format!("outbox row id={}", String::from_utf8_lossy(id)),
+        None => format!("record #{index} of the transaction"),
+    }
+}
+
 /// "outbox row id=…" for error messages (never the payload).
 fn describe_record(record: &crate::router::Record) -> String {
-    match record.headers.iter().find(|(k, _)| &**k == "id") {
-        Some((_, id)) => format!("outbox row id={}", String::from_utf8_lossy(id)),
-        None => "a record".to_owned(),
+    describe_event(record_id(record).as_deref(), 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pgoutput::{Begin, Column, Relation, encode};
+
+    fn streaming(start: Lsn) -> Streaming {
+        let config = Config::from_str(
+            "[connector]\nname = \"t\"\n[postgres]\nhost = \"127.0.0.1\"\nuser = \"u\"\ndatabase = \"d\"\n\
+             [kafka]\nbrokers = \"127.0.0.1:1\"\n[[outbox]]\ntable = \"public.outbox\"\n",
+            "test",
+        )
+        .expect("config");
+        let (sink, _acks) =
+            KafkaSink::new(&crate::relay::producer_properties(&config)).expect("producer");
+        Streaming {
+            metrics: Arc::new(Metrics::new("t")),
+            router: Router::new(&config.outbox),
+            config: Arc::new(config),
+            sink,
+            relations: RelationCache::new(),
+            checkpoint: Checkpoint::new(
+                start,
+                crate::checkpoint::Limits {
+                    max_in_flight_records: 10,
+                    max_in_flight_bytes: 1 << 20,
+                },
+            ),
+            open: None,
+            offset_template: StoredOffset {
+                connector: "t".into(),
+                system_id: "1".into(),
+                timeline: 1,
+                slot: "s".into(),
+                lsn: String::new(),
+                written_at_ms: 0,
+            },
+            offset_in_flight: None,
+            offset_acked: start,
+            awaiting_reports: 0,
+            received: start,
+            warned_updates: HashSet::new(),
+        }
+    }
+
+    /// PostgreSQL sends 0/0 positions on messages that are not the last of a
+    /// write: the received position must not drop to 0, and an error in
+    /// such a message names the newest known position, not 0/0.
+    #[tokio::test]
+    async fn zero_positions_neither_reset_the_received_lsn_nor_reach_errors() {
+        let mut s = streaming(Lsn(0x100));
+        let begin = encode(&LogicalMessage::Begin(Begin {
+            final_lsn: Lsn(0x500),
+            commit_time: 0,
+            xid: 7,
+        }))
+        .unwrap();
+        s.on_xlogdata(Lsn(0x400), Lsn(0x400), begin).await.unwrap();
+        assert_eq!(s.metrics.received_lsn.load(Ordering::Relaxed), 0x400);
+        let relation = encode(&LogicalMessage::Relation(Relation {
+            oid: 1,
+            namespace: "public".into(),
+            name: "other".into(),
+            replica_identity: b'd',
+            columns: vec![Column {
+                flags: 1,
+                name: "id".into(),
+                type_oid: 23,
+                type_modifier: -1,
+            }],
+        }))
+        .unwrap();
+        s.on_xlogdata(Lsn::ZERO, Lsn::ZERO, relation).await.unwrap();
+        assert_eq!(
+            s.metrics.received_lsn.load(Ordering::Relaxed),
+            0x400,
+            "a 0/0 position must not reset the received LSN"
+        );
+        let garbage = bytes::Bytes::from_static(b"R\x00");
+        match s.on_xlogdata(Lsn::ZERO, Lsn::ZERO, garbage).await {
+            Err(RelayError::Decode { lsn, .. }) => assert_eq!(lsn, Lsn(0x400)),
+            other => panic!("expected a decode error, got {other:?}"),
+        }
     }
 }

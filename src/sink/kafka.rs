@@ -27,6 +27,14 @@
 //!   expired after `producer.id.expiration.ms`): it accepts R2, and R1's
 //!   records are silently gone. The config layer also sets
 //!   `max.in.flight=1`, so R2 is never in flight while R1 can fail.
+//! - **Nothing overtakes a refused record.** After a definite failure the
+//!   caller calls [`KafkaSink::purge_queued`]: records not yet sent are
+//!   dropped from librdkafka's queue (each still gets its one [`Ack`], a
+//!   failure), so later events of the same key do not reach Kafka before the
+//!   refused one is fixed and re-sent.
+//! - A fatal producer error ([`Ack::Fatal`]) makes this producer unusable,
+//!   not the connector: it is transient, and the next session builds a fresh
+//!   producer (librdkafka's documented recovery).
 
 use std::time::Duration;
 
@@ -35,7 +43,9 @@ use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{
+    BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig, ThreadedProducer,
+};
 use tokio::sync::mpsc;
 
 use crate::Lsn;
@@ -43,7 +53,7 @@ use crate::checkpoint::TxnId;
 use crate::router::Record;
 
 /// What a produced record stands for, returned with its acknowledgement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Delivery {
     /// The `index`-th record of transaction `txn`, committed at `commit_lsn`.
     Record {
@@ -51,6 +61,8 @@ pub enum Delivery {
         bytes: usize,
         commit_lsn: Lsn,
         index: u32,
+        /// The event's id (the `id` header), to name it in errors.
+        event_id: Option<bytes::Bytes>,
     },
     /// An offset-store write for position `lsn`.
     Offset { lsn: Lsn },
@@ -125,7 +137,6 @@ fn is_definite(code: RDKafkaErrorCode) -> bool {
             | UnknownTopicOrPartition
             | UnknownTopic
             | InvalidTopic
-            | Fatal
             | InvalidConfig
             | UnsupportedVersion
             | SaslAuthenticationFailed
@@ -174,7 +185,9 @@ impl ClientContext for AckContext {
     fn error(&self, error: KafkaError, reason: &str) {
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
             let _ = self.acks.send(Ack::Fatal(SinkError {
-                kind: SinkErrorKind::Definite,
+                // This producer is done for; a new session's fresh producer
+                // is the recovery, so retrying helps.
+                kind: SinkErrorKind::Transient,
                 message: format!("fatal Kafka producer error: {reason}"),
                 code: Some(RDKafkaErrorCode::Fatal),
             }));
@@ -287,6 +300,13 @@ impl KafkaSink {
                 Err((e, _)) => return Err(SinkError::from_kafka(&e)),
             }
         }
+    }
+
+    /// Drops every record still waiting in librdkafka's queue (not yet sent
+    /// to a broker). Each dropped record is reported as a failure on the ack
+    /// channel; requests already in flight complete normally.
+    pub fn purge_queued(&self) {
+        self.producer.purge(PurgeConfig::default().queue());
     }
 
     /// Waits up to `timeout` for everything queued to be delivered.
@@ -488,5 +508,64 @@ mod tests {
             e(RDKafkaErrorCode::MessageTimedOut).kind,
             SinkErrorKind::Transient
         );
+        // A fatal producer error ends this producer, not the connector: the
+        // next session's fresh producer is librdkafka's documented recovery.
+        assert_eq!(e(RDKafkaErrorCode::Fatal).kind, SinkErrorKind::Transient);
+    }
+
+    /// librdkafka's fatal error (e.g. the idempotent producer cannot keep its
+    /// guarantees) is reported as transient: the session restarts with a
+    /// fresh producer instead of the connector exiting.
+    #[test]
+    fn a_fatal_producer_error_asks_for_a_fresh_producer() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let context = AckContext { acks: tx };
+        context.error(
+            KafkaError::Global(RDKafkaErrorCode::Fatal),
+            "unable to satisfy gap-less guarantee",
+        );
+        match rx.try_recv() {
+            Ok(Ack::Fatal(e)) => {
+                assert_eq!(e.kind, SinkErrorKind::Transient, "{e}");
+                assert!(e.message.contains("gap-less"), "{e}");
+            }
+            other => panic!("expected a fatal report, got {other:?}"),
+        }
+    }
+
+    /// Records still queued when the caller purges (here: the only broker is
+    /// down, so nothing leaves the queue) each come back once, as a failure,
+    /// and none of them is ever written.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn purged_records_each_get_one_failure_report() {
+        use rdkafka::mocking::MockCluster;
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic("t", 1, 1).unwrap();
+        mock.broker_down(1).unwrap();
+        let mut properties = props(&[("linger.ms", "0")]);
+        properties[0].1 = mock.bootstrap_servers();
+        let (sink, mut acks) = KafkaSink::new(&properties).unwrap();
+        for i in 0..5 {
+            sink.send(&record(i), Delivery::Offset { lsn: Lsn(i) })
+                .await
+                .unwrap();
+        }
+        sink.purge_queued();
+        let mut failed = Vec::new();
+        while failed.len() < 5 {
+            let ack = tokio::time::timeout(Duration::from_secs(10), acks.recv())
+                .await
+                .expect("a report for every purged record")
+                .expect("channel open");
+            match ack {
+                Ack::Failed {
+                    delivery: Delivery::Offset { lsn },
+                    ..
+                } => failed.push(lsn.0),
+                other => panic!("a purged record must not be delivered: {other:?}"),
+            }
+        }
+        failed.sort_unstable();
+        assert_eq!(failed, vec![0, 1, 2, 3, 4]);
     }
 }

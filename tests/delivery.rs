@@ -1,0 +1,238 @@
+//! How the relay stops when Kafka refuses a record or acknowledges slowly:
+//! per-aggregate order, the confirmed position, and the walsender kept alive.
+//!
+//! Kafka's behaviour is shaped per test on the real broker (a topic with a
+//! small `max.message.bytes`, a producer that lingers), never by stopping
+//! the shared broker.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use support::*;
+
+const START: Duration = Duration::from_secs(60);
+
+async fn exec(db: &TestDb, sql: &str) {
+    db.client
+        .batch_execute(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+fn admin() -> AdminClient<DefaultClientContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .create()
+        .expect("admin client")
+}
+
+async fn create_topic(topic: &str, config: &[(&str, &str)]) {
+    let mut new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
+    for (k, v) in config {
+        new = new.set(k, v);
+    }
+    let results = admin()
+        .create_topics(&[new], &AdminOptions::new())
+        .await
+        .expect("create topic");
+    for r in results {
+        r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+    }
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// A config whose graceful stop may wait long for Kafka.
+fn config_with_flush_timeout(db: &TestDb, names: &Names, timeout: &str) -> String {
+    let config = relay_config(db, names, "", "");
+    assert!(config.contains("shutdown_flush_timeout = \"10s\""));
+    config.replace(
+        "shutdown_flush_timeout = \"10s\"",
+        &format!("shutdown_flush_timeout = \"{timeout}\""),
+    )
+}
+
+fn outbox_insert(id: &str, aggregate: &str, payload_sql: &str) -> String {
+    format!("INSERT INTO outbox VALUES ('{id}', 'order', '{aggregate}', 'Changed', {payload_sql})")
+}
+
+fn event_id(i: u32) -> String {
+    format!("00000000-0000-4000-8000-{i:012}")
+}
+
+/// Kafka refuses one record for good (larger than the topic accepts) while
+/// later events of the same aggregate are already on their way: the
+/// connector stops at once (not after its flush timeout), none of the later
+/// events reaches Kafka ahead of the refused one, and the slot confirms
+/// exactly what Kafka acknowledged before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_record_stops_the_connector_and_nothing_after_it_overtakes_it() {
+    require_kafka();
+    let db = TestDb::new("refused").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("refused");
+    let topic = names.topic("order");
+    create_topic(&topic, &[("max.message.bytes", "20000")]).await;
+    // Long enough that waiting it out would fail the exit deadline below.
+    let mut relay = RelayProcess::start(&config_with_flush_timeout(&db, &names, "300s"), &[]);
+    relay.wait_log("streaming", START).await;
+
+    exec(&db, &outbox_insert(&event_id(0), "a", "'{}'")).await;
+    let after_first = db.current_wal_lsn().await;
+    wait_for("the first event to be confirmed", START, || async {
+        (db.confirmed_flush(&names.slot).await.unwrap_or(0) >= after_first).then_some(())
+    })
+    .await;
+
+    let refused = event_id(1);
+    let before_refused = db.current_wal_lsn().await;
+    // ~64 KB of hex digits: over the topic's limit even compressed, under
+    // the producer's own 1 MB limit, so it is the broker that refuses it.
+    exec(
+        &db,
+        &outbox_insert(
+            &refused,
+            "a",
+            "jsonb_build_object('blob', (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 2000) g))",
+        ),
+    )
+    .await;
+    for i in 2..40 {
+        exec(&db, &outbox_insert(&event_id(i), "a", "'{}'")).await;
+    }
+
+    let started = Instant::now();
+    let log = relay.expect_exit(1, Duration::from_secs(120));
+    assert!(
+        log.contains(&refused),
+        "the error names the refused event: {log}"
+    );
+    assert!(
+        log.contains("stopped before the failing change"),
+        "the stop says where it stopped: {log}"
+    );
+    assert!(
+        !log.contains("shutdown flush timeout reached"),
+        "the stop waited for a record that will never be acknowledged: {log}"
+    );
+    eprintln!("stopped {:?} after the refused event", started.elapsed());
+
+    let consumed = consume(
+        &[&topic],
+        1,
+        Duration::from_secs(20),
+        Duration::from_secs(3),
+    );
+    let ids: Vec<String> = consumed.iter().filter_map(|c| c.header_str("id")).collect();
+    assert_eq!(
+        ids,
+        vec![event_id(0)],
+        "only the event before the refused one may be in Kafka: later events of the same \
+         aggregate must not overtake it"
+    );
+    let confirmed = db.confirmed_flush(&names.slot).await.unwrap();
+    assert!(
+        confirmed >= after_first && confirmed <= before_refused,
+        "the slot confirms exactly the acknowledged prefix: {confirmed:X} should be in \
+         {after_first:X}..={before_refused:X}"
+    );
+}
+
+/// A graceful stop that waits longer for Kafka than PostgreSQL's
+/// `wal_sender_timeout` (10 s on the dev cluster) keeps answering the
+/// walsender, so the final position still reaches the slot. Kafka is made
+/// slow by the producer itself: a 12 s linger holds the last record and then
+/// the final offset write, so the stop waits about 24 s for Kafka.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_flush_at_shutdown_keeps_the_walsender_and_reports_the_final_position() {
+    require_kafka();
+    let db = TestDb::new("slowflush").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("slowflush");
+    let topic = names.topic("order");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let config = config_with_flush_timeout(&db, &names, "90s");
+    assert!(config.contains("linger = \"2ms\""));
+    let config = format!(
+        "{}\n[health]\nlisten = \"{addr}\"\n",
+        config.replace("linger = \"2ms\"", "linger = \"12s\"")
+    );
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", START).await;
+
+    exec(&db, &outbox_insert(&event_id(1), "a", "'{}'")).await;
+    let after_event = db.current_wal_lsn().await;
+    let published = format!(
+        "walrelay_records_published_total{{connector=\"{}\"}} 1\n",
+        names.connector
+    );
+    wait_for("the event to be handed to Kafka", START, || {
+        let handed_over = http_get(&addr, "/metrics").contains(&published);
+        async move { handed_over.then_some(()) }
+    })
+    .await;
+
+    relay.signal("TERM");
+    // Outlast wal_sender_timeout: a silent client is dropped by then.
+    let stop_sent = Instant::now();
+    while stop_sent.elapsed() < Duration::from_secs(14) {
+        assert!(
+            relay.is_running(),
+            "walrelay stopped before Kafka acknowledged: {}",
+            relay.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let active: bool = db
+        .client
+        .query_one(
+            "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+            &[&names.slot],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        active,
+        "the walsender dropped walrelay while it was flushing: {}",
+        relay.log()
+    );
+
+    let status = relay
+        .wait_exit(Duration::from_secs(75))
+        .unwrap_or_else(|| panic!("walrelay did not stop: {}", relay.log()));
+    assert!(status.success(), "exit status {status:?}: {}", relay.log());
+    let confirmed = db.confirmed_flush(&names.slot).await.unwrap();
+    assert!(
+        confirmed >= after_event,
+        "the final position {confirmed:X} did not reach the slot (event ends at {after_event:X}): {}",
+        relay.log()
+    );
+    let consumed = consume(
+        &[&topic],
+        1,
+        Duration::from_secs(20),
+        Duration::from_millis(500),
+    );
+    assert_eq!(consumed.len(), 1, "{consumed:?}");
+}
