@@ -13,6 +13,9 @@
 //! - `walrelay_slot_safe_wal_bytes`: how much more WAL may be written before
 //!   the slot is lost (`safe_wal_size`; absent without `max_slot_wal_keep_size`).
 //! - `walrelay_slot_wal_status`: 1 for the current `wal_status`.
+//! - `walrelay_slot_poll_age_seconds`: how old those readings are. The slot is
+//!   read every 5 s for the life of the connector, also while no session
+//!   runs (Kafka down); a growing age means PostgreSQL is not answering.
 //!
 //! Health: 200 while a session is streaming and Kafka acknowledged something
 //! (or had nothing to acknowledge) within the stall window; 503 with the
@@ -45,6 +48,9 @@ pub struct Metrics {
     /// Milliseconds since `started` of the last Kafka acknowledgement, or of
     /// the last moment nothing was waiting for one.
     pub kafka_progress_ms: AtomicU64,
+    /// Milliseconds since `started` of the last successful slot read, plus
+    /// one (0: never read).
+    slot_polled_ms: AtomicU64,
     slot_wal_status: Mutex<String>,
     last_error: Mutex<String>,
 }
@@ -71,6 +77,7 @@ impl Metrics {
             slot_retained_bytes: AtomicI64::new(-1),
             slot_safe_wal_bytes: AtomicI64::new(-1),
             kafka_progress_ms: AtomicU64::new(0),
+            slot_polled_ms: AtomicU64::new(0),
             slot_wal_status: Mutex::new(String::new()),
             last_error: Mutex::new(String::new()),
         }
@@ -85,6 +92,23 @@ impl Metrics {
     pub fn kafka_progress(&self) {
         let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.kafka_progress_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The slot's gauges were just read from PostgreSQL.
+    pub fn slot_polled(&self) {
+        let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.slot_polled_ms
+            .store(ms.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// Seconds since the slot's gauges were last read, if ever.
+    pub fn slot_poll_age(&self) -> Option<Duration> {
+        let polled = self.slot_polled_ms.load(Ordering::Relaxed);
+        (polled > 0).then(|| {
+            self.started
+                .elapsed()
+                .saturating_sub(Duration::from_millis(polled - 1))
+        })
     }
 
     pub fn set_wal_status(&self, status: &str) {
@@ -230,6 +254,14 @@ impl Metrics {
             "WAL that may still be written before the slot is lost (-1 unlimited or unknown).",
             i(&self.slot_safe_wal_bytes),
         );
+        if let Some(age) = self.slot_poll_age() {
+            metric(
+                "walrelay_slot_poll_age_seconds",
+                "gauge",
+                "Seconds since the slot gauges were last read from PostgreSQL (absent until the first read).",
+                format!("{:.3}", age.as_secs_f64()),
+            );
+        }
         let status = self
             .slot_wal_status
             .lock()
@@ -326,6 +358,15 @@ mod tests {
             text.contains("walrelay_slot_wal_status{connector=\"c1\",status=\"extended\"} 1\n")
         );
         assert!(text.contains("walrelay_slot_wal_status{connector=\"c1\",status=\"lost\"} 0\n"));
+        assert!(
+            !text.contains("walrelay_slot_poll_age_seconds"),
+            "no age before the first read"
+        );
+        m.slot_polled();
+        assert!(
+            m.render()
+                .contains("walrelay_slot_poll_age_seconds{connector=\"c1\"} 0.")
+        );
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let (series, value) = line.rsplit_once(' ').unwrap();
             assert!(

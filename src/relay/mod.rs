@@ -23,6 +23,7 @@
 //!   or definite (the connector stops with the explanation).
 
 mod session;
+mod slot_watch;
 mod streaming;
 
 use std::sync::Arc;
@@ -47,9 +48,6 @@ use session::Session;
 
 /// How long Kafka may leave records unacknowledged before we warn.
 const STALL_WARNING: Duration = telemetry::STALL;
-
-/// How often the slot's lag is read for the metrics.
-const SLOT_POLL_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Knobs from the command line.
 #[derive(Debug, Clone, Default)]
@@ -177,6 +175,15 @@ pub fn producer_properties(config: &Config) -> Vec<(String, String)> {
     props
 }
 
+/// Aborts a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Runs the connector until `shutdown` is cancelled (Ok) or a definite error.
 pub async fn run(
     config: Config,
@@ -194,6 +201,15 @@ pub async fn run(
             })?;
         tracing::info!(%addr, "serving /healthz and /metrics");
     }
+    // The slot's gauges are read for the whole life of the connector, also
+    // while no session runs (that is when they matter most).
+    let _slot_watch = AbortOnDrop(tokio::spawn(slot_watch::watch(
+        connect_params(&config),
+        config.postgres.slot.clone(),
+        metrics.clone(),
+        config.postgres.reconnect_backoff_initial,
+        config.postgres.reconnect_backoff_max,
+    )));
     let mut backoff = config.postgres.reconnect_backoff_initial;
     let mut last_problem: Option<String> = None;
     let mut accept = options.accept_slot_position;

@@ -3,14 +3,13 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::streaming::Streaming;
-use super::{RelayError, SLOT_POLL_INTERVAL, connect_params, producer_properties};
+use super::{RelayError, connect_params, producer_properties};
 use crate::Lsn;
 use crate::checkpoint::{Checkpoint, Limits};
 use crate::config::Config;
@@ -20,7 +19,7 @@ use crate::pg::replication::{ReplicationClient, ReplicationStream};
 use crate::pg::wire::WireError;
 use crate::pgoutput::RelationCache;
 use crate::router::Router;
-use crate::sink::kafka::{Ack, KafkaSink, SinkErrorKind};
+use crate::sink::kafka::{Ack, Delivery, KafkaSink, SinkError, SinkErrorKind};
 use crate::telemetry::Metrics;
 
 /// Everything needed to start one replication session.
@@ -36,44 +35,6 @@ pub(super) struct Started {
     pub(super) stream: ReplicationStream,
     pub(super) acks: mpsc::UnboundedReceiver<Ack>,
     pub(super) status_interval: Duration,
-    /// Polls the slot's lag for the metrics; aborted with the session.
-    pub(super) _slot_poller: AbortOnDrop,
-}
-
-/// Aborts a background task when the session ends.
-pub(super) struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Every few seconds, reads the slot's lag and WAL retention into the metrics.
-async fn poll_slot(client: tokio_postgres::Client, slot: String, metrics: Arc<Metrics>) {
-    let sql = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::int8, \
-                      pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8, \
-                      safe_wal_size, wal_status::text \
-               FROM pg_replication_slots WHERE slot_name = $1";
-    loop {
-        match client.query_opt(sql, &[&slot]).await {
-            Ok(Some(row)) => {
-                let get = |i: usize| row.get::<_, Option<i64>>(i).unwrap_or(-1);
-                metrics.slot_lag_bytes.store(get(0), Ordering::Relaxed);
-                metrics.slot_retained_bytes.store(get(1), Ordering::Relaxed);
-                metrics.slot_safe_wal_bytes.store(get(2), Ordering::Relaxed);
-                let status: Option<String> = row.get(3);
-                let status = status.unwrap_or_default();
-                if status == "unreserved" || status == "lost" {
-                    tracing::warn!(%slot, wal_status = %status, "the slot is about to lose (or lost) WAL it needs; see docs/operations.md");
-                }
-                metrics.set_wal_status(&status);
-            }
-            Ok(None) => tracing::warn!(%slot, "the replication slot disappeared"),
-            Err(e) => tracing::debug!(error = %e, "slot lag query failed"),
-        }
-        tokio::time::sleep(SLOT_POLL_INTERVAL).await;
-    }
 }
 
 impl Started {
@@ -175,7 +136,7 @@ impl Session {
 
         // 2. Kafka: producer, offset topic, stored offset.
         let properties = producer_properties(&config);
-        let (sink, acks) = KafkaSink::new(&properties).map_err(RelayError::Sink)?;
+        let (sink, mut acks) = KafkaSink::new(&properties).map_err(RelayError::Sink)?;
         let store = OffsetStore::new(
             &properties,
             &config.kafka.offsets_topic,
@@ -250,6 +211,22 @@ impl Session {
                     return Err(RelayError::Refused { reason, hint });
                 }
                 tracing::warn!(%reason, "starting anyway: --accept-slot-position was given");
+                // Store the accepted position now: the frontier may not pass
+                // it for a long time (an idle database), and until the store
+                // holds it every ordinary restart would be refused again.
+                let accepted = StoredOffset {
+                    connector: config.connector.name.clone(),
+                    system_id: system.system_id.clone(),
+                    timeline: system.timeline,
+                    slot: pg.slot.clone(),
+                    lsn: position.confirmed_flush.to_string(),
+                    written_at_ms: crate::pg::replication::pg_us_to_unix_ms(
+                        crate::pg::replication::pg_now_us(),
+                    ),
+                };
+                store_accepted_offset(&sink, &mut acks, &accepted, &config.kafka.offsets_topic)
+                    .await?;
+                tracing::info!(lsn = %position.confirmed_flush, "stored the accepted slot position in the offset store");
                 position.confirmed_flush
             }
         };
@@ -311,18 +288,45 @@ impl Session {
             warned_updates: HashSet::new(),
             metrics: self.metrics.clone(),
         };
-        let slot_poller = AbortOnDrop(tokio::spawn(poll_slot(
-            catalog,
-            pg.slot.clone(),
-            self.metrics.clone(),
-        )));
+        drop(catalog);
         Ok(Started {
-            _slot_poller: slot_poller,
             run,
             stream,
             acks,
             status_interval,
         })
+    }
+}
+
+/// Writes `offset` to the offset store and waits for Kafka to acknowledge it.
+async fn store_accepted_offset(
+    sink: &KafkaSink,
+    acks: &mut mpsc::UnboundedReceiver<Ack>,
+    offset: &StoredOffset,
+    topic: &str,
+) -> Result<(), RelayError> {
+    const LIMIT: Duration = Duration::from_secs(30);
+    let lsn = offset.lsn().unwrap_or(Lsn::ZERO);
+    let failed = |error| RelayError::Delivery {
+        topic: topic.to_owned(),
+        lsn,
+        event: "the offset-store write of the accepted slot position".into(),
+        error,
+    };
+    sink.send(&offset.to_record(topic), Delivery::Offset { lsn })
+        .await
+        .map_err(failed)?;
+    match tokio::time::timeout(LIMIT, acks.recv()).await {
+        Ok(Some(Ack::Delivered(Delivery::Offset { lsn: acked }))) if acked == lsn => Ok(()),
+        Ok(Some(Ack::Failed { error, .. } | Ack::Fatal(error))) => Err(failed(error)),
+        Ok(Some(other)) => Err(RelayError::Stream {
+            lsn,
+            what: format!(
+                "unexpected delivery report while storing the accepted position: {other:?}"
+            ),
+        }),
+        Ok(None) => Err(RelayError::Ended("Kafka delivery channel")),
+        Err(_) => Err(failed(SinkError::timed_out(LIMIT))),
     }
 }
 

@@ -98,6 +98,15 @@ pub struct SinkError {
 }
 
 impl SinkError {
+    /// Kafka did not acknowledge within `limit` (transient).
+    pub fn timed_out(limit: Duration) -> SinkError {
+        SinkError {
+            kind: SinkErrorKind::Transient,
+            message: format!("Kafka did not acknowledge within {limit:?}"),
+            code: None,
+        }
+    }
+
     fn from_kafka(e: &KafkaError) -> SinkError {
         let code = e.rdkafka_error_code();
         let kind = match code {

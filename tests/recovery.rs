@@ -1,0 +1,169 @@
+//! Start-up and outage recovery: what is stored, what operators can see, and
+//! how a dead connection is noticed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+
+const START: Duration = Duration::from_secs(60);
+
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+fn free_local_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
+/// The value of a metric sample, if present.
+fn sample(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| {
+        l.strip_prefix(name)
+            .filter(|rest| rest.starts_with('{'))
+            .and_then(|rest| rest.rsplit_once(' '))
+            .and_then(|(_, v)| v.parse().ok())
+    })
+}
+
+/// After `--accept-slot-position`, the accepted position is in the offset
+/// store before streaming starts, so the next ordinary start is not refused
+/// again — even when nothing was published in between (an idle database).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accepted_slot_position_is_stored_at_once() {
+    require_kafka();
+    let db = TestDb::new("accept").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("accept");
+    // Status updates (and with them idle offset writes) only every few
+    // seconds, so only the accept itself can store a position in the short
+    // life of the accepting process below.
+    let config = relay_config(&db, &names, "", "")
+        .replace("status_interval = \"200ms\"", "status_interval = \"30s\"");
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", START).await;
+    db.client
+        .batch_execute(
+            "INSERT INTO outbox VALUES (gen_random_uuid(), 'order', 'a', 'Created', '{}')",
+        )
+        .await
+        .unwrap();
+    consume(&[&names.topic("order")], 1, START, Duration::ZERO);
+    assert!(relay.stop().success());
+
+    // The slot is recreated by hand, ahead of the stored offset.
+    db.client
+        .batch_execute(&format!(
+            "SELECT pg_drop_replication_slot('{0}'); \
+             SELECT pg_create_logical_replication_slot('{0}', 'pgoutput')",
+            names.slot
+        ))
+        .await
+        .unwrap();
+    let mut refused = RelayProcess::start_with(&relay.config_path, &[]);
+    refused.expect_exit(1, START);
+
+    // Processes of this test share one log file: count the sessions.
+    let sessions = |log: &str| log.matches(" streaming slot=").count();
+    let mut accepted = RelayProcess::start_with(&relay.config_path, &["--accept-slot-position"]);
+    wait_for("the accepting process to stream", START, || {
+        let streaming = sessions(&accepted.log()) == 2;
+        async move { streaming.then_some(()) }
+    })
+    .await;
+    accepted.kill9();
+
+    let refusals = |log: &str| log.matches("refusing to start").count();
+    let refused_before = refusals(&accepted.log());
+    let mut ordinary = RelayProcess::start_with(&relay.config_path, &[]);
+    wait_for("an ordinary restart to stream", START, || {
+        let log = ordinary.log();
+        assert_eq!(
+            refusals(&log),
+            refused_before,
+            "the ordinary restart was refused again: {log}"
+        );
+        let streaming = sessions(&log) == 3;
+        async move { streaming.then_some(()) }
+    })
+    .await;
+    let id = "00000000-0000-4000-8000-0000000000aa";
+    db.client
+        .batch_execute(&format!(
+            "INSERT INTO outbox VALUES ('{id}', 'order', 'b', 'Created', '{{}}')"
+        ))
+        .await
+        .unwrap();
+    let consumed = consume(&[&names.topic("order")], 2, START, Duration::ZERO);
+    assert!(
+        consumed
+            .iter()
+            .any(|c| c.header_str("id").as_deref() == Some(id)),
+        "{consumed:?}"
+    );
+    assert!(ordinary.stop().success());
+}
+
+/// While Kafka is unreachable no session can start, yet the slot's gauges
+/// keep following the slot (lag grows as WAL is written) and their age
+/// stays small.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slot_gauges_stay_fresh_while_kafka_is_unreachable() {
+    let db = TestDb::new("gauges").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("gauges");
+    db.client
+        .batch_execute(&format!(
+            "SELECT pg_create_logical_replication_slot('{}', 'pgoutput')",
+            names.slot
+        ))
+        .await
+        .unwrap();
+    let addr = free_local_addr();
+    let config = relay_config(&db, &names, "", &format!("[health]\nlisten = \"{addr}\"")).replace(
+        &format!("brokers = \"{}\"", kafka_brokers()),
+        "brokers = \"127.0.0.1:1\"",
+    );
+    assert!(config.contains("127.0.0.1:1\""));
+    let _relay = RelayProcess::start(&config, &[]);
+
+    let lag_of = |metrics: &str| sample(metrics, "walrelay_slot_lag_bytes").unwrap_or(-1.0);
+    let first = wait_for("a slot lag reading without Kafka", START, || {
+        let m = http_get(&addr, "/metrics");
+        async move { (lag_of(&m) >= 0.0).then_some(lag_of(&m)) }
+    })
+    .await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE filler AS SELECT g, md5(g::text) FROM generate_series(1, 20000) g",
+        )
+        .await
+        .unwrap();
+    let metrics = wait_for("the slot lag to grow without Kafka", START, || {
+        let m = http_get(&addr, "/metrics");
+        async move { (lag_of(&m) > first).then_some(m) }
+    })
+    .await;
+    let age = sample(&metrics, "walrelay_slot_poll_age_seconds")
+        .unwrap_or_else(|| panic!("no poll age in:\n{metrics}"));
+    assert!(age < 30.0, "stale slot gauges: {age} s\n{metrics}");
+    assert!(
+        metrics.contains("status=\"reserved\"} 1"),
+        "wal_status is known: {metrics}"
+    );
+}
