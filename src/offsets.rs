@@ -10,24 +10,58 @@
 //!   acknowledged offsets). So in normal operation the slot is never ahead of
 //!   the stored offset.
 //! - At start, [`compare`] classifies the slot against the stored offset:
-//!   slot behind or equal is normal (the gap is re-sent); slot ahead, slot
-//!   lost, or a different cluster is an error with a recovery hint — never a
-//!   silent jump over events that were never published.
+//!   slot behind or equal, on the same cluster, slot and timeline, is normal
+//!   (the gap is re-sent); slot ahead, slot lost, a different cluster, slot
+//!   or timeline is an error with a recovery hint — never a silent jump over
+//!   events that were never published, nor a silent re-use of LSNs.
+//! - The topic stays small: a connector writes about one offset a second, so
+//!   the topic must be compacted, and compacted often (see [`TOPIC_CONFIG`]).
+//!   An existing topic that is not `cleanup.policy=compact` is refused.
+//! - [`OffsetStore::load`] reads to the end however big the topic is, as long
+//!   as Kafka keeps delivering: its limit is on *stalls*, not on the total.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use rdkafka::Offset;
 use rdkafka::TopicPartitionList;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use serde::{Deserialize, Serialize};
 
 use crate::Lsn;
 use crate::router::Record;
+
+/// Settings of the offset topic when walrelay creates it.
+///
+/// Kafka compacts only closed segments, and closes (rolls) a segment only
+/// after `segment.ms` (default 7 days) or `segment.bytes` (default 1 GiB). At
+/// one offset a second per connector the default keeps a week of offsets in
+/// the active segment, uncompacted, and every start reads all of it. So:
+/// - `cleanup.policy=compact`: keep the newest offset per connector forever
+///   (`delete` would drop a stopped connector's only offset after
+///   `retention.ms`, and the start-up check could then no longer notice a
+///   recreated slot);
+/// - `segment.ms=1h`: roll hourly, so at most about an hour of offsets per
+///   connector is uncompacted;
+/// - `min.cleanable.dirty.ratio=0.1`, `min.compaction.lag.ms=0`,
+///   `max.compaction.lag.ms=1h`: compact a rolled segment soon, even though
+///   the topic is tiny (the cleaner's defaults wait for half the log to be
+///   dirty).
+pub const TOPIC_CONFIG: &[(&str, &str)] = &[
+    ("cleanup.policy", "compact"),
+    ("segment.ms", "3600000"),
+    ("min.cleanable.dirty.ratio", "0.1"),
+    ("min.compaction.lag.ms", "0"),
+    ("max.compaction.lag.ms", "3600000"),
+];
+
+/// A load that read more records than this logs a warning: compaction is not
+/// keeping up (or the topic is not compacted).
+const BIG_TOPIC_RECORDS: u64 = 100_000;
 
 /// What is stored per connector.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +99,50 @@ pub enum OffsetStoreError {
     Read { topic: String, message: String },
     #[error("cannot create offset topic {topic:?}: {message}")]
     Create { topic: String, message: String },
+    #[error(
+        "offset topic {topic:?} has cleanup.policy={policy}, but the offset store needs a compacted topic (cleanup.policy=compact): {why}. What to do: {fix}"
+    )]
+    NotCompacted {
+        topic: String,
+        policy: String,
+        why: &'static str,
+        fix: String,
+    },
+    #[error(
+        "reading offset topic {topic:?} made no progress for {stall:?} (partition {partition} at offset {reached} of {end}, {records} records read in {elapsed:?}); Kafka is slow or unreachable, walrelay retries. If it repeats, the topic is too big to read: check that it is compacted, see docs/operations.md, \"Offset store\""
+    )]
+    Stalled {
+        topic: String,
+        stall: Duration,
+        partition: i32,
+        reached: i64,
+        end: i64,
+        records: u64,
+        elapsed: Duration,
+    },
+    #[error(
+        "the newest offset of connector {connector:?} in topic {topic:?} (partition {partition}, offset {offset}) is not valid: {message}. What to do: delete it with a tombstone (see docs/operations.md, \"Offset store\"), then start once with --accept-slot-position"
+    )]
+    BadRecord {
+        topic: String,
+        connector: String,
+        partition: i32,
+        offset: i64,
+        message: String,
+    },
+}
+
+impl OffsetStoreError {
+    /// Whether retrying may help (Kafka unreachable or slow), as opposed to
+    /// a problem only an operator can fix.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            OffsetStoreError::Read { .. }
+            | OffsetStoreError::Create { .. }
+            | OffsetStoreError::Stalled { .. } => true,
+            OffsetStoreError::NotCompacted { .. } | OffsetStoreError::BadRecord { .. } => false,
+        }
+    }
 }
 
 /// The slot's state as read from `pg_replication_slots`.
@@ -73,6 +151,21 @@ pub struct SlotPosition {
     pub confirmed_flush: Lsn,
     /// `reserved`, `extended`, `unreserved`, `lost` (PostgreSQL 13+).
     pub wal_status: Option<String>,
+}
+
+/// The server walrelay is connected to, as far as the start decision cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server<'a> {
+    /// `IDENTIFY_SYSTEM`'s system identifier.
+    pub system_id: &'a str,
+    /// The server's current timeline (`IDENTIFY_SYSTEM`; `check` reads
+    /// `pg_control_checkpoint()`, which lags a promotion until its first
+    /// checkpoint).
+    pub timeline: u32,
+    /// Where the server's timeline history left the stored offset's timeline
+    /// (the switch point in `TIMELINE_HISTORY`), when known. `None` makes any
+    /// timeline change a refusal.
+    pub left_stored_timeline_at: Option<Lsn>,
 }
 
 /// How the slot relates to the stored offset at start.
@@ -86,13 +179,31 @@ pub enum StartDecision {
 }
 
 /// Compares the slot with the stored offset (see the module doc).
+///
+/// The rules, in order:
+/// 1. a lost slot is refused (WAL is gone; overriding does not help);
+/// 2. no stored offset: resume from the slot;
+/// 3. another system identifier is refused (another cluster);
+/// 4. another slot name is refused: the stored offset describes a different
+///    slot, so comparing positions means nothing;
+/// 5. another timeline is refused — a point-in-time restore or a promotion
+///    re-uses LSNs after the switch point for different changes, so events
+///    could be skipped or wrongly taken for duplicates (LSN-derived ids) —
+///    unless the stored LSN is at or before the point where the server's
+///    history left the stored timeline: then every LSN up to the stored one
+///    means the same on both timelines (a failover to a standby whose
+///    synced slot is behind the stored offset), and the slot is compared as
+///    usual;
+/// 6. a slot ahead of the stored LSN is refused (recreated or advanced);
+/// 7. otherwise resume from the slot.
 pub fn compare(
     stored: Option<&StoredOffset>,
     slot: &SlotPosition,
-    system_id: &str,
+    server: &Server<'_>,
     slot_name: &str,
 ) -> StartDecision {
     let recovery = "see docs/operations.md, \"Slot ahead of the stored offset\"";
+    let system_id = server.system_id;
     if slot.wal_status.as_deref() == Some("lost") {
         return StartDecision::Refuse {
             reason: format!(
@@ -120,12 +231,42 @@ pub fn compare(
             ),
         };
     }
+    if stored.slot != slot_name {
+        return StartDecision::Refuse {
+            reason: format!(
+                "the stored offset of this connector describes replication slot {:?}, but postgres.slot is {slot_name:?}: the two positions cannot be compared",
+                stored.slot
+            ),
+            hint: format!(
+                "set postgres.slot back to {:?}; or, if the switch to {slot_name:?} is intended, make sure events committed after {} are in Kafka (reconcile from the outbox table) and start once with --accept-slot-position; {recovery}",
+                stored.slot, stored.lsn
+            ),
+        };
+    }
     let Some(stored_lsn) = stored.lsn() else {
         return StartDecision::Refuse {
             reason: format!("the stored offset has an unreadable LSN {:?}", stored.lsn),
             hint: format!("start once with --accept-slot-position to overwrite it; {recovery}"),
         };
     };
+    if stored.timeline != server.timeline {
+        let continuous = stored.timeline < server.timeline
+            && server
+                .left_stored_timeline_at
+                .is_some_and(|switch| stored_lsn <= switch);
+        if !continuous {
+            return StartDecision::Refuse {
+                reason: format!(
+                    "the stored offset {stored_lsn} is on timeline {} but PostgreSQL is on timeline {}: the server was restored to a point in time or a standby was promoted, and LSNs after the switch point now name different changes, so resuming could skip events or make consumers drop new events as duplicates",
+                    stored.timeline, server.timeline
+                ),
+                hint: format!(
+                    "find the switch point in the timeline history (SELECT pg_read_file('pg_wal/{:08X}.history') as a superuser); after a failover whose switch point is at or after {stored_lsn}, nothing is lost: start once with --accept-slot-position. After a point-in-time restore to before {stored_lsn}, events after the restore point are in Kafka but no longer in the database: tell consumers, reconcile, then start once with --accept-slot-position; see docs/operations.md, \"Timeline change (restore or failover)\"",
+                    server.timeline
+                ),
+            };
+        }
+    }
     if slot.confirmed_flush > stored_lsn {
         return StartDecision::Refuse {
             reason: format!(
@@ -140,6 +281,31 @@ pub fn compare(
     }
     StartDecision::Resume {
         from: slot.confirmed_flush,
+    }
+}
+
+/// A deadline that moves while there is progress: expired only after
+/// `stall` without any.
+#[derive(Debug, Clone, Copy)]
+struct StallDeadline {
+    stall: Duration,
+    last_progress: Instant,
+}
+
+impl StallDeadline {
+    fn new(stall: Duration, now: Instant) -> Self {
+        StallDeadline {
+            stall,
+            last_progress: now,
+        }
+    }
+
+    fn progressed(&mut self, now: Instant) {
+        self.last_progress = now;
+    }
+
+    fn expired(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.last_progress) > self.stall
     }
 }
 
@@ -175,7 +341,15 @@ impl OffsetStore {
         cfg
     }
 
-    /// Creates the compacted topic if it does not exist.
+    fn brokers(&self) -> &str {
+        self.brokers_props
+            .iter()
+            .find(|(k, _)| k == "bootstrap.servers")
+            .map_or("<brokers>", |(_, v)| v.as_str())
+    }
+
+    /// Creates the compacted topic ([`TOPIC_CONFIG`]) if it does not exist;
+    /// refuses an existing one that is not compacted.
     pub async fn ensure_topic(&self, timeout: Duration) -> Result<(), OffsetStoreError> {
         let err = |message: String| OffsetStoreError::Create {
             topic: self.topic.clone(),
@@ -183,8 +357,10 @@ impl OffsetStore {
         };
         let admin: AdminClient<DefaultClientContext> =
             self.config().create().map_err(|e| err(e.to_string()))?;
-        let topic = NewTopic::new(&self.topic, 1, TopicReplication::Fixed(-1))
-            .set("cleanup.policy", "compact");
+        let mut topic = NewTopic::new(&self.topic, 1, TopicReplication::Fixed(-1));
+        for (k, v) in TOPIC_CONFIG {
+            topic = topic.set(k, v);
+        }
         let opts = AdminOptions::new()
             .operation_timeout(Some(timeout))
             .request_timeout(Some(timeout));
@@ -194,29 +370,99 @@ impl OffsetStore {
             .map_err(|e| err(e.to_string()))?;
         for r in results {
             match r {
-                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Ok(_) => {
+                    tracing::info!(topic = %self.topic, "created the offset topic");
+                    return Ok(());
+                }
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
                 Err((_, code)) => return Err(err(code.to_string())),
             }
         }
-        Ok(())
+        // It existed already: it may have been made by hand, or by another tool.
+        self.verify_topic(timeout).await.map(|_| ())
     }
 
-    /// Reads the newest stored offset for this connector. Blocking.
-    pub fn load(&self, timeout: Duration) -> Result<Option<StoredOffset>, OffsetStoreError> {
+    /// Checks the existing topic's `cleanup.policy`. `Ok(false)` when the
+    /// topic does not exist (yet).
+    pub async fn verify_topic(&self, timeout: Duration) -> Result<bool, OffsetStoreError> {
         let err = |message: String| OffsetStoreError::Read {
             topic: self.topic.clone(),
             message,
         };
+        let admin: AdminClient<DefaultClientContext> =
+            self.config().create().map_err(|e| err(e.to_string()))?;
+        let opts = AdminOptions::new().request_timeout(Some(timeout));
+        let results = admin
+            .describe_configs(&[ResourceSpecifier::Topic(&self.topic)], &opts)
+            .await
+            .map_err(|e| err(format!("describing its configuration: {e}")))?;
+        let Some(result) = results.into_iter().next() else {
+            return Err(err("describing its configuration returned nothing".into()));
+        };
+        let resource = match result {
+            Ok(r) => r,
+            Err(RDKafkaErrorCode::UnknownTopicOrPartition) => return Ok(false),
+            Err(code) => return Err(err(format!("describing its configuration: {code}"))),
+        };
+        let policy = resource
+            .get("cleanup.policy")
+            .and_then(|e| e.value.clone())
+            .unwrap_or_default();
+        match not_compacted_because(&policy) {
+            None => Ok(true),
+            Some(why) => Err(OffsetStoreError::NotCompacted {
+                topic: self.topic.clone(),
+                policy,
+                why,
+                fix: self.fix_command(),
+            }),
+        }
+    }
+
+    /// The command that gives an existing topic walrelay's settings.
+    fn fix_command(&self) -> String {
+        let settings = TOPIC_CONFIG
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        format!(
+            "kafka-configs.sh --bootstrap-server {} --alter --entity-type topics --entity-name {} --add-config {settings}",
+            self.brokers(),
+            self.topic
+        )
+    }
+
+    /// Reads the newest stored offset for this connector. Blocking.
+    ///
+    /// Reads every partition up to the end it had at the start. `stall`
+    /// limits the time *without progress* (no record and no end of partition
+    /// arriving), not the whole read, so a big topic loads as long as Kafka
+    /// keeps delivering.
+    pub fn load(&self, stall: Duration) -> Result<Option<StoredOffset>, OffsetStoreError> {
+        let err = |message: String| OffsetStoreError::Read {
+            topic: self.topic.clone(),
+            message,
+        };
+        let started = Instant::now();
         let mut cfg = self.config();
         cfg.set(
             "group.id",
             format!("walrelay-offsets-reader-{}", self.connector),
         )
         .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false");
+        // Tells us when a partition is read to its end.
+        .set("enable.partition.eof", "true")
+        // Large fetches: the default 1 MiB per partition makes a big topic a
+        // long series of round trips.
+        .set("max.partition.fetch.bytes", "16777216")
+        .set("fetch.max.bytes", "67108864")
+        .set("queued.max.messages.kbytes", "262144")
+        // At the end, do not wait the default 500 ms for more data.
+        .set("fetch.wait.max.ms", "100");
         let consumer: BaseConsumer = cfg.create().map_err(|e| err(e.to_string()))?;
         let md = consumer
-            .fetch_metadata(Some(&self.topic), timeout)
+            .fetch_metadata(Some(&self.topic), stall)
             .map_err(|e| err(format!("metadata: {e}")))?;
         let partitions: Vec<i32> = md
             .topics()
@@ -225,55 +471,118 @@ impl OffsetStore {
             .flat_map(|t| t.partitions().iter().map(|p| p.id()))
             .collect();
         let mut tpl = TopicPartitionList::new();
-        let mut ends = Vec::new();
+        // (partition, end offset, offset reached, done)
+        let mut parts: Vec<(i32, i64, i64, bool)> = Vec::new();
         for p in partitions {
             let (low, high) = consumer
-                .fetch_watermarks(&self.topic, p, timeout)
+                .fetch_watermarks(&self.topic, p, stall)
                 .map_err(|e| err(format!("watermarks of partition {p}: {e}")))?;
             if high > low {
                 tpl.add_partition_offset(&self.topic, p, Offset::Offset(low))
                     .map_err(|e| err(e.to_string()))?;
-                ends.push((p, high));
+                parts.push((p, high, low, false));
             }
         }
-        if ends.is_empty() {
+        if parts.is_empty() {
             return Ok(None);
         }
         consumer.assign(&tpl).map_err(|e| err(e.to_string()))?;
-        let deadline = std::time::Instant::now() + timeout;
-        let mut latest: Option<StoredOffset> = None;
-        let mut done: Vec<i32> = Vec::new();
-        while done.len() < ends.len() {
-            if std::time::Instant::now() > deadline {
-                return Err(err(format!(
-                    "timed out after {timeout:?} reading to the end"
-                )));
+        let mut deadline = StallDeadline::new(stall, Instant::now());
+        // The newest record of our key: (partition, offset, payload).
+        let mut latest: Option<(i32, i64, Option<Vec<u8>>)> = None;
+        let mut records: u64 = 0;
+        while parts.iter().any(|(_, _, _, done)| !done) {
+            let now = Instant::now();
+            if deadline.expired(now) {
+                let (partition, end, reached, _) = parts
+                    .iter()
+                    .find(|(_, _, _, done)| !done)
+                    .copied()
+                    .unwrap_or_default();
+                return Err(OffsetStoreError::Stalled {
+                    topic: self.topic.clone(),
+                    stall,
+                    partition,
+                    reached,
+                    end,
+                    records,
+                    elapsed: started.elapsed(),
+                });
             }
-            let Some(msg) = consumer.poll(Duration::from_millis(200)) else {
-                continue;
-            };
-            let msg = msg.map_err(|e| err(e.to_string()))?;
-            if msg.key() == Some(self.connector.as_bytes()) {
-                match msg.payload() {
-                    Some(p) => {
-                        latest = Some(serde_json::from_slice(p).map_err(|e| {
-                            err(format!(
-                                "offset record at offset {} is not valid: {e}",
-                                msg.offset()
-                            ))
-                        })?)
+            let msg = match consumer.poll(Duration::from_millis(100)) {
+                None => continue,
+                Some(Err(KafkaError::PartitionEOF(p))) => {
+                    if let Some(part) = parts.iter_mut().find(|x| x.0 == p) {
+                        part.3 = true;
                     }
-                    None => latest = None,
+                    deadline.progressed(Instant::now());
+                    continue;
+                }
+                Some(Err(e)) => return Err(err(e.to_string())),
+                Some(Ok(msg)) => msg,
+            };
+            deadline.progressed(Instant::now());
+            records += 1;
+            if msg.key() == Some(self.connector.as_bytes()) {
+                latest = Some((
+                    msg.partition(),
+                    msg.offset(),
+                    msg.payload().map(<[u8]>::to_vec),
+                ));
+            }
+            if let Some(part) = parts.iter_mut().find(|x| x.0 == msg.partition()) {
+                part.2 = msg.offset() + 1;
+                if part.2 >= part.1 {
+                    part.3 = true;
                 }
             }
-            if let Some((p, high)) = ends.iter().find(|(p, _)| *p == msg.partition())
-                && msg.offset() + 1 >= *high
-                && !done.contains(p)
-            {
-                done.push(*p);
-            }
         }
-        Ok(latest)
+        let elapsed = started.elapsed();
+        if records > BIG_TOPIC_RECORDS {
+            tracing::warn!(
+                topic = %self.topic, records, ?elapsed,
+                "the offset topic is big; check that it is compacted (docs/operations.md, \"Offset store\")"
+            );
+        } else {
+            tracing::debug!(topic = %self.topic, records, ?elapsed, "read the offset topic");
+        }
+        let Some((partition, offset, payload)) = latest else {
+            return Ok(None);
+        };
+        let Some(payload) = payload else {
+            return Ok(None); // a tombstone: the offset was deleted
+        };
+        serde_json::from_slice(&payload)
+            .map(Some)
+            .map_err(|e| OffsetStoreError::BadRecord {
+                topic: self.topic.clone(),
+                connector: self.connector.clone(),
+                partition,
+                offset,
+                message: e.to_string(),
+            })
+    }
+}
+
+/// Why a topic with this `cleanup.policy` cannot hold offsets, if it cannot.
+fn not_compacted_because(policy: &str) -> Option<&'static str> {
+    let mut compact = false;
+    let mut delete = false;
+    for p in policy.split(',').map(str::trim) {
+        match p {
+            "compact" => compact = true,
+            "delete" => delete = true,
+            _ => {}
+        }
+    }
+    match (compact, delete) {
+        (true, false) => None,
+        (true, true) => Some(
+            "with `delete` as well, the broker removes a stopped connector's only offset after retention.ms, and the start-up check can then no longer notice a recreated slot",
+        ),
+        (false, _) => Some(
+            "without compaction the topic grows by every offset ever written (about one a second per connector) and each start reads all of it",
+        ),
     }
 }
 
@@ -303,6 +612,12 @@ mod tests {
         }
     }
 
+    const SERVER: Server<'static> = Server {
+        system_id: "7",
+        timeline: 1,
+        left_stored_timeline_at: None,
+    };
+
     fn slot(lsn: u64, status: &str) -> SlotPosition {
         SlotPosition {
             confirmed_flush: Lsn(lsn),
@@ -313,7 +628,7 @@ mod tests {
     #[test]
     fn no_stored_offset_resumes_from_slot() {
         assert_eq!(
-            compare(None, &slot(5, "reserved"), "7", "s"),
+            compare(None, &slot(5, "reserved"), &SERVER, "s"),
             StartDecision::Resume { from: Lsn(5) }
         );
     }
@@ -322,18 +637,18 @@ mod tests {
     fn slot_behind_or_equal_resumes() {
         let s = stored("0/A");
         assert_eq!(
-            compare(Some(&s), &slot(5, "reserved"), "7", "s"),
+            compare(Some(&s), &slot(5, "reserved"), &SERVER, "s"),
             StartDecision::Resume { from: Lsn(5) }
         );
         assert_eq!(
-            compare(Some(&s), &slot(10, "reserved"), "7", "s"),
+            compare(Some(&s), &slot(10, "reserved"), &SERVER, "s"),
             StartDecision::Resume { from: Lsn(10) }
         );
     }
 
     #[test]
     fn slot_ahead_refuses_with_hint() {
-        match compare(Some(&stored("0/A")), &slot(11, "reserved"), "7", "s") {
+        match compare(Some(&stored("0/A")), &slot(11, "reserved"), &SERVER, "s") {
             StartDecision::Refuse { reason, hint } => {
                 assert!(
                     reason.contains("0/0000000B") && reason.contains("0/0000000A"),
@@ -348,7 +663,7 @@ mod tests {
     #[test]
     fn lost_slot_refuses_even_without_offset() {
         assert!(matches!(
-            compare(None, &slot(1, "lost"), "7", "s"),
+            compare(None, &slot(1, "lost"), &SERVER, "s"),
             StartDecision::Refuse { .. }
         ));
     }
@@ -356,9 +671,166 @@ mod tests {
     #[test]
     fn other_cluster_refuses() {
         assert!(matches!(
-            compare(Some(&stored("0/1")), &slot(1, "reserved"), "8", "s"),
+            compare(
+                Some(&stored("0/1")),
+                &slot(1, "reserved"),
+                &Server {
+                    system_id: "8",
+                    ..SERVER
+                },
+                "s"
+            ),
             StartDecision::Refuse { .. }
         ));
+    }
+
+    fn refused(d: StartDecision) -> (String, String) {
+        match d {
+            StartDecision::Refuse { reason, hint } => (reason, hint),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn offset_of_another_slot_refuses_with_hint() {
+        let (reason, hint) = refused(compare(
+            Some(&stored("0/A")),
+            &slot(5, "reserved"),
+            &SERVER,
+            "other_slot",
+        ));
+        assert!(
+            reason.contains("\"s\"") && reason.contains("\"other_slot\""),
+            "{reason}"
+        );
+        assert!(
+            hint.contains("postgres.slot") && hint.contains("--accept-slot-position"),
+            "{hint}"
+        );
+    }
+
+    /// A point-in-time restore: same system, new timeline, the slot (from the
+    /// backup) behind the stored offset — which the old rule resumed from.
+    #[test]
+    fn other_timeline_refuses_when_the_switch_point_is_unknown() {
+        let on_tl2 = Server {
+            timeline: 2,
+            ..SERVER
+        };
+        let (reason, hint) = refused(compare(
+            Some(&stored("0/A")),
+            &slot(5, "reserved"),
+            &on_tl2,
+            "s",
+        ));
+        assert!(
+            reason.contains("timeline 1") && reason.contains("timeline 2"),
+            "{reason}"
+        );
+        assert!(
+            hint.contains("00000002.history") && hint.contains("--accept-slot-position"),
+            "{hint}"
+        );
+    }
+
+    #[test]
+    fn stored_offset_after_the_switch_point_refuses() {
+        // Restored (or failed over) to 0/8, the stored offset is 0/A: LSNs
+        // 0/8..0/A name different changes on the two timelines.
+        let server = Server {
+            timeline: 2,
+            left_stored_timeline_at: Some(Lsn(8)),
+            ..SERVER
+        };
+        refused(compare(
+            Some(&stored("0/A")),
+            &slot(5, "reserved"),
+            &server,
+            "s",
+        ));
+    }
+
+    #[test]
+    fn stored_offset_from_a_later_timeline_refuses() {
+        let mut s = stored("0/A");
+        s.timeline = 3;
+        let server = Server {
+            timeline: 2,
+            left_stored_timeline_at: Some(Lsn(100)),
+            ..SERVER
+        };
+        refused(compare(Some(&s), &slot(5, "reserved"), &server, "s"));
+    }
+
+    /// A failover to a standby with a synced slot: the history is continuous
+    /// up to the switch point, which is at or after the stored offset.
+    #[test]
+    fn failover_with_continuous_history_resumes_and_still_checks_the_slot() {
+        let server = Server {
+            timeline: 2,
+            left_stored_timeline_at: Some(Lsn(10)),
+            ..SERVER
+        };
+        let s = stored("0/A");
+        assert_eq!(
+            compare(Some(&s), &slot(5, "reserved"), &server, "s"),
+            StartDecision::Resume { from: Lsn(5) }
+        );
+        assert_eq!(
+            compare(Some(&s), &slot(10, "reserved"), &server, "s"),
+            StartDecision::Resume { from: Lsn(10) }
+        );
+        refused(compare(Some(&s), &slot(11, "reserved"), &server, "s"));
+    }
+
+    #[test]
+    fn stall_deadline_moves_with_progress() {
+        let t0 = Instant::now();
+        let stall = Duration::from_secs(10);
+        let mut d = StallDeadline::new(stall, t0);
+        // 30 s of reading with progress every 6 s never expires.
+        for i in 1..=5 {
+            let now = t0 + Duration::from_secs(6 * i);
+            assert!(!d.expired(now), "expired at {i}");
+            d.progressed(now);
+        }
+        let last = t0 + Duration::from_secs(30);
+        assert!(!d.expired(last + stall));
+        assert!(d.expired(last + stall + Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn only_a_purely_compacted_topic_is_accepted() {
+        assert_eq!(not_compacted_because("compact"), None);
+        assert!(not_compacted_because("delete").is_some());
+        assert!(not_compacted_because("compact,delete").is_some());
+        assert!(not_compacted_because("delete, compact").is_some());
+        assert!(not_compacted_because("").is_some());
+    }
+
+    #[test]
+    fn the_fix_gives_the_topic_our_settings() {
+        let store = OffsetStore::new(
+            &[("bootstrap.servers".into(), "k1:9092".into())],
+            "walrelay.offsets",
+            "c",
+        );
+        let fix = store.fix_command();
+        assert!(
+            fix.starts_with(
+                "kafka-configs.sh --bootstrap-server k1:9092 --alter --entity-type topics --entity-name walrelay.offsets --add-config cleanup.policy=compact,segment.ms=3600000,"
+            ),
+            "{fix}"
+        );
+        assert!(
+            !OffsetStoreError::NotCompacted {
+                topic: "t".into(),
+                policy: "delete".into(),
+                why: "",
+                fix,
+            }
+            .is_transient()
+        );
     }
 
     #[test]

@@ -264,14 +264,20 @@ pub async fn check(config: &Config) -> Report {
         Err(e) => report.push("publication", fail(e.to_string(), "see the error")),
     }
 
-    let system_id: Option<String> = client
+    // The checkpoint's timeline: after a promotion it lags until the first
+    // checkpoint; `run` uses IDENTIFY_SYSTEM's.
+    let system: Option<(String, u32)> = client
         .query_one(
-            "SELECT system_identifier::text FROM pg_control_system()",
+            "SELECT s.system_identifier::text, c.timeline_id::int8 \
+             FROM pg_control_system() s, pg_control_checkpoint() c",
             &[],
         )
         .await
         .ok()
-        .map(|r| r.get(0));
+        .and_then(|r| {
+            let timeline = u32::try_from(r.try_get::<_, i64>(1).ok()?).ok()?;
+            Some((r.try_get(0).ok()?, timeline))
+        });
     match catalog::slot_state(&client, &pg.slot).await {
         Ok(None) if pg.create_slot => {
             report.push("replication slot", Outcome::Ok(format!("{} does not exist yet; run will create it", pg.slot)))
@@ -285,8 +291,11 @@ pub async fn check(config: &Config) -> Report {
                 confirmed_flush: slot.confirmed_flush_lsn.unwrap_or_default(),
                 wal_status: slot.wal_status.clone(),
             };
-            let decision = match (&stored, &system_id) {
-                (Some(stored), Some(sys)) => offsets::compare(stored.as_ref(), &position, sys, &pg.slot),
+            let decision = match (&stored, &system) {
+                (Some(stored), Some((system_id, timeline))) => {
+                    let server = offsets::Server { system_id, timeline: *timeline, left_stored_timeline_at: None };
+                    offsets::compare(stored.as_ref(), &position, &server, &pg.slot)
+                }
                 _ => StartDecision::Resume { from: position.confirmed_flush },
             };
             match decision {
@@ -346,6 +355,26 @@ async fn check_kafka(
         }
     }
     let store = OffsetStore::new(&props, &config.kafka.offsets_topic, &config.connector.name);
+    match store.verify_topic(Duration::from_secs(10)).await {
+        Ok(true) => {}
+        Ok(false) => {
+            report.push(
+                "offset store",
+                Outcome::Ok(format!(
+                    "{} does not exist yet; run will create it (compacted)",
+                    config.kafka.offsets_topic
+                )),
+            );
+            return Some(None);
+        }
+        Err(e) => {
+            report.push(
+                "offset store",
+                fail(e.to_string(), "see docs/operations.md, \"Offset store\""),
+            );
+            return None;
+        }
+    }
     let loaded = tokio::task::spawn_blocking(move || store.load(Duration::from_secs(10))).await;
     match loaded {
         Ok(Ok(Some(s))) => {

@@ -101,7 +101,7 @@ impl RelayError {
             RelayError::Delivery { error, .. } | RelayError::Sink(error) => {
                 error.kind == SinkErrorKind::Transient
             }
-            RelayError::Offsets(_) => true,
+            RelayError::Offsets(e) => e.is_transient(),
             RelayError::Ended(_) => true,
             RelayError::Decode { .. }
             | RelayError::Stream { .. }

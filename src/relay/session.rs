@@ -203,8 +203,12 @@ impl Session {
             confirmed_flush: slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO),
             wal_status: slot.wal_status.clone(),
         };
-        let start = match offsets::compare(stored.as_ref(), &position, &system.system_id, &pg.slot)
-        {
+        let server = offsets::Server {
+            system_id: &system.system_id,
+            timeline: system.timeline,
+            left_stored_timeline_at: None,
+        };
+        let start = match offsets::compare(stored.as_ref(), &position, &server, &pg.slot) {
             StartDecision::Resume { from } => from,
             StartDecision::Refuse { reason, hint } => {
                 if !self.accept_slot_position || position.wal_status.as_deref() == Some("lost") {
