@@ -1,5 +1,18 @@
 //! The `walrelay` binary: parses the command line and hands over to the library.
+//!
+//! Invariants:
+//! - Nothing on the path of `run` can panic on a broken stderr or stdout: logs
+//!   go through [`Lossy`] (write errors dropped, tracing's own error report
+//!   off) and the binary's own messages through [`say`]/[`shout`], never
+//!   `println!`/`eprintln!`. Rust ignores SIGPIPE, so a closed pipe is an
+//!   `EPIPE` error, which is dropped.
+//! - The signal task cancels the shutdown token before it does anything else,
+//!   so SIGINT/SIGTERM always stop `run`.
+//! - Exit codes: 0 stopped on request (or `check` passed), 1 stopped on an
+//!   error (or a `check` failed), 2 bad configuration, `WALRELAY_LOG` or
+//!   usage (clap's own code for usage errors).
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -8,10 +21,30 @@ use tokio_util::sync::CancellationToken;
 
 use walrelay::config::Config;
 use walrelay::relay::{self, RunOptions};
+use walrelay::telemetry::{Lossy, log_filter, use_ansi};
+
+/// Shown after every `--help`.
+const AFTER_HELP: &str = "\
+Environment:
+  WALRELAY_LOG         Log filter: a level (error, warn, info, debug, trace) or
+                       directives such as \"info,walrelay=debug\"; default \"info\".
+                       A filter that does not parse, or a bare word that is not a
+                       level (a typo would hide every line), is refused: exit 2.
+  WALRELAY_LOG_FORMAT  text or json (as --log-format).
+  NO_COLOR             No colour codes. Colours are only used when stderr is a
+                       terminal, never in files or pipes.
+
+Exit codes:
+  0  stopped on request (SIGINT/SIGTERM); check: every check passed
+  1  stopped on an error that retrying cannot fix (the last log line says what
+     to do); check: a check failed
+  2  invalid configuration, WALRELAY_LOG or command line
+
+See docs/operations.md.";
 
 /// PostgreSQL → Kafka change-data-capture with a transactional outbox router.
 #[derive(Debug, Parser)]
-#[command(name = "walrelay", version, about)]
+#[command(name = "walrelay", version, about, after_help = AFTER_HELP)]
 struct Cli {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "WALRELAY_LOG_FORMAT")]
@@ -29,6 +62,7 @@ enum LogFormat {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Stream the slot to Kafka until SIGINT/SIGTERM.
+    #[command(after_help = AFTER_HELP)]
     Run {
         /// The TOML configuration file.
         #[arg(long, short)]
@@ -39,6 +73,7 @@ enum Command {
         accept_slot_position: bool,
     },
     /// Check the configuration, PostgreSQL and Kafka without streaming.
+    #[command(after_help = AFTER_HELP)]
     Check {
         /// The TOML configuration file.
         #[arg(long, short)]
@@ -46,35 +81,67 @@ enum Command {
     },
 }
 
-fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("WALRELAY_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+/// Writes a line to stderr; a closed stderr loses it instead of panicking.
+fn shout(text: &str) {
+    let _ = writeln!(std::io::stderr(), "{text}");
+}
+
+/// Writes to stdout; a closed stdout (`walrelay check | head -1`) loses the
+/// text instead of panicking.
+fn say(text: &str) {
+    let mut out = std::io::stdout();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
+/// Sets up logging on stderr; `Err` is the one-line reason `WALRELAY_LOG`
+/// is refused.
+fn init_tracing(format: LogFormat) -> Result<(), String> {
+    use std::io::IsTerminal;
+    let value = match std::env::var("WALRELAY_LOG") {
+        Ok(v) => Some(v),
+        Err(std::env::VarError::NotPresent) => None,
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err("WALRELAY_LOG is not valid UTF-8; set a level such as \"info\"".into());
+        }
+    };
+    let filter = log_filter(value.as_deref())?;
+    let ansi = use_ansi(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_ansi(ansi)
+        .log_internal_errors(false)
+        .with_writer(|| Lossy(std::io::stderr()));
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+    Ok(())
 }
 
 fn load(path: &PathBuf) -> Result<Config, ExitCode> {
     Config::from_file(path).map_err(|e| {
-        eprintln!("walrelay: invalid configuration\n{e}");
+        shout(&format!("walrelay: invalid configuration\n{e}"));
         ExitCode::from(2)
     })
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.log_format);
+    if let Err(problem) = init_tracing(cli.log_format) {
+        shout(&format!("walrelay: {problem}"));
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("walrelay: cannot start the async runtime: {e}");
+            shout(&format!("walrelay: cannot start the async runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
@@ -102,7 +169,7 @@ fn main() -> ExitCode {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         tracing::error!(error = %e, "walrelay stopped");
-                        eprintln!("walrelay: {e}");
+                        shout(&format!("walrelay: {e}"));
                         ExitCode::FAILURE
                     }
                 }
@@ -113,7 +180,7 @@ fn main() -> ExitCode {
                     Err(code) => return code,
                 };
                 let report = walrelay::preflight::check(&config).await;
-                print!("{report}");
+                say(&report.to_string());
                 if report.ok() {
                     ExitCode::SUCCESS
                 } else {
@@ -124,7 +191,8 @@ fn main() -> ExitCode {
     })
 }
 
-/// Cancels `token` on the first SIGINT or SIGTERM.
+/// Cancels `token` on the first SIGINT or SIGTERM — before logging it, so
+/// nothing that happens to the log can keep the process from stopping.
 async fn watch_signals(token: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
@@ -136,9 +204,10 @@ async fn watch_signals(token: CancellationToken) {
         );
         return;
     };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-        _ = int.recv() => tracing::info!("SIGINT: stopping"),
-    }
+    let name = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
     token.cancel();
+    tracing::info!(signal = name, "{name}: stopping");
 }

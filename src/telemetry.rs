@@ -20,7 +20,18 @@
 //! Health: 200 while a session is streaming and Kafka acknowledged something
 //! (or had nothing to acknowledge) within the stall window; 503 with the
 //! reason otherwise.
+//!
+//! Logs (the binary's `tracing` setup, see [`log_filter`], [`use_ansi`],
+//! [`Lossy`]):
+//! - Writing a log line never fails and never panics: when stderr's reader is
+//!   gone (a closed pipe, a restarting log shipper) the line is dropped. A
+//!   sidecar must still stop cleanly when signalled, whatever happened to its
+//!   log reader.
+//! - ANSI colours only on a terminal, never with `NO_COLOR` set.
+//! - A `WALRELAY_LOG` that would hide the logs by mistake is refused, naming
+//!   the variable and the problem (the binary exits 2, like a bad config).
 
+use std::io;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -82,6 +93,66 @@ impl Metrics {
             last_error: Mutex::new(String::new()),
         }
     }
+}
+
+/// A log writer that drops write errors: `Lossy(std::io::stderr())` keeps a
+/// broken pipe on stderr from failing — and, through tracing-subscriber's
+/// error report on stderr, from panicking — the code that logs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Lossy<W>(pub W);
+
+impl<W: io::Write> io::Write for Lossy<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // All or nothing, as far as the caller can tell: a line that cannot
+        // be written is lost, never reported.
+        let _ = self.0.write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let _ = self.0.flush();
+        Ok(())
+    }
+}
+
+/// The default log filter when `WALRELAY_LOG` is unset or empty.
+pub const DEFAULT_LOG_FILTER: &str = "info";
+
+/// Parses the value of `WALRELAY_LOG` (`None`: unset). Refuses directives
+/// that do not parse, and bare words that are neither a level nor a walrelay
+/// target (`debg`, `inof`): tracing would read those as a target name and
+/// silently show no log at all. The error is one line naming the variable.
+pub fn log_filter(value: Option<&str>) -> Result<tracing_subscriber::EnvFilter, String> {
+    use tracing_subscriber::filter::LevelFilter;
+    let text = value.map(str::trim).filter(|v| !v.is_empty());
+    let Some(text) = text else {
+        return Ok(tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
+    };
+    let refuse = |problem: String| {
+        format!(
+            "WALRELAY_LOG={text:?} is not a usable log filter: {problem}; use a level (off, error, \
+             warn, info, debug, trace) or directives such as \"info,walrelay=debug\", or unset it \
+             for \"{DEFAULT_LOG_FILTER}\""
+        )
+    };
+    for directive in text.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let bare = !directive.contains(['=', '[', ':']);
+        if bare && directive.parse::<LevelFilter>().is_err() && !directive.starts_with("walrelay") {
+            return Err(refuse(format!(
+                "{directive:?} is neither a level nor a walrelay target, so it would hide every \
+                 log line"
+            )));
+        }
+    }
+    tracing_subscriber::EnvFilter::builder()
+        .parse(text)
+        .map_err(|e| refuse(e.to_string()))
+}
+
+/// Whether to colour log lines: only on a terminal, and never when
+/// `NO_COLOR` is set to a non-empty value (<https://no-color.org>).
+pub fn use_ansi(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// How long Kafka may leave records unacknowledged before health says so.
@@ -395,5 +466,56 @@ mod tests {
         assert!(get("/healthz").starts_with("HTTP/1.0 200"));
         assert!(get("/metrics").contains("walrelay_up{connector=\"c1\"} 1"));
         assert!(get("/nope").starts_with("HTTP/1.0 404"));
+    }
+    #[test]
+    fn lossy_writer_swallows_a_broken_pipe() {
+        use std::io::Write;
+        struct Broken;
+        impl io::Write for Broken {
+            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+                Err(io::Error::from(io::ErrorKind::BrokenPipe))
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Err(io::Error::from(io::ErrorKind::BrokenPipe))
+            }
+        }
+        let mut w = Lossy(Broken);
+        assert_eq!(w.write(b"a log line\n").unwrap(), 11);
+        assert!(w.flush().is_ok());
+        let mut ok = Lossy(Vec::new());
+        write!(ok, "kept").unwrap();
+        assert_eq!(ok.0, b"kept");
+    }
+
+    #[test]
+    fn log_filter_refuses_what_would_hide_the_logs() {
+        for good in [
+            None,
+            Some(""),
+            Some("  "),
+            Some("debug"),
+            Some("INFO"),
+            Some("info,walrelay=debug"),
+            Some("warn,walrelay::sink=trace"),
+            Some("walrelay"),
+            Some("off"),
+        ] {
+            assert!(log_filter(good).is_ok(), "{good:?}");
+        }
+        for bad in ["debg", "info,walrelay=verbose", "inof,walrelay=debug", "[{"] {
+            let err = log_filter(Some(bad)).unwrap_err();
+            assert!(err.starts_with("WALRELAY_LOG="), "{err}");
+            assert!(err.contains(&format!("{bad:?}")), "{err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+    }
+
+    #[test]
+    fn colours_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(use_ansi(true, None));
+        assert!(use_ansi(true, Some(OsStr::new(""))));
+        assert!(!use_ansi(true, Some(OsStr::new("1"))));
+        assert!(!use_ansi(false, None));
     }
 }

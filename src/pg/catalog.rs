@@ -66,6 +66,7 @@ pub async fn connect(params: &ConnectParams) -> Result<Client, CatalogError> {
     cfg.user(&params.user)
         .dbname(&params.database)
         .application_name(&params.application_name)
+        .options(crate::pg::wire::session_options())
         .connect_timeout(params.connect_timeout);
     if params.host.starts_with('/') {
         cfg.host_path(&params.host);

@@ -18,6 +18,12 @@
 //!   handled here; every other message goes through `Message::parse`.
 //! - The password is only ever held as a [`SecretString`] and never appears in
 //!   `Debug` output or error text.
+//! - Every session walrelay opens (this one and the catalog connection) starts
+//!   with [`SESSION_PARAMETERS`] in its startup packet. The server applies
+//!   them as client settings, which outrank `ALTER ROLE … SET` and
+//!   `ALTER DATABASE … SET` defaults, so those cannot change the text form of
+//!   the values pgoutput sends (bytea in hex, timestamps in ISO) and break
+//!   routing.
 
 use std::io;
 use std::path::PathBuf;
@@ -34,6 +40,39 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
 use super::tls::{self, TlsSettings};
+
+/// Settings every walrelay session starts with: the text formats the router
+/// relies on (bytea as `\x…` hex, timestamptz as ISO in UTC), whatever the
+/// role's or database's defaults say. In a logical replication session the
+/// walsender formats pgoutput's text values with them.
+pub const SESSION_PARAMETERS: &[(&str, &str)] = &[
+    ("DateStyle", "ISO, MDY"),
+    ("TimeZone", "UTC"),
+    ("bytea_output", "hex"),
+    ("IntervalStyle", "postgres"),
+    ("extra_float_digits", "3"),
+];
+
+/// [`SESSION_PARAMETERS`] as a libpq-style `options` string
+/// (`-c DateStyle=ISO,\ MDY -c …`) for connections made by `tokio-postgres`;
+/// spaces and backslashes are escaped as the server's option splitter
+/// expects.
+pub fn session_options() -> String {
+    let mut out = String::new();
+    for (name, value) in SESSION_PARAMETERS {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str("-c ");
+        for c in format!("{name}={value}").chars() {
+            if c == ' ' || c == '\\' {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+    }
+    out
+}
 
 /// Where and how to connect.
 #[derive(Debug, Clone)]
@@ -376,6 +415,7 @@ impl WireConnection {
             ("application_name", params.application_name.as_str()),
             ("client_encoding", "UTF8"),
         ];
+        startup.extend_from_slice(SESSION_PARAMETERS);
         if replication {
             startup.push(("replication", "database"));
         }
@@ -746,6 +786,16 @@ mod tests {
         v.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
         v.extend_from_slice(body);
         v
+    }
+
+    #[test]
+    fn session_options_escape_spaces_for_the_server() {
+        let options = session_options();
+        assert!(
+            options.starts_with(r"-c DateStyle=ISO,\ MDY -c TimeZone=UTC -c bytea_output=hex"),
+            "{options}"
+        );
+        assert_eq!(options.matches("-c ").count(), SESSION_PARAMETERS.len());
     }
 
     #[test]

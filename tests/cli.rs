@@ -1,0 +1,246 @@
+//! The binary's edges, run as a child process: `--help`, `WALRELAY_LOG`,
+//! colour codes, and stopping cleanly (exit 0 on SIGTERM, 1 on an error)
+//! whatever happened to the reader of stderr.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStderr};
+
+use support::*;
+
+const START: Duration = Duration::from_secs(60);
+/// `kafka.shutdown_flush_timeout` in `relay_config` plus room for a busy
+/// machine.
+const STOP: Duration = Duration::from_secs(30);
+
+fn write_config(config: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(unique("walrelay_cli"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("walrelay.toml");
+    std::fs::write(&path, config).expect("write config");
+    path
+}
+
+/// A valid config whose PostgreSQL and Kafka do not answer (port 1).
+fn unreachable_config() -> std::path::PathBuf {
+    write_config(
+        r#"
+[connector]
+name = "cli_unreachable"
+[postgres]
+host = "127.0.0.1"
+port = 1
+user = "walrelay"
+password = "walrelay"
+database = "nowhere"
+connect_timeout = "2s"
+reconnect_backoff_initial = "100ms"
+reconnect_backoff_max = "1s"
+[kafka]
+brokers = "127.0.0.1:1"
+[[outbox]]
+table = "public.outbox"
+"#,
+    )
+}
+
+/// `walrelay run` with stderr on a pipe we hold, stdout discarded, and
+/// NO_COLOR unset (so colour codes would show if the binary chose them).
+fn spawn_run(config: &std::path::Path, log: &str) -> (Child, ChildStderr) {
+    let mut child = tokio::process::Command::new(walrelay_bin())
+        .arg("run")
+        .arg("--config")
+        .arg(config)
+        .env("WALRELAY_LOG", log)
+        .env_remove("NO_COLOR")
+        .env_remove("WALRELAY_LOG_FORMAT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start walrelay");
+    let stderr = child.stderr.take().expect("piped stderr");
+    (child, stderr)
+}
+
+/// Reads stderr until a line contains `needle`; returns everything read.
+async fn read_until(
+    stderr: &mut BufReader<ChildStderr>,
+    needle: &str,
+    timeout: Duration,
+) -> String {
+    let deadline = Instant::now() + timeout;
+    let mut seen = String::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut line = String::new();
+        match tokio::time::timeout(left, stderr.read_line(&mut line)).await {
+            Err(_) => panic!("no {needle:?} on stderr within {timeout:?}:\n{seen}"),
+            Ok(Ok(0)) => panic!("stderr closed before {needle:?}:\n{seen}"),
+            Ok(Ok(_)) => {
+                seen.push_str(&line);
+                if line.contains(needle) {
+                    return seen;
+                }
+            }
+            Ok(Err(e)) => panic!("reading stderr: {e}\n{seen}"),
+        }
+    }
+}
+
+fn sigterm(child: &Child) {
+    let pid = child.id().expect("child still running");
+    let status = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -TERM {pid}");
+}
+
+async fn exit_code(child: &mut Child, timeout: Duration, what: &str) -> Option<i32> {
+    match tokio::time::timeout(timeout, child.wait()).await {
+        Ok(status) => status.expect("wait for walrelay").code(),
+        Err(_) => {
+            let _ = child.kill().await;
+            panic!("walrelay did not exit within {timeout:?} {what}");
+        }
+    }
+}
+
+#[test]
+fn help_names_walrelay_log_and_the_exit_codes() {
+    for args in [&["--help"][..], &["run", "--help"], &["check", "--help"]] {
+        let out = std::process::Command::new(walrelay_bin())
+            .args(args)
+            .output()
+            .expect("walrelay --help");
+        assert!(out.status.success(), "{args:?}");
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            help.lines()
+                .any(|l| l.trim_start().starts_with("WALRELAY_LOG ")),
+            "{args:?} does not explain WALRELAY_LOG:\n{help}"
+        );
+        assert!(help.contains("Exit codes:"), "{args:?}:\n{help}");
+        for code in [
+            "0  stopped on request",
+            "1  stopped on an error",
+            "2  invalid configuration",
+        ] {
+            assert!(help.contains(code), "{args:?} lacks {code:?}:\n{help}");
+        }
+    }
+}
+
+#[test]
+fn a_bad_walrelay_log_is_refused_with_exit_2_naming_it() {
+    let config = unreachable_config();
+    for bad in ["info,walrelay=verbose", "debg"] {
+        let mut child = std::process::Command::new(walrelay_bin())
+            .arg("check")
+            .arg("--config")
+            .arg(&config)
+            .env("WALRELAY_LOG", bad)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start walrelay");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("wait") {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("walrelay check with WALRELAY_LOG={bad:?} still running after 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+            .expect("read stderr");
+        assert_eq!(
+            status.code(),
+            Some(2),
+            "WALRELAY_LOG={bad:?}; stderr:\n{stderr}"
+        );
+        assert!(
+            stderr.starts_with("walrelay: WALRELAY_LOG=") && stderr.contains(bad),
+            "WALRELAY_LOG={bad:?}; stderr:\n{stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "one clear line:\n{stderr}");
+    }
+}
+
+#[tokio::test]
+async fn logs_to_a_pipe_carry_no_colour_codes() {
+    let config = unreachable_config();
+    let (mut child, stderr) = spawn_run(&config, "info");
+    let mut stderr = BufReader::new(stderr);
+    let seen = read_until(&mut stderr, "will retry", START).await;
+    assert!(
+        !seen.contains('\x1b'),
+        "colour codes in a pipe (NO_COLOR unset):\n{seen:?}"
+    );
+    sigterm(&child);
+    let code = exit_code(&mut child, STOP, "after SIGTERM").await;
+    assert_eq!(code, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_run_after_the_stderr_reader_is_gone() {
+    require_kafka();
+    let db = TestDb::new("clipipe").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("clipipe");
+    let config = write_config(&relay_config(&db, &names, "", ""));
+    let (mut child, stderr) = spawn_run(&config, "info,walrelay=debug");
+    let mut stderr = BufReader::new(stderr);
+    read_until(&mut stderr, "streaming", START).await;
+    // The log reader goes away (a log shipper restarting): every later
+    // write to stderr fails with EPIPE (Rust ignores SIGPIPE).
+    drop(stderr);
+    sigterm(&child);
+    let code = exit_code(&mut child, STOP, "after SIGTERM with stderr closed").await;
+    assert_eq!(
+        code,
+        Some(0),
+        "exit code after SIGTERM (None: killed by a signal)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_with_the_stderr_reader_gone_still_exits_1() {
+    require_kafka();
+    let db = TestDb::new("clierr").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("clierr");
+    let config = write_config(&relay_config(&db, &names, "on_update = \"fail\"", ""));
+    let (mut child, stderr) = spawn_run(&config, "info");
+    let mut stderr = BufReader::new(stderr);
+    read_until(&mut stderr, "streaming", START).await;
+    drop(stderr);
+    db.client
+        .batch_execute(
+            "INSERT INTO outbox VALUES (gen_random_uuid(), 'order', 'a', 'Created', '{}');
+             UPDATE outbox SET type = 'Changed';",
+        )
+        .await
+        .expect("insert and update");
+    let code = exit_code(
+        &mut child,
+        STOP,
+        "after an update with on_update = \"fail\"",
+    )
+    .await;
+    assert_eq!(code, Some(1), "exit code (101 is a panic)");
+}
