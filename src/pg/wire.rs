@@ -182,6 +182,14 @@ pub enum WireError {
     MessageTooLarge { tag: char, len: usize, max: usize },
     #[error("protocol violation: {0}")]
     Protocol(String),
+    /// The replication connection went silent although we asked for replies:
+    /// a half-open connection (peer or middlebox gone without closing it).
+    #[error(
+        "PostgreSQL sent nothing for {silent_for:.0?}, not even an answer to walrelay's keepalive \
+         requests: the replication connection is presumed dead (a half-open TCP connection); \
+         reconnecting"
+    )]
+    Silent { silent_for: Duration },
     #[error("authentication failed for user {user:?}: {reason}")]
     Auth { user: String, reason: String },
     /// TLS could not be set up or the server's certificate was refused.
@@ -200,7 +208,8 @@ impl WireError {
             WireError::Connect { .. }
             | WireError::ConnectTimeout { .. }
             | WireError::Io { .. }
-            | WireError::Closed { .. } => true,
+            | WireError::Closed { .. }
+            | WireError::Silent { .. } => true,
             WireError::Server { error, .. } => is_transient_sqlstate(&error.code),
             WireError::MessageTooLarge { .. }
             | WireError::Protocol(_)
@@ -345,6 +354,24 @@ impl std::fmt::Debug for Backend {
     }
 }
 
+/// TCP keepalives (probe after 30 s idle, every 10 s, 3 tries) and a 60 s
+/// TCP user timeout (unacknowledged data): the kernel's own ways to notice a
+/// peer that vanished without closing the connection, beside the relay's
+/// receive timeout. Best effort: a platform without them keeps the defaults.
+fn set_dead_peer_detection(s: &TcpStream) {
+    let socket = socket2::SockRef::from(s);
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(30))
+        .with_interval(Duration::from_secs(10))
+        .with_retries(3);
+    if let Err(e) = socket.set_tcp_keepalive(&keepalive) {
+        tracing::debug!(error = %e, "cannot enable TCP keepalives");
+    }
+    if let Err(e) = socket.set_tcp_user_timeout(Some(Duration::from_secs(60))) {
+        tracing::debug!(error = %e, "cannot set the TCP user timeout");
+    }
+}
+
 impl WireConnection {
     /// Connects, authenticates and waits for ReadyForQuery, all within the
     /// connect timeout. `replication` adds the `replication=database` startup
@@ -385,6 +412,7 @@ impl WireConnection {
                 })?;
             // Status updates are tiny and latency matters more than packet count.
             let _ = s.set_nodelay(true);
+            set_dead_peer_detection(&s);
             negotiate_tls(s, params).await?
         };
         let mut conn = WireConnection {

@@ -35,6 +35,8 @@ pub(super) struct Started {
     pub(super) stream: ReplicationStream,
     pub(super) acks: mpsc::UnboundedReceiver<Ack>,
     pub(super) status_interval: Duration,
+    /// Silence after which the replication connection is presumed dead.
+    pub(super) receive_timeout: Duration,
 }
 
 impl Started {
@@ -46,6 +48,7 @@ impl Started {
                 &mut self.stream,
                 &mut self.acks,
                 self.status_interval,
+                self.receive_timeout,
                 shutdown,
             )
             .await;
@@ -129,10 +132,9 @@ impl Session {
             pg.create_publication,
         )
         .await?;
-        let status_interval = effective_status_interval(
-            pg.status_interval,
-            &catalog::setting(&catalog, "wal_sender_timeout").await?,
-        );
+        let sender_timeout = catalog::setting(&catalog, "wal_sender_timeout").await?;
+        let status_interval = effective_status_interval(pg.status_interval, &sender_timeout);
+        let receive_timeout = receive_timeout(&sender_timeout);
 
         // 2. Kafka: producer, offset topic, stored offset.
         let properties = producer_properties(&config);
@@ -298,6 +300,7 @@ impl Session {
             stream,
             acks,
             status_interval,
+            receive_timeout,
         })
     }
 }
@@ -361,30 +364,44 @@ fn check_slot_shape(
     Ok(())
 }
 
+/// A server duration setting's text (`10s`, `60000` (ms), `1min`, `0`).
+fn parse_setting_duration(text: &str) -> Option<Duration> {
+    let t = text.trim();
+    let (number, unit_ms) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1)
+    } else if let Some(n) = t.strip_suffix("min") {
+        (n, 60_000)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1_000)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3_600_000)
+    } else if let Some(n) = t.strip_suffix('d') {
+        (n, 86_400_000)
+    } else {
+        (t, 1)
+    };
+    let n: u64 = number.trim().parse().ok()?;
+    n.checked_mul(unit_ms).map(Duration::from_millis)
+}
+
 /// `min(configured, wal_sender_timeout / 2)`; the setting text is like `10s`,
 /// `60000` (ms) or `0` (disabled).
 fn effective_status_interval(configured: Duration, wal_sender_timeout: &str) -> Duration {
-    let t = wal_sender_timeout.trim();
-    let parsed = if let Some(ms) = t.strip_suffix("ms") {
-        ms.trim().parse::<u64>().ok().map(Duration::from_millis)
-    } else if let Some(s) = t.strip_suffix("min") {
-        s.trim()
-            .parse::<u64>()
-            .ok()
-            .map(|m| Duration::from_secs(m * 60))
-    } else if let Some(s) = t.strip_suffix('s') {
-        s.trim().parse::<u64>().ok().map(Duration::from_secs)
-    } else if let Some(h) = t.strip_suffix('h') {
-        h.trim()
-            .parse::<u64>()
-            .ok()
-            .map(|h| Duration::from_secs(h * 3600))
-    } else {
-        t.parse::<u64>().ok().map(Duration::from_millis)
-    };
-    match parsed {
+    match parse_setting_duration(wal_sender_timeout) {
         Some(d) if !d.is_zero() => configured.min(d / 2).max(Duration::from_millis(10)),
         _ => configured,
+    }
+}
+
+/// How long the replication connection may stay silent — while we keep
+/// asking the walsender for a reply — before it is presumed dead:
+/// `wal_sender_timeout` (the server's own limit for our silence), at least
+/// 30 s; 60 s when the server has no timeout.
+fn receive_timeout(wal_sender_timeout: &str) -> Duration {
+    const FLOOR: Duration = Duration::from_secs(30);
+    match parse_setting_duration(wal_sender_timeout) {
+        Some(d) if !d.is_zero() => d.max(FLOOR),
+        _ => Duration::from_secs(60),
     }
 }
 
@@ -410,5 +427,15 @@ mod tests {
             effective_status_interval(one, "1000"),
             Duration::from_millis(500)
         );
+        // Absurd values neither overflow nor panic.
+        assert_eq!(effective_status_interval(one, "18446744073709551615h"), one);
+    }
+
+    #[test]
+    fn receive_timeout_follows_the_sender_timeout_with_a_floor() {
+        assert_eq!(receive_timeout("10s"), Duration::from_secs(30));
+        assert_eq!(receive_timeout("2min"), Duration::from_secs(120));
+        assert_eq!(receive_timeout("0"), Duration::from_secs(60));
+        assert_eq!(receive_timeout("nonsense"), Duration::from_secs(60));
     }
 }

@@ -17,6 +17,7 @@ use crate::checkpoint::{Checkpoint, TxnId};
 use crate::config::Config;
 use crate::offsets::StoredOffset;
 use crate::pg::replication::{ReplicationMessage, ReplicationStream, StreamEvent};
+use crate::pg::wire::WireError;
 use crate::pgoutput::{self, LogicalMessage, RelationCache};
 use crate::router::{Routed, Router};
 use crate::sink::kafka::{Ack, Delivery, KafkaSink};
@@ -60,11 +61,19 @@ impl Streaming {
         stream: &mut ReplicationStream,
         acks: &mut mpsc::UnboundedReceiver<Ack>,
         status_interval: Duration,
+        receive_timeout: Duration,
         shutdown: &CancellationToken,
     ) -> Result<(), RelayError> {
         let mut ticker = tokio::time::interval(status_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut full_since: Option<Instant> = None;
+        // When the walsender last sent anything. A half-open connection (a
+        // peer or middlebox gone without a FIN/RST) reads nothing forever
+        // and our writes still succeed into the socket buffer; only silence
+        // tells. After two status intervals of silence each status update
+        // asks for a reply (the walsender answers at once with a
+        // keepalive); after `receive_timeout` the connection is dead.
+        let mut last_heard = Instant::now();
         // When Kafka last acknowledged anything, and whether we said it stalled.
         let mut last_ack = Instant::now();
         let mut stall_reported = false;
@@ -81,6 +90,10 @@ impl Streaming {
                 }
                 (false, Some(_)) => full_since = None,
                 _ => {}
+            }
+            if full {
+                // We are not reading: silence is ours, not the server's.
+                last_heard = Instant::now();
             }
             let waiting =
                 self.checkpoint.in_flight_records() > 0 || self.offset_in_flight.is_some();
@@ -133,10 +146,16 @@ impl Streaming {
                     }
                 }
                 _ = ticker.tick() => {
+                    let silent_for = last_heard.elapsed();
+                    if silent_for > receive_timeout {
+                        return Err(RelayError::Wire(WireError::Silent { silent_for }));
+                    }
                     self.write_offset_if_due().await?;
-                    stream.send_status(self.offset_acked, false).await?;
+                    let ping = silent_for > status_interval * 2;
+                    stream.send_status(self.offset_acked, ping).await?;
                 }
                 event = stream.recv(), if !full => {
+                    last_heard = Instant::now();
                     self.on_event(event?, stream).await?;
                 }
             }
