@@ -419,6 +419,20 @@ async fn check_warns_when_the_slot_predates_the_publication() {
             .any(|l| l.starts_with("warn  replication slot") && l.contains("predates")),
         "{report}"
     );
+
+    let mut run = RelayProcess::start_with(&path, &[]);
+    if pg_major().parse::<u32>().unwrap_or(18) < 18 {
+        // The walsender fails at the insert made before the publication.
+        let log = run.expect_exit(1, START);
+        assert!(
+            log.contains("created before the publication") && log.contains("drop the slot"),
+            "{log}"
+        );
+    } else {
+        // PostgreSQL 18 skips that insert; run warns as check did.
+        run.wait_log("predates publication", START).await;
+        assert!(run.stop().success());
+    }
 }
 
 /// The server's own words reach the operator, not "db error".

@@ -208,7 +208,8 @@ impl Session {
 
         let stream = repl
             .start_replication(&pg.slot, start, &pg.publication)
-            .await?;
+            .await
+            .map_err(|e| startup::explain_stream_error(e.into(), &pg.publication))?;
         // The slot may have moved between our read and START_REPLICATION.
         if let Some(now) = catalog::slot_state(&catalog, &pg.slot).await? {
             if now.wal_status.as_deref() == Some("lost") {
