@@ -353,6 +353,12 @@ struct BrokerWatch {
 }
 
 impl ClientContext for BrokerWatch {
+    /// The failure is in the report already: librdkafka's own lines only at
+    /// debug level.
+    fn log(&self, _level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        tracing::debug!(facility = fac, "librdkafka: {message}");
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
             self.all_down.store(true, Ordering::Relaxed);
