@@ -540,9 +540,17 @@ pub fn start_position(
     }
 }
 
-/// A warning when the slot may decode changes from before its publication
-/// existed (the slot was created first): PostgreSQL 14–17 then fail every
-/// start with `publication "…" does not exist`; 18 skips those changes.
+/// For `check` only: a warning when the slot may decode changes from before
+/// its publication existed (the slot was created first). PostgreSQL 14–17
+/// then fail every start with `publication "…" does not exist` (which `run`
+/// explains with [`explain_stream_error`]); 18 skips those changes.
+///
+/// The catalog keeps no creation time for either, so this compares the
+/// slot's `catalog_xmin` with the `xmin` of the publication's row: it also
+/// fires for a slot created (after the publication) while older
+/// transactions were running, until the slot's first confirmed position
+/// moves `catalog_xmin` on — hence a warning that says "may", and not a
+/// refusal (nor a line in `run`'s log).
 pub async fn slot_predates_publication(
     client: &Client,
     slot: &str,
@@ -555,7 +563,7 @@ pub async fn slot_predates_publication(
         return Ok(None);
     }
     Ok(Some(format!(
-        "replication slot {slot:?} predates publication {publication} (or its last change): on PostgreSQL 14–17 the walsender fails with 'publication \"{publication}\" does not exist' for changes committed before the publication existed, and PostgreSQL 18 skips them; if that happens, see docs/operations.md, \"Slot created before the publication\""
+        "replication slot {slot:?} may predate publication {publication} (or its last change): the slot still needs catalog state older than the publication, so it may decode changes committed before the publication existed; PostgreSQL 14–17 then fail with 'publication \"{publication}\" does not exist' and PostgreSQL 18 skips them (see docs/operations.md, \"Slot created before the publication\"; this also shows right after a slot was created while older transactions ran)"
     )))
 }
 

@@ -179,11 +179,6 @@ impl Session {
             }
         };
         startup::slot_shape(&slot, &pg.slot, &pg.database)?;
-        if let Some(warning) =
-            startup::slot_predates_publication(&catalog, &pg.slot, &pg.publication).await?
-        {
-            tracing::warn!(slot = %pg.slot, "{warning}");
-        }
         if let Some(pid) = slot.active_pid {
             // Typically our own previous walsender, until wal_sender_timeout
             // notices we are gone: transient.
