@@ -632,6 +632,27 @@ mod tests {
     }
 
     #[test]
+    fn route_columns_are_what_the_router_reads_once_each() {
+        let outbox: OutboxConfig = toml::from_str(
+            "table = \"outbox\"\ntopic = \"ev.{aggregatetype}.{type}\"\n\
+             header_columns = [\"type\", \"tenant\"]\ntimestamp_column = \"created_at\"",
+        )
+        .unwrap();
+        assert_eq!(
+            route_columns(&outbox),
+            [
+                "id",
+                "aggregateid",
+                "payload",
+                "aggregatetype",
+                "type",
+                "tenant",
+                "created_at"
+            ]
+        );
+    }
+
+    #[test]
     fn a_test_decoding_slot_is_named_with_its_plugin() {
         let slot = SlotState {
             plugin: Some("test_decoding".into()),
