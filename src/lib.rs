@@ -19,6 +19,7 @@ pub mod preflight;
 pub mod relay;
 pub mod router;
 pub mod sink;
+pub mod startup;
 pub mod telemetry;
 
 pub use checkpoint::{Checkpoint, CheckpointError, Limits, TxnId};

@@ -158,9 +158,8 @@ pub struct SlotPosition {
 pub struct Server<'a> {
     /// `IDENTIFY_SYSTEM`'s system identifier.
     pub system_id: &'a str,
-    /// The server's current timeline (`IDENTIFY_SYSTEM`; `check` reads
-    /// `pg_control_checkpoint()`, which lags a promotion until its first
-    /// checkpoint).
+    /// The server's current timeline (`IDENTIFY_SYSTEM`, in `run` and
+    /// `check` alike).
     pub timeline: u32,
     /// Where the server's timeline history left the stored offset's timeline
     /// (the switch point in `TIMELINE_HISTORY`), when known. `None` makes any

@@ -1,5 +1,10 @@
 //! `walrelay check`: everything `run` needs, verified without streaming.
 //!
+//! Invariant: `check` fails exactly when `run` would refuse to start, in the
+//! same words — the PostgreSQL checks are the functions of
+//! [`crate::startup`] that `run` calls too; `check` only reports instead of
+//! acting (it never creates the publication or the slot).
+//!
 //! Each check reports ok, a warning, or a failure with the fix. Checks that
 //! depend on an unreachable service are reported as skipped (with the reason
 //! already given by the failed connection check), so one problem yields one
@@ -8,11 +13,20 @@
 use std::fmt;
 use std::time::Duration;
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rdkafka::ClientConfig;
+use rdkafka::client::ClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
+
 use crate::config::Config;
-use crate::offsets::{self, OffsetStore, SlotPosition, StartDecision};
+use crate::offsets::{self, OffsetStore};
 use crate::pg::catalog;
+use crate::pg::replication::ReplicationClient;
 use crate::relay::{connect_params, producer_properties};
-use crate::sink::kafka::KafkaSink;
+use crate::startup::{self, CheckError};
 
 /// Result of one check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,8 +86,13 @@ fn fail(problem: impl Into<String>, fix: impl Into<String>) -> Outcome {
     }
 }
 
-/// Payload column types whose text form we pass through unchanged.
-const PAYLOAD_TYPES: &[&str] = &["jsonb", "json", "text", "bytea"];
+/// A shared start-up check's result as a report line.
+fn outcome<T>(result: Result<T, CheckError>, ok: impl FnOnce(T) -> Outcome) -> Outcome {
+    match result {
+        Ok(v) => ok(v),
+        Err(e) => fail(e.problem(), e.fix()),
+    }
+}
 
 pub async fn check(config: &Config) -> Report {
     let mut report = Report::default();
@@ -125,192 +144,137 @@ pub async fn check(config: &Config) -> Report {
         }
     };
 
-    match catalog::setting(&client, "wal_level").await {
-        Ok(l) if l == "logical" => report.push("wal_level", Outcome::Ok("logical".into())),
-        Ok(l) => report.push(
-            "wal_level",
-            fail(
-                format!("wal_level is {l}"),
-                "set wal_level = logical in postgresql.conf and restart PostgreSQL",
-            ),
+    report.push(
+        "wal_level",
+        outcome(startup::wal_level(&client).await, Outcome::Ok),
+    );
+    report.push(
+        "replication privilege",
+        outcome(
+            startup::replication_privilege(&client, &pg.user).await,
+            Outcome::Ok,
         ),
-        Err(e) => report.push("wal_level", fail(e.to_string(), "see the error")),
-    }
-
-    match client
-        .query_one(
-            "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user",
-            &[],
-        )
-        .await
-    {
-        Ok(row) if row.get::<_, bool>(0) => report.push(
-            "replication privilege",
-            Outcome::Ok(format!("role {} may replicate", pg.user)),
-        ),
-        Ok(_) => report.push(
-            "replication privilege",
-            fail(
-                format!("role {} lacks the REPLICATION attribute", pg.user),
-                format!(
-                    "ALTER ROLE {} REPLICATION;",
-                    postgres_protocol::escape::escape_identifier(&pg.user)
-                ),
-            ),
-        ),
-        Err(e) => report.push(
-            "replication privilege",
-            fail(e.to_string(), "see the error"),
-        ),
-    }
-
-    for outbox in &config.outbox {
-        let (schema, table) = (&outbox.table.schema, &outbox.table.name);
-        let name = format!("outbox table {schema}.{table}");
-        match catalog::table_columns(&client, schema, table).await {
-            Ok(cols) if cols.is_empty() => {
-                report.push(&name, fail("the table does not exist", "create it (see docs/configuration.md for the expected columns) or fix outbox.table"))
-            }
-            Ok(cols) => {
-                let mut required = vec![
-                    &outbox.id_column,
-                    &outbox.aggregate_id_column,
-                    &outbox.payload_column,
-                ];
-                required.extend(outbox.header_columns.iter());
-                let template: Vec<String> = outbox.template_columns().iter().map(|s| s.to_string()).collect();
-                required.extend(template.iter());
-                if let Some(ts) = &outbox.timestamp_column {
-                    required.push(ts);
-                }
-                let missing: Vec<&String> =
-                    required.into_iter().filter(|c| !cols.iter().any(|(n, _)| n == *c)).collect();
-                let payload_type = cols
-                    .iter()
-                    .find(|(n, _)| *n == outbox.payload_column)
-                    .map(|(_, t)| t.clone())
-                    .unwrap_or_default();
-                if !missing.is_empty() {
-                    report.push(
-                        &name,
-                        fail(
-                            format!("missing column(s): {}", missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")),
-                            "add the columns or change the *_column settings of this [[outbox]] section",
-                        ),
-                    );
-                } else if !PAYLOAD_TYPES.iter().any(|t| payload_type == *t || payload_type.starts_with("character varying")) {
-                    report.push(
-                        &name,
-                        fail(
-                            format!("payload column {} has type {payload_type}", outbox.payload_column),
-                            "use jsonb, json, text, varchar or bytea for the payload",
-                        ),
-                    );
-                } else {
-                    report.push(&name, Outcome::Ok(format!("{} columns, payload {payload_type}", cols.len())));
-                }
-            }
-            Err(e) => report.push(&name, fail(e.to_string(), "see the error")),
-        }
-    }
-
-    let tables: Vec<(String, String)> = config
-        .outbox
-        .iter()
-        .map(|o| (o.table.schema.clone(), o.table.name.clone()))
-        .collect();
-    match catalog::publication_tables(&client, &pg.publication).await {
-        Ok(None) if pg.create_publication => report.push(
-            "publication",
-            Outcome::Ok(format!(
-                "{} does not exist yet; run will create it",
-                pg.publication
-            )),
-        ),
-        Ok(None) => report.push(
-            "publication",
-            fail(
-                format!("publication {} does not exist", pg.publication),
-                "create it FOR TABLE the outbox tables, or set postgres.create_publication = true",
-            ),
-        ),
-        Ok(Some(covered)) => {
-            let missing: Vec<String> = tables
-                .iter()
-                .filter(|t| !covered.contains(t))
-                .map(|(s, t)| format!("{s}.{t}"))
-                .collect();
-            if missing.is_empty() {
+    );
+    // `run` identifies the system on a replication connection (pg_hba.conf
+    // has separate `replication` lines): so does `check`.
+    let system = match ReplicationClient::connect(&params).await {
+        Ok(mut repl) => match repl.identify_system().await {
+            Ok(system) => {
                 report.push(
-                    "publication",
-                    Outcome::Ok(format!("{} covers the outbox tables", pg.publication)),
-                )
-            } else if pg.create_publication {
-                report.push(
-                    "publication",
-                    Outcome::Warn(format!(
-                        "run will add {} to {}",
-                        missing.join(", "),
-                        pg.publication
+                    "replication connection",
+                    Outcome::Ok(format!(
+                        "system {}, timeline {}",
+                        system.system_id, system.timeline
                     )),
-                )
-            } else {
-                report.push(
-                    "publication",
-                    fail(format!("{} does not cover {}", pg.publication, missing.join(", ")), "ALTER PUBLICATION … ADD TABLE …, or set postgres.create_publication = true"),
-                )
+                );
+                Some((system.system_id, system.timeline))
             }
+            Err(e) => {
+                report.push(
+                    "replication connection",
+                    fail(e.to_string(), "see the error"),
+                );
+                None
+            }
+        },
+        Err(e) => {
+            report.push(
+                "replication connection",
+                fail(
+                    e.to_string(),
+                    "allow the role a `replication` connection in pg_hba.conf",
+                ),
+            );
+            None
         }
-        Err(e) => report.push("publication", fail(e.to_string(), "see the error")),
+    };
+
+    let mut routes = Vec::with_capacity(config.outbox.len());
+    for outbox in &config.outbox {
+        let name = format!("outbox table {}", outbox.table);
+        match startup::outbox_table(&client, outbox).await {
+            Ok((table, detail)) => {
+                report.push(&name, Outcome::Ok(detail));
+                routes.push((outbox, table));
+            }
+            Err(e) => report.push(&name, fail(e.problem(), e.fix())),
+        }
     }
 
-    // The checkpoint's timeline: after a promotion it lags until the first
-    // checkpoint; `run` uses IDENTIFY_SYSTEM's.
-    let system: Option<(String, u32)> = client
-        .query_one(
-            "SELECT s.system_identifier::text, c.timeline_id::int8 \
-             FROM pg_control_system() s, pg_control_checkpoint() c",
-            &[],
-        )
-        .await
-        .ok()
-        .and_then(|r| {
-            let timeline = u32::try_from(r.try_get::<_, i64>(1).ok()?).ok()?;
-            Some((r.try_get(0).ok()?, timeline))
-        });
+    if routes.len() == config.outbox.len() {
+        let routes: Vec<_> = routes.iter().map(|(o, t)| (*o, t)).collect();
+        let result = startup::publication(&client, pg, &routes).await;
+        report.push(
+            "publication",
+            outcome(result, |plan| {
+                if plan.exists && !plan.statements.is_empty() {
+                    Outcome::Warn(plan.describe())
+                } else {
+                    Outcome::Ok(plan.describe())
+                }
+            }),
+        );
+    } else {
+        report.push(
+            "publication",
+            Outcome::Warn("not checked until the outbox tables are right".into()),
+        );
+    }
+
+    // `stored` is None when Kafka could not be read: `run` would wait for it.
+    let stored_offset = stored.clone().flatten();
     match catalog::slot_state(&client, &pg.slot).await {
-        Ok(None) if pg.create_slot => {
-            report.push("replication slot", Outcome::Ok(format!("{} does not exist yet; run will create it", pg.slot)))
-        }
         Ok(None) => report.push(
             "replication slot",
-            fail(format!("slot {} does not exist", pg.slot), "set postgres.create_slot = true or create it with pg_create_logical_replication_slot(slot, 'pgoutput')"),
+            outcome(
+                startup::missing_slot(pg, stored_offset.as_ref(), false),
+                |()| {
+                    Outcome::Ok(format!(
+                        "{} does not exist yet; run will create it",
+                        pg.slot
+                    ))
+                },
+            ),
         ),
         Ok(Some(slot)) => {
-            let position = SlotPosition {
-                confirmed_flush: slot.confirmed_flush_lsn.unwrap_or_default(),
-                wal_status: slot.wal_status.clone(),
-            };
-            let decision = match (&stored, &system) {
-                (Some(stored), Some((system_id, timeline))) => {
-                    let server = offsets::Server { system_id, timeline: *timeline, left_stored_timeline_at: None };
-                    offsets::compare(stored.as_ref(), &position, &server, &pg.slot)
-                }
-                _ => StartDecision::Resume { from: position.confirmed_flush },
-            };
-            match decision {
-                StartDecision::Refuse { reason, hint } => report.push("replication slot", fail(reason, hint)),
-                StartDecision::Resume { from } => {
-                    let active = slot.active_pid.map(|p| format!(", in use by PID {p}")).unwrap_or_default();
-                    report.push(
-                        "replication slot",
+            let shape = startup::slot_shape(&slot, &pg.slot, &pg.database);
+            let line = match (shape, &stored, &system) {
+                (Err(e), _, _) => fail(e.problem(), e.fix()),
+                (Ok(()), Some(stored), Some((system_id, timeline))) => outcome(
+                    startup::start_position(
+                        stored.as_ref(),
+                        &slot,
+                        &offsets::Server {
+                            system_id,
+                            timeline: *timeline,
+                            left_stored_timeline_at: None,
+                        },
+                        &pg.slot,
+                        false,
+                    ),
+                    |start| {
+                        let from = start.from;
+                        let active = slot
+                            .active_pid
+                            .map(|p| format!(", in use by PID {p}"))
+                            .unwrap_or_default();
                         Outcome::Ok(format!(
                             "{} at {from}, wal_status {}{active}",
                             pg.slot,
                             slot.wal_status.as_deref().unwrap_or("?")
-                        )),
-                    )
-                }
+                        ))
+                    },
+                ),
+                (Ok(()), _, _) => Outcome::Warn(format!(
+                    "{} exists; not compared with the offset store (Kafka or the replication connection failed above)",
+                    pg.slot
+                )),
+            };
+            report.push("replication slot", line);
+            match startup::slot_predates_publication(&client, &pg.slot, &pg.publication).await {
+                Ok(Some(warning)) => report.push("replication slot", Outcome::Warn(warning)),
+                Ok(None) => {}
+                Err(e) => report.push("replication slot", fail(e.problem(), e.fix())),
             }
         }
         Err(e) => report.push("replication slot", fail(e.to_string(), "see the error")),
@@ -328,11 +292,7 @@ async fn check_kafka(
     let brokers = config.kafka.bootstrap_servers();
     let reach = {
         let props = props.clone();
-        tokio::task::spawn_blocking(move || {
-            let (sink, _acks) = KafkaSink::new(&props)?;
-            sink.check_reachable(Duration::from_secs(10))
-        })
-        .await
+        tokio::task::spawn_blocking(move || kafka_reachable(&props, Duration::from_secs(10))).await
     };
     match reach {
         Ok(Ok(n)) => report.push(
@@ -343,7 +303,7 @@ async fn check_kafka(
             report.push(
                 "kafka",
                 fail(
-                    e.to_string(),
+                    e,
                     "check kafka.brokers and that the brokers are up and reachable from here",
                 ),
             );
@@ -410,6 +370,85 @@ async fn check_kafka(
         Err(e) => {
             report.push("offset store", fail(e.to_string(), "report this as a bug"));
             None
+        }
+    }
+}
+
+/// Collects librdkafka's error callbacks: connection failures carry their
+/// cause ("Connection refused"), and `AllBrokersDown` says no broker is left
+/// to try, so waiting longer is pointless.
+#[derive(Default)]
+struct BrokerWatch {
+    errors: Mutex<Vec<String>>,
+    all_down: AtomicBool,
+}
+
+impl ClientContext for BrokerWatch {
+    /// The failure is in the report already: librdkafka's own lines only at
+    /// debug level.
+    fn log(&self, _level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        tracing::debug!(facility = fac, "librdkafka: {message}");
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
+            self.all_down.store(true, Ordering::Relaxed);
+        }
+        if let Ok(mut errors) = self.errors.lock()
+            && errors.len() < 8
+            && !errors.iter().any(|e| e == reason)
+        {
+            errors.push(reason.to_owned());
+        }
+    }
+}
+
+impl ProducerContext for BrokerWatch {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {}
+}
+
+/// Asks the brokers for metadata with the producer's own properties, in
+/// short attempts until `timeout`; gives up at once, with librdkafka's
+/// reasons, when every broker refused the connection. Blocking.
+fn kafka_reachable(props: &[(String, String)], timeout: Duration) -> Result<usize, String> {
+    let mut cfg = ClientConfig::new();
+    for (k, v) in props {
+        cfg.set(k, v);
+    }
+    let producer: BaseProducer<BrokerWatch> = cfg
+        .create_with_context(BrokerWatch::default())
+        .map_err(|e| format!("cannot create a Kafka client: {e}"))?;
+    let reasons = |p: &BaseProducer<BrokerWatch>| {
+        p.context()
+            .errors
+            .lock()
+            .map(|e| e.join("; "))
+            .unwrap_or_default()
+    };
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let attempt = producer
+            .client()
+            .fetch_metadata(None, Duration::from_millis(500));
+        // Serves the error callbacks.
+        producer.poll(Duration::ZERO);
+        let last = match attempt {
+            Ok(metadata) => return Ok(metadata.brokers().len()),
+            Err(e) => e,
+        };
+        if producer.context().all_down.load(Ordering::Relaxed) {
+            return Err(format!(
+                "no broker accepted a connection: {}",
+                reasons(&producer)
+            ));
+        }
+        if std::time::Instant::now() >= deadline {
+            let seen = reasons(&producer);
+            return Err(format!(
+                "Kafka did not answer a metadata request within {timeout:?}: {last}{}{seen}",
+                if seen.is_empty() { "" } else { "; " }
+            ));
         }
     }
 }

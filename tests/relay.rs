@@ -310,7 +310,9 @@ async fn check_reports_each_problem_with_its_fix() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
-        text.contains("FAIL  outbox table public.outbox: the table does not exist"),
+        text.contains(
+            "FAIL  outbox table public.outbox: outbox table public.outbox does not exist"
+        ),
         "{text}"
     );
     assert!(text.contains("ok    kafka"), "{text}");

@@ -2,7 +2,16 @@
 //! slot state, server settings, publication and outbox-table checks.
 //!
 //! Nothing here streams; it answers "what does the server look like" for the
-//! relay's start-up checks and for `walrelay check`.
+//! start-up checks (`crate::startup`) that `walrelay run` and `walrelay check`
+//! share.
+//!
+//! Invariants:
+//! - Errors carry the server's own words: a [`CatalogError`] prints the
+//!   server's message, detail and hint (or the I/O cause chain), never a bare
+//!   "db error".
+//! - The SQL works on PostgreSQL 14–18; catalog columns that exist only on
+//!   newer servers (row filters, column lists, schema publications: 15+) are
+//!   read only when `server_version_num` says they exist.
 
 use postgres_openssl::MakeTlsConnector;
 use secrecy::ExposeSecret;
@@ -15,12 +24,12 @@ use crate::pg::wire::ConnectParams;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
-    #[error("cannot connect to PostgreSQL at {address} for catalog queries: {source}")]
+    #[error("cannot connect to PostgreSQL at {address} for catalog queries: {}", describe(.source))]
     Connect {
         address: String,
         source: tokio_postgres::Error,
     },
-    #[error("catalog query failed while {context}: {source}")]
+    #[error("catalog query failed while {context}: {}", describe(.source))]
     Query {
         context: &'static str,
         source: tokio_postgres::Error,
@@ -148,6 +157,30 @@ fn is_tls_refusal(e: &tokio_postgres::Error) -> bool {
     e.to_string().starts_with("error performing TLS handshake") && !io_failure
 }
 
+/// The server's message, detail and hint when the server reported the error,
+/// otherwise the error and its causes (tokio-postgres alone prints "db error"
+/// or "error connecting to server" without saying why).
+pub fn describe(e: &tokio_postgres::Error) -> String {
+    let Some(db) = e.as_db_error() else {
+        return error_chain(e);
+    };
+    let mut text = format!(
+        "{}: {} (SQLSTATE {})",
+        db.severity(),
+        db.message(),
+        db.code().code()
+    );
+    if let Some(detail) = db.detail() {
+        text.push_str("; detail: ");
+        text.push_str(detail);
+    }
+    if let Some(hint) = db.hint() {
+        text.push_str("; hint: ");
+        text.push_str(hint);
+    }
+    text
+}
+
 /// `e` and its causes, `: `-separated (tokio-postgres prints only the first).
 fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
@@ -215,99 +248,314 @@ pub async fn setting(client: &Client, name: &'static str) -> Result<String, Cata
     Ok(row.get(0))
 }
 
-/// Tables `(schema, table)` a publication covers, or `None` if it does not exist.
-pub async fn publication_tables(
+/// `server_version_num`, e.g. `180004`.
+pub async fn server_version(client: &Client) -> Result<i32, CatalogError> {
+    let row = client
+        .query_one("SELECT current_setting('server_version_num')::int4", &[])
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "reading server_version_num",
+            source,
+        })?;
+    Ok(row.get(0))
+}
+
+/// A captured (outbox) table as the catalog knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapturedTable {
+    pub schema: String,
+    pub name: String,
+    pub oid: u32,
+    /// `pg_class.relkind`: `r` ordinary table, `p` partitioned table, `v`
+    /// view, `m` materialized view, `f` foreign table, ...
+    pub relkind: char,
+    /// Every partition below the table, at any depth (intermediate
+    /// partitioned tables and leaves): `(oid, schema, name)`. Empty for an
+    /// ordinary table. pgoutput reports a change under the leaf's oid and
+    /// name unless the publication has `publish_via_partition_root`.
+    pub partitions: Vec<(u32, String, String)>,
+}
+
+impl CapturedTable {
+    /// What `relkind` means, for messages.
+    pub fn kind(&self) -> &'static str {
+        match self.relkind {
+            'r' => "an ordinary table",
+            'p' => "a partitioned table",
+            'v' => "a view",
+            'm' => "a materialized view",
+            'f' => "a foreign table",
+            'i' | 'I' => "an index",
+            'S' => "a sequence",
+            'c' => "a composite type",
+            't' => "a TOAST table",
+            _ => "not a table",
+        }
+    }
+}
+
+/// One relation by name, with its partitions; `None` if it does not exist.
+pub async fn relation(
     client: &Client,
-    publication: &str,
-) -> Result<Option<Vec<(String, String)>>, CatalogError> {
-    let exists = client
+    schema: &str,
+    name: &str,
+) -> Result<Option<CapturedTable>, CatalogError> {
+    let query = |context| move |source| CatalogError::Query { context, source };
+    let Some(row) = client
         .query_opt(
-            "SELECT 1 FROM pg_publication WHERE pubname = $1",
-            &[&publication],
+            "SELECT c.oid, c.relkind::text FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = $2",
+            &[&schema, &name],
+        )
+        .await
+        .map_err(query("reading pg_class"))?
+    else {
+        return Ok(None);
+    };
+    let oid: u32 = row.get(0);
+    let relkind = row.get::<_, String>(1).chars().next().unwrap_or('?');
+    let partitions = if relkind == 'p' {
+        client
+            .query(
+                "SELECT t.relid::oid, n.nspname::text, c.relname::text \
+                 FROM pg_partition_tree($1::oid::regclass) t \
+                 JOIN pg_class c ON c.oid = t.relid \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE t.relid <> $1::oid::regclass ORDER BY t.level, c.relname",
+                &[&oid],
+            )
+            .await
+            .map_err(query("listing partitions"))?
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(Some(CapturedTable {
+        schema: schema.to_owned(),
+        name: name.to_owned(),
+        oid,
+        relkind,
+        partitions,
+    }))
+}
+
+/// The captured tables `(schema, name)`: oid, relkind and all partitions, in
+/// the order given. A table that does not exist is an error naming it.
+/// The router uses the partitions to map a leaf relation pgoutput reports
+/// back to the captured table.
+pub async fn captured_relations(
+    client: &Client,
+    tables: &[(String, String)],
+) -> Result<Vec<CapturedTable>, CatalogError> {
+    let mut out = Vec::with_capacity(tables.len());
+    for (schema, name) in tables {
+        match relation(client, schema, name).await? {
+            Some(t) => out.push(t),
+            None => {
+                return Err(CatalogError::Invalid(format!(
+                    "outbox table {schema}.{name} does not exist; create it or fix outbox.table"
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether the current role owns relation `oid` (directly or through a role
+/// it belongs to; superusers own everything).
+pub async fn owns_relation(client: &Client, oid: u32) -> Result<bool, CatalogError> {
+    let row = client
+        .query_one(
+            "SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class WHERE oid = $1::oid",
+            &[&oid],
+        )
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "reading a table's owner",
+            source,
+        })?;
+    Ok(row.get(0))
+}
+
+/// Whether the current role may create publications in this database.
+pub async fn may_create_in_database(client: &Client) -> Result<bool, CatalogError> {
+    let row = client
+        .query_one(
+            "SELECT has_database_privilege(current_database(), 'CREATE')",
+            &[],
+        )
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "reading the database privileges",
+            source,
+        })?;
+    Ok(row.get(0))
+}
+
+/// A row of `pg_publication`, as far as walrelay cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publication {
+    pub oid: u32,
+    pub owner: String,
+    /// The current role owns it (or is a member of its owner).
+    pub owned: bool,
+    pub all_tables: bool,
+    pub inserts: bool,
+    pub via_root: bool,
+    /// `xmin` of the catalog row: the transaction that created (or last
+    /// altered) the publication.
+    pub xmin: u32,
+}
+
+/// Reads one publication, or `None` if it does not exist.
+pub async fn publication(client: &Client, name: &str) -> Result<Option<Publication>, CatalogError> {
+    let row = client
+        .query_opt(
+            "SELECT p.oid, pg_get_userbyid(p.pubowner)::text, \
+                    pg_has_role(current_user, p.pubowner, 'USAGE'), \
+                    p.puballtables, p.pubinsert, p.pubviaroot, p.xmin::text::int8 \
+             FROM pg_publication p WHERE p.pubname = $1",
+            &[&name],
         )
         .await
         .map_err(|source| CatalogError::Query {
             context: "reading pg_publication",
             source,
         })?;
-    if exists.is_none() {
-        return Ok(None);
-    }
-    let rows = client
-        .query(
-            "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1",
-            &[&publication],
-        )
-        .await
-        .map_err(|source| CatalogError::Query { context: "reading pg_publication_tables", source })?;
-    Ok(Some(rows.iter().map(|r| (r.get(0), r.get(1))).collect()))
+    Ok(row.map(|r| Publication {
+        oid: r.get(0),
+        owner: r.get(1),
+        owned: r.get(2),
+        all_tables: r.get(3),
+        inserts: r.get(4),
+        via_root: r.get(5),
+        xmin: u32::try_from(r.get::<_, i64>(6)).unwrap_or(0),
+    }))
 }
 
-/// Makes sure `publication` exists and covers `tables`; creates or extends it
-/// when `create` is set, otherwise explains what to run.
-pub async fn ensure_publication(
+/// How a publication covers one relation.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Membership {
+    /// `FOR ALL TABLES`.
+    pub all_tables: bool,
+    /// `FOR TABLES IN SCHEMA` this schema (15+), the table's or an ancestor's.
+    pub schema: Option<String>,
+    /// Listed `FOR TABLE` as this relation `(oid, schema, name)`: the table
+    /// itself or one of its partition ancestors (nearest first).
+    pub listed: Option<(u32, String, String)>,
+    /// The row filter (`WHERE …`) of that listing (15+).
+    pub row_filter: Option<String>,
+    /// The column list of that listing (15+); `None` = all columns.
+    pub columns: Option<Vec<String>>,
+    /// Partition ancestors of the table (nearest first), excluding itself.
+    pub ancestors: Vec<(u32, String, String)>,
+}
+
+impl Membership {
+    pub fn covered(&self) -> bool {
+        self.all_tables || self.schema.is_some() || self.listed.is_some()
+    }
+}
+
+/// How publication `publication` covers relation `oid`: directly, through a
+/// partition ancestor, `FOR ALL TABLES` or `FOR TABLES IN SCHEMA`.
+/// (`pg_publication_tables` cannot answer this: it lists leaves or roots
+/// depending on `publish_via_partition_root`.)
+pub async fn membership(
     client: &Client,
-    publication: &str,
-    tables: &[(String, String)],
-    create: bool,
-) -> Result<(), CatalogError> {
-    use postgres_protocol::escape::escape_identifier as ident;
-    let list = |ts: &[&(String, String)]| {
-        ts.iter()
-            .map(|(s, t)| format!("{}.{}", ident(s), ident(t)))
-            .collect::<Vec<_>>()
-            .join(", ")
+    publication: &Publication,
+    oid: u32,
+) -> Result<Membership, CatalogError> {
+    let query = |context| move |source| CatalogError::Query { context, source };
+    let version = server_version(client).await?;
+    let ancestors: Vec<(u32, String, String)> = client
+        .query(
+            // pg_partition_ancestors lists nothing for a table that is not
+            // a partition: start with the table itself.
+            "SELECT a.relid::oid, n.nspname::text, c.relname::text \
+             FROM (SELECT $1::oid AS relid, 0::int8 AS ord \
+                   UNION ALL \
+                   SELECT p.relid, p.ord \
+                   FROM pg_partition_ancestors($1::oid::regclass) WITH ORDINALITY AS p(relid, ord) \
+                   WHERE p.relid <> $1::oid) a \
+             JOIN pg_class c ON c.oid = a.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
+             ORDER BY a.ord",
+            &[&oid],
+        )
+        .await
+        .map_err(query("reading partition ancestors"))?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let listing = if version >= 150000 {
+        "SELECT pr.prrelid, pg_get_expr(pr.prqual, pr.prrelid), \
+                (SELECT array_agg(at.attname::text ORDER BY at.attnum) FROM pg_attribute at \
+                 WHERE at.attrelid = pr.prrelid AND at.attnum = ANY (pr.prattrs::int2[])) \
+         FROM pg_publication_rel pr WHERE pr.prpubid = $1::oid AND pr.prrelid = ANY ($2::oid[])"
+    } else {
+        "SELECT pr.prrelid, NULL::text, NULL::text[] \
+         FROM pg_publication_rel pr WHERE pr.prpubid = $1::oid AND pr.prrelid = ANY ($2::oid[])"
     };
-    match publication_tables(client, publication).await? {
-        None => {
-            let all: Vec<&(String, String)> = tables.iter().collect();
-            let sql = format!(
-                "CREATE PUBLICATION {} FOR TABLE {}",
-                ident(publication),
-                list(&all)
-            );
-            if !create {
-                return Err(CatalogError::Invalid(format!(
-                    "publication {publication:?} does not exist; create it with `{sql}` or set postgres.create_publication = true"
-                )));
-            }
-            client
-                .batch_execute(&sql)
-                .await
-                .map_err(|source| CatalogError::Query {
-                    context: "creating the publication",
-                    source,
-                })?;
-            tracing::info!(publication, "created publication");
-        }
-        Some(covered) => {
-            let missing: Vec<&(String, String)> =
-                tables.iter().filter(|t| !covered.contains(t)).collect();
-            if missing.is_empty() {
-                return Ok(());
-            }
-            let sql = format!(
-                "ALTER PUBLICATION {} ADD TABLE {}",
-                ident(publication),
-                list(&missing)
-            );
-            if !create {
-                return Err(CatalogError::Invalid(format!(
-                    "publication {publication:?} does not cover {}; run `{sql}` or set postgres.create_publication = true",
-                    list(&missing)
-                )));
-            }
-            client
-                .batch_execute(&sql)
-                .await
-                .map_err(|source| CatalogError::Query {
-                    context: "extending the publication",
-                    source,
-                })?;
-            tracing::info!(publication, tables = %list(&missing), "added tables to publication");
+    let oids: Vec<u32> = ancestors.iter().map(|a| a.0).collect();
+    let rows = client
+        .query(listing, &[&publication.oid, &oids])
+        .await
+        .map_err(query("reading pg_publication_rel"))?;
+    let mut m = Membership {
+        all_tables: publication.all_tables,
+        ..Membership::default()
+    };
+    // Nearest listed relation first: that listing's filter and columns apply.
+    for a in &ancestors {
+        if let Some(r) = rows.iter().find(|r| r.get::<_, u32>(0) == a.0) {
+            m.listed = Some(a.clone());
+            m.row_filter = r.get(1);
+            // A listing without a column list has prattrs NULL: all columns.
+            m.columns = r.get(2);
+            break;
         }
     }
-    Ok(())
+    if version >= 150000 {
+        let schema = client
+            .query_opt(
+                "SELECT n.nspname::text FROM pg_publication_namespace pn \
+                 JOIN pg_namespace n ON n.oid = pn.pnnspid \
+                 WHERE pn.pnpubid = $1::oid AND pn.pnnspid IN \
+                   (SELECT c.relnamespace FROM pg_class c WHERE c.oid = ANY ($2::oid[])) \
+                 LIMIT 1",
+                &[&publication.oid, &oids],
+            )
+            .await
+            .map_err(query("reading pg_publication_namespace"))?;
+        m.schema = schema.map(|r| r.get(0));
+    }
+    m.ancestors = ancestors.into_iter().filter(|a| a.0 != oid).collect();
+    Ok(m)
+}
+
+/// Whether the slot may still decode changes from before `publication` was
+/// created (or last altered): its `catalog_xmin` is not newer than the
+/// publication row's `xmin`. `None` if the slot does not exist.
+pub async fn slot_older_than_publication(
+    client: &Client,
+    slot: &str,
+    publication: &Publication,
+) -> Result<Option<bool>, CatalogError> {
+    let row = client
+        .query_opt(
+            "SELECT catalog_xmin IS NOT NULL AND age(catalog_xmin) >= age($2::text::xid) \
+             FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot, &publication.xmin.to_string()],
+        )
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "comparing the slot with the publication",
+            source,
+        })?;
+    Ok(row.map(|r| r.get(0)))
 }
 
 /// Columns `(name, type name)` of a table, empty if it does not exist.

@@ -13,13 +13,14 @@ use super::{RelayError, connect_params, producer_properties};
 use crate::Lsn;
 use crate::checkpoint::{Checkpoint, Limits};
 use crate::config::Config;
-use crate::offsets::{self, OffsetStore, SlotPosition, StartDecision, StoredOffset};
+use crate::offsets::{self, OffsetStore, StoredOffset};
 use crate::pg::catalog;
 use crate::pg::replication::{ReplicationClient, ReplicationStream};
 use crate::pg::wire::WireError;
 use crate::pgoutput::RelationCache;
 use crate::router::Router;
 use crate::sink::kafka::{Ack, Delivery, KafkaSink, SinkError, SinkErrorKind};
+use crate::startup;
 use crate::telemetry::Metrics;
 
 /// Everything needed to start one replication session.
@@ -102,7 +103,10 @@ impl Started {
                 ),
             }
         }
-        Err(e)
+        Err(startup::explain_stream_error(
+            e,
+            &self.run.config.postgres.publication,
+        ))
     }
 }
 
@@ -114,24 +118,20 @@ impl Session {
         let params = connect_params(&config);
         let router = Router::new(&config.outbox);
 
-        // 1. Server checks and publication, on an ordinary connection.
+        // 1. Server checks and publication, on an ordinary connection: the
+        //    same checks `walrelay check` runs (crate::startup).
         let catalog = catalog::connect(&params).await?;
-        let wal_level = catalog::setting(&catalog, "wal_level").await?;
-        if wal_level != "logical" {
-            return Err(RelayError::Setup {
-                what: format!(
-                    "PostgreSQL runs with wal_level = {wal_level}, logical decoding needs 'logical'"
-                ),
-                fix: "set wal_level = logical in postgresql.conf and restart PostgreSQL".into(),
-            });
+        startup::wal_level(&catalog).await?;
+        startup::replication_privilege(&catalog, &pg.user).await?;
+        let mut tables = Vec::with_capacity(config.outbox.len());
+        for outbox in &config.outbox {
+            tables.push(startup::outbox_table(&catalog, outbox).await?.0);
         }
-        catalog::ensure_publication(
-            &catalog,
-            &pg.publication,
-            &router.tables(),
-            pg.create_publication,
-        )
-        .await?;
+        let routes: Vec<_> = config.outbox.iter().zip(&tables).collect();
+        startup::publication(&catalog, pg, &routes)
+            .await?
+            .apply(&catalog)
+            .await?;
         let sender_timeout = catalog::setting(&catalog, "wal_sender_timeout").await?;
         let status_interval = effective_status_interval(pg.status_interval, &sender_timeout);
         let receive_timeout = receive_timeout(&sender_timeout);
@@ -156,23 +156,7 @@ impl Session {
         let slot = match catalog::slot_state(&catalog, &pg.slot).await? {
             Some(s) => s,
             None => {
-                if let Some(stored) = &stored
-                    && !self.accept_slot_position
-                {
-                    return Err(RelayError::Refused {
-                        reason: format!(
-                            "replication slot {:?} does not exist, but the offset store says this connector had published up to {}: the slot was dropped, and changes since then were never streamed",
-                            pg.slot, stored.lsn
-                        ),
-                        hint: "reconcile events committed after that position from the outbox table, then start once with --accept-slot-position (see docs/operations.md, \"Slot ahead of the stored offset\")".into(),
-                    });
-                }
-                if !pg.create_slot {
-                    return Err(RelayError::Setup {
-                        what: format!("replication slot {:?} does not exist", pg.slot),
-                        fix: "set postgres.create_slot = true, or create it with SELECT pg_create_logical_replication_slot('<slot>', 'pgoutput')".into(),
-                    });
-                }
+                startup::missing_slot(pg, stored.as_ref(), self.accept_slot_position)?;
                 let at = repl.create_slot(&pg.slot).await?;
                 tracing::info!(slot = %pg.slot, lsn = %at, "created replication slot");
                 catalog::slot_state(&catalog, &pg.slot)
@@ -186,7 +170,7 @@ impl Session {
                     })?
             }
         };
-        check_slot_shape(&slot, &pg.slot, &pg.database)?;
+        startup::slot_shape(&slot, &pg.slot, &pg.database)?;
         if let Some(pid) = slot.active_pid {
             // Typically our own previous walsender, until wal_sender_timeout
             // notices we are gone: transient.
@@ -201,45 +185,41 @@ impl Session {
                 }),
             }));
         }
-        let position = SlotPosition {
-            confirmed_flush: slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO),
-            wal_status: slot.wal_status.clone(),
-        };
         let server = offsets::Server {
             system_id: &system.system_id,
             timeline: system.timeline,
             left_stored_timeline_at: None,
         };
-        let start = match offsets::compare(stored.as_ref(), &position, &server, &pg.slot) {
-            StartDecision::Resume { from } => from,
-            StartDecision::Refuse { reason, hint } => {
-                if !self.accept_slot_position || position.wal_status.as_deref() == Some("lost") {
-                    return Err(RelayError::Refused { reason, hint });
-                }
-                tracing::warn!(%reason, "starting anyway: --accept-slot-position was given");
-                // Store the accepted position now: the frontier may not pass
-                // it for a long time (an idle database), and until the store
-                // holds it every ordinary restart would be refused again.
-                let accepted = StoredOffset {
-                    connector: config.connector.name.clone(),
-                    system_id: system.system_id.clone(),
-                    timeline: system.timeline,
-                    slot: pg.slot.clone(),
-                    lsn: position.confirmed_flush.to_string(),
-                    written_at_ms: crate::pg::replication::pg_us_to_unix_ms(
-                        crate::pg::replication::pg_now_us(),
-                    ),
-                };
-                store_accepted_offset(&sink, &mut acks, &accepted, &config.kafka.offsets_topic)
-                    .await?;
-                tracing::info!(lsn = %position.confirmed_flush, "stored the accepted slot position in the offset store");
-                position.confirmed_flush
-            }
-        };
+        let start = startup::start_position(
+            stored.as_ref(),
+            &slot,
+            &server,
+            &pg.slot,
+            self.accept_slot_position,
+        )?;
+        if start.accepted {
+            // Store the accepted position now: the frontier may not pass it
+            // for a long time (an idle database), and until the store holds
+            // it every ordinary restart would be refused again.
+            let accepted = StoredOffset {
+                connector: config.connector.name.clone(),
+                system_id: system.system_id.clone(),
+                timeline: system.timeline,
+                slot: pg.slot.clone(),
+                lsn: start.from.to_string(),
+                written_at_ms: crate::pg::replication::pg_us_to_unix_ms(
+                    crate::pg::replication::pg_now_us(),
+                ),
+            };
+            store_accepted_offset(&sink, &mut acks, &accepted, &config.kafka.offsets_topic).await?;
+            tracing::info!(lsn = %start.from, "stored the accepted slot position in the offset store");
+        }
+        let start = start.from;
 
         let stream = repl
             .start_replication(&pg.slot, start, &pg.publication)
-            .await?;
+            .await
+            .map_err(|e| startup::explain_stream_error(e.into(), &pg.publication))?;
         // The slot may have moved between our read and START_REPLICATION.
         if let Some(now) = catalog::slot_state(&catalog, &pg.slot).await? {
             if now.wal_status.as_deref() == Some("lost") {
@@ -335,33 +315,6 @@ async fn store_accepted_offset(
         Ok(None) => Err(RelayError::Ended("Kafka delivery channel")),
         Err(_) => Err(failed(SinkError::timed_out(LIMIT))),
     }
-}
-
-fn check_slot_shape(
-    slot: &catalog::SlotState,
-    name: &str,
-    database: &str,
-) -> Result<(), RelayError> {
-    if slot.slot_type != "logical" || slot.plugin.as_deref() != Some("pgoutput") {
-        return Err(RelayError::Setup {
-            what: format!(
-                "replication slot {name:?} is a {} slot using {:?}, walrelay needs a logical slot using pgoutput",
-                slot.slot_type, slot.plugin
-            ),
-            fix: "configure another postgres.slot name, or drop this slot if nothing needs it"
-                .into(),
-        });
-    }
-    if slot.database.as_deref() != Some(database) {
-        return Err(RelayError::Setup {
-            what: format!(
-                "replication slot {name:?} belongs to database {:?}, not {database:?}",
-                slot.database
-            ),
-            fix: "use a slot name unique to this database".into(),
-        });
-    }
-    Ok(())
 }
 
 /// A server duration setting's text (`10s`, `60000` (ms), `1min`, `0`).

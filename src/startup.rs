@@ -1,0 +1,684 @@
+//! The start-up checks that `walrelay run` and `walrelay check` share.
+//!
+//! Invariant: **check == run.** Every condition under which `run` refuses to
+//! start is one function here. `run` (`relay::session`) calls it and stops
+//! with its error; `check` (`preflight`) calls the same function and prints
+//! the same words as a FAIL line. So `check` fails exactly when `run` would
+//! refuse, and says it the same way.
+//!
+//! Nothing here changes the server. What `run` may change (create the
+//! publication, add tables to it, switch on `publish_via_partition_root`) is
+//! returned as a [`PublicationPlan`] — only after checking that the role is
+//! allowed to do it — which `run` applies and `check` describes.
+//!
+//! Silent loss is refused: a publication that does not publish inserts, a row
+//! filter, or a column list without a column the route reads would let the
+//! slot move past outbox rows that were never sent.
+
+use postgres_protocol::escape::escape_identifier as ident;
+use tokio_postgres::Client;
+
+use crate::Lsn;
+use crate::config::{OutboxConfig, PostgresConfig};
+use crate::offsets::{self, SlotPosition, StartDecision, StoredOffset};
+use crate::pg::catalog::{self, CapturedTable, CatalogError, SlotState};
+use crate::pg::wire::WireError;
+use crate::relay::RelayError;
+
+/// Why start-up cannot go on.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// The server or its objects are not set up the way walrelay needs.
+    #[error("{what}. What to do: {fix}")]
+    Setup { what: String, fix: String },
+    /// Starting would skip or re-read events: the slot against the offset store.
+    #[error("refusing to start: {reason}. What to do: {hint}")]
+    Refused { reason: String, hint: String },
+    /// A catalog query failed (possibly transient).
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+}
+
+impl CheckError {
+    fn setup(what: impl Into<String>, fix: impl Into<String>) -> CheckError {
+        CheckError::Setup {
+            what: what.into(),
+            fix: fix.into(),
+        }
+    }
+
+    /// What is wrong, in the words `run` uses.
+    pub fn problem(&self) -> String {
+        match self {
+            CheckError::Setup { what, .. } => what.clone(),
+            CheckError::Refused { reason, .. } => reason.clone(),
+            CheckError::Catalog(e) => e.to_string(),
+        }
+    }
+
+    /// What to do about it.
+    pub fn fix(&self) -> String {
+        match self {
+            CheckError::Setup { fix, .. } => fix.clone(),
+            CheckError::Refused { hint, .. } => hint.clone(),
+            CheckError::Catalog(_) => "see the error".into(),
+        }
+    }
+}
+
+impl From<CheckError> for RelayError {
+    fn from(e: CheckError) -> RelayError {
+        match e {
+            CheckError::Setup { what, fix } => RelayError::Setup { what, fix },
+            CheckError::Refused { reason, hint } => RelayError::Refused { reason, hint },
+            CheckError::Catalog(e) => RelayError::Catalog(e),
+        }
+    }
+}
+
+/// `wal_level` must be `logical`.
+pub async fn wal_level(client: &Client) -> Result<String, CheckError> {
+    let level = catalog::setting(client, "wal_level").await?;
+    if level != "logical" {
+        return Err(CheckError::setup(
+            format!("PostgreSQL runs with wal_level = {level}, logical decoding needs 'logical'"),
+            "set wal_level = logical in postgresql.conf and restart PostgreSQL",
+        ));
+    }
+    Ok(level)
+}
+
+/// The role needs the REPLICATION attribute (or to be a superuser).
+pub async fn replication_privilege(client: &Client, user: &str) -> Result<String, CheckError> {
+    let row = client
+        .query_one(
+            "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user",
+            &[],
+        )
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "reading the role's attributes",
+            source,
+        })?;
+    if !row.get::<_, bool>(0) {
+        return Err(CheckError::setup(
+            format!("role {user} lacks the REPLICATION attribute"),
+            format!(
+                "run as a superuser: ALTER ROLE {} REPLICATION;",
+                ident(user)
+            ),
+        ));
+    }
+    Ok(format!("role {user} may replicate"))
+}
+
+/// Payload column types whose text form is passed through unchanged.
+const PAYLOAD_TYPES: &[&str] = &["jsonb", "json", "text", "bytea"];
+
+/// The columns an `[[outbox]]` route reads from each row (what the router
+/// binds): id, aggregate id, payload, topic template columns, header
+/// columns and the timestamp column, without duplicates.
+pub fn route_columns(outbox: &OutboxConfig) -> Vec<&str> {
+    let mut columns: Vec<&str> = vec![
+        &outbox.id_column,
+        &outbox.aggregate_id_column,
+        &outbox.payload_column,
+    ];
+    columns.extend(outbox.topic.columns());
+    columns.extend(outbox.header_columns.iter().map(String::as_str));
+    columns.extend(outbox.timestamp_column.as_deref().filter(|c| !c.is_empty()));
+    let mut seen = Vec::with_capacity(columns.len());
+    for c in columns {
+        if !seen.contains(&c) {
+            seen.push(c);
+        }
+    }
+    seen
+}
+
+/// The outbox table exists, is an ordinary or partitioned table, has every
+/// column the route reads, and a payload type walrelay passes through.
+/// Returns the table and a one-line description.
+pub async fn outbox_table(
+    client: &Client,
+    outbox: &OutboxConfig,
+) -> Result<(CapturedTable, String), CheckError> {
+    let (schema, name) = (&outbox.table.schema, &outbox.table.name);
+    let Some(table) = catalog::relation(client, schema, name).await? else {
+        return Err(CheckError::setup(
+            format!("outbox table {schema}.{name} does not exist"),
+            "create it (see docs/configuration.md for the expected columns) or fix outbox.table",
+        ));
+    };
+    if !matches!(table.relkind, 'r' | 'p') {
+        return Err(CheckError::setup(
+            format!(
+                "outbox table {schema}.{name} is {}, not a table: logical decoding only sees rows written to tables",
+                table.kind()
+            ),
+            "point outbox.table at the (ordinary or partitioned) table the application inserts outbox rows into",
+        ));
+    }
+    let columns = catalog::table_columns(client, schema, name).await?;
+    let missing: Vec<&str> = route_columns(outbox)
+        .into_iter()
+        .filter(|c| !columns.iter().any(|(n, _)| n == c))
+        .collect();
+    if !missing.is_empty() {
+        return Err(CheckError::setup(
+            format!(
+                "outbox table {schema}.{name} has no column(s) {} that its [[outbox]] section uses",
+                missing.join(", ")
+            ),
+            "add the columns or change the *_column settings (and topic/header_columns) of this [[outbox]] section",
+        ));
+    }
+    let payload_type = columns
+        .iter()
+        .find(|(n, _)| *n == outbox.payload_column)
+        .map(|(_, t)| t.as_str())
+        .unwrap_or_default();
+    if !PAYLOAD_TYPES.contains(&payload_type) && !payload_type.starts_with("character varying") {
+        return Err(CheckError::setup(
+            format!(
+                "payload column {} of outbox table {schema}.{name} has type {payload_type}",
+                outbox.payload_column
+            ),
+            "use jsonb, json, text, varchar or bytea for the payload",
+        ));
+    }
+    let partitions = if table.relkind == 'p' {
+        format!(", partitioned ({} partitions)", table.partitions.len())
+    } else {
+        String::new()
+    };
+    let detail = format!(
+        "{} columns, payload {payload_type}{partitions}",
+        columns.len()
+    );
+    Ok((table, detail))
+}
+
+/// What `run` will do to the publication: nothing, or these statements.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicationPlan {
+    pub publication: String,
+    /// SQL to run, in order; empty when the publication is as needed.
+    pub statements: Vec<String>,
+    /// The publication exists already (statements change it).
+    pub exists: bool,
+}
+
+impl PublicationPlan {
+    /// For `check`: what is there, or what `run` will do.
+    pub fn describe(&self) -> String {
+        if self.statements.is_empty() {
+            format!(
+                "{} covers the outbox tables and publishes their inserts",
+                self.publication
+            )
+        } else if self.exists {
+            format!("run will change {}: {}", self.publication, self.sql())
+        } else {
+            format!(
+                "{} does not exist yet; run will create it: {}",
+                self.publication,
+                self.sql()
+            )
+        }
+    }
+
+    fn sql(&self) -> String {
+        self.statements.join("; ")
+    }
+
+    /// Runs the statements (`run` only).
+    pub async fn apply(&self, client: &Client) -> Result<(), CatalogError> {
+        for sql in &self.statements {
+            client
+                .batch_execute(sql)
+                .await
+                .map_err(|source| CatalogError::Query {
+                    context: if self.exists {
+                        "changing the publication"
+                    } else {
+                        "creating the publication"
+                    },
+                    source,
+                })?;
+            tracing::info!(publication = %self.publication, %sql, "publication changed");
+        }
+        Ok(())
+    }
+}
+
+fn table_list(tables: &[&CapturedTable]) -> String {
+    tables
+        .iter()
+        .map(|t| format!("{}.{}", ident(&t.schema), ident(&t.name)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The publication exists (or may be created), covers every outbox table,
+/// publishes inserts, hides no outbox row (row filter, column list), and
+/// publishes partitioned tables under their root's name. Creating or
+/// changing it is planned only when `postgres.create_publication` allows it
+/// and the role owns what it must (the tables to add, the publication).
+pub async fn publication(
+    client: &Client,
+    pg: &PostgresConfig,
+    tables: &[(&OutboxConfig, &CapturedTable)],
+) -> Result<PublicationPlan, CheckError> {
+    let name = &pg.publication;
+    let p = ident(name);
+    let all: Vec<&CapturedTable> = tables.iter().map(|(_, t)| *t).collect();
+    let Some(publication) = catalog::publication(client, name).await? else {
+        let sql = format!(
+            "CREATE PUBLICATION {p} FOR TABLE {} WITH (publish_via_partition_root = true)",
+            table_list(&all)
+        );
+        if !pg.create_publication {
+            return Err(CheckError::setup(
+                format!("publication {name} does not exist"),
+                format!("create it with `{sql}`, or set postgres.create_publication = true"),
+            ));
+        }
+        let mut not_owned = Vec::new();
+        for t in &all {
+            if !catalog::owns_relation(client, t.oid).await? {
+                not_owned.push(format!("{}.{}", t.schema, t.name));
+            }
+        }
+        let may_create = catalog::may_create_in_database(client).await?;
+        if !not_owned.is_empty() || !may_create {
+            let why = if not_owned.is_empty() {
+                format!("has no CREATE privilege on database {}", pg.database)
+            } else {
+                format!("does not own table {}", not_owned.join(", "))
+            };
+            return Err(CheckError::setup(
+                format!(
+                    "publication {name} does not exist, and role {} cannot create it: it {why}",
+                    pg.user
+                ),
+                format!(
+                    "run as the tables' owner or a superuser: `{sql}; ALTER PUBLICATION {p} OWNER TO {}`",
+                    ident(&pg.user)
+                ),
+            ));
+        }
+        return Ok(PublicationPlan {
+            publication: name.clone(),
+            statements: vec![sql],
+            exists: false,
+        });
+    };
+    if !publication.inserts {
+        return Err(CheckError::setup(
+            format!(
+                "publication {name} does not publish inserts (its publish setting lacks 'insert'), so outbox rows would never be sent"
+            ),
+            format!(
+                "run `ALTER PUBLICATION {p} SET (publish = 'insert, update, delete, truncate')` as its owner ({})",
+                publication.owner
+            ),
+        ));
+    }
+    let mut missing = Vec::new();
+    let mut needs_root = Vec::new();
+    for (outbox, table) in tables {
+        let shown = format!("{}.{}", table.schema, table.name);
+        let qualified = format!("{}.{}", ident(&table.schema), ident(&table.name));
+        let m = catalog::membership(client, &publication, table.oid).await?;
+        if !m.covered() {
+            missing.push(*table);
+            continue;
+        }
+        let readd = format!(
+            "`ALTER PUBLICATION {p} DROP TABLE {qualified}; ALTER PUBLICATION {p} ADD TABLE {qualified}` as its owner ({})",
+            publication.owner
+        );
+        if let Some(filter) = &m.row_filter {
+            return Err(CheckError::setup(
+                format!(
+                    "publication {name} has a row filter WHERE {filter} on table {shown}: outbox rows it filters out would never be sent"
+                ),
+                format!("remove the filter: {readd}"),
+            ));
+        }
+        if let Some(columns) = &m.columns {
+            let dropped: Vec<&str> = route_columns(outbox)
+                .into_iter()
+                .filter(|c| !columns.iter().any(|have| have == c))
+                .collect();
+            if !dropped.is_empty() {
+                return Err(CheckError::setup(
+                    format!(
+                        "publication {name} has a column list ({}) on table {shown} without column(s) {} that its [[outbox]] section uses",
+                        columns.join(", "),
+                        dropped.join(", ")
+                    ),
+                    format!("publish all columns: {readd}"),
+                ));
+            }
+        }
+        // With publish_via_partition_root, changes of a partition arrive
+        // under the name of its published ancestor, which is not the table
+        // walrelay was told to capture.
+        let via_ancestor = match &m.listed {
+            Some((oid, _, _)) => *oid != table.oid,
+            None => !m.ancestors.is_empty(),
+        };
+        if publication.via_root && via_ancestor {
+            let root = m
+                .listed
+                .as_ref()
+                .filter(|l| l.0 != table.oid)
+                .or(m.ancestors.last())
+                .map(|(_, s, n)| format!("{s}.{n}"))
+                .unwrap_or_default();
+            return Err(CheckError::setup(
+                format!(
+                    "publication {name} publishes partition {shown} under its partition root {root} (publish_via_partition_root = true), so its rows would not arrive as {shown}"
+                ),
+                format!("capture the root instead: outbox.table = \"{root}\""),
+            ));
+        }
+        if table.relkind == 'p' && !publication.via_root {
+            needs_root.push(shown);
+        }
+    }
+    let mut statements = Vec::new();
+    if !missing.is_empty() {
+        let sql = format!("ALTER PUBLICATION {p} ADD TABLE {}", table_list(&missing));
+        let shown = missing
+            .iter()
+            .map(|t| format!("{}.{}", t.schema, t.name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if !pg.create_publication {
+            return Err(CheckError::setup(
+                format!("publication {name} does not cover {shown}"),
+                format!("run `{sql}`, or set postgres.create_publication = true"),
+            ));
+        }
+        if publication.all_tables {
+            // Unreachable in practice: FOR ALL TABLES covers everything.
+            return Err(CheckError::setup(
+                format!("publication {name} is FOR ALL TABLES but does not cover {shown}"),
+                "check that the tables are ordinary tables in this database",
+            ));
+        }
+        let mut not_owned = Vec::new();
+        for t in &missing {
+            if !catalog::owns_relation(client, t.oid).await? {
+                not_owned.push(format!("{}.{}", t.schema, t.name));
+            }
+        }
+        if !publication.owned || !not_owned.is_empty() {
+            let why = if publication.owned {
+                format!("does not own table {}", not_owned.join(", "))
+            } else {
+                format!("does not own the publication (owner {})", publication.owner)
+            };
+            return Err(CheckError::setup(
+                format!(
+                    "publication {name} does not cover {shown}, and role {} cannot add it: it {why}",
+                    pg.user
+                ),
+                format!("run `{sql}` as the owner or a superuser"),
+            ));
+        }
+        statements.push(sql);
+    }
+    if !needs_root.is_empty() {
+        let sql = format!("ALTER PUBLICATION {p} SET (publish_via_partition_root = true)");
+        let what = format!(
+            "publication {name} publishes the partitions of partitioned table {} under their own names (publish_via_partition_root = false), so their rows would not arrive as the outbox table",
+            needs_root.join(", ")
+        );
+        if !pg.create_publication {
+            return Err(CheckError::setup(
+                what,
+                format!("run `{sql}`, or set postgres.create_publication = true"),
+            ));
+        }
+        if !publication.owned {
+            return Err(CheckError::setup(
+                format!(
+                    "{what}; role {} cannot change it: it does not own the publication (owner {})",
+                    pg.user, publication.owner
+                ),
+                format!("run `{sql}` as the owner or a superuser"),
+            ));
+        }
+        statements.push(sql);
+    }
+    Ok(PublicationPlan {
+        publication: name.clone(),
+        statements,
+        exists: true,
+    })
+}
+
+/// The slot does not exist: `Ok` means `run` will create it. Refused when the
+/// offset store remembers a position (the slot was dropped: what was
+/// committed since was never streamed), unless the operator accepted that.
+pub fn missing_slot(
+    pg: &PostgresConfig,
+    stored: Option<&StoredOffset>,
+    accept_slot_position: bool,
+) -> Result<(), CheckError> {
+    if let Some(stored) = stored
+        && !accept_slot_position
+    {
+        return Err(CheckError::Refused {
+            reason: format!(
+                "replication slot {:?} does not exist, but the offset store says this connector had published up to {}: the slot was dropped, and changes since then were never streamed",
+                pg.slot, stored.lsn
+            ),
+            hint: "reconcile events committed after that position from the outbox table, then start once with --accept-slot-position (see docs/operations.md, \"Slot ahead of the stored offset\")".into(),
+        });
+    }
+    if !pg.create_slot {
+        return Err(CheckError::setup(
+            format!("replication slot {:?} does not exist", pg.slot),
+            "set postgres.create_slot = true, or create it with SELECT pg_create_logical_replication_slot('<slot>', 'pgoutput')",
+        ));
+    }
+    Ok(())
+}
+
+/// The slot is a logical pgoutput slot of this database.
+pub fn slot_shape(slot: &SlotState, name: &str, database: &str) -> Result<(), CheckError> {
+    if slot.slot_type != "logical" || slot.plugin.as_deref() != Some("pgoutput") {
+        return Err(CheckError::setup(
+            format!(
+                "replication slot {name:?} is a {} slot using plugin {}, walrelay needs a logical slot using pgoutput",
+                slot.slot_type,
+                slot.plugin.as_deref().unwrap_or("(none)")
+            ),
+            "configure another postgres.slot name, or drop this slot if nothing needs it",
+        ));
+    }
+    if slot.database.as_deref() != Some(database) {
+        return Err(CheckError::setup(
+            format!(
+                "replication slot {name:?} belongs to database {}, not {database}",
+                slot.database.as_deref().unwrap_or("(none)")
+            ),
+            "use a slot name unique to this database",
+        ));
+    }
+    Ok(())
+}
+
+/// Where streaming starts, and whether the operator's acceptance was needed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Start {
+    pub from: Lsn,
+    /// The slot disagreed with the stored offset and `--accept-slot-position`
+    /// overrode it: the caller stores `from` before streaming.
+    pub accepted: bool,
+}
+
+/// Where streaming starts: the slot's confirmed position, if it agrees with
+/// the stored offset (see [`offsets::compare`]). A disagreement is refused
+/// unless the operator accepted the slot's position (never for a lost slot).
+pub fn start_position(
+    stored: Option<&StoredOffset>,
+    slot: &SlotState,
+    server: &offsets::Server<'_>,
+    slot_name: &str,
+    accept_slot_position: bool,
+) -> Result<Start, CheckError> {
+    let position = SlotPosition {
+        confirmed_flush: slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO),
+        wal_status: slot.wal_status.clone(),
+    };
+    match offsets::compare(stored, &position, server, slot_name) {
+        StartDecision::Resume { from } => Ok(Start {
+            from,
+            accepted: false,
+        }),
+        StartDecision::Refuse { reason, hint } => {
+            if !accept_slot_position || position.wal_status.as_deref() == Some("lost") {
+                return Err(CheckError::Refused { reason, hint });
+            }
+            tracing::warn!(%reason, "starting anyway: --accept-slot-position was given");
+            Ok(Start {
+                from: position.confirmed_flush,
+                accepted: true,
+            })
+        }
+    }
+}
+
+/// For `check` only: a warning when the slot may decode changes from before
+/// its publication existed (the slot was created first). PostgreSQL 14–17
+/// then fail every start with `publication "…" does not exist` (which `run`
+/// explains with [`explain_stream_error`]); 18 skips those changes.
+///
+/// The catalog keeps no creation time for either, so this compares the
+/// slot's `catalog_xmin` with the `xmin` of the publication's row: it also
+/// fires for a slot created (after the publication) while older
+/// transactions were running, until the slot's first confirmed position
+/// moves `catalog_xmin` on — hence a warning that says "may", and not a
+/// refusal (nor a line in `run`'s log).
+pub async fn slot_predates_publication(
+    client: &Client,
+    slot: &str,
+    publication: &str,
+) -> Result<Option<String>, CheckError> {
+    let Some(p) = catalog::publication(client, publication).await? else {
+        return Ok(None);
+    };
+    if catalog::slot_older_than_publication(client, slot, &p).await? != Some(true) {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "replication slot {slot:?} may predate publication {publication} (or its last change): the slot still needs catalog state older than the publication, so it may decode changes committed before the publication existed; PostgreSQL 14–17 then fail with 'publication \"{publication}\" does not exist' and PostgreSQL 18 skips them (see docs/operations.md, \"Slot created before the publication\"; this also shows right after a slot was created while older transactions ran)"
+    )))
+}
+
+/// Explains a walsender error that the slot's history causes: on PostgreSQL
+/// 14–17 a slot created before its publication fails every start with
+/// `publication "…" does not exist` (the walsender reads the publication as
+/// of each change). Other errors pass through unchanged.
+pub fn explain_stream_error(e: RelayError, publication: &str) -> RelayError {
+    let RelayError::Wire(WireError::Server { error, .. }) = &e else {
+        return e;
+    };
+    // The server quotes the name as given, without escaping.
+    let quoted = format!("publication \"{publication}\" does not exist");
+    if !error.message.contains(&quoted) {
+        return e;
+    }
+    RelayError::Setup {
+        what: format!(
+            "the walsender stopped with '{}' although the publication exists: the replication slot was created before the publication, and PostgreSQL 14–17 read the publication as of each change, so every start fails at the first change committed before the publication existed",
+            error.message
+        ),
+        fix: "drop the slot and start walrelay again so it creates the slot after the publication; events committed in between must be reconciled from the outbox table (see docs/operations.md, \"Slot created before the publication\")".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pg::wire::ServerError;
+
+    fn server_error(message: &str) -> RelayError {
+        RelayError::Wire(WireError::Server {
+            context: "streaming".into(),
+            error: Box::new(ServerError {
+                severity: "ERROR".into(),
+                code: "42704".into(),
+                message: message.into(),
+                detail: None,
+                hint: None,
+            }),
+        })
+    }
+
+    #[test]
+    fn a_missing_publication_during_streaming_is_explained() {
+        let e = explain_stream_error(
+            server_error("publication \"walrelay\" does not exist"),
+            "walrelay",
+        );
+        assert!(!e.is_transient());
+        let text = e.to_string();
+        assert!(
+            text.contains("created before the publication")
+                && text.contains("drop the slot")
+                && text.contains("docs/operations.md"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn other_errors_pass_through() {
+        let e = explain_stream_error(server_error("publication \"other\" does not exist"), "w");
+        assert!(matches!(e, RelayError::Wire(_)), "{e}");
+        let e = explain_stream_error(server_error("out of memory"), "w");
+        assert!(matches!(e, RelayError::Wire(_)), "{e}");
+    }
+
+    #[test]
+    fn route_columns_are_what_the_router_reads_once_each() {
+        let outbox: OutboxConfig = toml::from_str(
+            "table = \"outbox\"\ntopic = \"ev.{aggregatetype}.{type}\"\n\
+             header_columns = [\"type\", \"tenant\"]\ntimestamp_column = \"created_at\"",
+        )
+        .unwrap();
+        assert_eq!(
+            route_columns(&outbox),
+            [
+                "id",
+                "aggregateid",
+                "payload",
+                "aggregatetype",
+                "type",
+                "tenant",
+                "created_at"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_test_decoding_slot_is_named_with_its_plugin() {
+        let slot = SlotState {
+            plugin: Some("test_decoding".into()),
+            slot_type: "logical".into(),
+            database: Some("d".into()),
+            active_pid: None,
+            restart_lsn: None,
+            confirmed_flush_lsn: None,
+            wal_status: None,
+        };
+        let e = slot_shape(&slot, "s", "d").unwrap_err();
+        assert!(e.problem().contains("using plugin test_decoding"), "{e}");
+    }
+}

@@ -1,0 +1,500 @@
+//! Start-up checks against the real services: `walrelay check` fails exactly
+//! when `walrelay run` refuses, with the same words; publication settings that
+//! would hide outbox inserts are refused; a partitioned outbox table streams.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use support::*;
+
+const START: Duration = Duration::from_secs(60);
+
+async fn sql(db: &TestDb, sql: &str) {
+    db.client
+        .batch_execute(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+fn write_config(config: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(unique("checks"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("walrelay.toml");
+    std::fs::write(&path, config).unwrap();
+    path
+}
+
+/// `config` with extra keys in its `[postgres]` section.
+fn with_postgres(config: &str, keys: &str) -> String {
+    config.replacen(
+        "status_interval = \"200ms\"",
+        &format!("status_interval = \"200ms\"\n{keys}"),
+        1,
+    )
+}
+
+/// `walrelay check`: exit code and stdout.
+fn check(path: &Path) -> (Option<i32>, String) {
+    let out = std::process::Command::new(walrelay_bin())
+        .args(["check", "--config"])
+        .arg(path)
+        .output()
+        .expect("run walrelay check");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The problems of `check`'s FAIL lines.
+fn failures(report: &str) -> Vec<String> {
+    report
+        .lines()
+        .filter_map(|l| l.strip_prefix("FAIL  "))
+        .map(|l| l.split_once(": ").map(|(_, p)| p).unwrap_or(l).to_owned())
+        .collect()
+}
+
+/// `check` fails, `run` exits 1, and `run`'s error is one of `check`'s
+/// failures word for word; both name `needle`.
+async fn check_and_run_refuse(path: &Path, needle: &str) {
+    let (code, report) = check(path);
+    assert_eq!(code, Some(1), "check must fail:\n{report}");
+    let problems = failures(&report);
+    assert!(
+        problems.iter().any(|p| p.contains(needle)),
+        "check does not say {needle:?}:\n{report}"
+    );
+    let mut run = RelayProcess::start_with(path, &[]);
+    let log = run.expect_exit(1, START);
+    let error = log
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("walrelay: "))
+        .unwrap_or_else(|| panic!("run printed no error:\n{log}"));
+    assert!(
+        error.contains(needle),
+        "run does not say {needle:?}: {error}"
+    );
+    assert!(
+        problems.iter().any(|p| error.contains(p.as_str())),
+        "run's error is none of check's failures\nrun: {error}\ncheck:\n{report}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_outbox_streams_every_row_and_restarts() {
+    require_kafka();
+    let db = TestDb::new("part").await;
+    sql(
+        &db,
+        "CREATE TABLE outbox (
+            id uuid NOT NULL,
+            aggregatetype text NOT NULL,
+            aggregateid text,
+            type text NOT NULL,
+            payload jsonb,
+            PRIMARY KEY (id, aggregatetype)) PARTITION BY LIST (aggregatetype);
+         CREATE TABLE outbox_order PARTITION OF outbox FOR VALUES IN ('order');
+         CREATE TABLE outbox_other PARTITION OF outbox DEFAULT;
+         ALTER TABLE outbox OWNER TO walrelay;
+         ALTER TABLE outbox_order OWNER TO walrelay;
+         ALTER TABLE outbox_other OWNER TO walrelay;",
+    )
+    .await;
+    let names = Names::new("part");
+    let path = write_config(&relay_config(&db, &names, "", ""));
+    let (code, report) = check(&path);
+    assert_eq!(code, Some(0), "{report}");
+
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    relay.wait_log("streaming", START).await;
+    for i in 0..10 {
+        let kind = if i % 2 == 0 { "order" } else { "invoice" };
+        sql(
+            &db,
+            &format!(
+                "INSERT INTO outbox VALUES (gen_random_uuid(), '{kind}', 'a{i}', 'Created', '{{\"i\": {i}}}')"
+            ),
+        )
+        .await;
+    }
+    let topics = [names.topic("order"), names.topic("invoice")];
+    let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let consumed = consume(&topics, 10, Duration::from_secs(60), Duration::ZERO);
+    let ids: std::collections::HashSet<String> =
+        consumed.iter().filter_map(|c| c.header_str("id")).collect();
+    assert_eq!(ids.len(), 10, "{consumed:?}\nlog:\n{}", relay.log());
+    assert!(relay.stop().success());
+
+    // The second start finds the publication as the first one left it.
+    let (code, report) = check(&path);
+    assert_eq!(code, Some(0), "{report}");
+    let mut again = RelayProcess::start_with(&path, &[]);
+    again.wait_log("streaming", START).await;
+    sql(
+        &db,
+        "INSERT INTO outbox VALUES (gen_random_uuid(), 'order', 'b', 'Created', '{}')",
+    )
+    .await;
+    let consumed = consume(&topics, 11, Duration::from_secs(60), Duration::ZERO);
+    let ids: std::collections::HashSet<String> =
+        consumed.iter().filter_map(|c| c.header_str("id")).collect();
+    assert_eq!(ids.len(), 11, "{consumed:?}\nlog:\n{}", again.log());
+    assert!(again.stop().success());
+}
+
+/// An existing publication on a partitioned outbox without
+/// `publish_via_partition_root`: refused when walrelay may not change it,
+/// switched on when it may.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_outbox_needs_publish_via_partition_root() {
+    require_kafka();
+    let db = TestDb::new("viaroot").await;
+    sql(
+        &db,
+        "CREATE TABLE outbox (
+            id uuid NOT NULL, aggregatetype text NOT NULL, aggregateid text,
+            type text NOT NULL, payload jsonb) PARTITION BY LIST (aggregatetype);
+         CREATE TABLE outbox_rest PARTITION OF outbox DEFAULT;
+         ALTER TABLE outbox OWNER TO walrelay;
+         ALTER TABLE outbox_rest OWNER TO walrelay;",
+    )
+    .await;
+    let names = Names::new("viaroot");
+    sql(
+        &db,
+        &format!(
+            "CREATE PUBLICATION {} FOR TABLE outbox; ALTER PUBLICATION {} OWNER TO walrelay",
+            names.publication, names.publication
+        ),
+    )
+    .await;
+    let config = relay_config(&db, &names, "", "");
+    let fixed = write_config(&with_postgres(&config, "create_publication = false"));
+    check_and_run_refuse(&fixed, "publish_via_partition_root").await;
+
+    // Allowed to manage the publication: check says what run will do, run does it.
+    let path = write_config(&config);
+    let (code, report) = check(&path);
+    assert_eq!(code, Some(0), "{report}");
+    assert!(report.contains("publish_via_partition_root"), "{report}");
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    relay.wait_log("streaming", START).await;
+    assert!(relay.stop().success());
+    let viaroot: bool = db
+        .client
+        .query_one(
+            "SELECT pubviaroot FROM pg_publication WHERE pubname = $1",
+            &[&names.publication],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(viaroot);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_and_run_refuse_a_test_decoding_slot_alike() {
+    require_kafka();
+    let db = TestDb::new("tdslot").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("tdslot");
+    sql(
+        &db,
+        &format!(
+            "SELECT pg_create_logical_replication_slot('{}', 'test_decoding')",
+            names.slot
+        ),
+    )
+    .await;
+    let path = write_config(&relay_config(&db, &names, "", ""));
+    check_and_run_refuse(&path, "test_decoding").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_and_run_refuse_a_missing_slot_with_an_offset_stored_alike() {
+    require_kafka();
+    let db = TestDb::new("noslot").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("noslot");
+    let path = write_config(&relay_config(&db, &names, "", ""));
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    relay.wait_log("streaming", START).await;
+    sql(
+        &db,
+        "INSERT INTO outbox VALUES (gen_random_uuid(), 'order', 'a', 'Created', '{}')",
+    )
+    .await;
+    consume(
+        &[&names.topic("order")],
+        1,
+        Duration::from_secs(30),
+        Duration::ZERO,
+    );
+    assert!(relay.stop().success());
+    sql(
+        &db,
+        &format!("SELECT pg_drop_replication_slot('{}')", names.slot),
+    )
+    .await;
+    check_and_run_refuse(&path, "does not exist, but the offset store says").await;
+    assert!(
+        db.confirmed_flush(&names.slot).await.is_none(),
+        "neither check nor run may recreate the slot"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_and_run_refuse_a_publication_without_inserts_alike() {
+    require_kafka();
+    let db = TestDb::new("noins").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("noins");
+    sql(
+        &db,
+        &format!(
+            "CREATE PUBLICATION {} FOR TABLE outbox WITH (publish = 'update, delete')",
+            names.publication
+        ),
+    )
+    .await;
+    let path = write_config(&relay_config(&db, &names, "", ""));
+    check_and_run_refuse(&path, "does not publish inserts").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_and_run_refuse_to_create_a_publication_for_a_table_they_do_not_own() {
+    require_kafka();
+    let db = TestDb::new("notown").await;
+    db.create_outbox("outbox").await;
+    sql(
+        &db,
+        "ALTER TABLE outbox OWNER TO postgres; GRANT SELECT ON outbox TO walrelay",
+    )
+    .await;
+    let names = Names::new("notown");
+    let path = write_config(&relay_config(&db, &names, "", ""));
+    check_and_run_refuse(&path, "does not own").await;
+}
+
+/// Row filters and column lists exist from PostgreSQL 15 on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row_filters_and_column_lists_that_hide_outbox_rows_are_refused() {
+    require_kafka();
+    if pg_major().parse::<u32>().unwrap_or(18) < 15 {
+        eprintln!(
+            "PostgreSQL {} has no row filters or column lists",
+            pg_major()
+        );
+        return;
+    }
+    let db = TestDb::new("filter").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("filter");
+    let path = write_config(&relay_config(&db, &names, "", ""));
+    let publication = &names.publication;
+
+    sql(
+        &db,
+        &format!(
+            "CREATE PUBLICATION {publication} FOR TABLE outbox WHERE (aggregatetype = 'order')"
+        ),
+    )
+    .await;
+    check_and_run_refuse(&path, "row filter").await;
+
+    sql(
+        &db,
+        &format!(
+            "DROP PUBLICATION {publication};
+             CREATE PUBLICATION {publication} FOR TABLE outbox (id, aggregatetype, aggregateid, type)"
+        ),
+    )
+    .await;
+    let (code, report) = check(&path);
+    assert_eq!(code, Some(1), "{report}");
+    assert!(
+        failures(&report)
+            .iter()
+            .any(|p| p.contains("column list") && p.contains("payload")),
+        "{report}"
+    );
+
+    // A column list that keeps every column the route uses is fine.
+    sql(
+        &db,
+        &format!(
+            "DROP PUBLICATION {publication};
+             CREATE PUBLICATION {publication} FOR TABLE outbox (id, aggregatetype, aggregateid, type, payload)"
+        ),
+    )
+    .await;
+    let (code, report) = check(&path);
+    assert_eq!(code, Some(0), "{report}");
+}
+
+/// Publications that cover the table without naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publications_for_all_tables_or_a_schema_cover_the_outbox() {
+    require_kafka();
+    let db = TestDb::new("allpub").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("allpub");
+    let path = write_config(&with_postgres(
+        &relay_config(&db, &names, "", ""),
+        "create_publication = false",
+    ));
+    sql(
+        &db,
+        &format!("CREATE PUBLICATION {} FOR ALL TABLES", names.publication),
+    )
+    .await;
+    let (code, report) = check(&path);
+    assert_eq!(code, Some(0), "{report}");
+    if pg_major().parse::<u32>().unwrap_or(18) >= 15 {
+        sql(
+            &db,
+            &format!(
+                "DROP PUBLICATION {p}; CREATE PUBLICATION {p} FOR TABLES IN SCHEMA public",
+                p = names.publication
+            ),
+        )
+        .await;
+        let (code, report) = check(&path);
+        assert_eq!(code, Some(0), "{report}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_as_outbox_is_refused_by_name() {
+    require_kafka();
+    let db = TestDb::new("view").await;
+    db.create_outbox("real_outbox").await;
+    sql(
+        &db,
+        "CREATE VIEW outbox AS SELECT * FROM real_outbox; ALTER VIEW outbox OWNER TO walrelay",
+    )
+    .await;
+    let names = Names::new("view");
+    let path = write_config(&relay_config(&db, &names, "", ""));
+    check_and_run_refuse(&path, "public.outbox is a view").await;
+}
+
+/// A slot made before its publication: `check` warns; on PostgreSQL 14–17
+/// the walsender fails with `publication "…" does not exist` until the slot
+/// is recreated, and `run` explains that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_warns_when_the_slot_predates_the_publication() {
+    require_kafka();
+    let db = TestDb::new("early").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("early");
+    sql(
+        &db,
+        &format!(
+            "SELECT pg_create_logical_replication_slot('{}', 'pgoutput')",
+            names.slot
+        ),
+    )
+    .await;
+    sql(
+        &db,
+        "INSERT INTO outbox VALUES (gen_random_uuid(), 'order', 'a', 'Created', '{}')",
+    )
+    .await;
+    sql(
+        &db,
+        &format!("CREATE PUBLICATION {} FOR TABLE outbox", names.publication),
+    )
+    .await;
+    let path = write_config(&relay_config(&db, &names, "", ""));
+    let (_, report) = check(&path);
+    assert!(
+        report
+            .lines()
+            .any(|l| l.starts_with("warn  replication slot") && l.contains("may predate")),
+        "{report}"
+    );
+
+    // PostgreSQL 14–17: the walsender fails at the insert made before the
+    // publication, and run says why. (18 skips that insert and streams.)
+    if pg_major().parse::<u32>().unwrap_or(18) < 18 {
+        let mut run = RelayProcess::start_with(&path, &[]);
+        let log = run.expect_exit(1, START);
+        assert!(
+            log.contains("created before the publication") && log.contains("drop the slot"),
+            "{log}"
+        );
+    }
+}
+
+/// The server's own words reach the operator, not "db error".
+#[tokio::test]
+async fn catalog_errors_carry_the_server_message_and_the_io_cause() {
+    let db = TestDb::new("caterr").await;
+    let mut params = walrelay::pg::wire::ConnectParams {
+        host: "127.0.0.1".into(),
+        port: pg_port(),
+        user: "walrelay".into(),
+        password: Some("walrelay".to_owned().into()),
+        database: db.name.clone(),
+        application_name: "walrelay-test".into(),
+        connect_timeout: Duration::from_secs(10),
+        max_message_size: 1 << 20,
+        tls: Default::default(),
+    };
+    let client = walrelay::pg::catalog::connect(&params).await.unwrap();
+    let e = walrelay::pg::catalog::setting(&client, "walrelay.no_such_setting")
+        .await
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("unrecognized configuration parameter"),
+        "{text}"
+    );
+
+    // A port nobody listens on: bind one, note it, close it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    params.port = port;
+    let text = match walrelay::pg::catalog::connect(&params).await {
+        Ok(_) => panic!("connected to a closed port"),
+        Err(e) => e.to_string(),
+    };
+    assert!(text.contains("Connection refused"), "{text}");
+}
+
+#[tokio::test]
+async fn check_says_kafka_refused_the_connection() {
+    let db = TestDb::new("kafkadown").await;
+    let names = Names::new("kafkadown");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = relay_config(&db, &names, "", "").replace(
+        &format!("brokers = \"{}\"", kafka_brokers()),
+        &format!("brokers = \"127.0.0.1:{port}\""),
+    );
+    let (code, report) = check(&write_config(&config));
+    assert_eq!(code, Some(1), "{report}");
+    let kafka = report
+        .lines()
+        .find(|l| l.starts_with("FAIL  kafka"))
+        .unwrap_or_else(|| panic!("{report}"));
+    // The fast path's words: it gave up when librdkafka said all brokers
+    // were down, with their reason, rather than after the metadata timeout.
+    assert!(
+        kafka.contains("no broker accepted a connection") && kafka.contains("Connection refused"),
+        "{report}"
+    );
+}
