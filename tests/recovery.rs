@@ -167,3 +167,133 @@ async fn slot_gauges_stay_fresh_while_kafka_is_unreachable() {
         "wal_status is known: {metrics}"
     );
 }
+
+/// A TCP proxy whose existing connections can be frozen: bytes stop flowing
+/// both ways but neither side sees a FIN or RST — a half-open connection, as
+/// when a peer or a middlebox disappears. New connections flow normally.
+struct FreezingProxy {
+    port: u16,
+    next_id: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    frozen_below: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl FreezingProxy {
+    async fn start(upstream_port: u16) -> FreezingProxy {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let next_id = Arc::new(AtomicU64::new(0));
+        let frozen_below = Arc::new(AtomicU64::new(0));
+        let (ids, frozen) = (next_id.clone(), frozen_below.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let id = ids.fetch_add(1, Ordering::SeqCst);
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream_port)).await
+                else {
+                    continue;
+                };
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                tokio::spawn(pump(cr, sw, id, frozen.clone()));
+                tokio::spawn(pump(sr, cw, id, frozen.clone()));
+            }
+        });
+        FreezingProxy {
+            port,
+            next_id,
+            frozen_below,
+        }
+    }
+
+    /// Freezes every connection made so far.
+    fn freeze_existing(&self) {
+        use std::sync::atomic::Ordering;
+        self.frozen_below
+            .store(self.next_id.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    id: u64,
+    frozen_below: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if id < frozen_below.load(Ordering::SeqCst) {
+            // Hold both halves open forever, reading and writing nothing.
+            std::future::pending::<()>().await;
+        }
+        let n = tokio::select! {
+            r = from.read(&mut buf) => r,
+            _ = tokio::time::sleep(Duration::from_millis(50)) => continue,
+        };
+        match n {
+            Ok(0) | Err(_) => {
+                let _ = to.shutdown().await;
+                return;
+            }
+            Ok(n) => {
+                if id < frozen_below.load(Ordering::SeqCst) {
+                    std::future::pending::<()>().await;
+                }
+                if to.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The replication connection goes half-open (nothing flows, nothing
+/// closes): walrelay notices the silence, reconnects and streams on,
+/// instead of waiting for the kernel's TCP timeouts (~15 minutes) with a
+/// green health check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_open_connection_is_noticed_and_replaced() {
+    require_kafka();
+    let db = TestDb::new("halfopen").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("halfopen");
+    let proxy = FreezingProxy::start(pg_port()).await;
+    let config = relay_config(&db, &names, "", "");
+    let direct = format!("port = {}\n", pg_port());
+    assert!(config.contains(&direct));
+    let config = config.replace(&direct, &format!("port = {}\n", proxy.port));
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", START).await;
+    let insert =
+        |id: &str| format!("INSERT INTO outbox VALUES ('{id}', 'order', 'a', 'Created', '{{}}')");
+    let before = "00000000-0000-4000-8000-000000000001";
+    db.client.batch_execute(&insert(before)).await.unwrap();
+    consume(&[&names.topic("order")], 1, START, Duration::ZERO);
+
+    proxy.freeze_existing();
+    let after = "00000000-0000-4000-8000-000000000002";
+    db.client.batch_execute(&insert(after)).await.unwrap();
+    // wal_sender_timeout (10 s) frees the slot on the server side; walrelay
+    // gives up on the silent connection after 30 s and reconnects.
+    let consumed = consume(
+        &[&names.topic("order")],
+        2,
+        Duration::from_secs(150),
+        Duration::ZERO,
+    );
+    assert!(
+        consumed
+            .iter()
+            .any(|c| c.header_str("id").as_deref() == Some(after)),
+        "the event after the connection froze never arrived: {consumed:?}\n{}",
+        relay.log()
+    );
+    assert!(
+        relay.log().contains("presumed dead"),
+        "the dead connection is named in the log: {}",
+        relay.log()
+    );
+    assert!(relay.stop().success());
+}

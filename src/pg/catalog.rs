@@ -76,7 +76,13 @@ pub async fn connect(params: &ConnectParams) -> Result<Client, CatalogError> {
         .dbname(&params.database)
         .application_name(&params.application_name)
         .options(crate::pg::wire::session_options())
-        .connect_timeout(params.connect_timeout);
+        .connect_timeout(params.connect_timeout)
+        // The same dead-peer detection as the replication connection.
+        .keepalives(true)
+        .keepalives_idle(std::time::Duration::from_secs(30))
+        .keepalives_interval(std::time::Duration::from_secs(10))
+        .keepalives_retries(3)
+        .tcp_user_timeout(std::time::Duration::from_secs(60));
     if params.host.starts_with('/') {
         cfg.host_path(&params.host);
     } else {

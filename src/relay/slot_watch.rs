@@ -18,7 +18,10 @@ use crate::pg::wire::ConnectParams;
 use crate::telemetry::Metrics;
 
 /// How often the slot is read.
-pub(super) const POLL_INTERVAL: Duration = Duration::from_secs(5);
+const POLL_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How long one read of the slot may take.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(15);
 
 const SLOT_SQL: &str = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::int8, \
                                pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8, \
@@ -52,7 +55,15 @@ pub(super) async fn watch(
         warned_down = false;
         let mut warned_status = String::new();
         loop {
-            match client.query_opt(SLOT_SQL, &[&slot]).await {
+            // A query that hangs (a half-open connection) must not freeze
+            // the gauges' age silently: give up and reconnect.
+            let read =
+                tokio::time::timeout(QUERY_TIMEOUT, client.query_opt(SLOT_SQL, &[&slot])).await;
+            let Ok(result) = read else {
+                tracing::debug!("slot query timed out; reconnecting the slot watcher");
+                break;
+            };
+            match result {
                 Ok(Some(row)) => {
                     let get = |i: usize| row.get::<_, Option<i64>>(i).unwrap_or(-1);
                     metrics.slot_lag_bytes.store(get(0), Ordering::Relaxed);
