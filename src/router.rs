@@ -13,9 +13,14 @@
 //!   aggregate id, a configured column missing from the table, a value that
 //!   cannot be converted — is a [`RouteError`] naming the table, the column,
 //!   the commit LSN and what to do. The caller stops before confirming it.
+//! - **Every captured relation is claimed.** A partition of a captured
+//!   (partitioned) outbox table is routed as the table itself, whether
+//!   pgoutput names the partition root (`publish_via_partition_root`, which
+//!   walrelay sets) or the leaf ([`Router::add_partitions`]). A row of a
+//!   relation that no route claims is never dropped without a trace: it is
+//!   [`Routed::Unclaimed`], which the relay counts and logs.
 //! - Deletes are ignored (insert-then-delete in one transaction is the usual
-//!   outbox pattern); updates follow the configured [`OnUpdate`] policy;
-//!   changes to tables that are not configured outbox tables are ignored.
+//!   outbox pattern); updates follow the configured [`OnUpdate`] policy.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -82,6 +87,12 @@ pub enum Routed {
         table: String,
         warn: bool,
     },
+    /// A row inserted into a published relation that no route claims (the
+    /// publication covers more than the outbox tables): not published;
+    /// counted and logged.
+    Unclaimed {
+        table: String,
+    },
 }
 
 /// One configured outbox table.
@@ -113,6 +124,10 @@ pub struct Router {
     /// Relation oid → binding; `Err` when the table lacks a configured column
     /// (reported on the first row, which is when it matters).
     bound: HashMap<Oid, Result<Bound, (String, String)>>,
+    /// `(schema, name)` of each partition of a captured table → its route.
+    partitions: HashMap<(String, String), Arc<Route>>,
+    /// Relations seen in the stream that no route claims, by oid.
+    unclaimed: HashMap<Oid, String>,
     /// The `walrelay.lsn` value of the transaction being routed: rows of one
     /// transaction share it, so it is formatted once.
     lsn_text: RefCell<(Lsn, Bytes)>,
@@ -127,6 +142,8 @@ impl Router {
         Router {
             routes,
             bound: HashMap::new(),
+            partitions: HashMap::new(),
+            unclaimed: HashMap::new(),
             lsn_text: RefCell::new((Lsn::ZERO, Bytes::new())),
         }
     }
@@ -139,18 +156,46 @@ impl Router {
             .collect()
     }
 
-    /// Learns (or re-learns) a relation's shape.
-    pub fn on_relation(&mut self, rel: &Relation) {
+    /// Claims the partitions `(schema, name)` of the captured table
+    /// `schema.table` for its route, so rows pgoutput reports under a
+    /// partition's own name are routed as the table's. Unknown tables are
+    /// ignored.
+    pub fn add_partitions(&mut self, schema: &str, table: &str, partitions: &[(String, String)]) {
         let Some(route) = self
             .routes
             .iter()
-            .find(|r| r.config.table.schema == rel.namespace && r.config.table.name == rel.name)
+            .find(|r| r.config.table.schema == schema && r.config.table.name == table)
             .cloned()
         else {
-            self.bound.remove(&rel.oid);
             return;
         };
-        self.bound.insert(rel.oid, bind(route, rel));
+        for p in partitions {
+            self.partitions.insert(p.clone(), route.clone());
+        }
+    }
+
+    /// Learns (or re-learns) a relation's shape.
+    pub fn on_relation(&mut self, rel: &Relation) {
+        let route = self
+            .routes
+            .iter()
+            .find(|r| r.config.table.schema == rel.namespace && r.config.table.name == rel.name)
+            .or_else(|| {
+                self.partitions
+                    .get(&(rel.namespace.clone(), rel.name.clone()))
+            })
+            .cloned();
+        match route {
+            Some(route) => {
+                self.unclaimed.remove(&rel.oid);
+                self.bound.insert(rel.oid, bind(route, rel));
+            }
+            None => {
+                self.bound.remove(&rel.oid);
+                self.unclaimed
+                    .insert(rel.oid, format!("{}.{}", rel.namespace, rel.name));
+            }
+        }
     }
 
     /// Routes an inserted row.
@@ -161,7 +206,14 @@ impl Router {
         commit_lsn: Lsn,
     ) -> Result<Routed, RouteError> {
         let bound = match self.bound.get(&rel) {
-            None => return Ok(Routed::Nothing),
+            None => {
+                return Ok(match self.unclaimed.get(&rel) {
+                    Some(table) => Routed::Unclaimed {
+                        table: table.clone(),
+                    },
+                    None => Routed::Nothing,
+                });
+            }
             Some(Err((table, column))) => {
                 return Err(RouteError {
                     table: table.clone(),
@@ -335,7 +387,7 @@ impl Bound {
                         &c.payload_column,
                         lsn,
                         "the bytea value is not in hex format",
-                        "set bytea_output = 'hex' for the walrelay role",
+                        "walrelay sets bytea_output = 'hex' on its connections; report this as a bug",
                     )
                 })?)
             }

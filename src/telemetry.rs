@@ -47,6 +47,7 @@ pub struct Metrics {
     pub records_acked: AtomicU64,
     pub transactions: AtomicU64,
     pub updates_ignored: AtomicU64,
+    pub rows_unclaimed: AtomicU64,
     pub sessions_started: AtomicU64,
     pub session_errors: AtomicU64,
     pub confirmed_lsn: AtomicU64,
@@ -78,6 +79,7 @@ impl Metrics {
             records_acked: AtomicU64::new(0),
             transactions: AtomicU64::new(0),
             updates_ignored: AtomicU64::new(0),
+            rows_unclaimed: AtomicU64::new(0),
             sessions_started: AtomicU64::new(0),
             session_errors: AtomicU64::new(0),
             confirmed_lsn: AtomicU64::new(0),
@@ -270,6 +272,12 @@ impl Metrics {
             "counter",
             "Updates of outbox rows, not published (on_update = warn or skip).",
             u(&self.updates_ignored),
+        );
+        metric(
+            "walrelay_rows_unclaimed_total",
+            "counter",
+            "Rows inserted into published tables that no [[outbox]] section claims, not published.",
+            u(&self.rows_unclaimed),
         );
         metric(
             "walrelay_sessions_started_total",

@@ -116,7 +116,7 @@ impl Session {
         let config = self.config.clone();
         let pg = &config.postgres;
         let params = connect_params(&config);
-        let router = Router::new(&config.outbox);
+        let mut router = Router::new(&config.outbox);
 
         // 1. Server checks and publication, on an ordinary connection: the
         //    same checks `walrelay check` runs (crate::startup).
@@ -125,7 +125,14 @@ impl Session {
         startup::replication_privilege(&catalog, &pg.user).await?;
         let mut tables = Vec::with_capacity(config.outbox.len());
         for outbox in &config.outbox {
-            tables.push(startup::outbox_table(&catalog, outbox).await?.0);
+            let table = startup::outbox_table(&catalog, outbox).await?.0;
+            let partitions: Vec<(String, String)> = table
+                .partitions
+                .iter()
+                .map(|(_, schema, name)| (schema.clone(), name.clone()))
+                .collect();
+            router.add_partitions(&table.schema, &table.name, &partitions);
+            tables.push(table);
         }
         let routes: Vec<_> = config.outbox.iter().zip(&tables).collect();
         startup::publication(&catalog, pg, &routes)
@@ -272,6 +279,7 @@ impl Session {
             awaiting_reports: 0,
             received: start,
             warned_updates: HashSet::new(),
+            warned_unclaimed: HashSet::new(),
             metrics: self.metrics.clone(),
         };
         drop(catalog);

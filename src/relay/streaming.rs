@@ -53,6 +53,8 @@ pub(super) struct Streaming {
     /// or keepalive); never 0/0 once anything arrived.
     pub(super) received: Lsn,
     pub(super) warned_updates: HashSet<String>,
+    /// Tables whose unclaimed rows were logged this session.
+    pub(super) warned_unclaimed: HashSet<String>,
 }
 
 impl Streaming {
@@ -237,9 +239,19 @@ impl Streaming {
                         lsn: wal_start,
                         what: e.to_string(),
                     })?;
-                if let Routed::Record(record) =
-                    self.router.on_insert(i.relation, &i.new, open.commit_lsn)?
-                {
+                let routed = self.router.on_insert(i.relation, &i.new, open.commit_lsn)?;
+                if let Routed::Unclaimed { table } = &routed {
+                    self.metrics.rows_unclaimed.fetch_add(1, Ordering::Relaxed);
+                    if self.warned_unclaimed.insert(table.clone()) {
+                        tracing::warn!(
+                            %table, lsn = %open.commit_lsn,
+                            "the publication publishes rows of a table that no [[outbox]] section \
+                             claims; they are not published (add the table to the configuration, \
+                             or remove it from the publication; logged once per table per session)"
+                        );
+                    }
+                }
+                if let Routed::Record(record) = routed {
                     let bytes = record.size();
                     self.checkpoint.record_sent(open.id, bytes)?;
                     self.metrics
@@ -571,6 +583,7 @@ mod tests {
             awaiting_reports: 0,
             received: start,
             warned_updates: HashSet::new(),
+            warned_unclaimed: HashSet::new(),
         }
     }
 

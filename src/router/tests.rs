@@ -216,6 +216,9 @@ fn bytea_payload_is_decoded_from_hex() {
     assert!(r.on_insert(42, &bytes_row, LSN).is_err());
 }
 
+/// Other published tables publish nothing, but are reported (see
+/// `a_row_no_route_claims_is_reported_as_unclaimed`); a relation never
+/// described publishes nothing (the relay refuses it before routing).
 #[test]
 fn other_tables_and_unknown_relations_publish_nothing() {
     let mut r = router("");
@@ -223,7 +226,12 @@ fn other_tables_and_unknown_relations_publish_nothing() {
     other.oid = 7;
     other.name = "orders".into();
     r.on_relation(&other);
-    assert_eq!(r.on_insert(7, &order_row(), LSN), Ok(Routed::Nothing));
+    assert_eq!(
+        r.on_insert(7, &order_row(), LSN),
+        Ok(Routed::Unclaimed {
+            table: "public.orders".into()
+        })
+    );
     assert_eq!(r.on_insert(999, &order_row(), LSN), Ok(Routed::Nothing));
 }
 
@@ -401,4 +409,49 @@ fn lsn_header_follows_the_transaction() {
         Some(&b"2/00000001"[..])
     );
     assert_eq!(lsn_of(LSN).as_deref(), Some(&b"1/00000A00"[..]));
+}
+
+/// pgoutput names the leaf partition when the publication does not publish
+/// via the partition root: its rows are still the outbox table's.
+#[test]
+fn a_partition_of_a_captured_table_is_routed_as_the_table() {
+    let mut r = Router::new(&config(""));
+    r.add_partitions(
+        "public",
+        "outbox",
+        &[("public".to_owned(), "outbox_2026_11".to_owned())],
+    );
+    let mut leaf = relation(debezium_columns());
+    leaf.oid = 77;
+    leaf.name = "outbox_2026_11".into();
+    r.on_relation(&leaf);
+    match r.on_insert(77, &order_row(), LSN).unwrap() {
+        Routed::Record(rec) => assert_eq!(rec.key.as_deref(), Some(&b"order-17"[..])),
+        other => panic!("a partition's row must be routed, got {other:?}"),
+    }
+}
+
+/// A row of a published relation that no route claims is reported, never
+/// dropped without a trace.
+#[test]
+fn a_row_no_route_claims_is_reported_as_unclaimed() {
+    let mut r = router("");
+    let mut other = relation(debezium_columns());
+    other.oid = 99;
+    other.name = "outbox_copy".into();
+    r.on_relation(&other);
+    assert_eq!(
+        r.on_insert(99, &order_row(), LSN).unwrap(),
+        Routed::Unclaimed {
+            table: "public.outbox_copy".into()
+        }
+    );
+    // A relation later claimed (re-sent Relation message) is routed again.
+    let mut claimed = relation(debezium_columns());
+    claimed.oid = 99;
+    r.on_relation(&claimed);
+    assert!(matches!(
+        r.on_insert(99, &order_row(), LSN).unwrap(),
+        Routed::Record(_)
+    ));
 }
