@@ -22,16 +22,81 @@ pub struct Location {
 }
 
 impl Location {
-    /// The position of byte `offset` in `text`.
+    /// The position of byte `offset` in `text`. Scans `text` once; to place
+    /// many offsets in one text, build a [`LineIndex`] instead.
     pub(crate) fn at(text: &str, offset: usize) -> Location {
-        let offset = offset.min(text.len());
-        let before = text.get(..offset).unwrap_or(text);
-        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-        Location {
-            line: before.matches('\n').count() + 1,
-            column: before[line_start..].chars().count() + 1,
+        LineIndex::new(text).location(offset)
+    }
+}
+
+/// Bytes per block of [`LineIndex`]'s character counts.
+const BLOCK: usize = 4096;
+
+/// Line starts and character counts of a text, built in one pass, so that
+/// each [`LineIndex::location`] costs a binary search plus at most one block
+/// of bytes, however long the file or its lines. (Scanning from the start of
+/// the file for every key made loading quadratic: 40,000 keys took 16 s.)
+pub(crate) struct LineIndex<'t> {
+    bytes: &'t [u8],
+    /// Byte offset of the start of each line; `line_starts[0] == 0`.
+    line_starts: Vec<usize>,
+    /// Characters in `bytes[..k * BLOCK]`, for each `k`.
+    block_chars: Vec<usize>,
+}
+
+impl<'t> LineIndex<'t> {
+    pub(crate) fn new(text: &'t str) -> LineIndex<'t> {
+        let bytes = text.as_bytes();
+        let mut line_starts = vec![0];
+        line_starts.extend(
+            bytes
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| **b == b'\n')
+                .map(|(i, _)| i + 1),
+        );
+        let mut block_chars = Vec::with_capacity(bytes.len() / BLOCK + 1);
+        let mut chars = 0;
+        for block in bytes.chunks(BLOCK) {
+            block_chars.push(chars);
+            chars += count_chars(block);
+        }
+        block_chars.push(chars);
+        LineIndex {
+            bytes,
+            line_starts,
+            block_chars,
         }
     }
+
+    /// Characters before byte `offset`.
+    fn chars_before(&self, offset: usize) -> usize {
+        let block = offset / BLOCK;
+        let start = block * BLOCK;
+        self.block_chars.get(block).copied().unwrap_or(0)
+            + count_chars(self.bytes.get(start..offset).unwrap_or_default())
+    }
+
+    /// The line and column of byte `offset` (clamped to the text).
+    pub(crate) fn location(&self, offset: usize) -> Location {
+        let offset = offset.min(self.bytes.len());
+        // `line_starts[0] == 0 <= offset`, so the count is at least 1.
+        let line = self.line_starts.partition_point(|&start| start <= offset);
+        let line_start = self
+            .line_starts
+            .get(line.wrapping_sub(1))
+            .copied()
+            .unwrap_or(0);
+        Location {
+            line,
+            column: self.chars_before(offset) - self.chars_before(line_start) + 1,
+        }
+    }
+}
+
+/// UTF-8 characters that start in `bytes` (continuation bytes are not counted).
+fn count_chars(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|b| (**b & 0xC0) != 0x80).count()
 }
 
 impl fmt::Display for Location {
@@ -68,10 +133,12 @@ impl Problem {
         }
         out.push_str(": ");
         if let Some(key) = &self.key {
-            out.push_str(key);
+            out.push_str(&shorten(key, MAX_KEY_CHARS));
             out.push_str(": ");
         }
-        out.push_str(&self.message);
+        // Messages quote values through `quoted`; this is the last line of
+        // defence for text from elsewhere (TOML, serde).
+        out.push_str(&shorten(&self.message, MAX_MESSAGE_CHARS));
         out
     }
 }
@@ -89,6 +156,19 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    /// The file is larger than any configuration should be.
+    #[error(
+        "{}: the file is larger than {} MiB, so it is not read; a walrelay configuration is a \
+         few kilobytes: check that --config names the right file",
+        path.display(),
+        limit >> 20
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit in bytes.
+        limit: u64,
+    },
     /// The file was read but is not a valid configuration.
     #[error("{}", render_problems(origin, problems))]
     Invalid {
@@ -100,27 +180,117 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    /// The individual problems (empty for [`ConfigError::Read`]).
+    /// The individual problems (empty when the file was not read).
     pub fn problems(&self) -> &[Problem] {
         match self {
-            ConfigError::Read { .. } => &[],
+            ConfigError::Read { .. } | ConfigError::TooLarge { .. } => &[],
             ConfigError::Invalid { problems, .. } => problems,
         }
     }
 }
+
+/// At most this many problems are listed; the rest are counted.
+const MAX_LISTED_PROBLEMS: usize = 50;
 
 fn render_problems(origin: &str, problems: &[Problem]) -> String {
     match problems {
         [one] => one.render(origin),
         many => {
             let mut out = format!("{origin}: {} configuration problems:", many.len());
-            for problem in many {
+            for problem in many.iter().take(MAX_LISTED_PROBLEMS) {
                 out.push_str("\n  ");
                 out.push_str(&problem.render(origin));
+            }
+            if let Some(more) = many
+                .len()
+                .checked_sub(MAX_LISTED_PROBLEMS)
+                .filter(|n| *n > 0)
+            {
+                out.push_str(&format!(
+                    "\n  … and {more} more; fix these first, then check again"
+                ));
             }
             out
         }
     }
+}
+
+/// Characters of a value quoted in a message; longer values are cut.
+pub(crate) const MAX_VALUE_CHARS: usize = 64;
+/// Characters of a key path in a message.
+const MAX_KEY_CHARS: usize = 200;
+/// Characters of one problem's message.
+const MAX_MESSAGE_CHARS: usize = 2000;
+
+/// `text` cut to its first `max` characters, marked with "… (N bytes)" when
+/// cut, so that a huge value in a file does not flood the terminal or the log.
+pub fn shorten(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_owned(),
+        Some((end, _)) => format!("{}… ({} bytes)", &text[..end], text.len()),
+    }
+}
+
+/// A value quoted for a message (`"abc"`, escapes as in Rust), cut to its
+/// first [`MAX_VALUE_CHARS`] characters with "… (N bytes)" when longer.
+/// Use it for every value a message repeats (never for a secret).
+pub fn quoted(value: &str) -> String {
+    match value.char_indices().nth(MAX_VALUE_CHARS) {
+        None => format!("{value:?}"),
+        Some((end, _)) => format!("{:?}… ({} bytes)", &value[..end], value.len()),
+    }
+}
+
+/// Cuts long `…`- and "…"-quoted spans in a message written by serde or
+/// toml (`unknown variant `…``, `invalid type: string "…"`), keeping the
+/// rest (the expected values, the hint) intact.
+pub(crate) fn shorten_quoted_spans(message: &str) -> String {
+    let mut out = String::with_capacity(message.len().min(4 * MAX_VALUE_CHARS));
+    let mut rest = message;
+    while let Some(open) = rest.find(['`', '"']) {
+        let quote = rest.as_bytes()[open] as char;
+        out.push_str(&rest[..=open]);
+        let inner = &rest[open + 1..];
+        // The closing quote; in "…" spans, skip backslash escapes.
+        let mut close = None;
+        let mut escaped = false;
+        for (i, c) in inner.char_indices() {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' && quote == '"' {
+                escaped = true;
+            } else if c == quote {
+                close = Some(i);
+                break;
+            }
+        }
+        let span = &inner[..close.unwrap_or(inner.len())];
+        match span.char_indices().nth(MAX_VALUE_CHARS) {
+            None => out.push_str(span),
+            Some((end, _)) => out.push_str(&span[..end]),
+        }
+        let cut = span.chars().nth(MAX_VALUE_CHARS).is_some();
+        match close {
+            Some(i) => {
+                if cut {
+                    out.push('…');
+                }
+                out.push(quote);
+                if cut {
+                    out.push_str(&format!(" ({} bytes)", span.len()));
+                }
+                rest = &inner[i + 1..];
+            }
+            None => {
+                if cut {
+                    out.push_str(&format!("… ({} bytes)", span.len()));
+                }
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Formats one key of a key path: bare when TOML allows it, quoted otherwise
@@ -222,10 +392,17 @@ impl<'t> SourceMap<'t> {
                 message: "this required key is missing; add it".to_owned(),
             };
         }
+        let message = shorten_quoted_spans(message);
         let message = if message.starts_with("unknown field") {
             format!("{message}; remove the key or correct its spelling")
+        } else if message.starts_with("invalid type: map, expected a sequence") {
+            let section = key.as_deref().unwrap_or("outbox");
+            format!(
+                "{message}; write the section header with double brackets, [[{section}]], \
+                 one such section per entry (for outbox tables: one [[outbox]] per table)"
+            )
         } else {
-            plain_types(message)
+            plain_types(&message)
         };
         Problem {
             key,
@@ -236,9 +413,10 @@ impl<'t> SourceMap<'t> {
 
     /// Line and column of every key path's value, kept for later validation messages.
     pub(crate) fn locations(&self) -> BTreeMap<String, Location> {
+        let index = LineIndex::new(self.text);
         self.entries
             .iter()
-            .map(|e| (e.path.clone(), Location::at(self.text, e.value.start)))
+            .map(|e| (e.path.clone(), index.location(e.value.start)))
             .collect()
     }
 }

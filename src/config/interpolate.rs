@@ -8,6 +8,8 @@
 
 use std::env::VarError;
 
+use super::error::{MAX_VALUE_CHARS, shorten};
+
 /// Looks up one environment variable; `std::env::var` in production.
 pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Result<String, VarError>;
 
@@ -24,21 +26,27 @@ impl InterpolateError {
     /// The message for an operator. For secret keys the offending text is not
     /// repeated, since it may be part of a literal password.
     pub(crate) fn describe(&self, secret: bool) -> String {
+        let short = |name: &str| shorten(name, MAX_VALUE_CHARS);
         match self {
             InterpolateError::Unset { var } => format!(
-                "environment variable {var} is not set; export it before starting walrelay \
-                 (or write $${{ for a literal \"${{\")"
+                "environment variable {} is not set; export it before starting walrelay \
+                 (or write $${{ for a literal \"${{\")",
+                short(var)
             ),
             InterpolateError::NotUnicode { var } => {
-                format!("environment variable {var} is set but is not valid UTF-8")
+                format!(
+                    "environment variable {} is set but is not valid UTF-8",
+                    short(var)
+                )
             }
             InterpolateError::Unterminated => {
                 "\"${\" is not closed by \"}\"; write ${NAME}, or $${ for a literal \"${\""
                     .to_owned()
             }
             InterpolateError::InvalidName { name } if !secret => format!(
-                "\"${{{name}}}\" is not a valid variable reference; names use letters, digits \
-                 and '_' and do not start with a digit (write $${{ for a literal \"${{\")"
+                "\"${{{}}}\" is not a valid variable reference; names use letters, digits \
+                 and '_' and do not start with a digit (write $${{ for a literal \"${{\")",
+                short(name)
             ),
             InterpolateError::InvalidName { .. } => {
                 "contains a \"${...}\" reference with an invalid variable name; names use \

@@ -14,6 +14,15 @@
 //!   and [`KafkaConfig::producer_properties`] never emits them.
 //! - Secrets (`postgres.password`, librdkafka properties such as
 //!   `sasl.password`) never appear in `Debug` output or error messages.
+//!   librdkafka property names must be spelt as librdkafka spells them
+//!   (lower-case, no spaces), so a misspelt secret is refused by name before
+//!   librdkafka could repeat its value.
+//! - Every number and duration has a range (`validate::limits`), so nothing
+//!   derived from them (queue sizes, doubled backoffs, deadlines) overflows.
+//! - Error messages repeat a value only as a short prefix with its size
+//!   ([`quoted`], [`shorten`]), and list at most 50 problems.
+//! - Loading is linear in the size of the file: key positions come from a
+//!   line index built once. Files over [`MAX_FILE_BYTES`] are not read.
 //!
 //! `${NAME}` in `postgres.host`, `postgres.user`, `postgres.password`,
 //! `postgres.database`, `kafka.brokers` and `[kafka.librdkafka]` values is
@@ -39,7 +48,7 @@ use serde::Deserialize;
 use error::{Origin, SourceMap};
 use interpolate::interpolate;
 
-pub use error::{ConfigError, Location, Problem};
+pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
 pub use schema::{
     Compression, ConnectorConfig, HealthConfig, KafkaConfig, OnUpdate, OutboxConfig,
@@ -47,6 +56,11 @@ pub use schema::{
 };
 pub use template::{Segment, TableRef, TopicTemplate, is_topic_char, topic_name_problem};
 pub use units::parse_byte_size;
+
+/// The largest configuration file [`Config::from_file`] reads (16 MiB). A
+/// real one is a few kilobytes; the bound keeps a wrong path (a log file, a
+/// device) from being read into memory whole.
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
 
 /// A complete, validated walrelay configuration.
 #[derive(Clone)]
@@ -80,11 +94,22 @@ struct Document {
 impl Config {
     /// Reads, interpolates and validates the configuration file at `path`.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        use std::io::Read;
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let read_error = |source| ConfigError::Read {
             path: path.to_owned(),
             source,
-        })?;
+        };
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .and_then(|file| file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text))
+            .map_err(read_error)?;
+        if text.len() as u64 > MAX_FILE_BYTES {
+            return Err(ConfigError::TooLarge {
+                path: path.to_owned(),
+                limit: MAX_FILE_BYTES,
+            });
+        }
         Config::from_str(&text, &path.display().to_string())
     }
 
@@ -146,6 +171,13 @@ impl Config {
         }
     }
 
+    /// An error about `key` (a key path such as `kafka.linger`), placed at
+    /// the key's line when it is in the file: for checks made outside this
+    /// module, such as librdkafka's view of the producer settings.
+    pub fn error_at(&self, key: &str, message: impl Into<String>) -> ConfigError {
+        self.origin.error(vec![Problem::new(key, message)])
+    }
+
     /// Where the configuration came from (the file name given to the loader).
     pub fn origin(&self) -> &str {
         &self.origin.name
@@ -176,6 +208,12 @@ impl Config {
         }
         problems
     }
+}
+
+/// The key path of librdkafka property `property` in `[kafka.librdkafka]`
+/// (`kafka.librdkafka."message.timeout.ms"`).
+pub fn librdkafka_key_path(property: &str) -> String {
+    error::join_key("kafka.librdkafka", property)
 }
 
 fn substitute(

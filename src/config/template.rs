@@ -9,6 +9,8 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer};
 
+use super::error::quoted;
+
 /// The longest identifier PostgreSQL keeps (NAMEDATALEN - 1 bytes); longer
 /// names are silently truncated by the server, so we refuse them.
 pub const MAX_IDENTIFIER_BYTES: usize = 63;
@@ -31,8 +33,9 @@ impl TableRef {
     pub fn parse(text: &str) -> Result<TableRef, String> {
         let fail = |why: String| {
             format!(
-                "invalid table {text:?}: {why}; write schema.table or table (schema public), \
-                 unquoted and exactly as stored in the catalog, e.g. \"public.outbox\""
+                "invalid table {}: {why}; write schema.table or table (schema public), \
+                 unquoted and exactly as stored in the catalog, e.g. \"public.outbox\"",
+                quoted(text)
             )
         };
         let (schema, name) = match text.split_once('.') {
@@ -53,7 +56,8 @@ impl TableRef {
             }
             if part.len() > MAX_IDENTIFIER_BYTES {
                 return Err(fail(format!(
-                    "{part:?} is longer than {MAX_IDENTIFIER_BYTES} bytes"
+                    "{} is longer than {MAX_IDENTIFIER_BYTES} bytes",
+                    quoted(part)
                 )));
             }
         }
@@ -113,7 +117,7 @@ impl TopicTemplate {
 
     /// Parses a template; the error says where and what is wrong.
     pub fn parse(text: &str) -> Result<TopicTemplate, String> {
-        let fail = |why: String| format!("invalid topic template {text:?}: {why}");
+        let fail = |why: String| format!("invalid topic template {}: {why}", quoted(text));
         if text.is_empty() {
             return Err(fail(format!(
                 "it is empty; set a topic such as \"{}\"",
@@ -247,7 +251,7 @@ pub fn topic_name_problem(name: &str) -> Option<String> {
         return Some("a topic name cannot be empty".to_owned());
     }
     if name == "." || name == ".." {
-        return Some(format!("{name:?} is not allowed as a topic name"));
+        return Some(format!("{} is not allowed as a topic name", quoted(name)));
     }
     if name.len() > MAX_TOPIC_LEN {
         return Some(format!(

@@ -961,7 +961,7 @@ fn durations_parse_with_units_and_name_the_key_when_they_do_not() {
     );
     let error = load_err(&MINIMAL.replace("[kafka]", "[kafka]\nlinger = \"20m\""));
     assert!(
-        error.contains("kafka.linger: librdkafka allows at most 900s"),
+        error.contains("kafka.linger: must be at most 1m (got 20m)"),
         "{error}"
     );
     let error = load_err(&MINIMAL.replace("[postgres]", "[postgres]\nstatus_interval = \"0s\""));
@@ -1080,6 +1080,38 @@ fn locations_count_characters_not_bytes() {
     );
 }
 
+/// A file with `n` extra librdkafka keys, the last of which is refused.
+fn many_keys(n: usize) -> String {
+    use std::fmt::Write;
+    let mut text = minimal_with("[kafka.librdkafka]");
+    for i in 0..n {
+        writeln!(text, "\"x.prop{i}\" = \"{i}\"").unwrap();
+    }
+    text.push_str("acks = \"1\"\n");
+    text
+}
+
+/// Loading locates every key of the file. That used to rescan the file from
+/// its start for each key: quadratic, 16.6 s for 40,000 keys in a release
+/// build, and a test build did not finish this test in 10 minutes (with
+/// 100,000 keys). Now the file is indexed once. The refused key at the end
+/// must still be placed exactly.
+#[test]
+fn a_file_with_many_keys_loads_and_places_its_last_key() {
+    let n = 40_000;
+    let text = many_keys(n);
+    let error = load(&text).unwrap_err();
+    let problem = &error.problems()[0];
+    assert_eq!(problem.key.as_deref(), Some("kafka.librdkafka.acks"));
+    assert_eq!(
+        problem.location,
+        Some(Location {
+            line: text.lines().count(),
+            column: 8
+        })
+    );
+}
+
 #[test]
 fn syntax_errors_have_a_location_but_no_key() {
     let error =
@@ -1188,4 +1220,242 @@ fn sslrootcert_needs_a_verifying_mode_and_an_existing_file() {
     )))
     .unwrap();
     assert_eq!(config.postgres.sslrootcert.as_deref(), Some(ca.as_path()));
+}
+
+fn with_kafka(keys: &str) -> String {
+    MINIMAL.replace("[kafka]", &format!("[kafka]\n{keys}"))
+}
+
+/// A secret property whose name is off by case or a space is refused by
+/// name at load: librdkafka would not know it (so nothing marks it secret)
+/// and its error would repeat the value.
+#[test]
+fn librdkafka_property_names_must_be_lower_case_without_spaces() {
+    for (name, fixed) in [
+        ("SASL.Password", "sasl.password"),
+        ("sasl.password ", "sasl.password"),
+        (" sasl.password", "sasl.password"),
+        ("sasl .password", "sasl.password"),
+        ("Batch.Num.Messages", "batch.num.messages"),
+    ] {
+        let text = minimal_with(&format!(
+            "[kafka.librdkafka]\n\"{name}\" = \"${{WALRELAY_KAFKA_PASSWORD}}\""
+        ));
+        let error = load_err(&text);
+        assert!(
+            error.contains(&format!("kafka.librdkafka.\"{name}\"")),
+            "{name}: {error}"
+        );
+        assert!(
+            error.contains(&format!("write \"{fixed}\"")),
+            "{name}: {error}"
+        );
+        assert!(!error.contains(KAFKA_PASSWORD), "{name}: {error}");
+        assert_eq!(error.lines().count(), 1, "{name}: {error}");
+    }
+    // Names librdkafka uses are accepted as they are.
+    load(&minimal_with(
+        "[kafka.librdkafka]\n\"ssl.ca.location\" = \"/etc/ca.pem\"\n\"sasl.oauthbearer.client.id\" = \"x\"",
+    ))
+    .unwrap();
+}
+
+/// Every number and duration has an upper bound, named with the range.
+#[test]
+fn numbers_and_durations_are_bounded_and_the_error_gives_the_range() {
+    let cases = [
+        (
+            with_kafka("max_in_flight_records = 18446744073709551615"),
+            "kafka.max_in_flight_records: must be greater than 0 and at most 10000000 (got 18446744073709551615)",
+        ),
+        (
+            with_kafka("max_in_flight_bytes = \"17GiB\""),
+            "kafka.max_in_flight_bytes: must be greater than 0 and at most 16GiB",
+        ),
+        (
+            with_kafka("shutdown_flush_timeout = \"500000y\""),
+            "kafka.shutdown_flush_timeout: must be at most 1h (got ",
+        ),
+        (
+            with_kafka("linger = \"300s\""),
+            "kafka.linger: must be at most 1m (got 5m)",
+        ),
+        (
+            with_postgres("connect_timeout = \"1d\""),
+            "postgres.connect_timeout: must be longer than 0 and at most 10m (got 1day)",
+        ),
+        (
+            with_postgres("status_interval = \"11m\""),
+            "postgres.status_interval: must be longer than 0 and at most 10m (got 11m)",
+        ),
+        (
+            with_postgres("reconnect_backoff_initial = \"2h\"\nreconnect_backoff_max = \"3h\""),
+            "postgres.reconnect_backoff_initial: must be longer than 0 and at most 1h (got 2h)",
+        ),
+        (
+            with_postgres("reconnect_backoff_max = \"100000000h\""),
+            "postgres.reconnect_backoff_max: must be longer than 0 and at most 1h",
+        ),
+        (
+            with_postgres("max_message_size = \"2GiB\""),
+            "postgres.max_message_size: must be greater than 0 and at most 1GiB",
+        ),
+    ];
+    for (text, expected) in cases {
+        let error = load_err(&text);
+        assert!(
+            error.contains(expected),
+            "expected {expected:?} in:\n{error}"
+        );
+    }
+    // The upper bounds themselves are allowed.
+    let config = load(&with_kafka(
+        "max_in_flight_records = 10000000\nmax_in_flight_bytes = \"16GiB\"\nlinger = \"60s\"\nshutdown_flush_timeout = \"1h\"",
+    ))
+    .unwrap();
+    assert_eq!(config.kafka.linger, Duration::from_secs(60));
+    load(&with_postgres(
+        "connect_timeout = \"10m\"\nstatus_interval = \"10m\"\nreconnect_backoff_initial = \"1h\"\nreconnect_backoff_max = \"1h\"\nmax_message_size = \"1GiB\"",
+    ))
+    .unwrap();
+}
+
+#[test]
+fn broker_entries_need_a_host_and_a_valid_port() {
+    for (brokers, entry) in [
+        ("host:99999", "host:99999"),
+        ("host:abc", "host:abc"),
+        ("host:", "host:"),
+        ("k1:9092, host:0", "host:0"),
+        (":9092", ":9092"),
+        ("::1:9092", "::1:9092"),
+        ("[::1:9092", "[::1:9092"),
+        ("[::1]9092", "[::1]9092"),
+    ] {
+        let error = load_err(&MINIMAL.replace("127.0.0.1:9092", brokers));
+        assert!(
+            error.contains(&format!("kafka.brokers: entry \"{entry}\"")),
+            "{brokers}: {error}"
+        );
+    }
+    for ok in [
+        "k1:9092,k2:9093",
+        "kafka",
+        "[::1]:9092",
+        "[::1]",
+        "SSL://kafka:9093",
+        "k1:65535",
+    ] {
+        let config = load(&MINIMAL.replace("127.0.0.1:9092", ok));
+        assert!(config.is_ok(), "{ok}: {:?}", config.err());
+    }
+}
+
+#[test]
+fn outbox_written_with_single_brackets_gets_a_hint() {
+    let error = load_err(&MINIMAL.replace("[[outbox]]", "[outbox]"));
+    assert!(error.contains("outbox: invalid type: map"), "{error}");
+    assert!(error.contains("[[outbox]]"), "{error}");
+    assert!(error.contains("one [[outbox]] per table"), "{error}");
+}
+
+/// A huge value is repeated in an error only as a short prefix with its size.
+#[test]
+fn errors_cut_long_values_by_characters() {
+    let huge = "é".repeat(500_000); // 1 MB
+    let size = format!("({} bytes)", huge.len());
+    let cases = [
+        // Our own validation messages.
+        MINIMAL.replace("name = \"orders\"", &format!("name = \"{huge}\"")),
+        with_postgres(&format!("slot = \"{huge}\"")),
+        MINIMAL.replace("127.0.0.1:9092", &format!("{huge}:1")),
+        // Messages of the parser and of serde.
+        with_kafka(&format!("compression = \"{huge}\"")),
+        with_kafka(&format!("linger = \"{huge}\"")),
+        with_postgres(&format!("port = \"{huge}\"")),
+        MINIMAL.replace(
+            "[postgres]",
+            &format!("[postgres]\n{} = 1", "k".repeat(1_000_000)),
+        ),
+    ];
+    for (i, text) in cases.iter().enumerate() {
+        // Not `load_err`: a failure must not print the 10 MB config.
+        let Err(error) = load(text) else {
+            panic!("case {i} loaded")
+        };
+        let error = error.to_string();
+        let head: String = error.chars().take(300).collect();
+        assert!(
+            error.len() < 2_000,
+            "case {i}: {} bytes: {head}",
+            error.len()
+        );
+        assert!(
+            error.contains('…') && error.contains(&size),
+            "case {i}: {error}"
+        );
+    }
+    assert_eq!(shorten("abc", 2), "ab… (3 bytes)");
+    assert_eq!(shorten("äbc", 2), "äb… (4 bytes)");
+    assert_eq!(shorten("abc", 3), "abc");
+    assert_eq!(quoted("a\"b"), "\"a\\\"b\"");
+}
+
+/// Many problems are counted, not all listed.
+#[test]
+fn a_long_list_of_problems_is_cut() {
+    let mut text = minimal_with("[kafka.librdkafka]");
+    for i in 0..1000 {
+        text.push_str(&format!("\"Bad{i}\" = 1\n"));
+    }
+    let error = load_err(&text);
+    assert!(error.contains("1000 configuration problems"), "{error}");
+    assert!(error.contains("… and 950 more"), "{error}");
+    assert_eq!(error.lines().count(), 52, "{error}");
+}
+
+#[test]
+fn a_file_larger_than_any_configuration_is_not_read() {
+    let dir = std::env::temp_dir().join(format!("walrelay-config-huge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("huge.toml");
+    let mut text = MINIMAL.to_owned();
+    text.push_str(&"#".repeat(MAX_FILE_BYTES as usize));
+    std::fs::write(&path, text).unwrap();
+    let error = Config::from_file(&path).unwrap_err();
+    assert!(matches!(error, ConfigError::TooLarge { .. }), "{error}");
+    assert!(error.to_string().contains("larger than 16 MiB"), "{error}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The loader's line index places every offset as a scan from the start
+/// of the text would.
+fn location_by_scanning(text: &str, offset: usize) -> Location {
+    let before = &text[..offset];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    Location {
+        line: before.matches('\n').count() + 1,
+        column: before[line_start..].chars().count() + 1,
+    }
+}
+
+proptest! {
+    #[test]
+    fn line_index_agrees_with_a_scan(
+        lines in prop::collection::vec("[a-zé€😀 =\"]{0,40}", 0..30),
+        long_line in 0usize..12_000,
+        picks in prop::collection::vec(any::<prop::sample::Index>(), 1..20),
+    ) {
+        let mut text = lines.join("\n");
+        // One line longer than the index's block of 4096 bytes.
+        text.push('\n');
+        text.push_str(&"é".repeat(long_line));
+        text.push_str("\nend");
+        let boundaries: Vec<usize> = text.char_indices().map(|(i, _)| i).chain([text.len()]).collect();
+        let index = super::error::LineIndex::new(&text);
+        for pick in picks {
+            let offset = boundaries[pick.index(boundaries.len())];
+            prop_assert_eq!(index.location(offset), location_by_scanning(&text, offset));
+        }
+    }
 }

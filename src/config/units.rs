@@ -15,6 +15,8 @@ use secrecy::SecretString;
 use serde::Deserializer;
 use serde::de::{self, Visitor};
 
+use super::error::quoted;
+
 /// A `humantime` duration string such as `"500ms"`, `"10s"` or `"2m"`.
 pub(crate) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     struct V;
@@ -26,7 +28,8 @@ pub(crate) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::E
         fn visit_str<E: de::Error>(self, s: &str) -> Result<Duration, E> {
             humantime::parse_duration(s.trim()).map_err(|e| {
                 E::custom(format!(
-                    "invalid duration {s:?}: {e}; write a number with a unit, e.g. \"500ms\", \"10s\" or \"2m\""
+                    "invalid duration {}: {e}; write a number with a unit, e.g. \"500ms\", \"10s\" or \"2m\"",
+                    quoted(s)
                 ))
             })
         }
@@ -71,8 +74,9 @@ pub(crate) fn byte_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error
 pub fn parse_byte_size(text: &str) -> Result<u64, String> {
     let fail = |why: &str| {
         format!(
-            "invalid size {text:?}: {why}; write a whole number with an optional unit, e.g. \
-             \"64MiB\", \"512KiB\" or \"1GB\" (KiB/MiB/GiB are powers of 1024, kB/MB/GB of 1000)"
+            "invalid size {}: {why}; write a whole number with an optional unit, e.g. \
+             \"64MiB\", \"512KiB\" or \"1GB\" (KiB/MiB/GiB are powers of 1024, kB/MB/GB of 1000)",
+            quoted(text)
         )
     };
     let trimmed = text.trim();
@@ -96,7 +100,7 @@ pub fn parse_byte_size(text: &str) -> Result<u64, String> {
         "gib" => 1 << 30,
         "t" | "tb" => 1_000_000_000_000,
         "tib" => 1 << 40,
-        _ => return Err(fail(&format!("unknown unit {:?}", unit.trim()))),
+        _ => return Err(fail(&format!("unknown unit {}", quoted(unit.trim())))),
     };
     number
         .checked_mul(multiplier)
@@ -147,8 +151,9 @@ pub(crate) fn socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr,
         fn visit_str<E: de::Error>(self, s: &str) -> Result<SocketAddr, E> {
             s.trim().parse().map_err(|_| {
                 E::custom(format!(
-                    "invalid listen address {s:?}: write IP:port, e.g. \"127.0.0.1:9187\", \
-                     \"0.0.0.0:9187\" or \"[::]:9187\" (host names are not resolved)"
+                    "invalid listen address {}: write IP:port, e.g. \"127.0.0.1:9187\", \
+                     \"0.0.0.0:9187\" or \"[::]:9187\" (host names are not resolved)",
+                    quoted(s)
                 ))
             })
         }

@@ -4,17 +4,34 @@
 //! Each rule yields a [`Problem`] naming the key path, what is wrong and the
 //! fix. All problems are collected, so one run reports everything.
 
-use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
+use humantime_serde::re::humantime::format_duration;
+
 use super::Config;
-use super::error::{Problem, join_key};
+use super::error::{MAX_VALUE_CHARS, Problem, join_key, quoted, shorten};
 use super::schema::{KafkaConfig, OutboxConfig, PostgresConfig};
 use super::template::{MAX_IDENTIFIER_BYTES, Segment, topic_name_problem};
 
-/// librdkafka's upper bound for `linger.ms`.
-const MAX_LINGER: Duration = Duration::from_secs(900);
+/// Upper bounds of the numeric and duration keys. Each is far above any
+/// useful setting and low enough that arithmetic on it (doubling a backoff,
+/// adding to an `Instant`, deriving librdkafka queue sizes) cannot overflow.
+pub(crate) mod limits {
+    use std::time::Duration;
+
+    pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(600);
+    pub(crate) const STATUS_INTERVAL: Duration = Duration::from_secs(600);
+    pub(crate) const RECONNECT_BACKOFF: Duration = Duration::from_secs(3600);
+    /// PostgreSQL cannot build a message over 1 GiB (MaxAllocSize).
+    pub(crate) const MAX_MESSAGE_SIZE: u64 = 1 << 30;
+    /// Batches wait at most this long (librdkafka itself allows 900s).
+    pub(crate) const LINGER: Duration = Duration::from_secs(60);
+    pub(crate) const MAX_IN_FLIGHT_RECORDS: usize = 10_000_000;
+    pub(crate) const MAX_IN_FLIGHT_BYTES: u64 = 16 << 30;
+    pub(crate) const SHUTDOWN_FLUSH_TIMEOUT: Duration = Duration::from_secs(3600);
+}
 
 /// Every problem in `config`, in no particular order.
 pub(crate) fn problems(config: &Config) -> Vec<Problem> {
@@ -35,8 +52,9 @@ fn connector_name(name: &str, out: &mut Vec<Problem>) {
         out.push(Problem::new(
             "connector.name",
             format!(
-                "{name:?} is not a valid connector name; use 1 to 64 characters from A-Z a-z 0-9 \
-                 . _ - (it is part of the offset-store key, log fields and metric labels)"
+                "{} is not a valid connector name; use 1 to 64 characters from A-Z a-z 0-9 \
+                 . _ - (it is part of the offset-store key, log fields and metric labels)",
+                quoted(name)
             ),
         ));
     }
@@ -53,8 +71,8 @@ fn postgres(pg: &PostgresConfig, out: &mut Vec<Problem>) {
         out.push(Problem::new(
             "postgres.host",
             format!(
-                "{:?} contains whitespace; give one host name, IP address or socket directory",
-                pg.host
+                "{} contains whitespace; give one host name, IP address or socket directory",
+                quoted(&pg.host)
             ),
         ));
     }
@@ -73,33 +91,65 @@ fn postgres(pg: &PostgresConfig, out: &mut Vec<Problem>) {
         out.push(Problem::new(
             "postgres.slot",
             format!(
-                "{:?} is not a valid replication slot name; PostgreSQL allows only lower-case \
+                "{} is not a valid replication slot name; PostgreSQL allows only lower-case \
                  letters, digits and '_', at most 63 characters (e.g. \"walrelay_orders\")",
-                pg.slot
+                quoted(&pg.slot)
             ),
         ));
     }
-    positive("postgres.connect_timeout", pg.connect_timeout, out);
-    positive("postgres.status_interval", pg.status_interval, out);
-    positive(
-        "postgres.reconnect_backoff_initial",
-        pg.reconnect_backoff_initial,
-        out,
-    );
+    let positive = |key, value, max, example| DurationRule {
+        key,
+        value,
+        zero_allowed: false,
+        max,
+        example,
+    };
+    for rule in [
+        positive(
+            "postgres.connect_timeout",
+            pg.connect_timeout,
+            limits::CONNECT_TIMEOUT,
+            "10s",
+        ),
+        positive(
+            "postgres.status_interval",
+            pg.status_interval,
+            limits::STATUS_INTERVAL,
+            "1s",
+        ),
+        positive(
+            "postgres.reconnect_backoff_initial",
+            pg.reconnect_backoff_initial,
+            limits::RECONNECT_BACKOFF,
+            "500ms",
+        ),
+        positive(
+            "postgres.reconnect_backoff_max",
+            pg.reconnect_backoff_max,
+            limits::RECONNECT_BACKOFF,
+            "30s",
+        ),
+    ] {
+        rule.check(out);
+    }
     if pg.reconnect_backoff_initial > pg.reconnect_backoff_max {
         out.push(Problem::new(
             "postgres.reconnect_backoff_max",
             format!(
                 "{} is less than reconnect_backoff_initial ({}); raise it or lower the initial backoff",
-                humantime_serde::re::humantime::format_duration(pg.reconnect_backoff_max),
-                humantime_serde::re::humantime::format_duration(pg.reconnect_backoff_initial),
+                format_duration(pg.reconnect_backoff_max),
+                format_duration(pg.reconnect_backoff_initial),
             ),
         ));
     }
-    if pg.max_message_size == 0 {
+    if !(1..=limits::MAX_MESSAGE_SIZE).contains(&pg.max_message_size) {
         out.push(Problem::new(
             "postgres.max_message_size",
-            "must be greater than 0, e.g. \"64MiB\"",
+            format!(
+                "must be greater than 0 and at most 1GiB, the largest message PostgreSQL can \
+                 build (got {} bytes); e.g. \"64MiB\"",
+                pg.max_message_size
+            ),
         ));
     }
     if let Some(path) = &pg.sslrootcert {
@@ -139,38 +189,56 @@ fn kafka(kafka: &KafkaConfig, out: &mut Vec<Problem>) {
                 out.push(Problem::new(
                     "kafka.brokers",
                     format!(
-                        "{:?} has an empty entry; separate brokers with single commas, e.g. \
+                        "{} has an empty entry; separate brokers with single commas, e.g. \
                          \"kafka1:9092,kafka2:9092\"",
-                        kafka.brokers
+                        quoted(&kafka.brokers)
                     ),
                 ));
                 break;
             }
-            if broker.chars().any(char::is_whitespace) {
+            if let Some(why) = broker_problem(broker) {
                 out.push(Problem::new(
                     "kafka.brokers",
-                    format!("{broker:?} contains whitespace; separate brokers with commas"),
+                    format!("entry {}: {why}", quoted(broker)),
                 ));
-                break;
             }
         }
     }
-    if kafka.linger > MAX_LINGER {
-        out.push(Problem::new(
-            "kafka.linger",
-            "librdkafka allows at most 900s; a few milliseconds is usual",
-        ));
+    DurationRule {
+        key: "kafka.linger",
+        value: kafka.linger,
+        zero_allowed: true,
+        max: limits::LINGER,
+        example: "5ms",
     }
-    if kafka.max_in_flight_records == 0 {
+    .check(out);
+    DurationRule {
+        key: "kafka.shutdown_flush_timeout",
+        value: kafka.shutdown_flush_timeout,
+        zero_allowed: true,
+        max: limits::SHUTDOWN_FLUSH_TIMEOUT,
+        example: "10s",
+    }
+    .check(out);
+    if !(1..=limits::MAX_IN_FLIGHT_RECORDS).contains(&kafka.max_in_flight_records) {
         out.push(Problem::new(
             "kafka.max_in_flight_records",
-            "must be greater than 0 (it bounds unacknowledged records; e.g. 100000)",
+            format!(
+                "must be greater than 0 and at most {} (got {}); it bounds unacknowledged \
+                 records, e.g. 100000",
+                limits::MAX_IN_FLIGHT_RECORDS,
+                kafka.max_in_flight_records
+            ),
         ));
     }
-    if kafka.max_in_flight_bytes == 0 {
+    if !(1..=limits::MAX_IN_FLIGHT_BYTES).contains(&kafka.max_in_flight_bytes) {
         out.push(Problem::new(
             "kafka.max_in_flight_bytes",
-            "must be greater than 0 (it bounds unacknowledged bytes; e.g. \"64MiB\")",
+            format!(
+                "must be greater than 0 and at most 16GiB (got {} bytes); it bounds \
+                 unacknowledged bytes, e.g. \"64MiB\"",
+                kafka.max_in_flight_bytes
+            ),
         ));
     }
     if let Some(why) = topic_name_problem(&kafka.offsets_topic) {
@@ -179,19 +247,99 @@ fn kafka(kafka: &KafkaConfig, out: &mut Vec<Problem>) {
     librdkafka_map(&kafka.librdkafka, out);
 }
 
+/// What is wrong with one `kafka.brokers` entry, written
+/// `[scheme://]host[:port]` as librdkafka reads it (IPv6 in brackets);
+/// without a port librdkafka uses 9092.
+fn broker_problem(entry: &str) -> Option<String> {
+    const EXAMPLE: &str = "write host:port, e.g. \"kafka-1:9092\" or \"[::1]:9092\"";
+    if entry.chars().any(char::is_whitespace) {
+        return Some("contains whitespace; separate brokers with commas".to_owned());
+    }
+    let address = entry.split_once("://").map_or(entry, |(_, rest)| rest);
+    let (host, port) = if let Some(bracketed) = address.strip_prefix('[') {
+        let Some((host, after)) = bracketed.split_once(']') else {
+            return Some(format!("'[' is not closed by ']'; {EXAMPLE}"));
+        };
+        if after.is_empty() {
+            (host, None)
+        } else if let Some(port) = after.strip_prefix(':') {
+            (host, Some(port))
+        } else {
+            return Some(format!("unexpected text after ']'; {EXAMPLE}"));
+        }
+    } else {
+        match address.rsplit_once(':') {
+            Some((host, _)) if host.contains(':') => {
+                return Some(format!("write an IPv6 address in brackets; {EXAMPLE}"));
+            }
+            Some((host, port)) => (host, Some(port)),
+            None => (address, None),
+        }
+    };
+    if host.is_empty() {
+        return Some(format!("the host is missing; {EXAMPLE}"));
+    }
+    let host_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '%');
+    if host.len() > 253 || !host.chars().all(host_char) {
+        return Some(format!(
+            "{} is not a host name or IP address (letters, digits, '.', '-', at most 253 \
+             characters); {EXAMPLE}",
+            quoted(host)
+        ));
+    }
+    match port {
+        None => None,
+        Some("") => Some(format!("the port after ':' is missing; {EXAMPLE}")),
+        Some(port) => match port.parse::<u16>() {
+            Ok(1..) => None,
+            _ => Some(format!(
+                "port {} is not a number from 1 to 65535; {EXAMPLE}",
+                quoted(port)
+            )),
+        },
+    }
+}
+
 fn librdkafka_map(map: &BTreeMap<String, String>, out: &mut Vec<Problem>) {
     for (key, value) in map {
-        if let Err(why) = librdkafka_property(key, value) {
+        let why = property_name_problem(key).or_else(|| librdkafka_property(key, value).err());
+        if let Some(why) = why {
             out.push(Problem::new(join_key("kafka.librdkafka", key), why));
         }
     }
+}
+
+/// librdkafka's property names use only `a-z`, `0-9`, `.` and `_`. A name
+/// differing in case or spacing ("SASL.Password", "sasl.password ") is
+/// refused here, by name: librdkafka's own error would repeat the value,
+/// which is often a secret.
+fn property_name_problem(key: &str) -> Option<String> {
+    if key.is_empty() {
+        return Some("an empty property name; remove it".to_owned());
+    }
+    let ok = key
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '_');
+    if ok {
+        return None;
+    }
+    let fixed: String = key
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect::<String>()
+        .to_ascii_lowercase();
+    Some(format!(
+        "librdkafka property names use only lower-case letters, digits, '.' and '_', without \
+         spaces; write {} (the names are listed in librdkafka's CONFIGURATION.md)",
+        quoted(&fixed)
+    ))
 }
 
 /// Whether a raw librdkafka property may be set, and if not, why. Values of
 /// the properties checked here are not secret, so they may be quoted.
 pub(crate) fn librdkafka_property(key: &str, value: &str) -> Result<(), String> {
     let v = value.trim();
-    let weakens = |what: &str| format!("{v:?} weakens a delivery guarantee: {what}");
+    let weakens = |what: &str| format!("{} weakens a delivery guarantee: {what}", quoted(v));
     match key.trim().to_ascii_lowercase().as_str() {
         "" => Err("an empty property name; remove it".to_owned()),
         "acks" | "request.required.acks" => match v.to_ascii_lowercase().as_str() {
@@ -286,19 +434,21 @@ fn outboxes(outboxes: &[OutboxConfig], out: &mut Vec<Problem>) {
         if let Some(column) = &outbox.timestamp_column {
             identifier(&at("timestamp_column"), column, out);
         }
+        let mut listed = HashSet::new();
         for (j, column) in outbox.header_columns.iter().enumerate() {
             let key = at(&format!("header_columns[{j}]"));
             identifier(&key, column, out);
+            let first = listed.insert(column);
             if column == "id" {
                 out.push(Problem::new(
                     key,
                     "the \"id\" header is reserved: every record carries the event id \
                      (id_column) in it; remove \"id\" from header_columns",
                 ));
-            } else if outbox.header_columns[..j].contains(column) {
+            } else if !first {
                 out.push(Problem::new(
                     key,
-                    format!("{column:?} is listed twice; remove the duplicate"),
+                    format!("{} is listed twice; remove the duplicate", quoted(column)),
                 ));
             }
         }
@@ -308,21 +458,27 @@ fn outboxes(outboxes: &[OutboxConfig], out: &mut Vec<Problem>) {
 
 fn topic(outbox: &OutboxConfig, key: &str, out: &mut Vec<Problem>) {
     let allowed = outbox.template_columns();
+    let allowed_set: HashSet<&str> = allowed.iter().copied().collect();
     let mut has_placeholder = false;
     for segment in outbox.topic.segments() {
         if let Segment::Column(column) = segment {
             has_placeholder = true;
-            if !allowed.contains(&column.as_str()) {
-                let choices = allowed
+            if !allowed_set.contains(column.as_str()) {
+                let mut choices = allowed
                     .iter()
-                    .map(|c| format!("{{{c}}}"))
+                    .take(10)
+                    .map(|c| format!("{{{}}}", shorten(c, MAX_VALUE_CHARS)))
                     .collect::<Vec<_>>()
                     .join(", ");
+                if allowed.len() > 10 {
+                    choices.push_str(", …");
+                }
                 out.push(Problem::new(
                     key,
                     format!(
-                        "template references {{{column}}}, which is not a configured column; \
-                         use one of {choices} or add the column to header_columns"
+                        "template references {{{}}}, which is not a configured column; \
+                         use one of {choices} or add the column to header_columns",
+                        shorten(column, MAX_VALUE_CHARS)
                     ),
                 ));
             }
@@ -342,8 +498,9 @@ fn identifier(key: &str, value: &str, out: &mut Vec<Problem>) {
         out.push(Problem::new(
             key,
             format!(
-                "{value:?} is longer than {MAX_IDENTIFIER_BYTES} bytes, the most PostgreSQL keeps \
-                 of a name; shorten it"
+                "{} is longer than {MAX_IDENTIFIER_BYTES} bytes, the most PostgreSQL keeps \
+                 of a name; shorten it",
+                quoted(value)
             ),
         ));
     } else if value.contains('\0') {
@@ -351,8 +508,32 @@ fn identifier(key: &str, value: &str, out: &mut Vec<Problem>) {
     }
 }
 
-fn positive(key: &str, value: Duration, out: &mut Vec<Problem>) {
-    if value.is_zero() {
-        out.push(Problem::new(key, "must be longer than 0, e.g. \"1s\""));
+/// A duration key and its allowed range.
+struct DurationRule {
+    key: &'static str,
+    value: Duration,
+    zero_allowed: bool,
+    max: Duration,
+    example: &'static str,
+}
+
+impl DurationRule {
+    fn check(&self, out: &mut Vec<Problem>) {
+        let too_small = self.value.is_zero() && !self.zero_allowed;
+        if too_small || self.value > self.max {
+            let range = if self.zero_allowed {
+                format!("at most {}", format_duration(self.max))
+            } else {
+                format!("longer than 0 and at most {}", format_duration(self.max))
+            };
+            out.push(Problem::new(
+                self.key,
+                format!(
+                    "must be {range} (got {}), e.g. \"{}\"",
+                    format_duration(self.value),
+                    self.example
+                ),
+            ));
+        }
     }
 }

@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Lsn;
 use crate::checkpoint::CheckpointError;
-use crate::config::Config;
+use crate::config::{Config, ConfigError, librdkafka_key_path};
 use crate::offsets;
 use crate::pg::catalog::CatalogError;
 use crate::pg::tls::TlsSettings;
@@ -141,6 +141,32 @@ pub fn connect_params(config: &Config) -> ConnectParams {
     }
 }
 
+/// The largest value librdkafka accepts for its queue sizes (`i32::MAX`).
+const LIBRDKAFKA_QUEUE_MAX: u64 = 2_147_483_647;
+
+/// Checks the complete producer configuration ([`producer_properties`]) as
+/// librdkafka will read it, without connecting anywhere, so that `check` and
+/// `run` refuse a bad property at start, before PostgreSQL or Kafka are
+/// needed. The error names the configuration key behind the property
+/// (a `[kafka.librdkafka]` entry, or the `[kafka]` key it is derived from),
+/// never a value.
+pub fn check_producer_config(config: &Config) -> Result<(), ConfigError> {
+    let properties = producer_properties(config);
+    crate::sink::kafka::check_producer_properties(&properties).map_err(|e| {
+        let key = match e.property.as_deref() {
+            Some(p) if config.kafka.librdkafka.contains_key(p) => librdkafka_key_path(p),
+            Some("bootstrap.servers") => "kafka.brokers".to_owned(),
+            Some("compression.type") => "kafka.compression".to_owned(),
+            Some("linger.ms") => "kafka.linger".to_owned(),
+            Some("queue.buffering.max.messages") => "kafka.max_in_flight_records".to_owned(),
+            Some("queue.buffering.max.kbytes") => "kafka.max_in_flight_bytes".to_owned(),
+            Some("client.id") => "connector.name".to_owned(),
+            _ => "kafka.librdkafka".to_owned(),
+        };
+        config.error_at(&key, e.message)
+    })
+}
+
 /// librdkafka properties: the config's, plus queue sizes derived from our
 /// in-flight caps so that librdkafka's queue never fills before ours does.
 pub fn producer_properties(config: &Config) -> Vec<(String, String)> {
@@ -159,14 +185,19 @@ pub fn producer_properties(config: &Config) -> Vec<(String, String)> {
         ("message.timeout.ms".to_owned(), "0".to_owned()),
         (
             "queue.buffering.max.messages".to_owned(),
-            (k.max_in_flight_records as u64 + 10_000)
-                .min(2_147_483_647)
+            u64::try_from(k.max_in_flight_records)
+                .unwrap_or(u64::MAX)
+                .saturating_add(10_000)
+                .min(LIBRDKAFKA_QUEUE_MAX)
                 .to_string(),
         ),
         (
             "queue.buffering.max.kbytes".to_owned(),
-            ((k.max_in_flight_bytes + config.postgres.max_message_size) / 1024 + 1024)
-                .min(2_147_483_647)
+            (k.max_in_flight_bytes
+                .saturating_add(config.postgres.max_message_size)
+                / 1024)
+                .saturating_add(1024)
+                .min(LIBRDKAFKA_QUEUE_MAX)
                 .to_string(),
         ),
     ];
@@ -286,5 +317,77 @@ mod tests {
         };
         assert!(e.is_transient(), "{e}");
         assert_eq!(e.waiting_for(), "Kafka");
+    }
+
+    const SECRET: &str = "s3cret-Kq8!";
+
+    fn config(extra: &str) -> Result<Config, ConfigError> {
+        let text = format!(
+            "[connector]\nname = \"c\"\n[postgres]\ndatabase = \"d\"\n[[outbox]]\n\
+             table = \"outbox\"\n[kafka]\nbrokers = \"k:9092\"\n{extra}\n"
+        );
+        Config::from_str_with_env(&text, "c.toml", &|_| Err(std::env::VarError::NotPresent))
+    }
+
+    fn refused(extra: &str) -> String {
+        let config = config(extra).unwrap();
+        let error = check_producer_config(&config).unwrap_err().to_string();
+        assert!(!error.contains(SECRET), "{error}");
+        error
+    }
+
+    #[test]
+    fn queue_sizes_saturate_instead_of_wrapping() {
+        let mut config = config("").unwrap();
+        config.kafka.max_in_flight_records = usize::MAX;
+        config.kafka.max_in_flight_bytes = u64::MAX;
+        config.postgres.max_message_size = u64::MAX;
+        let props = producer_properties(&config);
+        let get = |key: &str| props.iter().find(|(k, _)| k == key).unwrap().1.clone();
+        assert_eq!(get("queue.buffering.max.messages"), "2147483647");
+        assert_eq!(get("queue.buffering.max.kbytes"), "2147483647");
+    }
+
+    #[test]
+    fn the_default_producer_configuration_passes_librdkafka() {
+        check_producer_config(&config("").unwrap()).unwrap();
+        // With message.timeout.ms = 0 (no timeout) librdkafka does not
+        // bound linger.ms by it.
+        check_producer_config(
+            &config("linger = \"60s\"\n[kafka.librdkafka]\n\"message.timeout.ms\" = 0").unwrap(),
+        )
+        .unwrap();
+    }
+
+    /// librdkafka's verdict on the producer settings comes at load, naming
+    /// the configuration key and its line, never the value.
+    #[test]
+    fn a_property_librdkafka_refuses_is_named_with_its_line_not_its_value() {
+        let error = refused(&format!(
+            "[kafka.librdkafka]\n\"sasl.pasword\" = \"{SECRET}\""
+        ));
+        assert!(
+            error.starts_with("c.toml:10:18: kafka.librdkafka.\"sasl.pasword\": librdkafka has no property named \"sasl.pasword\""),
+            "{error}"
+        );
+        let error = refused(&format!(
+            "[kafka.librdkafka]\n\"security.protocol\" = \"{SECRET}\""
+        ));
+        assert!(
+            error.contains("kafka.librdkafka.\"security.protocol\": librdkafka refuses the value of property \"security.protocol\""),
+            "{error}"
+        );
+        let error = refused("[kafka.librdkafka]\n\"batch.num.messages\" = 0");
+        assert!(
+            error.contains("kafka.librdkafka.\"batch.num.messages\"")
+                && error.contains("must be in the range 1..1000000"),
+            "{error}"
+        );
+        let error = refused("linger = \"2s\"\n[kafka.librdkafka]\n\"message.timeout.ms\" = 1000");
+        assert!(
+            error.starts_with("c.toml:11:24: kafka.librdkafka.\"message.timeout.ms\": librdkafka refuses the producer configuration: ")
+                && error.contains("`message.timeout.ms` must be greater than `linger.ms`"),
+            "{error}"
+        );
     }
 }

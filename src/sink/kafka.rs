@@ -44,12 +44,14 @@ use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{
-    BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig, ThreadedProducer,
+    BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig,
+    ThreadedProducer,
 };
 use tokio::sync::mpsc;
 
 use crate::Lsn;
 use crate::checkpoint::TxnId;
+use crate::config::{is_secret_property, quoted, shorten};
 use crate::router::Record;
 
 /// What a produced record stands for, returned with its acknowledgement.
@@ -232,6 +234,118 @@ impl ProducerContext for AckContext {
     }
 }
 
+/// librdkafka refused a producer configuration. Names the property, never
+/// its value: a misspelt secret property ("SASL.Password") is not known to
+/// be secret, and librdkafka's own messages repeat the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct PropertyError {
+    /// The property librdkafka names, when it names one.
+    pub property: Option<String>,
+    /// What is wrong and what to do, without any property value.
+    pub message: String,
+}
+
+impl PropertyError {
+    /// Describes a failure to create a client from `properties`.
+    pub fn from_kafka(e: &KafkaError, properties: &[(String, String)]) -> PropertyError {
+        use rdkafka::types::RDKafkaConfRes;
+        const REFERENCE: &str =
+            "librdkafka's CONFIGURATION.md lists the properties and their values";
+        match e {
+            KafkaError::ClientConfig(RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN, _, key, _) => {
+                PropertyError {
+                    property: Some(key.clone()),
+                    message: format!(
+                        "librdkafka has no property named {} (its value is not shown); correct \
+                         the name or remove it ({REFERENCE})",
+                        quoted(key)
+                    ),
+                }
+            }
+            KafkaError::ClientConfig(_, description, key, _) => {
+                // "... value 0 is outside allowed range 1..1000000": the
+                // range helps, the rest of librdkafka's text repeats the value.
+                let range = description
+                    .split_once("allowed range ")
+                    .map(|(_, r)| format!(", which must be in the range {}", r.trim()))
+                    .unwrap_or_default();
+                PropertyError {
+                    property: Some(key.clone()),
+                    message: format!(
+                        "librdkafka refuses the value of property {} (the value is not \
+                         shown){}; correct it or remove the property ({REFERENCE})",
+                        quoted(key),
+                        shorten(&range, 80)
+                    ),
+                }
+            }
+            // Checks across properties ("`message.timeout.ms` must be greater
+            // than `linger.ms`") name them in backquotes.
+            other => {
+                let text = redact_secrets(&other.to_string(), properties);
+                let property = text
+                    .split('`')
+                    .nth(1)
+                    .filter(|p| properties.iter().any(|(k, _)| k == p))
+                    .map(str::to_owned);
+                PropertyError {
+                    property,
+                    message: format!(
+                        "librdkafka refuses the producer configuration: {}; correct the \
+                         properties it names ({REFERENCE})",
+                        shorten(&text, 500)
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// `text` with the value of every secret property replaced by `[REDACTED]`.
+fn redact_secrets(text: &str, properties: &[(String, String)]) -> String {
+    properties
+        .iter()
+        .filter(|(k, v)| is_secret_property(k) && !v.is_empty())
+        .fold(text.to_owned(), |t, (_, v)| {
+            t.replace(v.as_str(), "[REDACTED]")
+        })
+}
+
+/// A context that drops librdkafka's log lines and errors: used only to
+/// check a configuration, for a producer that never connects.
+struct Silent;
+
+impl ClientContext for Silent {
+    fn log(&self, _: RDKafkaLogLevel, _: &str, _: &str) {}
+    fn error(&self, _: KafkaError, _: &str) {}
+}
+
+impl ProducerContext for Silent {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {}
+}
+
+/// Checks a complete producer property list the way [`KafkaSink::new`]
+/// would use it: every name and value, and librdkafka's checks across
+/// properties (e.g. `linger.ms` below `message.timeout.ms`), by creating a
+/// producer and dropping it. The brokers are left out, so nothing connects
+/// anywhere; call this when the configuration is loaded, before PostgreSQL or
+/// Kafka are reachable. Blocks for well under a second.
+pub fn check_producer_properties(properties: &[(String, String)]) -> Result<(), PropertyError> {
+    let mut cfg = ClientConfig::new();
+    for (k, v) in properties {
+        if k != "bootstrap.servers" && k != "metadata.broker.list" {
+            cfg.set(k, v);
+        }
+    }
+    cfg.set_log_level(RDKafkaLogLevel::Emerg);
+    let created: Result<BaseProducer<Silent>, _> = cfg.create_with_context(Silent);
+    created
+        .map(drop)
+        .map_err(|e| PropertyError::from_kafka(&e, properties))
+}
+
 /// The producer side of the connector.
 pub struct KafkaSink {
     producer: ThreadedProducer<AckContext>,
@@ -269,7 +383,10 @@ impl KafkaSink {
             .create_with_context(AckContext { acks: tx })
             .map_err(|e| SinkError {
                 kind: SinkErrorKind::Definite,
-                message: format!("cannot create the Kafka producer: {e}"),
+                message: format!(
+                    "cannot create the Kafka producer: {}",
+                    PropertyError::from_kafka(&e, properties)
+                ),
                 code: e.rdkafka_error_code(),
             })?;
         Ok((KafkaSink { producer }, rx))
@@ -374,6 +491,42 @@ mod tests {
             ("sasl.password", "p"),
         ]));
         assert!(created.is_ok(), "{:?}", created.err());
+    }
+
+    /// librdkafka's errors repeat the value of a property it refuses; a
+    /// misspelt secret property is not known to be secret, so the sink's
+    /// error names the property only.
+    #[test]
+    fn a_refused_property_is_named_without_its_value() {
+        for (key, value) in [
+            ("sasl.pasword", "hunter2-Zq9"),
+            ("SASL.Password", "hunter2-Zq9"),
+            ("sasl.password ", "hunter2-Zq9"),
+            ("security.protocol", "hunter2-Zq9"),
+            ("linger.ms", "hunter2-Zq9"),
+        ] {
+            let Err(error) = KafkaSink::new(&props(&[(key, value)])) else {
+                panic!("{key:?} accepted")
+            };
+            assert_eq!(error.kind, SinkErrorKind::Definite);
+            assert!(!error.message.contains(value), "{key}: {error}");
+            assert!(
+                error.message.contains(&format!("{key:?}")),
+                "{key}: {error}"
+            );
+            let checked = check_producer_properties(&props(&[(key, value)])).unwrap_err();
+            assert_eq!(checked.property.as_deref(), Some(key));
+            assert!(!checked.message.contains(value), "{key}: {checked}");
+        }
+    }
+
+    /// A secret that appears in a message about several properties is redacted.
+    #[test]
+    fn secrets_are_redacted_from_messages_about_several_properties() {
+        let e = KafkaError::ClientCreation("ssl.key.password hunter2-Zq9 is wrong".into());
+        let error = PropertyError::from_kafka(&e, &props(&[("ssl.key.password", "hunter2-Zq9")]));
+        assert!(!error.message.contains("hunter2"), "{error}");
+        assert!(error.message.contains("[REDACTED]"), "{error}");
     }
 
     fn record(i: u64) -> Record {
