@@ -118,7 +118,8 @@ fn long_outage() -> Duration {
 }
 
 /// Four writers commit outbox events (`write_outbox_load` batches of 200
-/// rows over 50 aggregates, ≈100 rows/s) until `stop` is set; `batches`
+/// rows over 50 aggregates, paced by a 200 ms pause after each transaction:
+/// ≈50 rows/s on the 2-core dev machine) until `stop` is set; `batches`
 /// counts finished batches.
 fn keep_writing(
     db_name: String,
