@@ -20,8 +20,16 @@ use crate::pg::replication::{ReplicationMessage, ReplicationStream, StreamEvent}
 use crate::pg::wire::WireError;
 use crate::pgoutput::{self, LogicalMessage, RelationCache};
 use crate::router::{Routed, Router};
-use crate::sink::kafka::{Ack, Delivery, KafkaSink};
+use crate::sink::kafka::{Ack, Delivery, KafkaSink, SinkError};
 use crate::telemetry::Metrics;
+
+/// How often a stalled session probes the cluster with a fresh client.
+const PROBE_EVERY: Duration = Duration::from_secs(10);
+/// How long one probe may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long the cluster must have answered, with this producer still
+/// delivering nothing, before the producer is declared stuck.
+const STUCK_AFTER: Duration = Duration::from_secs(30);
 
 /// State of the transaction currently streaming.
 #[derive(Debug, Clone, Copy)]
@@ -79,6 +87,12 @@ impl Streaming {
         // When Kafka last acknowledged anything, and whether we said it stalled.
         let mut last_ack = Instant::now();
         let mut stall_reported = false;
+        // Stuck-producer watchdog: during a stall, a fresh client probes the
+        // cluster; once it has answered (with a leader for every partition)
+        // for STUCK_AFTER while this producer still delivers nothing, the
+        // session restarts with a fresh producer (see KafkaSink::cluster_answers).
+        let mut cluster_back_since: Option<Instant> = None;
+        let mut last_probe = Instant::now();
         loop {
             let full = self.checkpoint.is_full();
             match (full, full_since) {
@@ -135,6 +149,7 @@ impl Streaming {
                         stall_reported = false;
                         tracing::info!(stalled_for = ?last_ack.elapsed(), "Kafka acknowledges again");
                     }
+                    cluster_back_since = None;
                     last_ack = Instant::now();
                     self.metrics.kafka_progress();
                     if self.on_ack(ack)? {
@@ -155,6 +170,23 @@ impl Streaming {
                     self.write_offset_if_due().await?;
                     let ping = silent_for > status_interval * 2;
                     stream.send_status(self.offset_acked, ping).await?;
+                    if stall_reported && last_probe.elapsed() >= PROBE_EVERY {
+                        last_probe = Instant::now();
+                        let properties = crate::relay::producer_properties(&self.config);
+                        let answers = tokio::task::spawn_blocking(move || {
+                            KafkaSink::cluster_answers(&properties, PROBE_TIMEOUT)
+                        })
+                        .await
+                        .unwrap_or(false);
+                        match (answers, cluster_back_since) {
+                            (false, _) => cluster_back_since = None,
+                            (true, None) => cluster_back_since = Some(Instant::now()),
+                            (true, Some(since)) if since.elapsed() >= STUCK_AFTER => {
+                                return Err(RelayError::Sink(SinkError::stuck(last_ack.elapsed())));
+                            }
+                            (true, Some(_)) => {}
+                        }
+                    }
                 }
                 event = stream.recv(), if !full => {
                     last_heard = Instant::now();

@@ -100,6 +100,20 @@ pub struct SinkError {
 }
 
 impl SinkError {
+    /// The cluster answers but this producer has delivered nothing for
+    /// `stalled_for` (transient: a fresh producer is the cure).
+    pub fn stuck(stalled_for: Duration) -> SinkError {
+        SinkError {
+            kind: SinkErrorKind::Transient,
+            message: format!(
+                "the brokers answer, yet the producer has delivered nothing for {:.0?}; restarting \
+                 the session with a fresh producer (it re-sends from the confirmed position)",
+                stalled_for
+            ),
+            code: None,
+        }
+    }
+
     /// Kafka did not acknowledge within `limit` (transient).
     pub fn timed_out(limit: Duration) -> SinkError {
         SinkError {
@@ -442,6 +456,29 @@ impl KafkaSink {
             .map_err(|e| SinkError::from_kafka(&e))
     }
 
+    /// Whether the cluster answers a metadata request from a *fresh* client
+    /// with these properties (blocking, at most `timeout`). Tells a broker
+    /// that is away from a producer that is stuck although the broker is
+    /// back (librdkafka 2.12 can keep a partition without a leader for good
+    /// after a metadata update with leader -1: confluentinc/librdkafka#5430).
+    pub fn cluster_answers(properties: &[(String, String)], timeout: Duration) -> bool {
+        let mut cfg = ClientConfig::new();
+        for (k, v) in properties {
+            cfg.set(k, v);
+        }
+        cfg.set_log_level(RDKafkaLogLevel::Emerg);
+        let Ok(probe) = cfg.create::<BaseProducer>() else {
+            return false;
+        };
+        probe.client().fetch_metadata(None, timeout).is_ok_and(|m| {
+            !m.brokers().is_empty()
+                && m.topics()
+                    .iter()
+                    .flat_map(|t| t.partitions())
+                    .all(|p| p.leader() >= 0)
+        })
+    }
+
     /// Asks the cluster for metadata: proves the brokers answer.
     pub fn check_reachable(&self, timeout: Duration) -> Result<usize, SinkError> {
         self.producer
@@ -693,6 +730,26 @@ mod tests {
             }
             other => panic!("expected a fatal report, got {other:?}"),
         }
+    }
+
+    /// The stuck-producer probe: a fresh client sees the cluster answer, or
+    /// not when its only broker is down.
+    #[test]
+    fn the_cluster_probe_tells_a_reachable_cluster_from_a_down_one() {
+        use rdkafka::mocking::MockCluster;
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic("t", 2, 1).unwrap();
+        let mut properties = props(&[]);
+        properties[0].1 = mock.bootstrap_servers();
+        assert!(KafkaSink::cluster_answers(
+            &properties,
+            Duration::from_secs(5)
+        ));
+        mock.broker_down(1).unwrap();
+        assert!(!KafkaSink::cluster_answers(
+            &properties,
+            Duration::from_millis(500)
+        ));
     }
 
     /// Records still queued when the caller purges (here: the only broker is
