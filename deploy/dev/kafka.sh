@@ -2,7 +2,7 @@
 # Dev/test Apache Kafka for walrelay: one KRaft node (broker + controller)
 # on 127.0.0.1:19092, run straight from jars resolved out of Maven Central.
 #
-# Usage: deploy/dev/kafka.sh up|down|start|stop|restart|status|env
+# Usage: [KAFKA_PORT=<port>] deploy/dev/kafka.sh up|down|start|stop|restart|status|env
 #
 #   up       resolve jars (first time), format storage (first time), start
 #            the broker if it is not running, wait until it answers a
@@ -15,6 +15,12 @@
 #   restart  stop + start, data kept.
 #   status   exit 0 iff the broker answers metadata.
 #   env      print the `export ...` lines (does not check anything).
+#
+# KAFKA_PORT (default 19092) runs a second, independent broker beside the
+# default one, e.g. for the fault soak (deploy/soak.sh), which stops and starts
+# its broker and must not disturb anyone else's: the controller listens on
+# KAFKA_PORT+1 and the state lives in .state/kafka-<port>/ (lock
+# .state/kafka-<port>.lock). Unset or 19092 means exactly the default broker.
 #
 # Why jars from Maven: this machine reaches package registries only, so the
 # Kafka tarball from apache.org is not an option. deploy/dev/kafka/pom.xml
@@ -46,8 +52,20 @@ if [[ -z "$KAFKA_VERSION" ]]; then
 fi
 
 HOST=127.0.0.1
-PORT=19092
-CONTROLLER_PORT=19093
+DEFAULT_PORT=19092
+PORT=${KAFKA_PORT:-$DEFAULT_PORT}
+if ! [[ "$PORT" =~ ^[0-9]+$ ]] || ((PORT < 1024 || PORT > 65534)); then
+    echo "kafka.sh: KAFKA_PORT='$PORT' is not a port number in 1024..65534" >&2
+    exit 1
+fi
+CONTROLLER_PORT=$((PORT + 1))
+# The default broker keeps its historical state dir; others get their own.
+if ((PORT == DEFAULT_PORT)); then
+    STATE_NAME=kafka
+else
+    STATE_NAME=kafka-$PORT
+    SELF="KAFKA_PORT=$PORT $SELF"
+fi
 BROKERS="$HOST:$PORT"
 # Fixed cluster id (base64url of 16 bytes, as `kafka-storage random-uuid`
 # prints) so formatting needs no extra JVM start. Fine for a throwaway node.
@@ -56,7 +74,7 @@ CLUSTER_ID="d2FscmVsYXktZGV2LWthZg"
 DEPS_DIR="$REPO_ROOT/.deps/kafka/$KAFKA_VERSION"
 LIBS_DIR="$DEPS_DIR/libs"
 LIBS_STAMP="$DEPS_DIR/.resolved"          # holds the sha256 of the pom used
-STATE_DIR="$REPO_ROOT/.state/kafka"
+STATE_DIR="$REPO_ROOT/.state/$STATE_NAME"
 DATA_DIR="$STATE_DIR/data"
 LOG_DIR="$STATE_DIR/logs"
 SERVER_PROPS="$STATE_DIR/server.properties"
@@ -64,7 +82,7 @@ PID_FILE="$STATE_DIR/kafka.pid"
 JVM_OUT="$STATE_DIR/jvm.out"              # JVM stdout/stderr (crashes, GC)
 SERVER_LOG="$LOG_DIR/server.log"          # log4j2 output, see log4j2.properties
 # Outside STATE_DIR because `down` deletes STATE_DIR while holding it.
-LOCK_FILE="$REPO_ROOT/.state/kafka.lock"
+LOCK_FILE="$REPO_ROOT/.state/$STATE_NAME.lock"
 
 READY_TIMEOUT=${WALRELAY_KAFKA_READY_TIMEOUT:-60}   # seconds
 STOP_TIMEOUT=${WALRELAY_KAFKA_STOP_TIMEOUT:-20}     # seconds before SIGKILL
@@ -214,9 +232,9 @@ foreign_broker() {
         p=${p%/cmdline}
         cmd=$(tr '\0' '\n' <"$f" 2>/dev/null) || continue
         [[ "$cmd" == *$'\n'kafka.Kafka$'\n'* ]] || continue
-        props=$(grep -m1 '/\.state/kafka/server\.properties$' <<<"$cmd") || continue
+        props=$(grep -m1 "/\\.state/$STATE_NAME/server\\.properties\$" <<<"$cmd") || continue
         [[ "$props" == "$SERVER_PROPS" ]] && continue
-        root=${props%/.state/kafka/server.properties}
+        root=${props%/.state/"$STATE_NAME"/server.properties}
         ver=$(sed -n 's:.*/\.deps/kafka/\([^/]*\)/libs/\*$:\1:p' <<<"$cmd" | head -n1)
         echo "$p $root ${ver:-unknown}"
         return 0
