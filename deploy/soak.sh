@@ -73,6 +73,13 @@ PG_OURS=0
 KAFKA_OURS=0
 cleanup() {
   local rc=$?
+  # A walrelay the soak started outlives an interrupted soak: stop it, found
+  # by its config path (unique to this run), by pid.
+  local f pid
+  for f in $(grep -laF -- "$OUT/walrelay.toml" /proc/[0-9]*/cmdline 2>/dev/null || true); do
+    pid=${f#/proc/}; pid=${pid%/cmdline}
+    [[ $pid != "$$" ]] && kill -KILL "$pid" 2>/dev/null && log "stopped leftover walrelay (pid $pid)"
+  done
   if ((KAFKA_OURS)); then log "taking the soak broker down"; kafka down >/dev/null 2>&1 || true; fi
   if ((PG_OURS)); then log "taking PostgreSQL $PG down"; pg down >/dev/null 2>&1 || true; fi
   exit $rc

@@ -482,6 +482,10 @@ struct CycleRecord {
     fault: Fault,
     detail: String,
     started: chrono_like::Stamp,
+    /// From the fault to the service being back (the fault action done).
+    outage: Duration,
+    /// From the service being back to the slot confirming everything
+    /// written up to then.
     catch_up: Duration,
     /// Partition high watermarks once the cycle had caught up.
     marks: BTreeMap<(String, i32), i64>,
@@ -525,6 +529,195 @@ fn schedule(rng: &mut StdRng, cycles: usize) -> Vec<Fault> {
     }
     out.truncate(cycles);
     out
+}
+
+// ---------------------------------------------------------------------------
+// The end check (pure: unit-tested below without services)
+// ---------------------------------------------------------------------------
+
+/// One committed event, as `soak_committed` holds it.
+#[derive(Debug, Clone)]
+struct Committed {
+    aggregate_type: String,
+    aggregate_id: String,
+    /// Position in its aggregate's commit order.
+    seq: i64,
+    payload: String,
+    writer: i32,
+    /// Seconds since the epoch (insert time, just before the commit).
+    committed_at: f64,
+}
+
+/// The numbers the soak reports; lists name the events for the evidence.
+#[derive(Debug, Default)]
+struct Verdict {
+    records: usize,
+    distinct: usize,
+    dup_identical: usize,
+    dup_differing: Vec<String>,
+    phantoms: Vec<String>,
+    rolled_back_seen: usize,
+    mismatches: Vec<String>,
+    /// Duplicates per cycle (1-based; `marks.len() + 1` = after the last mark).
+    dups_by_cycle: BTreeMap<usize, usize>,
+    lost: Vec<String>,
+    order_breaks: Vec<String>,
+}
+
+/// Checks Kafka's records, streamed in partition order, against the
+/// committed events.
+struct Check<'a, T: Fn(&str) -> String> {
+    committed: &'a HashMap<String, Committed>,
+    rolled_back: &'a std::collections::HashSet<String>,
+    /// Per cycle, each partition's high watermark once it had caught up.
+    marks: &'a [BTreeMap<(String, i32), i64>],
+    topic_of: T,
+    first: HashMap<String, Consumed>,
+    v: Verdict,
+}
+
+impl<'a, T: Fn(&str) -> String> Check<'a, T> {
+    fn new(
+        committed: &'a HashMap<String, Committed>,
+        rolled_back: &'a std::collections::HashSet<String>,
+        marks: &'a [BTreeMap<(String, i32), i64>],
+        topic_of: T,
+    ) -> Self {
+        Check {
+            committed,
+            rolled_back,
+            marks,
+            topic_of,
+            first: HashMap::new(),
+            v: Verdict::default(),
+        }
+    }
+
+    fn cycle_of(&self, rec: &Consumed) -> usize {
+        let key = (rec.topic.clone(), rec.partition);
+        self.marks
+            .iter()
+            .position(|m| m.get(&key).is_some_and(|high| rec.offset < *high))
+            .map_or(self.marks.len() + 1, |i| i + 1)
+    }
+
+    fn add(&mut self, rec: Consumed) {
+        let v = &mut self.v;
+        v.records += 1;
+        let at = format!("{}[{}]@{}", rec.topic, rec.partition, rec.offset);
+        let Some(id) = rec.header_str("id") else {
+            v.phantoms.push(format!("record without id at {at}"));
+            return;
+        };
+        let Some(c) = self.committed.get(&id) else {
+            if self.rolled_back.contains(&id) {
+                v.rolled_back_seen += 1;
+            }
+            v.phantoms.push(format!("{id} at {at}"));
+            return;
+        };
+        if let Some(prev) = self.first.get(&id) {
+            let same = (
+                &prev.topic,
+                prev.partition,
+                &prev.key,
+                &prev.value,
+                &prev.headers,
+            ) == (
+                &rec.topic,
+                rec.partition,
+                &rec.key,
+                &rec.value,
+                &rec.headers,
+            );
+            if same {
+                self.v.dup_identical += 1;
+            } else {
+                self.v.dup_differing.push(format!(
+                    "{id}: first {}[{}]@{} {:?}, copy at {at} {:?}",
+                    prev.topic, prev.partition, prev.offset, prev.headers, rec.headers
+                ));
+            }
+            let cycle = self.cycle_of(&rec);
+            *self.v.dups_by_cycle.entry(cycle).or_default() += 1;
+            return;
+        }
+        if rec.topic != (self.topic_of)(&c.aggregate_type)
+            || rec.key.as_deref() != Some(c.aggregate_id.as_bytes())
+            || rec.value.as_deref() != Some(c.payload.as_bytes())
+        {
+            v.mismatches.push(format!(
+                "{id} at {at}: key {:?} value {:?}",
+                rec.key.as_deref().map(String::from_utf8_lossy),
+                rec.value.as_deref().map(String::from_utf8_lossy)
+            ));
+        }
+        self.first.insert(id, rec);
+    }
+
+    /// Lost events (with the last fault before each commit, from `starts`:
+    /// (epoch seconds, description) in time order) and order breaks.
+    fn finish(mut self, starts: &[(f64, String)]) -> Verdict {
+        let mut lost: Vec<(f64, String)> = self
+            .committed
+            .iter()
+            .filter(|(id, _)| !self.first.contains_key(*id))
+            .map(|(id, c)| {
+                let after = match starts.iter().rposition(|(t, _)| *t <= c.committed_at) {
+                    Some(i) => format!("after cycle {} ({})", i + 1, starts[i].1),
+                    None => "before the first fault".to_owned(),
+                };
+                (
+                    c.committed_at,
+                    format!(
+                        "{id} ({} seq {}, writer {}, committed {} {after})",
+                        c.aggregate_id,
+                        c.seq,
+                        c.writer,
+                        Stamp(c.committed_at)
+                    ),
+                )
+            })
+            .collect();
+        lost.sort_by(|a, b| a.0.total_cmp(&b.0));
+        self.v.lost = lost.into_iter().map(|(_, s)| s).collect();
+
+        // Per aggregate: one partition, and by offset the first copies carry
+        // increasing commit-order numbers.
+        let mut by_agg: BTreeMap<&str, Vec<(&Consumed, i64)>> = BTreeMap::new();
+        for (id, rec) in &self.first {
+            if let Some(c) = self.committed.get(id) {
+                by_agg
+                    .entry(c.aggregate_id.as_str())
+                    .or_default()
+                    .push((rec, c.seq));
+            }
+        }
+        for (agg, mut recs) in by_agg {
+            let parts: std::collections::BTreeSet<(&str, i32)> = recs
+                .iter()
+                .map(|(r, _)| (r.topic.as_str(), r.partition))
+                .collect();
+            if parts.len() > 1 {
+                self.v
+                    .order_breaks
+                    .push(format!("{agg} spread over {parts:?}"));
+                continue;
+            }
+            recs.sort_by_key(|(r, _)| r.offset);
+            for pair in recs.windows(2) {
+                let ((a, sa), (b, sb)) = (pair[0], pair[1]);
+                if sa >= sb {
+                    self.v.order_breaks.push(format!(
+                        "{agg}: seq {sa} at offset {} before seq {sb} at offset {} ({}[{}])",
+                        a.offset, b.offset, a.topic, a.partition
+                    ));
+                }
+            }
+        }
+        self.v.distinct = self.first.len();
+        self.v
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -644,6 +837,7 @@ async fn fault_soak() {
         }
         // Caught up: the slot has confirmed everything written up to now,
         // so the re-sent tail (if any) is in Kafka.
+        let recovered = Stamp::now();
         let target = current_lsn(&db.name).await;
         let deadline = Instant::now() + CATCH_UP_DEADLINE;
         let mut last = None;
@@ -668,7 +862,8 @@ async fn fault_soak() {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let catch_up = Duration::from_secs_f64(Stamp::now().0 - started.0);
+        let outage = Duration::from_secs_f64(recovered.0 - started.0);
+        let catch_up = Duration::from_secs_f64(Stamp::now().0 - recovered.0);
         let marks = wait_for(
             "partition high watermarks",
             Duration::from_secs(60),
@@ -676,8 +871,8 @@ async fn fault_soak() {
         )
         .await;
         eprintln!(
-            "soak: cycle {cycle}/{} {} {detail} at {started}: caught up after {catch_up:.1?} \
-             ({} commits so far)",
+            "soak: cycle {cycle}/{} {} {detail} at {started}: back after {outage:.1?}, \
+             caught up {catch_up:.1?} later ({} commits so far)",
             params.cycles,
             fault.name(),
             stats.commits.load(Ordering::Relaxed)
@@ -686,6 +881,7 @@ async fn fault_soak() {
             fault,
             detail,
             started,
+            outage,
             catch_up,
             marks,
         });
@@ -721,7 +917,7 @@ async fn fault_soak() {
 
     // Ground truth: the committed events.
     let client = connect_retry(&db.name).await;
-    let committed: HashMap<String, (String, String, i64, String, i32, f64)> = client
+    let committed: HashMap<String, Committed> = client
         .query(
             "SELECT id::text, aggregatetype, aggregateid, seq, payload::text, writer,
                     extract(epoch FROM committed_at)::float8 FROM soak_committed",
@@ -733,14 +929,14 @@ async fn fault_soak() {
         .map(|r| {
             (
                 r.get::<_, String>(0),
-                (
-                    r.get(1),
-                    r.get(2),
-                    r.get(3),
-                    r.get(4),
-                    r.get(5),
-                    r.get::<_, f64>(6),
-                ),
+                Committed {
+                    aggregate_type: r.get(1),
+                    aggregate_id: r.get(2),
+                    seq: r.get(3),
+                    payload: r.get(4),
+                    writer: r.get(5),
+                    committed_at: r.get(6),
+                },
             )
         })
         .collect();
@@ -759,154 +955,35 @@ async fn fault_soak() {
         || async { high_watermarks(&kafka, &topics) },
     )
     .await;
-    // First copy per id, and its position; duplicates charged to cycles.
-    let mut first: HashMap<String, Consumed> = HashMap::new();
-    let mut records = 0usize;
-    let mut dup_identical = 0usize;
-    let mut dup_differing: Vec<String> = Vec::new();
-    let mut phantoms: Vec<String> = Vec::new();
-    let mut rolled_back_seen = 0usize;
-    let mut mismatches: Vec<String> = Vec::new();
-    let mut dups_by_cycle: BTreeMap<usize, usize> = BTreeMap::new();
-    let cycle_of = |rec: &Consumed| -> usize {
-        let key = (rec.topic.clone(), rec.partition);
-        cycles
-            .iter()
-            .position(|c| c.marks.get(&key).is_some_and(|high| rec.offset < *high))
-            .map_or(cycles.len() + 1, |i| i + 1)
-    };
-    read_all(&reader("soak_verify"), &ends, |rec| {
-        records += 1;
-        let Some(id) = rec.header_str("id") else {
-            phantoms.push(format!(
-                "record without id at {}[{}]@{}",
-                rec.topic, rec.partition, rec.offset
-            ));
-            return;
-        };
-        let Some((agg_type, agg, _, payload, _, _)) = committed.get(&id) else {
-            if rolled_back.contains(&id) {
-                rolled_back_seen += 1;
-            }
-            phantoms.push(format!(
-                "{id} at {}[{}]@{}",
-                rec.topic, rec.partition, rec.offset
-            ));
-            return;
-        };
-        match first.get(&id) {
-            None => {
-                if rec.topic != names.topic(agg_type)
-                    || rec.key.as_deref() != Some(agg.as_bytes())
-                    || rec.value.as_deref() != Some(payload.as_bytes())
-                {
-                    mismatches.push(format!(
-                        "{id}: {}[{}]@{} key {:?} value {:?}",
-                        rec.topic,
-                        rec.partition,
-                        rec.offset,
-                        rec.key.as_deref().map(String::from_utf8_lossy),
-                        rec.value.as_deref().map(String::from_utf8_lossy)
-                    ));
-                }
-                first.insert(id, rec);
-            }
-            Some(prev) => {
-                *dups_by_cycle.entry(cycle_of(&rec)).or_default() += 1;
-                if (
-                    &prev.topic,
-                    prev.partition,
-                    &prev.key,
-                    &prev.value,
-                    &prev.headers,
-                ) == (
-                    &rec.topic,
-                    rec.partition,
-                    &rec.key,
-                    &rec.value,
-                    &rec.headers,
-                ) {
-                    dup_identical += 1;
-                } else {
-                    dup_differing.push(format!(
-                        "{id}: first {}[{}]@{}, copy {}[{}]@{}",
-                        prev.topic,
-                        prev.partition,
-                        prev.offset,
-                        rec.topic,
-                        rec.partition,
-                        rec.offset
-                    ));
-                }
-            }
-        }
-    });
-
-    // Lost: committed, never in Kafka; with the cycle active at commit time.
-    let cycle_at = |t: f64| -> String {
-        match cycles.iter().rposition(|c| c.started.0 <= t) {
-            Some(i) => format!(
-                "after cycle {} ({} at {})",
-                i + 1,
-                cycles[i].fault.name(),
-                cycles[i].started
-            ),
-            None => "before the first fault".to_owned(),
-        }
-    };
-    let mut lost: Vec<(f64, String)> = committed
+    let marks: Vec<BTreeMap<(String, i32), i64>> = cycles.iter().map(|c| c.marks.clone()).collect();
+    let starts: Vec<(f64, String)> = cycles
         .iter()
-        .filter(|(id, _)| !first.contains_key(*id))
-        .map(|(id, (_, agg, seq, _, w, t))| {
-            (
-                *t,
-                format!(
-                    "{id} ({agg} seq {seq}, writer {w}, committed {} {})",
-                    Stamp(*t),
-                    cycle_at(*t)
-                ),
-            )
-        })
+        .map(|c| (c.started.0, format!("{} at {}", c.fault.name(), c.started)))
         .collect();
-    lost.sort_by(|a, b| a.0.total_cmp(&b.0));
-
-    // Order: per aggregate, first copies by offset carry increasing seq.
-    let mut by_agg: HashMap<&str, Vec<(&Consumed, i64)>> = HashMap::new();
-    for (id, rec) in &first {
-        if let Some((_, agg, seq, _, _, _)) = committed.get(id) {
-            by_agg.entry(agg.as_str()).or_default().push((rec, *seq));
-        }
-    }
-    let mut order_breaks: Vec<String> = Vec::new();
-    for (agg, mut recs) in by_agg {
-        let parts: std::collections::BTreeSet<(&str, i32)> = recs
-            .iter()
-            .map(|(r, _)| (r.topic.as_str(), r.partition))
-            .collect();
-        if parts.len() > 1 {
-            order_breaks.push(format!("{agg} spread over {parts:?}"));
-            continue;
-        }
-        recs.sort_by_key(|(r, _)| r.offset);
-        for pair in recs.windows(2) {
-            let ((a, sa), (b, sb)) = (pair[0], pair[1]);
-            if sa >= sb {
-                order_breaks.push(format!(
-                    "{agg}: seq {sa} at offset {} before seq {sb} at offset {} ({}[{}])",
-                    a.offset, b.offset, a.topic, a.partition
-                ));
-            }
-        }
-    }
+    let mut check = Check::new(&committed, &rolled_back, &marks, |t| names.topic(t));
+    read_all(&reader("soak_verify"), &ends, |rec| check.add(rec));
+    let Verdict {
+        records,
+        distinct,
+        dup_identical,
+        dup_differing,
+        phantoms,
+        rolled_back_seen,
+        mismatches,
+        dups_by_cycle,
+        lost,
+        order_breaks,
+    } = check.finish(&starts);
 
     // Report.
     let duplicates = dup_identical + dup_differing.len();
-    let mut faults_by_kind: BTreeMap<Fault, (usize, usize, Duration)> = BTreeMap::new();
+    // Per kind: count, duplicates, catch-up times.
+    let mut faults_by_kind: BTreeMap<Fault, (usize, usize, Vec<f64>)> = BTreeMap::new();
     for (i, c) in cycles.iter().enumerate() {
         let e = faults_by_kind.entry(c.fault).or_default();
         e.0 += 1;
         e.1 += dups_by_cycle.get(&(i + 1)).copied().unwrap_or(0);
-        e.2 = e.2.max(c.catch_up);
+        e.2.push(c.catch_up.as_secs_f64());
     }
     let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let mut report = String::new();
@@ -943,7 +1020,7 @@ async fn fault_soak() {
          order breaks {}, duplicates {duplicates} (identical {dup_identical}, differing {}), \
          phantoms {} (rolled-back rows among them {rolled_back_seen}), mismatches {}",
         committed.len(),
-        first.len(),
+        distinct,
         lost.len(),
         order_breaks.len(),
         dup_differing.len(),
@@ -952,18 +1029,23 @@ async fn fault_soak() {
     );
     let _ = writeln!(
         report,
-        "{:<22} {:>6} {:>11} {:>14} {:>14}",
-        "fault", "count", "duplicates", "dups/fault", "max catch-up"
+        "{:<22} {:>6} {:>11} {:>11} {:>15} {:>15}",
+        "fault", "count", "duplicates", "dups/fault", "median catch-up", "max catch-up"
     );
-    for (fault, (count, dups, max)) in &faults_by_kind {
+    for (fault, (count, dups, times)) in &mut faults_by_kind {
+        times.sort_by(f64::total_cmp);
         let _ = writeln!(
             report,
-            "{:<22} {:>6} {:>11} {:>14.1} {:>13.1}s",
+            "{:<22} {:>6} {:>11} {:>11.1} {:>14.1}s {:>14.1}s",
             fault.name(),
             count,
             dups,
             *dups as f64 / (*count).max(1) as f64,
-            max.as_secs_f64()
+            times
+                .get(times.len().saturating_sub(1) / 2)
+                .copied()
+                .unwrap_or(0.0),
+            times.last().copied().unwrap_or(0.0)
         );
     }
     let final_dups = dups_by_cycle.get(&(cycles.len() + 1)).copied().unwrap_or(0);
@@ -989,7 +1071,7 @@ async fn fault_soak() {
             }
         }
     };
-    let lost_text: Vec<String> = lost.into_iter().map(|(_, s)| s).collect();
+    let lost_text = lost;
     list(&mut report, "LOST", &lost_text);
     list(&mut report, "ORDER BREAKS", &order_breaks);
     list(&mut report, "DIFFERING DUPLICATES", &dup_differing);
@@ -1002,11 +1084,12 @@ async fn fault_soak() {
     for (i, c) in cycles.iter().enumerate() {
         let _ = writeln!(
             report,
-            "  {:>3} {} {:<21} {:<8} caught up {:>5.1}s, duplicates {}",
+            "  {:>3} {} {:<21} {:<9} back after {:>5.1}s, caught up {:>5.1}s later, duplicates {}",
             i + 1,
             c.started,
             c.fault.name(),
             c.detail,
+            c.outage.as_secs_f64(),
             c.catch_up.as_secs_f64(),
             dups_by_cycle.get(&(i + 1)).copied().unwrap_or(0)
         );
@@ -1025,7 +1108,7 @@ async fn fault_soak() {
         if failed { "FAIL" } else { "PASS" },
         cycles.len(),
         committed.len(),
-        first.len(),
+        distinct,
         lost_text.len(),
         order_breaks.len(),
         duplicates,
@@ -1047,4 +1130,137 @@ async fn fault_soak() {
         "{summary}\nsee {}",
         params.out_dir.join("report.txt").display()
     );
+}
+
+/// The end check itself, on hand-made records: each defect it must catch.
+mod check_tests {
+    use super::*;
+
+    fn committed(rows: &[(&str, &str, i64)]) -> HashMap<String, Committed> {
+        rows.iter()
+            .map(|(id, agg, seq)| {
+                (
+                    (*id).to_owned(),
+                    Committed {
+                        aggregate_type: "order".into(),
+                        aggregate_id: (*agg).into(),
+                        seq: *seq,
+                        payload: format!("{{\"id\": \"{id}\"}}"),
+                        writer: 0,
+                        committed_at: *seq as f64,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn rec(id: &str, agg: &str, partition: i32, offset: i64) -> Consumed {
+        Consumed {
+            topic: "t.order".into(),
+            partition,
+            offset,
+            key: Some(agg.as_bytes().to_vec()),
+            value: Some(format!("{{\"id\": \"{id}\"}}").into_bytes()),
+            headers: vec![
+                ("id".into(), id.as_bytes().to_vec()),
+                ("walrelay.lsn".into(), b"0/10".to_vec()),
+            ],
+            timestamp: None,
+        }
+    }
+
+    fn run(
+        c: &HashMap<String, Committed>,
+        marks: &[BTreeMap<(String, i32), i64>],
+        recs: Vec<Consumed>,
+    ) -> Verdict {
+        let rolled_back = ["r1".to_owned()].into_iter().collect();
+        let mut check = Check::new(c, &rolled_back, marks, |t| format!("t.{t}"));
+        for r in recs {
+            check.add(r);
+        }
+        check.finish(&[(0.5, "kill-9".into())])
+    }
+
+    #[test]
+    fn a_clean_run_with_an_identical_duplicate_passes() {
+        let c = committed(&[("a", "agg-1", 1), ("b", "agg-1", 2), ("c", "agg-2", 1)]);
+        let marks = [BTreeMap::from([(("t.order".to_owned(), 0), 3)])];
+        let v = run(
+            &c,
+            &marks,
+            vec![
+                rec("a", "agg-1", 0, 0),
+                rec("c", "agg-2", 0, 1),
+                rec("a", "agg-1", 0, 2), // re-sent in cycle 1
+                rec("b", "agg-1", 0, 3), // after the mark
+                rec("b", "agg-1", 0, 4), // re-sent after the last mark
+            ],
+        );
+        assert!(v.lost.is_empty() && v.order_breaks.is_empty(), "{v:?}");
+        assert!(v.dup_differing.is_empty() && v.phantoms.is_empty() && v.mismatches.is_empty());
+        assert_eq!((v.records, v.distinct, v.dup_identical), (5, 3, 2));
+        assert_eq!(v.dups_by_cycle, BTreeMap::from([(1, 1), (2, 1)]));
+    }
+
+    #[test]
+    fn a_missing_event_is_lost_and_named() {
+        let c = committed(&[("a", "agg-1", 1), ("b", "agg-1", 2)]);
+        let v = run(&c, &[], vec![rec("a", "agg-1", 0, 0)]);
+        assert_eq!(v.lost.len(), 1, "{v:?}");
+        assert!(v.lost[0].starts_with("b (agg-1 seq 2"), "{:?}", v.lost);
+        assert!(v.lost[0].contains("after cycle 1 (kill-9)"), "{:?}", v.lost);
+    }
+
+    #[test]
+    fn an_aggregate_out_of_commit_order_is_an_order_break() {
+        let c = committed(&[("a", "agg-1", 1), ("b", "agg-1", 2)]);
+        let v = run(
+            &c,
+            &[],
+            vec![rec("b", "agg-1", 0, 0), rec("a", "agg-1", 0, 1)],
+        );
+        assert_eq!(v.order_breaks.len(), 1, "{v:?}");
+        // Only first copies count: a re-sent older event is no break.
+        let v = run(
+            &c,
+            &[],
+            vec![
+                rec("a", "agg-1", 0, 0),
+                rec("b", "agg-1", 0, 1),
+                rec("a", "agg-1", 0, 2),
+            ],
+        );
+        assert!(v.order_breaks.is_empty(), "{v:?}");
+        // One aggregate on two partitions breaks per-aggregate order too.
+        let v = run(
+            &c,
+            &[],
+            vec![rec("a", "agg-1", 0, 0), rec("b", "agg-1", 1, 0)],
+        );
+        assert_eq!(v.order_breaks.len(), 1, "{v:?}");
+    }
+
+    #[test]
+    fn a_duplicate_that_differs_in_any_header_is_reported() {
+        let c = committed(&[("a", "agg-1", 1)]);
+        let mut copy = rec("a", "agg-1", 0, 1);
+        copy.headers[1].1 = b"0/20".to_vec();
+        let v = run(&c, &[], vec![rec("a", "agg-1", 0, 0), copy]);
+        assert_eq!((v.dup_identical, v.dup_differing.len()), (0, 1), "{v:?}");
+    }
+
+    #[test]
+    fn rolled_back_and_unknown_records_are_phantoms_and_wrong_content_a_mismatch() {
+        let c = committed(&[("a", "agg-1", 1)]);
+        let mut wrong = rec("a", "agg-2", 0, 0);
+        wrong.value = Some(b"{}".to_vec());
+        let v = run(
+            &c,
+            &[],
+            vec![wrong, rec("r1", "agg-1", 0, 1), rec("zz", "agg-1", 0, 2)],
+        );
+        assert_eq!((v.phantoms.len(), v.rolled_back_seen), (2, 1), "{v:?}");
+        assert_eq!(v.mismatches.len(), 1, "{v:?}");
+    }
 }
