@@ -8,7 +8,8 @@
 # Kafka: 0 lost, 0 per-aggregate order breaks, every duplicate identical.
 #
 #   deploy/soak.sh [--cycles N] [--ci] [--seed S] [--load MIN-MAX]
-#                  [--outage MIN-MAX] [--out DIR]
+#                  [--outage MIN-MAX] [--out DIR] [--faults LIST]
+#                  [--rdkafka-debug CONTEXTS]
 #
 #   --cycles N        fault cycles (default 100, about 25 minutes)
 #   --ci              the short version for CI: 8 cycles, 1-3 s of load
@@ -17,6 +18,10 @@
 #   --load MIN-MAX    seconds of load before each fault (default 2-6)
 #   --outage MIN-MAX  seconds the broker stays down (default 5-60)
 #   --out DIR         report and walrelay log (default target/soak/<time>)
+#   --faults LIST     only these kinds, comma-separated (kill-9, sigterm,
+#                     broker-stop, pg-restart-fast, pg-restart-immediate,
+#                     walsender-terminate); default all
+#   --rdkafka-debug C librdkafka debug contexts for walrelay (e.g. broker,eos)
 #
 # It stops and restarts the services it uses, so it never uses the shared
 # ones: PostgreSQL $SOAK_PG_MAJOR (default 16, port 543<major>) and a second
@@ -37,6 +42,8 @@ LOAD=2-6
 OUTAGE=5-60
 SEED=0
 OUT=""
+FAULTS=all
+RDKAFKA_DEBUG=""
 PG=${SOAK_PG_MAJOR:-16}
 KPORT=${SOAK_KAFKA_PORT:-29092}
 
@@ -52,6 +59,8 @@ while (($#)); do
     --load) LOAD=${2:?}; shift 2 ;;
     --outage) OUTAGE=${2:?}; shift 2 ;;
     --out) OUT=${2:?}; shift 2 ;;
+    --faults) FAULTS=${2:?}; shift 2 ;;
+    --rdkafka-debug) RDKAFKA_DEBUG=${2:?}; shift 2 ;;
     -h|--help) usage ;;
     *) log "unknown argument '$1'"; usage ;;
   esac
@@ -80,6 +89,9 @@ cleanup() {
     pid=${f#/proc/}; pid=${pid%/cmdline}
     [[ $pid != "$$" ]] && kill -KILL "$pid" 2>/dev/null && log "stopped leftover walrelay (pid $pid)"
   done
+  # Keep the services' logs with the report (evidence) before `down`.
+  cp "$ROOT/.state/kafka-$KPORT/logs/server.log" "$OUT/kafka-server.log" 2>/dev/null || true
+  cp "$ROOT/.state/pg$PG/postgres.log" "$OUT/postgres.log" 2>/dev/null || true
   if ((KAFKA_OURS)); then log "taking the soak broker down"; kafka down >/dev/null 2>&1 || true; fi
   if ((PG_OURS)); then log "taking PostgreSQL $PG down"; pg down >/dev/null 2>&1 || true; fi
   exit $rc
@@ -107,6 +119,7 @@ export WALRELAY_PG_MAJOR WALRELAY_PG_PORT WALRELAY_PG_SOCKET_DIR WALRELAY_PG_TLS
 log "soak: $CYCLES cycles, PostgreSQL $PG on $WALRELAY_PG_PORT, Kafka on $WALRELAY_KAFKA_BROKERS; output in $OUT"
 rc=0
 WALRELAY_SOAK=1 WALRELAY_SOAK_CYCLES=$CYCLES WALRELAY_SOAK_SEED=$SEED \
+  WALRELAY_SOAK_FAULTS=$FAULTS WALRELAY_SOAK_RDKAFKA_DEBUG=$RDKAFKA_DEBUG \
   WALRELAY_SOAK_LOAD=$LOAD WALRELAY_SOAK_OUTAGE=$OUTAGE WALRELAY_SOAK_OUT=$OUT \
   WALRELAY_TEST_LOG=${WALRELAY_TEST_LOG:-info} \
   cargo test --locked --test soak -- --ignored --nocapture --exact fault_soak \

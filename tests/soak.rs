@@ -104,6 +104,11 @@ struct Params {
     writer_pause: Duration,
     out_dir: PathBuf,
     pg_major: String,
+    /// The fault kinds to draw from (`WALRELAY_SOAK_FAULTS`, names joined by
+    /// commas; default all), e.g. to chase one kind's defect.
+    faults: Vec<Fault>,
+    /// librdkafka `debug` contexts for walrelay's producer (evidence).
+    rdkafka_debug: String,
 }
 
 fn range_env(name: &str, default: &str) -> (u64, u64) {
@@ -151,6 +156,19 @@ impl Params {
                 &std::env::temp_dir().join("walrelay-soak").to_string_lossy(),
             )),
             pg_major: pg_major(),
+            faults: match env_or("WALRELAY_SOAK_FAULTS", "all").as_str() {
+                "all" => FAULTS.to_vec(),
+                list => list
+                    .split(',')
+                    .map(|n| {
+                        FAULTS
+                            .into_iter()
+                            .find(|f| f.name() == n.trim())
+                            .unwrap_or_else(|| panic!("WALRELAY_SOAK_FAULTS: unknown fault {n:?}"))
+                    })
+                    .collect(),
+            },
+            rdkafka_debug: env_or("WALRELAY_SOAK_RDKAFKA_DEBUG", ""),
         }
     }
 }
@@ -516,12 +534,13 @@ mod chrono_like {
 }
 use chrono_like::Stamp;
 
-/// The faults of all cycles: every kind once per block of six, in a random
-/// order, so even a short soak covers each kind.
-fn schedule(rng: &mut StdRng, cycles: usize) -> Vec<Fault> {
+/// The faults of all cycles: every kind once per block (of six, unless
+/// `WALRELAY_SOAK_FAULTS` narrows the kinds), in a random order, so even a
+/// short soak covers each kind.
+fn schedule(rng: &mut StdRng, cycles: usize, kinds: &[Fault]) -> Vec<Fault> {
     let mut out = Vec::with_capacity(cycles);
     while out.len() < cycles {
-        let mut block = FAULTS.to_vec();
+        let mut block = kinds.to_vec();
         for i in (1..block.len()).rev() {
             block.swap(i, rng.random_range(0..=i));
         }
@@ -753,7 +772,15 @@ async fn fault_soak() {
     let topics = vec![names.topic("order"), names.topic("invoice")];
     let config_path = params.out_dir.join("walrelay.toml");
     let _ = std::fs::remove_file(config_path.with_extension("log"));
-    std::fs::write(&config_path, relay_config(&db, &names, "", "")).expect("write config");
+    let extra = if params.rdkafka_debug.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "[kafka.librdkafka]\n\"debug\" = \"{}\"\n",
+            params.rdkafka_debug
+        )
+    };
+    std::fs::write(&config_path, relay_config(&db, &names, "", &extra)).expect("write config");
     let mut sup = Supervised::start(&config_path);
     sup.relay
         .wait_log("streaming", Duration::from_secs(120))
@@ -780,9 +807,13 @@ async fn fault_soak() {
     let mut cycles: Vec<CycleRecord> = Vec::new();
     let mut term_unclean: Vec<String> = Vec::new();
     let mut stall: Option<String> = None;
+    let mut drain_note = String::new();
     let soak_start = Instant::now();
 
-    for (i, fault) in schedule(&mut rng, params.cycles).into_iter().enumerate() {
+    for (i, fault) in schedule(&mut rng, params.cycles, &params.faults)
+        .into_iter()
+        .enumerate()
+    {
         let cycle = i + 1;
         let load = rng.random_range(params.load_secs.0..=params.load_secs.1);
         tokio::time::sleep(Duration::from_secs(load)).await;
@@ -896,20 +927,28 @@ async fn fault_soak() {
         w.await.expect("writer task");
     }
     let end = current_lsn(&db.name).await;
-    if stall.is_none() {
-        let deadline = Instant::now() + CATCH_UP_DEADLINE;
-        loop {
-            sup.check(params.cycles + 1);
-            match slot_state(&db.name, &names.slot).await {
-                Some((c, _)) if c >= end => break,
-                _ if Instant::now() > deadline => {
-                    stall = Some(format!(
-                        "final drain: the slot did not reach {end:X} within {CATCH_UP_DEADLINE:?}"
-                    ));
-                    break;
-                }
-                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+    if stall.is_some() {
+        // The stall fails the soak already. Restart walrelay (what an
+        // operator would do) so the end check tells a stuck relay, whose
+        // events a restart still delivers, from events that are gone.
+        eprintln!("soak: stalled; restarting walrelay to drain before the end check");
+        let status = sup.relay.stop();
+        drain_note = format!("after the stall walrelay was restarted ({status} on SIGTERM)");
+        sup.restart();
+    }
+    let deadline = Instant::now() + CATCH_UP_DEADLINE;
+    loop {
+        sup.check(params.cycles + 1);
+        match slot_state(&db.name, &names.slot).await {
+            Some((c, _)) if c >= end => break,
+            _ if Instant::now() > deadline => {
+                stall.get_or_insert(format!(
+                    "final drain: the slot did not reach {end:X} within {CATCH_UP_DEADLINE:?}"
+                ));
+                drain_note.push_str("; the final drain did not finish either");
+                break;
             }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
     let final_exit = sup.relay.stop();
@@ -1079,6 +1118,7 @@ async fn fault_soak() {
     list(&mut report, "MISMATCHES", &mismatches);
     if let Some(s) = &stall {
         let _ = writeln!(report, "STALL: {s}");
+        let _ = writeln!(report, "  {drain_note}");
     }
     let _ = writeln!(report, "cycles:");
     for (i, c) in cycles.iter().enumerate() {
