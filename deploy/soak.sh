@@ -116,12 +116,18 @@ fi
 eval "$(kafka up)"
 export WALRELAY_PG_MAJOR WALRELAY_PG_PORT WALRELAY_PG_SOCKET_DIR WALRELAY_PG_TLS_DIR WALRELAY_KAFKA_BROKERS
 
+# librdkafka's debug lines reach walrelay's log at trace level.
+if [[ -n $RDKAFKA_DEBUG ]]; then
+  WALRELAY_LOG_FILTER=${WALRELAY_TEST_LOG:-info,walrelay::sink::kafka=trace}
+else
+  WALRELAY_LOG_FILTER=${WALRELAY_TEST_LOG:-info}
+fi
 log "soak: $CYCLES cycles, PostgreSQL $PG on $WALRELAY_PG_PORT, Kafka on $WALRELAY_KAFKA_BROKERS; output in $OUT"
 rc=0
 WALRELAY_SOAK=1 WALRELAY_SOAK_CYCLES=$CYCLES WALRELAY_SOAK_SEED=$SEED \
   WALRELAY_SOAK_FAULTS=$FAULTS WALRELAY_SOAK_RDKAFKA_DEBUG=$RDKAFKA_DEBUG \
   WALRELAY_SOAK_LOAD=$LOAD WALRELAY_SOAK_OUTAGE=$OUTAGE WALRELAY_SOAK_OUT=$OUT \
-  WALRELAY_TEST_LOG=${WALRELAY_TEST_LOG:-info} \
+  WALRELAY_TEST_LOG=$WALRELAY_LOG_FILTER \
   cargo test --locked --test soak -- --ignored --nocapture --exact fault_soak \
   >"$OUT/soak.log" 2>&1 || rc=$?
 
