@@ -30,6 +30,10 @@
 # failure or Ctrl-C); a service that was already running is reused and left
 # running. walrelay is the debug build of this checkout (`cargo test`).
 #
+# WALRELAY_SOAK_CATCH_UP_SECS (default 180) is how long walrelay may take to
+# catch up after a fault before the soak calls it a stall; a small value
+# exercises the stall path (restart walrelay, drain, then check).
+#
 # Prints one summary line `SOAK PASS|FAIL: ...`; exit 1 on any loss, order
 # break, differing duplicate, phantom record or stall.
 set -euo pipefail
@@ -126,6 +130,7 @@ log "soak: $CYCLES cycles, PostgreSQL $PG on $WALRELAY_PG_PORT, Kafka on $WALREL
 rc=0
 WALRELAY_SOAK=1 WALRELAY_SOAK_CYCLES=$CYCLES WALRELAY_SOAK_SEED=$SEED \
   WALRELAY_SOAK_FAULTS=$FAULTS WALRELAY_SOAK_RDKAFKA_DEBUG=$RDKAFKA_DEBUG \
+  WALRELAY_SOAK_CATCH_UP_SECS=${WALRELAY_SOAK_CATCH_UP_SECS:-180} \
   WALRELAY_SOAK_LOAD=$LOAD WALRELAY_SOAK_OUTAGE=$OUTAGE WALRELAY_SOAK_OUT=$OUT \
   WALRELAY_TEST_LOG=$WALRELAY_LOG_FILTER \
   cargo test --locked --test soak -- --ignored --nocapture --exact fault_soak \

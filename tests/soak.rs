@@ -56,7 +56,8 @@ use tokio_postgres::{Client, NoTls};
 const AGGREGATES: usize = 200;
 const WRITERS: usize = 8;
 /// How long the relay may take to catch up after a fault before the soak
-/// calls it a stall.
+/// calls it a stall (`WALRELAY_SOAK_CATCH_UP_SECS` overrides it, e.g. to
+/// exercise the stall path; the final drain always gets this much).
 const CATCH_UP_DEADLINE: Duration = Duration::from_secs(180);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -109,6 +110,8 @@ struct Params {
     faults: Vec<Fault>,
     /// librdkafka `debug` contexts for walrelay's producer (evidence).
     rdkafka_debug: String,
+    /// Stall deadline per cycle.
+    catch_up: Duration,
 }
 
 fn range_env(name: &str, default: &str) -> (u64, u64) {
@@ -169,6 +172,14 @@ impl Params {
                     .collect(),
             },
             rdkafka_debug: env_or("WALRELAY_SOAK_RDKAFKA_DEBUG", ""),
+            catch_up: Duration::from_secs(
+                env_or(
+                    "WALRELAY_SOAK_CATCH_UP_SECS",
+                    &CATCH_UP_DEADLINE.as_secs().to_string(),
+                )
+                .parse()
+                .expect("WALRELAY_SOAK_CATCH_UP_SECS"),
+            ),
         }
     }
 }
@@ -870,7 +881,7 @@ async fn fault_soak() {
         // so the re-sent tail (if any) is in Kafka.
         let recovered = Stamp::now();
         let target = current_lsn(&db.name).await;
-        let deadline = Instant::now() + CATCH_UP_DEADLINE;
+        let deadline = Instant::now() + params.catch_up;
         let mut last = None;
         loop {
             sup.check(cycle);
@@ -885,7 +896,7 @@ async fn fault_soak() {
                     "cycle {cycle} ({}): the slot did not reach {target:X} within {:?} (last \
                      confirmed {:X?}); walrelay log: {}",
                     fault.name(),
-                    CATCH_UP_DEADLINE,
+                    params.catch_up,
                     last,
                     sup.relay.log_path.display()
                 ));
