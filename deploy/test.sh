@@ -21,6 +21,7 @@ cleanup() {
   log "taking services down"
   for m in 18 $EXTRA_MAJORS; do PG_MAJOR=$m deploy/dev/postgres.sh down >/dev/null 2>&1 || true; done
   deploy/dev/kafka.sh down >/dev/null 2>&1 || true
+  KAFKA_PORT=29092 deploy/dev/kafka.sh down >/dev/null 2>&1 || true   # the soak's broker
   exit $rc
 }
 trap cleanup EXIT INT TERM
@@ -43,6 +44,13 @@ cargo test --locked --all-targets
 # Debezium and walrelay), so it cannot rot; its numbers are not results.
 log "benchmark harness, smoke mode"
 deploy/bench/run.sh --smoke --walrelay "${CARGO_TARGET_DIR:-$ROOT/target}/debug/walrelay" --require-walrelay >/dev/null
+
+# The fault soak, short version (~3 min): kills walrelay, stops its broker,
+# restarts its PostgreSQL, terminates the walsender, then checks every event.
+# It uses services of its own (PostgreSQL 16, a broker on 29092) and takes
+# them down again, so the matrix below finds PostgreSQL 16 as before.
+log "fault soak, CI length (deploy/soak.sh --ci)"
+deploy/soak.sh --ci
 
 # Tests that depend on the server version run against every supported major.
 for m in $EXTRA_MAJORS; do

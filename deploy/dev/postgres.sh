@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # deploy/dev/postgres.sh - throwaway PostgreSQL cluster for walrelay development and tests.
 #
-# Usage:  deploy/dev/postgres.sh up|down|env|status|psql [psql args...]
+# Usage:  deploy/dev/postgres.sh up|down|restart-fast|restart-immediate|env|status|psql [psql args...]
 #         PG_MAJOR=14..18 selects the server major version (default 18).
 #
 #   up      install the server (if needed), create/start the cluster, print env lines
 #           on stdout:  eval "$(deploy/dev/postgres.sh up)"
 #   down    stop the cluster and delete its state directory (ok if not running)
+#   restart-fast|restart-immediate
+#           stop the running cluster with `pg_ctl stop -m fast|immediate` (immediate: no
+#           checkpoint, crash recovery at start) and start it again; data kept (fault soak)
 #   env     print the env lines only (no side effects)
 #   status  exit 0 and print "postgres <major> running on 127.0.0.1:<port>" if healthy
 #   psql    run psql as the superuser against this cluster, passing the remaining args
@@ -58,9 +61,11 @@ is_root() { [[ $(id -u) -eq 0 ]]; }
 
 usage() {
   cat >&2 <<EOF
-usage: [PG_MAJOR=14..18] $SELF up|down|env|status|psql [psql args...]
+usage: [PG_MAJOR=14..18] $SELF up|down|restart-fast|restart-immediate|env|status|psql [psql args...]
   up      install (if needed) + start the cluster, then print env lines (eval them)
   down    stop the cluster and remove .state/pg<major>
+  restart-fast|restart-immediate
+          stop the running cluster in that shutdown mode and start it again (data kept)
   env     print the env lines (WALRELAY_PG_*)
   status  exit 0 if the cluster is running and accepting connections
   psql    run psql as superuser 'postgres' against the cluster
@@ -238,7 +243,9 @@ is_our_postgres() {
   stat=${stat##*) }                       # field 3 (state) follows "(comm) "
   [[ ${stat%% *} != Z ]] || return 1
   { IFS= read -r -d '' argv0 <"/proc/$pid/cmdline"; } 2>/dev/null || return 1
-  [[ $argv0 == "$PG_BIN/postgres" ]]
+  # -ef (same file): pg_ctl starts postgres by its symlink-resolved path, which differs
+  # from $PG_BIN when .deps is a symlink (a git worktree sharing the main checkout's).
+  [[ $argv0 == "$PG_BIN/postgres" || $argv0 -ef "$PG_BIN/postgres" ]]
 }
 
 recorded_pid() { head -n1 "$DATA_DIR/postmaster.pid" 2>/dev/null || true; }
@@ -320,7 +327,7 @@ postmaster_pids() {
   for f in $(grep -lzxF -- "$DATA_DIR" /proc/[0-9]*/cmdline 2>/dev/null || true); do
     pid=${f#/proc/}; pid=${pid%/cmdline}
     { IFS= read -r -d '' argv0 <"$f"; } 2>/dev/null || continue
-    [[ $argv0 == "$PG_BIN/postgres" ]] && echo "$pid"
+    [[ $argv0 == "$PG_BIN/postgres" || $argv0 -ef "$PG_BIN/postgres" ]] && echo "$pid"
   done
   return 0
 }
@@ -499,6 +506,19 @@ cmd_down() {
   fi
 }
 
+# Restart with the given shutdown mode. Not `pg_ctl restart`: that one cannot be given
+# -l, so the restarted server would log to our stderr instead of $LOG_FILE.
+cmd_restart() {
+  local mode=$1
+  take_lock
+  cluster_running || die "postgres $PG_MAJOR is not running; start it with: PG_MAJOR=$PG_MAJOR $SELF up"
+  log "stopping (-m $mode)"
+  as_pg "$PG_BIN/pg_ctl" stop -D "$DATA_DIR" -m "$mode" -w -t "$READY_TIMEOUT_S" -s >&2 ||
+    die "pg_ctl stop -m $mode failed for $DATA_DIR (see $LOG_FILE)"
+  start_cluster
+  log "restarted: postgres $PG_MAJOR on $PG_HOST:$PG_PORT"
+}
+
 cmd_status() {
   if ! cluster_exists; then
     echo "postgres $PG_MAJOR is not set up ($DATA_DIR missing); run: PG_MAJOR=$PG_MAJOR $SELF up" >&2
@@ -524,6 +544,8 @@ cmd_psql() {
 case ${1:-} in
   up)     cmd_up ;;
   down)   cmd_down ;;
+  restart-fast)      cmd_restart fast ;;
+  restart-immediate) cmd_restart immediate ;;
   env)    print_env ;;
   status) cmd_status ;;
   psql)   shift; cmd_psql "$@" ;;
