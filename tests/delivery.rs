@@ -59,17 +59,6 @@ async fn set_topic_config(topic: &str, key: &str, value: &str) {
     }
 }
 
-fn http_get(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
-        return String::new();
-    };
-    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n");
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
-}
-
 /// A config whose graceful stop may wait long for Kafka.
 fn config_with_flush_timeout(db: &TestDb, names: &Names, timeout: &str) -> String {
     let config = relay_config(db, names, "", "");
@@ -211,12 +200,7 @@ async fn a_long_flush_at_shutdown_keeps_the_walsender_and_reports_the_final_posi
     db.create_outbox("outbox").await;
     let names = Names::new("slowflush");
     let topic = names.topic("order");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = free_local_addr();
     let config = config_with_flush_timeout(&db, &names, "90s");
     assert!(config.contains("linger = \"2ms\""));
     let config = format!(

@@ -11,26 +11,6 @@ use support::*;
 
 const START: Duration = Duration::from_secs(60);
 
-fn http_get(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
-        return String::new();
-    };
-    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n");
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
-}
-
-fn free_local_addr() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    format!("127.0.0.1:{port}")
-}
-
 /// The value of a metric sample, if present.
 fn sample(metrics: &str, name: &str) -> Option<f64> {
     metrics.lines().find_map(|l| {

@@ -1,7 +1,6 @@
 //! Setting up one replication session: server checks, publication, Kafka
 //! producer and offset store, slot, the start decision, START_REPLICATION.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,13 +10,11 @@ use tokio_util::sync::CancellationToken;
 use super::streaming::Streaming;
 use super::{RelayError, connect_params, producer_properties};
 use crate::Lsn;
-use crate::checkpoint::{Checkpoint, Limits};
 use crate::config::Config;
 use crate::offsets::{self, OffsetStore, StoredOffset};
 use crate::pg::catalog;
 use crate::pg::replication::{ReplicationClient, ReplicationStream};
 use crate::pg::wire::WireError;
-use crate::pgoutput::RelationCache;
 use crate::router::Router;
 use crate::sink::kafka::{Ack, Delivery, KafkaSink, SinkError, SinkErrorKind};
 use crate::startup;
@@ -253,20 +250,13 @@ impl Session {
             ?status_interval, "streaming"
         );
 
-        let run = Streaming {
-            config: config.clone(),
+        let run = Streaming::new(
+            config.clone(),
+            self.metrics.clone(),
             sink,
             router,
-            relations: RelationCache::new(),
-            checkpoint: Checkpoint::new(
-                start,
-                Limits {
-                    max_in_flight_records: config.kafka.max_in_flight_records as u64,
-                    max_in_flight_bytes: config.kafka.max_in_flight_bytes,
-                },
-            ),
-            open: None,
-            offset_template: StoredOffset {
+            start,
+            StoredOffset {
                 connector: config.connector.name.clone(),
                 system_id: system.system_id.clone(),
                 timeline: system.timeline,
@@ -274,14 +264,7 @@ impl Session {
                 lsn: String::new(),
                 written_at_ms: 0,
             },
-            offset_in_flight: None,
-            offset_acked: start,
-            awaiting_reports: 0,
-            received: start,
-            warned_updates: HashSet::new(),
-            warned_unclaimed: HashSet::new(),
-            metrics: self.metrics.clone(),
-        };
+        );
         drop(catalog);
         Ok(Started {
             run,

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::{RelayError, STALL_WARNING};
 
 use crate::Lsn;
-use crate::checkpoint::{Checkpoint, TxnId};
+use crate::checkpoint::{Checkpoint, Limits, TxnId};
 use crate::config::Config;
 use crate::offsets::StoredOffset;
 use crate::pg::replication::{ReplicationMessage, ReplicationStream, StreamEvent};
@@ -66,6 +66,39 @@ pub(super) struct Streaming {
 }
 
 impl Streaming {
+    /// A session's streaming state, resuming from `start` (already confirmed
+    /// and stored); `offset_template` names this connector, cluster and slot
+    /// in the offset-store writes.
+    pub(super) fn new(
+        config: Arc<Config>,
+        metrics: Arc<Metrics>,
+        sink: KafkaSink,
+        router: Router,
+        start: Lsn,
+        offset_template: StoredOffset,
+    ) -> Streaming {
+        let limits = Limits {
+            max_in_flight_records: config.kafka.max_in_flight_records as u64,
+            max_in_flight_bytes: config.kafka.max_in_flight_bytes,
+        };
+        Streaming {
+            metrics,
+            config,
+            sink,
+            router,
+            relations: RelationCache::new(),
+            checkpoint: Checkpoint::new(start, limits),
+            open: None,
+            offset_template,
+            offset_in_flight: None,
+            offset_acked: start,
+            awaiting_reports: 0,
+            received: start,
+            warned_updates: HashSet::new(),
+            warned_unclaimed: HashSet::new(),
+        }
+    }
+
     pub(super) async fn stream(
         &mut self,
         stream: &mut ReplicationStream,
@@ -588,21 +621,13 @@ mod tests {
         .expect("config");
         let (sink, _acks) =
             KafkaSink::new(&crate::relay::producer_properties(&config)).expect("producer");
-        Streaming {
-            metrics: Arc::new(Metrics::new("t")),
-            router: Router::new(&config.outbox),
-            config: Arc::new(config),
+        Streaming::new(
+            Arc::new(config.clone()),
+            Arc::new(Metrics::new("t")),
             sink,
-            relations: RelationCache::new(),
-            checkpoint: Checkpoint::new(
-                start,
-                crate::checkpoint::Limits {
-                    max_in_flight_records: 10,
-                    max_in_flight_bytes: 1 << 20,
-                },
-            ),
-            open: None,
-            offset_template: StoredOffset {
+            Router::new(&config.outbox),
+            start,
+            StoredOffset {
                 connector: "t".into(),
                 system_id: "1".into(),
                 timeline: 1,
@@ -610,13 +635,7 @@ mod tests {
                 lsn: String::new(),
                 written_at_ms: 0,
             },
-            offset_in_flight: None,
-            offset_acked: start,
-            awaiting_reports: 0,
-            received: start,
-            warned_updates: HashSet::new(),
-            warned_unclaimed: HashSet::new(),
-        }
+        )
     }
 
     /// PostgreSQL sends 0/0 positions on messages that are not the last of a

@@ -865,3 +865,26 @@ pub fn kafka_script(command: &str) {
         .expect("run deploy/dev/kafka.sh");
     assert!(status.success(), "deploy/dev/kafka.sh {command} failed");
 }
+
+/// A plain HTTP/1.0 GET (for `/healthz` and `/metrics`); empty when nothing
+/// listens.
+pub fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// A loopback address with a port that was free a moment ago.
+pub fn free_local_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("local addr")
+        .port();
+    format!("127.0.0.1:{port}")
+}
