@@ -391,30 +391,45 @@ impl OffsetStore {
         let admin: AdminClient<DefaultClientContext> =
             self.config().create().map_err(|e| err(e.to_string()))?;
         let opts = AdminOptions::new().request_timeout(Some(timeout));
-        let results = admin
-            .describe_configs(&[ResourceSpecifier::Topic(&self.topic)], &opts)
-            .await
-            .map_err(|e| err(format!("describing its configuration: {e}")))?;
-        let Some(result) = results.into_iter().next() else {
-            return Err(err("describing its configuration returned nothing".into()));
-        };
-        let resource = match result {
-            Ok(r) => r,
-            Err(RDKafkaErrorCode::UnknownTopicOrPartition) => return Ok(false),
-            Err(code) => return Err(err(format!("describing its configuration: {code}"))),
-        };
-        let policy = resource
-            .get("cleanup.policy")
-            .and_then(|e| e.value.clone())
-            .unwrap_or_default();
-        match not_compacted_because(&policy) {
-            None => Ok(true),
-            Some(why) => Err(OffsetStoreError::NotCompacted {
-                topic: self.topic.clone(),
-                policy,
-                why,
-                fix: self.fix_command(),
-            }),
+        // A topic created a moment ago (by another connector, or by
+        // auto-creation) can describe without its configuration for a short
+        // while: ask again until the deadline instead of judging "".
+        let deadline = Instant::now() + timeout;
+        loop {
+            let results = admin
+                .describe_configs(&[ResourceSpecifier::Topic(&self.topic)], &opts)
+                .await
+                .map_err(|e| err(format!("describing its configuration: {e}")))?;
+            let Some(result) = results.into_iter().next() else {
+                return Err(err("describing its configuration returned nothing".into()));
+            };
+            let resource = match result {
+                Ok(r) => r,
+                Err(RDKafkaErrorCode::UnknownTopicOrPartition) => return Ok(false),
+                Err(code) => return Err(err(format!("describing its configuration: {code}"))),
+            };
+            let policy = resource
+                .get("cleanup.policy")
+                .and_then(|e| e.value.clone())
+                .unwrap_or_default();
+            if policy.trim().is_empty() {
+                if Instant::now() >= deadline {
+                    return Err(err(
+                        "the broker does not report its cleanup.policy (yet)".into()
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            return match not_compacted_because(&policy) {
+                None => Ok(true),
+                Some(why) => Err(OffsetStoreError::NotCompacted {
+                    topic: self.topic.clone(),
+                    policy,
+                    why,
+                    fix: self.fix_command(),
+                }),
+            };
         }
     }
 
