@@ -408,6 +408,12 @@ impl OffsetStore {
                 Err(RDKafkaErrorCode::UnknownTopicOrPartition) => return Ok(false),
                 Err(code) => return Err(err(format!("describing its configuration: {code}"))),
             };
+            // A broker may answer for a topic it does not have with no
+            // configuration at all instead of UNKNOWN_TOPIC_OR_PARTITION.
+            if resource.entries.is_empty() {
+                tracing::debug!(entries = 0, topic = %self.topic, "the offset topic has no configuration: it does not exist");
+                return Ok(false);
+            }
             let policy = resource
                 .get("cleanup.policy")
                 .and_then(|e| e.value.clone())
