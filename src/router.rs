@@ -148,14 +148,6 @@ impl Router {
         }
     }
 
-    /// `(schema, table)` of every configured outbox table.
-    pub fn tables(&self) -> Vec<(String, String)> {
-        self.routes
-            .iter()
-            .map(|r| (r.config.table.schema.clone(), r.config.table.name.clone()))
-            .collect()
-    }
-
     /// Claims the partitions `(schema, name)` of the captured table
     /// `schema.table` for its route, so rows pgoutput reports under a
     /// partition's own name are routed as the table's. Unknown tables are

@@ -449,13 +449,6 @@ impl KafkaSink {
         self.producer.purge(PurgeConfig::default().queue());
     }
 
-    /// Waits up to `timeout` for everything queued to be delivered.
-    pub fn flush(&self, timeout: Duration) -> Result<(), SinkError> {
-        self.producer
-            .flush(timeout)
-            .map_err(|e| SinkError::from_kafka(&e))
-    }
-
     /// Whether the cluster answers a metadata request from a *fresh* client
     /// with these properties (blocking, at most `timeout`). Tells a broker
     /// that is away from a producer that is stuck although the broker is
@@ -477,19 +470,6 @@ impl KafkaSink {
                     .flat_map(|t| t.partitions())
                     .all(|p| p.leader() >= 0)
         })
-    }
-
-    /// Asks the cluster for metadata: proves the brokers answer.
-    pub fn check_reachable(&self, timeout: Duration) -> Result<usize, SinkError> {
-        self.producer
-            .client()
-            .fetch_metadata(None, timeout)
-            .map(|m| m.brokers().len())
-            .map_err(|e| SinkError {
-                kind: SinkErrorKind::Transient,
-                message: format!("Kafka did not answer a metadata request within {timeout:?}: {e}"),
-                code: e.rdkafka_error_code(),
-            })
     }
 }
 
