@@ -19,6 +19,7 @@ pub mod preflight;
 pub mod relay;
 pub mod router;
 pub mod sink;
+pub mod source;
 pub mod startup;
 pub mod telemetry;
 

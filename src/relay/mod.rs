@@ -1,9 +1,10 @@
 //! The relay: one replication session from slot to Kafka, and the loop that
 //! restarts it.
 //!
-//! Data moves one way: walsender → [`ReplicationStream`] → [`pgoutput::decode`]
-//! → [`Router`] → [`KafkaSink`]. Acknowledgements move back: delivery reports
-//! arrive as [`Ack`]s on a channel and advance the [`Checkpoint`]; the
+//! Wiring only. Data moves one way: [`Source`](crate::source::Source) (replication stream, relation
+//! cache, transactions) → [`Router`] → [`KafkaSink`]. Acknowledgements move
+//! back: delivery reports return each record's [`Token`] on a channel and
+//! advance the [`Checkpoint`]; the
 //! checkpoint's confirmed position is written to the offset store, and only an
 //! *acknowledged* offset write is reported to PostgreSQL as the slot's flush
 //! position.
@@ -33,7 +34,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::Lsn;
-use crate::checkpoint::CheckpointError;
+use crate::checkpoint::{CheckpointError, TxnId};
 use crate::config::{Config, ConfigError, librdkafka_key_path};
 use crate::offsets;
 use crate::pg::catalog::CatalogError;
@@ -41,10 +42,45 @@ use crate::pg::tls::TlsSettings;
 use crate::pg::wire::{ConnectParams, WireError};
 use crate::pgoutput::DecodeError;
 use crate::router::RouteError;
-use crate::sink::kafka::{SinkError, SinkErrorKind};
+use crate::sink::kafka::{KafkaSink, SinkError, SinkErrorKind};
+use crate::source::SourceError;
 use crate::telemetry::{self, Metrics};
 
 use session::Session;
+
+/// What a produced record stands for: handed to the sink with the record,
+/// and back with its delivery report (the sink never looks inside).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Token {
+    /// A record of transaction `txn`, committed at `commit_lsn`; `index` is
+    /// the change's position in its transaction.
+    Record {
+        txn: TxnId,
+        bytes: usize,
+        commit_lsn: Lsn,
+        index: u32,
+        /// The event's id (the `id` header), to name it in errors.
+        event_id: Option<bytes::Bytes>,
+    },
+    /// An offset-store write for position `lsn`.
+    Offset { lsn: Lsn },
+}
+
+/// The producer, carrying [`Token`]s.
+pub(crate) type Sink = KafkaSink<Token>;
+/// A delivery report for one [`Token`].
+pub(crate) type Ack = crate::sink::kafka::Ack<Token>;
+
+impl From<SourceError> for RelayError {
+    fn from(e: SourceError) -> RelayError {
+        match e {
+            SourceError::Wire(e) => RelayError::Wire(e),
+            SourceError::Decode { lsn, source } => RelayError::Decode { lsn, source },
+            SourceError::Stream { lsn, what } => RelayError::Stream { lsn, what },
+            SourceError::Ended => RelayError::Ended("the replication stream"),
+        }
+    }
+}
 
 /// How long Kafka may leave records unacknowledged before we warn.
 const STALL_WARNING: Duration = telemetry::STALL;

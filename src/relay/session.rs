@@ -8,15 +8,16 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::streaming::Streaming;
-use super::{RelayError, connect_params, producer_properties};
+use super::{Ack, RelayError, Sink, Token, connect_params, producer_properties};
 use crate::Lsn;
 use crate::config::Config;
 use crate::offsets::{self, OffsetStore, StoredOffset};
 use crate::pg::catalog;
-use crate::pg::replication::{ReplicationClient, ReplicationStream};
+use crate::pg::replication::ReplicationClient;
 use crate::pg::wire::WireError;
 use crate::router::Router;
-use crate::sink::kafka::{Ack, Delivery, KafkaSink, SinkError, SinkErrorKind};
+use crate::sink::kafka::{SinkError, SinkErrorKind};
+use crate::source::Source;
 use crate::startup;
 use crate::telemetry::Metrics;
 
@@ -30,7 +31,7 @@ pub(super) struct Session {
 /// A session that reached START_REPLICATION.
 pub(super) struct Started {
     pub(super) run: Streaming,
-    pub(super) stream: ReplicationStream,
+    pub(super) source: Source,
     pub(super) acks: mpsc::UnboundedReceiver<Ack>,
     pub(super) status_interval: Duration,
     /// Silence after which the replication connection is presumed dead.
@@ -43,7 +44,7 @@ impl Started {
         let result = self
             .run
             .stream(
-                &mut self.stream,
+                &mut self.source,
                 &mut self.acks,
                 self.status_interval,
                 self.receive_timeout,
@@ -53,9 +54,9 @@ impl Started {
         let Err(e) = result else {
             let done = self
                 .run
-                .finish(&mut self.stream, &mut self.acks, self.status_interval)
+                .finish(&mut self.source, &mut self.acks, self.status_interval)
                 .await;
-            match self.stream.shutdown(done.position).await {
+            match self.source.close(done.position).await {
                 Ok(pos) => tracing::info!(lsn = %pos, "stopped; final position reported"),
                 Err(e) => {
                     tracing::warn!(error = %e, "stopped; could not send the final status update")
@@ -82,9 +83,9 @@ impl Started {
             // bad change.
             let done = self
                 .run
-                .finish(&mut self.stream, &mut self.acks, self.status_interval)
+                .finish(&mut self.source, &mut self.acks, self.status_interval)
                 .await;
-            match self.stream.shutdown(done.position).await {
+            match self.source.close(done.position).await {
                 Ok(pos) => tracing::info!(
                     lsn = %pos,
                     not_delivered = done.undelivered,
@@ -142,7 +143,7 @@ impl Session {
 
         // 2. Kafka: producer, offset topic, stored offset.
         let properties = producer_properties(&config);
-        let (sink, mut acks) = KafkaSink::new(&properties).map_err(RelayError::Sink)?;
+        let (sink, mut acks) = Sink::new(&properties).map_err(RelayError::Sink)?;
         let store = OffsetStore::new(
             &properties,
             &config.kafka.offsets_topic,
@@ -268,7 +269,7 @@ impl Session {
         drop(catalog);
         Ok(Started {
             run,
-            stream,
+            source: Source::new(stream, start),
             acks,
             status_interval,
             receive_timeout,
@@ -278,7 +279,7 @@ impl Session {
 
 /// Writes `offset` to the offset store and waits for Kafka to acknowledge it.
 async fn store_accepted_offset(
-    sink: &KafkaSink,
+    sink: &Sink,
     acks: &mut mpsc::UnboundedReceiver<Ack>,
     offset: &StoredOffset,
     topic: &str,
@@ -291,11 +292,11 @@ async fn store_accepted_offset(
         event: "the offset-store write of the accepted slot position".into(),
         error,
     };
-    sink.send(&offset.to_record(topic), Delivery::Offset { lsn })
+    sink.send(&offset.to_record(topic), Token::Offset { lsn })
         .await
         .map_err(failed)?;
     match tokio::time::timeout(LIMIT, acks.recv()).await {
-        Ok(Some(Ack::Delivered(Delivery::Offset { lsn: acked }))) if acked == lsn => Ok(()),
+        Ok(Some(Ack::Delivered(Token::Offset { lsn: acked }))) if acked == lsn => Ok(()),
         Ok(Some(Ack::Failed { error, .. } | Ack::Fatal(error))) => Err(failed(error)),
         Ok(Some(other)) => Err(RelayError::Stream {
             lsn,

@@ -12,15 +12,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::{RelayError, STALL_WARNING};
 
+use super::{Ack, Sink, Token};
 use crate::Lsn;
 use crate::checkpoint::{Checkpoint, Limits, TxnId};
 use crate::config::Config;
 use crate::offsets::StoredOffset;
-use crate::pg::replication::{ReplicationMessage, ReplicationStream, StreamEvent};
 use crate::pg::wire::WireError;
-use crate::pgoutput::{self, LogicalMessage, RelationCache};
 use crate::router::{Routed, Router};
-use crate::sink::kafka::{Ack, Delivery, KafkaSink, SinkError};
+use crate::sink::kafka::SinkError;
+use crate::source::{Change, Op, Source, SourceEvent};
 use crate::telemetry::Metrics;
 
 /// How often a stalled session probes the cluster with a fresh client.
@@ -31,20 +31,18 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 /// delivering nothing, before the producer is declared stuck.
 const STUCK_AFTER: Duration = Duration::from_secs(30);
 
-/// State of the transaction currently streaming.
+/// The transaction currently streaming: its checkpoint entry.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct OpenTxn {
     pub(super) id: TxnId,
     pub(super) commit_lsn: Lsn,
-    pub(super) next_index: u32,
 }
 
 pub(super) struct Streaming {
     pub(super) metrics: Arc<Metrics>,
     pub(super) config: Arc<Config>,
-    pub(super) sink: KafkaSink,
+    pub(super) sink: Sink,
     pub(super) router: Router,
-    pub(super) relations: RelationCache,
     pub(super) checkpoint: Checkpoint,
     pub(super) open: Option<OpenTxn>,
     pub(super) offset_template: StoredOffset,
@@ -57,9 +55,6 @@ pub(super) struct Streaming {
     /// count, a failure settles a record here: a graceful stop waits for
     /// this to reach zero, not for acks that will never come.
     pub(super) awaiting_reports: u64,
-    /// The newest WAL position the server told us about (XLogData `wal_end`
-    /// or keepalive); never 0/0 once anything arrived.
-    pub(super) received: Lsn,
     pub(super) warned_updates: HashSet<String>,
     /// Tables whose unclaimed rows were logged this session.
     pub(super) warned_unclaimed: HashSet<String>,
@@ -72,7 +67,7 @@ impl Streaming {
     pub(super) fn new(
         config: Arc<Config>,
         metrics: Arc<Metrics>,
-        sink: KafkaSink,
+        sink: Sink,
         router: Router,
         start: Lsn,
         offset_template: StoredOffset,
@@ -86,14 +81,12 @@ impl Streaming {
             config,
             sink,
             router,
-            relations: RelationCache::new(),
             checkpoint: Checkpoint::new(start, limits),
             open: None,
             offset_template,
             offset_in_flight: None,
             offset_acked: start,
             awaiting_reports: 0,
-            received: start,
             warned_updates: HashSet::new(),
             warned_unclaimed: HashSet::new(),
         }
@@ -101,7 +94,7 @@ impl Streaming {
 
     pub(super) async fn stream(
         &mut self,
-        stream: &mut ReplicationStream,
+        source: &mut Source,
         acks: &mut mpsc::UnboundedReceiver<Ack>,
         status_interval: Duration,
         receive_timeout: Duration,
@@ -123,7 +116,7 @@ impl Streaming {
         // Stuck-producer watchdog: during a stall, a fresh client probes the
         // cluster; once it has answered (with a leader for every partition)
         // for STUCK_AFTER while this producer still delivers nothing, the
-        // session restarts with a fresh producer (see KafkaSink::cluster_answers).
+        // session restarts with a fresh producer (see crate::sink::kafka::cluster_answers).
         let mut cluster_back_since: Option<Instant> = None;
         let mut last_probe = Instant::now();
         loop {
@@ -158,7 +151,7 @@ impl Streaming {
                 .store(self.checkpoint.in_flight_bytes(), Ordering::Relaxed);
             self.metrics
                 .confirmed_lsn
-                .store(stream.last_reported().0, Ordering::Relaxed);
+                .store(source.confirmed().0, Ordering::Relaxed);
             if waiting && !stall_reported && last_ack.elapsed() > STALL_WARNING {
                 stall_reported = true;
                 tracing::warn!(
@@ -186,12 +179,12 @@ impl Streaming {
                     last_ack = Instant::now();
                     self.metrics.kafka_progress();
                     if self.on_ack(ack)? {
-                        stream.send_status(self.offset_acked, false).await?;
+                        source.confirm(self.offset_acked, false).await?;
                     }
                     // Drain what else is ready without going back to select.
                     while let Ok(ack) = acks.try_recv() {
                         if self.on_ack(ack)? {
-                            stream.send_status(self.offset_acked, false).await?;
+                            source.confirm(self.offset_acked, false).await?;
                         }
                     }
                 }
@@ -202,12 +195,12 @@ impl Streaming {
                     }
                     self.write_offset_if_due().await?;
                     let ping = silent_for > status_interval * 2;
-                    stream.send_status(self.offset_acked, ping).await?;
+                    source.confirm(self.offset_acked, ping).await?;
                     if stall_reported && last_probe.elapsed() >= PROBE_EVERY {
                         last_probe = Instant::now();
                         let properties = crate::relay::producer_properties(&self.config);
                         let answers = tokio::task::spawn_blocking(move || {
-                            KafkaSink::cluster_answers(&properties, PROBE_TIMEOUT)
+                            crate::sink::kafka::cluster_answers(&properties, PROBE_TIMEOUT)
                         })
                         .await
                         .unwrap_or(false);
@@ -221,9 +214,11 @@ impl Streaming {
                         }
                     }
                 }
-                event = stream.recv(), if !full => {
+                event = source.next(), if !full => {
                     last_heard = Instant::now();
-                    self.on_event(event?, stream).await?;
+                    let event = event?;
+                    self.metrics.received_lsn.store(source.received().0, Ordering::Relaxed);
+                    self.on_event(event, source).await?;
                 }
             }
         }
@@ -231,162 +226,123 @@ impl Streaming {
 
     async fn on_event(
         &mut self,
-        event: StreamEvent,
-        stream: &mut ReplicationStream,
+        event: SourceEvent,
+        source: &mut Source,
     ) -> Result<(), RelayError> {
         match event {
-            StreamEvent::End => Err(RelayError::Ended("the replication stream")),
-            StreamEvent::Message(ReplicationMessage::Keepalive { wal_end, reply, .. }) => {
-                self.note_received(wal_end);
+            SourceEvent::Idle { wal_end, reply } => {
                 self.checkpoint.keepalive(wal_end);
                 if reply {
                     self.write_offset_if_due().await?;
-                    stream.send_status(self.offset_acked, false).await?;
+                    source.confirm(self.offset_acked, false).await?;
                 }
-                Ok(())
             }
-            StreamEvent::Message(ReplicationMessage::XLogData {
-                wal_start,
-                wal_end,
-                data,
-                ..
-            }) => self.on_xlogdata(wal_start, wal_end, data).await,
-        }
-    }
-
-    async fn on_xlogdata(
-        &mut self,
-        wal_start: Lsn,
-        wal_end: Lsn,
-        data: bytes::Bytes,
-    ) -> Result<(), RelayError> {
-        // PostgreSQL sends 0/0 as wal_start and wal_end for every message but
-        // the last of a write (Relation, Type, …): name the newest position
-        // we know instead, and never let the received position drop to 0.
-        let at = if wal_start == Lsn::ZERO {
-            self.received
-        } else {
-            wal_start
-        };
-        self.note_received(wal_end);
-        let msg =
-            pgoutput::decode(data).map_err(|source| RelayError::Decode { lsn: at, source })?;
-        self.on_message(msg, at).await
-    }
-
-    async fn on_message(&mut self, msg: LogicalMessage, wal_start: Lsn) -> Result<(), RelayError> {
-        match msg {
-            LogicalMessage::Begin(b) => {
+            SourceEvent::Begin { commit_lsn, .. } => {
                 let id = self.checkpoint.begin()?;
-                self.open = Some(OpenTxn {
-                    id,
-                    commit_lsn: b.final_lsn,
-                    next_index: 0,
-                });
+                self.open = Some(OpenTxn { id, commit_lsn });
             }
-            LogicalMessage::Commit(c) => {
+            SourceEvent::Commit {
+                commit_lsn,
+                end_lsn,
+            } => {
                 let open = self.open.take().ok_or_else(|| RelayError::Stream {
-                    lsn: wal_start,
+                    lsn: commit_lsn,
                     what: "Commit without Begin".into(),
                 })?;
-                self.checkpoint.commit(open.id, c.end_lsn)?;
+                self.checkpoint.commit(open.id, end_lsn)?;
                 self.metrics.transactions.fetch_add(1, Ordering::Relaxed);
             }
-            LogicalMessage::Relation(r) => {
-                self.router.on_relation(&r);
-                self.relations.insert(r);
-            }
-            LogicalMessage::Insert(i) => {
-                let open = self.current(wal_start)?;
-                self.relations
-                    .require(i.relation)
-                    .map_err(|e| RelayError::Stream {
-                        lsn: wal_start,
-                        what: e.to_string(),
-                    })?;
-                let routed = self.router.on_insert(i.relation, &i.new, open.commit_lsn)?;
-                if let Routed::Unclaimed { table } = &routed {
-                    self.metrics.rows_unclaimed.fetch_add(1, Ordering::Relaxed);
-                    if self.warned_unclaimed.insert(table.clone()) {
-                        tracing::warn!(
-                            %table, lsn = %open.commit_lsn,
-                            "the publication publishes rows of a table that no [[outbox]] section \
-                             claims; they are not published (add the table to the configuration, \
-                             or remove it from the publication; logged once per table per session)"
-                        );
-                    }
-                }
-                if let Routed::Record(record) = routed {
-                    let bytes = record.size();
-                    self.checkpoint.record_sent(open.id, bytes)?;
-                    self.metrics
-                        .records_published
-                        .fetch_add(1, Ordering::Relaxed);
-                    let delivery = Delivery::Record {
-                        txn: open.id,
-                        bytes,
-                        commit_lsn: open.commit_lsn,
-                        index: open.next_index,
-                        event_id: record_id(&record),
-                    };
-                    if let Some(o) = self.open.as_mut() {
-                        o.next_index += 1;
-                    }
-                    self.sink.send(&record, delivery).await.map_err(|error| {
-                        RelayError::Delivery {
-                            topic: record.topic.clone(),
-                            lsn: open.commit_lsn,
-                            event: describe_record(&record),
-                            error,
-                        }
-                    })?;
-                    self.awaiting_reports += 1;
-                }
-            }
-            LogicalMessage::Update(u) => {
-                let open = self.current(wal_start)?;
-                if let Routed::IgnoredUpdate { table, warn } =
-                    self.router.on_update(u.relation, open.commit_lsn)?
-                {
-                    self.metrics.updates_ignored.fetch_add(1, Ordering::Relaxed);
-                    if warn && self.warned_updates.insert(table.clone()) {
-                        tracing::warn!(
-                            %table, lsn = %open.commit_lsn,
-                            "an outbox row was updated; updates are not published (on_update = \"warn\"; \
-                             logged once per table per session)"
-                        );
-                    }
-                }
-            }
-            // Deletes (insert-then-delete is the usual outbox pattern),
-            // truncates, origins, types and logical messages publish nothing.
-            LogicalMessage::Delete(_)
-            | LogicalMessage::Truncate(_)
-            | LogicalMessage::Origin(_)
-            | LogicalMessage::Type(_)
-            | LogicalMessage::Message(_) => {}
+            SourceEvent::Relation(r) => self.router.on_relation(&r),
+            SourceEvent::Change(change) => self.on_change(change).await?,
         }
         Ok(())
     }
 
-    fn current(&self, wal_start: Lsn) -> Result<OpenTxn, RelayError> {
-        self.open.ok_or_else(|| RelayError::Stream {
-            lsn: wal_start,
+    async fn on_change(&mut self, change: Change) -> Result<(), RelayError> {
+        let open = self.open.ok_or_else(|| RelayError::Stream {
+            lsn: change.pos.commit_lsn,
             what: "row change outside Begin..Commit".into(),
-        })
+        })?;
+        let (Op::Insert, Some(new)) = (change.op, &change.new) else {
+            if change.op == Op::Update {
+                self.on_update(&change)?;
+            }
+            // Deletes (insert-then-delete is the usual outbox pattern)
+            // publish nothing.
+            return Ok(());
+        };
+        let routed = self
+            .router
+            .on_insert(change.relation.oid, new, open.commit_lsn)?;
+        let record = match routed {
+            Routed::Record(record) => record,
+            Routed::Unclaimed { table } => {
+                self.metrics.rows_unclaimed.fetch_add(1, Ordering::Relaxed);
+                if self.warned_unclaimed.insert(table.clone()) {
+                    tracing::warn!(
+                        %table, lsn = %open.commit_lsn,
+                        "the publication publishes rows of a table that no [[outbox]] section \
+                         claims; they are not published (add the table to the configuration, \
+                         or remove it from the publication; logged once per table per session)"
+                    );
+                }
+                return Ok(());
+            }
+            Routed::Nothing | Routed::IgnoredUpdate { .. } => return Ok(()),
+        };
+        let bytes = record.size();
+        self.checkpoint.record_sent(open.id, bytes)?;
+        self.metrics
+            .records_published
+            .fetch_add(1, Ordering::Relaxed);
+        let token = Token::Record {
+            txn: open.id,
+            bytes,
+            commit_lsn: open.commit_lsn,
+            index: change.pos.index,
+            event_id: record_id(&record),
+        };
+        self.sink
+            .send(&record, token)
+            .await
+            .map_err(|error| RelayError::Delivery {
+                topic: record.topic.clone(),
+                lsn: open.commit_lsn,
+                event: describe_record(&record),
+                error,
+            })?;
+        self.awaiting_reports += 1;
+        Ok(())
+    }
+
+    fn on_update(&mut self, change: &Change) -> Result<(), RelayError> {
+        let lsn = change.pos.commit_lsn;
+        if let Routed::IgnoredUpdate { table, warn } =
+            self.router.on_update(change.relation.oid, lsn)?
+        {
+            self.metrics.updates_ignored.fetch_add(1, Ordering::Relaxed);
+            if warn && self.warned_updates.insert(table.clone()) {
+                tracing::warn!(
+                    %table, %lsn,
+                    "an outbox row was updated; updates are not published (on_update = \"warn\"; \
+                     logged once per table per session)"
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Applies one delivery report. Returns true when an offset write was
     /// acknowledged (so a status update is worth sending now).
     fn on_ack(&mut self, ack: Ack) -> Result<bool, RelayError> {
         match ack {
-            Ack::Delivered(Delivery::Record { txn, bytes, .. }) => {
+            Ack::Delivered(Token::Record { txn, bytes, .. }) => {
                 self.awaiting_reports = self.awaiting_reports.saturating_sub(1);
                 self.checkpoint.ack(txn, bytes)?;
                 self.metrics.records_acked.fetch_add(1, Ordering::Relaxed);
                 Ok(false)
             }
-            Ack::Delivered(Delivery::Offset { lsn }) => {
+            Ack::Delivered(Token::Offset { lsn }) => {
                 if self.offset_in_flight == Some(lsn) {
                     self.offset_in_flight = None;
                 }
@@ -396,8 +352,8 @@ impl Streaming {
                 Ok(true)
             }
             Ack::Failed {
-                delivery:
-                    Delivery::Record {
+                token:
+                    Token::Record {
                         commit_lsn,
                         index,
                         event_id,
@@ -415,7 +371,7 @@ impl Streaming {
                 })
             }
             Ack::Failed {
-                delivery: Delivery::Offset { lsn },
+                token: Token::Offset { lsn },
                 topic,
                 error,
             } => {
@@ -446,7 +402,7 @@ impl Streaming {
             crate::pg::replication::pg_us_to_unix_ms(crate::pg::replication::pg_now_us());
         let record = offset.to_record(&self.config.kafka.offsets_topic);
         self.sink
-            .send(&record, Delivery::Offset { lsn: confirmed })
+            .send(&record, Token::Offset { lsn: confirmed })
             .await
             .map_err(|error| RelayError::Delivery {
                 topic: record.topic.clone(),
@@ -456,14 +412,6 @@ impl Streaming {
             })?;
         self.offset_in_flight = Some(confirmed);
         Ok(())
-    }
-
-    /// The server told us its WAL reaches `lsn`.
-    fn note_received(&mut self, lsn: Lsn) {
-        if lsn > self.received {
-            self.received = lsn;
-            self.metrics.received_lsn.store(lsn.0, Ordering::Relaxed);
-        }
     }
 
     /// Graceful stop (shutdown, or one change that cannot be published):
@@ -480,7 +428,7 @@ impl Streaming {
     /// again by the next session.
     pub(super) async fn finish(
         &mut self,
-        stream: &mut ReplicationStream,
+        source: &mut Source,
         acks: &mut mpsc::UnboundedReceiver<Ack>,
         status_interval: Duration,
     ) -> Finished {
@@ -530,7 +478,7 @@ impl Streaming {
                     Some(ack) => {
                         let offset_write = matches!(
                             ack,
-                            Ack::Delivered(Delivery::Offset { .. }) | Ack::Failed { delivery: Delivery::Offset { .. }, .. }
+                            Ack::Delivered(Token::Offset { .. }) | Ack::Failed { token: Token::Offset { .. }, .. }
                         );
                         match self.on_ack(ack) {
                             Ok(_) => {}
@@ -545,21 +493,20 @@ impl Streaming {
                     }
                 },
                 _ = ticker.tick() => {
-                    if stream_open && let Err(e) = stream.send_status(self.offset_acked, false).await {
+                    if stream_open && let Err(e) = source.confirm(self.offset_acked, false).await {
                         tracing::debug!(error = %e, "status update while stopping failed");
                         stream_open = false;
                     }
                 }
-                event = stream.recv(), if stream_open => match event {
-                    Ok(StreamEvent::Message(ReplicationMessage::Keepalive { wal_end, reply: true, .. })) => {
-                        self.note_received(wal_end);
-                        if let Err(e) = stream.send_status(self.offset_acked, false).await {
+                request = source.next_reply_request(), if stream_open => match request {
+                    Ok(Some(_)) => {
+                        self.metrics.received_lsn.store(source.received().0, Ordering::Relaxed);
+                        if let Err(e) = source.confirm(self.offset_acked, false).await {
                             tracing::debug!(error = %e, "answering a keepalive while stopping failed");
                             stream_open = false;
                         }
                     }
-                    Ok(StreamEvent::Message(_)) => {}
-                    Ok(StreamEvent::End) | Err(_) => stream_open = false,
+                    Ok(None) | Err(_) => stream_open = false,
                 },
             }
         }
@@ -605,76 +552,4 @@ fn describe_event(id: Option<&[u8]>, index: u32) -> String {
 /// "outbox row id=…" for error messages (never the payload).
 fn describe_record(record: &crate::router::Record) -> String {
     describe_event(record_id(record).as_deref(), 0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::pgoutput::{Begin, Column, Relation, encode};
-
-    fn streaming(start: Lsn) -> Streaming {
-        let config = Config::from_str(
-            "[connector]\nname = \"t\"\n[postgres]\nhost = \"127.0.0.1\"\nuser = \"u\"\ndatabase = \"d\"\n\
-             [kafka]\nbrokers = \"127.0.0.1:1\"\n[[outbox]]\ntable = \"public.outbox\"\n",
-            "test",
-        )
-        .expect("config");
-        let (sink, _acks) =
-            KafkaSink::new(&crate::relay::producer_properties(&config)).expect("producer");
-        Streaming::new(
-            Arc::new(config.clone()),
-            Arc::new(Metrics::new("t")),
-            sink,
-            Router::new(&config.outbox),
-            start,
-            StoredOffset {
-                connector: "t".into(),
-                system_id: "1".into(),
-                timeline: 1,
-                slot: "s".into(),
-                lsn: String::new(),
-                written_at_ms: 0,
-            },
-        )
-    }
-
-    /// PostgreSQL sends 0/0 positions on messages that are not the last of a
-    /// write: the received position must not drop to 0, and an error in
-    /// such a message names the newest known position, not 0/0.
-    #[tokio::test]
-    async fn zero_positions_neither_reset_the_received_lsn_nor_reach_errors() {
-        let mut s = streaming(Lsn(0x100));
-        let begin = encode(&LogicalMessage::Begin(Begin {
-            final_lsn: Lsn(0x500),
-            commit_time: 0,
-            xid: 7,
-        }))
-        .unwrap();
-        s.on_xlogdata(Lsn(0x400), Lsn(0x400), begin).await.unwrap();
-        assert_eq!(s.metrics.received_lsn.load(Ordering::Relaxed), 0x400);
-        let relation = encode(&LogicalMessage::Relation(Relation {
-            oid: 1,
-            namespace: "public".into(),
-            name: "other".into(),
-            replica_identity: b'd',
-            columns: vec![Column {
-                flags: 1,
-                name: "id".into(),
-                type_oid: 23,
-                type_modifier: -1,
-            }],
-        }))
-        .unwrap();
-        s.on_xlogdata(Lsn::ZERO, Lsn::ZERO, relation).await.unwrap();
-        assert_eq!(
-            s.metrics.received_lsn.load(Ordering::Relaxed),
-            0x400,
-            "a 0/0 position must not reset the received LSN"
-        );
-        let garbage = bytes::Bytes::from_static(b"R\x00");
-        match s.on_xlogdata(Lsn::ZERO, Lsn::ZERO, garbage).await {
-            Err(RelayError::Decode { lsn, .. }) => assert_eq!(lsn, Lsn(0x400)),
-            other => panic!("expected a decode error, got {other:?}"),
-        }
-    }
 }

@@ -2,10 +2,10 @@
 //!
 //! Owns the librdkafka producer (`acks=all`, `enable.idempotence=true`,
 //! `partitioner=murmur2_random`, set by the config layer and not
-//! overridable). Knows nothing about PostgreSQL: records come in tagged with
-//! a [`Delivery`] and come back, in whatever order the brokers acknowledge
-//! them, as [`Ack`]s on a channel — acknowledgements flow back by message, not
-//! shared state.
+//! overridable). Knows nothing about PostgreSQL, positions or transactions:
+//! each record comes in with the caller's opaque token and the token comes
+//! back, in whatever order the brokers acknowledge them, in an [`Ack`] on a
+//! channel — acknowledgements flow back by message, not shared state.
 //!
 //! Invariants:
 //! - Every record handed to [`KafkaSink::send`] produces exactly one [`Ack`]
@@ -49,33 +49,15 @@ use rdkafka::producer::{
 };
 use tokio::sync::mpsc;
 
-use crate::Lsn;
-use crate::checkpoint::TxnId;
 use crate::config::{is_secret_property, quoted, shorten};
 use crate::router::Record;
 
-/// What a produced record stands for, returned with its acknowledgement.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Delivery {
-    /// The `index`-th record of transaction `txn`, committed at `commit_lsn`.
-    Record {
-        txn: TxnId,
-        bytes: usize,
-        commit_lsn: Lsn,
-        index: u32,
-        /// The event's id (the `id` header), to name it in errors.
-        event_id: Option<bytes::Bytes>,
-    },
-    /// An offset-store write for position `lsn`.
-    Offset { lsn: Lsn },
-}
-
-/// A delivery report.
+/// A delivery report, carrying back the caller's token for the record.
 #[derive(Debug)]
-pub enum Ack {
-    Delivered(Delivery),
+pub enum Ack<T> {
+    Delivered(T),
     Failed {
-        delivery: Delivery,
+        token: T,
         topic: String,
         error: SinkError,
     },
@@ -188,11 +170,11 @@ fn describe(e: &KafkaError, code: Option<RDKafkaErrorCode>) -> String {
     format!("{e}{fix}")
 }
 
-struct AckContext {
-    acks: mpsc::UnboundedSender<Ack>,
+struct AckContext<T> {
+    acks: mpsc::UnboundedSender<Ack<T>>,
 }
 
-impl ClientContext for AckContext {
+impl<T: Send + Sync + 'static> ClientContext for AckContext<T> {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         match level {
             RDKafkaLogLevel::Emerg
@@ -224,21 +206,21 @@ impl ClientContext for AckContext {
     }
 }
 
-impl ProducerContext for AckContext {
-    type DeliveryOpaque = Box<Delivery>;
+impl<T: Send + Sync + 'static> ProducerContext for AckContext<T> {
+    type DeliveryOpaque = Box<T>;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, delivery: Box<Delivery>) {
+    fn delivery(&self, result: &DeliveryResult<'_>, token: Box<T>) {
         use rdkafka::Message;
         let ack = match result {
-            Ok(msg) if msg.offset() >= 0 => Ack::Delivered(*delivery),
+            Ok(msg) if msg.offset() >= 0 => Ack::Delivered(*token),
             // See the module doc: an implicit ack, not proof of a write.
             Ok(msg) => Ack::Failed {
-                delivery: *delivery,
+                token: *token,
                 topic: msg.topic().to_owned(),
                 error: SinkError::unverified(msg.partition()),
             },
             Err((e, msg)) => Ack::Failed {
-                delivery: *delivery,
+                token: *token,
                 topic: msg.topic().to_owned(),
                 error: SinkError::from_kafka(e),
             },
@@ -360,22 +342,23 @@ pub fn check_producer_properties(properties: &[(String, String)]) -> Result<(), 
         .map_err(|e| PropertyError::from_kafka(&e, properties))
 }
 
-/// The producer side of the connector.
-pub struct KafkaSink {
-    producer: ThreadedProducer<AckContext>,
+/// The producer side of the connector. `T` is the caller's token for a
+/// record: opaque here, handed back with the record's [`Ack`].
+pub struct KafkaSink<T: Send + Sync + 'static> {
+    producer: ThreadedProducer<AckContext<T>>,
 }
 
-impl std::fmt::Debug for KafkaSink {
+impl<T: Send + Sync + 'static> std::fmt::Debug for KafkaSink<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KafkaSink").finish_non_exhaustive()
     }
 }
 
-impl KafkaSink {
+impl<T: Send + Sync + 'static> KafkaSink<T> {
     /// Creates the producer from a complete librdkafka property list.
     pub fn new(
         properties: &[(String, String)],
-    ) -> Result<(KafkaSink, mpsc::UnboundedReceiver<Ack>), SinkError> {
+    ) -> Result<(KafkaSink<T>, mpsc::UnboundedReceiver<Ack<T>>), SinkError> {
         let mut cfg = ClientConfig::new();
         for (k, v) in properties {
             cfg.set(k, v);
@@ -393,7 +376,7 @@ impl KafkaSink {
             RDKafkaLogLevel::Info
         });
         let (tx, rx) = mpsc::unbounded_channel();
-        let producer: ThreadedProducer<AckContext> = cfg
+        let producer: ThreadedProducer<AckContext<T>> = cfg
             .create_with_context(AckContext { acks: tx })
             .map_err(|e| SinkError {
                 kind: SinkErrorKind::Definite,
@@ -408,8 +391,8 @@ impl KafkaSink {
 
     /// Enqueues one record. When librdkafka's queue is full, waits (yielding
     /// to the runtime) and retries: backpressure, never a drop.
-    pub async fn send(&self, record: &Record, delivery: Delivery) -> Result<(), SinkError> {
-        let mut delivery = Box::new(delivery);
+    pub async fn send(&self, record: &Record, token: T) -> Result<(), SinkError> {
+        let mut token = Box::new(token);
         let mut backoff = Duration::from_micros(200);
         loop {
             let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
@@ -419,8 +402,8 @@ impl KafkaSink {
                     value: Some(v.as_ref()),
                 });
             }
-            let mut base: BaseRecord<'_, [u8], [u8], Box<Delivery>> =
-                BaseRecord::with_opaque_to(&record.topic, delivery).headers(headers);
+            let mut base: BaseRecord<'_, [u8], [u8], Box<T>> =
+                BaseRecord::with_opaque_to(&record.topic, token).headers(headers);
             if let Some(k) = &record.key {
                 base = base.key(k.as_ref());
             }
@@ -433,7 +416,7 @@ impl KafkaSink {
             match self.producer.send(base) {
                 Ok(()) => return Ok(()),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    delivery = back.delivery_opaque;
+                    token = back.delivery_opaque;
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_millis(50));
                 }
@@ -448,29 +431,29 @@ impl KafkaSink {
     pub fn purge_queued(&self) {
         self.producer.purge(PurgeConfig::default().queue());
     }
+}
 
-    /// Whether the cluster answers a metadata request from a *fresh* client
-    /// with these properties (blocking, at most `timeout`). Tells a broker
-    /// that is away from a producer that is stuck although the broker is
-    /// back (librdkafka 2.12 can keep a partition without a leader for good
-    /// after a metadata update with leader -1: confluentinc/librdkafka#5430).
-    pub fn cluster_answers(properties: &[(String, String)], timeout: Duration) -> bool {
-        let mut cfg = ClientConfig::new();
-        for (k, v) in properties {
-            cfg.set(k, v);
-        }
-        cfg.set_log_level(RDKafkaLogLevel::Emerg);
-        let Ok(probe) = cfg.create::<BaseProducer>() else {
-            return false;
-        };
-        probe.client().fetch_metadata(None, timeout).is_ok_and(|m| {
-            !m.brokers().is_empty()
-                && m.topics()
-                    .iter()
-                    .flat_map(|t| t.partitions())
-                    .all(|p| p.leader() >= 0)
-        })
+/// Whether the cluster answers a metadata request from a *fresh* client
+/// with these properties (blocking, at most `timeout`). Tells a broker
+/// that is away from a producer that is stuck although the broker is
+/// back (librdkafka 2.12 can keep a partition without a leader for good
+/// after a metadata update with leader -1: confluentinc/librdkafka#5430).
+pub fn cluster_answers(properties: &[(String, String)], timeout: Duration) -> bool {
+    let mut cfg = ClientConfig::new();
+    for (k, v) in properties {
+        cfg.set(k, v);
     }
+    cfg.set_log_level(RDKafkaLogLevel::Emerg);
+    let Ok(probe) = cfg.create::<BaseProducer>() else {
+        return false;
+    };
+    probe.client().fetch_metadata(None, timeout).is_ok_and(|m| {
+        !m.brokers().is_empty()
+            && m.topics()
+                .iter()
+                .flat_map(|t| t.partitions())
+                .all(|p| p.leader() >= 0)
+    })
 }
 
 #[cfg(test)]
@@ -493,7 +476,7 @@ mod tests {
     #[test]
     fn every_configurable_codec_is_built_in() {
         for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
-            let created = KafkaSink::new(&props(&[("compression.type", codec)]));
+            let created = KafkaSink::<()>::new(&props(&[("compression.type", codec)]));
             assert!(created.is_ok(), "{codec}: {:?}", created.err());
         }
     }
@@ -501,7 +484,7 @@ mod tests {
     /// TLS and SASL/SCRAM to the brokers need librdkafka built with OpenSSL.
     #[test]
     fn tls_and_sasl_scram_are_built_in() {
-        let created = KafkaSink::new(&props(&[
+        let created = KafkaSink::<()>::new(&props(&[
             ("security.protocol", "sasl_ssl"),
             ("sasl.mechanisms", "SCRAM-SHA-512"),
             ("sasl.username", "u"),
@@ -522,7 +505,7 @@ mod tests {
             ("security.protocol", "hunter2-Zq9"),
             ("linger.ms", "hunter2-Zq9"),
         ] {
-            let Err(error) = KafkaSink::new(&props(&[(key, value)])) else {
+            let Err(error) = KafkaSink::<()>::new(&props(&[(key, value)])) else {
                 panic!("{key:?} accepted")
             };
             assert_eq!(error.kind, SinkErrorKind::Definite);
@@ -580,9 +563,7 @@ mod tests {
         properties[0].1 = mock.bootstrap_servers();
         let (sink, mut acks) = KafkaSink::new(&properties).unwrap();
         for i in 0..n {
-            sink.send(&record(i), Delivery::Offset { lsn: Lsn(i) })
-                .await
-                .unwrap();
+            sink.send(&record(i), i).await.unwrap();
         }
         let mut got = Vec::new();
         while got.len() < n as usize {
@@ -591,12 +572,8 @@ mod tests {
                 .expect("every record is acknowledged")
                 .expect("channel open");
             got.push(match ack {
-                Ack::Delivered(Delivery::Offset { lsn }) => (lsn.0, Ok(())),
-                Ack::Failed {
-                    delivery: Delivery::Offset { lsn },
-                    error,
-                    ..
-                } => (lsn.0, Err(error)),
+                Ack::Delivered(i) => (i, Ok(())),
+                Ack::Failed { token, error, .. } => (token, Err(error)),
                 other => panic!("unexpected {other:?}"),
             });
         }
@@ -698,7 +675,7 @@ mod tests {
     #[test]
     fn a_fatal_producer_error_asks_for_a_fresh_producer() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let context = AckContext { acks: tx };
+        let context = AckContext::<()> { acks: tx };
         context.error(
             KafkaError::Global(RDKafkaErrorCode::Fatal),
             "unable to satisfy gap-less guarantee",
@@ -721,15 +698,9 @@ mod tests {
         mock.create_topic("t", 2, 1).unwrap();
         let mut properties = props(&[]);
         properties[0].1 = mock.bootstrap_servers();
-        assert!(KafkaSink::cluster_answers(
-            &properties,
-            Duration::from_secs(5)
-        ));
+        assert!(cluster_answers(&properties, Duration::from_secs(5)));
         mock.broker_down(1).unwrap();
-        assert!(!KafkaSink::cluster_answers(
-            &properties,
-            Duration::from_millis(500)
-        ));
+        assert!(!cluster_answers(&properties, Duration::from_millis(500)));
     }
 
     /// Records still queued when the caller purges (here: the only broker is
@@ -745,9 +716,7 @@ mod tests {
         properties[0].1 = mock.bootstrap_servers();
         let (sink, mut acks) = KafkaSink::new(&properties).unwrap();
         for i in 0..5 {
-            sink.send(&record(i), Delivery::Offset { lsn: Lsn(i) })
-                .await
-                .unwrap();
+            sink.send(&record(i), i).await.unwrap();
         }
         sink.purge_queued();
         let mut failed = Vec::new();
@@ -757,10 +726,7 @@ mod tests {
                 .expect("a report for every purged record")
                 .expect("channel open");
             match ack {
-                Ack::Failed {
-                    delivery: Delivery::Offset { lsn },
-                    ..
-                } => failed.push(lsn.0),
+                Ack::Failed { token, .. } => failed.push(token),
                 other => panic!("a purged record must not be delivered: {other:?}"),
             }
         }

@@ -1,0 +1,342 @@
+//! The source: PostgreSQL's side of the pipeline, as one ordered stream of
+//! [`SourceEvent`]s.
+//!
+//! It owns the replication stream, the relation cache and transaction
+//! assembly (and, with the snapshot, the snapshot readers): everything that
+//! knows what pgoutput messages mean. Downstream (`relay` → `router` →
+//! `sink`) sees only events with a [`Position`]; upstream it reports the
+//! position the checkpoint lets it confirm ([`Source::confirm`]) and nothing
+//! else.
+//!
+//! Invariants:
+//! - **Order is the server's.** Events come out in the order the walsender
+//!   sent them; a change is always inside `Begin … Commit` of its
+//!   transaction and carries that transaction's commit LSN and its index in
+//!   the transaction (0, 1, 2, … over every change, published or not), so a
+//!   position names one change for good: re-sending the same WAL yields the
+//!   same positions.
+//! - **Every change names a known relation of the right width.** A row of a
+//!   relation never described by a Relation message, or with a different
+//!   number of cells than its description, is an error naming the LSN — it
+//!   is never passed on half-understood.
+//! - **Positions never go back.** The received position only grows, and
+//!   PostgreSQL's `0/0` placeholders (it sends them as `wal_start` for
+//!   messages that are not the last of a write) never replace a real one.
+//! - **Only the caller confirms.** The source sends a status update only
+//!   with the position handed to [`Source::confirm`] (the checkpoint's
+//!   acknowledged frontier); [`ReplicationStream::send_status`] never lets
+//!   it go backwards.
+//! - Knows nothing of Kafka, the router or the checkpoint.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::Lsn;
+use crate::pg::replication::{ReplicationMessage, ReplicationStream, StreamEvent};
+use crate::pg::wire::WireError;
+use crate::pgoutput::{self, DecodeError, LogicalMessage, Relation, RelationCache, TupleData};
+
+/// Where a change sits in the WAL: its transaction's commit LSN and its
+/// index among that transaction's changes. Stable across re-sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Position {
+    pub commit_lsn: Lsn,
+    pub index: u32,
+}
+
+/// What a change did to its row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Insert,
+    Update,
+    Delete,
+}
+
+/// One row change of a committed transaction.
+#[derive(Debug, Clone)]
+pub struct Change {
+    pub pos: Position,
+    pub op: Op,
+    pub relation: Arc<Relation>,
+    /// The old row (key or whole row, per the replica identity) of an update
+    /// or delete, when PostgreSQL sent one.
+    pub old: Option<TupleData>,
+    /// The new row of an insert or update.
+    pub new: Option<TupleData>,
+}
+
+/// What the source yields, in the server's order.
+#[derive(Debug, Clone)]
+pub enum SourceEvent {
+    /// A transaction begins; its changes follow, then its [`SourceEvent::Commit`].
+    Begin {
+        commit_lsn: Lsn,
+        xid: u32,
+    },
+    /// A relation's shape, before the first change that uses it (and again
+    /// when it changes).
+    Relation(Arc<Relation>),
+    Change(Change),
+    /// The transaction committed at `commit_lsn` is complete; `end_lsn` is
+    /// the position to confirm once all of it is delivered.
+    Commit {
+        commit_lsn: Lsn,
+        end_lsn: Lsn,
+    },
+    /// The server has nothing for us below `wal_end` (a keepalive); `reply`
+    /// asks for a status update now.
+    Idle {
+        wal_end: Lsn,
+        reply: bool,
+    },
+}
+
+/// Why the source cannot go on.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    #[error("cannot decode the replication stream at {lsn}: {source}")]
+    Decode { lsn: Lsn, source: DecodeError },
+    #[error("replication stream out of order at {lsn}: {what}")]
+    Stream { lsn: Lsn, what: String },
+    #[error("the replication stream ended unexpectedly")]
+    Ended,
+}
+
+/// The transaction being assembled.
+#[derive(Debug, Clone, Copy)]
+struct Open {
+    commit_lsn: Lsn,
+    next_index: u32,
+}
+
+/// A replication session's source (see the module doc).
+#[derive(Debug)]
+pub struct Source {
+    stream: ReplicationStream,
+    assembler: Assembler,
+}
+
+impl Source {
+    /// Wraps a stream that started replication at `start`.
+    pub fn new(stream: ReplicationStream, start: Lsn) -> Source {
+        Source {
+            stream,
+            assembler: Assembler::new(start),
+        }
+    }
+
+    /// The next event. Cancel-safe: a message is either fully applied and
+    /// returned, or not read.
+    pub async fn next(&mut self) -> Result<SourceEvent, SourceError> {
+        loop {
+            match self.stream.recv().await? {
+                StreamEvent::End => return Err(SourceError::Ended),
+                StreamEvent::Message(ReplicationMessage::Keepalive { wal_end, reply, .. }) => {
+                    self.assembler.note_received(wal_end);
+                    return Ok(SourceEvent::Idle { wal_end, reply });
+                }
+                StreamEvent::Message(ReplicationMessage::XLogData {
+                    wal_start,
+                    wal_end,
+                    data,
+                    ..
+                }) => {
+                    if let Some(event) = self.assembler.on_xlogdata(wal_start, wal_end, data)? {
+                        return Ok(event);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The newest WAL position the server told us about; never 0/0 once
+    /// anything arrived.
+    pub fn received(&self) -> Lsn {
+        self.assembler.received
+    }
+
+    /// Reports `flush` (the acknowledged, stored frontier) to PostgreSQL as
+    /// the slot's position; `ping` asks the server to answer at once.
+    /// Returns the position sent (never lower than one sent before).
+    pub async fn confirm(&mut self, flush: Lsn, ping: bool) -> Result<Lsn, WireError> {
+        self.stream.send_status(flush, ping).await
+    }
+
+    /// The highest position reported to PostgreSQL so far.
+    pub fn confirmed(&self) -> Lsn {
+        self.stream.last_reported()
+    }
+
+    /// While stopping: reads the stream without decoding it (nothing after
+    /// the stop is published) and returns the next keepalive that asks for
+    /// a reply, as its `wal_end`. `Ok(None)` when the stream ended.
+    pub async fn next_reply_request(&mut self) -> Result<Option<Lsn>, WireError> {
+        loop {
+            match self.stream.recv().await? {
+                StreamEvent::Message(ReplicationMessage::Keepalive {
+                    wal_end,
+                    reply: true,
+                    ..
+                }) => {
+                    self.assembler.note_received(wal_end);
+                    return Ok(Some(wal_end));
+                }
+                StreamEvent::Message(_) => {}
+                StreamEvent::End => return Ok(None),
+            }
+        }
+    }
+
+    /// Ends replication politely with a final status update of `flush`.
+    pub async fn close(self, flush: Lsn) -> Result<Lsn, WireError> {
+        self.stream.shutdown(flush).await
+    }
+}
+
+/// Turns decoded messages into events: the relation cache and transaction
+/// assembly, without I/O.
+#[derive(Debug)]
+struct Assembler {
+    relations: RelationCache,
+    open: Option<Open>,
+    received: Lsn,
+}
+
+impl Assembler {
+    fn new(start: Lsn) -> Assembler {
+        Assembler {
+            relations: RelationCache::new(),
+            open: None,
+            received: start,
+        }
+    }
+
+    fn on_xlogdata(
+        &mut self,
+        wal_start: Lsn,
+        wal_end: Lsn,
+        data: Bytes,
+    ) -> Result<Option<SourceEvent>, SourceError> {
+        // PostgreSQL sends 0/0 as wal_start and wal_end for every message but
+        // the last of a write (Relation, Type, …): name the newest position
+        // we know instead, and never let the received position drop to 0.
+        let at = if wal_start == Lsn::ZERO {
+            self.received
+        } else {
+            wal_start
+        };
+        self.note_received(wal_end);
+        let msg =
+            pgoutput::decode(data).map_err(|source| SourceError::Decode { lsn: at, source })?;
+        self.on_message(msg, at)
+    }
+
+    fn on_message(
+        &mut self,
+        msg: LogicalMessage,
+        at: Lsn,
+    ) -> Result<Option<SourceEvent>, SourceError> {
+        let out_of_order = |what: &str| SourceError::Stream {
+            lsn: at,
+            what: what.into(),
+        };
+        Ok(Some(match msg {
+            LogicalMessage::Begin(b) => {
+                if self.open.is_some() {
+                    return Err(out_of_order("Begin inside a transaction"));
+                }
+                self.open = Some(Open {
+                    commit_lsn: b.final_lsn,
+                    next_index: 0,
+                });
+                SourceEvent::Begin {
+                    commit_lsn: b.final_lsn,
+                    xid: b.xid,
+                }
+            }
+            LogicalMessage::Commit(c) => {
+                let open = self
+                    .open
+                    .take()
+                    .ok_or_else(|| out_of_order("Commit without Begin"))?;
+                SourceEvent::Commit {
+                    commit_lsn: open.commit_lsn,
+                    end_lsn: c.end_lsn,
+                }
+            }
+            LogicalMessage::Relation(r) => SourceEvent::Relation(self.relations.insert(r)),
+            LogicalMessage::Insert(i) => {
+                self.change(Op::Insert, i.relation, None, Some(i.new), at)?
+            }
+            LogicalMessage::Update(u) => self.change(
+                Op::Update,
+                u.relation,
+                u.old.map(|o| match o {
+                    pgoutput::OldTuple::Key(t) | pgoutput::OldTuple::Old(t) => t,
+                }),
+                Some(u.new),
+                at,
+            )?,
+            LogicalMessage::Delete(d) => {
+                let old = match d.old {
+                    pgoutput::OldTuple::Key(t) | pgoutput::OldTuple::Old(t) => t,
+                };
+                self.change(Op::Delete, d.relation, Some(old), None, at)?
+            }
+            // Truncates, origins, types and logical messages carry no row.
+            LogicalMessage::Truncate(_)
+            | LogicalMessage::Origin(_)
+            | LogicalMessage::Type(_)
+            | LogicalMessage::Message(_) => return Ok(None),
+        }))
+    }
+
+    fn change(
+        &mut self,
+        op: Op,
+        oid: pgoutput::Oid,
+        old: Option<TupleData>,
+        new: Option<TupleData>,
+        at: Lsn,
+    ) -> Result<SourceEvent, SourceError> {
+        let open = self.open.as_mut().ok_or_else(|| SourceError::Stream {
+            lsn: at,
+            what: "row change outside Begin..Commit".into(),
+        })?;
+        let relation = {
+            let check = |t: &TupleData, what| self.relations.require_for_tuple(oid, t, what);
+            let rel = match (&new, &old) {
+                (Some(t), _) => check(t, "new tuple"),
+                (None, Some(t)) => check(t, "old tuple"),
+                (None, None) => self.relations.require(oid),
+            };
+            rel.map_err(|e| SourceError::Stream {
+                lsn: at,
+                what: e.to_string(),
+            })?
+            .clone()
+        };
+        let pos = Position {
+            commit_lsn: open.commit_lsn,
+            index: open.next_index,
+        };
+        open.next_index = open.next_index.saturating_add(1);
+        Ok(SourceEvent::Change(Change {
+            pos,
+            op,
+            relation,
+            old,
+            new,
+        }))
+    }
+
+    fn note_received(&mut self, lsn: Lsn) {
+        self.received = self.received.max(lsn);
+    }
+}
+
+#[cfg(test)]
+mod tests;
