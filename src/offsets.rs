@@ -74,9 +74,48 @@ pub struct StoredOffset {
     pub lsn: String,
     /// Unix milliseconds of the write.
     pub written_at_ms: i64,
+    /// The initial snapshot, when this connector took one. Absent in offsets
+    /// of connectors that never snapshotted (and in offsets written before
+    /// walrelay had snapshots): they stream, nothing to resume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotProgress>,
+}
+
+/// Where the initial snapshot stands, as stored with the offset.
+///
+/// `running` is written (and acknowledged) *before* the slot is created, so
+/// whatever happens next, a restart knows a snapshot was under way: its
+/// exported snapshot died with its connection, so the restart drops the
+/// slot this connector created for it and takes the snapshot again
+/// (re-sending, never skipping). `completed` is written only after Kafka
+/// acknowledged every snapshot record; only then does streaming start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotProgress {
+    pub state: SnapshotState,
+    /// Tables (`schema.table`) whose every row Kafka acknowledged.
+    #[serde(default)]
+    pub tables_done: Vec<String>,
+    /// Snapshot records Kafka acknowledged so far.
+    #[serde(default)]
+    pub rows: u64,
+}
+
+/// `running` or `completed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotState {
+    Running,
+    Completed,
 }
 
 impl StoredOffset {
+    /// Whether this offset says a snapshot was started and never completed.
+    pub fn snapshot_interrupted(&self) -> bool {
+        self.snapshot
+            .as_ref()
+            .is_some_and(|s| s.state == SnapshotState::Running)
+    }
+
     pub fn lsn(&self) -> Option<Lsn> {
         self.lsn.parse().ok()
     }
@@ -629,6 +668,7 @@ mod tests {
             slot: "s".into(),
             lsn: lsn.into(),
             written_at_ms: 0,
+            snapshot: None,
         }
     }
 

@@ -38,6 +38,7 @@ fn offset(connector: &str, lsn: u64) -> StoredOffset {
         slot: format!("{connector}_slot"),
         lsn: walrelay::Lsn(lsn).to_string(),
         written_at_ms: 1_700_000_000_000,
+        snapshot: None,
     }
 }
 
@@ -307,6 +308,7 @@ async fn check_and_run_refuse_a_stored_offset_of_another_slot_or_timeline() {
         slot: format!("{}_old", names.slot),
         lsn: walrelay::Lsn(slot_lsn).to_string(),
         written_at_ms: 0,
+        snapshot: None,
     };
     write_offset(&topic, &stored);
     let dir = std::env::temp_dir().join(unique("offtl"));

@@ -264,6 +264,7 @@ impl Session {
                 slot: pg.slot.clone(),
                 lsn: String::new(),
                 written_at_ms: 0,
+                snapshot: None,
             },
         );
         drop(catalog);
