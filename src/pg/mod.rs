@@ -3,9 +3,11 @@
 //! [`wire`] and [`replication`] are our own replication-mode connection on
 //! `postgres-protocol` (tokio-postgres has no replication mode). Ordinary SQL —
 //! catalog checks, slot state, lag — goes through `tokio-postgres` in
-//! [`catalog`].
+//! [`catalog`]; the initial snapshot's table reads, inside the snapshot a
+//! slot exported, in [`snapshot`].
 
 pub mod catalog;
 pub mod replication;
+pub mod snapshot;
 pub mod tls;
 pub mod wire;

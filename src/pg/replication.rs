@@ -15,6 +15,9 @@
 //!   `postgres_protocol::escape`, never pasted.
 //! - Every payload is bounds-checked; a short or unknown CopyData payload is a
 //!   [`WireError::Protocol`], never a panic.
+//! - A snapshot exported by [`ReplicationClient::create_slot_exporting_snapshot`]
+//!   lives only until the next command on that connection (or its close):
+//!   the caller keeps the client idle until every reader imported it.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -50,6 +53,16 @@ pub struct SystemInfo {
     /// Current WAL flush location.
     pub xlogpos: Lsn,
     pub database: Option<String>,
+}
+
+/// A slot made by [`ReplicationClient::create_slot_exporting_snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreatedSlot {
+    /// Where streaming starts: every transaction committed before this
+    /// point is in the exported snapshot, every one after it in the stream.
+    pub consistent_point: Lsn,
+    /// The exported snapshot's name, for `SET TRANSACTION SNAPSHOT`.
+    pub snapshot_name: String,
 }
 
 /// One CopyData payload from the walsender.
@@ -192,6 +205,56 @@ impl ReplicationClient {
             })
     }
 
+    /// Creates a permanent logical slot using `pgoutput` and exports the
+    /// snapshot it was built at (PostgreSQL 14: `EXPORT_SNAPSHOT`; 15+:
+    /// `(SNAPSHOT 'export')`).
+    ///
+    /// The snapshot is valid only while this connection stays idle: the next
+    /// command on it (including [`ReplicationClient::start_replication`] and
+    /// [`ReplicationClient::drop_slot`]) or closing it ends the export. Keep the
+    /// client, import the snapshot on every reader
+    /// (`crate::pg::snapshot::SnapshotReader::open`), and only then use this
+    /// connection again. A reader that imports after that fails with
+    /// "invalid snapshot identifier" (SQLSTATE 22023).
+    pub async fn create_slot_exporting_snapshot(
+        &mut self,
+        slot: &str,
+    ) -> Result<CreatedSlot, WireError> {
+        let sql = create_slot_exporting_sql(slot, self.server_version_num());
+        let rows = self.conn.simple_query(&sql).await?;
+        let row = rows.first().ok_or_else(|| {
+            WireError::Protocol(format!(
+                "CREATE_REPLICATION_SLOT {slot:?} returned no row; expected slot_name, \
+                 consistent_point, snapshot_name, output_plugin"
+            ))
+        })?;
+        let col = |i: usize| row.get(i).cloned().flatten();
+        let consistent_point = col(1).and_then(|l| l.parse().ok()).ok_or_else(|| {
+            WireError::Protocol(format!(
+                "CREATE_REPLICATION_SLOT {slot:?} returned no valid consistent_point"
+            ))
+        })?;
+        let snapshot_name = col(2).filter(|n| !n.is_empty()).ok_or_else(|| {
+            WireError::Protocol(format!(
+                "CREATE_REPLICATION_SLOT {slot:?} returned no snapshot_name although a snapshot \
+                 export was asked for"
+            ))
+        })?;
+        Ok(CreatedSlot {
+            consistent_point,
+            snapshot_name,
+        })
+    }
+
+    /// Drops a replication slot (`DROP_REPLICATION_SLOT "slot" WAIT`): waits
+    /// while another connection has the slot active instead of failing. Ends
+    /// a snapshot exported on this connection. A slot that does not exist is
+    /// an error (SQLSTATE 42704).
+    pub async fn drop_slot(&mut self, slot: &str) -> Result<(), WireError> {
+        self.conn.simple_query(&drop_slot_sql(slot)).await?;
+        Ok(())
+    }
+
     /// `START_REPLICATION SLOT … LOGICAL start (proto_version '1', …)`.
     pub async fn start_replication(
         mut self,
@@ -221,6 +284,24 @@ fn create_slot_sql(slot: &str, server_version_num: u32) -> String {
             escape_identifier(slot)
         )
     }
+}
+
+fn create_slot_exporting_sql(slot: &str, server_version_num: u32) -> String {
+    if server_version_num >= 150000 {
+        format!(
+            "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'export')",
+            escape_identifier(slot)
+        )
+    } else {
+        format!(
+            "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput EXPORT_SNAPSHOT",
+            escape_identifier(slot)
+        )
+    }
+}
+
+fn drop_slot_sql(slot: &str) -> String {
+    format!("DROP_REPLICATION_SLOT {} WAIT", escape_identifier(slot))
 }
 
 fn start_replication_sql(slot: &str, start: Lsn, publication: &str) -> String {
@@ -399,6 +480,18 @@ mod tests {
         assert_eq!(
             create_slot_sql("s", 180004),
             "CREATE_REPLICATION_SLOT \"s\" LOGICAL pgoutput (SNAPSHOT 'nothing')"
+        );
+        assert_eq!(
+            create_slot_exporting_sql("a\"b", 140010),
+            "CREATE_REPLICATION_SLOT \"a\"\"b\" LOGICAL pgoutput EXPORT_SNAPSHOT"
+        );
+        assert_eq!(
+            create_slot_exporting_sql("s", 150000),
+            "CREATE_REPLICATION_SLOT \"s\" LOGICAL pgoutput (SNAPSHOT 'export')"
+        );
+        assert_eq!(
+            drop_slot_sql("my slot"),
+            "DROP_REPLICATION_SLOT \"my slot\" WAIT"
         );
     }
 

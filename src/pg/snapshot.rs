@@ -1,0 +1,939 @@
+//! The snapshot reader: reads captured tables inside a snapshot exported by
+//! `CREATE_REPLICATION_SLOT … EXPORT_SNAPSHOT`
+//! ([`crate::pg::replication::ReplicationClient::create_slot_exporting_snapshot`]),
+//! over an ordinary `tokio-postgres` connection, as `COPY … TO STDOUT` in text
+//! format, yielding rows in the form pgoutput sends them.
+//!
+//! Invariants:
+//! - **One snapshot.** [`SnapshotReader::open`] begins `REPEATABLE READ READ
+//!   ONLY` and imports the exported snapshot before anything else, so every
+//!   query of the reader (catalog reads included) sees exactly the
+//!   transactions committed before the slot's consistent point — no later
+//!   one. Several readers importing the same name see the same data. The
+//!   import must happen while the exporting replication connection is idle;
+//!   afterwards the reader's own transaction keeps the snapshot alive.
+//! - **Rows as pgoutput sends them.** [`SnapshotReader::table_relation`]
+//!   lists the columns pgoutput publishes (attnum > 0, not dropped, not
+//!   generated) in attnum order with their type oids, typmods and replica
+//!   identity key flags, and [`SnapshotRows`] yields one [`TupleData`] per row
+//!   with one cell per such column: `Cell::Null` for NULL, otherwise
+//!   `Cell::Text` holding the type's text output — byte for byte what the
+//!   walsender sends, because both come from the same output functions under
+//!   the same session settings (`pg::wire::SESSION_PARAMETERS`, applied by
+//!   `pg::catalog::connect`).
+//! - **Bounded memory.** Rows are parsed as the COPY stream delivers them; a
+//!   batch holds at most `max_rows` rows (and stops early past `max_bytes`),
+//!   plus at most one partial row carried between chunks. Nothing holds a
+//!   table. A caller that stops polling stops reading the socket, and TCP
+//!   backpressure reaches the server.
+//! - **Order.** Rows of one read come in the `ORDER BY` given (by default the
+//!   primary key), so the snapshot events of one aggregate keep that order.
+//!   A [`HashSplit`] puts every row — NULL split values included — in exactly
+//!   one of its parts, so parallel readers split by the aggregate id column
+//!   never share an aggregate.
+//! - **Never panics on server input**: a malformed COPY line or a row whose
+//!   cell count differs from the relation is a [`SnapshotError::Malformed`]
+//!   naming the table and row.
+//! - Identifiers and literals in SQL are quoted with
+//!   `postgres_protocol::escape`, never pasted.
+//!
+//! Errors classify as transient ([`SnapshotError::is_transient`]: the
+//! connection or server went away) or definite. Either way an exported
+//! snapshot cannot be imported again once its replication connection has
+//! moved on: a retry starts the snapshot over with a new slot.
+
+use std::pin::Pin;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use postgres_protocol::escape::{escape_identifier, escape_literal};
+use tokio_postgres::{Client, CopyOutStream};
+
+use crate::pg::catalog::{self, CatalogError, describe};
+use crate::pg::wire::ConnectParams;
+use crate::pgoutput::{Cell, Column, Relation, TupleData};
+
+/// Why a snapshot read failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// The reader's connection could not be made.
+    #[error("snapshot reader: {0}")]
+    Connect(#[source] CatalogError),
+    /// `SET TRANSACTION SNAPSHOT` failed.
+    #[error(
+        "cannot import the exported snapshot {snapshot:?}: {}; the snapshot lives only while the \
+         replication connection that created the slot stays idle, so it ran another command or \
+         closed before this reader imported it: drop the slot and start the snapshot over",
+        describe(.source)
+    )]
+    Import {
+        snapshot: String,
+        source: tokio_postgres::Error,
+    },
+    /// A query of the snapshot failed.
+    #[error("snapshot of table {table} failed while {context}: {}", describe(.source))]
+    Query {
+        table: String,
+        context: &'static str,
+        source: tokio_postgres::Error,
+    },
+    /// The table is not in the snapshot.
+    #[error(
+        "table {table} does not exist in the snapshot; create it, or fix the table name in the \
+         configuration"
+    )]
+    NoSuchTable { table: String },
+    /// The relation cannot be read as a table.
+    #[error(
+        "{table} is {kind}, not a table: walrelay snapshots ordinary and partitioned tables only; \
+         fix the table name in the configuration"
+    )]
+    NotATable { table: String, kind: &'static str },
+    /// The table has no column pgoutput would publish.
+    #[error("table {table} has no columns to read; add columns or remove the table")]
+    NoColumns { table: String },
+    /// No order was given and the table has no primary key.
+    #[error(
+        "table {table} has no primary key, so the snapshot has no order to read it in; add a \
+         primary key or set snapshot_order_by for the table"
+    )]
+    NoOrder { table: String },
+    /// An order or split column is not a published column of the table.
+    #[error(
+        "{what} column {column:?} is not a column of table {table} (or is generated); fix \
+         {what}, the table's columns are: {columns}"
+    )]
+    UnknownColumn {
+        table: String,
+        column: String,
+        what: &'static str,
+        columns: String,
+    },
+    /// A hash split with no parts or an index outside them.
+    #[error(
+        "hash split part {index} of {parts} is not valid: parts must be 1 or more and index below parts"
+    )]
+    InvalidSplit { parts: u32, index: u32 },
+    /// The COPY stream did not have the expected shape.
+    #[error(
+        "snapshot of table {table}: row {row} of the COPY stream is malformed: {reason}; this is a \
+         bug or a broken connection: start the snapshot over and report it"
+    )]
+    Malformed {
+        table: String,
+        row: u64,
+        reason: String,
+    },
+}
+
+impl SnapshotError {
+    /// Whether starting the snapshot over may succeed without anyone
+    /// changing anything (the connection or the server went away).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            SnapshotError::Connect(e) => e.is_transient(),
+            SnapshotError::Query { source, .. } | SnapshotError::Import { source, .. } => {
+                is_transient_pg(source)
+            }
+            SnapshotError::NoSuchTable { .. }
+            | SnapshotError::NotATable { .. }
+            | SnapshotError::NoColumns { .. }
+            | SnapshotError::NoOrder { .. }
+            | SnapshotError::UnknownColumn { .. }
+            | SnapshotError::InvalidSplit { .. }
+            | SnapshotError::Malformed { .. } => false,
+        }
+    }
+}
+
+/// Connection closed, no server error code, or a server code of the
+/// connection-exception / shutdown kind.
+fn is_transient_pg(e: &tokio_postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    match e.code() {
+        None => true,
+        Some(code) => {
+            let code = code.code();
+            code.starts_with("08") || code.starts_with("57P") || code == "53300"
+        }
+    }
+}
+
+/// A connection inside the exported snapshot.
+pub struct SnapshotReader {
+    client: Client,
+    snapshot_name: String,
+}
+
+impl std::fmt::Debug for SnapshotReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotReader")
+            .field("snapshot_name", &self.snapshot_name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The statements that begin the snapshot transaction.
+fn import_sql(snapshot_name: &str) -> String {
+    format!(
+        "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
+        escape_literal(snapshot_name)
+    )
+}
+
+impl SnapshotReader {
+    /// Connects (as `pg::catalog::connect` does: same session settings, TLS
+    /// and keepalives) and imports `snapshot_name`.
+    pub async fn open(
+        params: &ConnectParams,
+        snapshot_name: &str,
+    ) -> Result<SnapshotReader, SnapshotError> {
+        let client = catalog::connect(params)
+            .await
+            .map_err(SnapshotError::Connect)?;
+        client
+            .batch_execute(&import_sql(snapshot_name))
+            .await
+            .map_err(|source| SnapshotError::Import {
+                snapshot: snapshot_name.to_owned(),
+                source,
+            })?;
+        Ok(SnapshotReader {
+            client,
+            snapshot_name: snapshot_name.to_owned(),
+        })
+    }
+
+    /// The imported snapshot's name.
+    pub fn snapshot_name(&self) -> &str {
+        &self.snapshot_name
+    }
+
+    /// The table `schema.name` as pgoutput describes it in a Relation
+    /// message: oid, namespace, name, replica identity and the published
+    /// columns (attnum > 0, not dropped, not generated) in attnum order,
+    /// with the replica identity key flag (all columns under `REPLICA
+    /// IDENTITY FULL`).
+    pub async fn table_relation(
+        &self,
+        schema: &str,
+        name: &str,
+    ) -> Result<Relation, SnapshotError> {
+        let table = qualified_display(schema, name);
+        let query = |context| {
+            let table = table.clone();
+            move |source| SnapshotError::Query {
+                table,
+                context,
+                source,
+            }
+        };
+        let row = self
+            .client
+            .query_opt(
+                "SELECT c.oid, c.relkind::text, c.relreplident::text, \
+                        (n.oid = 'pg_catalog'::regnamespace) \
+                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relname = $2",
+                &[&schema, &name],
+            )
+            .await
+            .map_err(query("looking the table up in pg_class"))?
+            .ok_or_else(|| SnapshotError::NoSuchTable {
+                table: table.clone(),
+            })?;
+        let oid: u32 = row.get(0);
+        let relkind: String = row.get(1);
+        if relkind != "r" && relkind != "p" {
+            return Err(SnapshotError::NotATable {
+                table,
+                kind: relkind_name(&relkind),
+            });
+        }
+        let replica_identity = row.get::<_, String>(2).bytes().next().unwrap_or(b'd');
+        let in_pg_catalog: bool = row.get(3);
+        let key_attnums: Vec<i16> = self
+            .client
+            .query(
+                "SELECT k.attnum FROM pg_index i, unnest(i.indkey::int2[]) AS k(attnum) \
+                 WHERE i.indrelid = $1::oid AND CASE $2::text \
+                       WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END",
+                &[&oid, &(replica_identity as char).to_string()],
+            )
+            .await
+            .map_err(query("reading the replica identity index"))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let columns: Vec<Column> = self
+            .client
+            .query(
+                "SELECT a.attname::text, a.atttypid, a.atttypmod, a.attnum FROM pg_attribute a \
+                 WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped \
+                   AND a.attgenerated = '' \
+                 ORDER BY a.attnum",
+                &[&oid],
+            )
+            .await
+            .map_err(query("reading pg_attribute"))?
+            .iter()
+            .map(|r| {
+                let attnum: i16 = r.get(3);
+                let key = replica_identity == b'f' || key_attnums.contains(&attnum);
+                Column {
+                    flags: if key { Column::FLAG_KEY } else { 0 },
+                    name: r.get(0),
+                    type_oid: r.get(1),
+                    type_modifier: r.get(2),
+                }
+            })
+            .collect();
+        if columns.is_empty() {
+            return Err(SnapshotError::NoColumns { table });
+        }
+        Ok(Relation {
+            oid,
+            // pgoutput writes pg_catalog as the empty string.
+            namespace: if in_pg_catalog {
+                String::new()
+            } else {
+                schema.to_owned()
+            },
+            name: name.to_owned(),
+            replica_identity,
+            columns,
+        })
+    }
+
+    /// The primary key's columns in key order; empty without a primary key.
+    pub async fn primary_key(&self, relation: &Relation) -> Result<Vec<String>, SnapshotError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT a.attname::text FROM pg_index i \
+                 CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
+                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+                 WHERE i.indrelid = $1::oid AND i.indisprimary ORDER BY k.ord",
+                &[&relation.oid],
+            )
+            .await
+            .map_err(|source| SnapshotError::Query {
+                table: relation_display(relation),
+                context: "reading the primary key",
+                source,
+            })?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// The planner's row estimate (`pg_class.reltuples`, summed over the
+    /// leaf partitions of a partitioned table); `None` when unknown (never
+    /// vacuumed or analyzed: -1, or 0). For progress reporting only.
+    pub async fn estimate_rows(&self, relation: &Relation) -> Result<Option<u64>, SnapshotError> {
+        let row = self
+            .client
+            .query_one(
+                "SELECT sum(c.reltuples) FILTER (WHERE c.reltuples > 0)::float8 FROM pg_class c \
+                 WHERE c.oid = $1::oid OR c.oid IN \
+                   (SELECT t.relid FROM pg_partition_tree($1::oid::regclass) t \
+                    WHERE t.isleaf AND t.relid <> $1::oid::regclass)",
+                &[&relation.oid],
+            )
+            .await
+            .map_err(|source| SnapshotError::Query {
+                table: relation_display(relation),
+                context: "reading pg_class.reltuples",
+                source,
+            })?;
+        let estimate: Option<f64> = row.get(0);
+        Ok(estimate
+            .filter(|n| n.is_finite() && *n >= 1.0)
+            .map(|n| n.round() as u64))
+    }
+
+    /// Starts reading `relation` (from [`SnapshotReader::table_relation`]) in
+    /// `order_by` order (empty: the primary key), only the rows of `split`
+    /// when given. Drain the returned rows before the next read on this
+    /// reader.
+    pub async fn read(
+        &mut self,
+        relation: &Relation,
+        order_by: &[String],
+        split: Option<&HashSplit>,
+    ) -> Result<SnapshotRows<'_>, SnapshotError> {
+        let pk;
+        let order_by = if order_by.is_empty() {
+            pk = self.primary_key(relation).await?;
+            &pk[..]
+        } else {
+            order_by
+        };
+        let sql = copy_sql(relation, order_by, split)?;
+        let stream =
+            self.client
+                .copy_out(sql.as_str())
+                .await
+                .map_err(|source| SnapshotError::Query {
+                    table: relation_display(relation),
+                    context: "starting COPY … TO STDOUT",
+                    source,
+                })?;
+        Ok(SnapshotRows {
+            stream: Box::pin(stream),
+            table: relation_display(relation),
+            columns: relation.columns.len(),
+            chunk: Bytes::new(),
+            partial: BytesMut::new(),
+            batch: Vec::new(),
+            batch_bytes: 0,
+            rows: 0,
+            done: false,
+            _reader: std::marker::PhantomData,
+        })
+    }
+
+    /// Ends the snapshot transaction (`COMMIT`) and closes the connection.
+    pub async fn finish(self) -> Result<(), SnapshotError> {
+        self.client
+            .batch_execute("COMMIT")
+            .await
+            .map_err(|source| SnapshotError::Query {
+                table: String::from("(none)"),
+                context: "ending the snapshot transaction",
+                source,
+            })
+    }
+}
+
+fn relkind_name(relkind: &str) -> &'static str {
+    match relkind {
+        "v" => "a view",
+        "m" => "a materialized view",
+        "f" => "a foreign table",
+        "i" | "I" => "an index",
+        "S" => "a sequence",
+        "c" => "a composite type",
+        "t" => "a TOAST table",
+        _ => "not a table",
+    }
+}
+
+fn qualified_display(schema: &str, name: &str) -> String {
+    format!("{schema}.{name}")
+}
+
+fn relation_display(relation: &Relation) -> String {
+    let schema = if relation.namespace.is_empty() {
+        "pg_catalog"
+    } else {
+        &relation.namespace
+    };
+    qualified_display(schema, &relation.name)
+}
+
+/// Part `index` of `parts` of a table, by a hash of one column's text (the
+/// aggregate id): every row falls in exactly one part, rows with a NULL in
+/// the column in part 0. The hash is the server's `hashtext`, so readers on
+/// one server agree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HashSplit {
+    column: String,
+    parts: u32,
+    index: u32,
+}
+
+impl HashSplit {
+    /// Part `index` (0-based) of `parts`, split by `column`.
+    pub fn new(column: &str, parts: u32, index: u32) -> Result<HashSplit, SnapshotError> {
+        if parts == 0 || index >= parts || parts > i32::MAX as u32 {
+            return Err(SnapshotError::InvalidSplit { parts, index });
+        }
+        Ok(HashSplit {
+            column: column.to_owned(),
+            parts,
+            index,
+        })
+    }
+
+    /// All `parts` parts split by `column`.
+    pub fn all(column: &str, parts: u32) -> Result<Vec<HashSplit>, SnapshotError> {
+        (0..parts.max(1))
+            .map(|index| HashSplit::new(column, parts, index))
+            .collect()
+    }
+
+    /// The split column.
+    pub fn column(&self) -> &str {
+        &self.column
+    }
+
+    /// The SQL condition selecting this part's rows.
+    pub fn filter_sql(&self) -> String {
+        format!(
+            "(coalesce(hashtext({}::text), 0) & 2147483647) % {} = {}",
+            escape_identifier(&self.column),
+            self.parts,
+            self.index
+        )
+    }
+}
+
+/// `COPY (SELECT <columns> FROM <table> [WHERE <split>] ORDER BY <order_by>) TO STDOUT`
+/// for `relation`; every order and split column must be one of its columns.
+pub fn copy_sql(
+    relation: &Relation,
+    order_by: &[String],
+    split: Option<&HashSplit>,
+) -> Result<String, SnapshotError> {
+    let table = relation_display(relation);
+    let known = |column: &str, what: &'static str| {
+        if relation.column_index(column).is_some() {
+            Ok(())
+        } else {
+            Err(SnapshotError::UnknownColumn {
+                table: table.clone(),
+                column: column.to_owned(),
+                what,
+                columns: relation
+                    .columns
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+        }
+    };
+    if relation.columns.is_empty() {
+        return Err(SnapshotError::NoColumns { table });
+    }
+    if order_by.is_empty() {
+        return Err(SnapshotError::NoOrder { table });
+    }
+    for column in order_by {
+        known(column, "snapshot_order_by")?;
+    }
+    if let Some(split) = split {
+        known(&split.column, "hash split")?;
+    }
+    let list = |names: &mut dyn Iterator<Item = &str>| {
+        names.map(escape_identifier).collect::<Vec<_>>().join(", ")
+    };
+    let schema = if relation.namespace.is_empty() {
+        "pg_catalog"
+    } else {
+        &relation.namespace
+    };
+    let mut sql = format!(
+        "COPY (SELECT {} FROM {}.{}",
+        list(&mut relation.columns.iter().map(|c| c.name.as_str())),
+        escape_identifier(schema),
+        escape_identifier(&relation.name)
+    );
+    if let Some(split) = split {
+        sql.push_str(" WHERE ");
+        sql.push_str(&split.filter_sql());
+    }
+    sql.push_str(" ORDER BY ");
+    sql.push_str(&list(&mut order_by.iter().map(String::as_str)));
+    sql.push_str(") TO STDOUT");
+    Ok(sql)
+}
+
+/// The rows of one [`SnapshotReader::read`], pulled in batches.
+pub struct SnapshotRows<'r> {
+    stream: Pin<Box<CopyOutStream>>,
+    table: String,
+    columns: usize,
+    /// Unparsed rest of the newest chunk.
+    chunk: Bytes,
+    /// The start of a row whose end has not arrived yet.
+    partial: BytesMut,
+    /// The batch being filled; kept here so `next_batch` is cancel-safe.
+    batch: Vec<TupleData>,
+    batch_bytes: usize,
+    rows: u64,
+    done: bool,
+    /// Ties the rows to the reader: one COPY at a time per connection.
+    _reader: std::marker::PhantomData<&'r mut SnapshotReader>,
+}
+
+impl std::fmt::Debug for SnapshotRows<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotRows")
+            .field("table", &self.table)
+            .field("rows", &self.rows)
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SnapshotRows<'_> {
+    /// Rows yielded so far.
+    pub fn rows_read(&self) -> u64 {
+        self.rows
+    }
+
+    /// The next rows: at least one and at most `max_rows` (treated as 1 if
+    /// 0), fewer when the row text read for this batch passes `max_bytes`;
+    /// `None` once the table is read. Cancel-safe: rows parsed before the
+    /// future is dropped are returned by the next call.
+    pub async fn next_batch(
+        &mut self,
+        max_rows: usize,
+        max_bytes: usize,
+    ) -> Result<Option<Vec<TupleData>>, SnapshotError> {
+        let max_rows = max_rows.max(1);
+        loop {
+            while self.batch.len() < max_rows
+                && (self.batch.is_empty() || self.batch_bytes < max_bytes)
+            {
+                let Some(line) = self.next_line() else { break };
+                self.rows += 1;
+                self.batch_bytes += line.len();
+                let cells = parse_copy_line(&line).map_err(|reason| self.malformed(reason))?;
+                if cells.len() != self.columns {
+                    return Err(self.malformed(format!(
+                        "it has {} columns, the table has {}",
+                        cells.len(),
+                        self.columns
+                    )));
+                }
+                self.batch.push(TupleData(cells));
+            }
+            let full = self.batch.len() >= max_rows
+                || (!self.batch.is_empty() && self.batch_bytes >= max_bytes);
+            if full || self.done {
+                if self.done && !self.partial.is_empty() {
+                    self.rows += 1;
+                    return Err(self.malformed("the stream ended inside a row".to_owned()));
+                }
+                self.batch_bytes = 0;
+                let batch = std::mem::take(&mut self.batch);
+                return Ok(if batch.is_empty() { None } else { Some(batch) });
+            }
+            match self.stream.next().await {
+                Some(Ok(chunk)) => {
+                    if !self.chunk.is_empty() {
+                        // next_line moves every byte without a newline to
+                        // `partial`; nothing is left here.
+                        self.partial.extend_from_slice(&self.chunk);
+                    }
+                    self.chunk = chunk;
+                }
+                Some(Err(source)) => {
+                    return Err(SnapshotError::Query {
+                        table: self.table.clone(),
+                        context: "reading COPY data",
+                        source,
+                    });
+                }
+                None => self.done = true,
+            }
+        }
+    }
+
+    /// The next complete line (without its newline) from the buffered data;
+    /// bytes of an incomplete line move to `partial`.
+    fn next_line(&mut self) -> Option<Bytes> {
+        match self.chunk.iter().position(|b| *b == b'\n') {
+            Some(end) => {
+                let mut line = self.chunk.split_to(end + 1);
+                line.truncate(end);
+                if self.partial.is_empty() {
+                    Some(line)
+                } else {
+                    self.partial.extend_from_slice(&line);
+                    Some(self.partial.split().freeze())
+                }
+            }
+            None => {
+                if !self.chunk.is_empty() {
+                    self.partial.extend_from_slice(&self.chunk);
+                    self.chunk = Bytes::new();
+                }
+                None
+            }
+        }
+    }
+
+    fn malformed(&self, reason: String) -> SnapshotError {
+        SnapshotError::Malformed {
+            table: self.table.clone(),
+            row: self.rows,
+            reason,
+        }
+    }
+}
+
+/// Splits one line of `COPY … TO STDOUT` text format (without its newline)
+/// into cells: fields are tab separated, `\N` alone is NULL, and backslash
+/// escapes are decoded (`\b \f \n \r \t \v \\`, octal `\o`–`\ooo`, hex
+/// `\xh`/`\xhh`; any other escaped character stands for itself, as COPY
+/// FROM reads it). A field without escapes is a zero-copy slice of `line`.
+/// A backslash at the end of a field is an error.
+pub fn parse_copy_line(line: &Bytes) -> Result<Vec<Cell>, String> {
+    let mut cells = Vec::new();
+    let mut start = 0;
+    for (i, field) in line.split(|b| *b == b'\t').enumerate() {
+        let end = start + field.len();
+        cells.push(if field == b"\\N" {
+            Cell::Null
+        } else if !field.contains(&b'\\') {
+            Cell::Text(line.slice(start..end))
+        } else {
+            Cell::Text(unescape_field(field).map_err(|why| format!("column {i}: {why}"))?)
+        });
+        start = end + 1;
+    }
+    Ok(cells)
+}
+
+fn unescape_field(field: &[u8]) -> Result<Bytes, String> {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while let Some(&b) = field.get(i) {
+        i += 1;
+        if b != b'\\' {
+            out.push(b);
+            continue;
+        }
+        let Some(&c) = field.get(i) else {
+            return Err("a backslash ends the field".to_owned());
+        };
+        i += 1;
+        let decoded = match c {
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            b'v' => 0x0b,
+            b'0'..=b'7' => {
+                let mut value = u32::from(c - b'0');
+                for _ in 0..2 {
+                    match field.get(i) {
+                        Some(&d @ b'0'..=b'7') => {
+                            value = value * 8 + u32::from(d - b'0');
+                            i += 1;
+                        }
+                        _ => break,
+                    }
+                }
+                (value & 0xff) as u8
+            }
+            b'x' => match field.get(i).and_then(|d| hex_digit(*d)) {
+                None => b'x',
+                Some(high) => {
+                    i += 1;
+                    match field.get(i).and_then(|d| hex_digit(*d)) {
+                        Some(low) => {
+                            i += 1;
+                            (high << 4) | low
+                        }
+                        None => high,
+                    }
+                }
+            },
+            other => other,
+        };
+        out.push(decoded);
+    }
+    Ok(Bytes::from(out))
+}
+
+fn hex_digit(d: u8) -> Option<u8> {
+    match d {
+        b'0'..=b'9' => Some(d - b'0'),
+        b'a'..=b'f' => Some(d - b'a' + 10),
+        b'A'..=b'F' => Some(d - b'A' + 10),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn text(s: &[u8]) -> Cell {
+        Cell::Text(Bytes::copy_from_slice(s))
+    }
+
+    fn parse(s: &[u8]) -> Result<Vec<Cell>, String> {
+        parse_copy_line(&Bytes::copy_from_slice(s))
+    }
+
+    /// COPY text format as the server writes it, with `style` choosing for
+    /// each byte how to write it when several spellings decode the same.
+    fn encode(cells: &[Cell], style: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut k = 0usize;
+        for (i, cell) in cells.iter().enumerate() {
+            if i > 0 {
+                out.push(b'\t');
+            }
+            let Some(bytes) = cell.bytes() else {
+                out.extend_from_slice(b"\\N");
+                continue;
+            };
+            for &b in bytes.iter() {
+                let s = style.get(k % style.len().max(1)).copied().unwrap_or(0) % 4;
+                k += 1;
+                match (b, s) {
+                    (b'\\', _) => out.extend_from_slice(b"\\\\"),
+                    (b'\t', _) => out.extend_from_slice(b"\\t"),
+                    (b'\n', _) => out.extend_from_slice(b"\\n"),
+                    (b'\r', _) => out.extend_from_slice(b"\\r"),
+                    (0x08, _) => out.extend_from_slice(b"\\b"),
+                    (0x0c, _) => out.extend_from_slice(b"\\f"),
+                    (0x0b, _) => out.extend_from_slice(b"\\v"),
+                    (_, 1) => out.extend_from_slice(format!("\\{b:03o}").as_bytes()),
+                    (_, 2) => out.extend_from_slice(format!("\\x{b:02X}").as_bytes()),
+                    _ => out.push(b),
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn splits_fields_and_nulls() {
+        assert_eq!(
+            parse(b"1\t\\N\tabc\t").unwrap(),
+            vec![text(b"1"), Cell::Null, text(b"abc"), text(b"")]
+        );
+        assert_eq!(parse(b"").unwrap(), vec![text(b"")]);
+        // `\\N` is a backslash and an N, not NULL.
+        assert_eq!(parse(b"\\\\N").unwrap(), vec![text(b"\\N")]);
+    }
+
+    #[test]
+    fn decodes_every_escape() {
+        assert_eq!(
+            parse(b"a\\tb\\nc\\rd\\\\e\\bf\\fg\\vh").unwrap(),
+            vec![text(b"a\tb\nc\rd\\e\x08f\x0cg\x0bh")]
+        );
+        assert_eq!(parse(b"\\101\\7\\0101").unwrap(), vec![text(b"A\x07\x081")]);
+        assert_eq!(
+            parse(b"\\x41\\x4a\\xfZ\\xZ").unwrap(),
+            vec![text(b"AJ\x0fZxZ")]
+        );
+        // Octal values above 0o377 keep the low byte, as COPY FROM does.
+        assert_eq!(parse(b"\\777").unwrap(), vec![text(b"\xff")]);
+        assert_eq!(parse(b"\\q\\.").unwrap(), vec![text(b"q.")]);
+    }
+
+    #[test]
+    fn backslash_at_field_end_is_an_error_not_a_panic() {
+        assert!(parse(b"abc\\").is_err());
+        assert!(parse(b"a\\\tb").is_err());
+        assert!(parse(b"\\").is_err());
+    }
+
+    #[test]
+    fn unescaped_fields_are_slices_of_the_line() {
+        let line = Bytes::from_static(b"abc\tdef");
+        let cells = parse_copy_line(&line).unwrap();
+        let Cell::Text(b) = &cells[1] else {
+            panic!("{cells:?}")
+        };
+        assert_eq!(b.as_ptr(), line[4..].as_ptr());
+    }
+
+    proptest! {
+        #[test]
+        fn round_trips_through_the_encoder(
+            cells in prop::collection::vec(
+                prop::option::of(prop::collection::vec(any::<u8>(), 0..40)), 1..8),
+            style in prop::collection::vec(any::<u8>(), 1..16),
+        ) {
+            let cells: Vec<Cell> = cells
+                .into_iter()
+                .map(|c| c.map_or(Cell::Null, |b| Cell::Text(Bytes::from(b))))
+                .collect();
+            let line = encode(&cells, &style);
+            prop_assert!(!line.contains(&b'\n'));
+            prop_assert_eq!(parse(&line).unwrap(), cells);
+        }
+
+        #[test]
+        fn never_panics(line in prop::collection::vec(any::<u8>(), 0..200)) {
+            let _ = parse(&line);
+        }
+    }
+
+    fn relation(columns: &[&str]) -> Relation {
+        Relation {
+            oid: 1,
+            namespace: "app".into(),
+            name: "out\"box".into(),
+            replica_identity: b'd',
+            columns: columns
+                .iter()
+                .map(|c| Column {
+                    flags: 0,
+                    name: (*c).to_owned(),
+                    type_oid: 25,
+                    type_modifier: -1,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn copy_sql_quotes_names_and_adds_the_split() {
+        let r = relation(&["id", "Aggregate Id", "payload"]);
+        let split = HashSplit::new("Aggregate Id", 3, 2).unwrap();
+        assert_eq!(
+            copy_sql(&r, &["id".to_owned()], Some(&split)).unwrap(),
+            "COPY (SELECT \"id\", \"Aggregate Id\", \"payload\" FROM \"app\".\"out\"\"box\" \
+             WHERE (coalesce(hashtext(\"Aggregate Id\"::text), 0) & 2147483647) % 3 = 2 \
+             ORDER BY \"id\") TO STDOUT"
+        );
+        assert_eq!(
+            copy_sql(&r, &["payload".to_owned(), "id".to_owned()], None).unwrap(),
+            "COPY (SELECT \"id\", \"Aggregate Id\", \"payload\" FROM \"app\".\"out\"\"box\" \
+             ORDER BY \"payload\", \"id\") TO STDOUT"
+        );
+    }
+
+    #[test]
+    fn copy_sql_refuses_unknown_columns_and_no_order() {
+        let r = relation(&["id", "aggregateid"]);
+        let e = copy_sql(&r, &["created".to_owned()], None).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("snapshot_order_by column \"created\""),
+            "{text}"
+        );
+        assert!(text.contains("app.out\"box"), "{text}");
+        assert!(text.contains("id, aggregateid"), "{text}");
+        let split = HashSplit::new("tenant", 2, 0).unwrap();
+        let text = copy_sql(&r, &["id".to_owned()], Some(&split))
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains("hash split column \"tenant\""), "{text}");
+        let text = copy_sql(&r, &[], None).unwrap_err().to_string();
+        assert!(text.contains("no primary key"), "{text}");
+        assert!(text.contains("snapshot_order_by"), "{text}");
+    }
+
+    #[test]
+    fn hash_split_parts_must_be_valid() {
+        assert!(HashSplit::new("a", 0, 0).is_err());
+        assert!(HashSplit::new("a", 2, 2).is_err());
+        assert_eq!(HashSplit::all("a", 4).unwrap().len(), 4);
+        assert!(HashSplit::new("a", 1, 0).is_ok());
+    }
+
+    #[test]
+    fn import_quotes_the_snapshot_name() {
+        assert_eq!(
+            import_sql("00000003-00000002-1"),
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; \
+             SET TRANSACTION SNAPSHOT '00000003-00000002-1'"
+        );
+        assert!(import_sql("x'; DROP TABLE t; --").ends_with("'x''; DROP TABLE t; --'"));
+    }
+}
