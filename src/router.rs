@@ -32,6 +32,9 @@ use crate::Lsn;
 use crate::config::{OnUpdate, OutboxConfig, Segment, topic_name_problem};
 use crate::pgoutput::{Cell, Oid, Relation, TupleData};
 
+/// Header marking a record made from the initial snapshot (value `true`).
+pub const SNAPSHOT_HEADER: &str = "walrelay.snapshot";
+
 /// PostgreSQL type oids we treat specially.
 const BYTEA_OID: Oid = 17;
 
@@ -131,6 +134,8 @@ pub struct Router {
     /// The `walrelay.lsn` value of the transaction being routed: rows of one
     /// transaction share it, so it is formatted once.
     lsn_text: RefCell<(Lsn, Bytes)>,
+    /// `walrelay.snapshot`, shared by every snapshot record.
+    snapshot_header: Arc<str>,
 }
 
 impl Router {
@@ -145,6 +150,7 @@ impl Router {
             partitions: HashMap::new(),
             unclaimed: HashMap::new(),
             lsn_text: RefCell::new((Lsn::ZERO, Bytes::new())),
+            snapshot_header: Arc::from(SNAPSHOT_HEADER),
         }
     }
 
@@ -221,6 +227,24 @@ impl Router {
         bound
             .record(row, commit_lsn, self.lsn_text(commit_lsn))
             .map(Routed::Record)
+    }
+
+    /// Routes a row read by the initial snapshot: the record a streamed
+    /// insert of the row at `consistent_point` would be, plus header
+    /// `walrelay.snapshot: true`.
+    pub fn on_snapshot_row(
+        &self,
+        rel: Oid,
+        row: &TupleData,
+        consistent_point: Lsn,
+    ) -> Result<Routed, RouteError> {
+        let mut routed = self.on_insert(rel, row, consistent_point)?;
+        if let Routed::Record(record) = &mut routed {
+            record
+                .headers
+                .push((self.snapshot_header.clone(), Bytes::from_static(b"true")));
+        }
+        Ok(routed)
     }
 
     /// `lsn` as header text, formatted once per transaction.

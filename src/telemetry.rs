@@ -43,6 +43,14 @@ pub struct Metrics {
     /// `connector="<name>"`, on every sample.
     labels: String,
     pub streaming: AtomicBool,
+    /// An initial snapshot is being read and published.
+    pub snapshot_running: AtomicBool,
+    /// Snapshot rows read (this process).
+    pub snapshot_rows: AtomicU64,
+    /// Snapshot tables not yet completely in Kafka.
+    pub snapshot_tables_remaining: AtomicU64,
+    /// How long the last completed snapshot took, in milliseconds.
+    pub snapshot_duration_ms: AtomicU64,
     pub records_published: AtomicU64,
     pub records_acked: AtomicU64,
     pub transactions: AtomicU64,
@@ -75,6 +83,10 @@ impl Metrics {
             started: Instant::now(),
             labels: format!("connector=\"{connector}\""),
             streaming: AtomicBool::new(false),
+            snapshot_running: AtomicBool::new(false),
+            snapshot_rows: AtomicU64::new(0),
+            snapshot_tables_remaining: AtomicU64::new(0),
+            snapshot_duration_ms: AtomicU64::new(0),
             records_published: AtomicU64::new(0),
             records_acked: AtomicU64::new(0),
             transactions: AtomicU64::new(0),

@@ -25,6 +25,7 @@
 
 mod session;
 mod slot_watch;
+mod snapshot;
 mod streaming;
 
 use std::sync::Arc;
@@ -61,6 +62,8 @@ pub enum Token {
         index: u32,
         /// The event's id (the `id` header), to name it in errors.
         event_id: Option<bytes::Bytes>,
+        /// For a snapshot record: its table's index in the snapshot.
+        snapshot_table: Option<u32>,
     },
     /// An offset-store write for position `lsn`.
     Offset { lsn: Lsn },
@@ -78,6 +81,11 @@ impl From<SourceError> for RelayError {
             SourceError::Decode { lsn, source } => RelayError::Decode { lsn, source },
             SourceError::Stream { lsn, what } => RelayError::Stream { lsn, what },
             SourceError::Ended => RelayError::Ended("the replication stream"),
+            SourceError::Snapshot(e) => RelayError::Snapshot(e),
+            SourceError::Misuse(what) => RelayError::Stream {
+                lsn: Lsn::ZERO,
+                what: what.into(),
+            },
         }
     }
 }
@@ -126,6 +134,8 @@ pub enum RelayError {
     Setup { what: String, fix: String },
     #[error("{0} ended unexpectedly")]
     Ended(&'static str),
+    #[error("snapshot: {0}; the next start takes the snapshot again from the beginning")]
+    Snapshot(#[from] crate::pg::snapshot::SnapshotError),
 }
 
 impl RelayError {
@@ -139,6 +149,7 @@ impl RelayError {
             }
             RelayError::Offsets(e) => e.is_transient(),
             RelayError::Ended(_) => true,
+            RelayError::Snapshot(e) => e.is_transient(),
             RelayError::Decode { .. }
             | RelayError::Stream { .. }
             | RelayError::Route(_)
@@ -151,7 +162,7 @@ impl RelayError {
     /// What we are waiting for, for the retry log line.
     fn waiting_for(&self) -> &'static str {
         match self {
-            RelayError::Wire(_) | RelayError::Catalog(_) => "PostgreSQL",
+            RelayError::Wire(_) | RelayError::Catalog(_) | RelayError::Snapshot(_) => "PostgreSQL",
             RelayError::Delivery { .. } | RelayError::Sink(_) | RelayError::Offsets(_) => "Kafka",
             _ => "the session to restart",
         }

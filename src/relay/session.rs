@@ -215,6 +215,7 @@ impl Session {
                 written_at_ms: crate::pg::replication::pg_us_to_unix_ms(
                     crate::pg::replication::pg_now_us(),
                 ),
+                snapshot: None,
             };
             store_accepted_offset(&sink, &mut acks, &accepted, &config.kafka.offsets_topic).await?;
             tracing::info!(lsn = %start.from, "stored the accepted slot position in the offset store");

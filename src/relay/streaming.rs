@@ -58,6 +58,9 @@ pub(super) struct Streaming {
     pub(super) warned_updates: HashSet<String>,
     /// Tables whose unclaimed rows were logged this session.
     pub(super) warned_unclaimed: HashSet<String>,
+    /// The snapshot's tables, when this session takes one (records sent and
+    /// acknowledged per table).
+    pub(super) snapshot_tables: Vec<super::snapshot::TableCount>,
 }
 
 impl Streaming {
@@ -89,6 +92,7 @@ impl Streaming {
             awaiting_reports: 0,
             warned_updates: HashSet::new(),
             warned_unclaimed: HashSet::new(),
+            snapshot_tables: Vec::new(),
         }
     }
 
@@ -254,6 +258,18 @@ impl Streaming {
             }
             SourceEvent::Relation(r) => self.router.on_relation(&r),
             SourceEvent::Change(change) => self.on_change(change).await?,
+            SourceEvent::SnapshotRow { pos, .. } => {
+                return Err(RelayError::Stream {
+                    lsn: pos.commit_lsn,
+                    what: "a snapshot row while streaming".into(),
+                });
+            }
+            SourceEvent::SnapshotTableDone { .. } | SourceEvent::SnapshotDone { .. } => {
+                return Err(RelayError::Stream {
+                    lsn: source.received(),
+                    what: "a snapshot event while streaming".into(),
+                });
+            }
         }
         Ok(())
     }
@@ -301,6 +317,7 @@ impl Streaming {
             commit_lsn: open.commit_lsn,
             index: change.pos.index,
             event_id: record_id(&record),
+            snapshot_table: None,
         };
         self.sink
             .send(&record, token)
@@ -334,11 +351,19 @@ impl Streaming {
 
     /// Applies one delivery report. Returns true when an offset write was
     /// acknowledged (so a status update is worth sending now).
-    fn on_ack(&mut self, ack: Ack) -> Result<bool, RelayError> {
+    pub(super) fn on_ack(&mut self, ack: Ack) -> Result<bool, RelayError> {
         match ack {
-            Ack::Delivered(Token::Record { txn, bytes, .. }) => {
+            Ack::Delivered(Token::Record {
+                txn,
+                bytes,
+                snapshot_table,
+                ..
+            }) => {
                 self.awaiting_reports = self.awaiting_reports.saturating_sub(1);
                 self.checkpoint.ack(txn, bytes)?;
+                if let Some(t) = snapshot_table.and_then(|i| self.snapshot_tables.get_mut(i as usize)) {
+                    t.acked += 1;
+                }
                 self.metrics.records_acked.fetch_add(1, Ordering::Relaxed);
                 Ok(false)
             }
@@ -396,6 +421,13 @@ impl Streaming {
         if self.offset_in_flight.is_some() || confirmed <= self.offset_acked {
             return Ok(());
         }
+        self.write_offset(confirmed).await
+    }
+
+    /// Writes `confirmed` (with the template's identity and snapshot
+    /// progress) to the offset store; its acknowledgement clears
+    /// `offset_in_flight`.
+    pub(super) async fn write_offset(&mut self, confirmed: Lsn) -> Result<(), RelayError> {
         let mut offset = self.offset_template.clone();
         offset.lsn = confirmed.to_string();
         offset.written_at_ms =
@@ -533,7 +565,7 @@ enum FinalWrite {
 }
 
 /// The record's event id (its `id` header), if it has one.
-fn record_id(record: &crate::router::Record) -> Option<bytes::Bytes> {
+pub(super) fn record_id(record: &crate::router::Record) -> Option<bytes::Bytes> {
     record
         .headers
         .iter()
@@ -550,6 +582,6 @@ fn describe_event(id: Option<&[u8]>, index: u32) -> String {
 }
 
 /// "outbox row id=…" for error messages (never the payload).
-fn describe_record(record: &crate::router::Record) -> String {
+pub(super) fn describe_record(record: &crate::router::Record) -> String {
     describe_event(record_id(record).as_deref(), 0)
 }

@@ -28,14 +28,21 @@
 //!   it go backwards.
 //! - Knows nothing of Kafka, the router or the checkpoint.
 
+mod snapshot;
+
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::Lsn;
-use crate::pg::replication::{ReplicationMessage, ReplicationStream, StreamEvent};
-use crate::pg::wire::WireError;
+use crate::pg::replication::{
+    CreatedSlot, ReplicationClient, ReplicationMessage, ReplicationStream, StreamEvent,
+};
+use crate::pg::snapshot::SnapshotError;
+use crate::pg::wire::{ConnectParams, WireError};
 use crate::pgoutput::{self, DecodeError, LogicalMessage, Relation, RelationCache, TupleData};
+
+pub use snapshot::{SnapshotTable, TableProgress};
 
 /// Where a change sits in the WAL: its transaction's commit LSN and its
 /// index among that transaction's changes. Stable across re-sends.
@@ -90,6 +97,20 @@ pub enum SourceEvent {
         wal_end: Lsn,
         reply: bool,
     },
+    /// A row that existed at the snapshot's consistent point. `pos` is the
+    /// consistent point and the row's number in the snapshot. Its table's
+    /// [`SourceEvent::Relation`] came first.
+    SnapshotRow {
+        pos: Position,
+        relation: Arc<Relation>,
+        row: TupleData,
+    },
+    /// Every row of `table` was read (`rows` of them).
+    SnapshotTableDone { table: String, rows: u64 },
+    /// Every table was read. Nothing follows until the caller calls
+    /// [`Source::start_streaming`]: the snapshot's records must be safe in
+    /// Kafka (and the snapshot marked completed) before streaming starts.
+    SnapshotDone { consistent_point: Lsn },
 }
 
 /// Why the source cannot go on.
@@ -103,6 +124,10 @@ pub enum SourceError {
     Stream { lsn: Lsn, what: String },
     #[error("the replication stream ended unexpectedly")]
     Ended,
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    #[error("{0}")]
+    Misuse(&'static str),
 }
 
 /// The transaction being assembled.
@@ -115,24 +140,109 @@ struct Open {
 /// A replication session's source (see the module doc).
 #[derive(Debug)]
 pub struct Source {
-    stream: ReplicationStream,
+    state: State,
     assembler: Assembler,
+}
+
+#[derive(Debug)]
+enum State {
+    /// Reading the snapshot; the replication connection idles meanwhile
+    /// (its next command would end the exported snapshot's life).
+    Snapshot {
+        client: ReplicationClient,
+        consistent_point: Lsn,
+        snapshot: snapshot::Snapshot,
+        /// The batch being handed out, and its table.
+        batch: std::vec::IntoIter<TupleData>,
+        relation: Option<Arc<Relation>>,
+        next_index: u32,
+    },
+    /// The snapshot is read; streaming has not started.
+    SnapshotRead {
+        client: ReplicationClient,
+        consistent_point: Lsn,
+    },
+    Streaming(ReplicationStream),
+    /// Between states (only if starting the stream failed).
+    Gone,
 }
 
 impl Source {
     /// Wraps a stream that started replication at `start`.
     pub fn new(stream: ReplicationStream, start: Lsn) -> Source {
         Source {
-            stream,
+            state: State::Streaming(stream),
             assembler: Assembler::new(start),
         }
+    }
+
+    /// A source that first yields the rows of `tables` as of the snapshot
+    /// `created` exported, read by `parallelism` connections, and then (after
+    /// [`Source::start_streaming`]) the changes from the slot's consistent
+    /// point. `client` is the connection that created the slot: idle since.
+    pub async fn snapshot(
+        client: ReplicationClient,
+        created: &CreatedSlot,
+        params: &ConnectParams,
+        tables: &[SnapshotTable],
+        parallelism: u32,
+    ) -> Result<Source, SourceError> {
+        let snapshot =
+            snapshot::Snapshot::open(params, &created.snapshot_name, tables, parallelism).await?;
+        Ok(Source {
+            state: State::Snapshot {
+                client,
+                consistent_point: created.consistent_point,
+                snapshot,
+                batch: Vec::new().into_iter(),
+                relation: None,
+                next_index: 0,
+            },
+            assembler: Assembler::new(created.consistent_point),
+        })
+    }
+
+    /// Per-table progress of the snapshot (empty when there is none).
+    pub fn snapshot_progress(&self) -> &[TableProgress] {
+        match &self.state {
+            State::Snapshot { snapshot, .. } => &snapshot.progress,
+            _ => &[],
+        }
+    }
+
+    /// After [`SourceEvent::SnapshotDone`]: starts streaming from the
+    /// snapshot's consistent point.
+    pub async fn start_streaming(&mut self, slot: &str, publication: &str) -> Result<(), WireError> {
+        let State::SnapshotRead {
+            client,
+            consistent_point,
+        } = std::mem::replace(&mut self.state, State::Gone)
+        else {
+            return Err(WireError::Protocol(
+                "start_streaming called before the snapshot was read".into(),
+            ));
+        };
+        let stream = client
+            .start_replication(slot, consistent_point, publication)
+            .await?;
+        self.state = State::Streaming(stream);
+        Ok(())
     }
 
     /// The next event. Cancel-safe: a message is either fully applied and
     /// returned, or not read.
     pub async fn next(&mut self) -> Result<SourceEvent, SourceError> {
+        let stream = match &mut self.state {
+            State::Streaming(stream) => stream,
+            State::Snapshot { .. } => return self.next_snapshot_event().await,
+            State::SnapshotRead { .. } | State::Gone => {
+                return Err(SourceError::Misuse(
+                    "the snapshot is read: start streaming before asking for more",
+                ));
+            }
+        };
         loop {
-            match self.stream.recv().await? {
+            match stream.recv().await? {
                 StreamEvent::End => return Err(SourceError::Ended),
                 StreamEvent::Message(ReplicationMessage::Keepalive { wal_end, reply, .. }) => {
                     self.assembler.note_received(wal_end);
@@ -160,22 +270,33 @@ impl Source {
 
     /// Reports `flush` (the acknowledged, stored frontier) to PostgreSQL as
     /// the slot's position; `ping` asks the server to answer at once.
-    /// Returns the position sent (never lower than one sent before).
+    /// Returns the position sent (never lower than one sent before). Before
+    /// streaming there is nothing to report: returns what was reported.
     pub async fn confirm(&mut self, flush: Lsn, ping: bool) -> Result<Lsn, WireError> {
-        self.stream.send_status(flush, ping).await
+        match &mut self.state {
+            State::Streaming(stream) => stream.send_status(flush, ping).await,
+            _ => Ok(self.confirmed()),
+        }
     }
 
-    /// The highest position reported to PostgreSQL so far.
+    /// The highest position reported to PostgreSQL so far (0/0 before
+    /// streaming).
     pub fn confirmed(&self) -> Lsn {
-        self.stream.last_reported()
+        match &self.state {
+            State::Streaming(stream) => stream.last_reported(),
+            _ => Lsn::ZERO,
+        }
     }
 
     /// While stopping: reads the stream without decoding it (nothing after
     /// the stop is published) and returns the next keepalive that asks for
     /// a reply, as its `wal_end`. `Ok(None)` when the stream ended.
     pub async fn next_reply_request(&mut self) -> Result<Option<Lsn>, WireError> {
+        let State::Streaming(stream) = &mut self.state else {
+            return Ok(None);
+        };
         loop {
-            match self.stream.recv().await? {
+            match stream.recv().await? {
                 StreamEvent::Message(ReplicationMessage::Keepalive {
                     wal_end,
                     reply: true,
@@ -190,9 +311,98 @@ impl Source {
         }
     }
 
-    /// Ends replication politely with a final status update of `flush`.
+    /// Ends replication politely with a final status update of `flush`
+    /// (before streaming: just closes the connections).
     pub async fn close(self, flush: Lsn) -> Result<Lsn, WireError> {
-        self.stream.shutdown(flush).await
+        match self.state {
+            State::Streaming(stream) => stream.shutdown(flush).await,
+            _ => Ok(Lsn::ZERO),
+        }
+    }
+
+    /// The next snapshot event (see [`SourceEvent::SnapshotRow`]).
+    async fn next_snapshot_event(&mut self) -> Result<SourceEvent, SourceError> {
+        use snapshot::Feed;
+        let State::Snapshot {
+            consistent_point,
+            snapshot,
+            batch,
+            relation,
+            next_index,
+            ..
+        } = &mut self.state
+        else {
+            return Err(SourceError::Misuse("not snapshotting"));
+        };
+        loop {
+            if let Some(rel) = relation.as_ref()
+                && let Some(row) = batch.next()
+            {
+                let pos = Position {
+                    commit_lsn: *consistent_point,
+                    index: *next_index,
+                };
+                *next_index = next_index.saturating_add(1);
+                return Ok(SourceEvent::SnapshotRow {
+                    pos,
+                    relation: rel.clone(),
+                    row,
+                });
+            }
+            match snapshot.feed.recv().await {
+                Some(Feed::Rows {
+                    table,
+                    relation: rel,
+                    rows,
+                }) => {
+                    if let Some(p) = snapshot.progress.get_mut(table) {
+                        p.rows_read += rows.len() as u64;
+                    }
+                    *batch = rows.into_iter();
+                    *relation = Some(rel.clone());
+                    if let Some(announced) = snapshot.announced.get_mut(table)
+                        && !*announced
+                    {
+                        *announced = true;
+                        return Ok(SourceEvent::Relation(rel));
+                    }
+                }
+                Some(Feed::TableRead { table }) => {
+                    let left = snapshot.readers_left.get_mut(table).ok_or(
+                        SourceError::Misuse("a snapshot reader reported an unknown table"),
+                    )?;
+                    *left = left.saturating_sub(1);
+                    if *left == 0
+                        && let Some(p) = snapshot.progress.get_mut(table)
+                    {
+                        p.done = true;
+                        return Ok(SourceEvent::SnapshotTableDone {
+                            table: p.table.clone(),
+                            rows: p.rows_read,
+                        });
+                    }
+                }
+                Some(Feed::Failed(e)) => return Err(SourceError::Snapshot(e)),
+                None => {
+                    if snapshot.progress.iter().any(|p| !p.done) {
+                        return Err(SourceError::Misuse(
+                            "the snapshot readers stopped before reading every table",
+                        ));
+                    }
+                    let consistent_point = *consistent_point;
+                    let State::Snapshot { client, .. } =
+                        std::mem::replace(&mut self.state, State::Gone)
+                    else {
+                        return Err(SourceError::Misuse("not snapshotting"));
+                    };
+                    self.state = State::SnapshotRead {
+                        client,
+                        consistent_point,
+                    };
+                    return Ok(SourceEvent::SnapshotDone { consistent_point });
+                }
+            }
+        }
     }
 }
 

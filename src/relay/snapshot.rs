@@ -1,0 +1,400 @@
+//! The snapshot phase of a session: snapshot rows in, records out, and the
+//! offset store told `completed` only once Kafka holds every one of them.
+//!
+//! Invariants (beside the parent module's):
+//! - **Nothing streams before the snapshot is safe.** Streaming starts (the
+//!   caller's `start_streaming`) only after every snapshot record was
+//!   acknowledged and the offset store acknowledged `completed` with the
+//!   consistent point. A crash before that leaves `running` stored, and the
+//!   next session takes the snapshot again.
+//! - **Bounded memory.** Snapshot records count against the same in-flight
+//!   limits as streamed ones (one checkpoint transaction spans the
+//!   snapshot); while full, the readers are not read, and they stop reading
+//!   the server.
+//! - **A table is done when Kafka holds it**: the progress stored and
+//!   logged names a table done only when all its rows were read and
+//!   acknowledged.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::streaming::Streaming;
+use super::{Ack, RelayError, STALL_WARNING, Token};
+use crate::Lsn;
+use crate::offsets::{SnapshotProgress, SnapshotState};
+use crate::pgoutput::{Relation, TupleData};
+use crate::router::Routed;
+use crate::source::{Position, Source, SourceEvent};
+
+/// How often progress is logged (and stored in the offset store).
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// How the snapshot phase ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SnapshotEnd {
+    /// Every record acknowledged and `completed` stored at this position.
+    Completed { consistent_point: Lsn, rows: u64 },
+    /// Shutdown was asked for first; `running` stays stored.
+    Stopped,
+}
+
+/// Per-table bookkeeping: rows read, acknowledged, whether reading ended.
+#[derive(Debug, Clone, Default)]
+pub(super) struct TableCount {
+    pub(super) table: String,
+    pub(super) sent: u64,
+    pub(super) acked: u64,
+    pub(super) read: bool,
+}
+
+impl TableCount {
+    fn done(&self) -> bool {
+        self.read && self.acked == self.sent
+    }
+}
+
+impl Streaming {
+    /// Publishes the snapshot `source` reads (see the module doc).
+    pub(super) async fn snapshot(
+        &mut self,
+        source: &mut Source,
+        acks: &mut mpsc::UnboundedReceiver<Ack>,
+        shutdown: &CancellationToken,
+    ) -> Result<SnapshotEnd, RelayError> {
+        let started = Instant::now();
+        let txn = self.checkpoint.begin()?;
+        self.snapshot_tables = source
+            .snapshot_progress()
+            .iter()
+            .map(|p| TableCount {
+                table: p.table.clone(),
+                ..TableCount::default()
+            })
+            .collect();
+        self.metrics.snapshot_running.store(true, Ordering::Relaxed);
+        self.metrics
+            .snapshot_tables_remaining
+            .store(self.snapshot_tables.len() as u64, Ordering::Relaxed);
+        let mut ticker = tokio::time::interval(Duration::from_secs(1));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_report = Instant::now();
+        let mut last_ack = Instant::now();
+        let mut stall_reported = false;
+        let mut read_all: Option<Lsn> = None;
+        let mut rows_read: u64 = 0;
+        let mut rates = RateWindow::new(started);
+        let result = loop {
+            if let Some(consistent_point) = read_all
+                && self.awaiting_reports == 0
+                && self.checkpoint.pending_txns() == 0
+                && self.offset_in_flight.is_none()
+            {
+                break Ok(consistent_point);
+            }
+            let full = self.checkpoint.is_full();
+            if self.checkpoint.in_flight_records() == 0 {
+                last_ack = Instant::now();
+                self.metrics.kafka_progress();
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => break Err(None),
+                ack = acks.recv() => {
+                    let Some(ack) = ack else {
+                        break Err(Some(RelayError::Ended("Kafka delivery channel")));
+                    };
+                    last_ack = Instant::now();
+                    self.metrics.kafka_progress();
+                    if stall_reported {
+                        stall_reported = false;
+                        tracing::info!("Kafka acknowledges again");
+                    }
+                    let mut failed = self.on_ack(ack).err();
+                    while failed.is_none() && let Ok(ack) = acks.try_recv() {
+                        failed = self.on_ack(ack).err();
+                    }
+                    if let Some(e) = failed {
+                        break Err(Some(e));
+                    }
+                }
+                _ = ticker.tick() => {
+                    self.metrics.in_flight_records.store(self.checkpoint.in_flight_records(), Ordering::Relaxed);
+                    self.metrics.in_flight_bytes.store(self.checkpoint.in_flight_bytes(), Ordering::Relaxed);
+                    if self.checkpoint.in_flight_records() > 0 && !stall_reported && last_ack.elapsed() > STALL_WARNING {
+                        stall_reported = true;
+                        tracing::warn!(
+                            records = self.checkpoint.in_flight_records(),
+                            "Kafka has not acknowledged snapshot records for {}s; waiting for Kafka (is the broker reachable?)",
+                            STALL_WARNING.as_secs()
+                        );
+                    }
+                    if last_report.elapsed() >= PROGRESS_EVERY {
+                        last_report = Instant::now();
+                        rates.note(rows_read);
+                        report_progress(source, rows_read, &rates, started);
+                        if let Err(e) = self.store_snapshot_progress(SnapshotState::Running, None).await {
+                            break Err(Some(e));
+                        }
+                    }
+                }
+                event = source.next(), if !full && read_all.is_none() => {
+                    let event = match event {
+                        Ok(event) => event,
+                        Err(e) => break Err(Some(e.into())),
+                    };
+                    let handled = match event {
+                        SourceEvent::Relation(r) => {
+                            self.router.on_relation(&r);
+                            Ok(())
+                        }
+                        SourceEvent::SnapshotRow { pos, relation, row } => {
+                            rows_read += 1;
+                            self.metrics.snapshot_rows.fetch_add(1, Ordering::Relaxed);
+                            self.publish_snapshot_row(txn, pos, &relation, &row).await
+                        }
+                        SourceEvent::SnapshotTableDone { table, rows } => {
+                            if let Some(t) = self.snapshot_tables.iter_mut().find(|t| t.table == table) {
+                                t.read = true;
+                            }
+                            tracing::info!(%table, rows, "snapshot: table read");
+                            Ok(())
+                        }
+                        SourceEvent::SnapshotDone { consistent_point } => {
+                            read_all = Some(consistent_point);
+                            self.checkpoint.commit(txn, consistent_point).map_err(RelayError::from)
+                        }
+                        other => Err(RelayError::Stream {
+                            lsn: Lsn::ZERO,
+                            what: format!("unexpected event while reading the snapshot: {other:?}"),
+                        }),
+                    };
+                    if let Err(e) = handled {
+                        break Err(Some(e));
+                    }
+                }
+            }
+            self.metrics.snapshot_tables_remaining.store(
+                self.snapshot_tables.iter().filter(|t| !t.done()).count() as u64,
+                Ordering::Relaxed,
+            );
+        };
+        let consistent_point = match result {
+            Ok(lsn) => lsn,
+            Err(stop) => {
+                self.metrics.snapshot_running.store(false, Ordering::Relaxed);
+                return match stop {
+                    None => {
+                        tracing::info!(
+                            "stopped during the snapshot; the next start takes it again from the beginning"
+                        );
+                        Ok(SnapshotEnd::Stopped)
+                    }
+                    Some(e) => Err(e),
+                };
+            }
+        };
+        self.store_snapshot_progress(SnapshotState::Completed, Some(consistent_point))
+            .await?;
+        self.await_offset_write(acks).await?;
+        self.metrics.snapshot_running.store(false, Ordering::Relaxed);
+        self.metrics.snapshot_tables_remaining.store(0, Ordering::Relaxed);
+        self.metrics
+            .snapshot_duration_ms
+            .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        let secs = started.elapsed().as_secs_f64();
+        tracing::info!(
+            rows = rows_read,
+            tables = self.snapshot_tables.len(),
+            took = ?started.elapsed(),
+            rows_per_second = (rows_read as f64 / secs.max(0.001)).round(),
+            lsn = %consistent_point,
+            "snapshot completed: every row is in Kafka; streaming continues from the snapshot's consistent point"
+        );
+        Ok(SnapshotEnd::Completed {
+            consistent_point,
+            rows: rows_read,
+        })
+    }
+
+    async fn publish_snapshot_row(
+        &mut self,
+        txn: crate::checkpoint::TxnId,
+        pos: Position,
+        relation: &Arc<Relation>,
+        row: &TupleData,
+    ) -> Result<(), RelayError> {
+        let record = match self
+            .router
+            .on_snapshot_row(relation.oid, row, pos.commit_lsn)?
+        {
+            Routed::Record(record) => record,
+            // Only configured tables are read; a row no route takes is a bug.
+            other => {
+                return Err(RelayError::Stream {
+                    lsn: pos.commit_lsn,
+                    what: format!(
+                        "a snapshot row of {}.{} was not routed: {other:?}",
+                        relation.namespace, relation.name
+                    ),
+                });
+            }
+        };
+        let table = format!("{}.{}", relation.namespace, relation.name);
+        let table_index = self
+            .snapshot_tables
+            .iter()
+            .position(|t| t.table == table)
+            .map(|i| i as u32);
+        if let Some(i) = table_index
+            && let Some(t) = self.snapshot_tables.get_mut(i as usize)
+        {
+            t.sent += 1;
+        }
+        let bytes = record.size();
+        self.checkpoint.record_sent(txn, bytes)?;
+        self.metrics
+            .records_published
+            .fetch_add(1, Ordering::Relaxed);
+        let token = Token::Record {
+            txn,
+            bytes,
+            commit_lsn: pos.commit_lsn,
+            index: pos.index,
+            event_id: super::streaming::record_id(&record),
+            snapshot_table: table_index,
+        };
+        self.sink
+            .send(&record, token)
+            .await
+            .map_err(|error| RelayError::Delivery {
+                topic: record.topic.clone(),
+                lsn: pos.commit_lsn,
+                event: super::streaming::describe_record(&record),
+                error,
+            })?;
+        self.awaiting_reports += 1;
+        Ok(())
+    }
+
+    /// Writes the snapshot's progress to the offset store unless a write is
+    /// pending (then the next tick writes). `completed_at` marks it
+    /// completed at that position.
+    async fn store_snapshot_progress(
+        &mut self,
+        state: SnapshotState,
+        completed_at: Option<Lsn>,
+    ) -> Result<(), RelayError> {
+        if self.offset_in_flight.is_some() && completed_at.is_none() {
+            return Ok(());
+        }
+        let tables_done: Vec<String> = self
+            .snapshot_tables
+            .iter()
+            .filter(|t| t.done())
+            .map(|t| t.table.clone())
+            .collect();
+        let rows = self.snapshot_tables.iter().map(|t| t.acked).sum();
+        self.offset_template.snapshot = Some(SnapshotProgress {
+            state,
+            tables_done,
+            rows,
+        });
+        let lsn = completed_at.unwrap_or(Lsn::ZERO);
+        self.write_offset(lsn).await
+    }
+
+    /// Waits until the pending offset-store write is acknowledged.
+    async fn await_offset_write(
+        &mut self,
+        acks: &mut mpsc::UnboundedReceiver<Ack>,
+    ) -> Result<(), RelayError> {
+        const LIMIT: Duration = Duration::from_secs(60);
+        let deadline = tokio::time::Instant::now() + LIMIT;
+        while self.offset_in_flight.is_some() {
+            match tokio::time::timeout_at(deadline, acks.recv()).await {
+                Ok(Some(ack)) => {
+                    self.on_ack(ack)?;
+                }
+                Ok(None) => return Err(RelayError::Ended("Kafka delivery channel")),
+                Err(_) => {
+                    return Err(RelayError::Sink(crate::sink::kafka::SinkError::timed_out(
+                        LIMIT,
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Rows per second over the last minute or so.
+#[derive(Debug)]
+struct RateWindow {
+    samples: std::collections::VecDeque<(Instant, u64)>,
+}
+
+impl RateWindow {
+    fn new(started: Instant) -> RateWindow {
+        RateWindow {
+            samples: std::collections::VecDeque::from([(started, 0)]),
+        }
+    }
+
+    fn note(&mut self, rows: u64) {
+        let now = Instant::now();
+        self.samples.push_back((now, rows));
+        while self.samples.len() > 2
+            && self
+                .samples
+                .front()
+                .is_some_and(|(t, _)| now.duration_since(*t) > Duration::from_secs(60))
+        {
+            self.samples.pop_front();
+        }
+    }
+
+    fn per_second(&self) -> f64 {
+        match (self.samples.front(), self.samples.back()) {
+            (Some((t0, r0)), Some((t1, r1))) if t1 > t0 => {
+                (r1 - r0) as f64 / t1.duration_since(*t0).as_secs_f64()
+            }
+            _ => 0.0,
+        }
+    }
+}
+
+/// One progress line per table being read: rows, estimate, %, rate, ETA.
+fn report_progress(source: &Source, rows_read: u64, rates: &RateWindow, started: Instant) {
+    let rate = rates.per_second();
+    let progress = source.snapshot_progress();
+    let estimated: Option<u64> = progress
+        .iter()
+        .map(|p| p.estimated_rows.map(|e| e.max(p.rows_read)))
+        .sum();
+    let eta = estimated
+        .filter(|_| rate > 0.0)
+        .map(|total| Duration::from_secs_f64(total.saturating_sub(rows_read) as f64 / rate));
+    for p in progress.iter().filter(|p| !p.done) {
+        let percent = p
+            .estimated_rows
+            .filter(|e| *e > 0)
+            .map(|e| format!("{:.0}%", (p.rows_read as f64 * 100.0 / e as f64).min(99.0)));
+        tracing::info!(
+            table = %p.table,
+            rows_read = p.rows_read,
+            estimated_rows = p.estimated_rows,
+            percent = percent.as_deref().unwrap_or("?"),
+            "snapshot in progress"
+        );
+    }
+    tracing::info!(
+        rows_read,
+        rows_per_second = rate.round(),
+        eta = ?eta.map(|d| Duration::from_secs(d.as_secs())),
+        elapsed = ?Duration::from_secs(started.elapsed().as_secs()),
+        "snapshot progress"
+    );
+}

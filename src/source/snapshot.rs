@@ -1,0 +1,188 @@
+//! The initial snapshot as part of the source: several readers inside one
+//! exported snapshot, merged into one ordered feed of rows.
+//!
+//! Invariants:
+//! - **One consistent cut.** Every reader imports the snapshot the slot
+//!   exported before the replication connection runs another command
+//!   ([`Snapshot::open`] is the only place that opens readers), so all of
+//!   them see exactly the transactions committed before the slot's
+//!   consistent point, and streaming from that point sees every later one.
+//! - **Per-aggregate order.** Each table is split among the readers by a
+//!   hash of its aggregate-id column ([`HashSplit`]), so one aggregate's rows
+//!   are all read by one reader, in the table's snapshot order (`order_by`,
+//!   default the primary key); the readers' batches are merged without
+//!   reordering any one reader's rows.
+//! - **Bounded memory.** Each reader hands over batches of at most
+//!   [`BATCH_ROWS`] rows through a channel of [`QUEUED_BATCHES`] per reader; a
+//!   caller that stops pulling stops the readers (and TCP stops the server).
+//! - **Complete or an error.** A table is reported done only when every
+//!   reader finished its part; a reader that fails ends the feed with its
+//!   error (the snapshot is then taken again from the start).
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use crate::pg::snapshot::{HashSplit, SnapshotError, SnapshotReader};
+use crate::pg::wire::ConnectParams;
+use crate::pgoutput::{Relation, TupleData};
+
+/// Rows per batch a reader hands over.
+pub const BATCH_ROWS: usize = 1024;
+/// Bytes of row text after which a reader hands over a batch early.
+const BATCH_BYTES: usize = 1 << 20;
+/// Batches each reader may have queued ahead of the consumer.
+pub const QUEUED_BATCHES: usize = 2;
+
+/// One table to snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotTable {
+    pub schema: String,
+    pub name: String,
+    /// Columns to read in (empty: the primary key).
+    pub order_by: Vec<String>,
+    /// The column that splits the table among readers (the aggregate id).
+    pub split_by: String,
+}
+
+impl SnapshotTable {
+    /// `schema.name`.
+    pub fn display(&self) -> String {
+        format!("{}.{}", self.schema, self.name)
+    }
+}
+
+/// What a reader task sends.
+#[derive(Debug)]
+pub(super) enum Feed {
+    /// Rows of table `table` (index in the plan), in that reader's order.
+    Rows {
+        table: usize,
+        relation: Arc<Relation>,
+        rows: Vec<TupleData>,
+    },
+    /// This reader has read its whole part of table `table`.
+    TableRead { table: usize },
+    Failed(SnapshotError),
+}
+
+/// Progress of one table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableProgress {
+    pub table: String,
+    /// `pg_class.reltuples` at the start, when known.
+    pub estimated_rows: Option<u64>,
+    pub rows_read: u64,
+    pub done: bool,
+}
+
+/// The running snapshot: reader tasks and what they have delivered.
+#[derive(Debug)]
+pub(super) struct Snapshot {
+    pub(super) feed: mpsc::Receiver<Feed>,
+    pub(super) progress: Vec<TableProgress>,
+    /// Readers still working on each table.
+    pub(super) readers_left: Vec<usize>,
+    /// Tables whose relation was announced downstream.
+    pub(super) announced: Vec<bool>,
+    pub(super) tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Snapshot {
+    /// Opens `parallelism` readers on `snapshot_name` (all import it before
+    /// this returns), reads the tables' shapes and row estimates, and starts
+    /// the reader tasks.
+    pub(super) async fn open(
+        params: &ConnectParams,
+        snapshot_name: &str,
+        tables: &[SnapshotTable],
+        parallelism: u32,
+    ) -> Result<Snapshot, SnapshotError> {
+        let parallelism = parallelism.max(1);
+        let mut readers = Vec::with_capacity(parallelism as usize);
+        for _ in 0..parallelism {
+            readers.push(SnapshotReader::open(params, snapshot_name).await?);
+        }
+        let mut relations = Vec::with_capacity(tables.len());
+        let mut progress = Vec::with_capacity(tables.len());
+        for t in tables {
+            let relation = readers[0].table_relation(&t.schema, &t.name).await?;
+            progress.push(TableProgress {
+                table: t.display(),
+                estimated_rows: readers[0].estimate_rows(&relation).await?,
+                rows_read: 0,
+                done: false,
+            });
+            relations.push(Arc::new(relation));
+        }
+        let (tx, feed) = mpsc::channel(QUEUED_BATCHES * parallelism as usize);
+        let mut tasks = Vec::with_capacity(readers.len());
+        for (index, reader) in readers.into_iter().enumerate() {
+            let plan: Vec<(Arc<Relation>, Vec<String>, Option<HashSplit>)> = tables
+                .iter()
+                .zip(&relations)
+                .map(|(t, rel)| {
+                    let split = (parallelism > 1)
+                        .then(|| HashSplit::new(&t.split_by, parallelism, index as u32))
+                        .transpose()?;
+                    Ok((rel.clone(), t.order_by.clone(), split))
+                })
+                .collect::<Result<_, SnapshotError>>()?;
+            tasks.push(tokio::spawn(read_all(reader, plan, tx.clone())));
+        }
+        Ok(Snapshot {
+            feed,
+            readers_left: vec![parallelism as usize; tables.len()],
+            announced: vec![false; tables.len()],
+            progress,
+            tasks,
+        })
+    }
+}
+
+/// One reader's whole job: its part of every table, in plan order.
+async fn read_all(
+    mut reader: SnapshotReader,
+    plan: Vec<(Arc<Relation>, Vec<String>, Option<HashSplit>)>,
+    tx: mpsc::Sender<Feed>,
+) {
+    for (table, (relation, order_by, split)) in plan.into_iter().enumerate() {
+        let result = async {
+            let mut rows = reader.read(&relation, &order_by, split.as_ref()).await?;
+            while let Some(batch) = rows.next_batch(BATCH_ROWS, BATCH_BYTES).await? {
+                let rows = Feed::Rows {
+                    table,
+                    relation: relation.clone(),
+                    rows: batch,
+                };
+                if tx.send(rows).await.is_err() {
+                    return Ok(false); // the consumer is gone
+                }
+            }
+            Ok::<bool, SnapshotError>(true)
+        }
+        .await;
+        match result {
+            Ok(true) => {
+                if tx.send(Feed::TableRead { table }).await.is_err() {
+                    return;
+                }
+            }
+            Ok(false) => return,
+            Err(e) => {
+                let _ = tx.send(Feed::Failed(e)).await;
+                return;
+            }
+        }
+    }
+    // Ends the read-only transaction; nothing depends on its outcome.
+    let _ = reader.finish().await;
+}
