@@ -52,7 +52,7 @@ pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
 pub use schema::{
     Compression, ConnectorConfig, HealthConfig, KafkaConfig, OnUpdate, OutboxConfig,
-    PostgresConfig, is_secret_property,
+    PostgresConfig, SnapshotConfig, SnapshotMode, is_secret_property,
 };
 pub use template::{Segment, TableRef, TopicTemplate, is_topic_char, topic_name_problem};
 pub use units::parse_byte_size;
@@ -75,6 +75,8 @@ pub struct Config {
     pub health: Option<HealthConfig>,
     /// `[[outbox]]` sections, in file order; never empty once validated.
     pub outbox: Vec<OutboxConfig>,
+    /// `[snapshot]`; the defaults when the section is absent.
+    pub snapshot: SnapshotConfig,
     origin: Origin,
 }
 
@@ -89,6 +91,8 @@ struct Document {
     health: Option<HealthConfig>,
     #[serde(default)]
     outbox: Vec<OutboxConfig>,
+    #[serde(default)]
+    snapshot: SnapshotConfig,
 }
 
 impl Config {
@@ -147,6 +151,7 @@ impl Config {
             kafka: document.kafka,
             health: document.health,
             outbox: document.outbox,
+            snapshot: document.snapshot,
             origin: Origin {
                 name: origin.to_owned(),
                 locations: map.locations(),
@@ -240,6 +245,7 @@ impl fmt::Debug for Config {
             .field("kafka", &self.kafka)
             .field("health", &self.health)
             .field("outbox", &self.outbox)
+            .field("snapshot", &self.snapshot)
             .finish()
     }
 }

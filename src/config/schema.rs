@@ -271,6 +271,68 @@ pub struct HealthConfig {
     pub listen: SocketAddr,
 }
 
+/// `[snapshot] mode`: whether and when to read the outbox tables' existing
+/// rows before streaming, with Debezium's `snapshot.mode` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotMode {
+    /// Snapshot when the connector starts with no slot and no stored offset,
+    /// then stream.
+    #[default]
+    Initial,
+    /// Never snapshot: stream from the slot's consistent point.
+    NoData,
+    /// Snapshot as `initial`, then stop instead of streaming.
+    InitialOnly,
+    /// Snapshot as `initial`, and also when the stored position can no longer
+    /// be resumed (slot lost or recreated), instead of stopping.
+    WhenNeeded,
+    /// Snapshot at every start. Refused by validation: it needs incremental
+    /// snapshots, which walrelay does not have.
+    Always,
+}
+
+impl SnapshotMode {
+    /// The name as written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SnapshotMode::Initial => "initial",
+            SnapshotMode::NoData => "no_data",
+            SnapshotMode::InitialOnly => "initial_only",
+            SnapshotMode::WhenNeeded => "when_needed",
+            SnapshotMode::Always => "always",
+        }
+    }
+}
+
+/// `[snapshot]`: the initial snapshot of the outbox tables (optional
+/// section; every key has a default).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotConfig {
+    /// When to snapshot.
+    #[serde(default)]
+    pub mode: SnapshotMode,
+    /// Readers per table, each on its own connection importing the same
+    /// exported snapshot; rows are split among them by a hash of the
+    /// aggregate id, so one aggregate's rows stay with one reader. 1..=16.
+    #[serde(default = "defaults::snapshot_parallelism")]
+    pub parallelism: u32,
+    /// Rows a reader hands on at a time (one batch). 1..=1,000,000.
+    #[serde(default = "defaults::snapshot_fetch_rows")]
+    pub fetch_rows: usize,
+}
+
+impl Default for SnapshotConfig {
+    fn default() -> Self {
+        SnapshotConfig {
+            mode: SnapshotMode::default(),
+            parallelism: defaults::snapshot_parallelism(),
+            fetch_rows: defaults::snapshot_fetch_rows(),
+        }
+    }
+}
+
 /// What to do when a row of an outbox table is UPDATEd.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -321,6 +383,10 @@ pub struct OutboxConfig {
     /// What to do when an outbox row is updated.
     #[serde(default)]
     pub on_update: OnUpdate,
+    /// Order of the table's rows in the snapshot (and so of one aggregate's
+    /// snapshot events); empty means the table's primary key.
+    #[serde(default)]
+    pub snapshot_order_by: Vec<String>,
 }
 
 impl OutboxConfig {
@@ -411,6 +477,12 @@ pub(crate) mod defaults {
     }
     pub(crate) fn payload_column() -> String {
         "payload".to_owned()
+    }
+    pub(crate) fn snapshot_parallelism() -> u32 {
+        1
+    }
+    pub(crate) fn snapshot_fetch_rows() -> usize {
+        10_000
     }
     pub(crate) fn header_columns() -> Vec<String> {
         vec!["type".to_owned()]

@@ -135,6 +135,7 @@ fn example_toml_sets_every_key() {
         ]
     );
     assert_eq!(keys("health"), ["listen"]);
+    assert_eq!(keys("snapshot"), ["fetch_rows", "mode", "parallelism"]);
     assert_eq!(
         keys("outbox"),
         [
@@ -144,6 +145,7 @@ fn example_toml_sets_every_key() {
             "id_column",
             "on_update",
             "payload_column",
+            "snapshot_order_by",
             "table",
             "timestamp_column",
             "tombstone_on_empty_payload",
@@ -312,6 +314,89 @@ fn defaults_apply_to_every_optional_key() {
     assert_eq!(outbox.timestamp_column, None);
     assert!(!outbox.tombstone_on_empty_payload);
     assert_eq!(outbox.on_update, OnUpdate::Warn);
+    assert!(outbox.snapshot_order_by.is_empty(), "the primary key");
+
+    assert_eq!(config.snapshot, SnapshotConfig::default());
+    assert_eq!(config.snapshot.mode, SnapshotMode::Initial);
+    assert_eq!(config.snapshot.parallelism, 1);
+    assert_eq!(config.snapshot.fetch_rows, 10_000);
+}
+
+#[test]
+fn snapshot_section_takes_debezium_mode_names() {
+    for (name, mode) in [
+        ("initial", SnapshotMode::Initial),
+        ("no_data", SnapshotMode::NoData),
+        ("initial_only", SnapshotMode::InitialOnly),
+        ("when_needed", SnapshotMode::WhenNeeded),
+    ] {
+        let config = load(&minimal_with(&format!("[snapshot]\nmode = \"{name}\""))).unwrap();
+        assert_eq!(config.snapshot.mode, mode);
+        assert_eq!(mode.as_str(), name);
+    }
+    let config = load(&minimal_with(
+        "snapshot_order_by = [\"created_at\", \"id\"]\n[snapshot]\nparallelism = 16\nfetch_rows = 1000000",
+    ))
+    .unwrap();
+    assert_eq!(config.snapshot.parallelism, 16);
+    assert_eq!(config.snapshot.fetch_rows, 1_000_000);
+    assert_eq!(config.outbox[0].snapshot_order_by, ["created_at", "id"]);
+}
+
+#[test]
+fn snapshot_mode_always_is_refused_with_the_alternatives() {
+    let error = load_err(&minimal_with("[snapshot]\nmode = \"always\""));
+    assert!(
+        error.contains(
+            "test.toml:11:8: snapshot.mode: \"always\" is not supported yet: walrelay has no \
+             incremental snapshot; use initial or when_needed"
+        ),
+        "{error}"
+    );
+    let error = load_err(&minimal_with("[snapshot]\nmode = \"never\""));
+    assert!(error.contains("snapshot.mode"), "{error}");
+    assert!(error.contains("`initial`, `no_data`"), "{error}");
+}
+
+#[test]
+fn snapshot_numbers_have_ranges_and_order_columns_are_names() {
+    for (extra, key, words) in [
+        (
+            "[snapshot]\nparallelism = 0",
+            "snapshot.parallelism",
+            "from 1 to 16 (got 0)",
+        ),
+        (
+            "[snapshot]\nparallelism = 17",
+            "snapshot.parallelism",
+            "from 1 to 16 (got 17)",
+        ),
+        (
+            "[snapshot]\nfetch_rows = 0",
+            "snapshot.fetch_rows",
+            "from 1 to 1000000 (got 0)",
+        ),
+        (
+            "[snapshot]\nfetch_rows = 1000001",
+            "snapshot.fetch_rows",
+            "from 1 to 1000000 (got 1000001)",
+        ),
+        (
+            "snapshot_order_by = [\"id\", \"\"]",
+            "outbox[0].snapshot_order_by[1]",
+            "is empty; set a name",
+        ),
+        (
+            "snapshot_order_by = [\"id\", \"id\"]",
+            "outbox[0].snapshot_order_by[1]",
+            "\"id\" is listed twice; remove the duplicate",
+        ),
+        ("[snapshot]\nfetch = 10", "snapshot.fetch", "unknown field"),
+    ] {
+        let error = load_err(&minimal_with(extra));
+        assert!(error.contains(&format!("{key}: ")), "{extra}: {error}");
+        assert!(error.contains(words), "{extra}: {error}");
+    }
 }
 
 #[test]

@@ -12,7 +12,7 @@ use humantime_serde::re::humantime::format_duration;
 
 use super::Config;
 use super::error::{MAX_VALUE_CHARS, Problem, join_key, quoted, shorten};
-use super::schema::{KafkaConfig, OutboxConfig, PostgresConfig};
+use super::schema::{KafkaConfig, OutboxConfig, PostgresConfig, SnapshotConfig, SnapshotMode};
 use super::template::{MAX_IDENTIFIER_BYTES, Segment, topic_name_problem};
 
 /// Upper bounds of the numeric and duration keys. Each is far above any
@@ -31,6 +31,10 @@ pub(crate) mod limits {
     pub(crate) const MAX_IN_FLIGHT_RECORDS: usize = 10_000_000;
     pub(crate) const MAX_IN_FLIGHT_BYTES: u64 = 16 << 30;
     pub(crate) const SHUTDOWN_FLUSH_TIMEOUT: Duration = Duration::from_secs(3600);
+    /// Snapshot readers per table, each a PostgreSQL connection.
+    pub(crate) const SNAPSHOT_PARALLELISM: u32 = 16;
+    /// Rows per snapshot batch.
+    pub(crate) const SNAPSHOT_FETCH_ROWS: usize = 1_000_000;
 }
 
 /// Every problem in `config`, in no particular order.
@@ -40,7 +44,40 @@ pub(crate) fn problems(config: &Config) -> Vec<Problem> {
     postgres(&config.postgres, &mut out);
     kafka(&config.kafka, &mut out);
     outboxes(&config.outbox, &mut out);
+    snapshot(&config.snapshot, &mut out);
     out
+}
+
+fn snapshot(snapshot: &SnapshotConfig, out: &mut Vec<Problem>) {
+    if snapshot.mode == SnapshotMode::Always {
+        out.push(Problem::new(
+            "snapshot.mode",
+            "\"always\" is not supported yet: walrelay has no incremental snapshot; use \
+             initial or when_needed",
+        ));
+    }
+    if !(1..=limits::SNAPSHOT_PARALLELISM).contains(&snapshot.parallelism) {
+        out.push(Problem::new(
+            "snapshot.parallelism",
+            format!(
+                "must be from 1 to {} (got {}); it is the number of readers per table, each \
+                 a PostgreSQL connection, e.g. 4",
+                limits::SNAPSHOT_PARALLELISM,
+                snapshot.parallelism
+            ),
+        ));
+    }
+    if !(1..=limits::SNAPSHOT_FETCH_ROWS).contains(&snapshot.fetch_rows) {
+        out.push(Problem::new(
+            "snapshot.fetch_rows",
+            format!(
+                "must be from 1 to {} (got {}); it is the number of rows a snapshot reader \
+                 hands on at a time, e.g. 10000",
+                limits::SNAPSHOT_FETCH_ROWS,
+                snapshot.fetch_rows
+            ),
+        ));
+    }
 }
 
 fn connector_name(name: &str, out: &mut Vec<Problem>) {
@@ -453,6 +490,17 @@ fn outboxes(outboxes: &[OutboxConfig], out: &mut Vec<Problem>) {
             }
         }
         topic(outbox, &at("topic"), out);
+        let mut ordered = HashSet::new();
+        for (j, column) in outbox.snapshot_order_by.iter().enumerate() {
+            let key = at(&format!("snapshot_order_by[{j}]"));
+            identifier(&key, column, out);
+            if !ordered.insert(column) {
+                out.push(Problem::new(
+                    key,
+                    format!("{} is listed twice; remove the duplicate", quoted(column)),
+                ));
+            }
+        }
     }
 }
 

@@ -383,8 +383,7 @@ impl SnapshotReader {
             stream: Box::pin(stream),
             table: relation_display(relation),
             columns: relation.columns.len(),
-            chunk: Bytes::new(),
-            partial: BytesMut::new(),
+            lines: LineSplitter::default(),
             batch: Vec::new(),
             batch_bytes: 0,
             rows: 0,
@@ -545,10 +544,7 @@ pub struct SnapshotRows<'r> {
     stream: Pin<Box<CopyOutStream>>,
     table: String,
     columns: usize,
-    /// Unparsed rest of the newest chunk.
-    chunk: Bytes,
-    /// The start of a row whose end has not arrived yet.
-    partial: BytesMut,
+    lines: LineSplitter,
     /// The batch being filled; kept here so `next_batch` is cancel-safe.
     batch: Vec<TupleData>,
     batch_bytes: usize,
@@ -588,7 +584,9 @@ impl SnapshotRows<'_> {
             while self.batch.len() < max_rows
                 && (self.batch.is_empty() || self.batch_bytes < max_bytes)
             {
-                let Some(line) = self.next_line() else { break };
+                let Some(line) = self.lines.next_line() else {
+                    break;
+                };
                 self.rows += 1;
                 self.batch_bytes += line.len();
                 let cells = parse_copy_line(&line).map_err(|reason| self.malformed(reason))?;
@@ -604,7 +602,7 @@ impl SnapshotRows<'_> {
             let full = self.batch.len() >= max_rows
                 || (!self.batch.is_empty() && self.batch_bytes >= max_bytes);
             if full || self.done {
-                if self.done && !self.partial.is_empty() {
+                if self.done && self.lines.has_partial() {
                     self.rows += 1;
                     return Err(self.malformed("the stream ended inside a row".to_owned()));
                 }
@@ -613,14 +611,7 @@ impl SnapshotRows<'_> {
                 return Ok(if batch.is_empty() { None } else { Some(batch) });
             }
             match self.stream.next().await {
-                Some(Ok(chunk)) => {
-                    if !self.chunk.is_empty() {
-                        // next_line moves every byte without a newline to
-                        // `partial`; nothing is left here.
-                        self.partial.extend_from_slice(&self.chunk);
-                    }
-                    self.chunk = chunk;
-                }
+                Some(Ok(chunk)) => self.lines.push(chunk),
                 Some(Err(source)) => {
                     return Err(SnapshotError::Query {
                         table: self.table.clone(),
@@ -633,8 +624,39 @@ impl SnapshotRows<'_> {
         }
     }
 
-    /// The next complete line (without its newline) from the buffered data;
-    /// bytes of an incomplete line move to `partial`.
+    fn malformed(&self, reason: String) -> SnapshotError {
+        SnapshotError::Malformed {
+            table: self.table.clone(),
+            row: self.rows,
+            reason,
+        }
+    }
+}
+
+/// Cuts the COPY stream's chunks into lines. The server sends one row per
+/// chunk, but the protocol does not promise it: a row may span chunks and a
+/// chunk may hold several rows. Lines within one chunk are zero-copy slices
+/// of it; only a row split across chunks is copied.
+#[derive(Debug, Default)]
+struct LineSplitter {
+    /// Unsplit rest of the newest chunk.
+    chunk: Bytes,
+    /// The start of a line whose end has not arrived yet.
+    partial: BytesMut,
+}
+
+impl LineSplitter {
+    /// Adds the next chunk; call once [`LineSplitter::next_line`] returned
+    /// `None` (before that, the rest of the previous chunk could still hold
+    /// whole lines).
+    fn push(&mut self, chunk: Bytes) {
+        if !self.chunk.is_empty() {
+            self.partial.extend_from_slice(&self.chunk);
+        }
+        self.chunk = chunk;
+    }
+
+    /// The next complete line, without its newline.
     fn next_line(&mut self) -> Option<Bytes> {
         match self.chunk.iter().position(|b| *b == b'\n') {
             Some(end) => {
@@ -657,12 +679,9 @@ impl SnapshotRows<'_> {
         }
     }
 
-    fn malformed(&self, reason: String) -> SnapshotError {
-        SnapshotError::Malformed {
-            table: self.table.clone(),
-            row: self.rows,
-            reason,
-        }
+    /// Whether bytes of an unfinished line are held.
+    fn has_partial(&self) -> bool {
+        !self.partial.is_empty() || !self.chunk.is_empty()
     }
 }
 
@@ -841,7 +860,52 @@ mod tests {
         assert_eq!(b.as_ptr(), line[4..].as_ptr());
     }
 
+    #[test]
+    fn lines_split_across_and_within_chunks() {
+        let mut lines = LineSplitter::default();
+        assert_eq!(lines.next_line(), None);
+        lines.push(Bytes::from_static(b"a\tb\nc"));
+        assert_eq!(lines.next_line().as_deref(), Some(&b"a\tb"[..]));
+        assert_eq!(lines.next_line(), None);
+        assert!(lines.has_partial());
+        lines.push(Bytes::from_static(b"d"));
+        assert_eq!(lines.next_line(), None);
+        lines.push(Bytes::from_static(b"e\n\nf\n"));
+        assert_eq!(lines.next_line().as_deref(), Some(&b"cde"[..]));
+        assert_eq!(lines.next_line().as_deref(), Some(&b""[..]));
+        assert_eq!(lines.next_line().as_deref(), Some(&b"f"[..]));
+        assert_eq!(lines.next_line(), None);
+        assert!(!lines.has_partial());
+    }
+
     proptest! {
+        #[test]
+        fn any_chunking_yields_the_same_lines(
+            lines in prop::collection::vec(prop::collection::vec(
+                any::<u8>().prop_filter("no newline", |b| *b != b'\n'), 0..30), 0..20),
+            cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..10),
+        ) {
+            let mut stream = Vec::new();
+            for line in &lines {
+                stream.extend_from_slice(line);
+                stream.push(b'\n');
+            }
+            let mut cuts: Vec<usize> = cuts.iter().map(|c| c.index(stream.len() + 1)).collect();
+            cuts.push(0);
+            cuts.push(stream.len());
+            cuts.sort_unstable();
+            let mut splitter = LineSplitter::default();
+            let mut got = Vec::new();
+            for w in cuts.windows(2) {
+                splitter.push(Bytes::copy_from_slice(&stream[w[0]..w[1]]));
+                while let Some(line) = splitter.next_line() {
+                    got.push(line.to_vec());
+                }
+            }
+            prop_assert!(!splitter.has_partial());
+            prop_assert_eq!(got, lines);
+        }
+
         #[test]
         fn round_trips_through_the_encoder(
             cells in prop::collection::vec(
