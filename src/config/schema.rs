@@ -310,9 +310,13 @@ impl SnapshotMode {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotConfig {
-    /// When to snapshot.
+    /// When to snapshot. Unset: `initial` when walrelay creates the slot
+    /// itself, and streaming from the slot's position (no snapshot) when
+    /// the slot exists already — a snapshot can only be aligned with a slot
+    /// walrelay creates. Set explicitly, a mode that asks for a snapshot
+    /// refuses an existing slot instead.
     #[serde(default)]
-    pub mode: SnapshotMode,
+    pub mode: Option<SnapshotMode>,
     /// Readers per table, each on its own connection importing the same
     /// exported snapshot; rows are split among them by a hash of the
     /// aggregate id, so one aggregate's rows stay with one reader. 1..=16.
@@ -326,7 +330,7 @@ pub struct SnapshotConfig {
 impl Default for SnapshotConfig {
     fn default() -> Self {
         SnapshotConfig {
-            mode: SnapshotMode::default(),
+            mode: None,
             parallelism: defaults::snapshot_parallelism(),
             fetch_rows: defaults::snapshot_fetch_rows(),
         }

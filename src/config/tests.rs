@@ -317,7 +317,7 @@ fn defaults_apply_to_every_optional_key() {
     assert!(outbox.snapshot_order_by.is_empty(), "the primary key");
 
     assert_eq!(config.snapshot, SnapshotConfig::default());
-    assert_eq!(config.snapshot.mode, SnapshotMode::Initial);
+    assert_eq!(config.snapshot.mode, None);
     assert_eq!(config.snapshot.parallelism, 1);
     assert_eq!(config.snapshot.fetch_rows, 10_000);
 }
@@ -331,7 +331,7 @@ fn snapshot_section_takes_debezium_mode_names() {
         ("when_needed", SnapshotMode::WhenNeeded),
     ] {
         let config = load(&minimal_with(&format!("[snapshot]\nmode = \"{name}\""))).unwrap();
-        assert_eq!(config.snapshot.mode, mode);
+        assert_eq!(config.snapshot.mode, Some(mode));
         assert_eq!(mode.as_str(), name);
     }
     let config = load(&minimal_with(

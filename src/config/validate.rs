@@ -49,7 +49,7 @@ pub(crate) fn problems(config: &Config) -> Vec<Problem> {
 }
 
 fn snapshot(snapshot: &SnapshotConfig, out: &mut Vec<Problem>) {
-    if snapshot.mode == SnapshotMode::Always {
+    if snapshot.mode == Some(SnapshotMode::Always) {
         out.push(Problem::new(
             "snapshot.mode",
             "\"always\" is not supported yet: walrelay has no incremental snapshot; use \
