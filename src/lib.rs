@@ -22,5 +22,4 @@ pub mod sink;
 pub mod startup;
 pub mod telemetry;
 
-pub use checkpoint::{Checkpoint, CheckpointError, Limits, TxnId};
 pub use lsn::Lsn;
