@@ -52,7 +52,7 @@ pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
 pub use schema::{
     Compression, ConnectorConfig, HealthConfig, KafkaConfig, OnUpdate, OutboxConfig,
-    PostgresConfig, is_secret_property,
+    PostgresConfig, SslMode, is_secret_property,
 };
 pub use template::{Segment, TableRef, TopicTemplate, is_topic_char, topic_name_problem};
 pub use units::parse_byte_size;

@@ -1178,7 +1178,6 @@ fn with_postgres(keys: &str) -> String {
 
 #[test]
 fn sslmode_takes_libpq_names_and_defaults_to_prefer() {
-    use crate::pg::tls::SslMode;
     assert_eq!(load(MINIMAL).unwrap().postgres.sslmode, SslMode::Prefer);
     for (name, mode) in [
         ("disable", SslMode::Disable),
