@@ -31,6 +31,7 @@
 
 mod error;
 mod interpolate;
+mod producer;
 mod schema;
 mod template;
 mod units;

@@ -12,9 +12,9 @@ use std::time::Duration;
 use secrecy::SecretString;
 use serde::Deserialize;
 
+use super::producer;
 use super::template::{TableRef, TopicTemplate};
 use super::units;
-use super::validate;
 
 /// `[connector]`: identity of this connector instance.
 #[derive(Debug, Clone, Deserialize)]
@@ -230,7 +230,7 @@ impl KafkaConfig {
             .chain(
                 self.librdkafka
                     .iter()
-                    .filter(|(k, v)| validate::librdkafka_property(k, v).is_ok())
+                    .filter(|(k, v)| producer::librdkafka_property(k, v).is_ok())
                     .map(|(k, v)| (k.clone(), v.clone())),
             )
             .collect()

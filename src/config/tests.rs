@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use secrecy::ExposeSecret;
 
 use super::interpolate::{InterpolateError, interpolate};
-use super::validate::librdkafka_property;
+use super::producer::librdkafka_property;
 use super::*;
 
 const PASSWORD: &str = "pg-s3cret-Zq9!";
