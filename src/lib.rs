@@ -23,5 +23,4 @@ pub mod source;
 pub mod startup;
 pub mod telemetry;
 
-pub use checkpoint::{Checkpoint, CheckpointError, Limits, TxnId};
 pub use lsn::Lsn;

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use secrecy::SecretString;
 use support::*;
+use walrelay::config::SslMode;
 use walrelay::pg::replication::ReplicationClient;
-use walrelay::pg::tls::{SslMode, TlsSettings};
+use walrelay::pg::tls::TlsSettings;
 use walrelay::pg::wire::{ConnectParams, WireError};
 
 fn params(host: &str, user: &str, password: Option<&str>) -> ConnectParams {

@@ -19,7 +19,13 @@ Per transaction size K and run i:
      "not yet" while target/release/walrelay is missing or does not deliver.
      The order of R, D, W rotates from run to run.
   Each contender's slot is dropped right after its measurement.
-Then the medians over runs go into a Markdown table.
+Snapshot pass (--snapshot): N rows written while no slot of the database exists, then per run
+  C: psql COPY (SELECT * FROM public.outbox ORDER BY id) TO STDOUT into /dev/null, start .. exit;
+  D: Debezium snapshot.mode=initial (+ EventRouter, which routes its `r` events as inserts) on a
+     slot it creates, start .. last record's LogAppendTime;
+  W: walrelay with [snapshot] mode = "initial_only" on a slot it creates, start .. exit 0, then
+     the records are verified as for D. "not yet" while walrelay has no [snapshot] section.
+Then the medians over runs go into Markdown tables.
 """
 
 import argparse
@@ -672,13 +678,13 @@ def kafka_result(contender, k, run, n, t0, t0_wall, base, w, verified):
     return res
 
 
-def start_connect(ctx, d, slot, poll_ms):
+def start_connect(ctx, d, slot, poll_ms, snapshot_mode="no_data"):
     offsets = d / "offsets.dat"
     fill_template(BENCH_DIR / "connect" / "worker.properties.in", d / "worker.properties",
                   BROKERS=BROKERS, OFFSETS_FILE=offsets, REST_PORT=free_port())
     fill_template(BENCH_DIR / "connect" / "connector.properties.in", d / "connector.properties",
                   PG_HOST=PG_HOST, PG_PORT=PG_PORT, PG_USER=PG_RELAY[0], PG_PASSWORD=PG_RELAY[1],
-                  PG_DATABASE=DB, SLOT=slot, PUBLICATION=PUB, SNAPSHOT_MODE="no_data",
+                  PG_DATABASE=DB, SLOT=slot, PUBLICATION=PUB, SNAPSHOT_MODE=snapshot_mode,
                   MAX_BATCH=ctx.args.dbz_max_batch, MAX_QUEUE=ctx.args.dbz_max_queue, POLL_INTERVAL_MS=poll_ms)
     connect_log = d / "connect.log"
     cmd = ["java", *CONNECT_JVM,
@@ -693,11 +699,16 @@ def start_connect(ctx, d, slot, poll_ms):
     return p, connect_log
 
 
-def start_walrelay(ctx, d, slot, name):
+def start_walrelay(ctx, d, slot, name, snapshot_mode=None):
+    """Streaming (the slot exists, made by the harness), or with snapshot_mode the snapshot
+    pass: walrelay creates the slot itself (its snapshot is the one the slot exports)."""
     cfg = d / "walrelay.toml"
     fill_template(BENCH_DIR / "walrelay.toml.in", cfg, NAME=name, PG_HOST=PG_HOST, PG_PORT=PG_PORT,
                   PG_USER=PG_RELAY[0], PG_PASSWORD=PG_RELAY[1], PG_DATABASE=DB, SLOT=slot,
-                  PUBLICATION=PUB, BROKERS=BROKERS)
+                  PUBLICATION=PUB, BROKERS=BROKERS, CREATE_SLOT="true" if snapshot_mode else "false")
+    if snapshot_mode:
+        with open(cfg, "a") as f:
+            f.write(f'\n[snapshot]\nmode = "{snapshot_mode}"\n')
     wlog = d / "walrelay.log"
     env = dict(os.environ)
     env.setdefault("WALRELAY_LOG", "info")
@@ -909,6 +920,227 @@ def latency(ctx):
 
 
 # --------------------------------------------------------------------------------------
+# Snapshot: N rows already in the table, no slot yet; each contender reads them all.
+
+SNAPSHOT_MODE_W = "initial_only"  # walrelay: snapshot the outbox tables, publish, confirm, exit 0
+SNAPSHOT_K = 10                   # fill transaction size (any K leaves the same rows behind)
+
+
+class NotSupported(BenchError):
+    """The walrelay binary does not have the feature at all (its config schema has no
+    [snapshot] section): "not yet", even with --require-walrelay."""
+
+
+def snapshot_contenders(ctx):
+    # The ceiling of this pass is C (COPY); --contenders R selects it, as it selects R above.
+    return [{"R": "C"}.get(c, c) for c in ctx.contenders]
+
+
+def snapshot_fill(ctx):
+    """Empties the table, makes sure no slot of the bench database exists, writes N rows with
+    the throughput workload, then VACUUM (ANALYZE) + CHECKPOINT. Returns the row count."""
+    n_want = ctx.args.snapshot_rows
+    log(f"== snapshot: {n_want} existing rows, no slot")
+    drop_bench_slots()
+    psql("TRUNCATE public.outbox")
+    slots = psql(f"SELECT string_agg(slot_name, ', ') FROM pg_replication_slots WHERE database = '{DB}'",
+                 db="postgres")
+    if slots:
+        raise BenchError(f"replication slots of {DB} exist before the snapshot fill ({slots}); "
+                         f"a snapshot benchmark needs the rows to predate every slot")
+    per_txn = SNAPSHOT_K * ctx.args.writers
+    txns = -(-n_want // per_txn)
+    fill_s, _ = pgbench(SNAPSHOT_K, ctx.args.writers, transactions=txns,
+                        log_path=ctx.rundir / "snapshot-fill.log")
+    n = int(psql("SELECT count(*) FROM public.outbox"))
+    if n != txns * per_txn:
+        raise BenchError(f"snapshot fill wrote {n} rows, expected {txns * per_txn}")
+    # VACUUM sets hint bits and the visibility map (no reader pays for that) and reads the whole
+    # table once, so every contender finds it in the page cache; CHECKPOINT keeps a checkpoint
+    # out of the measurements.
+    psql("VACUUM (ANALYZE) public.outbox")
+    psql("CHECKPOINT")
+    size = int(psql("SELECT pg_table_size('public.outbox')"))
+    ctx.snap_fill = dict(n=n, fill_s=fill_s, table_bytes=size)
+    log(f"  filled {n} rows in {fill_s:.1f}s ({n / fill_s:,.0f} rows/s); table {size / 1e6:.0f} MB")
+    return n
+
+
+def snap_result(contender, run, n, **kw):
+    r = result(contender, None, run, n, kafka_s=None)
+    r.update(kw)
+    return r
+
+
+def run_snapshot_c(ctx, run, n):
+    """C: psql runs COPY (SELECT * … ORDER BY id) TO STDOUT over TLS and writes it to /dev/null
+    (\\copy: the server sends COPY TO STDOUT, psql writes the file). Start -> exit."""
+    d = ctx.rundir / f"snapshot-run{run}-C"
+    d.mkdir()
+    sql = r"\copy (SELECT * FROM public.outbox ORDER BY id) TO '/dev/null'"
+    cmd = ["psql", "-X", "-v", "ON_ERROR_STOP=1", "-v", f"bench={d}", "-d", conninfo(PG_RELAY), "-c", sql]
+    log("  C: psql COPY (SELECT * FROM public.outbox ORDER BY id) TO STDOUT > /dev/null")
+    out_path = d / "psql.out"
+    with open(out_path, "w") as out:
+        t0 = time.monotonic()
+        p = spawn(cmd, str(d), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                  env=pg_env(PG_RELAY))
+        hwm_kb = 0
+        deadline = t0 + max(300, n / 500)
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            now = time.monotonic()
+            if pid:
+                p.returncode = os.waitstatus_to_exitcode(status)
+                forget(p)
+                break
+            hwm = proc_hwm_kb(p.pid)
+            if hwm:
+                hwm_kb = max(hwm_kb, hwm)
+            if now > deadline:
+                stop_process(p)
+                raise BenchError(f"C: psql did not finish within {deadline - t0:.0f}s")
+            time.sleep(R_POLL_S)
+    text = out_path.read_text(errors="replace")
+    if p.returncode != 0:
+        raise BenchError(f"C: psql exited {p.returncode}: {text.strip()[-500:]}")
+    m = re.search(r"^COPY (\d+)$", text, re.M)
+    if not m or int(m.group(1)) != n:
+        raise BenchError(f"C: expected 'COPY {n}' from psql, got {text.strip()[-200:]!r}")
+    wall = now - t0
+    res = snap_result("C", run, n, wall_s=wall, rows_per_s=n / wall, cpu_total_s=ru.ru_utime + ru.ru_stime,
+                      rss_kb=hwm_kb or None, verified=f"psql reported COPY {n}")
+    log(f"  C: {n} rows in {wall:.2f}s = {n / wall:,.0f} rows/s, CPU {res['cpu_total_s']:.2f}s, "
+        f"RSS {hwm_kb / 1024:.1f} MiB")
+    return res
+
+
+def run_snapshot_d(ctx, run, n):
+    """D: Debezium with snapshot.mode=initial on a slot it creates. Start (JVM launch) -> the
+    last snapshot record's LogAppendTime."""
+    d = ctx.rundir / f"snapshot-run{run}-D"
+    d.mkdir()
+    slot = f"{SLOT_PREFIX}snap_d_r{run}"
+    drop_slot(slot)
+    base = end_offsets(ctx.parts)
+    outages = len(OUTAGES)
+    log("  D: Kafka Connect standalone + Debezium PostgresConnector (snapshot.mode=initial) + EventRouter")
+    t0, t0_wall = time.monotonic(), time.time()
+    p, plog = start_connect(ctx, d, slot, ctx.args.dbz_poll_ms, snapshot_mode="initial")
+    try:
+        w = watch_kafka(ctx, p, ctx.parts, base, n, t0, 240, 90, "Kafka Connect", plog)
+    finally:
+        stop_process(p)
+        drop_slot(slot)
+    verified = verify_routing(ctx.parts, base, w["offsets"], n)
+    if len(OUTAGES) > outages:
+        verified += "; DISTURBED: the broker did not answer for a while during this run"
+    first_ms, last_ms = append_time_span(base, w["offsets"])
+    done = last_ms / 1000.0 - t0_wall
+    res = snap_result("D", run, n, wall_s=done, kafka_s=done, rows_per_s=n / done,
+                      first_s=first_ms / 1000.0 - t0_wall, drain_s=(last_ms - first_ms) / 1000.0,
+                      cpu_total_s=w["cpu_done"], rss_kb=w["rss_kb"], verified=verified)
+    log(f"  D: {n} rows in {done:.2f}s from start = {n / done:,.0f} rows/s (first record "
+        f"{res['first_s']:.1f}s after start), CPU {w['cpu_done']:.2f}s, RSS {w['rss_kb'] / 1024:.0f} MiB; "
+        f"{verified}")
+    return res
+
+
+def run_snapshot_w(ctx, run, n):
+    """W: walrelay with [snapshot] mode = "initial_only" on a fresh slot it creates, under a
+    connector name never used before. Start -> exit 0; then N records must be in Kafka."""
+    d = ctx.rundir / f"snapshot-run{run}-W"
+    d.mkdir()
+    slot = f"{SLOT_PREFIX}snap_w_r{run}"
+    drop_slot(slot)
+    base = end_offsets(ctx.parts)
+    outages = len(OUTAGES)
+    log(f"  W: {rel(ctx.walrelay)} run, [snapshot] mode = \"{SNAPSHOT_MODE_W}\"")
+    t0, t0_wall = time.monotonic(), time.time()
+    p, plog = start_walrelay(ctx, d, slot, f"wrbench-{ctx.stamp}-snapshot-run{run}",
+                             snapshot_mode=SNAPSHOT_MODE_W)
+    hwm_kb, count, last_change, next_poll, t_all = 0, 0, t0, t0 + 1.0, None
+    try:
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            now = time.monotonic()
+            if pid:
+                p.returncode = os.waitstatus_to_exitcode(status)
+                forget(p)
+                break
+            hwm = proc_hwm_kb(p.pid)
+            if hwm:
+                hwm_kb = max(hwm_kb, hwm)
+            if now >= next_poll:  # progress, only to give up on a walrelay that stalls
+                got = delta(end_offsets(ctx.parts), base)
+                if got != count:
+                    count, last_change = got, now
+                if count >= n and t_all is None:
+                    t_all = now
+                if count == 0 and now - t0 > 120:
+                    raise BenchError(f"walrelay: no record in Kafka 120s after start; log: {rel(plog)}")
+                if 0 < count < n and now - last_change > 90:
+                    raise BenchError(f"walrelay: stuck at {count}/{n} records for 90s; log: {rel(plog)}")
+                if t_all is not None and now - t_all > 60:
+                    raise BenchError(f"walrelay: all {n} records are in Kafka but it has not exited "
+                                     f"60s later (initial_only should exit 0); log: {rel(plog)}")
+                next_poll = now + 1.0
+            time.sleep(0.02)
+    finally:
+        if p.returncode is None:
+            stop_process(p)
+        drop_slot(slot)
+    wall = now - t0
+    if p.returncode != 0:
+        tail = log_tail(plog, lines=3)
+        if p.returncode == 2 and "unknown field `snapshot`" in Path(plog).read_text(errors="replace"):
+            raise NotSupported(f"this walrelay has no [snapshot] section: its configuration refuses it "
+                               f"(exit 2, unknown field `snapshot`; log: {rel(plog)})")
+        raise BenchError(f"walrelay exited with code {p.returncode} after {wall:.1f}s: {tail} "
+                         f"(log: {rel(plog)})")
+    end = end_offsets(ctx.parts)
+    verified = verify_routing(ctx.parts, base, end, n)
+    if len(OUTAGES) > outages:
+        verified += "; DISTURBED: the broker did not answer for a while during this run"
+    first_ms, last_ms = append_time_span(base, end)
+    res = snap_result("W", run, n, wall_s=wall, rows_per_s=n / wall, kafka_s=last_ms / 1000.0 - t0_wall,
+                      first_s=first_ms / 1000.0 - t0_wall, drain_s=(last_ms - first_ms) / 1000.0,
+                      cpu_total_s=ru.ru_utime + ru.ru_stime, rss_kb=hwm_kb or None, verified=verified)
+    log(f"  W: {n} rows, exit 0 after {wall:.2f}s = {n / wall:,.0f} rows/s (first record "
+        f"{res['first_s']:.1f}s, last {res['kafka_s']:.1f}s after start), CPU {res['cpu_total_s']:.2f}s, "
+        f"RSS {hwm_kb / 1024:.0f} MiB; {verified}")
+    return res
+
+
+def snapshot(ctx):
+    contenders = snapshot_contenders(ctx)
+    n = snapshot_fill(ctx)
+    out = []
+    for run in range(1, ctx.args.runs + 1):
+        log(f"== snapshot run {run}/{ctx.args.runs}: {n} rows")
+        rot = (run - 1) % len(contenders)
+        for c in contenders[rot:] + contenders[:rot]:
+            reason = ctx.w_reason or ctx.ws_reason
+            if c == "W" and reason:
+                out.append(snap_result("W", run, n, status=f"not yet ({reason})"))
+                continue
+            try:
+                r = {"C": run_snapshot_c, "D": run_snapshot_d, "W": run_snapshot_w}[c](ctx, run, n)
+            except NotSupported as e:
+                log(f"  W: not yet: {e}")
+                ctx.ws_reason = str(e)
+                r = snap_result("W", run, n, status=f"not yet ({e})")
+            except BenchError as e:
+                if c != "W" or ctx.args.require_walrelay:
+                    raise
+                log(f"  W: not yet: {e}")
+                ctx.ws_reason = str(e)
+                r = snap_result("W", run, n, status=f"not yet ({e})")
+            out.append(r)
+    return out
+
+
+# --------------------------------------------------------------------------------------
 # Report
 
 def sh(cmd):
@@ -990,7 +1222,7 @@ def summarize(results, contenders, txn_sizes):
     return rows
 
 
-def headline(summary, lat):
+def headline(summary, lat, snap_summary=(), snap_n=None):
     """The ratios, in words, first: they are what the benchmark is for."""
     out = []
     by = {(r["k"], r["contender"]): r for r in summary}
@@ -1017,15 +1249,67 @@ def headline(summary, lat):
             who = "W" if l["contender"] == "W" else f"D (poll.interval.ms={l['poll_ms']})"
             bits.append(f"{who} p50 {l['p50']:.0f} ms / p99 {l['p99']:.0f} ms")
         out.append(f"- Latency at {ok[0]['offered']:,} rows/s: " + "; ".join(bits) + ".")
+    out += snapshot_headline(snap_summary, snap_n)
     if out:
         out = ["Headline (medians; details below):", ""] + out + [""]
     return out
 
 
 NAMES = {"R": "R  pg_recvlogical (ceiling)", "D": "D  Debezium + EventRouter", "W": "W  walrelay"}
+SNAP_NAMES = {"C": "C  COPY … ORDER BY id (ceiling)", "D": "D  Debezium snapshot.mode=initial + EventRouter",
+              "W": f"W  walrelay [snapshot] {SNAPSHOT_MODE_W}"}
 
 
-def report(ctx, results, lat, info, started, finished):
+def summarize_snapshot(snaps, contenders):
+    """Per contender: medians over runs; ×C and ×D per run, then the median."""
+    by_run = {}
+    for r in snaps:
+        by_run.setdefault(r["run"], {})[r["contender"]] = r
+    rows = []
+    for c in contenders:
+        rs = [runs[c] for runs in by_run.values() if c in runs]
+        ok = [r for r in rs if r["status"] == "ok"]
+        if not ok:
+            rows.append(dict(contender=c, status=rs[0]["status"] if rs else "not run"))
+            continue
+
+        def ratio(other):
+            vals = [runs[c]["rows_per_s"] / runs[other]["rows_per_s"] for runs in by_run.values()
+                    if c in runs and other in runs and runs[c]["status"] == runs[other]["status"] == "ok"]
+            return median(vals)
+
+        rows.append(dict(
+            contender=c, status="ok", runs=len(ok), n=ok[0]["n"],
+            rows_per_s=median([r["rows_per_s"] for r in ok]), x_c=ratio("C"), x_d=ratio("D"),
+            wall_s=median([r["wall_s"] for r in ok]), first_s=median([r["first_s"] for r in ok]),
+            kafka_s=median([r["kafka_s"] for r in ok]),
+            cpu_per_m=median([r["cpu_total_s"] / r["n"] * 1e6 for r in ok]),
+            rss_mib=median([r["rss_kb"] and r["rss_kb"] / 1024 for r in ok]),
+            spread=(min(r["rows_per_s"] for r in ok), max(r["rows_per_s"] for r in ok)),
+        ))
+    return rows
+
+
+def snapshot_headline(summary, n):
+    by = {r["contender"]: r for r in summary}
+    d, w = by.get("D"), by.get("W")
+    parts = []
+    if w and w["status"] == "ok":
+        s = f"W snapshots at **{fmt(w.get('x_c'), '.2f', '?')}× C**"
+        if d and d["status"] == "ok":
+            s += (f" and **{fmt(w.get('x_d'), '.1f', '?')}× D**, with "
+                  f"{w['rss_mib'] / d['rss_mib']:.3f}× D's peak RSS")
+        parts.append(s)
+    elif w:
+        parts.append(f"W {w['status']}")
+    if d and d["status"] == "ok":
+        parts.append(f"D snapshots at {fmt(d.get('x_c'), '.2f', '?')}× C")
+    if not parts:
+        return []
+    return [f"- Snapshot of {n:,} rows: " + "; ".join(parts) + "."]
+
+
+def report(ctx, results, lat, info, started, finished, snaps=()):
     a = ctx.args
     lines = []
     w = lines.append
@@ -1041,7 +1325,9 @@ def report(ctx, results, lat, info, started, finished):
       f"Kafka Connect {info['connect']} · Debezium {info['debezium']} · {info['java']} · "
       f"walrelay: {info['walrelay']} (git {info['git']}).")
     w("")
-    for line in headline(summarize(results, ctx.contenders, ctx.txn_sizes) if results else [], lat):
+    snap_summary = summarize_snapshot(snaps, snapshot_contenders(ctx)) if snaps else []
+    for line in headline(summarize(results, ctx.contenders, ctx.txn_sizes) if results else [], lat,
+                         snap_summary, ctx.snap_fill and ctx.snap_fill["n"]):
         w(line)
     if results:
         fills = {}
@@ -1093,6 +1379,31 @@ def report(ctx, results, lat, info, started, finished):
               f"| {l['p50']:.0f} | {l['p90']:.0f} | {l['p99']:.0f} | {l['p999']:.0f} | {l['max']:.0f} "
               f"| {l['cpu_pct']:.0f} | {l['rss_kb'] / 1024:,.0f} |")
         w("")
+    if snaps:
+        f = ctx.snap_fill
+        w(f"Snapshot: {f['n']:,} outbox rows ({f['table_bytes'] / 1e6:,.0f} MB table; the same rows as the "
+          f"throughput backlog, written in {SNAPSHOT_K}-row transactions) existing before any slot; each "
+          f"contender reads all of them once, on a slot of its own created at its start (D and W) and "
+          f"dropped after; median of {a.runs} run(s). rows/s = rows ÷ (start → done): C until psql "
+          f"exits, D until its last record's LogAppendTime, W until it exits 0 (after its last record "
+          f"is acknowledged and the slot confirmed). ×C and ×D are per-run ratios, then the median.")
+        w("")
+        w("| contender | rows/s | ×C | ×D | start → done, s | first record after start, s "
+          "| start → all in Kafka, s | CPU-s / M rows | peak RSS MiB | runs (rows/s min–max) |")
+        w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        for x in snap_summary:
+            name = SNAP_NAMES[x["contender"]]
+            if x["status"] != "ok":
+                w(f"| {name} | {x['status']} | | | | | | | | |")
+                continue
+            xc = "1" if x["contender"] == "C" else fmt(x["x_c"], ".2f")
+            xd = fmt(x["x_d"], ".2f") if x["contender"] == "W" else ""
+            w(f"| {name} | {x['rows_per_s']:,.0f} | {xc} | {xd} | {x['wall_s']:.1f} "
+              f"| {fmt(x['first_s'], '.1f')} | {fmt(x['kafka_s'], '.1f')} | {x['cpu_per_m']:,.1f} "
+              f"| {fmt(x['rss_mib'], ',.0f')} | {x['runs']} ({x['spread'][0]:,.0f}–{x['spread'][1]:,.0f}) |")
+        w("")
+        w(f"Fill rate (pgbench, for context): {f['n'] / f['fill_s']:,.0f} rows/s.")
+        w("")
     if OUTAGES:
         w(f"Note: the shared broker stopped answering {len(OUTAGES)} time(s) during this benchmark "
           f"(the project's outage tests stop and restart it); affected runs are marked in the list below.")
@@ -1107,6 +1418,20 @@ def report(ctx, results, lat, info, started, finished):
             w(f"| {r['k']} | {r['run']} | {r['contender']} | {r['status']} | {fmt(r['rows_per_s'], ',.0f')} "
               f"| {fmt(r['drain_s'], '.2f')} | {fmt(r['first_s'], '.2f')} | {fmt(r['cpu_total_s'], '.2f')} "
               f"| {fmt(r['cpu_drain_s'], '.2f')} | {fmt(r['rss_kb'] and r['rss_kb'] / 1024, ',.0f')} "
+              f"| {r['load1']:.2f} | {r['verified']} |")
+        w("")
+        w("</details>")
+        w("")
+    if snaps:
+        w("<details><summary>Every snapshot run</summary>")
+        w("")
+        w("| run | contender | status | rows/s | start → done s | first record s | all in Kafka s | CPU-s "
+          "| peak RSS MiB | load1 | verified |")
+        w("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+        for r in snaps:
+            w(f"| {r['run']} | {r['contender']} | {r['status']} | {fmt(r['rows_per_s'], ',.0f')} "
+              f"| {fmt(r['wall_s'], '.2f')} | {fmt(r['first_s'], '.2f')} | {fmt(r['kafka_s'], '.2f')} "
+              f"| {fmt(r['cpu_total_s'], '.2f')} | {fmt(r['rss_kb'] and r['rss_kb'] / 1024, ',.0f')} "
               f"| {r['load1']:.2f} | {r['verified']} |")
         w("")
         w("</details>")
@@ -1155,9 +1480,15 @@ def parse_args(argv):
                     help="Debezium poll.interval.ms for the throughput runs (default 500, Debezium's default)")
     ap.add_argument("--dbz-latency-poll-ms", default="500 10",
                     help='Debezium poll.interval.ms values for the latency pass (default "500 10")')
+    ap.add_argument("--snapshot", action="store_true",
+                    help="also run the snapshot pass (C = COPY ceiling, D = Debezium snapshot.mode=initial, "
+                         "W = walrelay [snapshot] initial_only) on rows that exist before any slot")
+    ap.add_argument("--snapshot-only", action="store_true", help="only the snapshot pass")
+    ap.add_argument("--snapshot-rows", type=int, default=200_000,
+                    help="rows in the table for the snapshot pass (default 200000)")
     ap.add_argument("--smoke", action="store_true",
-                    help="tiny run for CI: 2000 rows, 1 run, K=1 and 10, 3+10 s latency pass at 200 rows/s; "
-                         "never touches docs/")
+                    help="tiny run for CI: 2000 rows, 1 run, K=1 and 10, 3+10 s latency pass at 200 rows/s, "
+                         "a 2000-row snapshot pass; never touches docs/")
     default_bin = os.environ.get("WALRELAY_BIN") or str(
         Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target") / "release" / "walrelay")
     ap.add_argument("--walrelay", default=default_bin,
@@ -1171,9 +1502,12 @@ def parse_args(argv):
     if a.smoke:
         a.rows, a.runs, a.latency = 2000, 1, True
         a.latency_rate, a.latency_seconds, a.latency_warmup_seconds = 200, 10, 3
+        a.snapshot, a.snapshot_rows = True, 2000
         a.no_docs = True
     if a.latency_only:
         a.latency = True
+    if a.snapshot_only:
+        a.snapshot = True
     return a
 
 
@@ -1191,6 +1525,8 @@ def main(argv):
     ctx.dbz_latency_poll_ms = [int(x) for x in args.dbz_latency_poll_ms.split()]
     ctx.walrelay = Path(args.walrelay)
     ctx.w_reason = walrelay_missing_reason(ctx) if "W" in ctx.contenders else None
+    ctx.ws_reason = None  # why W cannot run the snapshot pass (set by its first failure)
+    ctx.snap_fill = None
     if ctx.w_reason and args.require_walrelay:
         print(f"bench: error: --require-walrelay: {ctx.w_reason}", file=sys.stderr)
         return 1
@@ -1214,15 +1550,17 @@ def main(argv):
 
     signal.signal(signal.SIGTERM, on_signal)
     rc = 0
-    results, lat = [], []
+    results, lat, snaps = [], [], []
     try:
         cleanup_leftover_children()
         setup_database()
         ctx.parts = ensure_topics()
-        if not args.latency_only:
+        if not args.latency_only and not args.snapshot_only:
             results = throughput(ctx)
-        if args.latency:
+        if args.latency and not args.snapshot_only:
             lat = latency(ctx)
+        if args.snapshot:
+            snaps = snapshot(ctx)
     except BenchError as e:
         log(f"error: {e}")
         rc = 1
@@ -1241,10 +1579,12 @@ def main(argv):
         return rc
     finished = dt.datetime.now(dt.timezone.utc)
     info = machine_info(ctx)
-    md = report(ctx, results, lat, info, started, finished)
+    md = report(ctx, results, lat, info, started, finished, snaps)
     (ctx.rundir / "results.md").write_text(md + "\n")
-    (ctx.rundir / "results.json").write_text(json.dumps(dict(results=results, latency=lat, info=info,
-                                                             fills=ctx.fills), indent=1, default=str))
+    (ctx.rundir / "results.json").write_text(json.dumps(dict(results=results, latency=lat, snapshot=snaps,
+                                                             info=info, fills=ctx.fills,
+                                                             snapshot_fill=ctx.snap_fill),
+                                                        indent=1, default=str))
     print(md)
     if not args.no_docs:
         update_docs(md)

@@ -6,18 +6,23 @@
 #   D  Debezium's PostgreSQL connector + Outbox Event Router on Kafka Connect
 #   W  walrelay (target/release/walrelay; "not yet" until it exists and runs)
 # and prints a Markdown table (rows/s, ratio to R, CPU-s per million events,
-# peak RSS, machine, versions). See docs/benchmarks.md.
+# peak RSS, machine, versions). With --snapshot also the initial snapshot of
+# rows that predate every slot: C (COPY … ORDER BY id to /dev/null, the
+# ceiling), D (Debezium snapshot.mode=initial), W (walrelay [snapshot]
+# mode = "initial_only"). See docs/benchmarks.md.
 #
 # Usage:
 #   deploy/bench/run.sh [--rows N] [--txn-sizes "1 10"] [--runs 3] [--writers 4]
 #                       [--latency] [--latency-only] [--latency-rate 2000]
 #                       [--latency-seconds 60] [--contenders "R D W"]
+#                       [--snapshot] [--snapshot-only] [--snapshot-rows 200000]
 #                       [--smoke] [--no-docs] [--keep] [--walrelay PATH]
 #                       [--require-walrelay] [--dbz-...]
 #   deploy/bench/run.sh --help            (all options)
 #
 #   --smoke   2,000 rows, 1 run, K=1 and K=10, plus a latency pass at 200
-#             rows/s (3 s warm-up + 10 s): every code path in ~1.5 min (CI).
+#             rows/s (3 s warm-up + 10 s) and a 2,000-row snapshot pass:
+#             every code path in ~2 min (CI).
 #   A full run (no --smoke, no --no-docs) rewrites the results section of
 #   docs/benchmarks.md.
 #

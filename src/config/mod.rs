@@ -31,6 +31,7 @@
 
 mod error;
 mod interpolate;
+mod producer;
 mod schema;
 mod template;
 mod units;
@@ -52,7 +53,7 @@ pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
 pub use schema::{
     Compression, ConnectorConfig, HealthConfig, KafkaConfig, OnUpdate, OutboxConfig,
-    PostgresConfig, SnapshotConfig, SnapshotMode, is_secret_property,
+    PostgresConfig, SnapshotConfig, SnapshotMode, SslMode, is_secret_property,
 };
 pub use template::{Segment, TableRef, TopicTemplate, is_topic_char, topic_name_problem};
 pub use units::parse_byte_size;

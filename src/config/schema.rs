@@ -12,11 +12,9 @@ use std::time::Duration;
 use secrecy::SecretString;
 use serde::Deserialize;
 
-pub use crate::pg::tls::SslMode;
-
+use super::producer;
 use super::template::{TableRef, TopicTemplate};
 use super::units;
-use super::validate;
 
 /// `[connector]`: identity of this connector instance.
 #[derive(Debug, Clone, Deserialize)]
@@ -95,6 +93,47 @@ pub struct PostgresConfig {
     /// system trust store when unset.
     #[serde(default)]
     pub sslrootcert: Option<PathBuf>,
+}
+
+/// `postgres.sslmode`: libpq's `sslmode` names and meanings (the table in
+/// `pg::tls`, which acts on them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SslMode {
+    Disable,
+    #[default]
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl SslMode {
+    /// The name as written in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
+
+    /// Whether a server that declines TLS is acceptable.
+    pub fn allows_plaintext(self) -> bool {
+        matches!(self, SslMode::Disable | SslMode::Prefer)
+    }
+
+    /// Whether the server's certificate chain is verified.
+    pub fn verifies_certificate(self) -> bool {
+        matches!(self, SslMode::VerifyCa | SslMode::VerifyFull)
+    }
+
+    /// Whether the certificate must name the host we connect to.
+    pub fn verifies_host_name(self) -> bool {
+        self == SslMode::VerifyFull
+    }
 }
 
 /// Compression codec for produced records.
@@ -191,7 +230,7 @@ impl KafkaConfig {
             .chain(
                 self.librdkafka
                     .iter()
-                    .filter(|(k, v)| validate::librdkafka_property(k, v).is_ok())
+                    .filter(|(k, v)| producer::librdkafka_property(k, v).is_ok())
                     .map(|(k, v)| (k.clone(), v.clone())),
             )
             .collect()

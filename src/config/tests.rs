@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use secrecy::ExposeSecret;
 
 use super::interpolate::{InterpolateError, interpolate};
-use super::validate::librdkafka_property;
+use super::producer::librdkafka_property;
 use super::*;
 
 const PASSWORD: &str = "pg-s3cret-Zq9!";
@@ -1263,7 +1263,6 @@ fn with_postgres(keys: &str) -> String {
 
 #[test]
 fn sslmode_takes_libpq_names_and_defaults_to_prefer() {
-    use crate::pg::tls::SslMode;
     assert_eq!(load(MINIMAL).unwrap().postgres.sslmode, SslMode::Prefer);
     for (name, mode) in [
         ("disable", SslMode::Disable),

@@ -23,47 +23,8 @@
 use std::path::{Path, PathBuf};
 
 use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
-use serde::Deserialize;
 
-/// libpq's `sslmode` (see the module doc).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SslMode {
-    Disable,
-    #[default]
-    Prefer,
-    Require,
-    VerifyCa,
-    VerifyFull,
-}
-
-impl SslMode {
-    /// The name as written in the configuration.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SslMode::Disable => "disable",
-            SslMode::Prefer => "prefer",
-            SslMode::Require => "require",
-            SslMode::VerifyCa => "verify-ca",
-            SslMode::VerifyFull => "verify-full",
-        }
-    }
-
-    /// Whether a server that declines TLS is acceptable.
-    pub fn allows_plaintext(self) -> bool {
-        matches!(self, SslMode::Disable | SslMode::Prefer)
-    }
-
-    /// Whether the server's certificate chain is verified.
-    pub fn verifies_certificate(self) -> bool {
-        matches!(self, SslMode::VerifyCa | SslMode::VerifyFull)
-    }
-
-    /// Whether the certificate must name the host we connect to.
-    pub fn verifies_host_name(self) -> bool {
-        self == SslMode::VerifyFull
-    }
-}
+use crate::config::SslMode;
 
 /// The TLS settings of a connection.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
