@@ -88,7 +88,8 @@ fn id(row: &TupleData) -> i64 {
 }
 
 /// Streams from `start` until `inserts` Insert messages arrived; returns the
-/// Relation message, the inserts' tuples and the commit LSNs seen.
+/// Relation message the inserts refer to (via the root, pgoutput also sends
+/// the leaf's), the inserts' tuples and the commit LSNs seen.
 async fn stream_inserts(
     client: ReplicationClient,
     slot: &str,
@@ -100,6 +101,7 @@ async fn stream_inserts(
         .start_replication(slot, start, publication)
         .await
         .expect("start replication");
+    let mut relations = HashMap::new();
     let mut relation = None;
     let mut rows = Vec::new();
     let mut commits = Vec::new();
@@ -112,8 +114,15 @@ async fn stream_inserts(
         match event {
             StreamEvent::Message(ReplicationMessage::XLogData { data, .. }) => {
                 match decode(data).expect("decode") {
-                    LogicalMessage::Relation(r) => relation = Some(r),
-                    LogicalMessage::Insert(i) => rows.push(i.new),
+                    LogicalMessage::Relation(r) => {
+                        relations.insert(r.oid, r);
+                    }
+                    LogicalMessage::Insert(i) => {
+                        let r = relations.get(&i.relation).expect("Relation before Insert");
+                        assert!(relation.as_ref().is_none_or(|seen| seen == r));
+                        relation = Some(r.clone());
+                        rows.push(i.new);
+                    }
                     LogicalMessage::Commit(c) => commits.push(c.commit_lsn),
                     _ => {}
                 }
@@ -471,4 +480,48 @@ async fn reader_errors_name_table_and_column() {
     assert!(!err.is_transient());
     let rows = read_all(&mut reader, &relation, &["a".to_owned()], None, 10).await;
     assert_eq!(text(rows[0].get(1)).as_deref(), Some("2"));
+}
+
+/// A partitioned table published through its root: the relation matches the
+/// Relation message pgoutput sends under the root's name, the read covers
+/// every partition in key order, and the estimate sums the partitions.
+#[tokio::test]
+async fn partitioned_table_reads_like_its_root() {
+    let db = TestDb::new("snappart").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE outbox (id int8 PRIMARY KEY, aggregateid text, payload text)
+                 PARTITION BY RANGE (id);
+             CREATE TABLE outbox_low PARTITION OF outbox FOR VALUES FROM (0) TO (1000);
+             CREATE TABLE outbox_high PARTITION OF outbox FOR VALUES FROM (1000) TO (MAXVALUE);
+             ALTER TABLE outbox OWNER TO walrelay;
+             ALTER TABLE outbox_low OWNER TO walrelay;
+             ALTER TABLE outbox_high OWNER TO walrelay;
+             CREATE PUBLICATION part_pub FOR TABLE outbox WITH (publish_via_partition_root = true);
+             INSERT INTO outbox SELECT i, 'a' || (i % 7), 'p' FROM generate_series(1, 2000) i;
+             ANALYZE outbox_low; ANALYZE outbox_high;",
+        )
+        .await
+        .unwrap();
+    let slot = unique("snappart");
+    let (client, created) = export(&db, &slot).await;
+    db.client
+        .batch_execute("INSERT INTO outbox VALUES (5000, 'a', 'after')")
+        .await
+        .unwrap();
+    let mut reader = SnapshotReader::open(&params(&db), &created.snapshot_name)
+        .await
+        .unwrap();
+    let relation = reader.table_relation("public", "outbox").await.unwrap();
+    let estimate = reader.estimate_rows(&relation).await.unwrap();
+    assert_eq!(estimate, Some(2000), "the partitions' reltuples summed");
+    let rows = read_all(&mut reader, &relation, &[], None, 500).await;
+    assert_eq!(
+        rows.iter().map(id).collect::<Vec<_>>(),
+        (1..=2000).collect::<Vec<_>>()
+    );
+    let (streamed_relation, streamed, _) =
+        stream_inserts(client, &slot, created.consistent_point, "part_pub", 1).await;
+    assert_eq!(streamed.iter().map(id).collect::<Vec<_>>(), [5000]);
+    assert_eq!(streamed_relation, relation);
 }
