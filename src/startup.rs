@@ -19,7 +19,7 @@ use postgres_protocol::escape::escape_identifier as ident;
 use tokio_postgres::Client;
 
 use crate::Lsn;
-use crate::config::{OutboxConfig, PostgresConfig};
+use crate::config::{OutboxConfig, PostgresConfig, SnapshotMode};
 use crate::offsets::{self, SlotPosition, StartDecision, StoredOffset};
 use crate::pg::catalog::{self, CapturedTable, CatalogError, SlotState};
 use crate::pg::wire::WireError;
@@ -488,6 +488,133 @@ pub fn missing_slot(
         ));
     }
     Ok(())
+}
+
+/// What `run` does about the slot and the initial snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotPlan {
+    /// Stream from the existing slot ([`start_position`] says from where).
+    Resume,
+    /// Create the slot (no snapshot) and stream from its creation.
+    CreateAndStream,
+    /// Create the slot with an exported snapshot, publish the outbox tables'
+    /// rows as of it, then stream (`initial_only`: stop). `drop_first`: a
+    /// slot of that name exists and is dropped first (walrelay's own slot of
+    /// an interrupted snapshot, or a lost slot under `when_needed`).
+    Snapshot { drop_first: bool, why: String },
+    /// `initial_only` with nothing left to do.
+    NothingToDo { why: String },
+}
+
+/// Decides [`SlotPlan`] from the snapshot mode (`None`: unset), the stored
+/// offset and the slot. Refused: a mode that asks for a snapshot with a slot
+/// walrelay did not create for it (a snapshot can only be aligned with a
+/// slot created with an exported snapshot), and what [`missing_slot`]
+/// refuses.
+pub fn slot_plan(
+    mode: Option<SnapshotMode>,
+    stored: Option<&StoredOffset>,
+    slot: Option<&SlotState>,
+    pg: &PostgresConfig,
+    accept_slot_position: bool,
+) -> Result<SlotPlan, CheckError> {
+    let wants_snapshot = mode != Some(SnapshotMode::NoData);
+    let interrupted = stored.is_some_and(|s| s.snapshot_interrupted() && s.slot == pg.slot);
+    let needs_create = |why: String| {
+        if pg.create_slot {
+            Ok(())
+        } else {
+            Err(CheckError::setup(
+                format!("{why}, but postgres.create_slot = false"),
+                "set postgres.create_slot = true (the snapshot needs the slot walrelay creates \
+                 with it), or set [snapshot] mode = \"no_data\"",
+            ))
+        }
+    };
+    if interrupted && wants_snapshot {
+        let why = "the previous snapshot did not complete (the offset store says it was \
+                   running); its exported snapshot is gone, so it is taken again from the start"
+            .to_owned();
+        needs_create(why.clone())?;
+        return Ok(SlotPlan::Snapshot {
+            drop_first: slot.is_some(),
+            why,
+        });
+    }
+    // Under no_data an interrupted snapshot is simply not resumed.
+    let stored = stored.filter(|_| !interrupted);
+    let name = |m: Option<SnapshotMode>| m.map_or("initial", SnapshotMode::as_str);
+    match (stored, slot) {
+        (None, None) => {
+            if wants_snapshot {
+                let why = "a new connector (no stored offset, no slot) snapshots the outbox tables"
+                    .to_owned();
+                needs_create(why.clone())?;
+                Ok(SlotPlan::Snapshot {
+                    drop_first: false,
+                    why,
+                })
+            } else {
+                missing_slot(pg, None, accept_slot_position)?;
+                Ok(SlotPlan::CreateAndStream)
+            }
+        }
+        (None, Some(_)) => match mode {
+            None | Some(SnapshotMode::NoData) => Ok(SlotPlan::Resume),
+            Some(m) => Err(CheckError::Refused {
+                reason: format!(
+                    "[snapshot] mode = \"{}\" asks for a snapshot, but replication slot {:?} exists \
+                     already and no offset is stored: a snapshot can only be aligned with a slot \
+                     walrelay creates itself (with an exported snapshot)",
+                    name(Some(m)),
+                    pg.slot
+                ),
+                hint: format!(
+                    "drop the slot (SELECT pg_drop_replication_slot('{}')) so walrelay creates it \
+                     with a snapshot, or set [snapshot] mode = \"no_data\" to stream from the \
+                     slot's position without one",
+                    pg.slot.replace('\'', "''")
+                ),
+            }),
+        },
+        (Some(_), _) if mode == Some(SnapshotMode::InitialOnly) => Ok(SlotPlan::NothingToDo {
+            why: "the offset store says this connector already took its snapshot (or streams \
+                  already); initial_only has nothing to do"
+                .into(),
+        }),
+        (Some(stored), None) => {
+            if mode == Some(SnapshotMode::WhenNeeded) {
+                let why = format!(
+                    "replication slot {:?} is missing (the offset store is at {}); when_needed \
+                     snapshots again",
+                    pg.slot, stored.lsn
+                );
+                needs_create(why.clone())?;
+                return Ok(SlotPlan::Snapshot {
+                    drop_first: false,
+                    why,
+                });
+            }
+            missing_slot(pg, Some(stored), accept_slot_position)?;
+            Ok(SlotPlan::CreateAndStream)
+        }
+        (Some(_), Some(slot)) => {
+            if mode == Some(SnapshotMode::WhenNeeded) && slot.wal_status.as_deref() == Some("lost")
+            {
+                let why = format!(
+                    "replication slot {:?} is lost (PostgreSQL removed WAL it needed); \
+                     when_needed drops it and snapshots again",
+                    pg.slot
+                );
+                needs_create(why.clone())?;
+                return Ok(SlotPlan::Snapshot {
+                    drop_first: true,
+                    why,
+                });
+            }
+            Ok(SlotPlan::Resume)
+        }
+    }
 }
 
 /// The slot is a logical pgoutput slot of this database.

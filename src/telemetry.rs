@@ -239,7 +239,11 @@ impl Metrics {
         {
             return Err("replication slot is lost".to_owned());
         }
-        Ok("streaming".to_owned())
+        Ok(if self.snapshot_running.load(Ordering::Relaxed) {
+            "snapshotting".to_owned()
+        } else {
+            "streaming".to_owned()
+        })
     }
 
     /// Prometheus text exposition.
@@ -258,8 +262,35 @@ impl Metrics {
         metric(
             "walrelay_up",
             "gauge",
-            "1 while a replication session is streaming.",
+            "1 while a replication session is streaming (or taking the initial snapshot).",
             u8::from(self.streaming.load(Ordering::Relaxed)).to_string(),
+        );
+        metric(
+            "walrelay_snapshot_running",
+            "gauge",
+            "1 while the initial snapshot is read and published.",
+            u8::from(self.snapshot_running.load(Ordering::Relaxed)).to_string(),
+        );
+        metric(
+            "walrelay_snapshot_rows_total",
+            "counter",
+            "Rows read by the initial snapshot (each one published as a record).",
+            u(&self.snapshot_rows),
+        );
+        metric(
+            "walrelay_snapshot_tables_remaining",
+            "gauge",
+            "Snapshot tables not yet completely acknowledged by Kafka.",
+            u(&self.snapshot_tables_remaining),
+        );
+        metric(
+            "walrelay_snapshot_duration_seconds",
+            "gauge",
+            "How long the last completed initial snapshot took (0: none completed in this process).",
+            format!(
+                "{:.3}",
+                self.snapshot_duration_ms.load(Ordering::Relaxed) as f64 / 1000.0
+            ),
         );
         metric(
             "walrelay_records_published_total",

@@ -304,7 +304,8 @@ pub async fn run(
             _ = shutdown.cancelled() => return Ok(()),
         };
         let result = match started {
-            Ok(started) => {
+            Ok(None) => return Ok(()),
+            Ok(Some(started)) => {
                 // It got as far as streaming: the next failure starts a new story.
                 backoff = config.postgres.reconnect_backoff_initial;
                 last_problem = None;

@@ -7,18 +7,19 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::snapshot::SnapshotEnd;
 use super::streaming::Streaming;
 use super::{Ack, RelayError, Sink, Token, connect_params, producer_properties};
 use crate::Lsn;
-use crate::config::Config;
-use crate::offsets::{self, OffsetStore, StoredOffset};
+use crate::config::{Config, SnapshotMode};
+use crate::offsets::{self, OffsetStore, SnapshotProgress, SnapshotState, StoredOffset};
 use crate::pg::catalog;
 use crate::pg::replication::ReplicationClient;
 use crate::pg::wire::WireError;
 use crate::router::Router;
 use crate::sink::kafka::{SinkError, SinkErrorKind};
-use crate::source::Source;
-use crate::startup;
+use crate::source::{SnapshotTable, Source};
+use crate::startup::{self, SlotPlan};
 use crate::telemetry::Metrics;
 
 /// Everything needed to start one replication session.
@@ -36,11 +37,51 @@ pub(super) struct Started {
     pub(super) status_interval: Duration,
     /// Silence after which the replication connection is presumed dead.
     pub(super) receive_timeout: Duration,
+    /// The initial snapshot this session takes before streaming.
+    pub(super) snapshot: Option<SnapshotJob>,
+}
+
+/// A snapshot to take before streaming.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SnapshotJob {
+    /// `initial_only`: stop once the snapshot is in Kafka.
+    pub(super) stop_after: bool,
 }
 
 impl Started {
     /// Streams until shutdown (then stops gracefully) or an error.
     pub(super) async fn run(mut self, shutdown: &CancellationToken) -> Result<(), RelayError> {
+        if let Some(job) = self.snapshot.take() {
+            let end = self
+                .run
+                .snapshot(&mut self.source, &mut self.acks, shutdown)
+                .await?;
+            let pg = &self.run.config.postgres;
+            match end {
+                SnapshotEnd::Stopped => return Ok(()),
+                SnapshotEnd::Completed { .. } if job.stop_after => {
+                    tracing::info!(
+                        slot = %pg.slot,
+                        "initial_only: the snapshot is in Kafka; stopping. The slot stays at the \
+                         snapshot's consistent point and holds WAL until `walrelay run` streams \
+                         from it (nothing lost in between) or it is dropped"
+                    );
+                    return Ok(());
+                }
+                SnapshotEnd::Completed {
+                    consistent_point, ..
+                } => {
+                    self.source
+                        .start_streaming(&pg.slot, &pg.publication)
+                        .await
+                        .map_err(|e| startup::explain_stream_error(e.into(), &pg.publication))?;
+                    tracing::info!(
+                        slot = %pg.slot, publication = %pg.publication, lsn = %consistent_point,
+                        "streaming"
+                    );
+                }
+            }
+        }
         let result = self
             .run
             .stream(
@@ -110,7 +151,8 @@ impl Started {
 
 impl Session {
     /// Checks, connects and starts replication (see the module doc).
-    pub(super) async fn setup(&self) -> Result<Started, RelayError> {
+    /// `None`: nothing to do (`initial_only` after its snapshot).
+    pub(super) async fn setup(&self) -> Result<Option<Started>, RelayError> {
         let config = self.config.clone();
         let pg = &config.postgres;
         let params = connect_params(&config);
@@ -158,10 +200,125 @@ impl Session {
         // 3. Replication connection, slot, and the start decision.
         let mut repl = ReplicationClient::connect(&params).await?;
         let system = repl.identify_system().await?;
-        let slot = match catalog::slot_state(&catalog, &pg.slot).await? {
-            Some(s) => s,
-            None => {
-                startup::missing_slot(pg, stored.as_ref(), self.accept_slot_position)?;
+        let existing = catalog::slot_state(&catalog, &pg.slot).await?;
+        if let Some(slot) = &existing {
+            startup::slot_shape(slot, &pg.slot, &pg.database)?;
+            if let Some(pid) = slot.active_pid {
+                // Typically our own previous walsender, until wal_sender_timeout
+                // notices we are gone: transient.
+                return Err(RelayError::Wire(WireError::Server {
+                    context: "checking the slot".into(),
+                    error: Box::new(crate::pg::wire::ServerError {
+                        severity: "ERROR".into(),
+                        code: "55006".into(),
+                        message: format!("replication slot {:?} is active for PID {pid}", pg.slot),
+                        detail: None,
+                        hint: Some("another walrelay (or a dying walsender) uses this slot".into()),
+                    }),
+                }));
+            }
+        }
+        let offset_template = StoredOffset {
+            connector: config.connector.name.clone(),
+            system_id: system.system_id.clone(),
+            timeline: system.timeline,
+            slot: pg.slot.clone(),
+            lsn: String::new(),
+            written_at_ms: 0,
+            snapshot: stored
+                .as_ref()
+                .and_then(|s| s.snapshot.clone())
+                .filter(|s| s.state == SnapshotState::Completed),
+        };
+        let plan = startup::slot_plan(
+            config.snapshot.mode,
+            stored.as_ref(),
+            existing.as_ref(),
+            pg,
+            self.accept_slot_position,
+        )?;
+        let slot = match plan {
+            SlotPlan::NothingToDo { why } => {
+                tracing::info!("{why}; stopping");
+                return Ok(None);
+            }
+            SlotPlan::Snapshot { drop_first, why } => {
+                tracing::info!(slot = %pg.slot, "taking the initial snapshot: {why}");
+                // Stored before the slot exists: whatever happens next, the
+                // next start knows a snapshot was under way.
+                let mut marker = offset_template.clone();
+                marker.lsn = Lsn::ZERO.to_string();
+                marker.written_at_ms = now_ms();
+                marker.snapshot = Some(SnapshotProgress {
+                    state: SnapshotState::Running,
+                    tables_done: Vec::new(),
+                    rows: 0,
+                });
+                store_offset(
+                    &sink,
+                    &mut acks,
+                    &marker,
+                    &config.kafka.offsets_topic,
+                    "the offset-store write marking the snapshot as running",
+                )
+                .await?;
+                if drop_first {
+                    repl.drop_slot(&pg.slot).await?;
+                    tracing::info!(slot = %pg.slot, "dropped the replication slot");
+                }
+                let created = repl.create_slot_exporting_snapshot(&pg.slot).await?;
+                tracing::info!(
+                    slot = %pg.slot, lsn = %created.consistent_point,
+                    "created replication slot with an exported snapshot"
+                );
+                let snapshot_tables: Vec<SnapshotTable> = config
+                    .outbox
+                    .iter()
+                    .map(|o| SnapshotTable {
+                        schema: o.table.schema.clone(),
+                        name: o.table.name.clone(),
+                        order_by: o.snapshot_order_by.clone(),
+                        split_by: o.aggregate_id_column.clone(),
+                    })
+                    .collect();
+                let source = Source::snapshot(
+                    repl,
+                    &created,
+                    &params,
+                    &snapshot_tables,
+                    config.snapshot.parallelism,
+                    config.snapshot.fetch_rows,
+                )
+                .await?;
+                let mut template = offset_template;
+                template.snapshot = marker.snapshot;
+                let run = Streaming::new(
+                    config.clone(),
+                    self.metrics.clone(),
+                    sink,
+                    router,
+                    created.consistent_point,
+                    template,
+                );
+                return Ok(Some(Started {
+                    run,
+                    source,
+                    acks,
+                    status_interval,
+                    receive_timeout,
+                    snapshot: Some(SnapshotJob {
+                        stop_after: config.snapshot.mode == Some(SnapshotMode::InitialOnly),
+                    }),
+                }));
+            }
+            SlotPlan::Resume => existing.ok_or_else(|| RelayError::Setup {
+                what: format!(
+                    "replication slot {:?} vanished while walrelay was starting",
+                    pg.slot
+                ),
+                fix: "make sure nothing else drops walrelay's slot".into(),
+            })?,
+            SlotPlan::CreateAndStream => {
                 let at = repl.create_slot(&pg.slot).await?;
                 tracing::info!(slot = %pg.slot, lsn = %at, "created replication slot");
                 catalog::slot_state(&catalog, &pg.slot)
@@ -175,21 +332,6 @@ impl Session {
                     })?
             }
         };
-        startup::slot_shape(&slot, &pg.slot, &pg.database)?;
-        if let Some(pid) = slot.active_pid {
-            // Typically our own previous walsender, until wal_sender_timeout
-            // notices we are gone: transient.
-            return Err(RelayError::Wire(WireError::Server {
-                context: "checking the slot".into(),
-                error: Box::new(crate::pg::wire::ServerError {
-                    severity: "ERROR".into(),
-                    code: "55006".into(),
-                    message: format!("replication slot {:?} is active for PID {pid}", pg.slot),
-                    detail: None,
-                    hint: Some("another walrelay (or a dying walsender) uses this slot".into()),
-                }),
-            }));
-        }
         let server = offsets::Server {
             system_id: &system.system_id,
             timeline: system.timeline,
@@ -206,18 +348,17 @@ impl Session {
             // Store the accepted position now: the frontier may not pass it
             // for a long time (an idle database), and until the store holds
             // it every ordinary restart would be refused again.
-            let accepted = StoredOffset {
-                connector: config.connector.name.clone(),
-                system_id: system.system_id.clone(),
-                timeline: system.timeline,
-                slot: pg.slot.clone(),
-                lsn: start.from.to_string(),
-                written_at_ms: crate::pg::replication::pg_us_to_unix_ms(
-                    crate::pg::replication::pg_now_us(),
-                ),
-                snapshot: None,
-            };
-            store_accepted_offset(&sink, &mut acks, &accepted, &config.kafka.offsets_topic).await?;
+            let mut accepted = offset_template.clone();
+            accepted.lsn = start.from.to_string();
+            accepted.written_at_ms = now_ms();
+            store_offset(
+                &sink,
+                &mut acks,
+                &accepted,
+                &config.kafka.offsets_topic,
+                "the offset-store write of the accepted slot position",
+            )
+            .await?;
             tracing::info!(lsn = %start.from, "stored the accepted slot position in the offset store");
         }
         let start = start.from;
@@ -258,40 +399,40 @@ impl Session {
             sink,
             router,
             start,
-            StoredOffset {
-                connector: config.connector.name.clone(),
-                system_id: system.system_id.clone(),
-                timeline: system.timeline,
-                slot: pg.slot.clone(),
-                lsn: String::new(),
-                written_at_ms: 0,
-                snapshot: None,
-            },
+            offset_template,
         );
         drop(catalog);
-        Ok(Started {
+        Ok(Some(Started {
             run,
             source: Source::new(stream, start),
             acks,
             status_interval,
             receive_timeout,
-        })
+            snapshot: None,
+        }))
     }
 }
 
-/// Writes `offset` to the offset store and waits for Kafka to acknowledge it.
-async fn store_accepted_offset(
+/// Unix milliseconds now, for offset-store writes.
+fn now_ms() -> i64 {
+    crate::pg::replication::pg_us_to_unix_ms(crate::pg::replication::pg_now_us())
+}
+
+/// Writes `offset` to the offset store and waits for Kafka to acknowledge
+/// it; `what` names the write in errors.
+async fn store_offset(
     sink: &Sink,
     acks: &mut mpsc::UnboundedReceiver<Ack>,
     offset: &StoredOffset,
     topic: &str,
+    what: &str,
 ) -> Result<(), RelayError> {
     const LIMIT: Duration = Duration::from_secs(30);
     let lsn = offset.lsn().unwrap_or(Lsn::ZERO);
     let failed = |error| RelayError::Delivery {
         topic: topic.to_owned(),
         lsn,
-        event: "the offset-store write of the accepted slot position".into(),
+        event: what.to_owned(),
         error,
     };
     sink.send(&offset.to_record(topic), Token::Offset { lsn })
@@ -302,9 +443,7 @@ async fn store_accepted_offset(
         Ok(Some(Ack::Failed { error, .. } | Ack::Fatal(error))) => Err(failed(error)),
         Ok(Some(other)) => Err(RelayError::Stream {
             lsn,
-            what: format!(
-                "unexpected delivery report while storing the accepted position: {other:?}"
-            ),
+            what: format!("unexpected delivery report while waiting for {what}: {other:?}"),
         }),
         Ok(None) => Err(RelayError::Ended("Kafka delivery channel")),
         Err(_) => Err(failed(SinkError::timed_out(LIMIT))),

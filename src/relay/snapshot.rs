@@ -184,7 +184,9 @@ impl Streaming {
         let consistent_point = match result {
             Ok(lsn) => lsn,
             Err(stop) => {
-                self.metrics.snapshot_running.store(false, Ordering::Relaxed);
+                self.metrics
+                    .snapshot_running
+                    .store(false, Ordering::Relaxed);
                 return match stop {
                     None => {
                         tracing::info!(
@@ -199,8 +201,12 @@ impl Streaming {
         self.store_snapshot_progress(SnapshotState::Completed, Some(consistent_point))
             .await?;
         self.await_offset_write(acks).await?;
-        self.metrics.snapshot_running.store(false, Ordering::Relaxed);
-        self.metrics.snapshot_tables_remaining.store(0, Ordering::Relaxed);
+        self.metrics
+            .snapshot_running
+            .store(false, Ordering::Relaxed);
+        self.metrics
+            .snapshot_tables_remaining
+            .store(0, Ordering::Relaxed);
         self.metrics
             .snapshot_duration_ms
             .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);

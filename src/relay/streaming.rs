@@ -361,7 +361,9 @@ impl Streaming {
             }) => {
                 self.awaiting_reports = self.awaiting_reports.saturating_sub(1);
                 self.checkpoint.ack(txn, bytes)?;
-                if let Some(t) = snapshot_table.and_then(|i| self.snapshot_tables.get_mut(i as usize)) {
+                if let Some(t) =
+                    snapshot_table.and_then(|i| self.snapshot_tables.get_mut(i as usize))
+                {
                     t.acked += 1;
                 }
                 self.metrics.records_acked.fetch_add(1, Ordering::Relaxed);

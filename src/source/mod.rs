@@ -106,11 +106,16 @@ pub enum SourceEvent {
         row: TupleData,
     },
     /// Every row of `table` was read (`rows` of them).
-    SnapshotTableDone { table: String, rows: u64 },
+    SnapshotTableDone {
+        table: String,
+        rows: u64,
+    },
     /// Every table was read. Nothing follows until the caller calls
     /// [`Source::start_streaming`]: the snapshot's records must be safe in
     /// Kafka (and the snapshot marked completed) before streaming starts.
-    SnapshotDone { consistent_point: Lsn },
+    SnapshotDone {
+        consistent_point: Lsn,
+    },
 }
 
 /// Why the source cannot go on.
@@ -177,7 +182,8 @@ impl Source {
     }
 
     /// A source that first yields the rows of `tables` as of the snapshot
-    /// `created` exported, read by `parallelism` connections, and then (after
+    /// `created` exported, read by `parallelism` connections in batches of
+    /// at most `batch_rows`, and then (after
     /// [`Source::start_streaming`]) the changes from the slot's consistent
     /// point. `client` is the connection that created the slot: idle since.
     pub async fn snapshot(
@@ -186,9 +192,16 @@ impl Source {
         params: &ConnectParams,
         tables: &[SnapshotTable],
         parallelism: u32,
+        batch_rows: usize,
     ) -> Result<Source, SourceError> {
-        let snapshot =
-            snapshot::Snapshot::open(params, &created.snapshot_name, tables, parallelism).await?;
+        let snapshot = snapshot::Snapshot::open(
+            params,
+            &created.snapshot_name,
+            tables,
+            parallelism,
+            batch_rows,
+        )
+        .await?;
         Ok(Source {
             state: State::Snapshot {
                 client,
@@ -212,7 +225,11 @@ impl Source {
 
     /// After [`SourceEvent::SnapshotDone`]: starts streaming from the
     /// snapshot's consistent point.
-    pub async fn start_streaming(&mut self, slot: &str, publication: &str) -> Result<(), WireError> {
+    pub async fn start_streaming(
+        &mut self,
+        slot: &str,
+        publication: &str,
+    ) -> Result<(), WireError> {
         let State::SnapshotRead {
             client,
             consistent_point,
@@ -368,9 +385,12 @@ impl Source {
                     }
                 }
                 Some(Feed::TableRead { table }) => {
-                    let left = snapshot.readers_left.get_mut(table).ok_or(
-                        SourceError::Misuse("a snapshot reader reported an unknown table"),
-                    )?;
+                    let left = snapshot
+                        .readers_left
+                        .get_mut(table)
+                        .ok_or(SourceError::Misuse(
+                            "a snapshot reader reported an unknown table",
+                        ))?;
                     *left = left.saturating_sub(1);
                     if *left == 0
                         && let Some(p) = snapshot.progress.get_mut(table)

@@ -13,7 +13,7 @@
 //!   default the primary key); the readers' batches are merged without
 //!   reordering any one reader's rows.
 //! - **Bounded memory.** Each reader hands over batches of at most
-//!   [`BATCH_ROWS`] rows through a channel of [`QUEUED_BATCHES`] per reader; a
+//!   `[snapshot] fetch_rows` rows (and about 1 MiB) through a channel of [`QUEUED_BATCHES`] per reader; a
 //!   caller that stops pulling stops the readers (and TCP stops the server).
 //! - **Complete or an error.** A table is reported done only when every
 //!   reader finished its part; a reader that fails ends the feed with its
@@ -27,8 +27,6 @@ use crate::pg::snapshot::{HashSplit, SnapshotError, SnapshotReader};
 use crate::pg::wire::ConnectParams;
 use crate::pgoutput::{Relation, TupleData};
 
-/// Rows per batch a reader hands over.
-pub const BATCH_ROWS: usize = 1024;
 /// Bytes of row text after which a reader hands over a batch early.
 const BATCH_BYTES: usize = 1 << 20;
 /// Batches each reader may have queued ahead of the consumer.
@@ -62,7 +60,9 @@ pub(super) enum Feed {
         rows: Vec<TupleData>,
     },
     /// This reader has read its whole part of table `table`.
-    TableRead { table: usize },
+    TableRead {
+        table: usize,
+    },
     Failed(SnapshotError),
 }
 
@@ -105,6 +105,7 @@ impl Snapshot {
         snapshot_name: &str,
         tables: &[SnapshotTable],
         parallelism: u32,
+        batch_rows: usize,
     ) -> Result<Snapshot, SnapshotError> {
         let parallelism = parallelism.max(1);
         let mut readers = Vec::with_capacity(parallelism as usize);
@@ -136,7 +137,7 @@ impl Snapshot {
                     Ok((rel.clone(), t.order_by.clone(), split))
                 })
                 .collect::<Result<_, SnapshotError>>()?;
-            tasks.push(tokio::spawn(read_all(reader, plan, tx.clone())));
+            tasks.push(tokio::spawn(read_all(reader, plan, batch_rows, tx.clone())));
         }
         Ok(Snapshot {
             feed,
@@ -152,12 +153,13 @@ impl Snapshot {
 async fn read_all(
     mut reader: SnapshotReader,
     plan: Vec<(Arc<Relation>, Vec<String>, Option<HashSplit>)>,
+    batch_rows: usize,
     tx: mpsc::Sender<Feed>,
 ) {
     for (table, (relation, order_by, split)) in plan.into_iter().enumerate() {
         let result = async {
             let mut rows = reader.read(&relation, &order_by, split.as_ref()).await?;
-            while let Some(batch) = rows.next_batch(BATCH_ROWS, BATCH_BYTES).await? {
+            while let Some(batch) = rows.next_batch(batch_rows, BATCH_BYTES).await? {
                 let rows = Feed::Rows {
                     table,
                     relation: relation.clone(),
