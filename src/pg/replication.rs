@@ -343,6 +343,17 @@ impl ReplicationStream {
         }
     }
 
+    /// The next replication message if it is already buffered, without
+    /// waiting for the socket: lets a caller drain a burst in one go.
+    pub fn try_recv(&mut self) -> Result<Option<StreamEvent>, WireError> {
+        while let Some(msg) = self.conn.try_read_message()? {
+            if let Some(event) = self.on_backend(msg)? {
+                return Ok(Some(event));
+            }
+        }
+        Ok(None)
+    }
+
     /// Interprets one backend message inside COPY BOTH; `None` for messages
     /// to skip (notices).
     fn on_backend(&mut self, msg: Backend) -> Result<Option<StreamEvent>, WireError> {

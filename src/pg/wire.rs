@@ -703,6 +703,12 @@ impl WireConnection {
         }
     }
 
+    /// The next backend message if it is already buffered (no I/O);
+    /// `Ok(None)` when reading it would need the socket.
+    pub fn try_read_message(&mut self) -> Result<Option<Backend>, WireError> {
+        self.parse_buffered()
+    }
+
     /// Parses one complete message from the read buffer, if there is one.
     fn parse_buffered(&mut self) -> Result<Option<Backend>, WireError> {
         parse_frame(&mut self.read_buf, self.max_message_size)

@@ -337,6 +337,9 @@ impl Session {
             timeline: system.timeline,
             left_stored_timeline_at: None,
         };
+        // A snapshot marked running that is not taken again (no_data) says
+        // nothing about positions.
+        let stored = stored.filter(|s| !s.snapshot_interrupted());
         let start = startup::start_position(
             stored.as_ref(),
             &slot,

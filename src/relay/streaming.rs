@@ -23,6 +23,10 @@ use crate::sink::kafka::SinkError;
 use crate::source::{Change, Op, Source, SourceEvent};
 use crate::telemetry::Metrics;
 
+/// Buffered messages handled after one from the event loop before going
+/// back to it.
+const BURST: usize = 256;
+
 /// How often a stalled session probes the cluster with a fresh client.
 const PROBE_EVERY: Duration = Duration::from_secs(10);
 /// How long one probe may take.
@@ -220,9 +224,19 @@ impl Streaming {
                 }
                 event = source.next(), if !full => {
                     last_heard = Instant::now();
-                    let event = event?;
+                    self.on_event(event?, source).await?;
+                    // Handle what else is already buffered without a trip
+                    // through select per message (a burst of small
+                    // transactions is three messages per row), bounded so
+                    // acks and ticks still get their turn.
+                    for _ in 0..BURST {
+                        if self.checkpoint.is_full() {
+                            break;
+                        }
+                        let Some(event) = source.try_next()? else { break };
+                        self.on_event(event, source).await?;
+                    }
                     self.metrics.received_lsn.store(source.received().0, Ordering::Relaxed);
-                    self.on_event(event, source).await?;
                 }
             }
         }

@@ -279,6 +279,35 @@ impl Source {
         }
     }
 
+    /// The next event if it can be had without waiting (already buffered),
+    /// while streaming; `Ok(None)` otherwise. Lets the caller handle a burst
+    /// without a trip through its event loop per message.
+    pub fn try_next(&mut self) -> Result<Option<SourceEvent>, SourceError> {
+        let State::Streaming(stream) = &mut self.state else {
+            return Ok(None);
+        };
+        while let Some(event) = stream.try_recv()? {
+            match event {
+                StreamEvent::End => return Err(SourceError::Ended),
+                StreamEvent::Message(ReplicationMessage::Keepalive { wal_end, reply, .. }) => {
+                    self.assembler.note_received(wal_end);
+                    return Ok(Some(SourceEvent::Idle { wal_end, reply }));
+                }
+                StreamEvent::Message(ReplicationMessage::XLogData {
+                    wal_start,
+                    wal_end,
+                    data,
+                    ..
+                }) => {
+                    if let Some(event) = self.assembler.on_xlogdata(wal_start, wal_end, data)? {
+                        return Ok(Some(event));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
     /// The newest WAL position the server told us about; never 0/0 once
     /// anything arrived.
     pub fn received(&self) -> Lsn {
