@@ -21,12 +21,12 @@ use rdkafka::client::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
 
-use crate::config::Config;
+use crate::config::{Config, OutboxConfig, SnapshotMode};
 use crate::offsets::{self, OffsetStore};
 use crate::pg::catalog;
 use crate::pg::replication::ReplicationClient;
 use crate::relay::{connect_params, producer_properties};
-use crate::startup::{self, CheckError};
+use crate::startup::{self, CheckError, SlotPlan};
 
 /// Result of one check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -222,64 +222,175 @@ pub async fn check(config: &Config) -> Report {
     }
 
     // `stored` is None when Kafka could not be read: `run` would wait for it.
-    let stored_offset = stored.clone().flatten();
+    let tables: Vec<_> = routes.iter().map(|(o, t)| (*o, t)).collect();
     match catalog::slot_state(&client, &pg.slot).await {
-        Ok(None) => report.push(
-            "replication slot",
-            outcome(
-                startup::missing_slot(pg, stored_offset.as_ref(), false),
-                |()| {
-                    Outcome::Ok(format!(
-                        "{} does not exist yet; run will create it",
-                        pg.slot
-                    ))
-                },
-            ),
-        ),
-        Ok(Some(slot)) => {
-            let shape = startup::slot_shape(&slot, &pg.slot, &pg.database);
-            let line = match (shape, &stored, &system) {
-                (Err(e), _, _) => fail(e.problem(), e.fix()),
-                (Ok(()), Some(stored), Some((system_id, timeline))) => outcome(
-                    startup::start_position(
-                        stored.as_ref(),
-                        &slot,
-                        &offsets::Server {
-                            system_id,
-                            timeline: *timeline,
-                            left_stored_timeline_at: None,
-                        },
-                        &pg.slot,
-                        false,
-                    ),
-                    |start| {
-                        let from = start.from;
-                        let active = slot
-                            .active_pid
-                            .map(|p| format!(", in use by PID {p}"))
-                            .unwrap_or_default();
-                        Outcome::Ok(format!(
-                            "{} at {from}, wal_status {}{active}",
-                            pg.slot,
-                            slot.wal_status.as_deref().unwrap_or("?")
-                        ))
-                    },
-                ),
-                (Ok(()), _, _) => Outcome::Warn(format!(
-                    "{} exists; not compared with the offset store (Kafka or the replication connection failed above)",
-                    pg.slot
-                )),
-            };
+        Ok(slot) => {
+            let line = slot_line(
+                config,
+                &client,
+                slot.as_ref(),
+                stored.as_ref(),
+                system.as_ref(),
+                &tables,
+            )
+            .await;
             report.push("replication slot", line);
-            match startup::slot_predates_publication(&client, &pg.slot, &pg.publication).await {
-                Ok(Some(warning)) => report.push("replication slot", Outcome::Warn(warning)),
-                Ok(None) => {}
-                Err(e) => report.push("replication slot", fail(e.problem(), e.fix())),
+            if slot.is_some() {
+                match startup::slot_predates_publication(&client, &pg.slot, &pg.publication).await {
+                    Ok(Some(warning)) => report.push("replication slot", Outcome::Warn(warning)),
+                    Ok(None) => {}
+                    Err(e) => report.push("replication slot", fail(e.problem(), e.fix())),
+                }
             }
         }
         Err(e) => report.push("replication slot", fail(e.to_string(), "see the error")),
     }
     report
+}
+
+/// The "replication slot" line: what `run` will do about the slot and the
+/// initial snapshot, decided by the function `run` uses
+/// ([`startup::slot_plan`], after [`startup::slot_shape`]); a refusal is
+/// `run`'s error word for word. `stored` is `None` when the offset store
+/// could not be read, `system` when the replication connection failed:
+/// then only what does not depend on them is said.
+async fn slot_line(
+    config: &Config,
+    client: &tokio_postgres::Client,
+    slot: Option<&catalog::SlotState>,
+    stored: Option<&Option<offsets::StoredOffset>>,
+    system: Option<&(String, u32)>,
+    tables: &[(&OutboxConfig, &catalog::CapturedTable)],
+) -> Outcome {
+    let pg = &config.postgres;
+    if let Some(slot) = slot
+        && let Err(e) = startup::slot_shape(slot, &pg.slot, &pg.database)
+    {
+        return fail(e.problem(), e.fix());
+    }
+    let Some(stored) = stored else {
+        return Outcome::Warn(match slot {
+            Some(_) => format!(
+                "{} exists; not compared with the offset store (Kafka failed above)",
+                pg.slot
+            ),
+            None => format!(
+                "{} does not exist; whether run creates it, snapshots or refuses depends on the \
+                 offset store, which could not be read (Kafka failed above)",
+                pg.slot
+            ),
+        });
+    };
+    let plan = startup::slot_plan(config.snapshot.mode, stored.as_ref(), slot, pg, false);
+    let plan = match plan {
+        Ok(plan) => plan,
+        Err(e) => return fail(e.problem(), e.fix()),
+    };
+    match plan {
+        SlotPlan::Resume => {
+            let (Some(slot), Some((system_id, timeline))) = (slot, system) else {
+                return Outcome::Warn(format!(
+                    "{} exists; not compared with the offset store (the replication connection \
+                     failed above)",
+                    pg.slot
+                ));
+            };
+            let server = offsets::Server {
+                system_id,
+                timeline: *timeline,
+                left_stored_timeline_at: None,
+            };
+            outcome(
+                startup::start_position(stored.as_ref(), slot, &server, &pg.slot, false),
+                |start| {
+                    let active = slot
+                        .active_pid
+                        .map(|p| format!(", in use by PID {p}"))
+                        .unwrap_or_default();
+                    Outcome::Ok(format!(
+                        "{} at {}, wal_status {}{active}",
+                        pg.slot,
+                        start.from,
+                        slot.wal_status.as_deref().unwrap_or("?")
+                    ))
+                },
+            )
+        }
+        SlotPlan::CreateAndStream => Outcome::Ok(format!(
+            "{} does not exist yet; run will create it and stream from its creation, without a \
+             snapshot ([snapshot] mode = \"no_data\")",
+            pg.slot
+        )),
+        SlotPlan::NothingToDo { why } => {
+            Outcome::Ok(format!("run will stop at once, leaving {}: {why}", pg.slot))
+        }
+        SlotPlan::Snapshot { drop_first, why } => {
+            for (outbox, table) in tables {
+                if let Err(e) = startup::snapshot_order(client, outbox, table).await {
+                    return fail(e.problem(), e.fix());
+                }
+            }
+            let then = if config.snapshot.mode == Some(SnapshotMode::InitialOnly) {
+                "then stop (initial_only)"
+            } else {
+                "then stream from its consistent point"
+            };
+            let what = format!(
+                "an exported snapshot and snapshot {} ({}), {then}: {why}",
+                plural(config.outbox.len(), "table"),
+                estimate(client, tables.iter().map(|(_, t)| *t)).await
+            );
+            if drop_first {
+                // Re-sends what the first snapshot published: worth a look.
+                Outcome::Warn(format!(
+                    "{} exists; run will drop it and create it again with {what}",
+                    pg.slot
+                ))
+            } else {
+                Outcome::Ok(format!(
+                    "{} does not exist yet; run will create it with {what}",
+                    pg.slot
+                ))
+            }
+        }
+    }
+}
+
+/// `~M rows estimated from pg_class.reltuples: public.outbox ~M, …`.
+async fn estimate<'a>(
+    client: &tokio_postgres::Client,
+    tables: impl Iterator<Item = &'a catalog::CapturedTable>,
+) -> String {
+    let mut total = 0u64;
+    let mut parts = Vec::new();
+    let mut unknown = false;
+    for table in tables {
+        match startup::estimate_rows(client, table).await {
+            Ok(e) => {
+                total = total.saturating_add(e.rows);
+                unknown |= e.unknown > 0;
+                parts.push(format!("{}.{} {}", table.schema, table.name, e.describe()));
+            }
+            Err(e) => return format!("no row estimate: {}", e.problem()),
+        }
+    }
+    let total = if unknown {
+        format!("~{}+ rows", startup::thousands(total))
+    } else {
+        format!("~{} rows", startup::thousands(total))
+    };
+    format!(
+        "{total} estimated from pg_class.reltuples: {}",
+        parts.join(", ")
+    )
+}
+
+fn plural(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
 }
 
 /// Kafka reachability and the stored offset. Returns `Some(stored)` when the

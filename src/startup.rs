@@ -617,6 +617,156 @@ pub fn slot_plan(
     }
 }
 
+/// The snapshot can read `table` in an order: the `snapshot_order_by`
+/// columns of its `[[outbox]]` section are columns the snapshot publishes
+/// (not generated), or, when none are set, the table has a primary key.
+/// Checked before `run` stores the running marker and creates the slot, so
+/// a table the snapshot cannot order refuses the start instead of failing
+/// the snapshot it began.
+pub async fn snapshot_order(
+    client: &Client,
+    outbox: &OutboxConfig,
+    table: &CapturedTable,
+) -> Result<(), CheckError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, a.attgenerated <> '', \
+                    EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid \
+                            AND i.indisprimary AND a.attnum = ANY (i.indkey::int2[])) \
+             FROM pg_attribute a \
+             WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped \
+             ORDER BY a.attnum",
+            &[&table.oid],
+        )
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "reading the table's columns and primary key",
+            source,
+        })?;
+    let columns: Vec<(String, bool, bool)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let shown = format!("{}.{}", table.schema, table.name);
+    if outbox.snapshot_order_by.is_empty() {
+        if !columns.iter().any(|(_, _, in_pk)| *in_pk) {
+            return Err(CheckError::setup(
+                format!(
+                    "outbox table {shown} has no primary key, so the initial snapshot has no order \
+                     to read it in"
+                ),
+                "add a primary key, or set snapshot_order_by in its [[outbox]] section (the \
+                 order of one aggregate's snapshot events), or set [snapshot] mode = \"no_data\"",
+            ));
+        }
+        return Ok(());
+    }
+    for column in &outbox.snapshot_order_by {
+        let usable = columns
+            .iter()
+            .any(|(name, generated, _)| name == column && !generated);
+        if !usable {
+            let published: Vec<&str> = columns
+                .iter()
+                .filter(|(_, generated, _)| !generated)
+                .map(|(name, _, _)| name.as_str())
+                .collect();
+            return Err(CheckError::setup(
+                format!(
+                    "snapshot_order_by column {column:?} is not a column of outbox table {shown} \
+                     (or is generated)"
+                ),
+                format!(
+                    "fix snapshot_order_by of its [[outbox]] section; the table's columns are: {}",
+                    published.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The planner's idea of how many rows a table holds, from
+/// `pg_class.reltuples`: of the table itself, or of the leaf partitions of a
+/// partitioned table (a partitioned parent's own `reltuples`, set by
+/// `ANALYZE`, repeats its leaves' total, so it is never added). For `check`
+/// only: it says how large the snapshot `run` would take is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowEstimate {
+    /// Sum over the relations whose `reltuples` is known.
+    pub rows: u64,
+    /// Relations never vacuumed or analyzed (`reltuples = -1`): not counted.
+    pub unknown: u64,
+    /// Relations looked at (1, or the number of leaf partitions).
+    pub relations: u64,
+}
+
+impl RowEstimate {
+    /// `~1,234`, `unknown (never analyzed)`, or `~1,234+ (…)` when some
+    /// partitions were never analyzed.
+    pub fn describe(&self) -> String {
+        if self.relations > 0 && self.unknown == self.relations {
+            "unknown (never vacuumed or analyzed)".into()
+        } else if self.unknown > 0 {
+            format!(
+                "~{}+ ({} of {} partitions never vacuumed or analyzed)",
+                thousands(self.rows),
+                self.unknown,
+                self.relations
+            )
+        } else {
+            format!("~{}", thousands(self.rows))
+        }
+    }
+}
+
+/// `1234567` as `1,234,567`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// [`RowEstimate`] of `table` (see there).
+pub async fn estimate_rows(
+    client: &Client,
+    table: &CapturedTable,
+) -> Result<RowEstimate, CheckError> {
+    let row = client
+        .query_one(
+            "SELECT coalesce(sum(c.reltuples) FILTER (WHERE c.reltuples >= 0), 0)::float8, \
+                    count(*) FILTER (WHERE c.reltuples < 0), count(*) \
+             FROM pg_class c \
+             WHERE (c.oid = $1::oid AND c.relkind <> 'p') \
+                OR c.oid IN (SELECT t.relid FROM pg_partition_tree($1::oid::regclass) t \
+                             WHERE t.isleaf)",
+            &[&table.oid],
+        )
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "reading pg_class.reltuples",
+            source,
+        })?;
+    let rows: f64 = row.get(0);
+    let unknown: i64 = row.get(1);
+    let relations: i64 = row.get(2);
+    Ok(RowEstimate {
+        rows: if rows.is_finite() && rows > 0.0 {
+            rows.round() as u64
+        } else {
+            0
+        },
+        unknown: u64::try_from(unknown).unwrap_or(0),
+        relations: u64::try_from(relations).unwrap_or(0),
+    })
+}
+
 /// The slot is a logical pgoutput slot of this database.
 pub fn slot_shape(slot: &SlotState, name: &str, database: &str) -> Result<(), CheckError> {
     if slot.slot_type != "logical" || slot.plugin.as_deref() != Some("pgoutput") {
@@ -912,6 +1062,35 @@ mod tests {
             "{}",
             e.problem()
         );
+    }
+
+    #[test]
+    fn thousands_are_grouped() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000), "1,000");
+        assert_eq!(thousands(123_456), "123,456");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(u64::MAX), "18,446,744,073,709,551,615");
+    }
+
+    #[test]
+    fn row_estimates_say_when_they_are_unknown_or_partial() {
+        let e = |rows, unknown, relations| {
+            RowEstimate {
+                rows,
+                unknown,
+                relations,
+            }
+            .describe()
+        };
+        assert_eq!(e(123_456, 0, 1), "~123,456");
+        assert_eq!(e(0, 1, 1), "unknown (never vacuumed or analyzed)");
+        assert_eq!(
+            e(500, 1, 3),
+            "~500+ (1 of 3 partitions never vacuumed or analyzed)"
+        );
+        assert_eq!(e(0, 0, 0), "~0");
     }
 
     #[test]

@@ -159,7 +159,8 @@ async fn a_partitioned_outbox_needs_publish_via_partition_root() {
         &db,
         "CREATE TABLE outbox (
             id uuid NOT NULL, aggregatetype text NOT NULL, aggregateid text,
-            type text NOT NULL, payload jsonb) PARTITION BY LIST (aggregatetype);
+            type text NOT NULL, payload jsonb,
+            PRIMARY KEY (id, aggregatetype)) PARTITION BY LIST (aggregatetype);
          CREATE TABLE outbox_rest PARTITION OF outbox DEFAULT;
          ALTER TABLE outbox OWNER TO walrelay;
          ALTER TABLE outbox_rest OWNER TO walrelay;",
@@ -497,4 +498,211 @@ async fn check_says_kafka_refused_the_connection() {
         kafka.contains("no broker accepted a connection") && kafka.contains("Connection refused"),
         "{report}"
     );
+}
+
+/// The "replication slot" line of `check`.
+fn slot_line(report: &str) -> &str {
+    report
+        .lines()
+        .find(|l| l.contains("  replication slot: "))
+        .unwrap_or_else(|| panic!("no replication slot line:\n{report}"))
+}
+
+/// A new connector (no slot, no stored offset) with rows already in its
+/// outbox: `check` says `run` will take a snapshot and how large it is (the
+/// planner's estimate, unknown until the table is analyzed), from the same
+/// decision `run` takes; `run` then does what `check` said, and afterwards
+/// `check` says what the next `run` would do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_prints_the_snapshot_plan_for_a_new_connector_with_existing_rows() {
+    require_kafka();
+    let db = TestDb::new("snapplan").await;
+    db.create_outbox("outbox").await;
+    sql(
+        &db,
+        "ALTER TABLE outbox SET (autovacuum_enabled = false);
+         INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+         SELECT gen_random_uuid(), 'order', 'a' || g % 7, 'Created', '{}'
+         FROM generate_series(1, 1234) g",
+    )
+    .await;
+    let names = Names::new("snapplan");
+    let unset = write_config(&relay_config(&db, &names, "", ""));
+    let initial_only = write_config(&relay_config(
+        &db,
+        &names,
+        "",
+        "[snapshot]\nmode = \"initial_only\"",
+    ));
+
+    let (code, report) = check(&unset);
+    assert_eq!(code, Some(0), "{report}");
+    let line = slot_line(&report);
+    assert!(
+        line.starts_with("ok    replication slot: ")
+            && line.contains(&format!(
+                "{} does not exist yet; run will create it with an exported snapshot and snapshot 1 table",
+                names.slot
+            ))
+            && line.contains("public.outbox unknown (never vacuumed or analyzed)")
+            && line.contains("then stream from its consistent point")
+            && line.contains("a new connector"),
+        "{report}"
+    );
+
+    sql(&db, "ANALYZE outbox").await;
+    let (code, report) = check(&initial_only);
+    assert_eq!(code, Some(0), "{report}");
+    let line = slot_line(&report);
+    assert!(
+        line.contains(
+            "snapshot 1 table (~1,234 rows estimated from pg_class.reltuples: public.outbox ~1,234), then stop (initial_only)"
+        ),
+        "{report}"
+    );
+    assert!(
+        db.confirmed_flush(&names.slot).await.is_none(),
+        "check must not create the slot"
+    );
+
+    // run does what check said: the snapshot, then exit 0.
+    let mut run = RelayProcess::start_with(&initial_only, &[]);
+    run.expect_exit(0, START);
+    let topic = names.topic("order");
+    let snapshot = consume_to_end(&[topic.as_str()])
+        .iter()
+        .filter(|r| r.header_str("walrelay.snapshot").as_deref() == Some("true"))
+        .count();
+    assert_eq!(snapshot, 1234);
+
+    // And now: initial_only has nothing left to do; the unset mode streams
+    // from the slot the snapshot left.
+    let (code, report) = check(&initial_only);
+    assert_eq!(code, Some(0), "{report}");
+    assert!(
+        slot_line(&report).starts_with("ok    replication slot: run will stop at once")
+            && slot_line(&report).contains("initial_only has nothing to do"),
+        "{report}"
+    );
+    let (code, report) = check(&unset);
+    assert_eq!(code, Some(0), "{report}");
+    assert!(
+        slot_line(&report).starts_with(&format!("ok    replication slot: {} at ", names.slot)),
+        "{report}"
+    );
+}
+
+/// An explicit `mode = "initial"` cannot be honoured with a slot walrelay
+/// did not create (no exported snapshot to align with): `check` fails, and
+/// `run` refuses, in the same words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_and_run_refuse_an_explicit_initial_snapshot_with_an_existing_slot_alike() {
+    require_kafka();
+    let db = TestDb::new("snapslot").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("snapslot");
+    sql(
+        &db,
+        &format!("CREATE PUBLICATION {} FOR TABLE outbox", names.publication),
+    )
+    .await;
+    sql(
+        &db,
+        &format!(
+            "SELECT pg_create_logical_replication_slot('{}', 'pgoutput')",
+            names.slot
+        ),
+    )
+    .await;
+    let path = write_config(&relay_config(
+        &db,
+        &names,
+        "",
+        "[snapshot]\nmode = \"initial\"",
+    ));
+    check_and_run_refuse(&path, "asks for a snapshot, but replication slot").await;
+}
+
+/// A partitioned outbox: the estimate is the sum over its leaf partitions
+/// (an analyzed partitioned parent's own reltuples repeats that total and
+/// is not added to it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_estimates_a_partitioned_outbox_over_its_leaves() {
+    require_kafka();
+    let db = TestDb::new("snappart").await;
+    sql(
+        &db,
+        "CREATE TABLE outbox (
+            id uuid NOT NULL,
+            aggregatetype text NOT NULL,
+            aggregateid text,
+            type text NOT NULL,
+            payload jsonb,
+            PRIMARY KEY (id, aggregatetype)) PARTITION BY LIST (aggregatetype);
+         CREATE TABLE outbox_order PARTITION OF outbox FOR VALUES IN ('order');
+         CREATE TABLE outbox_other PARTITION OF outbox DEFAULT PARTITION BY LIST (aggregatetype);
+         CREATE TABLE outbox_invoice PARTITION OF outbox_other FOR VALUES IN ('invoice');
+         CREATE TABLE outbox_rest PARTITION OF outbox_other DEFAULT;
+         ALTER TABLE outbox OWNER TO walrelay;
+         INSERT INTO outbox SELECT gen_random_uuid(), CASE WHEN g % 3 = 0 THEN 'invoice' ELSE 'order' END,
+                'a' || g, 'Created', '{}'
+         FROM generate_series(1, 300) g;
+         ANALYZE outbox;",
+    )
+    .await;
+    let names = Names::new("snappart");
+    let path = write_config(&relay_config(&db, &names, "", ""));
+    let (code, report) = check(&path);
+    assert_eq!(code, Some(0), "{report}");
+    assert!(
+        slot_line(&report)
+            .contains("(~300 rows estimated from pg_class.reltuples: public.outbox ~300)"),
+        "{report}"
+    );
+}
+
+/// A new connector snapshots its outbox tables, which needs an order to
+/// read each in: a table without a primary key and without
+/// `snapshot_order_by`, or an order column the table lacks, is refused by
+/// `check` and `run` alike, before `run` creates the slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_and_run_refuse_a_snapshot_without_an_order_alike() {
+    require_kafka();
+    let db = TestDb::new("snapnopk").await;
+    sql(
+        &db,
+        "CREATE TABLE outbox (
+            id uuid NOT NULL, aggregatetype text NOT NULL, aggregateid text,
+            type text NOT NULL, payload jsonb,
+            seq bigint GENERATED ALWAYS AS IDENTITY,
+            twice bigint GENERATED ALWAYS AS (seq * 2) STORED);
+         ALTER TABLE outbox OWNER TO walrelay;",
+    )
+    .await;
+    let names = Names::new("snapnopk");
+    let path = write_config(&relay_config(&db, &names, "", ""));
+    check_and_run_refuse(&path, "public.outbox has no primary key").await;
+    let path = write_config(&relay_config(
+        &db,
+        &names,
+        "snapshot_order_by = [\"twice\"]",
+        "",
+    ));
+    check_and_run_refuse(&path, "snapshot_order_by column \"twice\"").await;
+    assert!(
+        db.confirmed_flush(&names.slot).await.is_none(),
+        "run must refuse before it creates the slot"
+    );
+    // An order the snapshot can read: both go ahead.
+    let path = write_config(&relay_config(
+        &db,
+        &names,
+        "snapshot_order_by = [\"seq\"]",
+        "",
+    ));
+    let (code, report) = check(&path);
+    assert_eq!(code, Some(0), "{report}");
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    relay.wait_log("snapshot completed", START).await;
+    assert!(relay.stop().success());
 }

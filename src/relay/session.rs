@@ -243,6 +243,9 @@ impl Session {
                 return Ok(None);
             }
             SlotPlan::Snapshot { drop_first, why } => {
+                for (outbox, table) in &routes {
+                    startup::snapshot_order(&catalog, outbox, table).await?;
+                }
                 tracing::info!(slot = %pg.slot, "taking the initial snapshot: {why}");
                 // Stored before the slot exists: whatever happens next, the
                 // next start knows a snapshot was under way.
