@@ -335,9 +335,8 @@ impl SnapshotReader {
             .client
             .query_one(
                 "SELECT sum(c.reltuples) FILTER (WHERE c.reltuples > 0)::float8 FROM pg_class c \
-                 WHERE c.oid = $1::oid OR c.oid IN \
-                   (SELECT t.relid FROM pg_partition_tree($1::oid::regclass) t \
-                    WHERE t.isleaf AND t.relid <> $1::oid::regclass)",
+                 WHERE c.oid IN (SELECT t.relid FROM pg_partition_tree($1::oid::regclass) t \
+                                 WHERE t.isleaf)",
                 &[&relation.oid],
             )
             .await
