@@ -387,9 +387,14 @@ async fn a_snapshot_killed_three_times_is_taken_again_and_loses_nothing() {
         }
         let before = records_in(&topics);
         if round == 0 {
-            let delay = Duration::from_millis(rng.random_range(500..=3_000));
+            // A random delay, cut short once half the rows are in Kafka so a
+            // fast machine still kills mid-snapshot.
+            let delay = Duration::from_millis(rng.random_range(500..=5_000));
             eprintln!("round {round}: kill {delay:?} after the slot was created");
-            tokio::time::sleep(delay).await;
+            let until = Instant::now() + delay;
+            while Instant::now() < until && records_in(&topics) - before < ROWS as i64 / 2 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         } else {
             let n = rng.random_range(1..=(ROWS as i64 / 2));
             eprintln!("round {round}: kill after {n} more records are in Kafka");
