@@ -277,32 +277,44 @@ async fn wait_log_since(relay: &mut RelayProcess, from: usize, needle: &str, tim
 }
 
 /// Records currently in `topics` (sum of high minus low watermarks); a topic
-/// that does not exist yet holds none.
+/// that does not exist yet holds none. Retries while a partition that is
+/// being created does not answer yet.
 fn records_in(topics: &[String]) -> i64 {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", kafka_brokers())
         .set("allow.auto.create.topics", "false")
         .create()
         .expect("consumer");
-    let mut total = 0;
-    for topic in topics {
-        let Ok(md) = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)) else {
-            continue;
-        };
-        for t in md
-            .topics()
-            .iter()
-            .filter(|t| t.name() == topic && t.error().is_none())
-        {
-            for p in t.partitions() {
-                let (low, high) = consumer
-                    .fetch_watermarks(topic, p.id(), Duration::from_secs(10))
-                    .expect("watermarks");
-                total += high - low;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    'retry: loop {
+        let mut total = 0;
+        for topic in topics {
+            let Ok(md) = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)) else {
+                continue;
+            };
+            for t in md
+                .topics()
+                .iter()
+                .filter(|t| t.name() == topic && t.error().is_none())
+            {
+                for p in t.partitions() {
+                    match consumer.fetch_watermarks(topic, p.id(), Duration::from_secs(10)) {
+                        Ok((low, high)) => total += high - low,
+                        Err(e) => {
+                            assert!(
+                                Instant::now() < deadline,
+                                "watermarks of {topic} [{}]: {e}",
+                                p.id()
+                            );
+                            std::thread::sleep(Duration::from_millis(100));
+                            continue 'retry;
+                        }
+                    }
+                }
             }
         }
+        return total;
     }
-    total
 }
 
 /// Inserts `n` rows with a 64-byte pad in one statement (no `seq` needed).
