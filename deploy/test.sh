@@ -57,10 +57,13 @@ for m in $EXTRA_MAJORS; do
   log "PostgreSQL $m"
   eval "$(PG_MAJOR=$m deploy/dev/postgres.sh up)"
   export WALRELAY_PG_MAJOR WALRELAY_PG_PORT WALRELAY_PG_SOCKET_DIR
-  cargo test --locked --test services --test relay_matrix --test wire
-  # Snapshot, then stream (14 exports the snapshot with other syntax); the
-  # 1,000,000-row memory test measures walrelay alone and runs on 18 only.
-  cargo test --locked --test snapshot -- --skip a_million_row_snapshot
+  cargo test --locked --test services --test relay_matrix --test wire --test snapshot_reader
+  # Snapshot, then stream end to end on 14 too (it exports the snapshot with
+  # other syntax); the 1,000,000-row memory test measures walrelay alone and
+  # runs on 18 only. 15-17 share 18's syntax (snapshot_reader covers them).
+  if [[ $m == 14 ]]; then
+    cargo test --locked --test snapshot -- --skip a_million_row_snapshot
+  fi
   PG_MAJOR=$m deploy/dev/postgres.sh down >/dev/null
 done
 log "all tests passed"
