@@ -926,11 +926,6 @@ SNAPSHOT_MODE_W = "initial_only"  # walrelay: snapshot the outbox tables, publis
 SNAPSHOT_K = 10                   # fill transaction size (any K leaves the same rows behind)
 
 
-class NotSupported(BenchError):
-    """The walrelay binary does not have the feature at all (its config schema has no
-    [snapshot] section): "not yet", even with --require-walrelay."""
-
-
 def snapshot_contenders(ctx):
     # The ceiling of this pass is C (COPY); --contenders R selects it, as it selects R above.
     return [{"R": "C"}.get(c, c) for c in ctx.contenders]
@@ -1093,9 +1088,6 @@ def run_snapshot_w(ctx, run, n):
     wall = now - t0
     if p.returncode != 0:
         tail = log_tail(plog, lines=3)
-        if p.returncode == 2 and "unknown field `snapshot`" in Path(plog).read_text(errors="replace"):
-            raise NotSupported(f"this walrelay has no [snapshot] section: its configuration refuses it "
-                               f"(exit 2, unknown field `snapshot`; log: {rel(plog)})")
         raise BenchError(f"walrelay exited with code {p.returncode} after {wall:.1f}s: {tail} "
                          f"(log: {rel(plog)})")
     end = end_offsets(ctx.parts)
@@ -1126,10 +1118,6 @@ def snapshot(ctx):
                 continue
             try:
                 r = {"C": run_snapshot_c, "D": run_snapshot_d, "W": run_snapshot_w}[c](ctx, run, n)
-            except NotSupported as e:
-                log(f"  W: not yet: {e}")
-                ctx.ws_reason = str(e)
-                r = snap_result("W", run, n, status=f"not yet ({e})")
             except BenchError as e:
                 if c != "W" or ctx.args.require_walrelay:
                     raise
