@@ -10,8 +10,11 @@
 //!   acknowledged offsets). So in normal operation the slot is never ahead of
 //!   the stored offset.
 //! - At start, [`compare`] classifies the slot against the stored offset:
-//!   slot behind or equal, on the same cluster, slot and timeline, is normal
-//!   (the gap is re-sent); slot ahead, slot lost, a different cluster, slot
+//!   slot behind or equal, on the same cluster, slot and timeline, is normal,
+//!   and streaming resumes at the stored offset (below it everything is in
+//!   Kafka; the walsender skips what committed before it, so a slot that
+//!   forgot its progress in a PostgreSQL restart re-sends nothing); slot
+//!   ahead, slot lost, a different cluster, slot
 //!   or timeline is an error with a recovery hint — never a silent jump over
 //!   events that were never published, nor a silent re-use of LSNs.
 //! - The topic stays small: a connector writes about one offset a second, so
@@ -209,8 +212,8 @@ pub struct Server<'a> {
 /// How the slot relates to the stored offset at start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StartDecision {
-    /// Resume from the slot; events between the slot and the stored offset
-    /// (if any) are re-sent.
+    /// Resume streaming at `from`: the stored offset, or the slot's position
+    /// when nothing is stored.
     Resume { from: Lsn },
     /// Refuse to start, with the reason and what to do.
     Refuse { reason: String, hint: String },
@@ -233,7 +236,15 @@ pub enum StartDecision {
 ///    synced slot is behind the stored offset), and the slot is compared as
 ///    usual;
 /// 6. a slot ahead of the stored LSN is refused (recreated or advanced);
-/// 7. otherwise resume from the slot.
+/// 7. otherwise resume at the stored LSN. Everything below it is in Kafka,
+///    and `START_REPLICATION` at a position past the slot's makes the
+///    walsender skip transactions that committed before it (it starts at
+///    "the given location or the slot's confirmed_flush_lsn, whichever is
+///    greater"). A slot behind the stored offset is normal after a
+///    PostgreSQL restart: a logical slot's confirmed position reaches disk
+///    only when the slot is saved for other reasons (16 and older: not even
+///    at a clean shutdown), so resuming from the slot would re-send
+///    thousands of events.
 pub fn compare(
     stored: Option<&StoredOffset>,
     slot: &SlotPosition,
@@ -317,9 +328,7 @@ pub fn compare(
             ),
         };
     }
-    StartDecision::Resume {
-        from: slot.confirmed_flush,
-    }
+    StartDecision::Resume { from: stored_lsn }
 }
 
 /// A deadline that moves while there is progress: expired only after
@@ -693,12 +702,14 @@ mod tests {
         );
     }
 
+    /// A slot behind the stored offset (PostgreSQL forgot its progress)
+    /// resumes at the stored offset: nothing below it is sent again.
     #[test]
-    fn slot_behind_or_equal_resumes() {
+    fn slot_behind_or_equal_resumes_at_the_stored_offset() {
         let s = stored("0/A");
         assert_eq!(
             compare(Some(&s), &slot(5, "reserved"), &SERVER, "s"),
-            StartDecision::Resume { from: Lsn(5) }
+            StartDecision::Resume { from: Lsn(10) }
         );
         assert_eq!(
             compare(Some(&s), &slot(10, "reserved"), &SERVER, "s"),
@@ -834,7 +845,7 @@ mod tests {
         let s = stored("0/A");
         assert_eq!(
             compare(Some(&s), &slot(5, "reserved"), &server, "s"),
-            StartDecision::Resume { from: Lsn(5) }
+            StartDecision::Resume { from: Lsn(10) }
         );
         assert_eq!(
             compare(Some(&s), &slot(10, "reserved"), &server, "s"),

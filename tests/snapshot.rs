@@ -189,9 +189,10 @@ async fn verify_handover(db: &TestDb, names: &Names, got: &[Consumed]) -> (usize
     (snapshot, streamed)
 }
 
-/// 200,000 existing rows, then 8 writers inserting while the snapshot runs:
-/// every row arrives, none is missing at the handover, and per aggregate the
-/// snapshot's records come before the streamed ones.
+/// 200,000 existing rows read by three readers, then 8 writers inserting
+/// while the snapshot runs: every row arrives, none is missing at the
+/// handover, per aggregate the snapshot's records come before the streamed
+/// ones and follow `snapshot_order_by`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn existing_rows_are_published_before_the_changes_that_follow() {
     require_kafka();
@@ -199,7 +200,9 @@ async fn existing_rows_are_published_before_the_changes_that_follow() {
     create_outbox(&db).await;
     prefill(&db, 200_000, 500).await;
     let names = Names::new("snap_handover");
-    let mut relay = RelayProcess::start(&config(&db, &names, ""), &[]);
+    // Three readers split the table by aggregate: per-aggregate order must
+    // hold across them.
+    let mut relay = RelayProcess::start(&config(&db, &names, "parallelism = 3"), &[]);
     relay
         .wait_log("created replication slot with an exported snapshot", START)
         .await;
