@@ -335,8 +335,9 @@ impl SnapshotReader {
             .client
             .query_one(
                 "SELECT sum(c.reltuples) FILTER (WHERE c.reltuples > 0)::float8 FROM pg_class c \
-                 WHERE c.oid IN (SELECT t.relid FROM pg_partition_tree($1::oid::regclass) t \
-                                 WHERE t.isleaf)",
+                 WHERE (c.oid = $1::oid AND c.relkind <> 'p') OR c.oid IN \
+                   (SELECT t.relid FROM pg_partition_tree($1::oid::regclass) t \
+                    WHERE t.isleaf AND t.relid <> $1::oid::regclass)",
                 &[&relation.oid],
             )
             .await
