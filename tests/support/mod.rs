@@ -794,6 +794,31 @@ fn describe_missing(
         .join("\n")
 }
 
+/// A partition's watermarks, asked again while the partition has no leader
+/// yet (a topic created a moment ago answers NotLeaderForPartition or
+/// LeaderNotAvailable until its leader is elected), for at most 30 s.
+fn watermarks(consumer: &BaseConsumer, topic: &str, partition: i32) -> (i64, i64) {
+    use rdkafka::error::RDKafkaErrorCode::{
+        LeaderNotAvailable, NotLeaderForPartition, UnknownTopicOrPartition,
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match consumer.fetch_watermarks(topic, partition, Duration::from_secs(10)) {
+            Ok(w) => return w,
+            Err(e)
+                if Instant::now() < deadline
+                    && matches!(
+                        e.rdkafka_error_code(),
+                        Some(NotLeaderForPartition | LeaderNotAvailable | UnknownTopicOrPartition)
+                    ) =>
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => kafka_unreachable(&e),
+        }
+    }
+}
+
 /// Reads every record currently in `topics` (up to each partition's high
 /// watermark at the time of the call). Deterministic, unlike a subscription.
 /// Topics that do not exist yet contribute nothing.
@@ -818,9 +843,7 @@ pub fn consume_to_end(topics: &[&str]) -> Vec<Consumed> {
             .filter(|t| t.name() == *topic && t.error().is_none())
         {
             for p in t.partitions() {
-                let (low, high) = consumer
-                    .fetch_watermarks(topic, p.id(), Duration::from_secs(10))
-                    .unwrap_or_else(|e| kafka_unreachable(&e));
+                let (low, high) = watermarks(&consumer, topic, p.id());
                 if high > low {
                     tpl.add_partition_offset(topic, p.id(), Offset::Offset(low))
                         .expect("assign");
