@@ -32,8 +32,8 @@ pub const MAX_SECRET_FILE_BYTES: u64 = 64 << 10;
 /// Whether `${file:...}` may be used in the key being interpolated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Files {
-    /// A key that holds a secret (`postgres.password`, secret librdkafka
-    /// properties): files are read.
+    /// A key that holds a secret (`postgres.password`, `postgres.sslpassword`,
+    /// secret librdkafka properties): files are read.
     Allowed,
     /// Any other key: `${file:...}` is refused.
     Refused,
@@ -106,7 +106,8 @@ impl InterpolateError {
             }
             InterpolateError::FileNotAllowed => {
                 "\"${file:...}\" is allowed only in keys that hold secrets \
-                 (postgres.password, secret [kafka.librdkafka] properties such as sasl.password); use ${NAME} \
+                 (postgres.password, postgres.sslpassword, secret [kafka.librdkafka] properties \
+                 such as sasl.password); use ${NAME} \
                  (an environment variable) here"
                     .to_owned()
             }
@@ -120,10 +121,9 @@ impl InterpolateError {
                  readable by walrelay's user) or fix the path",
                 quote_path(path)
             ),
-            InterpolateError::FileNotUnicode { path } => format!(
-                "secret file {} is not valid UTF-8 text",
-                quote_path(path)
-            ),
+            InterpolateError::FileNotUnicode { path } => {
+                format!("secret file {} is not valid UTF-8 text", quote_path(path))
+            }
             InterpolateError::FileEmpty { path } => format!(
                 "secret file {} is empty; a secret cannot be empty (check what is mounted there)",
                 quote_path(path)

@@ -12,7 +12,7 @@
 //!   `enable.idempotence=true`, `partitioner=murmur2_random`) cannot be
 //!   weakened through `[kafka.librdkafka]`: validation rejects such properties
 //!   and [`KafkaConfig::producer_properties`] never emits them.
-//! - Secrets (`postgres.password`, librdkafka properties such as
+//! - Secrets (`postgres.password`, `postgres.sslpassword`, librdkafka properties such as
 //!   `sasl.password`) never appear in `Debug` output or error messages.
 //!   librdkafka property names must be spelt as librdkafka spells them
 //!   (lower-case, no spaces), so a misspelt secret is refused by name before
@@ -28,8 +28,8 @@
 //! `postgres.database`, `kafka.brokers` and `[kafka.librdkafka]` values is
 //! replaced by environment variable `NAME`; `$${` stands for a literal `${`.
 //! `${file:/absolute/path}` is replaced by a file's content (one trailing
-//! newline removed) in the keys that hold secrets only: `postgres.password`
-//! and the secret librdkafka properties ([`is_secret_property`]).
+//! newline removed) in the keys that hold secrets only: `postgres.password`,
+//! `postgres.sslpassword` and the secret librdkafka properties ([`is_secret_property`]).
 //! Interpolation runs after parsing, so errors keep their line numbers.
 
 mod error;
@@ -205,6 +205,12 @@ impl Config {
             substitute(key, value, false, env, &mut problems);
         }
         substitute_secret("postgres.password", &mut pg.password, env, &mut problems);
+        substitute_secret(
+            "postgres.sslpassword",
+            &mut pg.sslpassword,
+            env,
+            &mut problems,
+        );
         for (key, value) in &mut self.kafka.librdkafka {
             let path = error::join_key("kafka.librdkafka", key);
             substitute(&path, value, is_secret_property(key), env, &mut problems);

@@ -1698,3 +1698,67 @@ fn a_secret_file_that_cannot_be_used_is_named_with_its_key_never_its_content() {
         "says why: {missing_error}"
     );
 }
+
+#[test]
+fn client_certificate_keys_come_together_over_tls() {
+    let dir = secret_dir("clientcert");
+    let cert = dir.join("client.pem");
+    let key = dir.join("client.key");
+    std::fs::write(&cert, "PEM").unwrap();
+    std::fs::write(&key, "PEM").unwrap();
+    let password = dir.join("key_password");
+    std::fs::write(&password, "key-s3cret-Vb2\n").unwrap();
+    let (cert, key, password) = (cert.display(), key.display(), password.display());
+    let config = load(&with_postgres(&format!(
+        "sslmode = \"verify-full\"\nsslcert = \"{cert}\"\nsslkey = \"{key}\"\n\
+         sslpassword = \"${{file:{password}}}\""
+    )))
+    .unwrap();
+    assert_eq!(
+        config
+            .postgres
+            .sslpassword
+            .as_ref()
+            .unwrap()
+            .expose_secret(),
+        "key-s3cret-Vb2"
+    );
+    let debug = format!("{config:?}");
+    assert!(!debug.contains("key-s3cret-Vb2"), "{debug}");
+    for (keys, key_path, fix) in [
+        (
+            format!("sslmode = \"require\"\nsslcert = \"{cert}\""),
+            "postgres.sslkey",
+            "is required with postgres.sslcert",
+        ),
+        (
+            format!("sslmode = \"require\"\nsslkey = \"{key}\""),
+            "postgres.sslcert",
+            "is required with postgres.sslkey",
+        ),
+        (
+            "sslpassword = \"x\"".to_owned(),
+            "postgres.sslpassword",
+            "no sslkey is set",
+        ),
+        (
+            format!("sslmode = \"disable\"\nsslcert = \"{cert}\"\nsslkey = \"{key}\""),
+            "postgres.sslcert",
+            "only sent over TLS",
+        ),
+        (
+            format!("sslcert = \"{cert}\"\nsslkey = \"/nonexistent/client.key\""),
+            "postgres.sslkey",
+            "cannot read /nonexistent/client.key",
+        ),
+        (
+            format!("sslcert = \"{}\"\nsslkey = \"{key}\"", dir.display()),
+            "postgres.sslcert",
+            "is not a file",
+        ),
+    ] {
+        let error = load_err(&with_postgres(&keys));
+        assert!(error.contains(&format!("{key_path}: ")), "{error}");
+        assert!(error.contains(fix), "{error}");
+    }
+}

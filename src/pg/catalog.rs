@@ -47,7 +47,13 @@ pub enum CatalogError {
 impl CatalogError {
     pub fn is_transient(&self) -> bool {
         match self {
-            CatalogError::Connect { .. } => true,
+            // Unreachable or refusing connections: retry. But a server that
+            // answered with a definite error (authentication failed, a
+            // certificate for another user, no such database) gives the same
+            // answer next time, exactly as on the replication connection.
+            CatalogError::Connect { source, .. } => source
+                .code()
+                .is_none_or(|code| crate::pg::wire::is_transient_sqlstate(code.code())),
             // A refused certificate, or a server that will not do TLS when
             // sslmode requires it, stays that way until someone acts.
             CatalogError::Tls { .. } => false,
@@ -124,7 +130,7 @@ pub async fn connect(params: &ConnectParams) -> Result<Client, CatalogError> {
         tls::connector(&params.tls).map_err(|e| CatalogError::Tls {
             address: params.address(),
             mode: params.tls.mode.as_str(),
-            reason: e.0,
+            reason: e.message,
         })?
     };
     let Some(connector) = connector else {
