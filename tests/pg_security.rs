@@ -291,3 +291,224 @@ async fn client_certificate_mistakes_are_config_errors_naming_the_key() {
         }
     }
 }
+
+/// A login role made for one test, dropped when the test ends (after its
+/// database: declare it first).
+struct TestRole {
+    name: String,
+}
+
+impl TestRole {
+    /// `CREATE ROLE <name> <attributes> PASSWORD '<name>'`.
+    async fn new(prefix: &str, attributes: &str) -> TestRole {
+        let name = unique(prefix);
+        pg_connect("postgres")
+            .await
+            .batch_execute(&format!(
+                "CREATE ROLE {name} {attributes} PASSWORD '{name}'"
+            ))
+            .await
+            .expect("create role");
+        TestRole { name }
+    }
+}
+
+impl Drop for TestRole {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("psql")
+            .args(["-X", "-q", "-h", "127.0.0.1", "-p", &pg_port().to_string()])
+            .args(["-U", "postgres", "-d", "postgres"])
+            .args(["-c", &format!("DROP ROLE IF EXISTS {}", self.name)])
+            .env("PGPASSWORD", "postgres")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// The grants of docs/security.md, and nothing else: a role with LOGIN and
+/// REPLICATION (no superuser, no pg_monitor, owns nothing), SELECT on the
+/// outbox table; the publication made by the table's owner. The relay takes
+/// the snapshot and streams, and `check` passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_least_privileged_role_runs_the_whole_relay() {
+    require_kafka();
+    let role = TestRole::new("walrelay_lp", "LOGIN REPLICATION").await;
+    let db = TestDb::new("pglp").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("pglp");
+    publish_and_grant(&db, &names, &role.name).await;
+    let config = as_user(
+        &relay_config(&db, &names, "", ""),
+        &role.name,
+        &format!("password = \"{}\"\ncreate_publication = false", role.name),
+    );
+    let path = std::env::temp_dir()
+        .join(unique("pglp"))
+        .join("walrelay.toml");
+    write_file(path.parent().unwrap(), "walrelay.toml", &config);
+    let (code, report) = check(&path);
+    assert_eq!(
+        code,
+        Some(0),
+        "check passes for the least-privileged role:\n{report}"
+    );
+    assert!(report.contains("may replicate"), "{report}");
+    let mut relay = snapshot_and_stream(&db, &names, &config).await;
+    assert!(relay.stop().success(), "{}", relay.log());
+}
+
+/// `check` fails and `run` exits 1 with the same words, naming `needle`.
+async fn check_and_run_refuse(config: &str, needle: &str) {
+    let path = std::env::temp_dir()
+        .join(unique("pglpmissing"))
+        .join("walrelay.toml");
+    write_file(path.parent().unwrap(), "walrelay.toml", config);
+    let (code, report) = check(&path);
+    assert_eq!(code, Some(1), "check must fail:\n{report}");
+    assert!(
+        report.lines().any(
+            |l| (l.starts_with("FAIL") || l.trim_start().starts_with("fix:")) && l.contains(needle)
+        ),
+        "check does not say {needle:?}:\n{report}"
+    );
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    let log = relay.expect_exit(1, START);
+    let error = log
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("walrelay: "))
+        .unwrap_or_else(|| panic!("run printed no error:\n{log}"));
+    assert!(
+        error.contains(needle),
+        "run does not say {needle:?}: {error}"
+    );
+}
+
+/// Each grant of docs/security.md, missing alone: `check` and `run` name it
+/// with the statement that adds it. The snapshot's SELECT and schema USAGE
+/// are needed only when a snapshot is planned (`no_data` streams without).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_names_each_missing_grant_with_the_statement_to_run() {
+    let no_replication = TestRole::new("walrelay_norepl", "LOGIN").await;
+    let no_select = TestRole::new("walrelay_nosel", "LOGIN REPLICATION").await;
+    let no_login = TestRole::new("walrelay_nologin", "REPLICATION").await;
+    let db = TestDb::new("pglpmissing").await;
+    db.create_outbox("outbox").await;
+    sql(
+        &db,
+        "CREATE SCHEMA app AUTHORIZATION walrelay; SET ROLE walrelay; \
+         CREATE TABLE app.outbox (LIKE public.outbox INCLUDING ALL); RESET ROLE;",
+    )
+    .await;
+    let config = |role: &TestRole, names: &Names, extra: &str| {
+        as_user(
+            &relay_config(&db, names, "", extra),
+            &role.name,
+            &format!("password = \"{}\"\ncreate_publication = false", role.name),
+        )
+    };
+
+    // REPLICATION
+    let names = Names::new("pglpmissing");
+    publish_and_grant(&db, &names, &no_replication.name).await;
+    check_and_run_refuse(
+        &config(&no_replication, &names, ""),
+        &format!("ALTER ROLE \"{}\" REPLICATION;", no_replication.name),
+    )
+    .await;
+
+    // LOGIN
+    check_and_run_refuse(
+        &config(&no_login, &names, ""),
+        &format!("ALTER ROLE \"{}\" LOGIN;", no_login.name),
+    )
+    .await;
+
+    // SELECT on the outbox table (the snapshot reads it) ...
+    let names = Names::new("pglpmissing");
+    sql(
+        &db,
+        &format!(
+            "SET ROLE walrelay; CREATE PUBLICATION {} FOR TABLE public.outbox; RESET ROLE;",
+            names.publication
+        ),
+    )
+    .await;
+    check_and_run_refuse(
+        &config(&no_select, &names, ""),
+        &format!(
+            "GRANT SELECT ON \"public\".\"outbox\" TO \"{}\";",
+            no_select.name
+        ),
+    )
+    .await;
+    // ... but not without a snapshot.
+    let config_no_data = config(&no_select, &names, "[snapshot]\nmode = \"no_data\"");
+    let path = std::env::temp_dir()
+        .join(unique("pglpnodata"))
+        .join("walrelay.toml");
+    write_file(path.parent().unwrap(), "walrelay.toml", &config_no_data);
+    let (code, report) = check(&path);
+    assert_eq!(code, Some(0), "no snapshot, no SELECT needed:\n{report}");
+
+    // USAGE on the outbox table's schema (and SELECT, both named).
+    let names = Names::new("pglpmissing");
+    sql(
+        &db,
+        &format!(
+            "SET ROLE walrelay; CREATE PUBLICATION {} FOR TABLE app.outbox; RESET ROLE;",
+            names.publication
+        ),
+    )
+    .await;
+    let in_app = config(&no_select, &names, "").replacen(
+        "table = \"public.outbox\"",
+        "table = \"app.outbox\"",
+        1,
+    );
+    check_and_run_refuse(
+        &in_app,
+        &format!(
+            "GRANT USAGE ON SCHEMA \"app\" TO \"{role}\"; \
+             GRANT SELECT ON \"app\".\"outbox\" TO \"{role}\";",
+            role = no_select.name
+        ),
+    )
+    .await;
+    sql(
+        &db,
+        &format!("GRANT SELECT ON app.outbox TO {}", no_select.name),
+    )
+    .await;
+    check_and_run_refuse(
+        &in_app,
+        &format!(
+            // Only the USAGE is left to grant.
+            "GRANT USAGE ON SCHEMA \"app\" TO \"{}\"; (or set [snapshot] mode",
+            no_select.name
+        ),
+    )
+    .await;
+
+    // CONNECT on the database (granted to PUBLIC by default; revoked here).
+    sql(
+        &db,
+        &format!(
+            "REVOKE CONNECT ON DATABASE {db} FROM PUBLIC; \
+             GRANT SELECT ON public.outbox TO {role}",
+            db = db.name,
+            role = no_select.name
+        ),
+    )
+    .await;
+    let names = Names::new("pglpmissing");
+    check_and_run_refuse(
+        &config(&no_select, &names, ""),
+        &format!(
+            "GRANT CONNECT ON DATABASE \"{}\" TO \"{}\";",
+            db.name, no_select.name
+        ),
+    )
+    .await;
+}

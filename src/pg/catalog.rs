@@ -24,10 +24,13 @@ use crate::pg::wire::ConnectParams;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
-    #[error("cannot connect to PostgreSQL at {address} for catalog queries: {}", describe(.source))]
+    #[error("cannot connect to PostgreSQL at {address} for catalog queries: {}{fix}", describe(.source))]
     Connect {
         address: String,
         source: tokio_postgres::Error,
+        /// `. What to do: …` when the server's refusal has a known fix
+        /// (a missing grant), else empty.
+        fix: String,
     },
     #[error("catalog query failed while {context}: {}", describe(.source))]
     Query {
@@ -117,9 +120,15 @@ pub async fn connect(params: &ConnectParams) -> Result<Client, CatalogError> {
                 ),
             }
         } else {
+            let fix = missing_grant(&source, &params.user, &params.database)
+                .map(|sql| {
+                    format!(". What to do: run as a superuser (or the database owner): {sql}")
+                })
+                .unwrap_or_default();
             CatalogError::Connect {
                 address: params.address(),
                 source,
+                fix,
             }
         }
     };
@@ -153,6 +162,25 @@ pub async fn connect(params: &ConnectParams) -> Result<Client, CatalogError> {
     let (client, connection) = cfg.connect(tls).await.map_err(connect_error)?;
     spawn_connection(connection);
     Ok(client)
+}
+
+/// The statement that lets `user` in, when the server refused the login
+/// for a missing privilege: `CONNECT` on the database, or the `LOGIN`
+/// attribute.
+fn missing_grant(e: &tokio_postgres::Error, user: &str, database: &str) -> Option<String> {
+    use postgres_protocol::escape::escape_identifier as ident;
+    let db = e.as_db_error()?;
+    match db.code().code() {
+        "42501" if db.message().starts_with("permission denied for database") => Some(format!(
+            "GRANT CONNECT ON DATABASE {} TO {};",
+            ident(database),
+            ident(user)
+        )),
+        "28000" if db.message().contains("not permitted to log in") => {
+            Some(format!("ALTER ROLE {} LOGIN;", ident(user)))
+        }
+        _ => None,
+    }
 }
 
 /// Whether tokio-postgres failed the TLS negotiation itself (its message for
