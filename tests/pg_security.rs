@@ -42,13 +42,27 @@ fn as_user(config: &str, user: &str, keys: &str) -> String {
     replaced
 }
 
+/// A client-certificate file of the dev cluster (`deploy/dev/postgres.sh
+/// up` adds them, also to a cluster that was made before they existed).
+fn cert_file(name: &str) -> PathBuf {
+    let ca = pg_tls_file("ca.pem");
+    let path = ca.with_file_name(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `deploy/dev/postgres.sh up` (with this PG_MAJOR); it adds role \
+         walrelay_cert, its pg_hba.conf line and the client certificates to a running cluster",
+        path.display()
+    );
+    path
+}
+
 /// TLS keys presenting client certificate `cert` with key `key`.
 fn cert_keys(cert: &str, key: &Path, extra: &str) -> String {
     format!(
         "sslmode = \"verify-full\"\nsslrootcert = \"{ca}\"\nsslcert = \"{cert}\"\n\
          sslkey = \"{key}\"\n{extra}",
         ca = pg_tls_file("ca.pem").display(),
-        cert = pg_tls_file(cert).display(),
+        cert = cert_file(cert).display(),
         key = key.display(),
     )
 }
@@ -121,7 +135,7 @@ async fn a_client_certificate_logs_in_both_connections_and_the_relay_streams() {
             "create_publication = false\n{}",
             cert_keys(
                 "client-walrelay_cert.pem",
-                &pg_tls_file("client-walrelay_cert.enc.key"),
+                &cert_file("client-walrelay_cert.enc.key"),
                 &format!("sslpassword = \"${{file:{}}}\"", password_file.display()),
             )
         ),
@@ -170,7 +184,7 @@ async fn a_certificate_for_another_user_is_refused_without_retrying() {
         "walrelay_cert",
         &cert_keys(
             "client-someone_else.pem",
-            &pg_tls_file("client-someone_else.key"),
+            &cert_file("client-someone_else.key"),
             "",
         ),
     );
@@ -236,7 +250,7 @@ async fn client_certificate_mistakes_are_config_errors_naming_the_key() {
         (
             format!(
                 "sslmode = \"require\"\nsslcert = \"{}\"",
-                pg_tls_file("client-walrelay_cert.pem").display()
+                cert_file("client-walrelay_cert.pem").display()
             ),
             "postgres.sslkey",
             "is required with postgres.sslcert",
@@ -244,7 +258,7 @@ async fn client_certificate_mistakes_are_config_errors_naming_the_key() {
         (
             cert_keys(
                 "client-walrelay_cert.pem",
-                &pg_tls_file("client-someone_else.key"),
+                &cert_file("client-someone_else.key"),
                 "",
             ),
             "postgres.sslkey",
@@ -253,7 +267,7 @@ async fn client_certificate_mistakes_are_config_errors_naming_the_key() {
         (
             cert_keys(
                 "client-walrelay_cert.pem",
-                &pg_tls_file("client-walrelay_cert.enc.key"),
+                &cert_file("client-walrelay_cert.enc.key"),
                 "",
             ),
             "postgres.sslpassword",
@@ -262,7 +276,7 @@ async fn client_certificate_mistakes_are_config_errors_naming_the_key() {
         (
             cert_keys(
                 "client-walrelay_cert.pem",
-                &pg_tls_file("client-walrelay_cert.enc.key"),
+                &cert_file("client-walrelay_cert.enc.key"),
                 &format!("sslpassword = \"${{file:{}}}\"", wrong_file.display()),
             ),
             "postgres.sslpassword",

@@ -99,6 +99,7 @@ pub fn connector(settings: &TlsSettings) -> Result<Option<SslConnector>, TlsErro
     Ok(Some(builder.build()))
 }
 
+const ROOT: &str = "postgres.sslrootcert";
 const CERT: &str = "postgres.sslcert";
 const KEY: &str = "postgres.sslkey";
 const PASSWORD: &str = "postgres.sslpassword";
@@ -222,30 +223,39 @@ fn load_root_cert(
     path: &Path,
 ) -> Result<(), TlsError> {
     let pem = std::fs::read(path).map_err(|e| {
-        TlsError::new(format!(
-            "cannot read postgres.sslrootcert {}: {e}",
-            path.display()
-        ))
+        TlsError::of(
+            ROOT,
+            format!("cannot read postgres.sslrootcert {}: {e}", path.display()),
+        )
     })?;
     let certs = openssl::x509::X509::stack_from_pem(&pem).map_err(|e| {
-        TlsError::new(format!(
-            "postgres.sslrootcert {} is not a PEM certificate file: {e}",
-            path.display()
-        ))
+        TlsError::of(
+            ROOT,
+            format!(
+                "postgres.sslrootcert {} is not a PEM certificate file: {e}",
+                path.display()
+            ),
+        )
     })?;
     if certs.is_empty() {
-        return Err(TlsError::new(format!(
-            "postgres.sslrootcert {} holds no certificate",
-            path.display()
-        )));
+        return Err(TlsError::of(
+            ROOT,
+            format!(
+                "postgres.sslrootcert {} holds no certificate",
+                path.display()
+            ),
+        ));
     }
     let store = builder.cert_store_mut();
     for cert in certs {
         store.add_cert(cert).map_err(|e| {
-            TlsError::new(format!(
-                "cannot use a certificate from postgres.sslrootcert {}: {e}",
-                path.display()
-            ))
+            TlsError::of(
+                ROOT,
+                format!(
+                    "cannot use a certificate from postgres.sslrootcert {}: {e}",
+                    path.display()
+                ),
+            )
         })?;
     }
     Ok(())
@@ -303,6 +313,7 @@ mod tests {
         std::fs::write(&junk, "not a certificate").unwrap();
         let e = connector(&settings(junk.to_str().unwrap())).unwrap_err();
         assert!(e.message.contains("junk.pem"), "{e}");
+        assert_eq!(e.key, Some("postgres.sslrootcert"), "names the key to fix");
         assert!(connector(&TlsSettings::default()).unwrap().is_some());
         assert!(
             connector(&TlsSettings {
