@@ -97,7 +97,12 @@ async fn snapshot_and_stream(db: &TestDb, names: &Names, config: &str) -> RelayP
         Duration::from_secs(1),
     );
     let duplicates = verify_outbox_delivery(names, &rows, &consumed);
-    assert_eq!(duplicates, 0, "no restart happened");
+    assert_eq!(
+        duplicates,
+        0,
+        "no restart happened, yet records came twice:\n{}",
+        relay.log()
+    );
     assert!(relay.is_running(), "walrelay exited:\n{}", relay.log());
     relay
 }
