@@ -373,13 +373,25 @@ async fn estimate<'a>(
     let mut parts = Vec::new();
     let mut unknown = false;
     for table in tables {
-        match startup::estimate_rows(client, table).await {
+        match catalog::row_estimate(client, table.oid).await {
             Ok(e) => {
                 total = total.saturating_add(e.rows);
                 unknown |= e.unknown > 0;
-                parts.push(format!("{}.{} {}", table.schema, table.name, e.describe()));
+                parts.push(format!(
+                    "{}.{} {}",
+                    table.schema,
+                    table.name,
+                    startup::describe_estimate(&e)
+                ));
             }
-            Err(e) => return format!("no row estimate: {}", e.problem()),
+            Err(e) => {
+                return format!(
+                    "no row estimate for {}.{}: {}",
+                    table.schema,
+                    table.name,
+                    catalog::describe(&e)
+                );
+            }
         }
     }
     let total = if unknown {

@@ -21,7 +21,7 @@ use tokio_postgres::Client;
 use crate::Lsn;
 use crate::config::{OutboxConfig, PostgresConfig, SnapshotMode};
 use crate::offsets::{self, SlotPosition, StartDecision, StoredOffset};
-use crate::pg::catalog::{self, CapturedTable, CatalogError, SlotState};
+use crate::pg::catalog::{self, CapturedTable, CatalogError, RowEstimate, SlotState};
 use crate::pg::wire::WireError;
 use crate::relay::RelayError;
 
@@ -735,37 +735,20 @@ pub async fn snapshot_order(
     Ok(())
 }
 
-/// The planner's idea of how many rows a table holds, from
-/// `pg_class.reltuples`: of the table itself, or of the leaf partitions of a
-/// partitioned table (a partitioned parent's own `reltuples`, set by
-/// `ANALYZE`, repeats its leaves' total, so it is never added). For `check`
-/// only: it says how large the snapshot `run` would take is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RowEstimate {
-    /// Sum over the relations whose `reltuples` is known.
-    pub rows: u64,
-    /// Relations never vacuumed or analyzed (`reltuples = -1`): not counted.
-    pub unknown: u64,
-    /// Relations looked at (1, or the number of leaf partitions).
-    pub relations: u64,
-}
-
-impl RowEstimate {
-    /// `~1,234`, `unknown (never analyzed)`, or `~1,234+ (…)` when some
-    /// partitions were never analyzed.
-    pub fn describe(&self) -> String {
-        if self.relations > 0 && self.unknown == self.relations {
-            "unknown (never vacuumed or analyzed)".into()
-        } else if self.unknown > 0 {
-            format!(
-                "~{}+ ({} of {} partitions never vacuumed or analyzed)",
-                thousands(self.rows),
-                self.unknown,
-                self.relations
-            )
-        } else {
-            format!("~{}", thousands(self.rows))
-        }
+/// A [`RowEstimate`] for `check`: `~1,234`, `unknown (never analyzed)`, or
+/// `~1,234+ (…)` when some partitions were never analyzed.
+pub fn describe_estimate(e: &RowEstimate) -> String {
+    if e.relations > 0 && e.unknown == e.relations {
+        "unknown (never vacuumed or analyzed)".into()
+    } else if e.unknown > 0 {
+        format!(
+            "~{}+ ({} of {} partitions never vacuumed or analyzed)",
+            thousands(e.rows),
+            e.unknown,
+            e.relations
+        )
+    } else {
+        format!("~{}", thousands(e.rows))
     }
 }
 
@@ -780,40 +763,6 @@ pub fn thousands(n: u64) -> String {
         out.push(c);
     }
     out
-}
-
-/// [`RowEstimate`] of `table` (see there).
-pub async fn estimate_rows(
-    client: &Client,
-    table: &CapturedTable,
-) -> Result<RowEstimate, CheckError> {
-    let row = client
-        .query_one(
-            "SELECT coalesce(sum(c.reltuples) FILTER (WHERE c.reltuples >= 0), 0)::float8, \
-                    count(*) FILTER (WHERE c.reltuples < 0), count(*) \
-             FROM pg_class c \
-             WHERE (c.oid = $1::oid AND c.relkind <> 'p') \
-                OR c.oid IN (SELECT t.relid FROM pg_partition_tree($1::oid::regclass) t \
-                             WHERE t.isleaf)",
-            &[&table.oid],
-        )
-        .await
-        .map_err(|source| CatalogError::Query {
-            context: "reading pg_class.reltuples",
-            source,
-        })?;
-    let rows: f64 = row.get(0);
-    let unknown: i64 = row.get(1);
-    let relations: i64 = row.get(2);
-    Ok(RowEstimate {
-        rows: if rows.is_finite() && rows > 0.0 {
-            rows.round() as u64
-        } else {
-            0
-        },
-        unknown: u64::try_from(unknown).unwrap_or(0),
-        relations: u64::try_from(relations).unwrap_or(0),
-    })
 }
 
 /// The slot is a logical pgoutput slot of this database.
@@ -1126,12 +1075,11 @@ mod tests {
     #[test]
     fn row_estimates_say_when_they_are_unknown_or_partial() {
         let e = |rows, unknown, relations| {
-            RowEstimate {
+            describe_estimate(&RowEstimate {
                 rows,
                 unknown,
                 relations,
-            }
-            .describe()
+            })
         };
         assert_eq!(e(123_456, 0, 1), "~123,456");
         assert_eq!(e(0, 1, 1), "unknown (never vacuumed or analyzed)");

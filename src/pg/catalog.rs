@@ -620,3 +620,54 @@ pub async fn table_columns(
         })?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
+
+/// The planner's idea of how many rows a table holds, from
+/// `pg_class.reltuples`: of the table itself, or of the leaf partitions of a
+/// partitioned table (a partitioned parent's own `reltuples`, set by
+/// `ANALYZE`, repeats its leaves' total, so it is never added). For progress
+/// reports and `check` only; nothing is decided on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowEstimate {
+    /// Sum over the relations whose `reltuples` is known.
+    pub rows: u64,
+    /// Relations never vacuumed or analyzed (`reltuples = -1`): not counted.
+    pub unknown: u64,
+    /// Relations looked at (1, or the number of leaf partitions).
+    pub relations: u64,
+}
+
+impl RowEstimate {
+    /// The row count when the planner has one (some relation analyzed and
+    /// rows in it), else `None`.
+    pub fn known(&self) -> Option<u64> {
+        (self.rows > 0).then_some(self.rows)
+    }
+}
+
+/// [`RowEstimate`] of the table (or partitioned table) with OID `oid`. The
+/// caller names the table in the error (`describe` gives the server's words).
+pub async fn row_estimate(client: &Client, oid: u32) -> Result<RowEstimate, tokio_postgres::Error> {
+    let row = client
+        .query_one(
+            "SELECT coalesce(sum(c.reltuples) FILTER (WHERE c.reltuples >= 0), 0)::float8, \
+                    count(*) FILTER (WHERE c.reltuples < 0), count(*) \
+             FROM pg_class c \
+             WHERE (c.oid = $1::oid AND c.relkind <> 'p') \
+                OR c.oid IN (SELECT t.relid FROM pg_partition_tree($1::oid::regclass) t \
+                             WHERE t.isleaf)",
+            &[&oid],
+        )
+        .await?;
+    let rows: f64 = row.get(0);
+    let unknown: i64 = row.get(1);
+    let relations: i64 = row.get(2);
+    Ok(RowEstimate {
+        rows: if rows.is_finite() && rows > 0.0 {
+            rows.round() as u64
+        } else {
+            0
+        },
+        unknown: u64::try_from(unknown).unwrap_or(0),
+        relations: u64::try_from(relations).unwrap_or(0),
+    })
+}
