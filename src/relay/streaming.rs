@@ -444,20 +444,14 @@ impl Streaming {
     /// progress) to the offset store; its acknowledgement clears
     /// `offset_in_flight`.
     pub(super) async fn write_offset(&mut self, confirmed: Lsn) -> Result<(), RelayError> {
-        let mut offset = self.offset_template.clone();
-        offset.lsn = confirmed.to_string();
-        offset.written_at_ms =
-            crate::pg::replication::pg_us_to_unix_ms(crate::pg::replication::pg_now_us());
-        let record = offset.to_record(&self.config.kafka.offsets_topic);
-        self.sink
-            .send(&record, Token::Offset { lsn: confirmed })
-            .await
-            .map_err(|error| RelayError::Delivery {
-                topic: record.topic.clone(),
-                lsn: confirmed,
-                event: "the offset-store write".into(),
-                error,
-            })?;
+        super::session::send_offset(
+            &self.sink,
+            &self.offset_template,
+            confirmed,
+            &self.config.kafka.offsets_topic,
+            "the offset-store write",
+        )
+        .await?;
         self.offset_in_flight = Some(confirmed);
         Ok(())
     }
