@@ -150,10 +150,16 @@ impl Streaming {
                             self.router.on_relation(&r);
                             Ok(())
                         }
-                        SourceEvent::SnapshotRow { pos, relation, row } => {
+                        SourceEvent::SnapshotRow {
+                            pos,
+                            table,
+                            relation,
+                            row,
+                        } => {
                             rows_read += 1;
                             self.metrics.snapshot_rows.fetch_add(1, Ordering::Relaxed);
-                            self.publish_snapshot_row(txn, pos, &relation, &row).await
+                            self.publish_snapshot_row(txn, pos, table, &relation, &row)
+                                .await
                         }
                         SourceEvent::SnapshotTableDone { table, rows } => {
                             if let Some(t) = self.snapshot_tables.iter_mut().find(|t| t.table == table) {
@@ -229,6 +235,7 @@ impl Streaming {
         &mut self,
         txn: crate::checkpoint::TxnId,
         pos: Position,
+        table: usize,
         relation: &Arc<Relation>,
         row: &TupleData,
     ) -> Result<(), RelayError> {
@@ -248,17 +255,20 @@ impl Streaming {
                 });
             }
         };
-        let table = format!("{}.{}", relation.namespace, relation.name);
-        let table_index = self
+        // `snapshot_tables` mirrors the source's progress list, index for
+        // index (built from it when the snapshot started).
+        let count = self
             .snapshot_tables
-            .iter()
-            .position(|t| t.table == table)
-            .map(|i| i as u32);
-        if let Some(i) = table_index
-            && let Some(t) = self.snapshot_tables.get_mut(i as usize)
-        {
-            t.sent += 1;
-        }
+            .get_mut(table)
+            .ok_or_else(|| RelayError::Stream {
+                lsn: pos.commit_lsn,
+                what: format!(
+                    "a snapshot row of {}.{} names table #{table}, which the snapshot does not have",
+                    relation.namespace, relation.name
+                ),
+            })?;
+        count.sent += 1;
+        let table_index = u32::try_from(table).ok();
         let bytes = record.size();
         self.checkpoint.record_sent(txn, bytes)?;
         self.metrics

@@ -102,6 +102,8 @@ pub enum SourceEvent {
     /// [`SourceEvent::Relation`] came first.
     SnapshotRow {
         pos: Position,
+        /// The row's table: its index in [`Source::snapshot_progress`].
+        table: usize,
         relation: Arc<Relation>,
         row: TupleData,
     },
@@ -159,7 +161,8 @@ enum State {
         snapshot: snapshot::Snapshot,
         /// The batch being handed out, and its table.
         batch: std::vec::IntoIter<TupleData>,
-        relation: Option<Arc<Relation>>,
+        /// The batch's table (index in `snapshot.progress`) and relation.
+        relation: Option<(usize, Arc<Relation>)>,
         next_index: u32,
     },
     /// The snapshot is read; streaming has not started.
@@ -381,7 +384,7 @@ impl Source {
             return Err(SourceError::Misuse("not snapshotting"));
         };
         loop {
-            if let Some(rel) = relation.as_ref()
+            if let Some((table, rel)) = relation.as_ref()
                 && let Some(row) = batch.next()
             {
                 let pos = Position {
@@ -391,6 +394,7 @@ impl Source {
                 *next_index = next_index.saturating_add(1);
                 return Ok(SourceEvent::SnapshotRow {
                     pos,
+                    table: *table,
                     relation: rel.clone(),
                     row,
                 });
@@ -405,7 +409,7 @@ impl Source {
                         p.rows_read += rows.len() as u64;
                     }
                     *batch = rows.into_iter();
-                    *relation = Some(rel.clone());
+                    *relation = Some((table, rel.clone()));
                     if let Some(announced) = snapshot.announced.get_mut(table)
                         && !*announced
                     {
