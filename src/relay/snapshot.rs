@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::streaming::Streaming;
-use super::{Ack, RelayError, STALL_WARNING, Token};
+use super::{Ack, RelayError, STALL_WARNING};
 use crate::Lsn;
 use crate::offsets::{SnapshotProgress, SnapshotState};
 use crate::pgoutput::{Relation, TupleData};
@@ -269,30 +269,7 @@ impl Streaming {
             })?;
         count.sent += 1;
         let table_index = u32::try_from(table).ok();
-        let bytes = record.size();
-        self.checkpoint.record_sent(txn, bytes)?;
-        self.metrics
-            .records_published
-            .fetch_add(1, Ordering::Relaxed);
-        let token = Token::Record {
-            txn,
-            bytes,
-            commit_lsn: pos.commit_lsn,
-            index: pos.index,
-            event_id: super::streaming::record_id(&record),
-            snapshot_table: table_index,
-        };
-        self.sink
-            .send(&record, token)
-            .await
-            .map_err(|error| RelayError::Delivery {
-                topic: record.topic.clone(),
-                lsn: pos.commit_lsn,
-                event: super::streaming::describe_record(&record),
-                error,
-            })?;
-        self.awaiting_reports += 1;
-        Ok(())
+        self.publish(txn, pos, &record, table_index).await
     }
 
     /// Writes the snapshot's progress to the offset store unless a write is

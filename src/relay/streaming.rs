@@ -18,9 +18,9 @@ use crate::checkpoint::{Checkpoint, Limits, TxnId};
 use crate::config::Config;
 use crate::offsets::StoredOffset;
 use crate::pg::wire::WireError;
-use crate::router::{Routed, Router};
+use crate::router::{Record, Routed, Router};
 use crate::sink::kafka::SinkError;
-use crate::source::{Change, Op, Source, SourceEvent};
+use crate::source::{Change, Op, Position, Source, SourceEvent};
 use crate::telemetry::Metrics;
 
 /// Buffered messages handled after one from the event loop before going
@@ -320,26 +320,40 @@ impl Streaming {
             }
             Routed::Nothing | Routed::IgnoredUpdate { .. } => return Ok(()),
         };
+        self.publish(open.id, change.pos, &record, None).await
+    }
+
+    /// Hands one record of transaction `txn` at `pos` to the sink: counts it
+    /// in the checkpoint first (so its delivery report always finds its
+    /// transaction), then sends it with the token that brings the report
+    /// back. `snapshot_table`: the snapshot table it counts for.
+    pub(super) async fn publish(
+        &mut self,
+        txn: TxnId,
+        pos: Position,
+        record: &Record,
+        snapshot_table: Option<u32>,
+    ) -> Result<(), RelayError> {
         let bytes = record.size();
-        self.checkpoint.record_sent(open.id, bytes)?;
+        self.checkpoint.record_sent(txn, bytes)?;
         self.metrics
             .records_published
             .fetch_add(1, Ordering::Relaxed);
         let token = Token::Record {
-            txn: open.id,
+            txn,
             bytes,
-            commit_lsn: open.commit_lsn,
-            index: change.pos.index,
-            event_id: record_id(&record),
-            snapshot_table: None,
+            commit_lsn: pos.commit_lsn,
+            index: pos.index,
+            event_id: record_id(record),
+            snapshot_table,
         };
         self.sink
-            .send(&record, token)
+            .send(record, token)
             .await
             .map_err(|error| RelayError::Delivery {
                 topic: record.topic.clone(),
-                lsn: open.commit_lsn,
-                event: describe_record(&record),
+                lsn: pos.commit_lsn,
+                event: describe_record(record),
                 error,
             })?;
         self.awaiting_reports += 1;

@@ -262,22 +262,9 @@ impl Source {
             }
         };
         loop {
-            match stream.recv().await? {
-                StreamEvent::End => return Err(SourceError::Ended),
-                StreamEvent::Message(ReplicationMessage::Keepalive { wal_end, reply, .. }) => {
-                    self.assembler.note_received(wal_end);
-                    return Ok(SourceEvent::Idle { wal_end, reply });
-                }
-                StreamEvent::Message(ReplicationMessage::XLogData {
-                    wal_start,
-                    wal_end,
-                    data,
-                    ..
-                }) => {
-                    if let Some(event) = self.assembler.on_xlogdata(wal_start, wal_end, data)? {
-                        return Ok(event);
-                    }
-                }
+            let event = stream.recv().await?;
+            if let Some(event) = self.assembler.on_stream_event(event)? {
+                return Ok(event);
             }
         }
     }
@@ -290,22 +277,8 @@ impl Source {
             return Ok(None);
         };
         while let Some(event) = stream.try_recv()? {
-            match event {
-                StreamEvent::End => return Err(SourceError::Ended),
-                StreamEvent::Message(ReplicationMessage::Keepalive { wal_end, reply, .. }) => {
-                    self.assembler.note_received(wal_end);
-                    return Ok(Some(SourceEvent::Idle { wal_end, reply }));
-                }
-                StreamEvent::Message(ReplicationMessage::XLogData {
-                    wal_start,
-                    wal_end,
-                    data,
-                    ..
-                }) => {
-                    if let Some(event) = self.assembler.on_xlogdata(wal_start, wal_end, data)? {
-                        return Ok(Some(event));
-                    }
-                }
+            if let Some(event) = self.assembler.on_stream_event(event)? {
+                return Ok(Some(event));
             }
         }
         Ok(None)
@@ -474,6 +447,25 @@ impl Assembler {
             relations: RelationCache::new(),
             open: None,
             received: start,
+        }
+    }
+
+    /// One message of the replication stream: a keepalive is an
+    /// [`SourceEvent::Idle`], WAL data goes through [`Self::on_xlogdata`]
+    /// (`None` while a transaction is still being assembled).
+    fn on_stream_event(&mut self, event: StreamEvent) -> Result<Option<SourceEvent>, SourceError> {
+        match event {
+            StreamEvent::End => Err(SourceError::Ended),
+            StreamEvent::Message(ReplicationMessage::Keepalive { wal_end, reply, .. }) => {
+                self.note_received(wal_end);
+                Ok(Some(SourceEvent::Idle { wal_end, reply }))
+            }
+            StreamEvent::Message(ReplicationMessage::XLogData {
+                wal_start,
+                wal_end,
+                data,
+                ..
+            }) => self.on_xlogdata(wal_start, wal_end, data),
         }
     }
 
