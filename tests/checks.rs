@@ -6,26 +6,16 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use support::*;
-
-const START: Duration = Duration::from_secs(60);
 
 async fn sql(db: &TestDb, sql: &str) {
     db.client
         .batch_execute(sql)
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
-
-fn write_config(config: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(unique("checks"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("walrelay.toml");
-    std::fs::write(&path, config).unwrap();
-    path
 }
 
 /// `config` with extra keys in its `[postgres]` section.
@@ -35,28 +25,6 @@ fn with_postgres(config: &str, keys: &str) -> String {
         &format!("status_interval = \"200ms\"\n{keys}"),
         1,
     )
-}
-
-/// `walrelay check`: exit code and stdout.
-fn check(path: &Path) -> (Option<i32>, String) {
-    let out = std::process::Command::new(walrelay_bin())
-        .args(["check", "--config"])
-        .arg(path)
-        .output()
-        .expect("run walrelay check");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
-
-/// The problems of `check`'s FAIL lines.
-fn failures(report: &str) -> Vec<String> {
-    report
-        .lines()
-        .filter_map(|l| l.strip_prefix("FAIL  "))
-        .map(|l| l.split_once(": ").map(|(_, p)| p).unwrap_or(l).to_owned())
-        .collect()
 }
 
 /// `check` fails, `run` exits 1, and `run`'s error is one of `check`'s
@@ -69,17 +37,7 @@ async fn check_and_run_refuse(path: &Path, needle: &str) {
         problems.iter().any(|p| p.contains(needle)),
         "check does not say {needle:?}:\n{report}"
     );
-    let mut run = RelayProcess::start_with(path, &[]);
-    let log = run.expect_exit(1, START);
-    let error = log
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("walrelay: "))
-        .unwrap_or_else(|| panic!("run printed no error:\n{log}"));
-    assert!(
-        error.contains(needle),
-        "run does not say {needle:?}: {error}"
-    );
+    let error = run_refuses(path, needle);
     assert!(
         problems.iter().any(|p| error.contains(p.as_str())),
         "run's error is none of check's failures\nrun: {error}\ncheck:\n{report}"

@@ -14,18 +14,9 @@ use tokio::process::{Child, ChildStderr};
 
 use support::*;
 
-const START: Duration = Duration::from_secs(60);
 /// `kafka.shutdown_flush_timeout` in `relay_config` plus room for a busy
 /// machine.
 const STOP: Duration = Duration::from_secs(30);
-
-fn write_config(config: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(unique("walrelay_cli"));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join("walrelay.toml");
-    std::fs::write(&path, config).expect("write config");
-    path
-}
 
 /// A valid config whose PostgreSQL and Kafka do not answer (port 1).
 fn unreachable_config() -> std::path::PathBuf {

@@ -18,8 +18,6 @@ use rdkafka::admin::{
 use rdkafka::client::DefaultClientContext;
 use support::*;
 
-const START: Duration = Duration::from_secs(60);
-
 async fn exec(db: &TestDb, sql: &str) {
     db.client
         .batch_execute(sql)

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use support::*;
 
-const START: Duration = Duration::from_secs(60);
 /// The password of `client-walrelay_cert.enc.key` (the dev script's).
 const KEY_PASSWORD: &str = "walrelay_cert_key";
 
@@ -207,26 +206,15 @@ async fn a_certificate_for_another_user_is_refused_without_retrying() {
         !log.contains("will retry"),
         "a refused certificate is definite, not retried:\n{log}"
     );
-    let (code, report) = check(&relay.config_path);
+    let (code, report) = check_all(&relay.config_path);
     assert_eq!(code, Some(1), "{report}");
     assert!(report.contains(needle), "{report}");
 }
 
 /// `walrelay check`: exit code and stdout + stderr.
-fn check(path: &Path) -> (Option<i32>, String) {
-    let out = std::process::Command::new(walrelay_bin())
-        .args(["check", "--config"])
-        .arg(path)
-        .output()
-        .expect("run walrelay check");
-    (
-        out.status.code(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+fn check_all(path: &Path) -> (Option<i32>, String) {
+    let (code, stdout, stderr) = run_check(path);
+    (code, format!("{stdout}{stderr}"))
 }
 
 /// Client-certificate mistakes are configuration errors (exit code 2, before
@@ -366,7 +354,7 @@ async fn a_least_privileged_role_runs_the_whole_relay() {
         .join(unique("pglp"))
         .join("walrelay.toml");
     write_file(path.parent().unwrap(), "walrelay.toml", &config);
-    let (code, report) = check(&path);
+    let (code, report) = check_all(&path);
     assert_eq!(
         code,
         Some(0),
@@ -383,7 +371,7 @@ async fn check_and_run_refuse(config: &str, needle: &str) {
         .join(unique("pglpmissing"))
         .join("walrelay.toml");
     write_file(path.parent().unwrap(), "walrelay.toml", config);
-    let (code, report) = check(&path);
+    let (code, report) = check_all(&path);
     assert_eq!(code, Some(1), "check must fail:\n{report}");
     assert!(
         report.lines().any(
@@ -391,17 +379,7 @@ async fn check_and_run_refuse(config: &str, needle: &str) {
         ),
         "check does not say {needle:?}:\n{report}"
     );
-    let mut relay = RelayProcess::start_with(&path, &[]);
-    let log = relay.expect_exit(1, START);
-    let error = log
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("walrelay: "))
-        .unwrap_or_else(|| panic!("run printed no error:\n{log}"));
-    assert!(
-        error.contains(needle),
-        "run does not say {needle:?}: {error}"
-    );
+    run_refuses(&path, needle);
 }
 
 /// Each grant of docs/security.md, missing alone: `check` and `run` name it
@@ -468,7 +446,7 @@ async fn check_names_each_missing_grant_with_the_statement_to_run() {
         .join(unique("pglpnodata"))
         .join("walrelay.toml");
     write_file(path.parent().unwrap(), "walrelay.toml", &config_no_data);
-    let (code, report) = check(&path);
+    let (code, report) = check_all(&path);
     assert_eq!(code, Some(0), "no snapshot, no SELECT needed:\n{report}");
 
     // USAGE on the outbox table's schema (and SELECT, both named).

@@ -9,8 +9,6 @@ use std::time::Duration;
 
 use support::*;
 
-const START: Duration = Duration::from_secs(60);
-
 /// The value of a metric sample, if present.
 fn sample(metrics: &str, name: &str) -> Option<f64> {
     metrics.lines().find_map(|l| {

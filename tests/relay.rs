@@ -9,8 +9,6 @@ use std::time::Duration;
 
 use support::*;
 
-const START: Duration = Duration::from_secs(60);
-
 async fn insert(db: &TestDb, sql: &str) {
     db.client
         .batch_execute(sql)

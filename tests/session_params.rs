@@ -12,8 +12,6 @@ use secrecy::SecretString;
 use support::*;
 use walrelay::pg::wire::{ConnectParams, WireConnection};
 
-const START: Duration = Duration::from_secs(60);
-
 /// A test database whose defaults — for everyone, and for the `walrelay`
 /// role in it — are the output formats the router cannot read.
 async fn hostile_db(prefix: &str) -> TestDb {

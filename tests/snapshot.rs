@@ -8,7 +8,6 @@
 mod support;
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
@@ -16,7 +15,6 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use support::*;
 
-const START: Duration = Duration::from_secs(60);
 const CATCH_UP: Duration = Duration::from_secs(240);
 
 /// An outbox with a `seq` column: the order rows were written in (by one
@@ -220,36 +218,6 @@ async fn existing_rows_are_published_before_the_changes_that_follow() {
     assert!(
         relay.log().contains("snapshot progress") || relay.log().contains("snapshot: table read")
     );
-}
-
-/// `walrelay check`: exit code and stdout.
-fn check(path: &Path) -> (Option<i32>, String) {
-    let out = std::process::Command::new(walrelay_bin())
-        .args(["check", "--config"])
-        .arg(path)
-        .output()
-        .expect("run walrelay check");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
-
-/// The problems of `check`'s FAIL lines.
-fn failures(report: &str) -> Vec<String> {
-    report
-        .lines()
-        .filter_map(|l| l.strip_prefix("FAIL  "))
-        .map(|l| l.split_once(": ").map(|(_, p)| p).unwrap_or(l).to_owned())
-        .collect()
-}
-
-fn write_config(config: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(unique("walrelay_test"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("walrelay.toml");
-    std::fs::write(&path, config).unwrap();
-    path
 }
 
 /// The part of `relay`'s log written from byte `from` on (the log file is
@@ -637,17 +605,7 @@ async fn explicit_initial_with_an_existing_slot_is_refused_by_check_and_run() {
     let initial = write_config(&config(&db, &names, "mode = \"initial\""));
     let needle = "asks for a snapshot, but replication slot";
 
-    let mut run = RelayProcess::start_with(&initial, &[]);
-    let log = run.expect_exit(1, START);
-    let error = log
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("walrelay: "))
-        .unwrap_or_else(|| panic!("run printed no error:\n{log}"));
-    assert!(
-        error.contains(needle),
-        "run does not say {needle:?}: {error}"
-    );
+    let error = run_refuses(&initial, needle);
     assert!(
         error.contains("pg_drop_replication_slot") && error.contains("no_data"),
         "the error names both fixes: {error}"

@@ -62,6 +62,10 @@ pub fn kafka_brokers() -> String {
     env_or("WALRELAY_KAFKA_BROKERS", "127.0.0.1:19092")
 }
 
+/// How long a walrelay process may take to start (or to refuse to) on a
+/// busy machine.
+pub const START: Duration = Duration::from_secs(60);
+
 /// A name unique to this test run: `prefix_<pid>_<n>_<rand>`, lower case,
 /// valid as a database, slot and topic name.
 pub fn unique(prefix: &str) -> String {
@@ -918,4 +922,60 @@ pub fn free_local_addr() -> String {
         .expect("local addr")
         .port();
     format!("127.0.0.1:{port}")
+}
+
+/// Writes `config` to `walrelay.toml` in a fresh temporary directory.
+pub fn write_config(config: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(unique("walrelay_test"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("walrelay.toml");
+    std::fs::write(&path, config).expect("write config");
+    path
+}
+
+/// `walrelay check --config path`: exit code, stdout, stderr.
+pub fn run_check(path: &std::path::Path) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(walrelay_bin())
+        .args(["check", "--config"])
+        .arg(path)
+        .output()
+        .expect("run walrelay check");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `walrelay check`: exit code and stdout (the report).
+pub fn check(path: &std::path::Path) -> (Option<i32>, String) {
+    let (code, stdout, _) = run_check(path);
+    (code, stdout)
+}
+
+/// The problems of `check`'s FAIL lines.
+pub fn failures(report: &str) -> Vec<String> {
+    report
+        .lines()
+        .filter_map(|l| l.strip_prefix("FAIL  "))
+        .map(|l| l.split_once(": ").map(|(_, p)| p).unwrap_or(l).to_owned())
+        .collect()
+}
+
+/// `walrelay run` on `path` exits 1 (within `START`) and its error line
+/// (`walrelay: …`) says `needle`; returns that line.
+pub fn run_refuses(path: &std::path::Path, needle: &str) -> String {
+    let mut run = RelayProcess::start_with(path, &[]);
+    let log = run.expect_exit(1, START);
+    let error = log
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("walrelay: "))
+        .unwrap_or_else(|| panic!("run printed no error:\n{log}"))
+        .to_owned();
+    assert!(
+        error.contains(needle),
+        "run does not say {needle:?}: {error}"
+    );
+    error
 }
