@@ -718,6 +718,13 @@ def start_walrelay(ctx, d, slot, name, snapshot_mode=None):
     return p, wlog
 
 
+def verify_run(ctx, base, end, n, outages):
+    """verify_routing's verdict on the records between base and end, marked DISTURBED when the
+    broker stopped answering during the run (len(OUTAGES) grew past `outages`)."""
+    verified = verify_run(ctx, base, end, n, outages)
+    return verified
+
+
 def run_kafka_contender(ctx, contender, slot, k, run, n):
     d = ctx.rundir / f"k{k}-run{run}-{contender}"
     d.mkdir()
@@ -737,9 +744,7 @@ def run_kafka_contender(ctx, contender, slot, k, run, n):
         w = watch_kafka(ctx, p, ctx.parts, base, n, t0, first_timeout, 90, name, plog)
     finally:
         code, _ = stop_process(p)
-    verified = verify_routing(ctx.parts, base, w["offsets"], n)
-    if len(OUTAGES) > outages:
-        verified += "; DISTURBED: the broker did not answer for a while during this run"
+    verified = verify_run(ctx, base, w["offsets"], n, outages)
     res = kafka_result(contender, k, run, n, t0, t0_wall, base, w, verified)
     log(f"  {contender}: {n} rows in {res['drain_s']:.3f}s = {fmt(res['rows_per_s'], ',.0f')} rows/s "
         f"(first record {res['first_s']:.1f}s after start), CPU {res['cpu_total_s']:.2f}s "
@@ -1010,15 +1015,20 @@ def run_snapshot_c(ctx, run, n):
     return res
 
 
+def snapshot_run_start(ctx, run, contender):
+    """The run directory, a slot name free for the contender to create, the topics' end offsets
+    and the outage count before a snapshot run."""
+    d = ctx.rundir / f"snapshot-run{run}-{contender}"
+    d.mkdir()
+    slot = f"{SLOT_PREFIX}snap_{contender.lower()}_r{run}"
+    drop_slot(slot)
+    return d, slot, end_offsets(ctx.parts), len(OUTAGES)
+
+
 def run_snapshot_d(ctx, run, n):
     """D: Debezium with snapshot.mode=initial on a slot it creates. Start (JVM launch) -> the
     last snapshot record's LogAppendTime."""
-    d = ctx.rundir / f"snapshot-run{run}-D"
-    d.mkdir()
-    slot = f"{SLOT_PREFIX}snap_d_r{run}"
-    drop_slot(slot)
-    base = end_offsets(ctx.parts)
-    outages = len(OUTAGES)
+    d, slot, base, outages = snapshot_run_start(ctx, run, "D")
     log("  D: Kafka Connect standalone + Debezium PostgresConnector (snapshot.mode=initial) + EventRouter")
     t0, t0_wall = time.monotonic(), time.time()
     p, plog = start_connect(ctx, d, slot, ctx.args.dbz_poll_ms, snapshot_mode="initial")
@@ -1027,9 +1037,7 @@ def run_snapshot_d(ctx, run, n):
     finally:
         stop_process(p)
         drop_slot(slot)
-    verified = verify_routing(ctx.parts, base, w["offsets"], n)
-    if len(OUTAGES) > outages:
-        verified += "; DISTURBED: the broker did not answer for a while during this run"
+    verified = verify_run(ctx, base, w["offsets"], n, outages)
     first_ms, last_ms = append_time_span(base, w["offsets"])
     done = last_ms / 1000.0 - t0_wall
     res = snap_result("D", run, n, wall_s=done, kafka_s=done, rows_per_s=n / done,
@@ -1044,12 +1052,7 @@ def run_snapshot_d(ctx, run, n):
 def run_snapshot_w(ctx, run, n):
     """W: walrelay with [snapshot] mode = "initial_only" on a fresh slot it creates, under a
     connector name never used before. Start -> exit 0; then N records must be in Kafka."""
-    d = ctx.rundir / f"snapshot-run{run}-W"
-    d.mkdir()
-    slot = f"{SLOT_PREFIX}snap_w_r{run}"
-    drop_slot(slot)
-    base = end_offsets(ctx.parts)
-    outages = len(OUTAGES)
+    d, slot, base, outages = snapshot_run_start(ctx, run, "W")
     log(f"  W: {rel(ctx.walrelay)} run, [snapshot] mode = \"{SNAPSHOT_MODE_W}\"")
     t0, t0_wall = time.monotonic(), time.time()
     p, plog = start_walrelay(ctx, d, slot, f"wrbench-{ctx.stamp}-snapshot-run{run}",
@@ -1091,9 +1094,7 @@ def run_snapshot_w(ctx, run, n):
         raise BenchError(f"walrelay exited with code {p.returncode} after {wall:.1f}s: {tail} "
                          f"(log: {rel(plog)})")
     end = end_offsets(ctx.parts)
-    verified = verify_routing(ctx.parts, base, end, n)
-    if len(OUTAGES) > outages:
-        verified += "; DISTURBED: the broker did not answer for a while during this run"
+    verified = verify_run(ctx, base, end, n, outages)
     first_ms, last_ms = append_time_span(base, end)
     res = snap_result("W", run, n, wall_s=wall, rows_per_s=n / wall, kafka_s=last_ms / 1000.0 - t0_wall,
                       first_s=first_ms / 1000.0 - t0_wall, drain_s=(last_ms - first_ms) / 1000.0,
