@@ -40,6 +40,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -461,6 +462,13 @@ def count_pgoutput_inserts(path):
 
 
 def _count_inserts(data):
+    return _walk_pgoutput(data)
+
+
+def _walk_pgoutput(data, on_insert=None, partial=False):
+    """Walks pg_recvlogical's pgoutput output (each message followed by '\\n'); returns the number
+    of Insert messages. on_insert(tuple_start, message_end) is called for each of them. partial:
+    the data may end inside a message (a stream still arriving); stop there."""
     i, n, inserts = 0, len(data), 0
 
     def cstring(j):
@@ -483,40 +491,52 @@ def _count_inserts(data):
     while i < n:
         tag = chr(data[i])
         j = i + 1
-        if tag == "B":
-            j += 20
-        elif tag == "C":
-            j += 25
-        elif tag == "O":
-            j = cstring(j + 8)
-        elif tag == "R":
-            j = cstring(cstring(j + 4)) + 1
-            ncols = int.from_bytes(data[j:j + 2], "big")
-            j += 2
-            for _ in range(ncols):
-                j = cstring(j + 1) + 8
-        elif tag == "Y":
-            j = cstring(cstring(j + 4))
-        elif tag == "I":
-            inserts += 1
-            j = tupledata(j + 5)
-        elif tag == "U":
-            j += 4
-            if chr(data[j]) in "KO":
+        start = None
+        try:
+            if tag == "B":
+                j += 20
+            elif tag == "C":
+                j += 25
+            elif tag == "O":
+                j = cstring(j + 8)
+            elif tag == "R":
+                j = cstring(cstring(j + 4)) + 1
+                ncols = int.from_bytes(data[j:j + 2], "big")
+                j += 2
+                for _ in range(ncols):
+                    j = cstring(j + 1) + 8
+            elif tag == "Y":
+                j = cstring(cstring(j + 4))
+            elif tag == "I":
+                start = j + 5
+                j = tupledata(start)
+            elif tag == "U":
+                j += 4
+                if chr(data[j]) in "KO":
+                    j = tupledata(j + 1)
                 j = tupledata(j + 1)
-            j = tupledata(j + 1)
-        elif tag == "D":
-            j = tupledata(j + 5)
-        elif tag == "T":
-            nrel = int.from_bytes(data[j:j + 4], "big")
-            j += 5 + 4 * nrel
-        elif tag == "M":
-            j = cstring(j + 9)
-            j += 4 + int.from_bytes(data[j:j + 4], "big")
-        else:
-            raise BenchError(f"unexpected pgoutput message {tag!r} at byte {i}")
+            elif tag == "D":
+                j = tupledata(j + 5)
+            elif tag == "T":
+                nrel = int.from_bytes(data[j:j + 4], "big")
+                j += 5 + 4 * nrel
+            elif tag == "M":
+                j = cstring(j + 9)
+                j += 4 + int.from_bytes(data[j:j + 4], "big")
+            else:
+                raise BenchError(f"unexpected pgoutput message {tag!r} at byte {i}")
+        except (BenchError, IndexError):
+            if partial:  # the stream stops inside this message
+                break
+            raise
         if j >= n or data[j] != 0x0A:  # pg_recvlogical writes '\n' after each message
+            if partial:
+                break
             raise BenchError(f"pgoutput framing lost at byte {j}")
+        if tag == "I":
+            inserts += 1
+            if on_insert:
+                on_insert(start, j)
         i = j + 1
     return inserts
 
@@ -836,9 +856,107 @@ def latency_variants(ctx):
     for c in ctx.contenders:
         if c == "D":
             out += [("D", c, ms) for ms in ctx.dbz_latency_poll_ms]
-        elif c == "W":
-            out.append(("W", c, None))
+        elif c in ("R", "W"):
+            out.append((c, c, None))
     return out
+
+
+class StreamTap:
+    """pg_recvlogical's stdout, read as it arrives: (arrival time, bytes) per read."""
+
+    def __init__(self, p):
+        self.chunks, self.lock = [], threading.Lock()
+        self.thread = threading.Thread(target=self._read, args=(p.stdout.fileno(),), daemon=True)
+        self.thread.start()
+
+    def _read(self, fd):
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                return
+            t = time.time()
+            with self.lock:
+                self.chunks.append((t, b))
+
+    def snapshot(self):
+        with self.lock:
+            return list(self.chunks)
+
+    def inserts(self):
+        return _walk_pgoutput(b"".join(b for _, b in self.snapshot()), partial=True)
+
+    def arrivals(self):
+        """{first column (the outbox id) of each Insert: wall time its last byte arrived}."""
+        chunks = self.snapshot()
+        data = b"".join(b for _, b in chunks)
+        ends, pos = [], 0
+        for t, b in chunks:
+            pos += len(b)
+            ends.append((pos, t))
+        out, k = {}, [0]
+
+        def on_insert(start, end):
+            # tuple: ncols (2 bytes), then the first column: kind (1), length (4), text
+            ln = int.from_bytes(data[start + 3:start + 7], "big")
+            rid = data[start + 7:start + 7 + ln].decode()
+            while ends[k[0]][0] <= end:  # the chunk holding the message's last byte (+ '\n')
+                k[0] += 1
+            out[rid] = ends[k[0]][1]
+
+        _walk_pgoutput(data, on_insert=on_insert, partial=True)
+        return out
+
+
+def wait_for(what, cond, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise BenchError(f"{what}: not within {timeout_s}s")
+        time.sleep(0.2)
+
+
+def latency_r(ctx, d, slot, rate, secs, warmup):
+    """R's latency: commit -> the row's Insert message read from pg_recvlogical's stdout. The
+    floor any connector on this machine can reach: the walsender's own delay under the load."""
+    cmd = ["pg_recvlogical", "-d", conninfo(PG_RELAY), "--slot", slot, "--plugin=pgoutput",
+           "-o", "proto_version=1", "-o", f"publication_names={PUB}", "--start", "-f", "-"]
+    errf = open(d / "pg_recvlogical.log", "w")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, env=pg_env(PG_RELAY))
+    try:
+        tap = StreamTap(p)
+        warm = 4 * ctx.args.writers
+        pgbench(1, ctx.args.writers, transactions=4)
+        wait_for("R: warm-up rows in the stream", lambda: tap.inserts() >= warm, 120)
+        since0 = psql("SELECT clock_timestamp()")
+        since = psql(f"SELECT '{since0}'::timestamptz + interval '{warmup} seconds'")
+        mark = {}
+
+        def at_window_start(t_start):
+            time.sleep(max(0.0, t_start + warmup - time.monotonic()))
+            mark["cpu0"], mark["t0"] = proc_cpu_s(p.pid), time.monotonic()
+
+        _, tps = pgbench(1, ctx.args.writers, rate=rate, seconds=warmup + secs, log_path=d / "pgbench.log",
+                         while_running=at_window_start)
+        n_all = int(psql(f"SELECT count(*) FROM public.outbox WHERE created_at > '{since0}'"))
+        wait_for(f"R: all {n_all} rows in the stream", lambda: tap.inserts() >= warm + n_all, 240)
+        cpu_s, window_s = proc_cpu_s(p.pid) - mark["cpu0"], time.monotonic() - mark["t0"]
+        rss_kb = proc_hwm_kb(p.pid)
+    finally:
+        p.kill()
+        p.wait()
+        errf.close()
+    arrived = tap.arrivals()
+    lat, missing = [], 0
+    for line in psql(f"SELECT id, (extract(epoch FROM created_at) * 1000000)::bigint FROM public.outbox "
+                     f"WHERE created_at > '{since}'").splitlines():
+        rid, us = line.split("|")
+        if rid in arrived:
+            lat.append(arrived[rid] * 1000.0 - int(us) / 1000.0)
+        else:
+            missing += 1
+    if missing:
+        raise BenchError(f"latency R: {missing} rows written during the window are not in the stream")
+    return lat, tps, cpu_s, window_s, rss_kb
 
 
 def latency(ctx):
@@ -855,6 +973,13 @@ def latency(ctx):
         create_slot(slot)
         d = ctx.rundir / (f"latency-{c}" + (f"-poll{poll_ms}" if poll_ms is not None else ""))
         d.mkdir()
+        if c == "R":
+            try:
+                lat, tps, cpu_s, window_s, rss_kb = latency_r(ctx, d, slot, rate, secs, warmup)
+            finally:
+                drop_slot(slot)
+            out.append(latency_result(ctx, d, c, None, what, lat, tps, cpu_s, window_s, rss_kb, False))
+            continue
         p = None
         try:
             base0 = end_offsets(ctx.parts)
@@ -912,16 +1037,23 @@ def latency(ctx):
                     lat.append(int(ts) - created.pop(rid) / 1000.0)
         if created:
             raise BenchError(f"latency {c}: {len(created)} rows written during the window never reached Kafka")
-        lat.sort()
-        res = dict(contender=c, poll_ms=poll_ms, status="ok", disturbed=len(OUTAGES) > outages, offered=rate, achieved=tps, seconds=secs, n=len(lat),
-                   p50=percentile(lat, 50), p90=percentile(lat, 90), p99=percentile(lat, 99),
-                   p999=percentile(lat, 99.9), max=lat[-1], cpu_pct=100 * cpu_s / window_s, rss_kb=rss_kb,
-                   load1=loadavg())
-        (d / "latencies_ms.txt").write_text("\n".join(f"{x:.1f}" for x in lat) + "\n")
-        log(f"  {c}{what}: {len(lat)} records, p50 {res['p50']:.1f} ms, p99 {res['p99']:.1f} ms, "
-            f"max {res['max']:.1f} ms, CPU {res['cpu_pct']:.0f}% of a core")
-        out.append(res)
+        out.append(latency_result(ctx, d, c, poll_ms, what, lat, tps, cpu_s, window_s, rss_kb,
+                                  len(OUTAGES) > outages))
     return out
+
+
+def latency_result(ctx, d, c, poll_ms, what, lat, tps, cpu_s, window_s, rss_kb, disturbed):
+    lat.sort()
+    rate, secs = ctx.args.latency_rate, ctx.args.latency_seconds
+    res = dict(contender=c, poll_ms=poll_ms, status="ok", disturbed=disturbed, offered=rate, achieved=tps,
+               seconds=secs, n=len(lat), p50=percentile(lat, 50), p90=percentile(lat, 90),
+               p99=percentile(lat, 99), p999=percentile(lat, 99.9), max=lat[-1],
+               cpu_pct=100 * cpu_s / window_s, rss_kb=rss_kb, load1=loadavg())
+    (d / "latencies_ms.txt").write_text("\n".join(f"{x:.1f}" for x in lat) + "\n")
+    what_is = "rows in the stream" if c == "R" else "records"
+    log(f"  {c}{what}: {len(lat)} {what_is}, p50 {res['p50']:.1f} ms, p99 {res['p99']:.1f} ms, "
+        f"max {res['max']:.1f} ms, CPU {res['cpu_pct']:.0f}% of a core")
+    return res
 
 
 # --------------------------------------------------------------------------------------
@@ -1234,8 +1366,9 @@ def headline(summary, lat, snap_summary=(), snap_n=None):
     ok = [l for l in lat if l["status"] == "ok"]
     if ok:
         bits = []
-        for l in sorted(ok, key=lambda l: (l["contender"] != "W", l.get("poll_ms") or 0)):
-            who = "W" if l["contender"] == "W" else f"D (poll.interval.ms={l['poll_ms']})"
+        order = {"R": 0, "W": 1, "D": 2}
+        for l in sorted(ok, key=lambda l: (order.get(l["contender"], 3), l.get("poll_ms") or 0)):
+            who = f"D (poll.interval.ms={l['poll_ms']})" if l["contender"] == "D" else l["contender"]
             bits.append(f"{who} p50 {l['p50']:.0f} ms / p99 {l['p99']:.0f} ms")
         out.append(f"- Latency at {ok[0]['offered']:,} rows/s: " + "; ".join(bits) + ".")
     out += snapshot_headline(snap_summary, snap_n)
@@ -1350,7 +1483,9 @@ def report(ctx, results, lat, info, started, finished, snaps=()):
           f"writers, `--rate`), measured for {a.latency_seconds} s after a {a.latency_warmup_seconds} s "
           f"warm-up at the same rate; latency = Kafka LogAppendTime − the row's "
           f"created_at (clock_timestamp() at INSERT, microseconds before COMMIT); every row of the window "
-          f"is matched by its `id` header.")
+          f"is matched by its `id` header. R (no Kafka side): the arrival of the row's Insert message on "
+          f"pg_recvlogical's stdout − created_at, the walsender's own delay under the same load (the "
+          f"floor for any connector on this machine).")
         w("")
         w("| contender | offered rows/s | achieved rows/s | records | p50 ms | p90 ms | p99 ms | p99.9 ms "
           "| max ms | CPU % of one core (window) | peak RSS MiB |")
@@ -1455,7 +1590,7 @@ def parse_args(argv):
     ap.add_argument("--runs", type=int, default=3, help="runs per K; the table shows medians (default 3)")
     ap.add_argument("--writers", type=int, default=4, help="concurrent pgbench writers (default 4)")
     ap.add_argument("--contenders", default="R D W", help='subset of "R D W" (default all)')
-    ap.add_argument("--latency", action="store_true", help="also run the latency pass (D and W)")
+    ap.add_argument("--latency", action="store_true", help="also run the latency pass (R, D and W)")
     ap.add_argument("--latency-only", action="store_true", help="only the latency pass")
     ap.add_argument("--latency-rate", type=int, default=2000, help="offered rows/s (default 2000)")
     ap.add_argument("--latency-seconds", type=int, default=60, help="measured duration of the load (default 60)")
