@@ -96,11 +96,6 @@ pub fn connector(settings: &TlsSettings) -> Result<Option<SslConnector>, TlsErro
         builder.set_verify(SslVerifyMode::NONE);
     }
     load_client_certificate(&mut builder, settings)?;
-    // Read ahead: fill OpenSSL's record buffer with whatever the socket holds
-    // instead of reading each TLS record in two exact-size `recv`s (header,
-    // then body). A walsender streaming small transactions flushes one small
-    // record per message; without this, `recv` was half of walrelay's CPU.
-    builder.set_read_ahead(true);
     Ok(Some(builder.build()))
 }
 
