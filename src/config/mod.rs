@@ -25,8 +25,10 @@
 //!   line index built once. Files over [`MAX_FILE_BYTES`] are not read.
 //!
 //! `${NAME}` in `postgres.host`, `postgres.user`, `postgres.password`,
-//! `postgres.database`, `kafka.brokers` and `[kafka.librdkafka]` values is
-//! replaced by environment variable `NAME`; `$${` stands for a literal `${`.
+//! `postgres.database`, `kafka.brokers`, `kafka.sasl_username`,
+//! `kafka.sasl_password`, `kafka.ssl_key_password` and `[kafka.librdkafka]`
+//! values is replaced by environment variable `NAME`; `$${` stands for a
+//! literal `${`.
 //! Interpolation runs after parsing, so errors keep their line numbers.
 
 mod error;
@@ -53,7 +55,8 @@ pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
 pub use schema::{
     Compression, ConnectorConfig, HealthConfig, KafkaConfig, OnUpdate, OutboxConfig,
-    PostgresConfig, SnapshotConfig, SnapshotMode, SslMode, is_secret_property,
+    PostgresConfig, SaslMechanism, SecurityProtocol, SnapshotConfig, SnapshotMode, SslMode,
+    is_secret_property,
 };
 pub use template::{Segment, TableRef, TopicTemplate, is_topic_char, topic_name_problem};
 pub use units::parse_byte_size;
@@ -206,6 +209,21 @@ impl Config {
                 Ok(None) => {}
                 Ok(Some(resolved)) => *password = SecretString::from(resolved),
                 Err(e) => problems.push(Problem::new("postgres.password", e.describe(true))),
+            }
+        }
+        if let Some(username) = &mut self.kafka.sasl_username {
+            substitute("kafka.sasl_username", username, false, env, &mut problems);
+        }
+        for (key, secret) in [
+            ("kafka.sasl_password", &mut self.kafka.sasl_password),
+            ("kafka.ssl_key_password", &mut self.kafka.ssl_key_password),
+        ] {
+            if let Some(value) = secret {
+                match interpolate(value.expose_secret(), env) {
+                    Ok(None) => {}
+                    Ok(Some(resolved)) => *value = SecretString::from(resolved),
+                    Err(e) => problems.push(Problem::new(key, e.describe(true))),
+                }
             }
         }
         for (key, value) in &mut self.kafka.librdkafka {
