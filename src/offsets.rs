@@ -142,6 +142,16 @@ pub enum OffsetStoreError {
     #[error("cannot create offset topic {topic:?}: {message}")]
     Create { topic: String, message: String },
     #[error(
+        "the brokers refuse walrelay {operation} on offset topic {topic:?} ({code}). What to do: grant the connector's principal the ACLs the offset store needs: kafka-acls.sh --bootstrap-server <brokers> --add --allow-principal User:<walrelay's user> --operation Create --operation DescribeConfigs --operation Describe --operation Read --operation Write --topic {topic} (docs/security.md)"
+    )]
+    Denied {
+        topic: String,
+        /// The ACL operation refused (`Create`, `DescribeConfigs`).
+        operation: &'static str,
+        /// The broker's error code name (`TOPIC_AUTHORIZATION_FAILED`).
+        code: &'static str,
+    },
+    #[error(
         "offset topic {topic:?} has cleanup.policy={policy}, but the offset store needs a compacted topic (cleanup.policy=compact): {why}. What to do: {fix}"
     )]
     NotCompacted {
@@ -182,7 +192,9 @@ impl OffsetStoreError {
             OffsetStoreError::Read { .. }
             | OffsetStoreError::Create { .. }
             | OffsetStoreError::Stalled { .. } => true,
-            OffsetStoreError::NotCompacted { .. } | OffsetStoreError::BadRecord { .. } => false,
+            OffsetStoreError::NotCompacted { .. }
+            | OffsetStoreError::BadRecord { .. }
+            | OffsetStoreError::Denied { .. } => false,
         }
     }
 }
@@ -422,6 +434,13 @@ impl OffsetStore {
                     return Ok(());
                 }
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((_, code)) if denied(code).is_some() => {
+                    return Err(OffsetStoreError::Denied {
+                        topic: self.topic.clone(),
+                        operation: "Create",
+                        code: denied(code).unwrap_or_default(),
+                    });
+                }
                 Err((_, code)) => return Err(err(code.to_string())),
             }
         }
@@ -454,6 +473,13 @@ impl OffsetStore {
             let resource = match result {
                 Ok(r) => r,
                 Err(RDKafkaErrorCode::UnknownTopicOrPartition) => return Ok(false),
+                Err(code) if denied(code).is_some() => {
+                    return Err(OffsetStoreError::Denied {
+                        topic: self.topic.clone(),
+                        operation: "DescribeConfigs",
+                        code: denied(code).unwrap_or_default(),
+                    });
+                }
                 Err(code) => return Err(err(format!("describing its configuration: {code}"))),
             };
             // A broker may answer for a topic it does not have with no
@@ -651,6 +677,15 @@ fn not_compacted_because(policy: &str) -> Option<&'static str> {
         (false, _) => Some(
             "without compaction the topic grows by every offset ever written (about one a second per connector) and each start reads all of it",
         ),
+    }
+}
+
+/// The broker's name for an authorization failure, if `code` is one.
+fn denied(code: RDKafkaErrorCode) -> Option<&'static str> {
+    match code {
+        RDKafkaErrorCode::TopicAuthorizationFailed => Some("TOPIC_AUTHORIZATION_FAILED"),
+        RDKafkaErrorCode::ClusterAuthorizationFailed => Some("CLUSTER_AUTHORIZATION_FAILED"),
+        _ => None,
     }
 }
 
