@@ -382,11 +382,16 @@ scram_format_args() {
 }
 
 # A Kafka admin CLI class over PLAINTEXT (User:ANONYMOUS, a super user).
+# Its output goes to logs/admin.log, shown only when it fails.
 admin_tool() {
-    java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -cp "$LIBS_DIR/*" \
+    local out="$LOG_DIR/admin.log"
+    if ! java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -cp "$LIBS_DIR/*" \
         -Dlog4j2.configurationFile="$CONF_DIR/log4j2.properties" \
         -Dkafka.logs.dir="$LOG_DIR" \
-        "$@" </dev/null >&2
+        "$@" </dev/null >>"$out" 2>&1; then
+        tail -n 20 "$out" >&2
+        return 1
+    fi
 }
 
 # Once per data dir, with the broker up: SCRAM users for a state formatted
@@ -413,16 +418,16 @@ provision_security() {
     admin_tool "${acl[@]}" --allow-principal "User:$ACL_USER" \
         --allow-principal "User:$NOWRITE_USER" --topic "$ACL_OFFSETS_PREFIX" \
         --operation Create --operation DescribeConfigs --operation Describe \
-        --operation Read --operation Write >/dev/null \
+        --operation Read --operation Write \
         || die "could not create the offsets-topic ACLs"
     # The event topics: write (which also allows the idempotent producer's
     # InitProducerId since Kafka 2.8) and describe (metadata).
     admin_tool "${acl[@]}" --allow-principal "User:$ACL_USER" --topic "$ACL_TOPIC_PREFIX" \
-        --operation Write --operation Describe >/dev/null \
+        --operation Write --operation Describe \
         || die "could not create the event-topic ACLs"
     # walrelay-nowrite: everything but WRITE on the event topics.
     admin_tool "${acl[@]}" --allow-principal "User:$NOWRITE_USER" --topic "$ACL_TOPIC_PREFIX" \
-        --operation Describe >/dev/null \
+        --operation Describe \
         || die "could not create the walrelay-nowrite ACL"
     touch "$SECURITY_MARKER"
 }
