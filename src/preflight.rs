@@ -175,7 +175,12 @@ pub async fn check(config: &Config) -> Report {
                 "replication connection",
                 fail(
                     e.to_string(),
-                    "allow the role a `replication` connection in pg_hba.conf",
+                    if e.sqlstate() == Some("42501") {
+                        "give the role the REPLICATION attribute (see the replication privilege \
+                         check above)"
+                    } else {
+                        "allow the role a `replication` connection in pg_hba.conf"
+                    },
                 ),
             );
             None
@@ -319,6 +324,9 @@ async fn slot_line(
         }
         SlotPlan::Snapshot { drop_first, why } => {
             for (outbox, table) in tables {
+                if let Err(e) = startup::snapshot_privileges(client, table).await {
+                    return fail(e.problem(), e.fix());
+                }
                 if let Err(e) = startup::snapshot_order(client, outbox, table).await {
                     return fail(e.problem(), e.fix());
                 }

@@ -617,6 +617,55 @@ pub fn slot_plan(
     }
 }
 
+/// The role may read `table` for the snapshot: `USAGE` on its schema and
+/// `SELECT` on it (a partitioned table is read through its root, so the
+/// partitions need nothing). Streaming needs neither (pgoutput reads WAL,
+/// not the table), so this is checked only when a snapshot is planned; the
+/// fix is the exact `GRANT` to run.
+pub async fn snapshot_privileges(client: &Client, table: &CapturedTable) -> Result<(), CheckError> {
+    let row = client
+        .query_one(
+            "SELECT current_user::text, has_schema_privilege(c.relnamespace, 'USAGE'), \
+                    has_table_privilege(c.oid, 'SELECT') \
+             FROM pg_class c WHERE c.oid = $1::oid",
+            &[&table.oid],
+        )
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "reading the role's privileges on the outbox table",
+            source,
+        })?;
+    let (user, usage, select): (String, bool, bool) = (row.get(0), row.get(1), row.get(2));
+    let (schema, name) = (ident(&table.schema), ident(&table.name));
+    let role = ident(&user);
+    let mut grants = Vec::new();
+    let mut missing = Vec::new();
+    if !usage {
+        missing.push(format!("USAGE on schema {}", table.schema));
+        grants.push(format!("GRANT USAGE ON SCHEMA {schema} TO {role};"));
+    }
+    if !select {
+        missing.push(format!("SELECT on {}.{}", table.schema, table.name));
+        grants.push(format!("GRANT SELECT ON {schema}.{name} TO {role};"));
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(CheckError::setup(
+        format!(
+            "role {user} lacks {}, which the initial snapshot needs to read outbox table {}.{}",
+            missing.join(" and "),
+            table.schema,
+            table.name
+        ),
+        format!(
+            "run as the table's owner or a superuser: {} (or set [snapshot] mode = \"no_data\" \
+             to stream without a snapshot)",
+            grants.join(" ")
+        ),
+    ))
+}
+
 /// The snapshot can read `table` in an order: the `snapshot_order_by`
 /// columns of its `[[outbox]]` section are columns the snapshot publishes
 /// (not generated), or, when none are set, the table has a primary key.

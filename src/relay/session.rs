@@ -259,6 +259,7 @@ impl Session {
             }
             SlotPlan::Snapshot { drop_first, why } => {
                 for (outbox, table) in &routes {
+                    startup::snapshot_privileges(&catalog, table).await?;
                     startup::snapshot_order(&catalog, outbox, table).await?;
                 }
                 tracing::info!(slot = %pg.slot, "taking the initial snapshot: {why}");
