@@ -434,14 +434,16 @@ impl OffsetStore {
                     return Ok(());
                 }
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((_, code)) if denied(code).is_some() => {
-                    return Err(OffsetStoreError::Denied {
-                        topic: self.topic.clone(),
-                        operation: "Create",
-                        code: denied(code).unwrap_or_default(),
+                Err((_, code)) => {
+                    return Err(match denied(code) {
+                        Some(name) => OffsetStoreError::Denied {
+                            topic: self.topic.clone(),
+                            operation: "Create",
+                            code: name,
+                        },
+                        None => err(code.to_string()),
                     });
                 }
-                Err((_, code)) => return Err(err(code.to_string())),
             }
         }
         // It existed already: it may have been made by hand, or by another tool.
@@ -473,14 +475,16 @@ impl OffsetStore {
             let resource = match result {
                 Ok(r) => r,
                 Err(RDKafkaErrorCode::UnknownTopicOrPartition) => return Ok(false),
-                Err(code) if denied(code).is_some() => {
-                    return Err(OffsetStoreError::Denied {
-                        topic: self.topic.clone(),
-                        operation: "DescribeConfigs",
-                        code: denied(code).unwrap_or_default(),
+                Err(code) => {
+                    return Err(match denied(code) {
+                        Some(name) => OffsetStoreError::Denied {
+                            topic: self.topic.clone(),
+                            operation: "DescribeConfigs",
+                            code: name,
+                        },
+                        None => err(format!("describing its configuration: {code}")),
                     });
                 }
-                Err(code) => return Err(err(format!("describing its configuration: {code}"))),
             };
             // A broker may answer for a topic it does not have with no
             // configuration at all instead of UNKNOWN_TOPIC_OR_PARTITION.
@@ -903,6 +907,33 @@ mod tests {
         let last = t0 + Duration::from_secs(30);
         assert!(!d.expired(last + stall));
         assert!(d.expired(last + stall + Duration::from_millis(1)));
+    }
+
+    /// A refused ACL is definite (no retry loop) and names the operation
+    /// and the kafka-acls command.
+    #[test]
+    fn a_refused_acl_is_definite_and_names_the_grant() {
+        assert_eq!(
+            denied(RDKafkaErrorCode::TopicAuthorizationFailed),
+            Some("TOPIC_AUTHORIZATION_FAILED")
+        );
+        assert_eq!(denied(RDKafkaErrorCode::BrokerTransportFailure), None);
+        let e = OffsetStoreError::Denied {
+            topic: "walrelay.offsets".into(),
+            operation: "Create",
+            code: "TOPIC_AUTHORIZATION_FAILED",
+        };
+        assert!(!e.is_transient());
+        let text = e.to_string();
+        assert!(
+            text.contains("refuse walrelay Create on offset topic \"walrelay.offsets\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("--operation Create --operation DescribeConfigs"),
+            "{text}"
+        );
+        assert!(text.contains("--topic walrelay.offsets"), "{text}");
     }
 
     #[test]
