@@ -142,6 +142,16 @@ pub enum OffsetStoreError {
     #[error("cannot create offset topic {topic:?}: {message}")]
     Create { topic: String, message: String },
     #[error(
+        "the brokers refuse walrelay {operation} on offset topic {topic:?} ({code}). What to do: grant the connector's principal the ACLs the offset store needs: kafka-acls.sh --bootstrap-server <brokers> --add --allow-principal User:<walrelay's user> --operation Create --operation DescribeConfigs --operation Describe --operation Read --operation Write --topic {topic} (docs/security.md)"
+    )]
+    Denied {
+        topic: String,
+        /// The ACL operation refused (`Create`, `DescribeConfigs`).
+        operation: &'static str,
+        /// The broker's error code name (`TOPIC_AUTHORIZATION_FAILED`).
+        code: &'static str,
+    },
+    #[error(
         "offset topic {topic:?} has cleanup.policy={policy}, but the offset store needs a compacted topic (cleanup.policy=compact): {why}. What to do: {fix}"
     )]
     NotCompacted {
@@ -182,7 +192,9 @@ impl OffsetStoreError {
             OffsetStoreError::Read { .. }
             | OffsetStoreError::Create { .. }
             | OffsetStoreError::Stalled { .. } => true,
-            OffsetStoreError::NotCompacted { .. } | OffsetStoreError::BadRecord { .. } => false,
+            OffsetStoreError::NotCompacted { .. }
+            | OffsetStoreError::BadRecord { .. }
+            | OffsetStoreError::Denied { .. } => false,
         }
     }
 }
@@ -422,7 +434,16 @@ impl OffsetStore {
                     return Ok(());
                 }
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((_, code)) => return Err(err(code.to_string())),
+                Err((_, code)) => {
+                    return Err(match denied(code) {
+                        Some(name) => OffsetStoreError::Denied {
+                            topic: self.topic.clone(),
+                            operation: "Create",
+                            code: name,
+                        },
+                        None => err(code.to_string()),
+                    });
+                }
             }
         }
         // It existed already: it may have been made by hand, or by another tool.
@@ -454,7 +475,16 @@ impl OffsetStore {
             let resource = match result {
                 Ok(r) => r,
                 Err(RDKafkaErrorCode::UnknownTopicOrPartition) => return Ok(false),
-                Err(code) => return Err(err(format!("describing its configuration: {code}"))),
+                Err(code) => {
+                    return Err(match denied(code) {
+                        Some(name) => OffsetStoreError::Denied {
+                            topic: self.topic.clone(),
+                            operation: "DescribeConfigs",
+                            code: name,
+                        },
+                        None => err(format!("describing its configuration: {code}")),
+                    });
+                }
             };
             // A broker may answer for a topic it does not have with no
             // configuration at all instead of UNKNOWN_TOPIC_OR_PARTITION.
@@ -651,6 +681,15 @@ fn not_compacted_because(policy: &str) -> Option<&'static str> {
         (false, _) => Some(
             "without compaction the topic grows by every offset ever written (about one a second per connector) and each start reads all of it",
         ),
+    }
+}
+
+/// The broker's name for an authorization failure, if `code` is one.
+fn denied(code: RDKafkaErrorCode) -> Option<&'static str> {
+    match code {
+        RDKafkaErrorCode::TopicAuthorizationFailed => Some("TOPIC_AUTHORIZATION_FAILED"),
+        RDKafkaErrorCode::ClusterAuthorizationFailed => Some("CLUSTER_AUTHORIZATION_FAILED"),
+        _ => None,
     }
 }
 
@@ -868,6 +907,33 @@ mod tests {
         let last = t0 + Duration::from_secs(30);
         assert!(!d.expired(last + stall));
         assert!(d.expired(last + stall + Duration::from_millis(1)));
+    }
+
+    /// A refused ACL is definite (no retry loop) and names the operation
+    /// and the kafka-acls command.
+    #[test]
+    fn a_refused_acl_is_definite_and_names_the_grant() {
+        assert_eq!(
+            denied(RDKafkaErrorCode::TopicAuthorizationFailed),
+            Some("TOPIC_AUTHORIZATION_FAILED")
+        );
+        assert_eq!(denied(RDKafkaErrorCode::BrokerTransportFailure), None);
+        let e = OffsetStoreError::Denied {
+            topic: "walrelay.offsets".into(),
+            operation: "Create",
+            code: "TOPIC_AUTHORIZATION_FAILED",
+        };
+        assert!(!e.is_transient());
+        let text = e.to_string();
+        assert!(
+            text.contains("refuse walrelay Create on offset topic \"walrelay.offsets\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("--operation Create --operation DescribeConfigs"),
+            "{text}"
+        );
+        assert!(text.contains("--topic walrelay.offsets"), "{text}");
     }
 
     #[test]

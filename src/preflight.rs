@@ -13,19 +13,12 @@
 use std::fmt;
 use std::time::Duration;
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use rdkafka::ClientConfig;
-use rdkafka::client::ClientContext;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
-
 use crate::config::{Config, OutboxConfig, SnapshotMode};
 use crate::offsets::{self, OffsetStore};
 use crate::pg::catalog;
 use crate::pg::replication::ReplicationClient;
 use crate::relay::{connect_params, producer_properties};
+use crate::sink::kafka::{ProbeError, probe_cluster};
 use crate::startup::{self, CheckError, SlotPlan};
 
 /// Result of one check.
@@ -423,14 +416,28 @@ async fn check_kafka(
     let brokers = config.kafka.bootstrap_servers();
     let reach = {
         let props = props.clone();
-        tokio::task::spawn_blocking(move || kafka_reachable(&props, Duration::from_secs(10))).await
+        tokio::task::spawn_blocking(move || probe_cluster(&props, Duration::from_secs(10))).await
     };
     match reach {
-        Ok(Ok(n)) => report.push(
+        Ok(Ok(probe)) => report.push(
             "kafka",
-            Outcome::Ok(format!("{brokers} answered ({n} broker(s))")),
+            Outcome::Ok(format!(
+                "{brokers} answered ({} broker(s)) {probe}",
+                probe.brokers
+            )),
         ),
-        Ok(Err(e)) => {
+        Ok(Err(ProbeError::Refused(e))) => {
+            // The error carries its own fix after the last "; ".
+            let (problem, fix) = e
+                .message
+                .rsplit_once("; ")
+                .map_or((e.message.as_str(), "see docs/security.md"), |(p, f)| {
+                    (p, f)
+                });
+            report.push("kafka", fail(problem, fix));
+            return None;
+        }
+        Ok(Err(ProbeError::Unreachable(e))) => {
             report.push(
                 "kafka",
                 fail(
@@ -501,85 +508,6 @@ async fn check_kafka(
         Err(e) => {
             report.push("offset store", fail(e.to_string(), "report this as a bug"));
             None
-        }
-    }
-}
-
-/// Collects librdkafka's error callbacks: connection failures carry their
-/// cause ("Connection refused"), and `AllBrokersDown` says no broker is left
-/// to try, so waiting longer is pointless.
-#[derive(Default)]
-struct BrokerWatch {
-    errors: Mutex<Vec<String>>,
-    all_down: AtomicBool,
-}
-
-impl ClientContext for BrokerWatch {
-    /// The failure is in the report already: librdkafka's own lines only at
-    /// debug level.
-    fn log(&self, _level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
-        tracing::debug!(facility = fac, "librdkafka: {message}");
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
-            self.all_down.store(true, Ordering::Relaxed);
-        }
-        if let Ok(mut errors) = self.errors.lock()
-            && errors.len() < 8
-            && !errors.iter().any(|e| e == reason)
-        {
-            errors.push(reason.to_owned());
-        }
-    }
-}
-
-impl ProducerContext for BrokerWatch {
-    type DeliveryOpaque = ();
-    fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {}
-}
-
-/// Asks the brokers for metadata with the producer's own properties, in
-/// short attempts until `timeout`; gives up at once, with librdkafka's
-/// reasons, when every broker refused the connection. Blocking.
-fn kafka_reachable(props: &[(String, String)], timeout: Duration) -> Result<usize, String> {
-    let mut cfg = ClientConfig::new();
-    for (k, v) in props {
-        cfg.set(k, v);
-    }
-    let producer: BaseProducer<BrokerWatch> = cfg
-        .create_with_context(BrokerWatch::default())
-        .map_err(|e| format!("cannot create a Kafka client: {e}"))?;
-    let reasons = |p: &BaseProducer<BrokerWatch>| {
-        p.context()
-            .errors
-            .lock()
-            .map(|e| e.join("; "))
-            .unwrap_or_default()
-    };
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        let attempt = producer
-            .client()
-            .fetch_metadata(None, Duration::from_millis(500));
-        // Serves the error callbacks.
-        producer.poll(Duration::ZERO);
-        let last = match attempt {
-            Ok(metadata) => return Ok(metadata.brokers().len()),
-            Err(e) => e,
-        };
-        if producer.context().all_down.load(Ordering::Relaxed) {
-            return Err(format!(
-                "no broker accepted a connection: {}",
-                reasons(&producer)
-            ));
-        }
-        if std::time::Instant::now() >= deadline {
-            let seen = reasons(&producer);
-            return Err(format!(
-                "Kafka did not answer a metadata request within {timeout:?}: {last}{}{seen}",
-                if seen.is_empty() { "" } else { "; " }
-            ));
         }
     }
 }

@@ -66,6 +66,15 @@ PG_PORT = int(os.environ.get("WALRELAY_PG_PORT", "54318"))
 PG_SUPER = ("postgres", "postgres")
 PG_RELAY = ("walrelay", "walrelay")  # REPLICATION role created by deploy/dev/postgres.sh
 BROKERS = os.environ.get("WALRELAY_KAFKA_BROKERS", "127.0.0.1:19092")
+# Contender S: walrelay over the dev broker's SASL_SSL listener (SCRAM-SHA-512, TLS with
+# host-name verification), as deploy/dev/kafka.sh prints it; the records are read back
+# over PLAINTEXT (same cluster, same topics).
+SASL_SSL = dict(
+    brokers=os.environ.get("WALRELAY_KAFKA_SASL_SSL_BROKERS", ""),
+    tls_dir=os.environ.get("WALRELAY_KAFKA_TLS_DIR", ""),
+    user=os.environ.get("WALRELAY_KAFKA_SCRAM_USER", "walrelay"),
+    password=os.environ.get("WALRELAY_KAFKA_SCRAM_PASSWORD", ""),
+)
 
 CONNECT_LIBS = os.environ.get("BENCH_CONNECT_LIBS", "")
 CONNECT_VERSION = os.environ.get("BENCH_CONNECT_VERSION", "?")
@@ -719,19 +728,28 @@ def start_connect(ctx, d, slot, poll_ms, snapshot_mode="no_data"):
     return p, connect_log
 
 
-def start_walrelay(ctx, d, slot, name, snapshot_mode=None):
+def start_walrelay(ctx, d, slot, name, snapshot_mode=None, sasl_ssl=False):
     """Streaming (the slot exists, made by the harness), or with snapshot_mode the snapshot
-    pass: walrelay creates the slot itself (its snapshot is the one the slot exports)."""
+    pass: walrelay creates the slot itself (its snapshot is the one the slot exports).
+    sasl_ssl: over the SASL_SSL listener (contender S) instead of PLAINTEXT."""
     cfg = d / "walrelay.toml"
     fill_template(BENCH_DIR / "walrelay.toml.in", cfg, NAME=name, PG_HOST=PG_HOST, PG_PORT=PG_PORT,
                   PG_USER=PG_RELAY[0], PG_PASSWORD=PG_RELAY[1], PG_DATABASE=DB, SLOT=slot,
-                  PUBLICATION=PUB, BROKERS=BROKERS, CREATE_SLOT="true" if snapshot_mode else "false")
+                  PUBLICATION=PUB, BROKERS=SASL_SSL["brokers"] if sasl_ssl else BROKERS,
+                  CREATE_SLOT="true" if snapshot_mode else "false")
+    if sasl_ssl:
+        text = cfg.read_text()
+        keys = (f'security_protocol = "sasl_ssl"\nsasl_mechanism = "SCRAM-SHA-512"\n'
+                f'sasl_username = "{SASL_SSL["user"]}"\nsasl_password = "${{BENCH_KAFKA_PASSWORD}}"\n'
+                f'ssl_ca = "{SASL_SSL["tls_dir"]}/ca.pem"\n')
+        cfg.write_text(text.replace("[kafka]\n", "[kafka]\n" + keys, 1))
     if snapshot_mode:
         with open(cfg, "a") as f:
             f.write(f'\n[snapshot]\nmode = "{snapshot_mode}"\n')
     wlog = d / "walrelay.log"
     env = dict(os.environ)
     env.setdefault("WALRELAY_LOG", "info")
+    env["BENCH_KAFKA_PASSWORD"] = SASL_SSL["password"]
     with open(wlog, "w") as f:
         p = spawn([str(ctx.walrelay), "run", "--config", str(cfg)], str(cfg), stdin=subprocess.DEVNULL,
                   stdout=f, stderr=subprocess.STDOUT, env=env)
@@ -756,9 +774,11 @@ def run_kafka_contender(ctx, contender, slot, k, run, n):
         p, plog = start_connect(ctx, d, slot, ctx.args.dbz_poll_ms)
         first_timeout, name = 240, "Kafka Connect"
     else:
-        log(f"  W: {rel(ctx.walrelay)} run")
+        secured = contender == "S"
+        log(f"  {contender}: {rel(ctx.walrelay)} run" + (" over SASL_SSL" if secured else ""))
         t0, t0_wall = time.monotonic(), time.time()
-        p, plog = start_walrelay(ctx, d, slot, f"wrbench-{ctx.stamp}-k{k}-run{run}")
+        p, plog = start_walrelay(ctx, d, slot, f"wrbench-{ctx.stamp}-k{k}-run{run}-{contender.lower()}",
+                                 sasl_ssl=secured)
         first_timeout, name = 120, "walrelay"
     try:
         w = watch_kafka(ctx, p, ctx.parts, base, n, t0, first_timeout, 90, name, plog)
@@ -792,7 +812,7 @@ def throughput(ctx):
         for run in range(1, ctx.args.runs + 1):
             log(f"== K={k} run {run}/{ctx.args.runs}: backlog of {ctx.args.rows} rows")
             psql("TRUNCATE public.outbox")
-            use = [c for c in contenders if not (c == "W" and ctx.w_reason)]
+            use = [c for c in contenders if not (c in "WS" and ctx.w_reason)]
             slots = {c: f"{SLOT_PREFIX}{c.lower()}_k{k}_r{run}" for c in use}
             for s in slots.values():
                 create_slot(s)
@@ -813,8 +833,8 @@ def throughput(ctx):
             # always gets the freshly written, just-checkpointed backlog first.
             rot = (run - 1) % len(contenders)
             for c in contenders[rot:] + contenders[:rot]:
-                if c == "W" and ctx.w_reason:
-                    results.append(result("W", k, run, n, status=f"not yet ({ctx.w_reason})"))
+                if c in "WS" and ctx.w_reason:
+                    results.append(result(c, k, run, n, status=f"not yet ({ctx.w_reason})"))
                     continue
                 try:
                     if c == "R":
@@ -822,10 +842,10 @@ def throughput(ctx):
                     else:
                         r = run_kafka_contender(ctx, c, slots[c], k, run, n)
                 except BenchError as e:
-                    if c != "W":
+                    if c not in "WS":
                         raise
-                    log(f"  W: not yet: {e}")
-                    r = result("W", k, run, n, status=f"not yet ({e})")
+                    log(f"  {c}: not yet: {e}")
+                    r = result(c, k, run, n, status=f"not yet ({e})")
                     if ctx.args.require_walrelay:
                         raise
                     ctx.w_reason = ctx.w_reason or str(e)
@@ -1065,7 +1085,8 @@ SNAPSHOT_K = 10                   # fill transaction size (any K leaves the same
 
 def snapshot_contenders(ctx):
     # The ceiling of this pass is C (COPY); --contenders R selects it, as it selects R above.
-    return [{"R": "C"}.get(c, c) for c in ctx.contenders]
+    # S (walrelay over SASL_SSL) is a throughput-pass contender only.
+    return [{"R": "C"}.get(c, c) for c in ctx.contenders if c != "S"]
 
 
 def snapshot_fill(ctx):
@@ -1333,7 +1354,7 @@ def summarize(results, contenders, txn_sizes):
             rows.append(dict(
                 k=k, contender=c, status="ok", runs=len(ok), n=n,
                 rows_per_s=median([r["rows_per_s"] for r in ok]),
-                x_r=ratio("R"), x_d=ratio("D"),
+                x_r=ratio("R"), x_d=ratio("D"), x_w=ratio("W"),
                 first_s=median([r["first_s"] for r in ok]), wall_s=median([r["wall_s"] for r in ok]),
                 cpu_per_m=median([r["cpu_total_s"] / r["n"] * 1e6 for r in ok]),
                 cpu_drain_per_m=median([r["cpu_drain_s"] / r["n"] * 1e6 for r in ok]),
@@ -1361,6 +1382,11 @@ def headline(summary, lat, snap_summary=(), snap_n=None):
             parts.append(f"W {w['status']}")
         if d and d["status"] == "ok":
             parts.append(f"D drains at {fmt(d.get('x_r'), '.2f', '?')}× R")
+        sec = by.get((k, "S"))
+        if sec and sec["status"] == "ok" and w and w["status"] == "ok":
+            parts.append(f"over SASL_SSL (S) walrelay drains at {fmt(sec.get('x_w'), '.2f', '?')}× its "
+                         f"PLAINTEXT rate (W), using {sec['cpu_drain_per_m'] / w['cpu_drain_per_m']:.2f}× "
+                         f"W's CPU per event (drain)")
         if parts:
             out.append(f"- K={k}: " + "; ".join(parts) + ".")
     ok = [l for l in lat if l["status"] == "ok"]
@@ -1377,7 +1403,8 @@ def headline(summary, lat, snap_summary=(), snap_n=None):
     return out
 
 
-NAMES = {"R": "R  pg_recvlogical (ceiling)", "D": "D  Debezium + EventRouter", "W": "W  walrelay"}
+NAMES = {"R": "R  pg_recvlogical (ceiling)", "D": "D  Debezium + EventRouter", "W": "W  walrelay",
+         "S": "S  walrelay over SASL_SSL (SCRAM-SHA-512, TLS)"}
 SNAP_NAMES = {"C": "C  COPY … ORDER BY id (ceiling)", "D": "D  Debezium snapshot.mode=initial + EventRouter",
               "W": f"W  walrelay [snapshot] {SNAPSHOT_MODE_W}"}
 
@@ -1589,7 +1616,9 @@ def parse_args(argv):
     ap.add_argument("--txn-sizes", default="1 10", help='rows per transaction K, e.g. "1 10" (default)')
     ap.add_argument("--runs", type=int, default=3, help="runs per K; the table shows medians (default 3)")
     ap.add_argument("--writers", type=int, default=4, help="concurrent pgbench writers (default 4)")
-    ap.add_argument("--contenders", default="R D W", help='subset of "R D W" (default all)')
+    ap.add_argument("--contenders", default="R D W",
+                    help='subset of "R D W S" (default "R D W"); S = walrelay over the dev broker\'s '
+                         'SASL_SSL listener (throughput pass only), to compare with W')
     ap.add_argument("--latency", action="store_true", help="also run the latency pass (R, D and W)")
     ap.add_argument("--latency-only", action="store_true", help="only the latency pass")
     ap.add_argument("--latency-rate", type=int, default=2000, help="offered rows/s (default 2000)")
@@ -1645,10 +1674,15 @@ def main(argv):
     ctx.command = "deploy/bench/run.sh" + ("" if not argv else " " + " ".join(
         a if re.fullmatch(r"[\w./=:-]+", a) else f"'{a}'" for a in argv))
     ctx.txn_sizes = [int(x) for x in args.txn_sizes.split()]
-    ctx.contenders = [c for c in "RDW" if c in args.contenders.upper().split()]
+    ctx.contenders = [c for c in "RDWS" if c in args.contenders.upper().split()]
     ctx.dbz_latency_poll_ms = [int(x) for x in args.dbz_latency_poll_ms.split()]
     ctx.walrelay = Path(args.walrelay)
-    ctx.w_reason = walrelay_missing_reason(ctx) if "W" in ctx.contenders else None
+    ctx.w_reason = walrelay_missing_reason(ctx) if {"W", "S"} & set(ctx.contenders) else None
+    if "S" in ctx.contenders and not (SASL_SSL["brokers"] and SASL_SSL["password"]):
+        print("bench: error: contender S needs the SASL_SSL listener: WALRELAY_KAFKA_SASL_SSL_BROKERS etc. "
+              "(deploy/dev/kafka.sh up prints them; restart a broker started by an older kafka.sh)",
+              file=sys.stderr)
+        return 1
     ctx.ws_reason = None  # why W cannot run the snapshot pass (set by its first failure)
     ctx.snap_fill = None
     if ctx.w_reason and args.require_walrelay:

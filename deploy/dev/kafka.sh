@@ -32,6 +32,21 @@
 #   .deps/kafka/<version>/libs/   resolved jars (cached; ~/.m2 caches too)
 #   .state/kafka/                 server.properties, data/, logs/, pid file
 #
+# Secured listeners (issue 12), beside PLAINTEXT on the same node:
+#   PORT+2  SASL_SSL, SCRAM-SHA-512, TLS server certificate for 127.0.0.1 /
+#           localhost from a throwaway CA this script makes with openssl
+#   PORT+3  SSL with ssl.client.auth=required (mutual TLS)
+#   PORT+4  SSL whose certificate names another host (wrong.invalid), for
+#           the host-name verification failure test
+# Keystores are PEM files (ssl.keystore.type=PEM), so no keytool is needed;
+# everything lives in .state/<kafka>/tls/ (WALRELAY_KAFKA_TLS_DIR). A
+# StandardAuthorizer guards the secured listeners; PLAINTEXT (principal
+# User:ANONYMOUS, also the controller's and the broker's own) is a super
+# user, so it works exactly as without an authorizer. SCRAM users (walrelay,
+# super user; walrelay-acl with only the ACLs walrelay needs; walrelay-nowrite
+# without topic WRITE) are created at format time (--add-scram), or, for a
+# state formatted by an older kafka.sh, through the admin API after start.
+#
 # Progress and errors go to stderr; stdout carries only the env lines.
 set -euo pipefail
 
@@ -59,6 +74,9 @@ if ! [[ "$PORT" =~ ^[0-9]+$ ]] || ((PORT < 1024 || PORT > 65534)); then
     exit 1
 fi
 CONTROLLER_PORT=$((PORT + 1))
+SASL_SSL_PORT=$((PORT + 2))
+MTLS_PORT=$((PORT + 3))
+WRONG_HOST_PORT=$((PORT + 4))
 # The default broker keeps its historical state dir; others get their own.
 if ((PORT == DEFAULT_PORT)); then
     STATE_NAME=kafka
@@ -83,6 +101,25 @@ JVM_OUT="$STATE_DIR/jvm.out"              # JVM stdout/stderr (crashes, GC)
 SERVER_LOG="$LOG_DIR/server.log"          # log4j2 output, see log4j2.properties
 # Outside STATE_DIR because `down` deletes STATE_DIR while holding it.
 LOCK_FILE="$REPO_ROOT/.state/$STATE_NAME.lock"
+TLS_DIR="$STATE_DIR/tls"
+# Written once the SCRAM users and ACLs exist (they live in the metadata log
+# under DATA_DIR, so the marker does too and `down` removes both).
+SECURITY_MARKER="$DATA_DIR/walrelay-security-v1"
+
+# Dev-only credentials (a throwaway broker on loopback).
+SCRAM_USER=walrelay
+SCRAM_PASSWORD=walrelay-dev-scram
+ACL_USER=walrelay-acl
+ACL_PASSWORD=walrelay-dev-acl
+NOWRITE_USER=walrelay-nowrite
+NOWRITE_PASSWORD=walrelay-dev-nowrite
+# walrelay-acl may use topics whose names start with these prefixes only.
+ACL_TOPIC_PREFIX=acl-events-
+ACL_OFFSETS_PREFIX=acl-offsets-
+CLIENT_KEY_PASSWORD=walrelay-dev-keypass
+# The mutual-TLS client's principal (the certificate subject, Kafka's default
+# SSL principal mapping).
+MTLS_PRINCIPAL="User:CN=walrelay-client"
 
 READY_TIMEOUT=${WALRELAY_KAFKA_READY_TIMEOUT:-60}   # seconds
 STOP_TIMEOUT=${WALRELAY_KAFKA_STOP_TIMEOUT:-20}     # seconds before SIGKILL
@@ -93,6 +130,19 @@ die() { log "error: $*"; exit 1; }
 print_env() {
     echo "export WALRELAY_KAFKA_BROKERS=$BROKERS"
     echo "export WALRELAY_KAFKA_VERSION=$KAFKA_VERSION"
+    echo "export WALRELAY_KAFKA_SASL_SSL_BROKERS=$HOST:$SASL_SSL_PORT"
+    echo "export WALRELAY_KAFKA_MTLS_BROKERS=$HOST:$MTLS_PORT"
+    echo "export WALRELAY_KAFKA_WRONG_HOST_BROKERS=$HOST:$WRONG_HOST_PORT"
+    echo "export WALRELAY_KAFKA_TLS_DIR=$TLS_DIR"
+    echo "export WALRELAY_KAFKA_SCRAM_USER=$SCRAM_USER"
+    echo "export WALRELAY_KAFKA_SCRAM_PASSWORD=$SCRAM_PASSWORD"
+    echo "export WALRELAY_KAFKA_ACL_USER=$ACL_USER"
+    echo "export WALRELAY_KAFKA_ACL_PASSWORD=$ACL_PASSWORD"
+    echo "export WALRELAY_KAFKA_NOWRITE_USER=$NOWRITE_USER"
+    echo "export WALRELAY_KAFKA_NOWRITE_PASSWORD=$NOWRITE_PASSWORD"
+    echo "export WALRELAY_KAFKA_ACL_TOPIC_PREFIX=$ACL_TOPIC_PREFIX"
+    echo "export WALRELAY_KAFKA_ACL_OFFSETS_PREFIX=$ACL_OFFSETS_PREFIX"
+    echo "export WALRELAY_KAFKA_CLIENT_KEY_PASSWORD=$CLIENT_KEY_PASSWORD"
 }
 
 # Serialise concurrent invocations (parallel test jobs calling `up`), so two
@@ -257,6 +307,132 @@ show_log_tail() {
 }
 
 # ---------------------------------------------------------------------------
+# TLS material (throwaway CA, PEM files only)
+# ---------------------------------------------------------------------------
+
+# Issues $1.key/$1.pem in the current directory, signed by CA $2, subject $3,
+# with the X.509v3 extensions in $4 (one per line).
+issue_certificate() {
+    local name=$1 ca=$2 subject=$3 extensions=$4
+    openssl req -new -newkey rsa:2048 -nodes -keyout "$name.key" -out "$name.csr" \
+        -subj "$subject" 2>/dev/null
+    printf '%s\n' "$extensions" >"$name.ext"
+    openssl x509 -req -in "$name.csr" -CA "$ca.pem" -CAkey "$ca.key" -CAcreateserial \
+        -days 3650 -sha256 -extfile "$name.ext" -out "$name.pem" 2>/dev/null
+    rm -f "$name.csr" "$name.ext"
+}
+
+# Makes everything the secured listeners and the tests need, once per state
+# dir (a `.complete` stamp written last, so an interrupted run starts over):
+#   ca.pem                   the dev CA (clients trust it: ssl_ca)
+#   server-keystore.pem      key + certificate for 127.0.0.1 and localhost
+#   wrong-host-keystore.pem  key + certificate for wrong.invalid only
+#   client.pem, client.key   client certificate (CN=walrelay-client), dev CA
+#   client-encrypted.key     the same key, encrypted (CLIENT_KEY_PASSWORD)
+#   other-ca.pem             a CA the broker does not know
+#   rogue-client.pem/.key    CN=walrelay-client, but signed by other-ca
+ensure_certificates() {
+    [[ -f "$TLS_DIR/.complete" ]] && return 0
+    command -v openssl >/dev/null 2>&1 \
+        || die "openssl not found; install it (apt-get install -y openssl)"
+    log "making a throwaway CA and certificates in $TLS_DIR ..."
+    local tmp="$TLS_DIR.tmp.$$"
+    rm -rf "$tmp"
+    mkdir -p "$tmp"
+    (
+        cd "$tmp"
+        local ca
+        for ca in ca other-ca; do
+            openssl req -x509 -newkey rsa:2048 -nodes -keyout "$ca.key" -out "$ca.pem" \
+                -days 3650 -sha256 -subj "/CN=walrelay dev $ca" \
+                -addext "basicConstraints=critical,CA:TRUE" \
+                -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+        done
+        issue_certificate server ca "/CN=localhost" \
+            "subjectAltName=IP:127.0.0.1,DNS:localhost
+extendedKeyUsage=serverAuth"
+        issue_certificate wrong-host ca "/CN=wrong.invalid" \
+            "subjectAltName=DNS:wrong.invalid
+extendedKeyUsage=serverAuth"
+        issue_certificate client ca "/CN=walrelay-client" "extendedKeyUsage=clientAuth"
+        issue_certificate rogue-client other-ca "/CN=walrelay-client" "extendedKeyUsage=clientAuth"
+        # Kafka's PEM keystore: the (PKCS#8) private key, then the certificate.
+        cat server.key server.pem >server-keystore.pem
+        cat wrong-host.key wrong-host.pem >wrong-host-keystore.pem
+        openssl pkcs8 -topk8 -in client.key -out client-encrypted.key -v2 aes-256-cbc \
+            -passout "pass:$CLIENT_KEY_PASSWORD"
+        chmod 600 ./*.key ./*-keystore.pem
+        touch .complete
+    ) || die "openssl failed to make the dev certificates"
+    rm -rf "$TLS_DIR"
+    mv "$tmp" "$TLS_DIR"
+}
+
+# ---------------------------------------------------------------------------
+# SCRAM users and ACLs
+# ---------------------------------------------------------------------------
+
+# The --add-scram arguments of `kafka-storage format`, one user each.
+scram_format_args() {
+    local pair
+    for pair in "$SCRAM_USER=$SCRAM_PASSWORD" "$ACL_USER=$ACL_PASSWORD" \
+        "$NOWRITE_USER=$NOWRITE_PASSWORD"; do
+        printf '%s\n' --add-scram "SCRAM-SHA-512=[name=${pair%%=*},password=${pair#*=}]"
+    done
+}
+
+# A Kafka admin CLI class over PLAINTEXT (User:ANONYMOUS, a super user).
+# Its output goes to logs/admin.log, shown only when it fails.
+admin_tool() {
+    local out="$LOG_DIR/admin.log"
+    if ! java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -cp "$LIBS_DIR/*" \
+        -Dlog4j2.configurationFile="$CONF_DIR/log4j2.properties" \
+        -Dkafka.logs.dir="$LOG_DIR" \
+        "$@" </dev/null >>"$out" 2>&1; then
+        tail -n 20 "$out" >&2
+        return 1
+    fi
+}
+
+# Once per data dir, with the broker up: SCRAM users for a state formatted
+# by an older kafka.sh (without --add-scram), then the ACLs. The ACLs here are
+# the ones docs/security.md lists as what walrelay needs.
+provision_security() {
+    [[ -f "$SECURITY_MARKER" ]] && return 0
+    if [[ ! -f "$DATA_DIR/walrelay-scram-v1" ]]; then
+        log "adding SCRAM users to a state formatted without them ..."
+        local pair
+        for pair in "$SCRAM_USER=$SCRAM_PASSWORD" "$ACL_USER=$ACL_PASSWORD" \
+            "$NOWRITE_USER=$NOWRITE_PASSWORD"; do
+            admin_tool kafka.admin.ConfigCommand --bootstrap-server "$BROKERS" --alter \
+                --add-config "SCRAM-SHA-512=[password=${pair#*=}]" \
+                --entity-type users --entity-name "${pair%%=*}" \
+                || die "could not add SCRAM user ${pair%%=*}"
+        done
+        touch "$DATA_DIR/walrelay-scram-v1"
+    fi
+    log "creating the ACLs of $ACL_USER and $NOWRITE_USER ..."
+    local acl=(org.apache.kafka.tools.AclCommand --bootstrap-server "$BROKERS" --add
+        --resource-pattern-type prefixed)
+    # The offsets topic: create it, check its cleanup.policy, read and write it.
+    admin_tool "${acl[@]}" --allow-principal "User:$ACL_USER" \
+        --allow-principal "User:$NOWRITE_USER" --topic "$ACL_OFFSETS_PREFIX" \
+        --operation Create --operation DescribeConfigs --operation Describe \
+        --operation Read --operation Write \
+        || die "could not create the offsets-topic ACLs"
+    # The event topics: write (which also allows the idempotent producer's
+    # InitProducerId since Kafka 2.8) and describe (metadata).
+    admin_tool "${acl[@]}" --allow-principal "User:$ACL_USER" --topic "$ACL_TOPIC_PREFIX" \
+        --operation Write --operation Describe \
+        || die "could not create the event-topic ACLs"
+    # walrelay-nowrite: everything but WRITE on the event topics.
+    admin_tool "${acl[@]}" --allow-principal "User:$NOWRITE_USER" --topic "$ACL_TOPIC_PREFIX" \
+        --operation Describe \
+        || die "could not create the walrelay-nowrite ACL"
+    touch "$SECURITY_MARKER"
+}
+
+# ---------------------------------------------------------------------------
 # Config + storage
 # ---------------------------------------------------------------------------
 
@@ -271,10 +447,33 @@ process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@$HOST:$CONTROLLER_PORT
 controller.listener.names=CONTROLLER
-listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://$HOST:$PORT
+listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT,SASL_SSL://$HOST:$SASL_SSL_PORT,MTLS://$HOST:$MTLS_PORT,WRONGHOST://$HOST:$WRONG_HOST_PORT
+advertised.listeners=PLAINTEXT://$HOST:$PORT,SASL_SSL://$HOST:$SASL_SSL_PORT,MTLS://$HOST:$MTLS_PORT,WRONGHOST://$HOST:$WRONG_HOST_PORT
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,MTLS:SSL,WRONGHOST:SSL
+
+# Authorization. PLAINTEXT and CONTROLLER connections are User:ANONYMOUS,
+# a super user, so they behave exactly as without an authorizer; so do the
+# SCRAM user $SCRAM_USER and the mutual-TLS client. Everyone else gets only
+# what an ACL allows (see provision_security).
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS;User:$SCRAM_USER;$MTLS_PRINCIPAL
+allow.everyone.if.no.acl.found=false
+
+# SASL_SSL: SCRAM-SHA-512 over TLS (server certificate for 127.0.0.1/localhost).
+listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.ssl.keystore.type=PEM
+listener.name.sasl_ssl.ssl.keystore.location=$TLS_DIR/server-keystore.pem
+# MTLS: TLS with a client certificate from the dev CA required.
+listener.name.mtls.ssl.keystore.type=PEM
+listener.name.mtls.ssl.keystore.location=$TLS_DIR/server-keystore.pem
+listener.name.mtls.ssl.truststore.type=PEM
+listener.name.mtls.ssl.truststore.location=$TLS_DIR/ca.pem
+listener.name.mtls.ssl.client.auth=required
+# WRONGHOST: TLS with a valid certificate for another host (wrong.invalid).
+listener.name.wronghost.ssl.keystore.type=PEM
+listener.name.wronghost.ssl.keystore.location=$TLS_DIR/wrong-host-keystore.pem
 
 log.dirs=$DATA_DIR
 
@@ -312,6 +511,8 @@ ensure_formatted() {
         return 0
     fi
     log "formatting KRaft storage in $DATA_DIR (cluster id $CLUSTER_ID) ..."
+    local scram
+    mapfile -t scram < <(scram_format_args)
     # kafka.tools.StorageTool is what bin/kafka-storage.sh runs in 4.x.
     # With a static controller.quorum.voters a plain --cluster-id suffices
     # (--standalone is for the dynamic-quorum bootstrap.servers form).
@@ -321,10 +522,11 @@ ensure_formatted() {
             -Dkafka.logs.dir="$LOG_DIR" \
             kafka.tools.StorageTool format \
             --cluster-id "$CLUSTER_ID" --config "$SERVER_PROPS" --ignore-formatted \
-            </dev/null >&2; then
+            "${scram[@]}" </dev/null >&2; then
         show_log_tail
         die "formatting storage failed"
     fi
+    touch "$DATA_DIR/walrelay-scram-v1"
 }
 
 # ---------------------------------------------------------------------------
@@ -335,7 +537,7 @@ launch() {
     # Anything already listening there is not ours (we checked our pid first),
     # and Kafka would die with a bind error that is harder to read.
     local port
-    for port in "$PORT" "$CONTROLLER_PORT"; do
+    for port in "$PORT" "$CONTROLLER_PORT" "$SASL_SSL_PORT" "$MTLS_PORT" "$WRONG_HOST_PORT"; do
         if port_in_use "$port"; then
             die "$HOST:$port is already in use by another process (not a broker started by $SELF from $REPO_ROOT); stop it first"
         fi
@@ -442,6 +644,12 @@ cmd_up() {
             ensure_kcat
             wait_ready "$pid"
         fi
+        if [[ -f "$TLS_DIR/.complete" ]] && grep -q '^listener.name.mtls' "$SERVER_PROPS"; then
+            provision_security
+        else
+            log "note: this broker was started by an older kafka.sh, without the secured"
+            log "  listeners; run \`$SELF restart\` (data kept) to get them"
+        fi
         print_env
         return 0
     fi
@@ -463,10 +671,12 @@ cmd_up() {
     require_java
     ensure_kcat
     ensure_libs
+    ensure_certificates
     write_server_properties
     ensure_formatted
     launch
     wait_ready "$(cat "$PID_FILE")"
+    provision_security
     print_env
 }
 

@@ -25,11 +25,14 @@
 //!   line index built once. Files over [`MAX_FILE_BYTES`] are not read.
 //!
 //! `${NAME}` in `postgres.host`, `postgres.user`, `postgres.password`,
-//! `postgres.database`, `kafka.brokers` and `[kafka.librdkafka]` values is
-//! replaced by environment variable `NAME`; `$${` stands for a literal `${`.
-//! `${file:/absolute/path}` is replaced by a file's content (one trailing
-//! newline removed) in the keys that hold secrets only: `postgres.password`,
-//! `postgres.sslpassword` and the secret librdkafka properties ([`is_secret_property`]).
+//! `postgres.database`, `kafka.brokers`, `kafka.sasl_username`,
+//! `kafka.sasl_password`, `kafka.ssl_key_password` and `[kafka.librdkafka]`
+//! values is replaced by environment variable `NAME`; `$${` stands for a
+//! literal `${`. `${file:/absolute/path}` is replaced by a file's content (one
+//! trailing newline removed) in the keys that hold secrets only:
+//! `postgres.password`, `postgres.sslpassword`, `kafka.sasl_password`,
+//! `kafka.ssl_key_password` and the secret librdkafka properties
+//! ([`is_secret_property`]).
 //! Interpolation runs after parsing, so errors keep their line numbers.
 
 mod error;
@@ -56,7 +59,8 @@ pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
 pub use schema::{
     Compression, ConnectorConfig, HealthConfig, KafkaConfig, OnUpdate, OutboxConfig,
-    PostgresConfig, SnapshotConfig, SnapshotMode, SslMode, is_secret_property,
+    PostgresConfig, SaslMechanism, SecurityProtocol, SnapshotConfig, SnapshotMode, SslMode,
+    is_secret_property,
 };
 pub use template::{Segment, TableRef, TopicTemplate, is_topic_char, topic_name_problem};
 pub use units::parse_byte_size;
@@ -208,6 +212,21 @@ impl Config {
         substitute_secret(
             "postgres.sslpassword",
             &mut pg.sslpassword,
+            env,
+            &mut problems,
+        );
+        if let Some(username) = &mut self.kafka.sasl_username {
+            substitute("kafka.sasl_username", username, false, env, &mut problems);
+        }
+        substitute_secret(
+            "kafka.sasl_password",
+            &mut self.kafka.sasl_password,
+            env,
+            &mut problems,
+        );
+        substitute_secret(
+            "kafka.ssl_key_password",
+            &mut self.kafka.ssl_key_password,
             env,
             &mut problems,
         );

@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 use super::producer;
@@ -177,6 +177,94 @@ impl Compression {
     }
 }
 
+/// `kafka.security_protocol`: how walrelay talks to the brokers (librdkafka
+/// `security.protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SecurityProtocol {
+    /// No TLS, no authentication.
+    Plaintext,
+    /// TLS; with `ssl_certificate`/`ssl_key`, mutual TLS.
+    Ssl,
+    /// SASL authentication without TLS (credentials cross the network in
+    /// the clear with PLAIN).
+    SaslPlaintext,
+    /// SASL authentication over TLS.
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    /// The name as written in the file and as librdkafka reads it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "plaintext",
+            SecurityProtocol::Ssl => "ssl",
+            SecurityProtocol::SaslPlaintext => "sasl_plaintext",
+            SecurityProtocol::SaslSsl => "sasl_ssl",
+        }
+    }
+
+    /// Whether connections use TLS.
+    pub fn uses_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    /// Whether connections authenticate with SASL.
+    pub fn uses_sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+}
+
+/// `kafka.sasl_mechanism` (librdkafka `sasl.mechanisms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum SaslMechanism {
+    #[serde(rename = "PLAIN")]
+    Plain,
+    #[serde(rename = "SCRAM-SHA-256")]
+    ScramSha256,
+    #[serde(rename = "SCRAM-SHA-512")]
+    ScramSha512,
+}
+
+impl SaslMechanism {
+    /// The name as written in the file and as librdkafka reads it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+}
+
+/// The typed `[kafka]` security keys and the librdkafka properties each one
+/// sets (with the aliases librdkafka accepts for the same setting): a raw
+/// `[kafka.librdkafka]` entry for any of these properties conflicts with the
+/// typed key when both are given.
+pub const SECURITY_KEYS: &[(&str, &[&str])] = &[
+    ("kafka.security_protocol", &["security.protocol"]),
+    (
+        "kafka.sasl_mechanism",
+        &["sasl.mechanisms", "sasl.mechanism"],
+    ),
+    ("kafka.sasl_username", &["sasl.username"]),
+    ("kafka.sasl_password", &["sasl.password"]),
+    ("kafka.ssl_ca", &["ssl.ca.location", "ssl.ca.pem"]),
+    (
+        "kafka.ssl_certificate",
+        &["ssl.certificate.location", "ssl.certificate.pem"],
+    ),
+    ("kafka.ssl_key", &["ssl.key.location", "ssl.key.pem"]),
+    ("kafka.ssl_key_password", &["ssl.key.password"]),
+    (
+        "kafka.ssl_verify_hostname",
+        &["ssl.endpoint.identification.algorithm"],
+    ),
+];
+
 /// `[kafka]`: the destination cluster and the producer.
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -208,6 +296,40 @@ pub struct KafkaConfig {
     /// Compacted topic holding the offset store.
     #[serde(default = "defaults::offsets_topic")]
     pub offsets_topic: String,
+    /// How to talk to the brokers: `plaintext`, `ssl`, `sasl_plaintext` or
+    /// `sasl_ssl`. Unset: librdkafka's default (plaintext) unless
+    /// `[kafka.librdkafka]` sets `security.protocol`.
+    #[serde(default)]
+    pub security_protocol: Option<SecurityProtocol>,
+    /// `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`; required with a `sasl_*`
+    /// protocol.
+    #[serde(default)]
+    pub sasl_mechanism: Option<SaslMechanism>,
+    /// SASL user name; `${ENV}` is interpolated.
+    #[serde(default)]
+    pub sasl_username: Option<String>,
+    /// SASL password; `${ENV}` is interpolated. Never printed.
+    #[serde(default, deserialize_with = "units::secret")]
+    pub sasl_password: Option<SecretString>,
+    /// PEM file of the CA certificate(s) that signed the brokers'
+    /// certificates; the system trust store when unset.
+    #[serde(default)]
+    pub ssl_ca: Option<PathBuf>,
+    /// PEM file of walrelay's client certificate (mutual TLS); with `ssl_key`.
+    #[serde(default)]
+    pub ssl_certificate: Option<PathBuf>,
+    /// PEM file of the client certificate's private key; with `ssl_certificate`.
+    #[serde(default)]
+    pub ssl_key: Option<PathBuf>,
+    /// Password of an encrypted `ssl_key`; `${ENV}` is interpolated. Never printed.
+    #[serde(default, deserialize_with = "units::secret")]
+    pub ssl_key_password: Option<SecretString>,
+    /// Check that the broker's certificate names the host walrelay connected
+    /// to (librdkafka `ssl.endpoint.identification.algorithm = https`).
+    /// Default true; `false` only for brokers whose certificates name no
+    /// usable host.
+    #[serde(default)]
+    pub ssl_verify_hostname: Option<bool>,
     /// Raw librdkafka producer properties, applied after walrelay's own.
     /// Properties that would weaken a delivery guarantee are rejected by validation.
     #[serde(default, deserialize_with = "units::properties")]
@@ -238,6 +360,7 @@ impl KafkaConfig {
         fixed
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v))
+            .chain(self.security_properties())
             .chain(
                 self.librdkafka
                     .iter()
@@ -245,6 +368,51 @@ impl KafkaConfig {
                     .map(|(k, v)| (k.clone(), v.clone())),
             )
             .collect()
+    }
+
+    /// The librdkafka properties of the typed security keys (only those
+    /// that are set). Host-name verification is emitted whenever
+    /// `security_protocol` uses TLS: on unless `ssl_verify_hostname = false`.
+    pub fn security_properties(&self) -> Vec<(String, String)> {
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        let secret = |s: &Option<SecretString>| s.as_ref().map(|s| s.expose_secret().to_owned());
+        let verify = match (self.ssl_verify_hostname, self.security_protocol) {
+            (Some(v), _) => Some(v),
+            (None, Some(p)) if p.uses_tls() => Some(true),
+            (None, _) => None,
+        };
+        [
+            (
+                "security.protocol",
+                self.security_protocol.map(|p| p.as_str().to_owned()),
+            ),
+            (
+                "sasl.mechanisms",
+                self.sasl_mechanism.map(|m| m.as_str().to_owned()),
+            ),
+            ("sasl.username", self.sasl_username.clone()),
+            ("sasl.password", secret(&self.sasl_password)),
+            ("ssl.ca.location", path(&self.ssl_ca)),
+            ("ssl.certificate.location", path(&self.ssl_certificate)),
+            ("ssl.key.location", path(&self.ssl_key)),
+            ("ssl.key.password", secret(&self.ssl_key_password)),
+            (
+                "ssl.endpoint.identification.algorithm",
+                verify.map(|v| if v { "https" } else { "none" }.to_owned()),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v)))
+        .collect()
+    }
+
+    /// The configuration key behind librdkafka property `property` when a
+    /// typed key sets it (for errors about the property).
+    pub fn typed_key_of(property: &str) -> Option<&'static str> {
+        SECURITY_KEYS
+            .iter()
+            .find(|(_, props)| props.contains(&property))
+            .map(|(key, _)| *key)
     }
 
     /// `brokers` with whitespace around each entry removed.
@@ -304,6 +472,21 @@ impl fmt::Debug for KafkaConfig {
             .field("max_in_flight_bytes", &self.max_in_flight_bytes)
             .field("shutdown_flush_timeout", &self.shutdown_flush_timeout)
             .field("offsets_topic", &self.offsets_topic)
+            .field("security_protocol", &self.security_protocol)
+            .field("sasl_mechanism", &self.sasl_mechanism)
+            .field("sasl_username", &self.sasl_username)
+            .field(
+                "sasl_password",
+                &self.sasl_password.as_ref().map(|_| "[REDACTED]"),
+            )
+            .field("ssl_ca", &self.ssl_ca)
+            .field("ssl_certificate", &self.ssl_certificate)
+            .field("ssl_key", &self.ssl_key)
+            .field(
+                "ssl_key_password",
+                &self.ssl_key_password.as_ref().map(|_| "[REDACTED]"),
+            )
+            .field("ssl_verify_hostname", &self.ssl_verify_hostname)
             .field("librdkafka", &Redacted(&self.librdkafka))
             .finish()
     }

@@ -131,7 +131,12 @@ fn example_toml_sets_every_key() {
             "max_in_flight_bytes",
             "max_in_flight_records",
             "offsets_topic",
-            "shutdown_flush_timeout"
+            "sasl_mechanism",
+            "sasl_password",
+            "sasl_username",
+            "security_protocol",
+            "shutdown_flush_timeout",
+            "ssl_verify_hostname"
         ]
     );
     assert_eq!(keys("health"), ["listen"]);
@@ -189,8 +194,9 @@ fn example_toml_values_reach_the_typed_config() {
     let config = Config::from_str_with_env(&text, "example.toml", &fake_env).unwrap();
     assert_eq!(config.postgres.host, "db.internal");
     assert_eq!(
-        config.kafka.librdkafka["sasl.password"], KAFKA_PASSWORD,
-        "librdkafka values are interpolated"
+        config.kafka.sasl_password.as_ref().unwrap().expose_secret(),
+        KAFKA_PASSWORD,
+        "the Kafka password is interpolated"
     );
     assert_eq!(config.kafka.librdkafka["batch.num.messages"], "10000");
     assert_eq!(config.outbox.len(), 2);
@@ -1761,4 +1767,255 @@ fn client_certificate_keys_come_together_over_tls() {
         assert!(error.contains(&format!("{key_path}: ")), "{error}");
         assert!(error.contains(fix), "{error}");
     }
+}
+
+/// A file that exists, for the TLS path keys (its content does not matter
+/// to validation).
+fn existing_file() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml").to_owned()
+}
+
+/// `MINIMAL` with `[kafka]` keys inserted after `brokers`.
+fn kafka_with(keys: &str) -> String {
+    MINIMAL.replace(
+        "brokers = \"127.0.0.1:9092\"\n",
+        &format!("brokers = \"127.0.0.1:9092\"\n{keys}\n"),
+    )
+}
+
+#[test]
+fn typed_sasl_ssl_settings_become_librdkafka_properties() {
+    let config = load(&kafka_with(&format!(
+        "security_protocol = \"sasl_ssl\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n\
+         sasl_username = \"walrelay\"\nsasl_password = \"${{WALRELAY_KAFKA_PASSWORD}}\"\n\
+         ssl_ca = \"{}\"",
+        existing_file()
+    )))
+    .unwrap();
+    let props: HashMap<_, _> = config.kafka.producer_properties().into_iter().collect();
+    assert_eq!(props["security.protocol"], "sasl_ssl");
+    assert_eq!(props["sasl.mechanisms"], "SCRAM-SHA-512");
+    assert_eq!(props["sasl.username"], "walrelay");
+    assert_eq!(props["sasl.password"], KAFKA_PASSWORD);
+    assert_eq!(props["ssl.ca.location"], existing_file());
+    // Host-name verification is on by default.
+    assert_eq!(props["ssl.endpoint.identification.algorithm"], "https");
+    let debug = format!("{config:?}");
+    assert!(!debug.contains(KAFKA_PASSWORD), "{debug}");
+    assert!(
+        debug.contains("sasl_password: Some(\"[REDACTED]\")"),
+        "{debug}"
+    );
+}
+
+#[test]
+fn typed_mutual_tls_settings_become_librdkafka_properties() {
+    let file = existing_file();
+    let config = load(&kafka_with(&format!(
+        "security_protocol = \"ssl\"\nssl_ca = \"{file}\"\nssl_certificate = \"{file}\"\n\
+         ssl_key = \"{file}\"\nssl_key_password = \"${{WALRELAY_KAFKA_PASSWORD}}\"\n\
+         ssl_verify_hostname = false",
+    )))
+    .unwrap();
+    let props: HashMap<_, _> = config.kafka.producer_properties().into_iter().collect();
+    assert_eq!(props["security.protocol"], "ssl");
+    assert_eq!(props["ssl.certificate.location"], file);
+    assert_eq!(props["ssl.key.location"], file);
+    assert_eq!(props["ssl.key.password"], KAFKA_PASSWORD);
+    assert_eq!(props["ssl.endpoint.identification.algorithm"], "none");
+    assert!(!props.contains_key("sasl.mechanisms"));
+    let debug = format!("{config:?}");
+    assert!(!debug.contains(KAFKA_PASSWORD), "{debug}");
+}
+
+/// Without typed security keys nothing is emitted: the raw map (or
+/// librdkafka's defaults) decides, as before the typed keys existed.
+#[test]
+fn no_typed_security_keys_emit_no_security_properties() {
+    let props = load(MINIMAL).unwrap().kafka.producer_properties();
+    assert!(
+        !props.iter().any(|(k, _)| k.starts_with("ssl.")
+            || k.starts_with("sasl.")
+            || k.starts_with("security.")),
+        "{props:?}"
+    );
+}
+
+#[test]
+fn sasl_keys_without_a_sasl_protocol_name_the_key_and_the_fix() {
+    let error = load_err(&kafka_with("sasl_mechanism = \"SCRAM-SHA-512\""));
+    assert!(
+        error.contains("kafka.sasl_mechanism: is set but kafka.security_protocol is not; set kafka.security_protocol = \"sasl_ssl\""),
+        "{error}"
+    );
+    let error = load_err(&kafka_with(
+        "security_protocol = \"ssl\"\nsasl_username = \"u\"\nsasl_password = \"hunter2-Zq9\"",
+    ));
+    assert!(
+        error.contains(
+            "kafka.sasl_username: is only used with kafka.security_protocol = \"sasl_ssl\""
+        ),
+        "{error}"
+    );
+    assert!(error.contains("kafka.sasl_password:"), "{error}");
+    assert!(!error.contains("hunter2"), "{error}");
+}
+
+#[test]
+fn a_sasl_protocol_needs_mechanism_username_and_password() {
+    let error = load_err(&kafka_with("security_protocol = \"sasl_ssl\""));
+    for key in [
+        "kafka.sasl_mechanism: is missing",
+        "kafka.sasl_username: is missing",
+        "kafka.sasl_password: is missing",
+    ] {
+        assert!(error.contains(key), "{key}: {error}");
+    }
+    // Given in the raw map instead, they count.
+    load(&kafka_with(
+        "security_protocol = \"sasl_ssl\"\n[kafka.librdkafka]\n\"sasl.mechanisms\" = \"PLAIN\"\n\
+         \"sasl.username\" = \"u\"\n\"sasl.password\" = \"p\"",
+    ))
+    .unwrap();
+}
+
+#[test]
+fn plain_over_sasl_plaintext_is_refused() {
+    let error = load_err(&kafka_with(
+        "security_protocol = \"sasl_plaintext\"\nsasl_mechanism = \"PLAIN\"\n\
+         sasl_username = \"u\"\nsasl_password = \"p\"",
+    ));
+    assert!(
+        error.contains(
+            "kafka.sasl_mechanism: PLAIN over sasl_plaintext sends the password in the clear"
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn tls_files_must_exist_and_need_a_tls_protocol() {
+    let error = load_err(&kafka_with(
+        "security_protocol = \"ssl\"\nssl_ca = \"/nonexistent/ca.pem\"",
+    ));
+    assert!(
+        error.contains("kafka.ssl_ca: /nonexistent/ca.pem is not a readable file; give the path of the PEM file"),
+        "{error}"
+    );
+    let error = load_err(&kafka_with(&format!(
+        "security_protocol = \"sasl_plaintext\"\nsasl_mechanism = \"SCRAM-SHA-256\"\n\
+         sasl_username = \"u\"\nsasl_password = \"p\"\nssl_ca = \"{}\"",
+        existing_file()
+    )));
+    assert!(
+        error.contains("kafka.ssl_ca: is only used with kafka.security_protocol = \"ssl\" or \"sasl_ssl\", but it is \"sasl_plaintext\""),
+        "{error}"
+    );
+    let error = load_err(&kafka_with(&format!(
+        "security_protocol = \"ssl\"\nssl_certificate = \"{}\"",
+        existing_file()
+    )));
+    assert!(error.contains("kafka.ssl_key: is missing"), "{error}");
+    let error = load_err(&kafka_with(&format!(
+        "security_protocol = \"ssl\"\nssl_key = \"{}\"",
+        existing_file()
+    )));
+    assert!(
+        error.contains("kafka.ssl_certificate: is missing"),
+        "{error}"
+    );
+    let error = load_err(&kafka_with("ssl_verify_hostname = false"));
+    assert!(
+        error.contains("kafka.ssl_verify_hostname: is set but kafka.security_protocol is not"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_setting_given_typed_and_raw_is_refused_naming_both() {
+    let error = load_err(&kafka_with(
+        "security_protocol = \"sasl_ssl\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n\
+         sasl_username = \"u\"\nsasl_password = \"hunter2-Zq9\"\n\
+         [kafka.librdkafka]\n\"sasl.password\" = \"other-Zq9\"\n\"sasl.mechanism\" = \"PLAIN\"",
+    ));
+    assert!(
+        error.contains("kafka.librdkafka.\"sasl.password\": sets the same thing as kafka.sasl_password; keep one of them"),
+        "{error}"
+    );
+    assert!(
+        error.contains(
+            "kafka.librdkafka.\"sasl.mechanism\": sets the same thing as kafka.sasl_mechanism"
+        ),
+        "{error}"
+    );
+    assert!(
+        !error.contains("hunter2") && !error.contains("other-Zq9"),
+        "{error}"
+    );
+}
+
+#[test]
+fn unknown_protocol_and_mechanism_names_are_refused() {
+    let error = load_err(&kafka_with("security_protocol = \"SASL_SSL\""));
+    assert!(error.contains("kafka.security_protocol"), "{error}");
+    assert!(error.contains("sasl_ssl"), "{error}");
+    let error = load_err(&kafka_with(
+        "security_protocol = \"sasl_ssl\"\nsasl_mechanism = \"scram-sha-512\"",
+    ));
+    assert!(error.contains("kafka.sasl_mechanism"), "{error}");
+    assert!(error.contains("SCRAM-SHA-512"), "{error}");
+}
+
+#[test]
+fn kafka_secrets_are_interpolated_and_never_repeated_in_errors() {
+    let error = load_err(&kafka_with(
+        "security_protocol = \"sasl_ssl\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n\
+         sasl_username = \"u\"\nsasl_password = \"hunter2-Zq9${NOT SET}\"",
+    ));
+    assert!(error.contains("kafka.sasl_password"), "{error}");
+    assert!(!error.contains("hunter2"), "{error}");
+    let error = load_err(&kafka_with(
+        "security_protocol = \"sasl_ssl\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n\
+         sasl_username = \"${NO_SUCH_USER_VAR}\"\nsasl_password = \"p\"",
+    ));
+    assert!(
+        error.contains("kafka.sasl_username: environment variable NO_SUCH_USER_VAR is not set"),
+        "{error}"
+    );
+}
+
+/// The Kafka secrets take `${file:...}` like the PostgreSQL ones (the
+/// Kubernetes-mounted-secret way), trailing newline trimmed; the user name,
+/// not a secret, does not.
+#[test]
+fn kafka_secrets_come_from_files_too() {
+    let dir = secret_dir("kafka");
+    let password = dir.join("kafka_password");
+    std::fs::write(&password, "from-a-file-Zq9\n").unwrap();
+    let key_password = dir.join("key_password");
+    std::fs::write(&key_password, "key-from-a-file").unwrap();
+    let config = load(&kafka_with(&format!(
+        "security_protocol = \"sasl_ssl\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n\
+         sasl_username = \"u\"\nsasl_password = \"${{file:{}}}\"",
+        password.display()
+    )))
+    .unwrap();
+    let props: HashMap<_, _> = config.kafka.producer_properties().into_iter().collect();
+    assert_eq!(props["sasl.password"], "from-a-file-Zq9");
+    let file = existing_file();
+    let config = load(&kafka_with(&format!(
+        "security_protocol = \"ssl\"\nssl_certificate = \"{file}\"\nssl_key = \"{file}\"\n\
+         ssl_key_password = \"${{file:{}}}\"",
+        key_password.display()
+    )))
+    .unwrap();
+    let props: HashMap<_, _> = config.kafka.producer_properties().into_iter().collect();
+    assert_eq!(props["ssl.key.password"], "key-from-a-file");
+    let error = load_err(&kafka_with(&format!(
+        "security_protocol = \"sasl_ssl\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n\
+         sasl_username = \"${{file:{}}}\"\nsasl_password = \"p\"",
+        password.display()
+    )));
+    assert!(error.contains("kafka.sasl_username"), "{error}");
+    assert!(!error.contains("from-a-file"), "{error}");
 }

@@ -14,7 +14,8 @@ use super::Config;
 use super::error::{MAX_VALUE_CHARS, Problem, join_key, quoted, shorten};
 use super::producer::{librdkafka_property, property_name_problem};
 use super::schema::{
-    KafkaConfig, OutboxConfig, PostgresConfig, SnapshotConfig, SnapshotMode, SslMode,
+    KafkaConfig, OutboxConfig, PostgresConfig, SECURITY_KEYS, SaslMechanism, SecurityProtocol,
+    SnapshotConfig, SnapshotMode, SslMode,
 };
 use super::template::{MAX_IDENTIFIER_BYTES, Segment, topic_name_problem};
 
@@ -345,6 +346,166 @@ fn kafka(kafka: &KafkaConfig, out: &mut Vec<Problem>) {
         out.push(Problem::new("kafka.offsets_topic", why));
     }
     librdkafka_map(&kafka.librdkafka, out);
+    security(kafka, out);
+}
+
+/// The typed security keys: each used only with a protocol that needs it,
+/// the ones a protocol needs present, files that exist, and no setting given
+/// both as a typed key and in `[kafka.librdkafka]`. Reads file metadata
+/// (exists, is a file) and nothing else.
+fn security(kafka: &KafkaConfig, out: &mut Vec<Problem>) {
+    for (key, properties) in SECURITY_KEYS {
+        let typed_set = match *key {
+            "kafka.security_protocol" => kafka.security_protocol.is_some(),
+            "kafka.sasl_mechanism" => kafka.sasl_mechanism.is_some(),
+            "kafka.sasl_username" => kafka.sasl_username.is_some(),
+            "kafka.sasl_password" => kafka.sasl_password.is_some(),
+            "kafka.ssl_ca" => kafka.ssl_ca.is_some(),
+            "kafka.ssl_certificate" => kafka.ssl_certificate.is_some(),
+            "kafka.ssl_key" => kafka.ssl_key.is_some(),
+            "kafka.ssl_key_password" => kafka.ssl_key_password.is_some(),
+            _ => kafka.ssl_verify_hostname.is_some(),
+        };
+        if !typed_set {
+            continue;
+        }
+        for property in properties
+            .iter()
+            .filter(|p| kafka.librdkafka.contains_key(**p))
+        {
+            out.push(Problem::new(
+                join_key("kafka.librdkafka", property),
+                format!(
+                    "sets the same thing as {key}; keep one of them (the typed key {key} is \
+                     checked at load time, so remove this entry)"
+                ),
+            ));
+        }
+    }
+    let raw = |p: &str| kafka.librdkafka.contains_key(p);
+    let protocol = kafka.security_protocol;
+    let sasl = protocol.is_some_and(|p| p.uses_sasl());
+    let tls = protocol.is_some_and(|p| p.uses_tls());
+    let need = |what: &str| match protocol {
+        None => format!(
+            "is set but kafka.security_protocol is not; set kafka.security_protocol = {what}"
+        ),
+        Some(p) => format!(
+            "is only used with kafka.security_protocol = {what}, but it is {}; change the \
+             protocol or remove this key",
+            quoted(p.as_str())
+        ),
+    };
+    if !sasl {
+        let needs_sasl = "\"sasl_ssl\" (or \"sasl_plaintext\")";
+        for (key, set) in [
+            ("kafka.sasl_mechanism", kafka.sasl_mechanism.is_some()),
+            ("kafka.sasl_username", kafka.sasl_username.is_some()),
+            ("kafka.sasl_password", kafka.sasl_password.is_some()),
+        ] {
+            if set {
+                out.push(Problem::new(key, need(needs_sasl)));
+            }
+        }
+    } else {
+        for (key, set, example) in [
+            (
+                "kafka.sasl_mechanism",
+                kafka.sasl_mechanism.is_some() || raw("sasl.mechanisms") || raw("sasl.mechanism"),
+                "\"SCRAM-SHA-512\" (or \"SCRAM-SHA-256\", \"PLAIN\")",
+            ),
+            (
+                "kafka.sasl_username",
+                kafka.sasl_username.is_some() || raw("sasl.username"),
+                "the user the brokers know walrelay as",
+            ),
+            (
+                "kafka.sasl_password",
+                kafka.sasl_password.is_some() || raw("sasl.password"),
+                "\"${WALRELAY_KAFKA_PASSWORD}\" (from the environment)",
+            ),
+        ] {
+            if !set {
+                out.push(Problem::new(
+                    key,
+                    format!(
+                        "is missing: kafka.security_protocol = {} authenticates with SASL; set \
+                         it, e.g. {example}",
+                        quoted(protocol.map_or("", |p| p.as_str()))
+                    ),
+                ));
+            }
+        }
+        if kafka.security_protocol == Some(SecurityProtocol::SaslPlaintext)
+            && kafka.sasl_mechanism == Some(SaslMechanism::Plain)
+        {
+            out.push(Problem::new(
+                "kafka.sasl_mechanism",
+                "PLAIN over sasl_plaintext sends the password in the clear; use \
+                 kafka.security_protocol = \"sasl_ssl\" (or a SCRAM mechanism)",
+            ));
+        }
+    }
+    let tls_files = [
+        (
+            "kafka.ssl_ca",
+            &kafka.ssl_ca,
+            "the CA certificate(s) that signed the brokers' certificates",
+        ),
+        (
+            "kafka.ssl_certificate",
+            &kafka.ssl_certificate,
+            "walrelay's client certificate",
+        ),
+        (
+            "kafka.ssl_key",
+            &kafka.ssl_key,
+            "the client certificate's private key",
+        ),
+    ];
+    let needs_tls = "\"ssl\" or \"sasl_ssl\"";
+    for (key, path, what) in tls_files {
+        let Some(path) = path else { continue };
+        if !tls {
+            out.push(Problem::new(key, need(needs_tls)));
+        } else if !path.is_file() {
+            out.push(Problem::new(
+                key,
+                format!(
+                    "{} is not a readable file; give the path of the PEM file holding {what}",
+                    path.display()
+                ),
+            ));
+        }
+    }
+    if kafka.ssl_key_password.is_some() && !tls {
+        out.push(Problem::new("kafka.ssl_key_password", need(needs_tls)));
+    }
+    if kafka.ssl_verify_hostname.is_some() && !tls {
+        out.push(Problem::new("kafka.ssl_verify_hostname", need(needs_tls)));
+    }
+    if tls {
+        match (&kafka.ssl_certificate, &kafka.ssl_key) {
+            (Some(_), None) => out.push(Problem::new(
+                "kafka.ssl_key",
+                "is missing: kafka.ssl_certificate is set, and a client certificate needs its \
+                 private key; set kafka.ssl_key to the key's PEM file",
+            )),
+            (None, Some(_)) => out.push(Problem::new(
+                "kafka.ssl_certificate",
+                "is missing: kafka.ssl_key is set, and a private key needs its certificate; \
+                 set kafka.ssl_certificate to the certificate's PEM file",
+            )),
+            _ => {}
+        }
+        if kafka.ssl_key_password.is_some() && kafka.ssl_key.is_none() {
+            out.push(Problem::new(
+                "kafka.ssl_key_password",
+                "is set but kafka.ssl_key is not; it is the password of an encrypted \
+                 kafka.ssl_key, so set that or remove this key",
+            ));
+        }
+    }
 }
 
 /// What is wrong with one `kafka.brokers` entry, written

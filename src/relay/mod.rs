@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Lsn;
 use crate::checkpoint::{CheckpointError, TxnId};
-use crate::config::{Config, ConfigError, librdkafka_key_path};
+use crate::config::{Config, ConfigError, KafkaConfig, librdkafka_key_path};
 use crate::offsets;
 use crate::pg::catalog::CatalogError;
 use crate::pg::tls::TlsSettings;
@@ -218,15 +218,19 @@ const LIBRDKAFKA_QUEUE_MAX: u64 = 2_147_483_647;
 pub fn check_producer_config(config: &Config) -> Result<(), ConfigError> {
     let properties = producer_properties(config);
     crate::sink::kafka::check_producer_properties(&properties).map_err(|e| {
-        let key = match e.property.as_deref() {
-            Some(p) if config.kafka.librdkafka.contains_key(p) => librdkafka_key_path(p),
-            Some("bootstrap.servers") => "kafka.brokers".to_owned(),
-            Some("compression.type") => "kafka.compression".to_owned(),
-            Some("linger.ms") => "kafka.linger".to_owned(),
-            Some("queue.buffering.max.messages") => "kafka.max_in_flight_records".to_owned(),
-            Some("queue.buffering.max.kbytes") => "kafka.max_in_flight_bytes".to_owned(),
-            Some("client.id") => "connector.name".to_owned(),
-            _ => "kafka.librdkafka".to_owned(),
+        let typed = e.property.as_deref().and_then(KafkaConfig::typed_key_of);
+        let key = match (e.property.as_deref(), typed) {
+            (Some(p), _) if config.kafka.librdkafka.contains_key(p) => librdkafka_key_path(p),
+            (_, Some(typed)) => typed.to_owned(),
+            (property, None) => match property {
+                Some("bootstrap.servers") => "kafka.brokers".to_owned(),
+                Some("compression.type") => "kafka.compression".to_owned(),
+                Some("linger.ms") => "kafka.linger".to_owned(),
+                Some("queue.buffering.max.messages") => "kafka.max_in_flight_records".to_owned(),
+                Some("queue.buffering.max.kbytes") => "kafka.max_in_flight_bytes".to_owned(),
+                Some("client.id") => "connector.name".to_owned(),
+                _ => "kafka.librdkafka".to_owned(),
+            },
         };
         config.error_at(&key, e.message)
     })

@@ -17,7 +17,7 @@ use crate::pg::catalog;
 use crate::pg::replication::ReplicationClient;
 use crate::pg::wire::WireError;
 use crate::router::Router;
-use crate::sink::kafka::{SinkError, SinkErrorKind};
+use crate::sink::kafka::{ProbeError, SinkError, SinkErrorKind, probe_cluster};
 use crate::source::{SnapshotTable, Source};
 use crate::startup::{self, SlotPlan};
 use crate::telemetry::Metrics;
@@ -186,6 +186,21 @@ impl Session {
         // 2. Kafka: producer, offset topic, stored offset.
         let properties = producer_properties(&config);
         let (sink, mut acks) = Sink::new(&properties).map_err(RelayError::Sink)?;
+        // Refused credentials or certificates are definite: find out before
+        // the offset-store clients below would only time out (librdkafka
+        // retries a refused connection forever). Anything else (brokers
+        // down) is left to the steps below, which wait and retry as before.
+        let probe = {
+            let properties = properties.clone();
+            tokio::task::spawn_blocking(move || probe_cluster(&properties, Duration::from_secs(10)))
+                .await
+                .map_err(|_| RelayError::Ended("Kafka connection probe"))?
+        };
+        match probe {
+            Ok(report) => tracing::info!(brokers = report.brokers, "connected to Kafka {report}"),
+            Err(ProbeError::Refused(e)) => return Err(RelayError::Sink(e)),
+            Err(ProbeError::Unreachable(why)) => tracing::debug!("Kafka probe: {why}"),
+        }
         let store = OffsetStore::new(
             &properties,
             &config.kafka.offsets_topic,

@@ -35,6 +35,15 @@
 //! - A fatal producer error ([`Ack::Fatal`]) makes this producer unusable,
 //!   not the connector: it is transient, and the next session builds a fresh
 //!   producer (librdkafka's documented recovery).
+//! - **A refused credential is definite.** librdkafka reports a failed TLS
+//!   handshake or SASL authentication only through its error callback and
+//!   then retries the connection forever. [`security_failure`] recognises
+//!   those reports (SASL authentication errors by code; TLS by the OpenSSL
+//!   texts "certificate verify failed" and the certificate alerts a broker
+//!   sends when it refuses a client certificate), and the producer turns one
+//!   into a definite [`Ack::Fatal`]: retrying cannot fix a wrong password or
+//!   an untrusted certificate. [`probe_cluster`] does the same for `check`
+//!   and for the start of a session.
 
 use std::time::Duration;
 
@@ -106,6 +115,11 @@ impl SinkError {
     }
 
     fn from_kafka(e: &KafkaError) -> SinkError {
+        SinkError::for_topic(e, None)
+    }
+
+    /// As [`SinkError::from_kafka`], naming `topic` in the fix when known.
+    fn for_topic(e: &KafkaError, topic: Option<&str>) -> SinkError {
         let code = e.rdkafka_error_code();
         let kind = match code {
             Some(c) if is_definite(c) => SinkErrorKind::Definite,
@@ -113,7 +127,7 @@ impl SinkError {
         };
         SinkError {
             kind,
-            message: describe(e, code),
+            message: describe(e, code, topic),
             code,
         }
     }
@@ -152,22 +166,92 @@ fn is_definite(code: RDKafkaErrorCode) -> bool {
     )
 }
 
-fn describe(e: &KafkaError, code: Option<RDKafkaErrorCode>) -> String {
+fn describe(e: &KafkaError, code: Option<RDKafkaErrorCode>, topic: Option<&str>) -> String {
     use RDKafkaErrorCode::*;
     let fix = match code {
         Some(MessageSizeTooLarge | InvalidMessageSize) => {
             "; the record is larger than the broker or topic accepts (message.max.bytes / max.message.bytes): \
-             shrink the payload or raise the limit on the topic and in [kafka.librdkafka] \"message.max.bytes\""
+             shrink the payload or raise the limit on the topic and in [kafka.librdkafka] \"message.max.bytes\"".to_owned()
         }
-        Some(TopicAuthorizationFailed | ClusterAuthorizationFailed) => {
-            "; grant the connector's principal WRITE (and IDEMPOTENT_WRITE) on the topic"
+        Some(TopicAuthorizationFailed) => format!(
+            " (TOPIC_AUTHORIZATION_FAILED); the connector's principal lacks the WRITE (or \
+             DESCRIBE) ACL on the topic: grant both, e.g. kafka-acls.sh --bootstrap-server \
+             <brokers> --add --allow-principal User:<walrelay's user> --operation Write \
+             --operation Describe --topic {} (docs/security.md)",
+            topic.unwrap_or("<topic>")
+        ),
+        Some(ClusterAuthorizationFailed) => {
+            " (CLUSTER_AUTHORIZATION_FAILED); the idempotent producer needs WRITE on at least \
+             one topic (Kafka 2.8 and later) or IDEMPOTENT_WRITE on the cluster: grant \
+             kafka-acls.sh --add --allow-principal User:<walrelay's user> --operation \
+             IdempotentWrite --cluster (docs/security.md)"
+                .to_owned()
         }
         Some(UnknownTopicOrPartition | UnknownTopic) => {
-            "; create the topic, or enable auto.create.topics.enable on the brokers"
+            "; create the topic, or enable auto.create.topics.enable on the brokers".to_owned()
         }
-        _ => "",
+        _ => String::new(),
     };
     format!("{e}{fix}")
+}
+
+/// The certificate alerts (OpenSSL's spelling) with which a broker refuses
+/// walrelay's client certificate, or the lack of one, during the TLS handshake.
+const CLIENT_CERTIFICATE_ALERTS: &[&str] = &[
+    "alert bad certificate",
+    "alert certificate unknown",
+    "alert certificate required",
+    "alert unknown ca",
+    "alert certificate expired",
+    "alert certificate revoked",
+    "alert unsupported certificate",
+    "alert access denied",
+];
+
+/// Whether a librdkafka error report (`code`, `reason`) is a connection
+/// refused for security reasons — something no retry can fix — and if so,
+/// the definite error naming the configuration keys to fix. `reason` is
+/// librdkafka's text, which names the broker but never a password.
+pub fn security_failure(code: Option<RDKafkaErrorCode>, reason: &str) -> Option<SinkError> {
+    use RDKafkaErrorCode::*;
+    let lower = reason.to_ascii_lowercase();
+    let (what, fix) = if matches!(code, Some(Authentication | SaslAuthenticationFailed))
+        || lower.contains("sasl authentication error")
+    {
+        (
+            "SASL authentication failed",
+            "check kafka.sasl_username, kafka.sasl_password (not shown) and kafka.sasl_mechanism \
+             against the user the brokers know",
+        )
+    } else if code == Some(UnsupportedSASLMechanism) {
+        (
+            "the brokers do not offer this SASL mechanism",
+            "set kafka.sasl_mechanism to one the listener enables (sasl.enabled.mechanisms on \
+             the brokers)",
+        )
+    } else if lower.contains("certificate verify failed") {
+        (
+            "TLS: the broker's certificate could not be verified",
+            "kafka.ssl_ca must hold the CA that signed the brokers' certificates, and each \
+             certificate must name the host written in kafka.brokers (host-name verification: \
+             kafka.ssl_verify_hostname)",
+        )
+    } else if CLIENT_CERTIFICATE_ALERTS.iter().any(|a| lower.contains(a))
+        || lower.contains("client ssl authentication might be required")
+    {
+        (
+            "TLS: the broker refused walrelay's client certificate",
+            "the listener requires a client certificate signed by a CA the brokers trust: set \
+             kafka.ssl_certificate and kafka.ssl_key to one",
+        )
+    } else {
+        return None;
+    };
+    Some(SinkError {
+        kind: SinkErrorKind::Definite,
+        message: format!("{what} ({}); {fix}", shorten(reason.trim(), 400)),
+        code,
+    })
 }
 
 struct AckContext<T> {
@@ -198,6 +282,9 @@ impl<T: Send + Sync + 'static> ClientContext for AckContext<T> {
                 message: format!("fatal Kafka producer error: {reason}"),
                 code: Some(RDKafkaErrorCode::Fatal),
             }));
+        } else if let Some(refused) = security_failure(error.rdkafka_error_code(), reason) {
+            tracing::error!(error = %refused, "Kafka refused the connection");
+            let _ = self.acks.send(Ack::Fatal(refused));
         } else {
             // Broker down, DNS, etc.: librdkafka retries by itself. Logged at
             // debug because it repeats; the connector logs the stall itself.
@@ -222,7 +309,7 @@ impl<T: Send + Sync + 'static> ProducerContext for AckContext<T> {
             Err((e, msg)) => Ack::Failed {
                 token: *token,
                 topic: msg.topic().to_owned(),
-                error: SinkError::from_kafka(e),
+                error: SinkError::for_topic(e, Some(msg.topic())),
             },
         };
         // The receiver is gone only when the session is being torn down.
@@ -430,6 +517,191 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
     /// channel; requests already in flight complete normally.
     pub fn purge_queued(&self) {
         self.producer.purge(PurgeConfig::default().queue());
+    }
+}
+
+/// What a successful [`probe_cluster`] learned about the connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeReport {
+    /// Brokers listed in the metadata.
+    pub brokers: usize,
+    /// `security.protocol` as used (librdkafka's default `plaintext` when unset).
+    pub protocol: String,
+    /// `sasl.mechanisms` as used, with a `sasl_*` protocol.
+    pub sasl_mechanism: Option<String>,
+    /// librdkafka logged that it verified the broker's certificate.
+    pub certificate_verified: bool,
+    /// Host-name verification was on (`ssl.endpoint.identification.algorithm`).
+    pub host_name_checked: bool,
+}
+
+impl std::fmt::Display for ProbeReport {
+    /// "over sasl_ssl (SASL SCRAM-SHA-512; TLS, broker certificate verified
+    /// for its host name)".
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "over {}", self.protocol)?;
+        let mut parts = Vec::new();
+        if let Some(m) = &self.sasl_mechanism {
+            parts.push(format!("SASL {m}"));
+        }
+        if self.protocol.ends_with("ssl") {
+            // librdkafka does not tell which TLS version it negotiated.
+            parts.push(match (self.certificate_verified, self.host_name_checked) {
+                (true, true) => "TLS, broker certificate verified for its host name".to_owned(),
+                (true, false) => {
+                    "TLS, broker certificate verified (host name NOT checked)".to_owned()
+                }
+                (false, _) => "TLS, broker certificate NOT verified".to_owned(),
+            });
+        }
+        if !parts.is_empty() {
+            write!(f, " ({})", parts.join("; "))?;
+        }
+        Ok(())
+    }
+}
+
+/// Why [`probe_cluster`] failed.
+#[derive(Debug, Clone)]
+pub enum ProbeError {
+    /// The brokers refused walrelay's credentials or certificates
+    /// ([`security_failure`]): definite.
+    Refused(SinkError),
+    /// No answer (down, unreachable, timed out): retrying may help.
+    Unreachable(String),
+}
+
+/// Collects librdkafka's error callbacks while probing: connection failures
+/// carry their cause ("Connection refused"), `AllBrokersDown` says no broker
+/// is left to try, and a security failure ends the probe at once.
+#[derive(Default)]
+struct ProbeWatch {
+    errors: std::sync::Mutex<Vec<String>>,
+    refused: std::sync::Mutex<Option<SinkError>>,
+    all_down: std::sync::atomic::AtomicBool,
+    certificate_verified: std::sync::atomic::AtomicBool,
+}
+
+impl ClientContext for ProbeWatch {
+    fn log(&self, _level: RDKafkaLogLevel, fac: &str, message: &str) {
+        // With debug=security, librdkafka logs this once it has checked the
+        // broker's certificate chain (and host name, when enabled).
+        if fac == "SSLVERIFY" && message.contains("certificate verified") {
+            self.certificate_verified
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        tracing::trace!(facility = fac, "librdkafka: {message}");
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        let code = error.rdkafka_error_code();
+        if code == Some(RDKafkaErrorCode::AllBrokersDown) {
+            self.all_down
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Some(refused) = security_failure(code, reason)
+            && let Ok(mut slot) = self.refused.lock()
+        {
+            slot.get_or_insert(refused);
+        }
+        if let Ok(mut errors) = self.errors.lock()
+            && errors.len() < 8
+            && !errors.iter().any(|e| e == reason)
+        {
+            errors.push(reason.to_owned());
+        }
+    }
+}
+
+impl ProducerContext for ProbeWatch {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {}
+}
+
+/// Asks the brokers for metadata with the producer's own properties, in
+/// short attempts until `timeout`, and reports how the connection was
+/// secured. Gives up at once when the brokers refuse walrelay's credentials
+/// or certificates ([`ProbeError::Refused`]) or every broker refused the
+/// connection. Blocking.
+pub fn probe_cluster(
+    properties: &[(String, String)],
+    timeout: Duration,
+) -> Result<ProbeReport, ProbeError> {
+    use std::sync::atomic::Ordering;
+    let last = |key: &str| {
+        properties
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.trim().to_ascii_lowercase())
+    };
+    let protocol = last("security.protocol").unwrap_or_else(|| "plaintext".to_owned());
+    let mut cfg = ClientConfig::new();
+    for (k, v) in properties {
+        cfg.set(k, v);
+    }
+    if last("debug").is_none() {
+        // Only for the SSLVERIFY line (see ProbeWatch::log).
+        cfg.set("debug", "security");
+    }
+    cfg.set_log_level(RDKafkaLogLevel::Debug);
+    let producer: BaseProducer<ProbeWatch> = cfg
+        .create_with_context(ProbeWatch::default())
+        .map_err(|e| {
+            ProbeError::Unreachable(format!(
+                "cannot create a Kafka client: {}",
+                PropertyError::from_kafka(&e, properties)
+            ))
+        })?;
+    let watch = producer.context().clone();
+    let reasons = || {
+        watch
+            .errors
+            .lock()
+            .map(|e| e.join("; "))
+            .unwrap_or_default()
+    };
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let attempt = producer
+            .client()
+            .fetch_metadata(None, Duration::from_millis(500));
+        // Serves the error and log callbacks: poll handles one event per
+        // call unless given time, so give it some.
+        producer.poll(Duration::from_millis(50));
+        if let Ok(Some(refused)) = watch.refused.lock().map(|r| r.clone()) {
+            return Err(ProbeError::Refused(refused));
+        }
+        let last_error = match attempt {
+            Ok(metadata) => {
+                return Ok(ProbeReport {
+                    brokers: metadata.brokers().len(),
+                    sasl_mechanism: protocol
+                        .starts_with("sasl")
+                        .then(|| last("sasl.mechanisms").or_else(|| last("sasl.mechanism")))
+                        .flatten()
+                        .map(|m| m.to_ascii_uppercase()),
+                    certificate_verified: watch.certificate_verified.load(Ordering::Relaxed),
+                    host_name_checked: last("ssl.endpoint.identification.algorithm")
+                        .is_none_or(|v| v == "https"),
+                    protocol,
+                });
+            }
+            Err(e) => e,
+        };
+        if watch.all_down.load(Ordering::Relaxed) {
+            return Err(ProbeError::Unreachable(format!(
+                "no broker accepted a connection: {}",
+                reasons()
+            )));
+        }
+        if std::time::Instant::now() >= deadline {
+            let seen = reasons();
+            return Err(ProbeError::Unreachable(format!(
+                "Kafka did not answer a metadata request within {timeout:?}: {last_error}{}{seen}",
+                if seen.is_empty() { "" } else { "; " }
+            )));
+        }
     }
 }
 
@@ -686,6 +958,73 @@ mod tests {
                 assert!(e.message.contains("gap-less"), "{e}");
             }
             other => panic!("expected a fatal report, got {other:?}"),
+        }
+    }
+
+    /// librdkafka's reports of refused credentials and certificates (texts
+    /// as librdkafka 2.12 with OpenSSL 3 writes them) are definite; a
+    /// refused TCP connection or a broker going away is not.
+    #[test]
+    fn refused_credentials_and_certificates_are_definite() {
+        use RDKafkaErrorCode::*;
+        for (code, reason, says) in [
+            (
+                Authentication,
+                "sasl_ssl://b:9094/bootstrap: SASL authentication error: Authentication failed \
+                 during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512",
+                "kafka.sasl_password",
+            ),
+            (
+                SSL,
+                "ssl://b:9094/bootstrap: SSL handshake failed: error:0A000086:SSL \
+                 routines::certificate verify failed: broker certificate could not be verified",
+                "kafka.ssl_ca",
+            ),
+            (
+                BrokerTransportFailure,
+                "ssl://b:9095/bootstrap: Receive failed: error:0A000412:SSL routines::sslv3 \
+                 alert bad certificate: SSL alert number 42",
+                "kafka.ssl_certificate",
+            ),
+            (
+                BrokerTransportFailure,
+                "ssl://b:9095/bootstrap: Receive failed: error:0A000416:SSL routines::sslv3 \
+                 alert certificate unknown: SSL alert number 46",
+                "kafka.ssl_certificate",
+            ),
+        ] {
+            let e = security_failure(Some(code), reason).expect(reason);
+            assert_eq!(e.kind, SinkErrorKind::Definite, "{e}");
+            assert!(e.message.contains(says), "{e}");
+        }
+        for (code, reason) in [
+            (
+                BrokerTransportFailure,
+                "b:9092/bootstrap: Connect to ipv4#127.0.0.1:9092 failed: Connection refused",
+            ),
+            (
+                BrokerTransportFailure,
+                "ssl://b:9094/1: Disconnected (after 1200ms in state UP)",
+            ),
+            (AllBrokersDown, "1/1 brokers are down"),
+        ] {
+            assert!(security_failure(Some(code), reason).is_none(), "{reason}");
+        }
+    }
+
+    /// The producer itself turns such a report into a definite fatal ack,
+    /// so `run` stops instead of letting librdkafka retry forever.
+    #[test]
+    fn the_producer_reports_a_refused_certificate_as_definite() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let context = AckContext::<()> { acks: tx };
+        context.error(
+            KafkaError::Global(RDKafkaErrorCode::SSL),
+            "ssl://b:9094/bootstrap: SSL handshake failed: certificate verify failed",
+        );
+        match rx.try_recv() {
+            Ok(Ack::Fatal(e)) => assert_eq!(e.kind, SinkErrorKind::Definite, "{e}"),
+            other => panic!("expected a definite fatal report, got {other:?}"),
         }
     }
 

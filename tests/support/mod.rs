@@ -66,6 +66,59 @@ pub fn kafka_brokers() -> String {
 /// busy machine.
 pub const START: Duration = Duration::from_secs(60);
 
+/// The secured dev broker's settings (`deploy/dev/kafka.sh` prints them
+/// as `WALRELAY_KAFKA_*`); unset, they follow from the PLAINTEXT broker's port
+/// the way the script derives them.
+#[derive(Debug, Clone)]
+pub struct SecuredKafka {
+    /// SASL_SSL listener (SCRAM-SHA-512).
+    pub sasl_ssl: String,
+    /// SSL listener requiring a client certificate.
+    pub mtls: String,
+    /// SSL listener whose certificate names another host.
+    pub wrong_host: String,
+    /// The dev CA and the certificates (`ca.pem`, `client.pem`, ...).
+    pub tls_dir: std::path::PathBuf,
+}
+
+impl SecuredKafka {
+    pub fn from_env() -> SecuredKafka {
+        let plain = kafka_brokers();
+        let (host, port) = plain
+            .rsplit_once(':')
+            .expect("WALRELAY_KAFKA_BROKERS is host:port");
+        let port: u16 = port.parse().expect("WALRELAY_KAFKA_BROKERS port");
+        let state = if port == 19092 {
+            "kafka".to_owned()
+        } else {
+            format!("kafka-{port}")
+        };
+        let at = |offset: u16| format!("{host}:{}", port + offset);
+        let secured = SecuredKafka {
+            sasl_ssl: env_or("WALRELAY_KAFKA_SASL_SSL_BROKERS", &at(2)),
+            mtls: env_or("WALRELAY_KAFKA_MTLS_BROKERS", &at(3)),
+            wrong_host: env_or("WALRELAY_KAFKA_WRONG_HOST_BROKERS", &at(4)),
+            tls_dir: env_or(
+                "WALRELAY_KAFKA_TLS_DIR",
+                &format!("{}/.state/{state}/tls", env!("CARGO_MANIFEST_DIR")),
+            )
+            .into(),
+        };
+        assert!(
+            secured.tls_dir.join("ca.pem").is_file(),
+            "{} has no ca.pem: the dev broker predates its secured listeners; recreate it \
+             with `deploy/dev/kafka.sh down && deploy/dev/kafka.sh up`",
+            secured.tls_dir.display()
+        );
+        secured
+    }
+
+    /// A file of the dev TLS material, as a string for a config file.
+    pub fn file(&self, name: &str) -> String {
+        self.tls_dir.join(name).display().to_string()
+    }
+}
+
 /// A name unique to this test run: `prefix_<pid>_<n>_<rand>`, lower case,
 /// valid as a database, slot and topic name.
 pub fn unique(prefix: &str) -> String {
