@@ -203,7 +203,30 @@ pub async fn check(config: &Config) -> Report {
 
     if routes.len() == config.outbox.len() {
         let routes: Vec<_> = routes.iter().map(|(o, t)| (*o, t)).collect();
-        let result = startup::publication(&client, pg, &routes).await;
+        let captured = match startup::table_event_tables(&client, config).await {
+            Ok(captured) => {
+                for c in &captured {
+                    let key = if !config.tables[c.entry].key_columns.is_empty() {
+                        format!("key {}", config.tables[c.entry].key_columns.join(", "))
+                    } else if c.primary_key.is_empty() {
+                        "no primary key: null keys (set key_columns)".to_owned()
+                    } else {
+                        format!("key {}", c.primary_key.join(", "))
+                    };
+                    report.push(
+                        &format!("table {}.{}", c.table.schema, c.table.name),
+                        Outcome::Ok(key),
+                    );
+                }
+                captured
+            }
+            Err(e) => {
+                report.push("[[table]] tables", fail(e.problem(), e.fix()));
+                Vec::new()
+            }
+        };
+        let captured: Vec<_> = captured.iter().map(|c| &c.table).collect();
+        let result = startup::publication(&client, pg, &routes, &captured).await;
         report.push(
             "publication",
             outcome(result, |plan| {

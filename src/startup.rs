@@ -19,7 +19,7 @@ use postgres_protocol::escape::escape_identifier as ident;
 use tokio_postgres::Client;
 
 use crate::Lsn;
-use crate::config::{OutboxConfig, PostgresConfig, SnapshotMode};
+use crate::config::{Config, OutboxConfig, PostgresConfig, SnapshotMode, TableConfig};
 use crate::offsets::{self, SlotPosition, StartDecision, StoredOffset};
 use crate::pg::catalog::{self, CapturedTable, CatalogError, SlotState};
 use crate::pg::wire::WireError;
@@ -268,10 +268,18 @@ fn table_list(tables: &[&CapturedTable]) -> String {
 pub async fn publication(
     client: &Client,
     pg: &PostgresConfig,
-    tables: &[(&OutboxConfig, &CapturedTable)],
+    outboxes: &[(&OutboxConfig, &CapturedTable)],
+    captured: &[&CapturedTable],
 ) -> Result<PublicationPlan, CheckError> {
     let name = &pg.publication;
     let p = ident(name);
+    // The columns each table's rows must carry: an outbox route's, or none
+    // in particular for a [[table]] (its events carry what is published).
+    let tables: Vec<(Vec<&str>, &CapturedTable)> = outboxes
+        .iter()
+        .map(|(o, t)| (route_columns(o), *t))
+        .chain(captured.iter().map(|t| (Vec::new(), *t)))
+        .collect();
     let all: Vec<&CapturedTable> = tables.iter().map(|(_, t)| *t).collect();
     let Some(publication) = catalog::publication(client, name).await? else {
         let sql = format!(
@@ -325,14 +333,27 @@ pub async fn publication(
             ),
         ));
     }
+    if !captured.is_empty() && !publication.updates_and_deletes {
+        return Err(CheckError::setup(
+            format!(
+                "publication {name} does not publish updates and deletes, so the [[table]] \
+                 tables' updates and deletes would never be sent"
+            ),
+            format!(
+                "run `ALTER PUBLICATION {p} SET (publish = 'insert, update, delete, truncate')` as its owner ({})",
+                publication.owner
+            ),
+        ));
+    }
     let mut missing = Vec::new();
     let mut needs_root = Vec::new();
-    for (outbox, table) in tables {
+    for (needed, table) in &tables {
+        let table = *table;
         let shown = format!("{}.{}", table.schema, table.name);
         let qualified = format!("{}.{}", ident(&table.schema), ident(&table.name));
         let m = catalog::membership(client, &publication, table.oid).await?;
         if !m.covered() {
-            missing.push(*table);
+            missing.push(table);
             continue;
         }
         let readd = format!(
@@ -348,8 +369,9 @@ pub async fn publication(
             ));
         }
         if let Some(columns) = &m.columns {
-            let dropped: Vec<&str> = route_columns(outbox)
-                .into_iter()
+            let dropped: Vec<&str> = needed
+                .iter()
+                .copied()
                 .filter(|c| !columns.iter().any(|have| have == c))
                 .collect();
             if !dropped.is_empty() {
@@ -1107,4 +1129,93 @@ mod tests {
         let e = slot_shape(&slot, "s", "d").unwrap_err();
         assert!(e.problem().contains("using plugin test_decoding"), "{e}");
     }
+}
+
+/// One table a `[[table]]` entry captures, resolved in the catalog.
+#[derive(Debug, Clone)]
+pub struct TableEventTable {
+    /// The `[[table]]` entry (its index in the file) that captures it.
+    pub entry: usize,
+    pub table: CapturedTable,
+    /// Its primary key's columns (empty: none).
+    pub primary_key: Vec<String>,
+}
+
+impl TableEventTable {
+    /// The columns the snapshot reads it in: `key_columns`, else the
+    /// primary key.
+    pub fn snapshot_order<'c>(&'c self, config: &'c TableConfig) -> &'c [String] {
+        if config.key_columns.is_empty() {
+            &self.primary_key
+        } else {
+            &config.key_columns
+        }
+    }
+}
+
+/// The tables the `[[table]]` entries capture: each named table must exist
+/// and be a table; a pattern covers the tables of its schema that exist
+/// now (none is a warning for `check`, not an error). A table matched by
+/// several entries belongs to the first; an outbox table is never one
+/// (validation refuses the overlap).
+pub async fn table_event_tables(
+    client: &Client,
+    config: &Config,
+) -> Result<Vec<TableEventTable>, CheckError> {
+    let mut out: Vec<TableEventTable> = Vec::new();
+    let mut listed: std::collections::HashMap<String, Vec<(u32, String, char)>> =
+        std::collections::HashMap::new();
+    for (entry, t) in config.tables.iter().enumerate() {
+        let schema = &t.name.schema;
+        let names: Vec<String> = if t.is_pattern() {
+            if !listed.contains_key(schema) {
+                listed.insert(
+                    schema.clone(),
+                    catalog::schema_tables(client, schema).await?,
+                );
+            }
+            listed[schema]
+                .iter()
+                .filter(|(_, n, _)| t.matches(schema, n))
+                .map(|(_, n, _)| n.clone())
+                .collect()
+        } else {
+            vec![t.name.name.clone()]
+        };
+        for name in names {
+            if out
+                .iter()
+                .any(|o| o.table.schema == *schema && o.table.name == name)
+                || config
+                    .outbox
+                    .iter()
+                    .any(|o| o.table.schema == *schema && o.table.name == name)
+            {
+                continue;
+            }
+            let Some(table) = catalog::relation(client, schema, &name).await? else {
+                return Err(CheckError::setup(
+                    format!("table {schema}.{name} (table[{entry}].name) does not exist"),
+                    "create it, or fix the name in its [[table]] section",
+                ));
+            };
+            if !matches!(table.relkind, 'r' | 'p') {
+                return Err(CheckError::setup(
+                    format!(
+                        "{schema}.{name} (table[{entry}].name) is {}, not a table: logical \
+                         decoding only sees rows written to tables",
+                        table.kind()
+                    ),
+                    "name an ordinary or partitioned table",
+                ));
+            }
+            let primary_key = catalog::primary_key(client, table.oid).await?;
+            out.push(TableEventTable {
+                entry,
+                table,
+                primary_key,
+            });
+        }
+    }
+    Ok(out)
 }

@@ -175,7 +175,9 @@ impl Session {
             tables.push(table);
         }
         let routes: Vec<_> = config.outbox.iter().zip(&tables).collect();
-        startup::publication(&catalog, pg, &routes)
+        let captured = startup::table_event_tables(&catalog, &config).await?;
+        let captured_tables: Vec<_> = captured.iter().map(|c| &c.table).collect();
+        startup::publication(&catalog, pg, &routes, &captured_tables)
             .await?
             .apply(&catalog)
             .await?;
@@ -246,6 +248,20 @@ impl Session {
                 for (outbox, table) in &routes {
                     startup::snapshot_order(&catalog, outbox, table).await?;
                 }
+                for c in &captured {
+                    if c.snapshot_order(&config.tables[c.entry]).is_empty() {
+                        return Err(RelayError::Setup {
+                            what: format!(
+                                "table {}.{} has no primary key and no key_columns, so the \
+                                 initial snapshot has no order to read it in",
+                                c.table.schema, c.table.name
+                            ),
+                            fix: "add a primary key, or set key_columns in its [[table]] \
+                                  section, or set [snapshot] mode = \"no_data\""
+                                .into(),
+                        });
+                    }
+                }
                 tracing::info!(slot = %pg.slot, "taking the initial snapshot: {why}");
                 // Stored before the slot exists: whatever happens next, the
                 // next start knows a snapshot was under way.
@@ -283,6 +299,15 @@ impl Session {
                         order_by: o.snapshot_order_by.clone(),
                         split_by: o.aggregate_id_column.clone(),
                     })
+                    .chain(captured.iter().map(|c| {
+                        let order = c.snapshot_order(&config.tables[c.entry]).to_vec();
+                        SnapshotTable {
+                            schema: c.table.schema.clone(),
+                            name: c.table.name.clone(),
+                            split_by: order.first().cloned().unwrap_or_default(),
+                            order_by: order,
+                        }
+                    }))
                     .collect();
                 let source = Source::snapshot(
                     repl,
@@ -295,7 +320,7 @@ impl Session {
                 .await?;
                 let mut template = offset_template;
                 template.snapshot = marker.snapshot;
-                let run = Streaming::new(
+                let mut run = Streaming::new(
                     config.clone(),
                     self.metrics.clone(),
                     sink,
@@ -303,6 +328,9 @@ impl Session {
                     created.consistent_point,
                     template,
                 );
+                run.set_primary_keys(&captured);
+                // Debezium's source.ts_ms of snapshot rows: the snapshot's time.
+                run.snapshot_ms = now_ms();
                 return Ok(Some(Started {
                     run,
                     source,
@@ -399,7 +427,7 @@ impl Session {
             ?status_interval, "streaming"
         );
 
-        let run = Streaming::new(
+        let mut run = Streaming::new(
             config.clone(),
             self.metrics.clone(),
             sink,
@@ -407,6 +435,7 @@ impl Session {
             start,
             offset_template,
         );
+        run.set_primary_keys(&captured);
         drop(catalog);
         Ok(Some(Started {
             run,

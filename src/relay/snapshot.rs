@@ -148,7 +148,7 @@ impl Streaming {
                     let handled = match event {
                         SourceEvent::Relation(r) => {
                             self.router.on_relation(&r);
-                            Ok(())
+                            self.tables.on_relation(&r, Lsn::ZERO).map_err(RelayError::from)
                         }
                         SourceEvent::SnapshotRow { pos, relation, row } => {
                             rows_read += 1;
@@ -232,6 +232,13 @@ impl Streaming {
         relation: &Arc<Relation>,
         row: &TupleData,
     ) -> Result<(), RelayError> {
+        if self.tables.claims(relation.oid) {
+            let table = format!("{}.{}", relation.namespace, relation.name);
+            let index = self.snapshot_tables.iter().position(|t| t.table == table);
+            return self
+                .publish_table_snapshot_row(txn, pos, relation, row, index.map(|i| i as u32))
+                .await;
+        }
         let record = match self
             .router
             .on_snapshot_row(relation.oid, row, pos.commit_lsn)?

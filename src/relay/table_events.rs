@@ -1,0 +1,139 @@
+//! Table change events in the relay: hands `[[table]]` changes and
+//! snapshot rows to [`crate::router::table::TableRouter`] and sends the
+//! records it makes, each counted by the checkpoint like any other record,
+//! so a change (with its tombstone) is confirmed only when Kafka holds all
+//! of its records.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::streaming::{OpenTxn, Streaming};
+use super::{RelayError, Token};
+use crate::Lsn;
+use crate::checkpoint::TxnId;
+use crate::pgoutput::{Relation, TupleData};
+use crate::router::table::{EVENT_ID_HEADER, TxnInfo};
+use crate::source::{Change, Position};
+use crate::startup::TableEventTable;
+
+impl Streaming {
+    /// Tells the table router the primary keys the catalog knows.
+    pub(super) fn set_primary_keys(&mut self, tables: &[TableEventTable]) {
+        for t in tables {
+            self.tables
+                .set_primary_key(&t.table.schema, &t.table.name, t.primary_key.clone());
+        }
+    }
+
+    /// Whether `change` is a table event (of a `[[table]]` table).
+    pub(super) fn is_table_change(&self, change: &Change) -> bool {
+        self.tables.claims(change.relation.oid)
+    }
+
+    /// Publishes the records of one `[[table]]` change.
+    pub(super) async fn on_table_change(
+        &mut self,
+        change: &Change,
+        open: OpenTxn,
+    ) -> Result<(), RelayError> {
+        let txn = TxnInfo {
+            commit_lsn: open.commit_lsn,
+            xid: open.xid,
+            commit_ms: open.commit_ms,
+        };
+        let mut records = std::mem::take(&mut self.table_records);
+        records.clear();
+        let made = self.tables.on_change(change, txn, &mut records);
+        let sent = match made {
+            Ok(()) => {
+                self.send_table_records(
+                    &mut records,
+                    open.id,
+                    open.commit_lsn,
+                    change.pos.index,
+                    None,
+                )
+                .await
+            }
+            Err(e) => Err(e.into()),
+        };
+        self.table_records = records;
+        sent
+    }
+
+    /// Publishes a snapshot row of a `[[table]]` table (`op: "r"`).
+    pub(super) async fn publish_table_snapshot_row(
+        &mut self,
+        txn: TxnId,
+        pos: Position,
+        relation: &Arc<Relation>,
+        row: &TupleData,
+        table_index: Option<u32>,
+    ) -> Result<(), RelayError> {
+        let mut records = std::mem::take(&mut self.table_records);
+        records.clear();
+        let made = self.tables.on_snapshot_row(
+            relation.oid,
+            row,
+            pos.commit_lsn,
+            pos.index,
+            self.snapshot_ms,
+            &mut records,
+        );
+        let sent = match made {
+            Ok(()) => {
+                let n = records.len() as u64;
+                if let Some(t) = table_index.and_then(|i| self.snapshot_tables.get_mut(i as usize))
+                {
+                    t.sent += n;
+                }
+                self.send_table_records(&mut records, txn, pos.commit_lsn, pos.index, table_index)
+                    .await
+            }
+            Err(e) => Err(e.into()),
+        };
+        self.table_records = records;
+        sent
+    }
+
+    async fn send_table_records(
+        &mut self,
+        records: &mut Vec<crate::router::Record>,
+        txn: TxnId,
+        commit_lsn: Lsn,
+        index: u32,
+        snapshot_table: Option<u32>,
+    ) -> Result<(), RelayError> {
+        for record in records.drain(..) {
+            let bytes = record.size();
+            self.checkpoint.record_sent(txn, bytes)?;
+            self.metrics
+                .records_published
+                .fetch_add(1, Ordering::Relaxed);
+            let event_id = record
+                .headers
+                .iter()
+                .find(|(k, _)| &**k == EVENT_ID_HEADER)
+                .map(|(_, v)| v.clone());
+            let token = Token::Record {
+                txn,
+                bytes,
+                commit_lsn,
+                index,
+                event_id,
+                snapshot_table,
+            };
+            self.sink
+                .send(&record, token)
+                .await
+                .map_err(|error| RelayError::Delivery {
+                    topic: record.topic.clone(),
+                    lsn: commit_lsn,
+                    event: format!("table change event #{index} of the transaction"),
+                    error,
+                })?;
+            self.awaiting_reports += 1;
+        }
+        Ok(())
+    }
+}
