@@ -1139,6 +1139,10 @@ pub struct TableEventTable {
     pub table: CapturedTable,
     /// Its primary key's columns (empty: none).
     pub primary_key: Vec<String>,
+    /// User-defined types of its columns and what they are written as:
+    /// `(type oid, written as type oid, type modifier)` — an enum as
+    /// `text`, an array of enums as `text[]`, a domain as its base type.
+    pub type_aliases: Vec<(u32, u32, i32)>,
 }
 
 impl TableEventTable {
@@ -1210,12 +1214,73 @@ pub async fn table_event_tables(
                 ));
             }
             let primary_key = catalog::primary_key(client, table.oid).await?;
+            let type_aliases = column_types(client, &table).await?;
             out.push(TableEventTable {
                 entry,
                 table,
                 primary_key,
+                type_aliases,
             });
         }
     }
     Ok(out)
+}
+
+/// The `text` and `text[]` type oids: what enums and enum arrays are
+/// written as (Debezium writes enum values as strings).
+const TEXT_OID: u32 = 25;
+const TEXT_ARRAY_OID: u32 = 1009;
+
+/// Checks that every column of `table` has a type the table events map
+/// (an error naming the table, column and type otherwise), and returns the
+/// aliases of its user-defined enum and domain types.
+async fn column_types(
+    client: &Client,
+    table: &CapturedTable,
+) -> Result<Vec<(u32, u32, i32)>, CheckError> {
+    use crate::router::debezium::{Mapping, Modes};
+    let rows = client
+        .query(
+            "SELECT a.attname::text, a.atttypid, a.atttypmod, \
+                    format_type(a.atttypid, a.atttypmod), t.typtype::text, t.typbasetype, \
+                    t.typtypmod, coalesce(e.typtype::text, '') \
+             FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+             LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A' \
+             WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped \
+               AND a.attgenerated = '' ORDER BY a.attnum",
+            &[&table.oid],
+        )
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "reading the table's column types",
+            source,
+        })?;
+    let mut aliases = Vec::new();
+    for r in &rows {
+        let (name, oid, typmod): (String, u32, i32) = (r.get(0), r.get(1), r.get(2));
+        let type_name: String = r.get(3);
+        let (typtype, base, base_typmod): (String, u32, i32) = (r.get(4), r.get(5), r.get(6));
+        let elem_typtype: String = r.get(7);
+        let (written_as, written_typmod) = match (typtype.as_str(), elem_typtype.as_str()) {
+            ("e", _) => (TEXT_OID, -1),
+            (_, "e") => (TEXT_ARRAY_OID, -1),
+            ("d", _) => (base, if typmod >= 0 { typmod } else { base_typmod }),
+            _ => (oid, typmod),
+        };
+        if Mapping::of(written_as, written_typmod, Modes::default()).is_none() {
+            return Err(CheckError::setup(
+                format!(
+                    "column {name} of table {}.{} has type {type_name}, which table events do \
+                     not map to a Debezium representation",
+                    table.schema, table.name
+                ),
+                "change the column's type to a mapped one (docs/compatibility.md lists them), \
+                 or remove the table from [[table]]",
+            ));
+        }
+        if written_as != oid {
+            aliases.push((oid, written_as, written_typmod));
+        }
+    }
+    Ok(aliases)
 }

@@ -18,14 +18,17 @@ use support::*;
 const CATCH_UP: Duration = Duration::from_secs(120);
 
 /// Every mapped type, one column each (and a TOASTable `c_big`).
-const TYPES_TABLE: &str = "CREATE TABLE types_t (
+const TYPES_TABLE: &str = "CREATE TYPE mood AS ENUM ('happy', 'sad');
+  CREATE DOMAIN posint AS int4 CHECK (VALUE > 0);
+  CREATE TABLE types_t (
     id int4 PRIMARY KEY,
     c_int2 int2, c_int8 int8, c_bool bool, c_f4 real, c_f8 float8,
     c_num numeric(10,2), c_numv numeric, c_text text, c_varchar varchar(10),
     c_uuid uuid, c_json json, c_jsonb jsonb, c_bytea bytea, c_date date,
     c_time time, c_time3 time(3), c_ts timestamp, c_ts3 timestamp(3),
     c_tstz timestamptz, c_timetz timetz, c_interval interval, c_inet inet,
-    c_cidr cidr, c_mac macaddr, c_int_arr int4[], c_text_arr text[], c_big text);
+    c_cidr cidr, c_mac macaddr, c_int_arr int4[], c_text_arr text[], c_mood mood,
+    c_moods mood[], c_pos posint, c_big text);
   ALTER TABLE types_t OWNER TO walrelay;
   CREATE TABLE nopk_t (code text NOT NULL, qty int4);
   ALTER TABLE nopk_t REPLICA IDENTITY FULL;
@@ -39,7 +42,7 @@ const ALL_TYPES_ROW: &str = "INSERT INTO types_t VALUES (2, -5, 9007199254740993
     '{\"a\": 1}', '{\"b\": [1, 2]}', '\\x0102ff', '2024-01-01', '13:45:10.5', '13:45:10.5',
     '2024-01-01 00:00:00.123456', '2024-01-01 00:00:00.123', '2024-01-01 05:30:00.5+05:30',
     '10:00:00+02', '1 year 2 mons 3 days 04:05:06.5', '192.168.0.1/24', '10.0.0.0/8',
-    '08:00:2b:01:02:03', '{1,2,NULL}', '{a,\"b c\"}', 'small')";
+    '08:00:2b:01:02:03', '{1,2,NULL}', '{a,\"b c\"}', 'happy', '{happy,sad}', 7, 'small')";
 
 /// The `after` of [`ALL_TYPES_ROW`], as Debezium writes it (see
 /// src/router/debezium_tests.rs for where each form comes from).
@@ -56,7 +59,9 @@ fn all_types_after() -> Value {
         "c_tstz": "2024-01-01T00:00:00.5Z", "c_timetz": "08:00:00Z",
         "c_interval": 37_091_106_500_000_i64, "c_inet": "192.168.0.1/24",
         "c_cidr": "10.0.0.0/8", "c_mac": "08:00:2b:01:02:03",
-        "c_int_arr": [1, 2, null], "c_text_arr": ["a", "b c"], "c_big": "small"
+        "c_int_arr": [1, 2, null], "c_text_arr": ["a", "b c"],
+        // Enums as strings, domains as their base type.
+        "c_mood": "happy", "c_moods": ["happy", "sad"], "c_pos": 7, "c_big": "small"
     })
 }
 
@@ -421,4 +426,82 @@ name = "public.*"
     );
 
     assert_eq!(relay.stop().code(), Some(0), "{}", relay.log());
+}
+
+/// `walrelay check`: exit code and stdout.
+fn check(path: &std::path::Path) -> (Option<i32>, String) {
+    let out = std::process::Command::new(walrelay_bin())
+        .args(["check", "--config"])
+        .arg(path)
+        .output()
+        .expect("run walrelay check");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unmapped_column_type_is_refused_by_check_and_run_naming_it() {
+    require_kafka();
+    let db = TestDb::new("wr_table_unmapped").await;
+    let names = Names::new("wr_tu");
+    db.client
+        .batch_execute(
+            "CREATE TABLE priced (id int4 PRIMARY KEY, price money);
+             ALTER TABLE priced OWNER TO walrelay;
+             CREATE TABLE keyless (a text);
+             ALTER TABLE keyless OWNER TO walrelay;",
+        )
+        .await
+        .expect("tables");
+    let config = format!(
+        r#"
+[connector]
+name = "{connector}"
+[postgres]
+host = "127.0.0.1"
+port = {port}
+user = "walrelay"
+password = "walrelay"
+database = "{db}"
+slot = "{slot}"
+publication = "{publication}"
+[kafka]
+brokers = "{brokers}"
+[[table]]
+name = "public.keyless"
+[[table]]
+name = "public.priced"
+"#,
+        connector = names.connector,
+        port = pg_port(),
+        db = db.name,
+        slot = names.slot,
+        publication = names.publication,
+        brokers = kafka_brokers(),
+    );
+    let needle = "column price of table public.priced has type money";
+    let dir = std::env::temp_dir().join(unique("walrelay_test"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("walrelay.toml");
+    std::fs::write(&path, &config).unwrap();
+    let (code, report) = check(&path);
+    assert_eq!(code, Some(1), "{report}");
+    assert!(report.contains(needle), "{report}");
+    let mut run = RelayProcess::start_with(&path, &[]);
+    let log = run.expect_exit(1, Duration::from_secs(60));
+    assert!(log.contains(needle), "{log}");
+
+    // Without the unmapped table, check lists each captured table and its key.
+    std::fs::write(
+        &path,
+        config.replace("[[table]]\nname = \"public.priced\"\n", ""),
+    )
+    .unwrap();
+    let (_, report) = check(&path);
+    assert!(
+        report.contains("table public.keyless") && report.contains("no primary key: null keys"),
+        "{report}"
+    );
 }

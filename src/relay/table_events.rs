@@ -17,11 +17,21 @@ use crate::source::{Change, Position};
 use crate::startup::TableEventTable;
 
 impl Streaming {
-    /// Tells the table router the primary keys the catalog knows.
+    /// Tells the table router the primary keys and user-defined types the
+    /// catalog knows.
     pub(super) fn set_primary_keys(&mut self, tables: &[TableEventTable]) {
         for t in tables {
+            tracing::debug!(
+                table = %format!("{}.{}", t.table.schema, t.table.name),
+                primary_key = ?t.primary_key,
+                type_aliases = ?t.type_aliases,
+                "captured table"
+            );
             self.tables
                 .set_primary_key(&t.table.schema, &t.table.name, t.primary_key.clone());
+            for &(oid, as_oid, typmod) in &t.type_aliases {
+                self.tables.set_type_alias(oid, as_oid, typmod);
+            }
         }
     }
 

@@ -114,6 +114,8 @@ pub struct TableRouter {
     db_json: Box<[u8]>,
     name_json: Box<[u8]>,
     primary_keys: HashMap<(String, String), Vec<String>>,
+    /// User-defined type oid → (type it is written as, type modifier).
+    type_aliases: HashMap<Oid, (Oid, i32)>,
     bound: HashMap<Oid, Result<Bound, TableEventError>>,
     buf: Vec<u8>,
     key_buf: Vec<u8>,
@@ -155,6 +157,7 @@ impl TableRouter {
             db_json: json(&config.postgres.database),
             name_json: json(config.topic_prefix()),
             primary_keys: HashMap::new(),
+            type_aliases: HashMap::new(),
             bound: HashMap::new(),
             buf: Vec::with_capacity(1024),
             key_buf: Vec::with_capacity(64),
@@ -182,6 +185,13 @@ impl TableRouter {
     pub fn set_primary_key(&mut self, schema: &str, name: &str, columns: Vec<String>) {
         self.primary_keys
             .insert((schema.to_owned(), name.to_owned()), columns);
+    }
+
+    /// Tells that values of user-defined type `oid` are written as type
+    /// `as_oid` with modifier `typmod` (an enum as `text`, a domain as its
+    /// base type; from the catalog).
+    pub fn set_type_alias(&mut self, oid: Oid, as_oid: Oid, typmod: i32) {
+        self.type_aliases.insert(oid, (as_oid, typmod));
     }
 
     /// Whether changes of relation `oid` are table events.
@@ -218,18 +228,22 @@ impl TableRouter {
         };
         let mut columns = Vec::with_capacity(rel.columns.len());
         for c in &rel.columns {
-            let mapping =
-                Mapping::of(c.type_oid, c.type_modifier, entry.modes).ok_or_else(|| {
-                    err(
-                        &c.name,
-                        format!(
-                            "its type ({}) is not mapped to a Debezium representation",
-                            debezium::type_name(c.type_oid)
-                        ),
-                        "change the column's type to a mapped one (docs/compatibility.md lists \
+            let (oid, typmod) = match self.type_aliases.get(&c.type_oid) {
+                Some(&(oid, m)) if c.type_modifier < 0 => (oid, m),
+                Some(&(oid, _)) => (oid, c.type_modifier),
+                None => (c.type_oid, c.type_modifier),
+            };
+            let mapping = Mapping::of(oid, typmod, entry.modes).ok_or_else(|| {
+                err(
+                    &c.name,
+                    format!(
+                        "its type ({}) is not mapped to a Debezium representation",
+                        debezium::type_name(c.type_oid)
+                    ),
+                    "change the column's type to a mapped one (docs/compatibility.md lists \
                      them), or remove the table from [[table]]",
-                    )
-                })?;
+                )
+            })?;
             let mut name_json = Vec::with_capacity(c.name.len() + 3);
             debezium::json_str(&mut name_json, &c.name);
             name_json.push(b':');

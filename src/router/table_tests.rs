@@ -422,3 +422,34 @@ fn patterns_capture_matching_tables_with_their_own_topics_and_modes() {
     r.on_relation(&other, Lsn(3)).unwrap();
     assert!(!r.claims(8));
 }
+
+#[test]
+fn enums_and_domains_are_written_as_the_type_the_catalog_names() {
+    let mut rel = customers(b'd');
+    rel.columns.push(col("mood", 16_941, -1, false));
+    rel.columns.push(col("price", 16_950, -1, false));
+    let mut r = TableRouter::new(&config(TABLE));
+    // Unknown user-defined types are refused...
+    assert_eq!(r.on_relation(&rel, Lsn(1)).unwrap_err().column, "mood");
+    // ...and mapped once the catalog says what they are: an enum as text,
+    // a domain over numeric(10,2) as that.
+    r.set_type_alias(16_941, 25, -1);
+    r.set_type_alias(16_950, 1700, (10 << 16 | 2) + 4);
+    r.on_relation(&rel, Lsn(1)).unwrap();
+    let mut out = Vec::new();
+    let new = row(vec![
+        t("1"),
+        t("A"),
+        t("1.00"),
+        Cell::Null,
+        t("happy"),
+        t("12.50"),
+    ]);
+    r.on_change(&change(Op::Insert, &rel, None, Some(new)), TXN, &mut out)
+        .unwrap();
+    let value = text(&out[0].value).unwrap();
+    assert!(
+        value.contains(r#""mood":"happy","price":"BOI=""#),
+        "{value}"
+    );
+}
