@@ -240,7 +240,11 @@ fn write_scalar(
     match kind {
         Kind::Int => {
             let digits = text.strip_prefix(b"-").unwrap_or(text);
-            if digits.is_empty() || digits.len() > 20 || !digits.iter().all(u8::is_ascii_digit) {
+            if digits.is_empty()
+                || digits.len() > 20
+                || !digits.iter().all(u8::is_ascii_digit)
+                || (digits.len() > 1 && digits[0] == b'0')
+            {
                 return Err(bad("integer", text));
             }
             out.extend_from_slice(text);
@@ -463,10 +467,11 @@ fn write_array(
         out.push(b']');
         return Ok(());
     }
-    // The element text is unescaped into `elem`; `scratch` stays free for
-    // the element writer.
-    let mut elem = Vec::new();
-    std::mem::swap(&mut elem, scratch);
+    // The element text is unescaped into `scratch`; element kinds (see
+    // `Mapping::of`) never need a scratch buffer of their own, so the one
+    // passed to them is empty and never allocates.
+    let elem = scratch;
+    let mut unused = Vec::new();
     let mut result = Ok(());
     let mut i = 0;
     let mut first = true;
@@ -519,9 +524,9 @@ fn write_array(
         if result.is_err() {
             break;
         }
-        if !quoted && elem == b"NULL" {
+        if !quoted && elem.as_slice() == b"NULL" {
             out.extend_from_slice(b"null");
-        } else if let Err(e) = write_scalar(out, kind, &elem, scratch) {
+        } else if let Err(e) = write_scalar(out, kind, elem, &mut unused) {
             result = Err(e);
             break;
         }
@@ -534,7 +539,6 @@ fn write_array(
             }
         }
     }
-    std::mem::swap(&mut elem, scratch);
     result?;
     out.push(b']');
     Ok(())
@@ -756,20 +760,26 @@ fn parse_interval(text: &[u8]) -> Option<i64> {
             let h = number(p.next()?.as_bytes(), 12)?;
             let m = number(p.next()?.as_bytes(), 2)?;
             let sec = p.next().map_or(Some(0), |x| number(x.as_bytes(), 2))?;
-            let v = ((h * 60 + m) * 60 + sec) * 1_000_000 + frac;
-            micros += if neg { -v } else { v };
+            let v = h
+                .checked_mul(3600)?
+                .checked_add(m * 60 + sec)?
+                .checked_mul(1_000_000)?
+                .checked_add(frac)?;
+            micros = micros.checked_add(if neg { -v } else { v })?;
             continue;
         }
         let n: i64 = word.parse().ok()?;
         match words.next()? {
-            "year" | "years" => months += n * 12,
-            "mon" | "mons" => months += n,
-            "day" | "days" => days += n,
+            "year" | "years" => months = months.checked_add(n.checked_mul(12)?)?,
+            "mon" | "mons" => months = months.checked_add(n)?,
+            "day" | "days" => days = days.checked_add(n)?,
             _ => return None,
         }
     }
     let total_days = months as f64 * DAYS_PER_MONTH + days as f64;
-    Some((total_days * 86_400_000_000.0) as i64 + micros)
+    // `as` saturates out-of-range floats; PostgreSQL's own range is far
+    // inside i64 microseconds.
+    ((total_days * 86_400_000_000.0) as i64).checked_add(micros)
 }
 
 #[cfg(test)]

@@ -47,6 +47,8 @@ fn integers_and_booleans_are_json_numbers_and_booleans() {
     assert_eq!(json(16, -1, "t"), "true");
     assert_eq!(json(16, -1, "f"), "false");
     assert!(error(23, -1, "4x").0.contains("integer"));
+    // Not a JSON number, so refused rather than passed through.
+    assert!(error(23, -1, "007").0.contains("integer"));
     assert!(error(16, -1, "yes").0.contains("boolean"));
 }
 
@@ -278,6 +280,38 @@ fn hostile_text_never_panics() {
         let mapping = Mapping::of(oid, -1, modes()).unwrap();
         for input in inputs {
             let _ = write_value(&mut Vec::new(), mapping, input, &mut Vec::new());
+        }
+    }
+}
+
+proptest::proptest! {
+    /// Any bytes, any mapped type: an error or JSON, never a panic; and
+    /// whatever is written parses as JSON.
+    #[test]
+    fn arbitrary_text_never_panics_and_output_is_json(
+        text in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        oid in proptest::sample::select(vec![
+            20_u32, 16, 700, 701, 1700, 25, 17, 1082, 1083, 1114, 1184, 1266, 1186,
+            1007, 1009, 1000, 1022, 1182, 1185,
+        ]),
+        typmod in proptest::sample::select(vec![-1_i32, 3, 6, (10 << 16 | 2) + 4]),
+    ) {
+        let mapping = Mapping::of(oid, typmod, modes()).unwrap();
+        let mut out = Vec::new();
+        if write_value(&mut out, mapping, &text, &mut Vec::new()).is_ok() {
+            let parsed: Result<serde_json::Value, _> = serde_json::from_slice(&out);
+            proptest::prop_assert!(parsed.is_ok(), "{:?} → {:?}", text, String::from_utf8_lossy(&out));
+        }
+    }
+
+    /// Interval and numeric texts made of their own alphabet.
+    #[test]
+    fn interval_and_numeric_alphabets_never_panic(
+        text in "[-0-9.: a-z]{0,40}",
+    ) {
+        for (oid, typmod) in [(1186_u32, -1), (1700, -1), (1700, (38 << 16 | 4) + 4), (1114, -1), (1184, -1)] {
+            let mapping = Mapping::of(oid, typmod, modes()).unwrap();
+            let _ = write_value(&mut Vec::new(), mapping, text.as_bytes(), &mut Vec::new());
         }
     }
 }
