@@ -1226,6 +1226,24 @@ pub async fn table_event_tables(
     Ok(out)
 }
 
+/// A `[[table]]` table can be snapshotted: it has an order to be read in
+/// (`key_columns`, else its primary key).
+pub fn table_snapshot_order(config: &Config, table: &TableEventTable) -> Result<(), CheckError> {
+    let entry = config.tables.get(table.entry);
+    if entry.is_some_and(|e| !table.snapshot_order(e).is_empty()) {
+        return Ok(());
+    }
+    Err(CheckError::setup(
+        format!(
+            "table {}.{} has no primary key and no key_columns, so the initial snapshot has no \
+             order to read it in",
+            table.table.schema, table.table.name
+        ),
+        "add a primary key, or set key_columns in its [[table]] section, or set [snapshot] \
+         mode = \"no_data\"",
+    ))
+}
+
 /// The `text` and `text[]` type oids: what enums and enum arrays are
 /// written as (Debezium writes enum values as strings).
 const TEXT_OID: u32 = 25;

@@ -499,9 +499,22 @@ name = "public.priced"
         config.replace("[[table]]\nname = \"public.priced\"\n", ""),
     )
     .unwrap();
-    let (_, report) = check(&path);
+    let (code, report) = check(&path);
     assert!(
         report.contains("table public.keyless") && report.contains("no primary key: null keys"),
         "{report}"
+    );
+    // A new connector snapshots, and a table without any key has no order
+    // to be read in: check and run refuse it alike, before the slot exists.
+    let needle = "table public.keyless has no primary key and no key_columns";
+    assert_eq!(code, Some(1), "{report}");
+    assert!(report.contains(needle), "{report}");
+    let mut run = RelayProcess::start_with(&path, &[]);
+    let log = run.expect_exit(1, Duration::from_secs(60));
+    assert!(log.contains(needle), "{log}");
+    assert_eq!(
+        db.confirmed_flush(&names.slot).await,
+        None,
+        "no slot was created"
     );
 }

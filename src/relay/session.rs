@@ -249,18 +249,7 @@ impl Session {
                     startup::snapshot_order(&catalog, outbox, table).await?;
                 }
                 for c in &captured {
-                    if c.snapshot_order(&config.tables[c.entry]).is_empty() {
-                        return Err(RelayError::Setup {
-                            what: format!(
-                                "table {}.{} has no primary key and no key_columns, so the \
-                                 initial snapshot has no order to read it in",
-                                c.table.schema, c.table.name
-                            ),
-                            fix: "add a primary key, or set key_columns in its [[table]] \
-                                  section, or set [snapshot] mode = \"no_data\""
-                                .into(),
-                        });
-                    }
+                    startup::table_snapshot_order(&config, c)?;
                 }
                 tracing::info!(slot = %pg.slot, "taking the initial snapshot: {why}");
                 // Stored before the slot exists: whatever happens next, the
