@@ -357,9 +357,12 @@ impl TableRouter {
         match (change.op, old, new) {
             (Op::Insert, _, Some(new)) => ctx.event(b'c', None, Some(new), new, source, &id, out),
             (Op::Update, old, Some(new)) => {
+                // Only an old row with every key column present can show a
+                // key change: a REPLICA IDENTITY INDEX (or a key_columns
+                // key under DEFAULT) old tuple leaves other columns null.
                 let key_changed = match old {
-                    Some(old) => ctx.key_of(old)? != ctx.key_of(new)?,
-                    None => false,
+                    Some(old) if ctx.has_whole_key(old) => ctx.key_of(old)? != ctx.key_of(new)?,
+                    _ => false,
                 };
                 if let (true, Some(old)) = (key_changed, old) {
                     // Debezium: a primary-key change is a delete of the old
@@ -520,6 +523,15 @@ impl Ctx<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Whether `row` has a value (not NULL) in every key column.
+    fn has_whole_key(&self, row: &TupleData) -> bool {
+        self.bound.key.as_ref().is_some_and(|positions| {
+            positions
+                .iter()
+                .all(|&i| matches!(row.get(i), Some(Cell::Text(_) | Cell::Binary(_))))
+        })
     }
 
     /// The key of `row` as JSON bytes (`None`: a null key).

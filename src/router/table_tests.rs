@@ -453,3 +453,32 @@ fn enums_and_domains_are_written_as_the_type_the_catalog_names() {
         "{value}"
     );
 }
+
+#[test]
+fn an_old_tuple_without_the_key_is_an_update_not_a_key_change() {
+    // REPLICA IDENTITY USING INDEX on (name): the old tuple has the index
+    // columns only, so it cannot show a primary-key change.
+    let mut rel = customers(b'i');
+    rel.columns[0].flags = 0;
+    rel.columns[1].flags = 1;
+    let mut r = router(TABLE, &rel);
+    r.set_primary_key("public", "customers", vec!["id".into()]);
+    r.on_relation(&rel, Lsn(1)).unwrap();
+    let mut out = Vec::new();
+    let old = row(vec![Cell::Null, t("Ann"), Cell::Null, Cell::Null]);
+    let new = row(vec![t("1"), t("Bo"), t("1.00"), Cell::Null]);
+    r.on_change(
+        &change(Op::Update, &rel, Some(old), Some(new)),
+        TXN,
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(text(&out[0].key).as_deref(), Some(r#"{"id":1}"#));
+    let value = text(&out[0].value).unwrap();
+    assert!(value.contains(r#""op":"u""#), "{value}");
+    assert!(
+        value.contains(r#""before":{"id":null,"name":"Ann","balance":null,"note":null}"#),
+        "{value}"
+    );
+}
