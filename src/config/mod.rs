@@ -53,8 +53,9 @@ pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
 pub use schema::{
     BinaryHandlingMode, Compression, ConnectorConfig, DecimalHandlingMode, HealthConfig,
-    KafkaConfig, OnUpdate, OutboxConfig, PostgresConfig, SnapshotConfig, SnapshotMode, SslMode,
-    TableConfig, TableDefaults, TimePrecisionMode, glob_match, is_secret_property,
+    IntervalHandlingMode, KafkaConfig, OnUpdate, OutboxConfig, PostgresConfig, SnapshotConfig,
+    SnapshotMode, SslMode, TableConfig, TableDefaults, TimePrecisionMode, glob_match,
+    is_secret_property,
 };
 pub use template::{Segment, TableRef, TopicTemplate, is_topic_char, topic_name_problem};
 pub use units::parse_byte_size;

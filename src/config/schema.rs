@@ -490,6 +490,17 @@ pub enum BinaryHandlingMode {
     Hex,
 }
 
+/// `table_defaults.interval_handling_mode` (Debezium's `interval.handling.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IntervalHandlingMode {
+    /// Microseconds, months counted as 365.25/12 days.
+    #[default]
+    Numeric,
+    /// ISO-8601 text, `P1Y2M3DT4H5M6.5S`.
+    String,
+}
+
 /// `[table_defaults]`: settings shared by every `[[table]]` entry, named after
 /// the Debezium connector options they mirror (`topic.prefix` →
 /// `topic_prefix`, `decimal.handling.mode` → `decimal_handling_mode`, …).
@@ -515,6 +526,9 @@ pub struct TableDefaults {
     /// Debezium's `binary.handling.mode` (`base64` or `hex`).
     #[serde(default)]
     pub binary_handling_mode: BinaryHandlingMode,
+    /// Debezium's `interval.handling.mode` (`numeric` or `string`).
+    #[serde(default)]
+    pub interval_handling_mode: IntervalHandlingMode,
     /// Debezium's `unavailable.value.placeholder`: the value written for a
     /// TOASTed column an update left unchanged (PostgreSQL does not send it).
     #[serde(default = "defaults::unavailable_value_placeholder")]
@@ -529,6 +543,7 @@ impl Default for TableDefaults {
             decimal_handling_mode: DecimalHandlingMode::default(),
             time_precision_mode: TimePrecisionMode::default(),
             binary_handling_mode: BinaryHandlingMode::default(),
+            interval_handling_mode: IntervalHandlingMode::default(),
             unavailable_value_placeholder: defaults::unavailable_value_placeholder(),
         }
     }
@@ -565,6 +580,9 @@ pub struct TableConfig {
     /// Overrides `table_defaults.binary_handling_mode`.
     #[serde(default)]
     pub binary_handling_mode: Option<BinaryHandlingMode>,
+    /// Overrides `table_defaults.interval_handling_mode`.
+    #[serde(default)]
+    pub interval_handling_mode: Option<IntervalHandlingMode>,
     /// Overrides `table_defaults.unavailable_value_placeholder`.
     #[serde(default)]
     pub unavailable_value_placeholder: Option<String>,

@@ -140,6 +140,7 @@ fn example_toml_sets_every_key() {
         [
             "binary_handling_mode",
             "decimal_handling_mode",
+            "interval_handling_mode",
             "time_precision_mode",
             "tombstones_on_delete",
             "topic_prefix",
@@ -151,6 +152,7 @@ fn example_toml_sets_every_key() {
         [
             "binary_handling_mode",
             "decimal_handling_mode",
+            "interval_handling_mode",
             "key_columns",
             "name",
             "time_precision_mode",

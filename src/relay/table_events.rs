@@ -120,17 +120,15 @@ impl Streaming {
             self.metrics
                 .records_published
                 .fetch_add(1, Ordering::Relaxed);
-            let event_id = record
-                .headers
-                .iter()
-                .find(|(k, _)| &**k == EVENT_ID_HEADER)
-                .map(|(_, v)| v.clone());
+            // No event id in the token: a failed delivery is then named
+            // "record #<index> of the transaction" (the id slot names
+            // outbox rows).
             let token = Token::Record {
                 txn,
                 bytes,
                 commit_lsn,
                 index,
-                event_id,
+                event_id: None,
                 snapshot_table,
             };
             self.sink
@@ -139,7 +137,15 @@ impl Streaming {
                 .map_err(|error| RelayError::Delivery {
                     topic: record.topic.clone(),
                     lsn: commit_lsn,
-                    event: format!("table change event #{index} of the transaction"),
+                    event: format!(
+                        "table change event {}",
+                        record
+                            .headers
+                            .iter()
+                            .find(|(k, _)| &**k == EVENT_ID_HEADER)
+                            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+                            .unwrap_or_default()
+                    ),
                     error,
                 })?;
             self.awaiting_reports += 1;

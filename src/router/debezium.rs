@@ -24,7 +24,9 @@
 
 use std::io::Write as _;
 
-use crate::config::{BinaryHandlingMode, DecimalHandlingMode, TimePrecisionMode};
+use crate::config::{
+    BinaryHandlingMode, DecimalHandlingMode, IntervalHandlingMode, TimePrecisionMode,
+};
 use crate::pgoutput::Oid;
 
 /// The Debezium modes that change how values are written.
@@ -33,6 +35,7 @@ pub struct Modes {
     pub decimal: DecimalHandlingMode,
     pub time: TimePrecisionMode,
     pub binary: BinaryHandlingMode,
+    pub interval: IntervalHandlingMode,
 }
 
 /// How one scalar value is written.
@@ -73,6 +76,8 @@ pub enum Kind {
     TimeTz,
     /// Microseconds, months counted as 365.25/12 days.
     Interval,
+    /// ISO-8601 duration text (`interval.handling.mode=string`).
+    IntervalString,
 }
 
 /// How a column's values are written: a scalar kind, or a one-dimensional
@@ -182,7 +187,10 @@ fn scalar(oid: Oid, typmod: i32, modes: Modes) -> Option<Kind> {
         1114 => Kind::TimestampMillis,
         1184 => Kind::TimestampTz,
         1266 => Kind::TimeTz,
-        1186 => Kind::Interval,
+        1186 => match modes.interval {
+            IntervalHandlingMode::Numeric => Kind::Interval,
+            IntervalHandlingMode::String => Kind::IntervalString,
+        },
         _ => return None,
     })
 }
@@ -319,8 +327,16 @@ fn write_scalar(
             out.extend_from_slice(b"Z\"");
         }
         Kind::Interval => {
-            let micros = parse_interval(text).ok_or_else(|| bad("interval", text))?;
+            let micros = parse_interval(text)
+                .and_then(interval_micros)
+                .ok_or_else(|| bad("interval", text))?;
             let _ = write!(out, "{micros}");
+        }
+        Kind::IntervalString => {
+            let parts = parse_interval(text).ok_or_else(|| bad("interval", text))?;
+            out.push(b'"');
+            write_iso_interval(out, parts);
+            out.push(b'"');
         }
     }
     Ok(())
@@ -736,12 +752,56 @@ fn write_iso_time(out: &mut Vec<u8>, micros: i64) {
     }
 }
 
-/// Debezium's `MicroDuration` of interval text in IntervalStyle `postgres`
-/// (`1 year 2 mons -3 days 04:05:06.5`): months count 365.25/12 days
-/// (PostgreSQL connector docs, "Temporal types", `interval.handling.mode`
-/// `numeric`).
-fn parse_interval(text: &[u8]) -> Option<i64> {
+/// An interval's months, days and microseconds, as PostgreSQL keeps them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct IntervalParts {
+    months: i64,
+    days: i64,
+    micros: i64,
+}
+
+/// Debezium's `MicroDuration`: months count 365.25/12 days (PostgreSQL
+/// connector docs, "Temporal types", `interval.handling.mode` `numeric`).
+fn interval_micros(p: IntervalParts) -> Option<i64> {
     const DAYS_PER_MONTH: f64 = 365.25 / 12.0;
+    let total_days = p.months as f64 * DAYS_PER_MONTH + p.days as f64;
+    // `as` saturates out-of-range floats; PostgreSQL's own range is far
+    // inside i64 microseconds.
+    ((total_days * 86_400_000_000.0) as i64).checked_add(p.micros)
+}
+
+/// Debezium's `Interval` string (`interval.handling.mode` `string`):
+/// `P<years>Y<months>M<days>DT<hours>H<minutes>M<seconds>S`, each part
+/// carrying its own sign, seconds without trailing zeros.
+fn write_iso_interval(out: &mut Vec<u8>, p: IntervalParts) {
+    let (years, months) = (p.months / 12, p.months % 12);
+    let hours = p.micros / 3_600_000_000;
+    let minutes = p.micros / 60_000_000 % 60;
+    let second_micros = p.micros % 60_000_000;
+    let _ = write!(out, "P{years}Y{months}M{}DT{hours}H{minutes}M", p.days);
+    if second_micros < 0 {
+        out.push(b'-');
+    }
+    let abs = second_micros.unsigned_abs();
+    let _ = write!(out, "{}", abs / 1_000_000);
+    let frac = abs % 1_000_000;
+    if frac != 0 {
+        let mut digits = [0u8; 6];
+        let mut f = frac;
+        for slot in digits.iter_mut().rev() {
+            *slot = b'0' + (f % 10) as u8;
+            f /= 10;
+        }
+        let len = 6 - digits.iter().rev().take_while(|&&d| d == b'0').count();
+        out.push(b'.');
+        out.extend_from_slice(&digits[..len]);
+    }
+    out.push(b'S');
+}
+
+/// Interval text in IntervalStyle `postgres` (`1 year 2 mons -3 days
+/// 04:05:06.5`) → its parts.
+fn parse_interval(text: &[u8]) -> Option<IntervalParts> {
     let s = std::str::from_utf8(text).ok()?;
     let (mut months, mut days, mut micros) = (0_i64, 0_i64, 0_i64);
     let mut words = s.split(' ').filter(|w| !w.is_empty());
@@ -776,10 +836,11 @@ fn parse_interval(text: &[u8]) -> Option<i64> {
             _ => return None,
         }
     }
-    let total_days = months as f64 * DAYS_PER_MONTH + days as f64;
-    // `as` saturates out-of-range floats; PostgreSQL's own range is far
-    // inside i64 microseconds.
-    ((total_days * 86_400_000_000.0) as i64).checked_add(micros)
+    Some(IntervalParts {
+        months,
+        days,
+        micros,
+    })
 }
 
 #[cfg(test)]

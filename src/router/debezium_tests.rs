@@ -219,6 +219,28 @@ fn intervals_are_micros_with_average_months() {
 }
 
 #[test]
+fn intervals_as_iso_strings_in_string_mode() {
+    // "Temporal types": interval.handling.mode=string → io.debezium.time.Interval,
+    // P<years>Y<months>M<days>DT<hours>H<minutes>M<seconds>S.
+    let string = Modes {
+        interval: IntervalHandlingMode::String,
+        ..Modes::default()
+    };
+    assert_eq!(
+        json_with(1186, -1, string, "1 year 2 mons 3 days 04:05:06.5"),
+        "\"P1Y2M3DT4H5M6.5S\""
+    );
+    assert_eq!(
+        json_with(1186, -1, string, "-1 days -00:01:02.25"),
+        "\"P0Y0M-1DT0H-1M-2.25S\""
+    );
+    assert_eq!(
+        json_with(1186, -1, string, "00:00:00"),
+        "\"P0Y0M0DT0H0M0S\""
+    );
+}
+
+#[test]
 fn one_dimensional_arrays_are_json_arrays_of_their_elements() {
     // "Basic types": ARRAY → Kafka Connect ARRAY of the element's type.
     assert_eq!(json(1007, -1, "{1,2,NULL}"), "[1,2,null]");

@@ -137,6 +137,7 @@ impl TableRouter {
                     decimal: t.decimal_handling_mode.unwrap_or(d.decimal_handling_mode),
                     time: t.time_precision_mode.unwrap_or(d.time_precision_mode),
                     binary: t.binary_handling_mode.unwrap_or(d.binary_handling_mode),
+                    interval: t.interval_handling_mode.unwrap_or(d.interval_handling_mode),
                 },
                 tombstones: t.tombstones_on_delete.unwrap_or(d.tombstones_on_delete),
                 placeholder: t
