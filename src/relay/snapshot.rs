@@ -164,7 +164,10 @@ impl Streaming {
                         }
                         SourceEvent::SnapshotDone { consistent_point } => {
                             read_all = Some(consistent_point);
-                            self.checkpoint.commit(txn, consistent_point).map_err(RelayError::from)
+                            match self.finish_table_snapshot().await {
+                                Ok(()) => self.checkpoint.commit(txn, consistent_point).map_err(RelayError::from),
+                                Err(e) => Err(e),
+                            }
                         }
                         other => Err(RelayError::Stream {
                             lsn: Lsn::ZERO,

@@ -74,6 +74,9 @@ pub(super) struct Streaming {
     pub(super) table_records: Vec<crate::router::Record>,
     /// When the snapshot started, ms since 1970 (`source.ts_ms` of its rows).
     pub(super) snapshot_ms: i64,
+    /// The latest `[[table]]` snapshot row, held until the next one shows
+    /// it was not the last.
+    pub(super) held_snapshot_row: Option<super::table_events::HeldRow>,
 }
 
 impl Streaming {
@@ -109,6 +112,7 @@ impl Streaming {
             snapshot_tables: Vec::new(),
             table_records: Vec::new(),
             snapshot_ms: 0,
+            held_snapshot_row: None,
         }
     }
 

@@ -16,6 +16,17 @@ use crate::router::table::{EVENT_ID_HEADER, TxnInfo};
 use crate::source::{Change, Position};
 use crate::startup::TableEventTable;
 
+/// A snapshot row of a `[[table]]` table waiting to learn whether it is
+/// the snapshot's last.
+#[derive(Debug)]
+pub(super) struct HeldRow {
+    txn: TxnId,
+    pos: Position,
+    relation: Arc<Relation>,
+    row: TupleData,
+    table_index: Option<u32>,
+}
+
 impl Streaming {
     /// Tells the table router the primary keys and user-defined types the
     /// catalog knows.
@@ -71,7 +82,12 @@ impl Streaming {
         sent
     }
 
-    /// Publishes a snapshot row of a `[[table]]` table (`op: "r"`).
+    /// Publishes a snapshot row of a `[[table]]` table (`op: "r"`), one
+    /// row late: the row is held until the next one (then sent with
+    /// `source.snapshot: "true"`) or the end of the snapshot
+    /// ([`Streaming::finish_table_snapshot`], `"last"`). It counts as sent
+    /// for its table at once, so the table is not reported done before it
+    /// is acknowledged.
     pub(super) async fn publish_table_snapshot_row(
         &mut self,
         txn: TxnId,
@@ -80,25 +96,52 @@ impl Streaming {
         row: &TupleData,
         table_index: Option<u32>,
     ) -> Result<(), RelayError> {
+        if let Some(t) = table_index.and_then(|i| self.snapshot_tables.get_mut(i as usize)) {
+            t.sent += 1;
+        }
+        let held = self.held_snapshot_row.replace(HeldRow {
+            txn,
+            pos,
+            relation: relation.clone(),
+            row: row.clone(),
+            table_index,
+        });
+        match held {
+            Some(held) => self.send_held_row(held, false).await,
+            None => Ok(()),
+        }
+    }
+
+    /// At the end of the snapshot: sends the held row as the last one.
+    pub(super) async fn finish_table_snapshot(&mut self) -> Result<(), RelayError> {
+        match self.held_snapshot_row.take() {
+            Some(held) => self.send_held_row(held, true).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn send_held_row(&mut self, held: HeldRow, last: bool) -> Result<(), RelayError> {
         let mut records = std::mem::take(&mut self.table_records);
         records.clear();
         let made = self.tables.on_snapshot_row(
-            relation.oid,
-            row,
-            pos.commit_lsn,
-            pos.index,
+            held.relation.oid,
+            &held.row,
+            held.pos.commit_lsn,
+            held.pos.index,
             self.snapshot_ms,
+            last,
             &mut records,
         );
         let sent = match made {
             Ok(()) => {
-                let n = records.len() as u64;
-                if let Some(t) = table_index.and_then(|i| self.snapshot_tables.get_mut(i as usize))
-                {
-                    t.sent += n;
-                }
-                self.send_table_records(&mut records, txn, pos.commit_lsn, pos.index, table_index)
-                    .await
+                self.send_table_records(
+                    &mut records,
+                    held.txn,
+                    held.pos.commit_lsn,
+                    held.pos.index,
+                    held.table_index,
+                )
+                .await
             }
             Err(e) => Err(e.into()),
         };

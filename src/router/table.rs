@@ -11,7 +11,8 @@
 //! - delete → `op: "d"` (`before` the old key columns under DEFAULT, the
 //!   whole row under FULL), then a tombstone (same key, null value) unless
 //!   `tombstones_on_delete = false`;
-//! - snapshot row → `op: "r"` with `source.snapshot: "true"`.
+//! - snapshot row → `op: "r"` with `source.snapshot: "true"` (`"last"` on
+//!   the snapshot's last table row).
 //!
 //! Key: the primary key's columns (told by [`TableRouter::set_primary_key`]
 //! from the catalog, else the relation's replica-identity columns), or the
@@ -404,7 +405,10 @@ impl TableRouter {
 
     /// Appends the record of a snapshot row (`op: "r"`) of relation `rel`:
     /// `consistent_point` and `index` are its position, `snapshot_ms` the
-    /// snapshot's start time (Debezium's `source.ts_ms` of snapshot rows).
+    /// snapshot's start time (Debezium's `source.ts_ms` of snapshot rows),
+    /// `last` whether it is the snapshot's last row (`source.snapshot`
+    /// `"last"` instead of `"true"`).
+    #[allow(clippy::too_many_arguments)]
     pub fn on_snapshot_row(
         &mut self,
         rel: Oid,
@@ -412,6 +416,7 @@ impl TableRouter {
         consistent_point: Lsn,
         index: u32,
         snapshot_ms: i64,
+        last: bool,
         out: &mut Vec<Record>,
     ) -> Result<(), TableEventError> {
         if !self.bound.contains_key(&rel) {
@@ -439,6 +444,7 @@ impl TableRouter {
         let source = Source::Snapshot {
             lsn: consistent_point,
             ts_ms: snapshot_ms,
+            last,
         };
         ctx.event(b'r', None, Some(row), row, source, &id, out)
     }
@@ -455,7 +461,7 @@ impl TableRouter {
 #[derive(Debug, Clone, Copy)]
 enum Source {
     Stream { txn: TxnInfo, lsn: Lsn },
-    Snapshot { lsn: Lsn, ts_ms: i64 },
+    Snapshot { lsn: Lsn, ts_ms: i64, last: bool },
 }
 
 #[derive(Debug)]
@@ -603,7 +609,9 @@ impl Ctx<'_> {
         self.row(after)?;
         let (ts_ms, snapshot, txid, lsn) = match source {
             Source::Stream { txn, lsn } => (txn.commit_ms, "false", Some(txn.xid), lsn),
-            Source::Snapshot { lsn, ts_ms } => (ts_ms, "true", None, lsn),
+            Source::Snapshot { lsn, ts_ms, last } => {
+                (ts_ms, if last { "last" } else { "true" }, None, lsn)
+            }
         };
         let buf = &mut *self.buf;
         buf.extend_from_slice(b",\"source\":{\"version\":\"");

@@ -315,7 +315,7 @@ fn snapshot_rows_are_read_events() {
     let mut r = router(TABLE, &rel);
     let mut out = Vec::new();
     let new = row(vec![t("1"), t("Ann"), t("1.00"), Cell::Null]);
-    r.on_snapshot_row(7, &new, COMMIT, 9, 1_700_000_000_000, &mut out)
+    r.on_snapshot_row(7, &new, COMMIT, 9, 1_700_000_000_000, false, &mut out)
         .unwrap();
     let value = text(&out[0].value).unwrap();
     assert_eq!(
