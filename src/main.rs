@@ -123,10 +123,12 @@ fn init_tracing(format: LogFormat) -> Result<(), String> {
 }
 
 /// Loads the file and checks the producer settings as librdkafka reads them
-/// (no I/O beyond the file), so both commands refuse a bad property at once.
+/// and the PostgreSQL TLS files as OpenSSL reads them (no I/O beyond the
+/// files), so both commands refuse a bad property at once.
 fn load(path: &PathBuf) -> Result<Config, ExitCode> {
     Config::from_file(path)
         .and_then(|c| relay::check_producer_config(&c).map(|()| c))
+        .and_then(|c| relay::check_tls_config(&c).map(|()| c))
         .map_err(|e| {
             shout(&format!("walrelay: invalid configuration\n{e}"));
             ExitCode::from(2)

@@ -182,7 +182,12 @@ pub async fn check(config: &Config) -> Report {
                 "replication connection",
                 fail(
                     e.to_string(),
-                    "allow the role a `replication` connection in pg_hba.conf",
+                    if e.sqlstate() == Some("42501") {
+                        "give the role the REPLICATION attribute (see the replication privilege \
+                         check above)"
+                    } else {
+                        "allow the role a `replication` connection in pg_hba.conf"
+                    },
                 ),
             );
             None
@@ -351,6 +356,9 @@ async fn slot_line(
         }
         SlotPlan::Snapshot { drop_first, why } => {
             for (outbox, table) in tables {
+                if let Err(e) = startup::snapshot_privileges(client, table).await {
+                    return fail(e.problem(), e.fix());
+                }
                 if let Err(e) = startup::snapshot_order(client, outbox, table).await {
                     return fail(e.problem(), e.fix());
                 }
@@ -402,13 +410,25 @@ async fn estimate<'a>(
     let mut parts = Vec::new();
     let mut unknown = false;
     for table in tables {
-        match startup::estimate_rows(client, table).await {
+        match catalog::row_estimate(client, table.oid).await {
             Ok(e) => {
                 total = total.saturating_add(e.rows);
                 unknown |= e.unknown > 0;
-                parts.push(format!("{}.{} {}", table.schema, table.name, e.describe()));
+                parts.push(format!(
+                    "{}.{} {}",
+                    table.schema,
+                    table.name,
+                    startup::describe_estimate(&e)
+                ));
             }
-            Err(e) => return format!("no row estimate: {}", e.problem()),
+            Err(e) => {
+                return format!(
+                    "no row estimate for {}.{}: {}",
+                    table.schema,
+                    table.name,
+                    catalog::describe(&e)
+                );
+            }
         }
     }
     let total = if unknown {

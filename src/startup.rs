@@ -21,7 +21,7 @@ use tokio_postgres::Client;
 use crate::Lsn;
 use crate::config::{Config, OutboxConfig, PostgresConfig, SnapshotMode, TableConfig};
 use crate::offsets::{self, SlotPosition, StartDecision, StoredOffset};
-use crate::pg::catalog::{self, CapturedTable, CatalogError, SlotState};
+use crate::pg::catalog::{self, CapturedTable, CatalogError, RowEstimate, SlotState};
 use crate::pg::wire::WireError;
 use crate::relay::RelayError;
 
@@ -639,6 +639,55 @@ pub fn slot_plan(
     }
 }
 
+/// The role may read `table` for the snapshot: `USAGE` on its schema and
+/// `SELECT` on it (a partitioned table is read through its root, so the
+/// partitions need nothing). Streaming needs neither (pgoutput reads WAL,
+/// not the table), so this is checked only when a snapshot is planned; the
+/// fix is the exact `GRANT` to run.
+pub async fn snapshot_privileges(client: &Client, table: &CapturedTable) -> Result<(), CheckError> {
+    let row = client
+        .query_one(
+            "SELECT current_user::text, has_schema_privilege(c.relnamespace, 'USAGE'), \
+                    has_table_privilege(c.oid, 'SELECT') \
+             FROM pg_class c WHERE c.oid = $1::oid",
+            &[&table.oid],
+        )
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "reading the role's privileges on the outbox table",
+            source,
+        })?;
+    let (user, usage, select): (String, bool, bool) = (row.get(0), row.get(1), row.get(2));
+    let (schema, name) = (ident(&table.schema), ident(&table.name));
+    let role = ident(&user);
+    let mut grants = Vec::new();
+    let mut missing = Vec::new();
+    if !usage {
+        missing.push(format!("USAGE on schema {}", table.schema));
+        grants.push(format!("GRANT USAGE ON SCHEMA {schema} TO {role};"));
+    }
+    if !select {
+        missing.push(format!("SELECT on {}.{}", table.schema, table.name));
+        grants.push(format!("GRANT SELECT ON {schema}.{name} TO {role};"));
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(CheckError::setup(
+        format!(
+            "role {user} lacks {}, which the initial snapshot needs to read outbox table {}.{}",
+            missing.join(" and "),
+            table.schema,
+            table.name
+        ),
+        format!(
+            "run as the table's owner or a superuser: {} (or set [snapshot] mode = \"no_data\" \
+             to stream without a snapshot)",
+            grants.join(" ")
+        ),
+    ))
+}
+
 /// The snapshot can read `table` in an order: the `snapshot_order_by`
 /// columns of its `[[outbox]]` section are columns the snapshot publishes
 /// (not generated), or, when none are set, the table has a primary key.
@@ -708,37 +757,20 @@ pub async fn snapshot_order(
     Ok(())
 }
 
-/// The planner's idea of how many rows a table holds, from
-/// `pg_class.reltuples`: of the table itself, or of the leaf partitions of a
-/// partitioned table (a partitioned parent's own `reltuples`, set by
-/// `ANALYZE`, repeats its leaves' total, so it is never added). For `check`
-/// only: it says how large the snapshot `run` would take is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RowEstimate {
-    /// Sum over the relations whose `reltuples` is known.
-    pub rows: u64,
-    /// Relations never vacuumed or analyzed (`reltuples = -1`): not counted.
-    pub unknown: u64,
-    /// Relations looked at (1, or the number of leaf partitions).
-    pub relations: u64,
-}
-
-impl RowEstimate {
-    /// `~1,234`, `unknown (never analyzed)`, or `~1,234+ (…)` when some
-    /// partitions were never analyzed.
-    pub fn describe(&self) -> String {
-        if self.relations > 0 && self.unknown == self.relations {
-            "unknown (never vacuumed or analyzed)".into()
-        } else if self.unknown > 0 {
-            format!(
-                "~{}+ ({} of {} partitions never vacuumed or analyzed)",
-                thousands(self.rows),
-                self.unknown,
-                self.relations
-            )
-        } else {
-            format!("~{}", thousands(self.rows))
-        }
+/// A [`RowEstimate`] for `check`: `~1,234`, `unknown (never analyzed)`, or
+/// `~1,234+ (…)` when some partitions were never analyzed.
+pub fn describe_estimate(e: &RowEstimate) -> String {
+    if e.relations > 0 && e.unknown == e.relations {
+        "unknown (never vacuumed or analyzed)".into()
+    } else if e.unknown > 0 {
+        format!(
+            "~{}+ ({} of {} partitions never vacuumed or analyzed)",
+            thousands(e.rows),
+            e.unknown,
+            e.relations
+        )
+    } else {
+        format!("~{}", thousands(e.rows))
     }
 }
 
@@ -753,40 +785,6 @@ pub fn thousands(n: u64) -> String {
         out.push(c);
     }
     out
-}
-
-/// [`RowEstimate`] of `table` (see there).
-pub async fn estimate_rows(
-    client: &Client,
-    table: &CapturedTable,
-) -> Result<RowEstimate, CheckError> {
-    let row = client
-        .query_one(
-            "SELECT coalesce(sum(c.reltuples) FILTER (WHERE c.reltuples >= 0), 0)::float8, \
-                    count(*) FILTER (WHERE c.reltuples < 0), count(*) \
-             FROM pg_class c \
-             WHERE (c.oid = $1::oid AND c.relkind <> 'p') \
-                OR c.oid IN (SELECT t.relid FROM pg_partition_tree($1::oid::regclass) t \
-                             WHERE t.isleaf)",
-            &[&table.oid],
-        )
-        .await
-        .map_err(|source| CatalogError::Query {
-            context: "reading pg_class.reltuples",
-            source,
-        })?;
-    let rows: f64 = row.get(0);
-    let unknown: i64 = row.get(1);
-    let relations: i64 = row.get(2);
-    Ok(RowEstimate {
-        rows: if rows.is_finite() && rows > 0.0 {
-            rows.round() as u64
-        } else {
-            0
-        },
-        unknown: u64::try_from(unknown).unwrap_or(0),
-        relations: u64::try_from(relations).unwrap_or(0),
-    })
 }
 
 /// The slot is a logical pgoutput slot of this database.
@@ -1099,12 +1097,11 @@ mod tests {
     #[test]
     fn row_estimates_say_when_they_are_unknown_or_partial() {
         let e = |rows, unknown, relations| {
-            RowEstimate {
+            describe_estimate(&RowEstimate {
                 rows,
                 unknown,
                 relations,
-            }
-            .describe()
+            })
         };
         assert_eq!(e(123_456, 0, 1), "~123,456");
         assert_eq!(e(0, 1, 1), "unknown (never vacuumed or analyzed)");

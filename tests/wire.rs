@@ -103,6 +103,7 @@ fn tls_params(host: &str, mode: SslMode, ca: Option<&str>) -> ConnectParams {
     p.tls = TlsSettings {
         mode,
         root_cert: ca.map(pg_tls_file),
+        ..TlsSettings::default()
     };
     p
 }

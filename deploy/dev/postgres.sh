@@ -10,6 +10,8 @@
 #   restart-fast|restart-immediate
 #           stop the running cluster with `pg_ctl stop -m fast|immediate` (immediate: no
 #           checkpoint, crash recovery at start) and start it again; data kept (fault soak)
+#           (also on an existing cluster: adds certificate authentication for role
+#           walrelay_cert and its client certificates if missing; see ensure_cert_auth)
 #   env     print the env lines only (no side effects)
 #   status  exit 0 and print "postgres <major> running on 127.0.0.1:<port>" if healthy
 #   psql    run psql as the superuser against this cluster, passing the remaining args
@@ -166,6 +168,95 @@ make_tls_files() {
   chmod 600 "$dir/server.key" "$dir/ca.key" "$dir/other-ca.key"   # PostgreSQL insists
 }
 
+# Client certificates for the `cert` authentication tests, signed by the dev CA, in
+# $TLS_DIR (made once, kept across runs):
+#   client-walrelay_cert.pem/.key   CN=walrelay_cert: admitted as role walrelay_cert
+#   client-walrelay_cert.enc.key    the same key, encrypted with CLIENT_KEY_PASSWORD
+#   client-someone_else.pem/.key    CN=someone_else: a valid certificate for another user
+CERT_ROLE=walrelay_cert
+OTHER_CERT_CN=someone_else
+CLIENT_KEY_PASSWORD=walrelay_cert_key
+make_client_cert() {
+  local cn=$1 dir=$TLS_DIR
+  [[ -s $dir/client-$cn.pem && -s $dir/client-$cn.key ]] && return 0
+  log "issuing a client certificate for CN=$cn"
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=$cn" \
+    -keyout "$dir/client-$cn.key.tmp" -out "$dir/client-$cn.csr" 2>/dev/null ||
+    die "openssl: cannot make the key for client certificate CN=$cn"
+  openssl x509 -req -in "$dir/client-$cn.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
+    -CAcreateserial -days 3650 -out "$dir/client-$cn.pem.tmp" 2>/dev/null ||
+    die "openssl: cannot sign the client certificate CN=$cn with $dir/ca.key"
+  # The client keys belong to whoever runs the tests; libpq wants them private.
+  chmod 600 "$dir/client-$cn.key.tmp"
+  chmod 644 "$dir/client-$cn.pem.tmp"
+  mv "$dir/client-$cn.key.tmp" "$dir/client-$cn.key"
+  mv "$dir/client-$cn.pem.tmp" "$dir/client-$cn.pem"
+}
+
+# Certificate authentication, added to a new or an existing cluster (idempotent, so
+# clusters made before it existed get it on their next `up`): the server checks client
+# certificates against the dev CA (ssl_ca_file), role walrelay_cert (REPLICATION LOGIN,
+# no password) is admitted over TLS with a certificate whose CN is its name only
+# (`hostssl ... cert`), and the client certificates above exist. A reload applies it;
+# nothing is restarted.
+ensure_cert_auth() {
+  local dir=$TLS_DIR hba=$DATA_DIR/pg_hba.conf changed=0
+  make_client_cert "$CERT_ROLE"
+  make_client_cert "$OTHER_CERT_CN"
+  if [[ ! -s $dir/client-$CERT_ROLE.enc.key ]]; then
+    openssl pkey -in "$dir/client-$CERT_ROLE.key" -aes256 \
+      -passout "pass:$CLIENT_KEY_PASSWORD" -out "$dir/client-$CERT_ROLE.enc.key.tmp" 2>/dev/null ||
+      die "openssl: cannot encrypt $dir/client-$CERT_ROLE.key"
+    chmod 600 "$dir/client-$CERT_ROLE.enc.key.tmp"
+    mv "$dir/client-$CERT_ROLE.enc.key.tmp" "$dir/client-$CERT_ROLE.enc.key"
+  fi
+  if ! grep -Eq "^hostssl[[:space:]]+all[[:space:]]+$CERT_ROLE[[:space:]]" "$hba"; then
+    log "pg_hba.conf: admitting $CERT_ROLE by client certificate"
+    # Before the first host line: the catch-all scram lines must not match it first.
+    local tmp
+    tmp=$(mktemp)
+    awk -v line="hostssl   all          $CERT_ROLE  $PG_HOST/32     cert" '
+      !done && /^host/ { print line; done = 1 } { print } END { if (!done) print line }' \
+      "$hba" >"$tmp" || die "cannot rewrite $hba"
+    cat "$tmp" >"$hba"    # keeps the file's owner and mode
+    rm -f "$tmp"
+    changed=1
+  fi
+  psql_socket >&2 <<SQL || die "setting up certificate authentication failed; see $LOG_FILE"
+SET client_min_messages = error;
+DO \$\$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$CERT_ROLE') THEN
+    CREATE ROLE $CERT_ROLE LOGIN REPLICATION;
+  END IF;
+END \$\$;
+SQL
+  # The real path: .state may be a symlink into another checkout (a git worktree), and
+  # the server must not depend on a worktree that can go away (a reload with an
+  # unreadable ssl_ca_file switches TLS off).
+  local ca
+  ca=$(cd "$dir" && pwd -P)/ca.pem
+  if [[ $(psql_socket -At -c 'SHOW ssl_ca_file') != "$ca" ]]; then
+    log "ssl_ca_file = $ca (client certificates are checked against the dev CA)"
+    psql_socket -c "ALTER SYSTEM SET ssl_ca_file = '$ca'" >&2 ||
+      die "ALTER SYSTEM SET ssl_ca_file failed; see $LOG_FILE"
+    changed=1
+  fi
+  if ((changed)); then
+    psql_socket -c 'SELECT pg_reload_conf()' >/dev/null || die "pg_reload_conf() failed"
+  fi
+  # The reload is asynchronous: wait until a certificate login works.
+  local deadline=$((SECONDS + READY_TIMEOUT_S))
+  until psql -X -q -At -c 'SELECT 1' \
+      "host=$PG_HOST port=$PG_PORT dbname=postgres user=$CERT_ROLE sslmode=verify-ca sslrootcert=$dir/ca.pem sslcert=$dir/client-$CERT_ROLE.pem sslkey=$dir/client-$CERT_ROLE.key" \
+      >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      tail -n 20 "$LOG_FILE" >&2 2>/dev/null || true
+      die "role $CERT_ROLE cannot log in with its client certificate after ${READY_TIMEOUT_S}s; check $hba and ssl_ca_file"
+    fi
+    sleep 0.2
+  done
+}
+
 # True if the pinned package is installed and its binaries run (+ pgoutput is there).
 server_installed() {
   local want=$1 dir=$2 have
@@ -288,9 +379,9 @@ wait_ready() {
   done
 }
 
-# psql as superuser over the unix socket (local trust), SQL on stdin.
+# psql as superuser over the unix socket (local trust), SQL on stdin or in -c args.
 psql_socket() {
-  psql -X -q -v ON_ERROR_STOP=1 -h "$SOCKET_DIR" -p "$PG_PORT" -U postgres -d postgres
+  psql -X -q -v ON_ERROR_STOP=1 -h "$SOCKET_DIR" -p "$PG_PORT" -U postgres -d postgres "$@"
 }
 
 check_port_free() {
@@ -452,6 +543,13 @@ print_env() {
   printf 'export WALRELAY_PG_URL=%q\n' "$WALRELAY_URL"
   printf 'export WALRELAY_PG_BIN=%q\n' "$PG_BIN"
   printf 'export WALRELAY_PG_TLS_DIR=%q\n' "$TLS_DIR"
+  printf 'export WALRELAY_PG_CERT_USER=%q\n' "$CERT_ROLE"
+  printf 'export WALRELAY_PG_CLIENT_CERT=%q\n' "$TLS_DIR/client-$CERT_ROLE.pem"
+  printf 'export WALRELAY_PG_CLIENT_KEY=%q\n' "$TLS_DIR/client-$CERT_ROLE.key"
+  printf 'export WALRELAY_PG_CLIENT_KEY_ENCRYPTED=%q\n' "$TLS_DIR/client-$CERT_ROLE.enc.key"
+  printf 'export WALRELAY_PG_CLIENT_KEY_PASSWORD=%q\n' "$CLIENT_KEY_PASSWORD"
+  printf 'export WALRELAY_PG_OTHER_CLIENT_CERT=%q\n' "$TLS_DIR/client-$OTHER_CERT_CN.pem"
+  printf 'export WALRELAY_PG_OTHER_CLIENT_KEY=%q\n' "$TLS_DIR/client-$OTHER_CERT_CN.key"
 }
 
 # ---------------------------------------------------------------------------------------
@@ -490,6 +588,7 @@ cmd_up() {
     fi
     init_cluster
   fi
+  ensure_cert_auth
   log "ready: postgres $PG_MAJOR on $PG_HOST:$PG_PORT (superuser: $SUPERUSER_URL)"
   print_env
 }

@@ -12,7 +12,7 @@
 //!   `enable.idempotence=true`, `partitioner=murmur2_random`) cannot be
 //!   weakened through `[kafka.librdkafka]`: validation rejects such properties
 //!   and [`KafkaConfig::producer_properties`] never emits them.
-//! - Secrets (`postgres.password`, librdkafka properties such as
+//! - Secrets (`postgres.password`, `postgres.sslpassword`, librdkafka properties such as
 //!   `sasl.password`) never appear in `Debug` output or error messages.
 //!   librdkafka property names must be spelt as librdkafka spells them
 //!   (lower-case, no spaces), so a misspelt secret is refused by name before
@@ -27,6 +27,9 @@
 //! `${NAME}` in `postgres.host`, `postgres.user`, `postgres.password`,
 //! `postgres.database`, `kafka.brokers` and `[kafka.librdkafka]` values is
 //! replaced by environment variable `NAME`; `$${` stands for a literal `${`.
+//! `${file:/absolute/path}` is replaced by a file's content (one trailing
+//! newline removed) in the keys that hold secrets only: `postgres.password`,
+//! `postgres.sslpassword` and the secret librdkafka properties ([`is_secret_property`]).
 //! Interpolation runs after parsing, so errors keep their line numbers.
 
 mod error;
@@ -47,7 +50,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 use error::{Origin, SourceMap};
-use interpolate::interpolate;
+use interpolate::{Files, interpolate_with};
 
 pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
@@ -223,13 +226,13 @@ impl Config {
         ] {
             substitute(key, value, false, env, &mut problems);
         }
-        if let Some(password) = &mut pg.password {
-            match interpolate(password.expose_secret(), env) {
-                Ok(None) => {}
-                Ok(Some(resolved)) => *password = SecretString::from(resolved),
-                Err(e) => problems.push(Problem::new("postgres.password", e.describe(true))),
-            }
-        }
+        substitute_secret("postgres.password", &mut pg.password, env, &mut problems);
+        substitute_secret(
+            "postgres.sslpassword",
+            &mut pg.sslpassword,
+            env,
+            &mut problems,
+        );
         for (key, value) in &mut self.kafka.librdkafka {
             let path = error::join_key("kafka.librdkafka", key);
             substitute(&path, value, is_secret_property(key), env, &mut problems);
@@ -244,6 +247,8 @@ pub fn librdkafka_key_path(property: &str) -> String {
     error::join_key("kafka.librdkafka", property)
 }
 
+/// Interpolates `value` of `key`; a `secret` key also takes `${file:...}`
+/// and its errors never repeat the value.
 fn substitute(
     key: &str,
     value: &mut String,
@@ -251,10 +256,31 @@ fn substitute(
     env: EnvLookup<'_>,
     problems: &mut Vec<Problem>,
 ) {
-    match interpolate(value, env) {
+    let files = if secret {
+        Files::Allowed
+    } else {
+        Files::Refused
+    };
+    match interpolate_with(value, env, files) {
         Ok(None) => {}
         Ok(Some(resolved)) => *value = resolved,
         Err(e) => problems.push(Problem::new(key, e.describe(secret))),
+    }
+}
+
+/// Interpolates secret `key` (`${VAR}` and `${file:...}`), keeping the
+/// result wrapped so it is never printed.
+fn substitute_secret(
+    key: &str,
+    value: &mut Option<SecretString>,
+    env: EnvLookup<'_>,
+    problems: &mut Vec<Problem>,
+) {
+    let Some(secret) = value else { return };
+    match interpolate_with(secret.expose_secret(), env, Files::Allowed) {
+        Ok(None) => {}
+        Ok(Some(resolved)) => *secret = SecretString::from(resolved),
+        Err(e) => problems.push(Problem::new(key, e.describe(true))),
     }
 }
 

@@ -93,6 +93,17 @@ pub struct PostgresConfig {
     /// system trust store when unset.
     #[serde(default)]
     pub sslrootcert: Option<PathBuf>,
+    /// PEM file with the client certificate (and any intermediates) to
+    /// present, for `cert` authentication or `clientcert=verify-*` in
+    /// `pg_hba.conf`. Requires `sslkey`.
+    #[serde(default)]
+    pub sslcert: Option<PathBuf>,
+    /// PEM file with the private key of `sslcert`; requires `sslcert`.
+    #[serde(default)]
+    pub sslkey: Option<PathBuf>,
+    /// Password of an encrypted `sslkey`. Never printed.
+    #[serde(default, deserialize_with = "units::secret")]
+    pub sslpassword: Option<SecretString>,
 }
 
 /// `postgres.sslmode`: libpq's `sslmode` names and meanings (the table in

@@ -1570,6 +1570,225 @@ proptest! {
     }
 }
 
+/// A fresh directory for secret files of test `name`.
+fn secret_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("walrelay-secrets-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn with_password(value: &str) -> String {
+    MINIMAL.replace(
+        "database = \"app\"",
+        &format!("database = \"app\"\npassword = \"{value}\""),
+    )
+}
+
+#[test]
+fn file_secrets_fill_the_password_and_secret_librdkafka_properties() {
+    let dir = secret_dir("fill");
+    let write = |name: &str, content: &[u8]| {
+        let path = dir.join(name);
+        std::fs::write(&path, content).unwrap();
+        path.display().to_string()
+    };
+    let password = |text: &str| {
+        load(&with_password(text))
+            .unwrap()
+            .postgres
+            .password
+            .unwrap()
+            .expose_secret()
+            .to_owned()
+    };
+    // One trailing line ending is removed, nothing else.
+    let lf = write("lf", b"pg-file-s3cret\n");
+    assert_eq!(password(&format!("${{file:{lf}}}")), "pg-file-s3cret");
+    let crlf = write("crlf", b"pg-file-s3cret\r\n");
+    assert_eq!(password(&format!("${{file:{crlf}}}")), "pg-file-s3cret");
+    let bare = write("bare", b" pg-file-s3cret ");
+    assert_eq!(password(&format!("${{file:{bare}}}")), " pg-file-s3cret ");
+    let two = write("two", b"pg-file-s3cret\n\n");
+    assert_eq!(password(&format!("${{file:{two}}}")), "pg-file-s3cret\n");
+    // Mixed with text and variables; the content is never interpolated again.
+    let dollar = write("dollar", b"a${WALRELAY_PG_PASSWORD}b\n");
+    assert_eq!(
+        password(&format!("x${{file:{dollar}}}-${{WALRELAY_PG_PASSWORD}}")),
+        format!("xa${{WALRELAY_PG_PASSWORD}}b-{PASSWORD}")
+    );
+    let kafka = write("kafka", KAFKA_PASSWORD.as_bytes());
+    let config = load(&minimal_with(&format!(
+        "[kafka.librdkafka]\n\"sasl.password\" = \"${{file:{kafka}}}\""
+    )))
+    .unwrap();
+    assert_eq!(config.kafka.librdkafka["sasl.password"], KAFKA_PASSWORD);
+    // Never printed.
+    let config = load(&with_password(&format!("${{file:{lf}}}"))).unwrap();
+    let debug = format!("{config:?}");
+    assert!(!debug.contains("pg-file-s3cret"), "{debug}");
+    let config = load(&minimal_with(&format!(
+        "[kafka.librdkafka]\n\"sasl.password\" = \"${{file:{kafka}}}\""
+    )))
+    .unwrap();
+    let debug = format!("{config:#?}");
+    assert!(!debug.contains(KAFKA_PASSWORD), "{debug}");
+}
+
+#[test]
+fn file_secrets_are_refused_where_no_secret_goes() {
+    let dir = secret_dir("refused");
+    let path = dir.join("user");
+    std::fs::write(&path, "file-user-name\n").unwrap();
+    let reference = format!("${{file:{}}}", path.display());
+    for (text, key) in [
+        (
+            MINIMAL.replace(
+                "database = \"app\"",
+                &format!("database = \"app\"\nuser = \"{reference}\""),
+            ),
+            "postgres.user",
+        ),
+        (
+            MINIMAL.replace("database = \"app\"", &format!("database = \"{reference}\"")),
+            "postgres.database",
+        ),
+        (
+            MINIMAL.replace("127.0.0.1:9092", &reference),
+            "kafka.brokers",
+        ),
+        (
+            minimal_with(&format!(
+                "[kafka.librdkafka]\n\"client.id\" = \"{reference}\""
+            )),
+            "kafka.librdkafka.\"client.id\"",
+        ),
+    ] {
+        let error = load_err(&text);
+        assert!(
+            error.contains(&format!(
+                "{key}: \"${{file:...}}\" is allowed only in keys that hold secrets"
+            )),
+            "{error}"
+        );
+        assert!(!error.contains("file-user-name"), "{error}");
+    }
+}
+
+#[test]
+fn a_secret_file_that_cannot_be_used_is_named_with_its_key_never_its_content() {
+    let dir = secret_dir("bad");
+    let content = "pg-file-s3cret-never-shown";
+    let missing = dir.join("missing");
+    let empty = dir.join("empty");
+    std::fs::write(&empty, "\n").unwrap();
+    let binary = dir.join("binary");
+    std::fs::write(&binary, [content.as_bytes(), &[0xff, 0xfe]].concat()).unwrap();
+    let huge = dir.join("huge");
+    std::fs::write(&huge, content.repeat(3000)).unwrap();
+    let cases = [
+        (missing.display().to_string(), "cannot read secret file"),
+        (dir.display().to_string(), "cannot read secret file"),
+        (empty.display().to_string(), "is empty"),
+        (binary.display().to_string(), "is not valid UTF-8"),
+        (huge.display().to_string(), "is larger than 65536 bytes"),
+        (
+            "run/secrets/pg_password".to_owned(),
+            "is relative; write an absolute path",
+        ),
+    ];
+    for (path, what) in cases {
+        let error = load_err(&with_password(&format!("${{file:{path}}}")));
+        assert!(
+            error.starts_with("test.toml:6:12: postgres.password: "),
+            "names the key and its line: {error}"
+        );
+        assert!(
+            error.contains(&format!("{path:?}")),
+            "names the path: {error}"
+        );
+        assert!(error.contains(what), "{error}");
+        assert!(!error.contains(content), "{error}");
+        let error = load_err(&minimal_with(&format!(
+            "[kafka.librdkafka]\n\"ssl.key.password\" = \"${{file:{path}}}\""
+        )));
+        assert!(
+            error.contains("kafka.librdkafka.\"ssl.key.password\": "),
+            "{error}"
+        );
+        assert!(error.contains(what), "{error}");
+    }
+    let missing_error = load_err(&with_password(&format!("${{file:{}}}", missing.display())));
+    assert!(
+        missing_error.contains("No such file or directory"),
+        "says why: {missing_error}"
+    );
+}
+
+#[test]
+fn client_certificate_keys_come_together_over_tls() {
+    let dir = secret_dir("clientcert");
+    let cert = dir.join("client.pem");
+    let key = dir.join("client.key");
+    std::fs::write(&cert, "PEM").unwrap();
+    std::fs::write(&key, "PEM").unwrap();
+    let password = dir.join("key_password");
+    std::fs::write(&password, "key-s3cret-Vb2\n").unwrap();
+    let (cert, key, password) = (cert.display(), key.display(), password.display());
+    let config = load(&with_postgres(&format!(
+        "sslmode = \"verify-full\"\nsslcert = \"{cert}\"\nsslkey = \"{key}\"\n\
+         sslpassword = \"${{file:{password}}}\""
+    )))
+    .unwrap();
+    assert_eq!(
+        config
+            .postgres
+            .sslpassword
+            .as_ref()
+            .unwrap()
+            .expose_secret(),
+        "key-s3cret-Vb2"
+    );
+    let debug = format!("{config:?}");
+    assert!(!debug.contains("key-s3cret-Vb2"), "{debug}");
+    for (keys, key_path, fix) in [
+        (
+            format!("sslmode = \"require\"\nsslcert = \"{cert}\""),
+            "postgres.sslkey",
+            "is required with postgres.sslcert",
+        ),
+        (
+            format!("sslmode = \"require\"\nsslkey = \"{key}\""),
+            "postgres.sslcert",
+            "is required with postgres.sslkey",
+        ),
+        (
+            "sslpassword = \"x\"".to_owned(),
+            "postgres.sslpassword",
+            "no sslkey is set",
+        ),
+        (
+            format!("sslmode = \"disable\"\nsslcert = \"{cert}\"\nsslkey = \"{key}\""),
+            "postgres.sslcert",
+            "only sent over TLS",
+        ),
+        (
+            format!("sslcert = \"{cert}\"\nsslkey = \"/nonexistent/client.key\""),
+            "postgres.sslkey",
+            "cannot read /nonexistent/client.key",
+        ),
+        (
+            format!("sslcert = \"{}\"\nsslkey = \"{key}\"", dir.display()),
+            "postgres.sslcert",
+            "is not a file",
+        ),
+    ] {
+        let error = load_err(&with_postgres(&keys));
+        assert!(error.contains(&format!("{key_path}: ")), "{error}");
+        assert!(error.contains(fix), "{error}");
+    }
+}
+
 const TABLES_ONLY: &str = r#"
 [connector]
 name = "shop"

@@ -14,7 +14,7 @@ use super::Config;
 use super::error::{MAX_VALUE_CHARS, Problem, join_key, quoted, shorten};
 use super::producer::{librdkafka_property, property_name_problem};
 use super::schema::{
-    KafkaConfig, OutboxConfig, PostgresConfig, SnapshotConfig, SnapshotMode, TableDefaults,
+    KafkaConfig, OutboxConfig, PostgresConfig, SnapshotConfig, SnapshotMode, SslMode, TableDefaults,
 };
 use super::template::{MAX_IDENTIFIER_BYTES, Segment, topic_name_problem};
 
@@ -210,6 +210,66 @@ fn postgres(pg: &PostgresConfig, out: &mut Vec<Problem>) {
                 format!(
                     "{} is not a readable file; give the path of the PEM file holding the CA \
                      certificate(s) that signed the server's certificate",
+                    path.display()
+                ),
+            ));
+        }
+    }
+    client_certificate(pg, out);
+}
+
+/// `postgres.sslcert`, `sslkey`, `sslpassword`: present together, over TLS,
+/// files that exist. Whether the key matches the certificate and opens with
+/// the password is checked where the PEM files are parsed (`pg::tls`).
+fn client_certificate(pg: &PostgresConfig, out: &mut Vec<Problem>) {
+    match (&pg.sslcert, &pg.sslkey) {
+        (Some(_), None) => out.push(Problem::new(
+            "postgres.sslkey",
+            "is required with postgres.sslcert; give the path of the certificate's private key \
+             (PEM)",
+        )),
+        (None, Some(_)) => out.push(Problem::new(
+            "postgres.sslcert",
+            "is required with postgres.sslkey; give the path of the client certificate (PEM) \
+             that belongs to the key",
+        )),
+        _ => {}
+    }
+    if pg.sslpassword.is_some() && pg.sslkey.is_none() {
+        out.push(Problem::new(
+            "postgres.sslpassword",
+            "is the password of an encrypted postgres.sslkey, but no sslkey is set; set \
+             postgres.sslcert and postgres.sslkey, or remove the key",
+        ));
+    }
+    for (key, path, what) in [
+        ("postgres.sslcert", &pg.sslcert, "the client certificate"),
+        (
+            "postgres.sslkey",
+            &pg.sslkey,
+            "the client certificate's private key",
+        ),
+    ] {
+        let Some(path) = path else { continue };
+        if pg.sslmode == SslMode::Disable {
+            out.push(Problem::new(
+                key,
+                "is only sent over TLS, but sslmode is \"disable\"; set postgres.sslmode = \
+                 \"verify-full\" (or \"require\") or remove the key",
+            ));
+        } else if let Err(e) = std::fs::File::open(path) {
+            out.push(Problem::new(
+                key,
+                format!(
+                    "cannot read {}: {e}; give the path of the PEM file holding {what}",
+                    path.display()
+                ),
+            ));
+        } else if !path.is_file() {
+            out.push(Problem::new(
+                key,
+                format!(
+                    "{} is not a file; give the path of the PEM file holding {what}",
                     path.display()
                 ),
             ));

@@ -24,10 +24,13 @@ use crate::pg::wire::ConnectParams;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
-    #[error("cannot connect to PostgreSQL at {address} for catalog queries: {}", describe(.source))]
+    #[error("cannot connect to PostgreSQL at {address} for catalog queries: {}{fix}", describe(.source))]
     Connect {
         address: String,
         source: tokio_postgres::Error,
+        /// `. What to do: …` when the server's refusal has a known fix
+        /// (a missing grant), else empty.
+        fix: String,
     },
     #[error("catalog query failed while {context}: {}", describe(.source))]
     Query {
@@ -47,7 +50,13 @@ pub enum CatalogError {
 impl CatalogError {
     pub fn is_transient(&self) -> bool {
         match self {
-            CatalogError::Connect { .. } => true,
+            // Unreachable or refusing connections: retry. But a server that
+            // answered with a definite error (authentication failed, a
+            // certificate for another user, no such database) gives the same
+            // answer next time, exactly as on the replication connection.
+            CatalogError::Connect { source, .. } => source
+                .code()
+                .is_none_or(|code| crate::pg::wire::is_transient_sqlstate(code.code())),
             // A refused certificate, or a server that will not do TLS when
             // sslmode requires it, stays that way until someone acts.
             CatalogError::Tls { .. } => false,
@@ -111,9 +120,15 @@ pub async fn connect(params: &ConnectParams) -> Result<Client, CatalogError> {
                 ),
             }
         } else {
+            let fix = missing_grant(&source, &params.user, &params.database)
+                .map(|sql| {
+                    format!(". What to do: run as a superuser (or the database owner): {sql}")
+                })
+                .unwrap_or_default();
             CatalogError::Connect {
                 address: params.address(),
                 source,
+                fix,
             }
         }
     };
@@ -124,7 +139,7 @@ pub async fn connect(params: &ConnectParams) -> Result<Client, CatalogError> {
         tls::connector(&params.tls).map_err(|e| CatalogError::Tls {
             address: params.address(),
             mode: params.tls.mode.as_str(),
-            reason: e.0,
+            reason: e.message,
         })?
     };
     let Some(connector) = connector else {
@@ -147,6 +162,25 @@ pub async fn connect(params: &ConnectParams) -> Result<Client, CatalogError> {
     let (client, connection) = cfg.connect(tls).await.map_err(connect_error)?;
     spawn_connection(connection);
     Ok(client)
+}
+
+/// The statement that lets `user` in, when the server refused the login
+/// for a missing privilege: `CONNECT` on the database, or the `LOGIN`
+/// attribute.
+fn missing_grant(e: &tokio_postgres::Error, user: &str, database: &str) -> Option<String> {
+    use postgres_protocol::escape::escape_identifier as ident;
+    let db = e.as_db_error()?;
+    match db.code().code() {
+        "42501" if db.message().starts_with("permission denied for database") => Some(format!(
+            "GRANT CONNECT ON DATABASE {} TO {};",
+            ident(database),
+            ident(user)
+        )),
+        "28000" if db.message().contains("not permitted to log in") => {
+            Some(format!("ALTER ROLE {} LOGIN;", ident(user)))
+        }
+        _ => None,
+    }
 }
 
 /// Whether tokio-postgres failed the TLS negotiation itself (its message for
@@ -636,4 +670,55 @@ pub async fn table_columns(
             source,
         })?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// The planner's idea of how many rows a table holds, from
+/// `pg_class.reltuples`: of the table itself, or of the leaf partitions of a
+/// partitioned table (a partitioned parent's own `reltuples`, set by
+/// `ANALYZE`, repeats its leaves' total, so it is never added). For progress
+/// reports and `check` only; nothing is decided on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowEstimate {
+    /// Sum over the relations whose `reltuples` is known.
+    pub rows: u64,
+    /// Relations never vacuumed or analyzed (`reltuples = -1`): not counted.
+    pub unknown: u64,
+    /// Relations looked at (1, or the number of leaf partitions).
+    pub relations: u64,
+}
+
+impl RowEstimate {
+    /// The row count when the planner has one (some relation analyzed and
+    /// rows in it), else `None`.
+    pub fn known(&self) -> Option<u64> {
+        (self.rows > 0).then_some(self.rows)
+    }
+}
+
+/// [`RowEstimate`] of the table (or partitioned table) with OID `oid`. The
+/// caller names the table in the error (`describe` gives the server's words).
+pub async fn row_estimate(client: &Client, oid: u32) -> Result<RowEstimate, tokio_postgres::Error> {
+    let row = client
+        .query_one(
+            "SELECT coalesce(sum(c.reltuples) FILTER (WHERE c.reltuples >= 0), 0)::float8, \
+                    count(*) FILTER (WHERE c.reltuples < 0), count(*) \
+             FROM pg_class c \
+             WHERE (c.oid = $1::oid AND c.relkind <> 'p') \
+                OR c.oid IN (SELECT t.relid FROM pg_partition_tree($1::oid::regclass) t \
+                             WHERE t.isleaf)",
+            &[&oid],
+        )
+        .await?;
+    let rows: f64 = row.get(0);
+    let unknown: i64 = row.get(1);
+    let relations: i64 = row.get(2);
+    Ok(RowEstimate {
+        rows: if rows.is_finite() && rows > 0.0 {
+            rows.round() as u64
+        } else {
+            0
+        },
+        unknown: u64::try_from(unknown).unwrap_or(0),
+        relations: u64::try_from(relations).unwrap_or(0),
+    })
 }

@@ -327,29 +327,17 @@ impl SnapshotReader {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    /// The planner's row estimate (`pg_class.reltuples`, summed over the
-    /// leaf partitions of a partitioned table); `None` when unknown (never
-    /// vacuumed or analyzed: -1, or 0). For progress reporting only.
+    /// The planner's row estimate of `relation` (see
+    /// [`catalog::row_estimate`]); `None` when unknown. For progress reports.
     pub async fn estimate_rows(&self, relation: &Relation) -> Result<Option<u64>, SnapshotError> {
-        let row = self
-            .client
-            .query_one(
-                "SELECT sum(c.reltuples) FILTER (WHERE c.reltuples > 0)::float8 FROM pg_class c \
-                 WHERE (c.oid = $1::oid AND c.relkind <> 'p') OR c.oid IN \
-                   (SELECT t.relid FROM pg_partition_tree($1::oid::regclass) t \
-                    WHERE t.isleaf AND t.relid <> $1::oid::regclass)",
-                &[&relation.oid],
-            )
+        let estimate = catalog::row_estimate(&self.client, relation.oid)
             .await
             .map_err(|source| SnapshotError::Query {
                 table: relation_display(relation),
                 context: "reading pg_class.reltuples",
                 source,
             })?;
-        let estimate: Option<f64> = row.get(0);
-        Ok(estimate
-            .filter(|n| n.is_finite() && *n >= 1.0)
-            .map(|n| n.round() as u64))
+        Ok(estimate.known())
     }
 
     /// Starts reading `relation` (from [`SnapshotReader::table_relation`]) in

@@ -11,6 +11,12 @@
 //! The CA is `postgres.sslrootcert` (PEM), or the system's trust store when
 //! it is not set. As in libpq, Unix-socket connections never use TLS.
 //!
+//! A client certificate (`postgres.sslcert` + `postgres.sslkey`, the key
+//! optionally encrypted with `postgres.sslpassword`) is presented when the
+//! server asks for one (`cert` authentication, `clientcert=verify-ca|full`).
+//! Unlike libpq there is no default file (`~/.postgresql/postgresql.crt`):
+//! only configured files are sent.
+//!
 //! Invariants:
 //! - A mode that asks for encryption never falls back to plaintext: a server
 //!   that declines TLS is an error naming the mode, not a silent downgrade.
@@ -18,26 +24,58 @@
 //!   cannot fix them); only I/O during the handshake is transient.
 //! - Both connections (replication on [`super::wire`], catalog on
 //!   tokio-postgres) are built from the same [`connector`], so they verify
-//!   alike.
+//!   alike and present the same client certificate.
+//! - A client certificate problem (unreadable file, key not matching the
+//!   certificate, encrypted key without or with a wrong password) is found
+//!   when the connector is built, before any connection, and names the key
+//!   to fix ([`TlsError::key`]); the key password is never printed.
 
 use std::path::{Path, PathBuf};
 
-use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
+use std::cell::Cell;
+
+use openssl::pkey::{PKey, Private};
+use openssl::ssl::{SslConnector, SslConnectorBuilder, SslMethod, SslVerifyMode};
+use openssl::x509::X509;
+use secrecy::{ExposeSecret, SecretString};
 
 use crate::config::SslMode;
 
 /// The TLS settings of a connection.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct TlsSettings {
     pub mode: SslMode,
     /// PEM file of trusted CA certificates; `None` = the system trust store.
     pub root_cert: Option<PathBuf>,
+    /// PEM file of the client certificate (chain) to present; with `client_key`.
+    pub client_cert: Option<PathBuf>,
+    /// PEM file of the client certificate's private key.
+    pub client_key: Option<PathBuf>,
+    /// Password of an encrypted `client_key`. Never printed.
+    pub key_password: Option<SecretString>,
 }
 
-/// A TLS set-up problem (bad CA file, OpenSSL failure).
+/// A TLS set-up problem (bad CA or client certificate file, OpenSSL failure).
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct TlsError(pub String);
+#[error("{message}")]
+pub struct TlsError {
+    /// The configuration key to fix (`postgres.sslkey`), when one is to blame.
+    pub key: Option<&'static str>,
+    pub message: String,
+}
+
+impl TlsError {
+    fn new(message: String) -> TlsError {
+        TlsError { key: None, message }
+    }
+
+    fn of(key: &'static str, message: String) -> TlsError {
+        TlsError {
+            key: Some(key),
+            message,
+        }
+    }
+}
 
 /// The OpenSSL connector for `settings`, or `None` for `sslmode = disable`.
 pub fn connector(settings: &TlsSettings) -> Result<Option<SslConnector>, TlsError> {
@@ -45,7 +83,7 @@ pub fn connector(settings: &TlsSettings) -> Result<Option<SslConnector>, TlsErro
         return Ok(None);
     }
     let openssl = |what: &str, e: openssl::error::ErrorStack| {
-        TlsError(format!("cannot set up TLS for PostgreSQL ({what}): {e}"))
+        TlsError::new(format!("cannot set up TLS for PostgreSQL ({what}): {e}"))
     };
     let mut builder =
         SslConnector::builder(SslMethod::tls_client()).map_err(|e| openssl("client context", e))?;
@@ -57,7 +95,132 @@ pub fn connector(settings: &TlsSettings) -> Result<Option<SslConnector>, TlsErro
     } else {
         builder.set_verify(SslVerifyMode::NONE);
     }
+    load_client_certificate(&mut builder, settings)?;
+    // Read ahead: fill OpenSSL's record buffer with whatever the socket holds
+    // instead of reading each TLS record in two exact-size `recv`s (header,
+    // then body). A walsender streaming small transactions flushes one small
+    // record per message; without this, `recv` was half of walrelay's CPU.
+    builder.set_read_ahead(true);
     Ok(Some(builder.build()))
+}
+
+const ROOT: &str = "postgres.sslrootcert";
+const CERT: &str = "postgres.sslcert";
+const KEY: &str = "postgres.sslkey";
+const PASSWORD: &str = "postgres.sslpassword";
+
+/// Loads the client certificate and its key, checking that they belong
+/// together and that an encrypted key opens with the password.
+fn load_client_certificate(
+    builder: &mut SslConnectorBuilder,
+    settings: &TlsSettings,
+) -> Result<(), TlsError> {
+    let (cert_path, key_path) = match (&settings.client_cert, &settings.client_key) {
+        (None, None) => return Ok(()),
+        (Some(_), None) => {
+            return Err(TlsError::of(
+                KEY,
+                "postgres.sslkey is required with postgres.sslcert".into(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(TlsError::of(
+                CERT,
+                "postgres.sslcert is required with postgres.sslkey".into(),
+            ));
+        }
+        (Some(cert), Some(key)) => (cert, key),
+    };
+    let shown = cert_path.display();
+    let pem = std::fs::read(cert_path)
+        .map_err(|e| TlsError::of(CERT, format!("cannot read postgres.sslcert {shown}: {e}")))?;
+    let chain = X509::stack_from_pem(&pem).map_err(|e| {
+        TlsError::of(
+            CERT,
+            format!("postgres.sslcert {shown} is not a PEM certificate file: {e}"),
+        )
+    })?;
+    let mut chain = chain.into_iter();
+    let Some(leaf) = chain.next() else {
+        return Err(TlsError::of(
+            CERT,
+            format!("postgres.sslcert {shown} holds no certificate"),
+        ));
+    };
+    let use_error = |e: openssl::error::ErrorStack| {
+        TlsError::of(
+            CERT,
+            format!("cannot use the certificate in postgres.sslcert {shown}: {e}"),
+        )
+    };
+    builder.set_certificate(&leaf).map_err(use_error)?;
+    for intermediate in chain {
+        builder
+            .add_extra_chain_cert(intermediate)
+            .map_err(use_error)?;
+    }
+    let key = load_private_key(key_path, settings.key_password.as_ref())?;
+    // OpenSSL refuses a key of another certificate in either call.
+    let mismatch = |e: openssl::error::ErrorStack| {
+        TlsError::of(
+            KEY,
+            format!(
+                "the private key in postgres.sslkey {} does not belong to the certificate in \
+                 postgres.sslcert {shown}; give the key the certificate was issued for \
+                 (OpenSSL: {e})",
+                key_path.display()
+            ),
+        )
+    };
+    builder.set_private_key(&key).map_err(mismatch)?;
+    builder.check_private_key().map_err(mismatch)
+}
+
+/// Reads a PEM private key, decrypting it with `password` when it is
+/// encrypted. OpenSSL asks for a password through a callback only when the
+/// key needs one, which tells "encrypted, no password" and "wrong password"
+/// apart from "not a key" (and keeps OpenSSL from prompting on a terminal).
+fn load_private_key(
+    path: &Path,
+    password: Option<&SecretString>,
+) -> Result<PKey<Private>, TlsError> {
+    let shown = path.display();
+    let pem = std::fs::read(path)
+        .map_err(|e| TlsError::of(KEY, format!("cannot read postgres.sslkey {shown}: {e}")))?;
+    let asked = Cell::new(false);
+    let parsed = PKey::private_key_from_pem_callback(&pem, |buf| {
+        asked.set(true);
+        let Some(password) = password else {
+            return Ok(0);
+        };
+        let bytes = password.expose_secret().as_bytes();
+        let Some(dest) = buf.get_mut(..bytes.len()) else {
+            return Ok(0); // longer than OpenSSL's buffer: cannot be right
+        };
+        dest.copy_from_slice(bytes);
+        Ok(bytes.len())
+    });
+    match parsed {
+        Ok(key) => Ok(key),
+        Err(_) if asked.get() && password.is_none() => Err(TlsError::of(
+            PASSWORD,
+            format!(
+                "postgres.sslkey {shown} is encrypted; set postgres.sslpassword to its password \
+                 (e.g. \"${{file:/run/secrets/pg_key_password}}\")"
+            ),
+        )),
+        Err(_) if asked.get() => Err(TlsError::of(
+            PASSWORD,
+            format!(
+                "postgres.sslpassword does not decrypt postgres.sslkey {shown}; check the \
+                 password (it is not shown)"
+            ),
+        )),
+        Err(e) => Err(TlsError::of(
+            KEY,
+            format!("postgres.sslkey {shown} is not a PEM private key file: {e}"),
+        )),
+    }
 }
 
 fn load_root_cert(
@@ -65,30 +228,39 @@ fn load_root_cert(
     path: &Path,
 ) -> Result<(), TlsError> {
     let pem = std::fs::read(path).map_err(|e| {
-        TlsError(format!(
-            "cannot read postgres.sslrootcert {}: {e}",
-            path.display()
-        ))
+        TlsError::of(
+            ROOT,
+            format!("cannot read postgres.sslrootcert {}: {e}", path.display()),
+        )
     })?;
     let certs = openssl::x509::X509::stack_from_pem(&pem).map_err(|e| {
-        TlsError(format!(
-            "postgres.sslrootcert {} is not a PEM certificate file: {e}",
-            path.display()
-        ))
+        TlsError::of(
+            ROOT,
+            format!(
+                "postgres.sslrootcert {} is not a PEM certificate file: {e}",
+                path.display()
+            ),
+        )
     })?;
     if certs.is_empty() {
-        return Err(TlsError(format!(
-            "postgres.sslrootcert {} holds no certificate",
-            path.display()
-        )));
+        return Err(TlsError::of(
+            ROOT,
+            format!(
+                "postgres.sslrootcert {} holds no certificate",
+                path.display()
+            ),
+        ));
     }
     let store = builder.cert_store_mut();
     for cert in certs {
         store.add_cert(cert).map_err(|e| {
-            TlsError(format!(
-                "cannot use a certificate from postgres.sslrootcert {}: {e}",
-                path.display()
-            ))
+            TlsError::of(
+                ROOT,
+                format!(
+                    "cannot use a certificate from postgres.sslrootcert {}: {e}",
+                    path.display()
+                ),
+            )
         })?;
     }
     Ok(())
@@ -106,7 +278,7 @@ pub fn configure(
             c.verify_hostname(settings.mode.verifies_host_name())
                 .into_ssl(host)
         })
-        .map_err(|e| TlsError(format!("cannot set up TLS for PostgreSQL at {host}: {e}")))
+        .map_err(|e| TlsError::new(format!("cannot set up TLS for PostgreSQL at {host}: {e}")))
 }
 
 #[cfg(test)]
@@ -136,20 +308,22 @@ mod tests {
         let settings = |path: &str| TlsSettings {
             mode: SslMode::VerifyFull,
             root_cert: Some(PathBuf::from(path)),
+            ..TlsSettings::default()
         };
         let missing = connector(&settings("/nonexistent/ca.pem")).unwrap_err();
-        assert!(missing.0.contains("/nonexistent/ca.pem"), "{missing}");
+        assert!(missing.message.contains("/nonexistent/ca.pem"), "{missing}");
         let dir = std::env::temp_dir().join(format!("walrelay-tls-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let junk = dir.join("junk.pem");
         std::fs::write(&junk, "not a certificate").unwrap();
         let e = connector(&settings(junk.to_str().unwrap())).unwrap_err();
-        assert!(e.0.contains("junk.pem"), "{e}");
+        assert!(e.message.contains("junk.pem"), "{e}");
+        assert_eq!(e.key, Some("postgres.sslrootcert"), "names the key to fix");
         assert!(connector(&TlsSettings::default()).unwrap().is_some());
         assert!(
             connector(&TlsSettings {
                 mode: SslMode::Disable,
-                root_cert: None
+                ..TlsSettings::default()
             })
             .unwrap()
             .is_none()

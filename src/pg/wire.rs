@@ -229,7 +229,7 @@ impl WireError {
 
 /// SQLSTATEs worth retrying: the server is starting or shutting down, too many
 /// connections, the slot is (still) in use by a previous walsender, I/O errors.
-fn is_transient_sqlstate(code: &str) -> bool {
+pub(crate) fn is_transient_sqlstate(code: &str) -> bool {
     matches!(
         code,
         "57P01" | "57P02" | "57P03" | "53300" | "55006" | "08000" | "08003" | "08006" | "58030"
@@ -252,7 +252,7 @@ async fn negotiate_tls(
         mode: settings.mode.as_str(),
         reason,
     };
-    let Some(connector) = tls::connector(settings).map_err(|e| tls_error(e.0))? else {
+    let Some(connector) = tls::connector(settings).map_err(|e| tls_error(e.message))? else {
         return Ok(Box::new(tcp));
     };
     let io = |context| move |source| WireError::Io { context, source };
@@ -279,7 +279,8 @@ async fn negotiate_tls(
             )));
         }
     }
-    let ssl = tls::configure(&connector, settings, &params.host).map_err(|e| tls_error(e.0))?;
+    let ssl =
+        tls::configure(&connector, settings, &params.host).map_err(|e| tls_error(e.message))?;
     let mut stream = tokio_openssl::SslStream::new(ssl, tcp)
         .map_err(|e| tls_error(format!("cannot start the handshake: {e}")))?;
     match std::pin::Pin::new(&mut stream).connect().await {

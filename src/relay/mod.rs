@@ -188,8 +188,26 @@ pub fn connect_params(config: &Config) -> ConnectParams {
         tls: TlsSettings {
             mode: pg.sslmode,
             root_cert: pg.sslrootcert.clone(),
+            client_cert: pg.sslcert.clone(),
+            client_key: pg.sslkey.clone(),
+            key_password: pg.sslpassword.clone(),
         },
     }
+}
+
+/// Builds the PostgreSQL TLS set-up once without connecting, so that `check`
+/// and `run` refuse an unusable client certificate at start (exit code 2):
+/// an unreadable `postgres.sslcert`, a `postgres.sslkey` that does not belong
+/// to it, an encrypted key without (or with a wrong) `postgres.sslpassword`.
+/// The error names the key to fix, never the password.
+pub fn check_tls_config(config: &Config) -> Result<(), ConfigError> {
+    let params = connect_params(config);
+    if params.is_unix() {
+        return Ok(()); // no TLS on Unix sockets, as in libpq
+    }
+    crate::pg::tls::connector(&params.tls)
+        .map(drop)
+        .map_err(|e| config.error_at(e.key.unwrap_or("postgres.sslmode"), e.message))
 }
 
 /// The largest value librdkafka accepts for its queue sizes (`i32::MAX`).

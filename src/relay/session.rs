@@ -246,6 +246,7 @@ impl Session {
             }
             SlotPlan::Snapshot { drop_first, why } => {
                 for (outbox, table) in &routes {
+                    startup::snapshot_privileges(&catalog, table).await?;
                     startup::snapshot_order(&catalog, outbox, table).await?;
                 }
                 for c in &captured {
@@ -255,8 +256,6 @@ impl Session {
                 // Stored before the slot exists: whatever happens next, the
                 // next start knows a snapshot was under way.
                 let mut marker = offset_template.clone();
-                marker.lsn = Lsn::ZERO.to_string();
-                marker.written_at_ms = now_ms();
                 marker.snapshot = Some(SnapshotProgress {
                     state: SnapshotState::Running,
                     tables_done: Vec::new(),
@@ -266,6 +265,7 @@ impl Session {
                     &sink,
                     &mut acks,
                     &marker,
+                    Lsn::ZERO,
                     &config.kafka.offsets_topic,
                     "the offset-store write marking the snapshot as running",
                 )
@@ -319,7 +319,8 @@ impl Session {
                 );
                 run.set_primary_keys(&captured);
                 // Debezium's source.ts_ms of snapshot rows: the snapshot's time.
-                run.snapshot_ms = now_ms();
+                run.snapshot_ms =
+                    crate::pg::replication::pg_us_to_unix_ms(crate::pg::replication::pg_now_us());
                 return Ok(Some(Started {
                     run,
                     source,
@@ -371,13 +372,11 @@ impl Session {
             // Store the accepted position now: the frontier may not pass it
             // for a long time (an idle database), and until the store holds
             // it every ordinary restart would be refused again.
-            let mut accepted = offset_template.clone();
-            accepted.lsn = start.from.to_string();
-            accepted.written_at_ms = now_ms();
             store_offset(
                 &sink,
                 &mut acks,
-                &accepted,
+                &offset_template,
+                start.from,
                 &config.kafka.offsets_topic,
                 "the offset-store write of the accepted slot position",
             )
@@ -437,31 +436,50 @@ impl Session {
     }
 }
 
-/// Unix milliseconds now, for offset-store writes.
-fn now_ms() -> i64 {
-    crate::pg::replication::pg_us_to_unix_ms(crate::pg::replication::pg_now_us())
+/// Hands `template` at `lsn` (stamped with the time now) to the sink as an
+/// offset-store record; its acknowledgement comes back as
+/// [`Token::Offset`]`{ lsn }`. The one way every offset write starts;
+/// `what` names the write in errors.
+pub(super) async fn send_offset(
+    sink: &Sink,
+    template: &StoredOffset,
+    lsn: Lsn,
+    topic: &str,
+    what: &str,
+) -> Result<(), RelayError> {
+    let mut offset = template.clone();
+    offset.lsn = lsn.to_string();
+    offset.written_at_ms =
+        crate::pg::replication::pg_us_to_unix_ms(crate::pg::replication::pg_now_us());
+    sink.send(&offset.to_record(topic), Token::Offset { lsn })
+        .await
+        .map_err(|error| RelayError::Delivery {
+            topic: topic.to_owned(),
+            lsn,
+            event: what.to_owned(),
+            error,
+        })
 }
 
-/// Writes `offset` to the offset store and waits for Kafka to acknowledge
-/// it; `what` names the write in errors.
+/// Writes `template` at `lsn` to the offset store and waits for Kafka to
+/// acknowledge it, before anything else is in flight (no other delivery
+/// report may arrive meanwhile); `what` names the write in errors.
 async fn store_offset(
     sink: &Sink,
     acks: &mut mpsc::UnboundedReceiver<Ack>,
-    offset: &StoredOffset,
+    template: &StoredOffset,
+    lsn: Lsn,
     topic: &str,
     what: &str,
 ) -> Result<(), RelayError> {
     const LIMIT: Duration = Duration::from_secs(30);
-    let lsn = offset.lsn().unwrap_or(Lsn::ZERO);
+    send_offset(sink, template, lsn, topic, what).await?;
     let failed = |error| RelayError::Delivery {
         topic: topic.to_owned(),
         lsn,
         event: what.to_owned(),
         error,
     };
-    sink.send(&offset.to_record(topic), Token::Offset { lsn })
-        .await
-        .map_err(failed)?;
     match tokio::time::timeout(LIMIT, acks.recv()).await {
         Ok(Some(Ack::Delivered(Token::Offset { lsn: acked }))) if acked == lsn => Ok(()),
         Ok(Some(Ack::Failed { error, .. } | Ack::Fatal(error))) => Err(failed(error)),

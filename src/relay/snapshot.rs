@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::streaming::Streaming;
-use super::{Ack, RelayError, STALL_WARNING, Token};
+use super::{Ack, RelayError, STALL_WARNING};
 use crate::Lsn;
 use crate::offsets::{SnapshotProgress, SnapshotState};
 use crate::pgoutput::{Relation, TupleData};
@@ -150,10 +150,16 @@ impl Streaming {
                             self.router.on_relation(&r);
                             self.tables.on_relation(&r, Lsn::ZERO).map_err(RelayError::from)
                         }
-                        SourceEvent::SnapshotRow { pos, relation, row } => {
+                        SourceEvent::SnapshotRow {
+                            pos,
+                            table,
+                            relation,
+                            row,
+                        } => {
                             rows_read += 1;
                             self.metrics.snapshot_rows.fetch_add(1, Ordering::Relaxed);
-                            self.publish_snapshot_row(txn, pos, &relation, &row).await
+                            self.publish_snapshot_row(txn, pos, table, &relation, &row)
+                                .await
                         }
                         SourceEvent::SnapshotTableDone { table, rows } => {
                             if let Some(t) = self.snapshot_tables.iter_mut().find(|t| t.table == table) {
@@ -232,14 +238,14 @@ impl Streaming {
         &mut self,
         txn: crate::checkpoint::TxnId,
         pos: Position,
+        table: usize,
         relation: &Arc<Relation>,
         row: &TupleData,
     ) -> Result<(), RelayError> {
         if self.tables.claims(relation.oid) {
-            let table = format!("{}.{}", relation.namespace, relation.name);
-            let index = self.snapshot_tables.iter().position(|t| t.table == table);
+            let table_index = u32::try_from(table).ok();
             return self
-                .publish_table_snapshot_row(txn, pos, relation, row, index.map(|i| i as u32))
+                .publish_table_snapshot_row(txn, pos, relation, row, table_index)
                 .await;
         }
         let record = match self
@@ -258,41 +264,21 @@ impl Streaming {
                 });
             }
         };
-        let table = format!("{}.{}", relation.namespace, relation.name);
-        let table_index = self
+        // `snapshot_tables` mirrors the source's progress list, index for
+        // index (built from it when the snapshot started).
+        let count = self
             .snapshot_tables
-            .iter()
-            .position(|t| t.table == table)
-            .map(|i| i as u32);
-        if let Some(i) = table_index
-            && let Some(t) = self.snapshot_tables.get_mut(i as usize)
-        {
-            t.sent += 1;
-        }
-        let bytes = record.size();
-        self.checkpoint.record_sent(txn, bytes)?;
-        self.metrics
-            .records_published
-            .fetch_add(1, Ordering::Relaxed);
-        let token = Token::Record {
-            txn,
-            bytes,
-            commit_lsn: pos.commit_lsn,
-            index: pos.index,
-            event_id: super::streaming::record_id(&record),
-            snapshot_table: table_index,
-        };
-        self.sink
-            .send(&record, token)
-            .await
-            .map_err(|error| RelayError::Delivery {
-                topic: record.topic.clone(),
+            .get_mut(table)
+            .ok_or_else(|| RelayError::Stream {
                 lsn: pos.commit_lsn,
-                event: super::streaming::describe_record(&record),
-                error,
+                what: format!(
+                    "a snapshot row of {}.{} names table #{table}, which the snapshot does not have",
+                    relation.namespace, relation.name
+                ),
             })?;
-        self.awaiting_reports += 1;
-        Ok(())
+        count.sent += 1;
+        let table_index = u32::try_from(table).ok();
+        self.publish(txn, pos, &record, table_index).await
     }
 
     /// Writes the snapshot's progress to the offset store unless a write is

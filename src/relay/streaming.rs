@@ -18,9 +18,9 @@ use crate::checkpoint::{Checkpoint, Limits, TxnId};
 use crate::config::Config;
 use crate::offsets::StoredOffset;
 use crate::pg::wire::WireError;
-use crate::router::{Routed, Router};
+use crate::router::{Record, Routed, Router};
 use crate::sink::kafka::SinkError;
-use crate::source::{Change, Op, Source, SourceEvent};
+use crate::source::{Change, Op, Position, Source, SourceEvent};
 use crate::telemetry::Metrics;
 
 /// Buffered messages handled after one from the event loop before going
@@ -351,26 +351,40 @@ impl Streaming {
             }
             Routed::Nothing | Routed::IgnoredUpdate { .. } => return Ok(()),
         };
+        self.publish(open.id, change.pos, &record, None).await
+    }
+
+    /// Hands one record of transaction `txn` at `pos` to the sink: counts it
+    /// in the checkpoint first (so its delivery report always finds its
+    /// transaction), then sends it with the token that brings the report
+    /// back. `snapshot_table`: the snapshot table it counts for.
+    pub(super) async fn publish(
+        &mut self,
+        txn: TxnId,
+        pos: Position,
+        record: &Record,
+        snapshot_table: Option<u32>,
+    ) -> Result<(), RelayError> {
         let bytes = record.size();
-        self.checkpoint.record_sent(open.id, bytes)?;
+        self.checkpoint.record_sent(txn, bytes)?;
         self.metrics
             .records_published
             .fetch_add(1, Ordering::Relaxed);
         let token = Token::Record {
-            txn: open.id,
+            txn,
             bytes,
-            commit_lsn: open.commit_lsn,
-            index: change.pos.index,
-            event_id: record_id(&record),
-            snapshot_table: None,
+            commit_lsn: pos.commit_lsn,
+            index: pos.index,
+            event_id: record_id(record),
+            snapshot_table,
         };
         self.sink
-            .send(&record, token)
+            .send(record, token)
             .await
             .map_err(|error| RelayError::Delivery {
                 topic: record.topic.clone(),
-                lsn: open.commit_lsn,
-                event: describe_record(&record),
+                lsn: pos.commit_lsn,
+                event: describe_record(record),
                 error,
             })?;
         self.awaiting_reports += 1;
@@ -475,20 +489,14 @@ impl Streaming {
     /// progress) to the offset store; its acknowledgement clears
     /// `offset_in_flight`.
     pub(super) async fn write_offset(&mut self, confirmed: Lsn) -> Result<(), RelayError> {
-        let mut offset = self.offset_template.clone();
-        offset.lsn = confirmed.to_string();
-        offset.written_at_ms =
-            crate::pg::replication::pg_us_to_unix_ms(crate::pg::replication::pg_now_us());
-        let record = offset.to_record(&self.config.kafka.offsets_topic);
-        self.sink
-            .send(&record, Token::Offset { lsn: confirmed })
-            .await
-            .map_err(|error| RelayError::Delivery {
-                topic: record.topic.clone(),
-                lsn: confirmed,
-                event: "the offset-store write".into(),
-                error,
-            })?;
+        super::session::send_offset(
+            &self.sink,
+            &self.offset_template,
+            confirmed,
+            &self.config.kafka.offsets_topic,
+            "the offset-store write",
+        )
+        .await?;
         self.offset_in_flight = Some(confirmed);
         Ok(())
     }

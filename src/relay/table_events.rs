@@ -5,14 +5,13 @@
 //! of its records.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
+use super::RelayError;
 use super::streaming::{OpenTxn, Streaming};
-use super::{RelayError, Token};
 use crate::Lsn;
 use crate::checkpoint::TxnId;
 use crate::pgoutput::{Relation, TupleData};
-use crate::router::table::{EVENT_ID_HEADER, TxnInfo};
+use crate::router::table::TxnInfo;
 use crate::source::{Change, Position};
 use crate::startup::TableEventTable;
 
@@ -149,6 +148,8 @@ impl Streaming {
         sent
     }
 
+    /// Publishes the records of one change (or snapshot row) through the
+    /// one send sequence every record takes ([`Streaming::publish`]).
     async fn send_table_records(
         &mut self,
         records: &mut Vec<crate::router::Record>,
@@ -157,41 +158,9 @@ impl Streaming {
         index: u32,
         snapshot_table: Option<u32>,
     ) -> Result<(), RelayError> {
+        let pos = Position { commit_lsn, index };
         for record in records.drain(..) {
-            let bytes = record.size();
-            self.checkpoint.record_sent(txn, bytes)?;
-            self.metrics
-                .records_published
-                .fetch_add(1, Ordering::Relaxed);
-            // No event id in the token: a failed delivery is then named
-            // "record #<index> of the transaction" (the id slot names
-            // outbox rows).
-            let token = Token::Record {
-                txn,
-                bytes,
-                commit_lsn,
-                index,
-                event_id: None,
-                snapshot_table,
-            };
-            self.sink
-                .send(&record, token)
-                .await
-                .map_err(|error| RelayError::Delivery {
-                    topic: record.topic.clone(),
-                    lsn: commit_lsn,
-                    event: format!(
-                        "table change event {}",
-                        record
-                            .headers
-                            .iter()
-                            .find(|(k, _)| &**k == EVENT_ID_HEADER)
-                            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
-                            .unwrap_or_default()
-                    ),
-                    error,
-                })?;
-            self.awaiting_reports += 1;
+            self.publish(txn, pos, &record, snapshot_table).await?;
         }
         Ok(())
     }

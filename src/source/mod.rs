@@ -107,6 +107,8 @@ pub enum SourceEvent {
     /// [`SourceEvent::Relation`] came first.
     SnapshotRow {
         pos: Position,
+        /// The row's table: its index in [`Source::snapshot_progress`].
+        table: usize,
         relation: Arc<Relation>,
         row: TupleData,
     },
@@ -164,7 +166,8 @@ enum State {
         snapshot: snapshot::Snapshot,
         /// The batch being handed out, and its table.
         batch: std::vec::IntoIter<TupleData>,
-        relation: Option<Arc<Relation>>,
+        /// The batch's table (index in `snapshot.progress`) and relation.
+        relation: Option<(usize, Arc<Relation>)>,
         next_index: u32,
     },
     /// The snapshot is read; streaming has not started.
@@ -264,22 +267,9 @@ impl Source {
             }
         };
         loop {
-            match stream.recv().await? {
-                StreamEvent::End => return Err(SourceError::Ended),
-                StreamEvent::Message(ReplicationMessage::Keepalive { wal_end, reply, .. }) => {
-                    self.assembler.note_received(wal_end);
-                    return Ok(SourceEvent::Idle { wal_end, reply });
-                }
-                StreamEvent::Message(ReplicationMessage::XLogData {
-                    wal_start,
-                    wal_end,
-                    data,
-                    ..
-                }) => {
-                    if let Some(event) = self.assembler.on_xlogdata(wal_start, wal_end, data)? {
-                        return Ok(event);
-                    }
-                }
+            let event = stream.recv().await?;
+            if let Some(event) = self.assembler.on_stream_event(event)? {
+                return Ok(event);
             }
         }
     }
@@ -292,22 +282,8 @@ impl Source {
             return Ok(None);
         };
         while let Some(event) = stream.try_recv()? {
-            match event {
-                StreamEvent::End => return Err(SourceError::Ended),
-                StreamEvent::Message(ReplicationMessage::Keepalive { wal_end, reply, .. }) => {
-                    self.assembler.note_received(wal_end);
-                    return Ok(Some(SourceEvent::Idle { wal_end, reply }));
-                }
-                StreamEvent::Message(ReplicationMessage::XLogData {
-                    wal_start,
-                    wal_end,
-                    data,
-                    ..
-                }) => {
-                    if let Some(event) = self.assembler.on_xlogdata(wal_start, wal_end, data)? {
-                        return Ok(Some(event));
-                    }
-                }
+            if let Some(event) = self.assembler.on_stream_event(event)? {
+                return Ok(Some(event));
             }
         }
         Ok(None)
@@ -386,7 +362,7 @@ impl Source {
             return Err(SourceError::Misuse("not snapshotting"));
         };
         loop {
-            if let Some(rel) = relation.as_ref()
+            if let Some((table, rel)) = relation.as_ref()
                 && let Some(row) = batch.next()
             {
                 let pos = Position {
@@ -396,6 +372,7 @@ impl Source {
                 *next_index = next_index.saturating_add(1);
                 return Ok(SourceEvent::SnapshotRow {
                     pos,
+                    table: *table,
                     relation: rel.clone(),
                     row,
                 });
@@ -410,7 +387,7 @@ impl Source {
                         p.rows_read += rows.len() as u64;
                     }
                     *batch = rows.into_iter();
-                    *relation = Some(rel.clone());
+                    *relation = Some((table, rel.clone()));
                     if let Some(announced) = snapshot.announced.get_mut(table)
                         && !*announced
                     {
@@ -475,6 +452,25 @@ impl Assembler {
             relations: RelationCache::new(),
             open: None,
             received: start,
+        }
+    }
+
+    /// One message of the replication stream: a keepalive is an
+    /// [`SourceEvent::Idle`], WAL data goes through [`Self::on_xlogdata`]
+    /// (`None` while a transaction is still being assembled).
+    fn on_stream_event(&mut self, event: StreamEvent) -> Result<Option<SourceEvent>, SourceError> {
+        match event {
+            StreamEvent::End => Err(SourceError::Ended),
+            StreamEvent::Message(ReplicationMessage::Keepalive { wal_end, reply, .. }) => {
+                self.note_received(wal_end);
+                Ok(Some(SourceEvent::Idle { wal_end, reply }))
+            }
+            StreamEvent::Message(ReplicationMessage::XLogData {
+                wal_start,
+                wal_end,
+                data,
+                ..
+            }) => self.on_xlogdata(wal_start, wal_end, data),
         }
     }
 

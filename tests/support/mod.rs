@@ -302,6 +302,7 @@ pub fn consume(
     // Counted by event id, not records: re-sent duplicates must not end the
     // wait before every distinct event has arrived.
     let mut ids = std::collections::HashSet::new();
+    let mut positions = std::collections::HashSet::new();
     let deadline = Instant::now() + timeout;
     let mut settle_until: Option<Instant> = None;
     loop {
@@ -322,6 +323,13 @@ pub fn consume(
             Some(Err(e)) => eprintln!("consumer error: {e}"),
             Some(Ok(m)) => {
                 let rec = Consumed::from_message(&m);
+                // A group rebalance (a topic created after the subscription,
+                // e.g. the second outbox topic) resets the partitions to
+                // `earliest`, as nothing is committed: the same record read
+                // again is not a duplicate that walrelay sent.
+                if !positions.insert((rec.topic.clone(), rec.partition, rec.offset)) {
+                    continue;
+                }
                 ids.insert(match rec.header("id") {
                     Some(id) => id.to_vec(),
                     None => format!("{}/{}/{}", rec.topic, rec.partition, rec.offset).into_bytes(),
