@@ -199,9 +199,32 @@ pub async fn check(config: &Config) -> Report {
         }
     }
 
+    let captured = match startup::table_event_tables(&client, config).await {
+        Ok(captured) => {
+            for c in &captured {
+                let key = if !config.tables[c.entry].key_columns.is_empty() {
+                    format!("key {}", config.tables[c.entry].key_columns.join(", "))
+                } else if c.primary_key.is_empty() {
+                    "no primary key: null keys (set key_columns)".to_owned()
+                } else {
+                    format!("key {}", c.primary_key.join(", "))
+                };
+                report.push(
+                    &format!("table {}.{}", c.table.schema, c.table.name),
+                    Outcome::Ok(key),
+                );
+            }
+            captured
+        }
+        Err(e) => {
+            report.push("[[table]] tables", fail(e.problem(), e.fix()));
+            Vec::new()
+        }
+    };
     if routes.len() == config.outbox.len() {
         let routes: Vec<_> = routes.iter().map(|(o, t)| (*o, t)).collect();
-        let result = startup::publication(&client, pg, &routes).await;
+        let captured_tables: Vec<_> = captured.iter().map(|c| &c.table).collect();
+        let result = startup::publication(&client, pg, &routes, &captured_tables).await;
         report.push(
             "publication",
             outcome(result, |plan| {
@@ -230,6 +253,7 @@ pub async fn check(config: &Config) -> Report {
                 stored.as_ref(),
                 system.as_ref(),
                 &tables,
+                &captured,
             )
             .await;
             report.push("replication slot", line);
@@ -259,6 +283,7 @@ async fn slot_line(
     stored: Option<&Option<offsets::StoredOffset>>,
     system: Option<&(String, u32)>,
     tables: &[(&OutboxConfig, &catalog::CapturedTable)],
+    captured: &[startup::TableEventTable],
 ) -> Outcome {
     let pg = &config.postgres;
     if let Some(slot) = slot
@@ -331,6 +356,11 @@ async fn slot_line(
                     return fail(e.problem(), e.fix());
                 }
             }
+            for c in captured {
+                if let Err(e) = startup::table_snapshot_order(config, c) {
+                    return fail(e.problem(), e.fix());
+                }
+            }
             let then = if config.snapshot.mode == Some(SnapshotMode::InitialOnly) {
                 "then stop (initial_only)"
             } else {
@@ -338,8 +368,15 @@ async fn slot_line(
             };
             let what = format!(
                 "an exported snapshot and snapshot {} ({}), {then}: {why}",
-                plural(config.outbox.len(), "table"),
-                estimate(client, tables.iter().map(|(_, t)| *t)).await
+                plural(config.outbox.len() + captured.len(), "table"),
+                estimate(
+                    client,
+                    tables
+                        .iter()
+                        .map(|(_, t)| *t)
+                        .chain(captured.iter().map(|c| &c.table))
+                )
+                .await
             );
             if drop_first {
                 // Re-sends what the first snapshot published: worth a look.

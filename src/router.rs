@@ -32,6 +32,9 @@ use crate::Lsn;
 use crate::config::{OnUpdate, OutboxConfig, Segment, topic_name_problem};
 use crate::pgoutput::{Cell, Oid, Relation, TupleData};
 
+pub mod debezium;
+pub mod table;
+
 /// Header marking a record made from the initial snapshot (value `true`).
 pub const SNAPSHOT_HEADER: &str = "walrelay.snapshot";
 

@@ -19,7 +19,7 @@ use postgres_protocol::escape::escape_identifier as ident;
 use tokio_postgres::Client;
 
 use crate::Lsn;
-use crate::config::{OutboxConfig, PostgresConfig, SnapshotMode};
+use crate::config::{Config, OutboxConfig, PostgresConfig, SnapshotMode, TableConfig};
 use crate::offsets::{self, SlotPosition, StartDecision, StoredOffset};
 use crate::pg::catalog::{self, CapturedTable, CatalogError, RowEstimate, SlotState};
 use crate::pg::wire::WireError;
@@ -268,10 +268,18 @@ fn table_list(tables: &[&CapturedTable]) -> String {
 pub async fn publication(
     client: &Client,
     pg: &PostgresConfig,
-    tables: &[(&OutboxConfig, &CapturedTable)],
+    outboxes: &[(&OutboxConfig, &CapturedTable)],
+    captured: &[&CapturedTable],
 ) -> Result<PublicationPlan, CheckError> {
     let name = &pg.publication;
     let p = ident(name);
+    // The columns each table's rows must carry: an outbox route's, or none
+    // in particular for a [[table]] (its events carry what is published).
+    let tables: Vec<(Vec<&str>, &CapturedTable)> = outboxes
+        .iter()
+        .map(|(o, t)| (route_columns(o), *t))
+        .chain(captured.iter().map(|t| (Vec::new(), *t)))
+        .collect();
     let all: Vec<&CapturedTable> = tables.iter().map(|(_, t)| *t).collect();
     let Some(publication) = catalog::publication(client, name).await? else {
         let sql = format!(
@@ -325,14 +333,27 @@ pub async fn publication(
             ),
         ));
     }
+    if !captured.is_empty() && !publication.updates_and_deletes {
+        return Err(CheckError::setup(
+            format!(
+                "publication {name} does not publish updates and deletes, so the [[table]] \
+                 tables' updates and deletes would never be sent"
+            ),
+            format!(
+                "run `ALTER PUBLICATION {p} SET (publish = 'insert, update, delete, truncate')` as its owner ({})",
+                publication.owner
+            ),
+        ));
+    }
     let mut missing = Vec::new();
     let mut needs_root = Vec::new();
-    for (outbox, table) in tables {
+    for (needed, table) in &tables {
+        let table = *table;
         let shown = format!("{}.{}", table.schema, table.name);
         let qualified = format!("{}.{}", ident(&table.schema), ident(&table.name));
         let m = catalog::membership(client, &publication, table.oid).await?;
         if !m.covered() {
-            missing.push(*table);
+            missing.push(table);
             continue;
         }
         let readd = format!(
@@ -348,8 +369,9 @@ pub async fn publication(
             ));
         }
         if let Some(columns) = &m.columns {
-            let dropped: Vec<&str> = route_columns(outbox)
-                .into_iter()
+            let dropped: Vec<&str> = needed
+                .iter()
+                .copied()
                 .filter(|c| !columns.iter().any(|have| have == c))
                 .collect();
             if !dropped.is_empty() {
@@ -1104,4 +1126,176 @@ mod tests {
         let e = slot_shape(&slot, "s", "d").unwrap_err();
         assert!(e.problem().contains("using plugin test_decoding"), "{e}");
     }
+}
+
+/// One table a `[[table]]` entry captures, resolved in the catalog.
+#[derive(Debug, Clone)]
+pub struct TableEventTable {
+    /// The `[[table]]` entry (its index in the file) that captures it.
+    pub entry: usize,
+    pub table: CapturedTable,
+    /// Its primary key's columns (empty: none).
+    pub primary_key: Vec<String>,
+    /// User-defined types of its columns and what they are written as:
+    /// `(type oid, written as type oid, type modifier)` — an enum as
+    /// `text`, an array of enums as `text[]`, a domain as its base type.
+    pub type_aliases: Vec<(u32, u32, i32)>,
+}
+
+impl TableEventTable {
+    /// The columns the snapshot reads it in: `key_columns`, else the
+    /// primary key.
+    pub fn snapshot_order<'c>(&'c self, config: &'c TableConfig) -> &'c [String] {
+        if config.key_columns.is_empty() {
+            &self.primary_key
+        } else {
+            &config.key_columns
+        }
+    }
+}
+
+/// The tables the `[[table]]` entries capture: each named table must exist
+/// and be a table; a pattern covers the tables of its schema that exist
+/// now (none is a warning for `check`, not an error). A table matched by
+/// several entries belongs to the first; an outbox table is never one
+/// (validation refuses the overlap).
+pub async fn table_event_tables(
+    client: &Client,
+    config: &Config,
+) -> Result<Vec<TableEventTable>, CheckError> {
+    let mut out: Vec<TableEventTable> = Vec::new();
+    let mut listed: std::collections::HashMap<String, Vec<(u32, String, char)>> =
+        std::collections::HashMap::new();
+    for (entry, t) in config.tables.iter().enumerate() {
+        let schema = &t.name.schema;
+        let names: Vec<String> = if t.is_pattern() {
+            if !listed.contains_key(schema) {
+                listed.insert(
+                    schema.clone(),
+                    catalog::schema_tables(client, schema).await?,
+                );
+            }
+            listed[schema]
+                .iter()
+                .filter(|(_, n, _)| t.matches(schema, n))
+                .map(|(_, n, _)| n.clone())
+                .collect()
+        } else {
+            vec![t.name.name.clone()]
+        };
+        for name in names {
+            if out
+                .iter()
+                .any(|o| o.table.schema == *schema && o.table.name == name)
+                || config
+                    .outbox
+                    .iter()
+                    .any(|o| o.table.schema == *schema && o.table.name == name)
+            {
+                continue;
+            }
+            let Some(table) = catalog::relation(client, schema, &name).await? else {
+                return Err(CheckError::setup(
+                    format!("table {schema}.{name} (table[{entry}].name) does not exist"),
+                    "create it, or fix the name in its [[table]] section",
+                ));
+            };
+            if !matches!(table.relkind, 'r' | 'p') {
+                return Err(CheckError::setup(
+                    format!(
+                        "{schema}.{name} (table[{entry}].name) is {}, not a table: logical \
+                         decoding only sees rows written to tables",
+                        table.kind()
+                    ),
+                    "name an ordinary or partitioned table",
+                ));
+            }
+            let primary_key = catalog::primary_key(client, table.oid).await?;
+            let type_aliases = column_types(client, &table).await?;
+            out.push(TableEventTable {
+                entry,
+                table,
+                primary_key,
+                type_aliases,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// A `[[table]]` table can be snapshotted: it has an order to be read in
+/// (`key_columns`, else its primary key).
+pub fn table_snapshot_order(config: &Config, table: &TableEventTable) -> Result<(), CheckError> {
+    let entry = config.tables.get(table.entry);
+    if entry.is_some_and(|e| !table.snapshot_order(e).is_empty()) {
+        return Ok(());
+    }
+    Err(CheckError::setup(
+        format!(
+            "table {}.{} has no primary key and no key_columns, so the initial snapshot has no \
+             order to read it in",
+            table.table.schema, table.table.name
+        ),
+        "add a primary key, or set key_columns in its [[table]] section, or set [snapshot] \
+         mode = \"no_data\"",
+    ))
+}
+
+/// The `text` and `text[]` type oids: what enums and enum arrays are
+/// written as (Debezium writes enum values as strings).
+const TEXT_OID: u32 = 25;
+const TEXT_ARRAY_OID: u32 = 1009;
+
+/// Checks that every column of `table` has a type the table events map
+/// (an error naming the table, column and type otherwise), and returns the
+/// aliases of its user-defined enum and domain types.
+async fn column_types(
+    client: &Client,
+    table: &CapturedTable,
+) -> Result<Vec<(u32, u32, i32)>, CheckError> {
+    use crate::router::debezium::{Mapping, Modes};
+    let rows = client
+        .query(
+            "SELECT a.attname::text, a.atttypid, a.atttypmod, \
+                    format_type(a.atttypid, a.atttypmod), t.typtype::text, t.typbasetype, \
+                    t.typtypmod, coalesce(e.typtype::text, '') \
+             FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+             LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A' \
+             WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped \
+               AND a.attgenerated = '' ORDER BY a.attnum",
+            &[&table.oid],
+        )
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "reading the table's column types",
+            source,
+        })?;
+    let mut aliases = Vec::new();
+    for r in &rows {
+        let (name, oid, typmod): (String, u32, i32) = (r.get(0), r.get(1), r.get(2));
+        let type_name: String = r.get(3);
+        let (typtype, base, base_typmod): (String, u32, i32) = (r.get(4), r.get(5), r.get(6));
+        let elem_typtype: String = r.get(7);
+        let (written_as, written_typmod) = match (typtype.as_str(), elem_typtype.as_str()) {
+            ("e", _) => (TEXT_OID, -1),
+            (_, "e") => (TEXT_ARRAY_OID, -1),
+            ("d", _) => (base, if typmod >= 0 { typmod } else { base_typmod }),
+            _ => (oid, typmod),
+        };
+        if Mapping::of(written_as, written_typmod, Modes::default()).is_none() {
+            return Err(CheckError::setup(
+                format!(
+                    "column {name} of table {}.{} has type {type_name}, which table events do \
+                     not map to a Debezium representation",
+                    table.schema, table.name
+                ),
+                "change the column's type to a mapped one (docs/compatibility.md lists them), \
+                 or remove the table from [[table]]",
+            ));
+        }
+        if written_as != oid {
+            aliases.push((oid, written_as, written_typmod));
+        }
+    }
+    Ok(aliases)
 }

@@ -58,9 +58,10 @@ use interpolate::{Files, interpolate_with};
 pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
 pub use schema::{
-    Compression, ConnectorConfig, HealthConfig, KafkaConfig, OnUpdate, OutboxConfig,
-    PostgresConfig, SaslMechanism, SecurityProtocol, SnapshotConfig, SnapshotMode, SslMode,
-    is_secret_property,
+    BinaryHandlingMode, Compression, ConnectorConfig, DecimalHandlingMode, HealthConfig,
+    IntervalHandlingMode, KafkaConfig, OnUpdate, OutboxConfig, PostgresConfig, SaslMechanism,
+    SecurityProtocol, SnapshotConfig, SnapshotMode, SslMode, TableConfig, TableDefaults,
+    TimePrecisionMode, glob_match, is_secret_property,
 };
 pub use template::{Segment, TableRef, TopicTemplate, is_topic_char, topic_name_problem};
 pub use units::parse_byte_size;
@@ -81,8 +82,13 @@ pub struct Config {
     pub kafka: KafkaConfig,
     /// `[health]`; `None` when the section is absent (no HTTP endpoint).
     pub health: Option<HealthConfig>,
-    /// `[[outbox]]` sections, in file order; never empty once validated.
+    /// `[[outbox]]` sections, in file order.
     pub outbox: Vec<OutboxConfig>,
+    /// `[[table]]` sections, in file order. Once validated, `outbox` and
+    /// `tables` are not both empty.
+    pub tables: Vec<TableConfig>,
+    /// `[table_defaults]`; the defaults when the section is absent.
+    pub table_defaults: TableDefaults,
     /// `[snapshot]`; the defaults when the section is absent.
     pub snapshot: SnapshotConfig,
     origin: Origin,
@@ -99,6 +105,10 @@ struct Document {
     health: Option<HealthConfig>,
     #[serde(default)]
     outbox: Vec<OutboxConfig>,
+    #[serde(default)]
+    table: Vec<TableConfig>,
+    #[serde(default)]
+    table_defaults: TableDefaults,
     #[serde(default)]
     snapshot: SnapshotConfig,
 }
@@ -159,6 +169,8 @@ impl Config {
             kafka: document.kafka,
             health: document.health,
             outbox: document.outbox,
+            tables: document.table,
+            table_defaults: document.table_defaults,
             snapshot: document.snapshot,
             origin: Origin {
                 name: origin.to_owned(),
@@ -189,6 +201,15 @@ impl Config {
     /// module, such as librdkafka's view of the producer settings.
     pub fn error_at(&self, key: &str, message: impl Into<String>) -> ConfigError {
         self.origin.error(vec![Problem::new(key, message)])
+    }
+
+    /// The Debezium `topic.prefix` of table events: `table_defaults.topic_prefix`,
+    /// or the connector's name.
+    pub fn topic_prefix(&self) -> &str {
+        self.table_defaults
+            .topic_prefix
+            .as_deref()
+            .unwrap_or(&self.connector.name)
     }
 
     /// Where the configuration came from (the file name given to the loader).
@@ -291,6 +312,8 @@ impl fmt::Debug for Config {
             .field("kafka", &self.kafka)
             .field("health", &self.health)
             .field("outbox", &self.outbox)
+            .field("tables", &self.tables)
+            .field("table_defaults", &self.table_defaults)
             .field("snapshot", &self.snapshot)
             .finish()
     }

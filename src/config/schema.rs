@@ -645,6 +645,179 @@ impl OutboxConfig {
     }
 }
 
+/// `table_defaults.decimal_handling_mode`: how `numeric`/`decimal` values
+/// are written (Debezium's `decimal.handling.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DecimalHandlingMode {
+    /// Exactly: Kafka Connect's `Decimal` (base64 of the unscaled value's
+    /// big-endian two's-complement bytes) for `numeric(p,s)`, and Debezium's
+    /// `VariableScaleDecimal` (`{"scale":…,"value":…}`) for plain `numeric`.
+    #[default]
+    Precise,
+    /// As the decimal text (`"12.50"`).
+    String,
+    /// As a JSON number (a 64-bit float: may lose digits).
+    Double,
+}
+
+/// `table_defaults.time_precision_mode` (Debezium's `time.precision.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimePrecisionMode {
+    /// `time(0..3)`/`timestamp(0..3)` in milliseconds, finer ones in
+    /// microseconds.
+    #[default]
+    Adaptive,
+    /// Always milliseconds (Kafka Connect's `Time`/`Timestamp`).
+    Connect,
+}
+
+/// `table_defaults.binary_handling_mode` (Debezium's `binary.handling.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BinaryHandlingMode {
+    /// Base64 (what Debezium's `bytes` writes through the JSON converter).
+    #[default]
+    Base64,
+    /// Lower-case hexadecimal.
+    Hex,
+}
+
+/// `table_defaults.interval_handling_mode` (Debezium's `interval.handling.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IntervalHandlingMode {
+    /// Microseconds, months counted as 365.25/12 days.
+    #[default]
+    Numeric,
+    /// ISO-8601 text, `P1Y2M3DT4H5M6.5S`.
+    String,
+}
+
+/// `[table_defaults]`: settings shared by every `[[table]]` entry, named after
+/// the Debezium connector options they mirror (`topic.prefix` →
+/// `topic_prefix`, `decimal.handling.mode` → `decimal_handling_mode`, …).
+/// Each `[[table]]` entry may override all but `topic_prefix`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableDefaults {
+    /// Debezium's `topic.prefix`: the first part of the default topic
+    /// (`{prefix}.{schema}.{table}`) and `source.name` in every value.
+    /// Unset: the `[connector]` name.
+    #[serde(default)]
+    pub topic_prefix: Option<String>,
+    /// Debezium's `tombstones.on.delete`: follow each delete by a record
+    /// with the same key and a null value.
+    #[serde(default = "defaults::yes")]
+    pub tombstones_on_delete: bool,
+    /// Debezium's `decimal.handling.mode`.
+    #[serde(default)]
+    pub decimal_handling_mode: DecimalHandlingMode,
+    /// Debezium's `time.precision.mode` (`adaptive` or `connect`).
+    #[serde(default)]
+    pub time_precision_mode: TimePrecisionMode,
+    /// Debezium's `binary.handling.mode` (`base64` or `hex`).
+    #[serde(default)]
+    pub binary_handling_mode: BinaryHandlingMode,
+    /// Debezium's `interval.handling.mode` (`numeric` or `string`).
+    #[serde(default)]
+    pub interval_handling_mode: IntervalHandlingMode,
+    /// Debezium's `unavailable.value.placeholder`: the value written for a
+    /// TOASTed column an update left unchanged (PostgreSQL does not send it).
+    #[serde(default = "defaults::unavailable_value_placeholder")]
+    pub unavailable_value_placeholder: String,
+}
+
+impl Default for TableDefaults {
+    fn default() -> Self {
+        TableDefaults {
+            topic_prefix: None,
+            tombstones_on_delete: true,
+            decimal_handling_mode: DecimalHandlingMode::default(),
+            time_precision_mode: TimePrecisionMode::default(),
+            binary_handling_mode: BinaryHandlingMode::default(),
+            interval_handling_mode: IntervalHandlingMode::default(),
+            unavailable_value_placeholder: defaults::unavailable_value_placeholder(),
+        }
+    }
+}
+
+/// `[[table]]`: an ordinary table (or, with `*` in the table part, every
+/// table of a schema matching the pattern) whose changes become Debezium
+/// change events.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableConfig {
+    /// `schema.table`, `table` (schema `public`), or a pattern such as
+    /// `public.*` or `sales.order_*` (`*` matches any run of characters in
+    /// the table name). Required.
+    pub name: TableRef,
+    /// Destination topic, with placeholders `{prefix}`, `{schema}` and
+    /// `{table}`. Default `{prefix}.{schema}.{table}` (Debezium's naming).
+    #[serde(default = "defaults::table_topic")]
+    pub topic: TopicTemplate,
+    /// Debezium's `message.key.columns` for this table: the record key's
+    /// columns, for tables without a primary key (or to key by others).
+    /// Empty: the primary key; no primary key → a null key.
+    #[serde(default)]
+    pub key_columns: Vec<String>,
+    /// Overrides `table_defaults.tombstones_on_delete`.
+    #[serde(default)]
+    pub tombstones_on_delete: Option<bool>,
+    /// Overrides `table_defaults.decimal_handling_mode`.
+    #[serde(default)]
+    pub decimal_handling_mode: Option<DecimalHandlingMode>,
+    /// Overrides `table_defaults.time_precision_mode`.
+    #[serde(default)]
+    pub time_precision_mode: Option<TimePrecisionMode>,
+    /// Overrides `table_defaults.binary_handling_mode`.
+    #[serde(default)]
+    pub binary_handling_mode: Option<BinaryHandlingMode>,
+    /// Overrides `table_defaults.interval_handling_mode`.
+    #[serde(default)]
+    pub interval_handling_mode: Option<IntervalHandlingMode>,
+    /// Overrides `table_defaults.unavailable_value_placeholder`.
+    #[serde(default)]
+    pub unavailable_value_placeholder: Option<String>,
+}
+
+impl TableConfig {
+    /// Whether `name` is a pattern (has `*` in its table part).
+    pub fn is_pattern(&self) -> bool {
+        self.name.name.contains('*')
+    }
+
+    /// Whether this entry captures table `schema.name`.
+    pub fn matches(&self, schema: &str, name: &str) -> bool {
+        self.name.schema == schema && glob_match(&self.name.name, name)
+    }
+}
+
+/// `pattern` with `*` matching any run of characters (including none);
+/// every other character matches itself.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let (p, t) = (pattern.as_bytes(), text.as_bytes());
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == t[ti] {
+            pi += 1;
+            ti += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
 /// Default values, one function per key (serde needs functions).
 pub(crate) mod defaults {
     use super::*;
@@ -720,6 +893,12 @@ pub(crate) mod defaults {
     }
     pub(crate) fn snapshot_fetch_rows() -> usize {
         10_000
+    }
+    pub(crate) fn unavailable_value_placeholder() -> String {
+        "__debezium_unavailable_value".to_owned()
+    }
+    pub(crate) fn table_topic() -> TopicTemplate {
+        TopicTemplate::table_default()
     }
     pub(crate) fn header_columns() -> Vec<String> {
         vec!["type".to_owned()]

@@ -115,6 +115,22 @@ impl TopicTemplate {
         }
     }
 
+    /// The default topic template for `[[table]]` entries (Debezium's naming).
+    pub const TABLE_DEFAULT: &'static str = "{prefix}.{schema}.{table}";
+
+    pub(crate) fn table_default() -> TopicTemplate {
+        TopicTemplate {
+            text: Self::TABLE_DEFAULT.to_owned(),
+            segments: vec![
+                Segment::Column("prefix".to_owned()),
+                Segment::Literal(".".to_owned()),
+                Segment::Column("schema".to_owned()),
+                Segment::Literal(".".to_owned()),
+                Segment::Column("table".to_owned()),
+            ],
+        }
+    }
+
     /// Parses a template; the error says where and what is wrong.
     pub fn parse(text: &str) -> Result<TopicTemplate, String> {
         let fail = |why: String| format!("invalid topic template {}: {why}", quoted(text));

@@ -140,6 +140,32 @@ fn example_toml_sets_every_key() {
         ]
     );
     assert_eq!(keys("health"), ["listen"]);
+    assert_eq!(
+        keys("table_defaults"),
+        [
+            "binary_handling_mode",
+            "decimal_handling_mode",
+            "interval_handling_mode",
+            "time_precision_mode",
+            "tombstones_on_delete",
+            "topic_prefix",
+            "unavailable_value_placeholder"
+        ]
+    );
+    assert_eq!(
+        keys("table"),
+        [
+            "binary_handling_mode",
+            "decimal_handling_mode",
+            "interval_handling_mode",
+            "key_columns",
+            "name",
+            "time_precision_mode",
+            "tombstones_on_delete",
+            "topic",
+            "unavailable_value_placeholder"
+        ]
+    );
     assert_eq!(keys("snapshot"), ["fetch_rows", "mode", "parallelism"]);
     assert_eq!(
         keys("outbox"),
@@ -2018,4 +2044,101 @@ fn kafka_secrets_come_from_files_too() {
     )));
     assert!(error.contains("kafka.sasl_username"), "{error}");
     assert!(!error.contains("from-a-file"), "{error}");
+}
+
+const TABLES_ONLY: &str = r#"
+[connector]
+name = "shop"
+[postgres]
+database = "app"
+[kafka]
+brokers = "127.0.0.1:9092"
+"#;
+
+#[test]
+fn tables_alone_are_enough_and_take_debezium_defaults() {
+    let config = load(&format!("{TABLES_ONLY}[[table]]\nname = \"customers\"\n")).unwrap();
+    assert!(config.outbox.is_empty());
+    let t = &config.tables[0];
+    assert_eq!(t.name.to_string(), "public.customers");
+    assert_eq!(t.topic.as_str(), "{prefix}.{schema}.{table}");
+    assert!(t.key_columns.is_empty());
+    let d = &config.table_defaults;
+    assert!(d.tombstones_on_delete);
+    assert_eq!(d.decimal_handling_mode, DecimalHandlingMode::Precise);
+    assert_eq!(d.time_precision_mode, TimePrecisionMode::Adaptive);
+    assert_eq!(d.binary_handling_mode, BinaryHandlingMode::Base64);
+    assert_eq!(
+        d.unavailable_value_placeholder,
+        "__debezium_unavailable_value"
+    );
+    // Debezium's topic.prefix defaults to the connector name here.
+    assert_eq!(config.topic_prefix(), "shop");
+}
+
+#[test]
+fn nothing_to_capture_is_an_error_naming_both_sections() {
+    let e = load_err(TABLES_ONLY);
+    assert!(e.contains("[[outbox]]") && e.contains("[[table]]"), "{e}");
+}
+
+#[test]
+fn table_patterns_match_table_names_in_their_schema_only() {
+    assert!(glob_match("*", "orders"));
+    assert!(glob_match("order_*", "order_items"));
+    assert!(glob_match("*_log", "audit_log"));
+    assert!(glob_match("a*b*c", "axxbyyc"));
+    assert!(!glob_match("order_*", "orders"));
+    assert!(!glob_match("a*b", "a"));
+    assert!(glob_match("exact", "exact"));
+    let config = load(&format!("{TABLES_ONLY}[[table]]\nname = \"sales.*\"\n")).unwrap();
+    assert!(config.tables[0].is_pattern());
+    assert!(config.tables[0].matches("sales", "orders"));
+    assert!(!config.tables[0].matches("public", "orders"));
+}
+
+#[test]
+fn a_table_cannot_be_both_outbox_and_table_and_the_error_names_both() {
+    let e = load_err(&minimal_with("[[table]]\nname = \"public.outbox\"\n"));
+    assert!(e.contains("table[0].name"), "{e}");
+    assert!(e.contains("outbox[0]"), "{e}");
+    assert!(e.contains("not both"), "{e}");
+}
+
+#[test]
+fn table_entries_are_unique_and_patterns_only_in_the_table_part() {
+    let e = load_err(&format!(
+        "{TABLES_ONLY}[[table]]\nname = \"a.b\"\n[[table]]\nname = \"a.b\"\n[[table]]\nname = \"s*.t\"\n"
+    ));
+    assert!(
+        e.contains("table[1].name") && e.contains("already configured in table[0]"),
+        "{e}"
+    );
+    assert!(
+        e.contains("table[2].name") && e.contains("only be used in the table part"),
+        "{e}"
+    );
+}
+
+#[test]
+fn per_table_overrides_and_an_empty_placeholder_is_refused() {
+    let config = load(&format!(
+        "{TABLES_ONLY}[[table]]\nname = \"t\"\ndecimal_handling_mode = \"double\"\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        config.tables[0].decimal_handling_mode,
+        Some(DecimalHandlingMode::Double)
+    );
+    let e = load_err(&format!(
+        "{TABLES_ONLY}[table_defaults]\nunavailable_value_placeholder = \"\"\n[[table]]\nname = \"t\"\n"
+    ));
+    assert!(
+        e.contains("table_defaults.unavailable_value_placeholder"),
+        "{e}"
+    );
+    let e = load_err(&format!(
+        "{TABLES_ONLY}[table_defaults]\ntopic_prefix = \"a b\"\n[[table]]\nname = \"t\"\n"
+    ));
+    assert!(e.contains("table_defaults.topic_prefix"), "{e}");
 }

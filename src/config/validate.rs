@@ -15,7 +15,7 @@ use super::error::{MAX_VALUE_CHARS, Problem, join_key, quoted, shorten};
 use super::producer::{librdkafka_property, property_name_problem};
 use super::schema::{
     KafkaConfig, OutboxConfig, PostgresConfig, SECURITY_KEYS, SaslMechanism, SecurityProtocol,
-    SnapshotConfig, SnapshotMode, SslMode,
+    SnapshotConfig, SnapshotMode, SslMode, TableDefaults,
 };
 use super::template::{MAX_IDENTIFIER_BYTES, Segment, topic_name_problem};
 
@@ -47,7 +47,8 @@ pub(crate) fn problems(config: &Config) -> Vec<Problem> {
     connector_name(&config.connector.name, &mut out);
     postgres(&config.postgres, &mut out);
     kafka(&config.kafka, &mut out);
-    outboxes(&config.outbox, &mut out);
+    outboxes(&config.outbox, !config.tables.is_empty(), &mut out);
+    tables(config, &mut out);
     snapshot(&config.snapshot, &mut out);
     out
 }
@@ -570,12 +571,13 @@ fn librdkafka_map(map: &BTreeMap<String, String>, out: &mut Vec<Problem>) {
     }
 }
 
-fn outboxes(outboxes: &[OutboxConfig], out: &mut Vec<Problem>) {
-    if outboxes.is_empty() {
+fn outboxes(outboxes: &[OutboxConfig], tables: bool, out: &mut Vec<Problem>) {
+    if outboxes.is_empty() && !tables {
         out.push(Problem::new(
             "outbox",
-            "no outbox table is configured; add at least one [[outbox]] section with \
-             table = \"public.outbox\"",
+            "nothing to capture: no outbox table and no table is configured; add an \
+             [[outbox]] section with table = \"public.outbox\", or a [[table]] section with \
+             name = \"public.orders\"",
         ));
     }
     let mut seen = BTreeMap::new();
@@ -637,6 +639,125 @@ fn outboxes(outboxes: &[OutboxConfig], out: &mut Vec<Problem>) {
                 ));
             }
         }
+    }
+}
+
+/// Placeholders a `[[table]]` topic template may use.
+const TABLE_PLACEHOLDERS: [&str; 3] = ["prefix", "schema", "table"];
+
+fn tables(config: &Config, out: &mut Vec<Problem>) {
+    table_defaults(&config.table_defaults, out);
+    if !config.tables.is_empty() {
+        let prefix = config.topic_prefix();
+        if let Some(why) = topic_name_problem(prefix) {
+            let key = if config.table_defaults.topic_prefix.is_some() {
+                "table_defaults.topic_prefix"
+            } else {
+                "connector.name"
+            };
+            out.push(Problem::new(
+                key,
+                format!("is the topic prefix of table events, and {why}; set table_defaults.topic_prefix"),
+            ));
+        }
+    }
+    let mut seen: BTreeMap<&super::TableRef, usize> = BTreeMap::new();
+    for (i, table) in config.tables.iter().enumerate() {
+        let at = |key: &str| format!("table[{i}].{key}");
+        if let Some(first) = seen.insert(&table.name, i) {
+            out.push(Problem::new(
+                at("name"),
+                format!(
+                    "{} is already configured in table[{first}]; list each table once",
+                    table.name
+                ),
+            ));
+        }
+        if table.name.schema.contains('*') {
+            out.push(Problem::new(
+                at("name"),
+                format!(
+                    "{}: '*' may only be used in the table part (e.g. \"public.*\"); name \
+                     each schema in its own [[table]] section",
+                    table.name
+                ),
+            ));
+        }
+        for (j, outbox) in config.outbox.iter().enumerate() {
+            if table.matches(&outbox.table.schema, &outbox.table.name) {
+                out.push(Problem::new(
+                    at("name"),
+                    format!(
+                        "{} captures {}, which is the outbox table of outbox[{j}]; a table is \
+                         either an outbox or a captured table, not both: remove it from one \
+                         section (narrow the pattern if it is one)",
+                        table.name, outbox.table
+                    ),
+                ));
+            }
+        }
+        let mut listed = HashSet::new();
+        for (j, column) in table.key_columns.iter().enumerate() {
+            let key = at(&format!("key_columns[{j}]"));
+            identifier(&key, column, out);
+            if !listed.insert(column) {
+                out.push(Problem::new(
+                    key,
+                    format!("{} is listed twice; remove the duplicate", quoted(column)),
+                ));
+            }
+        }
+        if let Some(p) = &table.unavailable_value_placeholder {
+            placeholder(&at("unavailable_value_placeholder"), p, out);
+        }
+        let mut has_placeholder = false;
+        for segment in table.topic.segments() {
+            if let Segment::Column(name) = segment {
+                has_placeholder = true;
+                if !TABLE_PLACEHOLDERS.contains(&name.as_str()) {
+                    out.push(Problem::new(
+                        at("topic"),
+                        format!(
+                            "template references {{{}}}; a table's topic may use only \
+                             {{prefix}}, {{schema}} and {{table}} (default \"{}\")",
+                            shorten(name, MAX_VALUE_CHARS),
+                            super::TopicTemplate::TABLE_DEFAULT
+                        ),
+                    ));
+                }
+            }
+        }
+        if !has_placeholder && table.is_pattern() {
+            out.push(Problem::new(
+                at("topic"),
+                format!(
+                    "is a fixed topic, but {} is a pattern: every matching table would share \
+                     it; use {{table}} in the template (default \"{}\")",
+                    table.name,
+                    super::TopicTemplate::TABLE_DEFAULT
+                ),
+            ));
+        } else if !has_placeholder && let Some(why) = topic_name_problem(table.topic.as_str()) {
+            out.push(Problem::new(at("topic"), why));
+        }
+    }
+}
+
+fn table_defaults(defaults: &TableDefaults, out: &mut Vec<Problem>) {
+    placeholder(
+        "table_defaults.unavailable_value_placeholder",
+        &defaults.unavailable_value_placeholder,
+        out,
+    );
+}
+
+fn placeholder(key: &str, value: &str, out: &mut Vec<Problem>) {
+    if value.is_empty() {
+        out.push(Problem::new(
+            key,
+            "is empty; consumers could not tell an unchanged TOASTed value from an empty one: \
+             use Debezium's \"__debezium_unavailable_value\"",
+        ));
     }
 }
 

@@ -382,6 +382,53 @@ pub async fn relation(
     }))
 }
 
+/// The tables (ordinary or partitioned, not partitions) of `schema`, by
+/// name, with their oids and relkinds.
+pub async fn schema_tables(
+    client: &Client,
+    schema: &str,
+) -> Result<Vec<(u32, String, char)>, CatalogError> {
+    let rows = client
+        .query(
+            "SELECT c.oid, c.relname::text, c.relkind::text FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT c.relispartition \
+             ORDER BY c.relname",
+            &[&schema],
+        )
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "listing the tables of a schema",
+            source,
+        })?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let kind: String = r.get(2);
+            (r.get(0), r.get(1), kind.chars().next().unwrap_or('?'))
+        })
+        .collect())
+}
+
+/// The primary key's columns of relation `oid`, in key order; empty
+/// without a primary key.
+pub async fn primary_key(client: &Client, oid: u32) -> Result<Vec<String>, CatalogError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text FROM pg_index i \
+             CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+             WHERE i.indrelid = $1::oid AND i.indisprimary ORDER BY k.ord",
+            &[&oid],
+        )
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "reading the primary key",
+            source,
+        })?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
 /// The captured tables `(schema, name)`: oid, relkind and all partitions, in
 /// the order given. A table that does not exist is an error naming it.
 /// The router uses the partitions to map a leaf relation pgoutput reports
@@ -444,6 +491,8 @@ pub struct Publication {
     pub owned: bool,
     pub all_tables: bool,
     pub inserts: bool,
+    /// Publishes updates and deletes (`pubupdate AND pubdelete`).
+    pub updates_and_deletes: bool,
     pub via_root: bool,
     /// `xmin` of the catalog row: the transaction that created (or last
     /// altered) the publication.
@@ -456,7 +505,8 @@ pub async fn publication(client: &Client, name: &str) -> Result<Option<Publicati
         .query_opt(
             "SELECT p.oid, pg_get_userbyid(p.pubowner)::text, \
                     pg_has_role(current_user, p.pubowner, 'USAGE'), \
-                    p.puballtables, p.pubinsert, p.pubviaroot, p.xmin::text::int8 \
+                    p.puballtables, p.pubinsert, p.pubviaroot, p.xmin::text::int8, \
+                    p.pubupdate AND p.pubdelete \
              FROM pg_publication p WHERE p.pubname = $1",
             &[&name],
         )
@@ -473,6 +523,7 @@ pub async fn publication(client: &Client, name: &str) -> Result<Option<Publicati
         inserts: r.get(4),
         via_root: r.get(5),
         xmin: u32::try_from(r.get::<_, i64>(6)).unwrap_or(0),
+        updates_and_deletes: r.get(7),
     }))
 }
 

@@ -27,6 +27,7 @@ mod session;
 mod slot_watch;
 mod snapshot;
 mod streaming;
+mod table_events;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -114,6 +115,8 @@ pub enum RelayError {
     Stream { lsn: Lsn, what: String },
     #[error(transparent)]
     Route(#[from] RouteError),
+    #[error(transparent)]
+    TableEvent(#[from] crate::router::table::TableEventError),
     #[error("Kafka rejected {event} for topic {topic:?} (transaction committed at {lsn}): {error}")]
     Delivery {
         topic: String,
@@ -153,6 +156,7 @@ impl RelayError {
             RelayError::Decode { .. }
             | RelayError::Stream { .. }
             | RelayError::Route(_)
+            | RelayError::TableEvent(_)
             | RelayError::Checkpoint(_)
             | RelayError::Refused { .. }
             | RelayError::Setup { .. } => false,

@@ -175,7 +175,9 @@ impl Session {
             tables.push(table);
         }
         let routes: Vec<_> = config.outbox.iter().zip(&tables).collect();
-        startup::publication(&catalog, pg, &routes)
+        let captured = startup::table_event_tables(&catalog, &config).await?;
+        let captured_tables: Vec<_> = captured.iter().map(|c| &c.table).collect();
+        startup::publication(&catalog, pg, &routes, &captured_tables)
             .await?
             .apply(&catalog)
             .await?;
@@ -262,6 +264,9 @@ impl Session {
                     startup::snapshot_privileges(&catalog, table).await?;
                     startup::snapshot_order(&catalog, outbox, table).await?;
                 }
+                for c in &captured {
+                    startup::table_snapshot_order(&config, c)?;
+                }
                 tracing::info!(slot = %pg.slot, "taking the initial snapshot: {why}");
                 // Stored before the slot exists: whatever happens next, the
                 // next start knows a snapshot was under way.
@@ -298,6 +303,15 @@ impl Session {
                         order_by: o.snapshot_order_by.clone(),
                         split_by: o.aggregate_id_column.clone(),
                     })
+                    .chain(captured.iter().map(|c| {
+                        let order = c.snapshot_order(&config.tables[c.entry]).to_vec();
+                        SnapshotTable {
+                            schema: c.table.schema.clone(),
+                            name: c.table.name.clone(),
+                            split_by: order.first().cloned().unwrap_or_default(),
+                            order_by: order,
+                        }
+                    }))
                     .collect();
                 let source = Source::snapshot(
                     repl,
@@ -310,7 +324,7 @@ impl Session {
                 .await?;
                 let mut template = offset_template;
                 template.snapshot = marker.snapshot;
-                let run = Streaming::new(
+                let mut run = Streaming::new(
                     config.clone(),
                     self.metrics.clone(),
                     sink,
@@ -318,6 +332,10 @@ impl Session {
                     created.consistent_point,
                     template,
                 );
+                run.set_primary_keys(&captured);
+                // Debezium's source.ts_ms of snapshot rows: the snapshot's time.
+                run.snapshot_ms =
+                    crate::pg::replication::pg_us_to_unix_ms(crate::pg::replication::pg_now_us());
                 return Ok(Some(Started {
                     run,
                     source,
@@ -412,7 +430,7 @@ impl Session {
             ?status_interval, "streaming"
         );
 
-        let run = Streaming::new(
+        let mut run = Streaming::new(
             config.clone(),
             self.metrics.clone(),
             sink,
@@ -420,6 +438,7 @@ impl Session {
             start,
             offset_template,
         );
+        run.set_primary_keys(&captured);
         drop(catalog);
         Ok(Some(Started {
             run,

@@ -148,7 +148,7 @@ impl Streaming {
                     let handled = match event {
                         SourceEvent::Relation(r) => {
                             self.router.on_relation(&r);
-                            Ok(())
+                            self.tables.on_relation(&r, Lsn::ZERO).map_err(RelayError::from)
                         }
                         SourceEvent::SnapshotRow {
                             pos,
@@ -170,7 +170,10 @@ impl Streaming {
                         }
                         SourceEvent::SnapshotDone { consistent_point } => {
                             read_all = Some(consistent_point);
-                            self.checkpoint.commit(txn, consistent_point).map_err(RelayError::from)
+                            match self.finish_table_snapshot().await {
+                                Ok(()) => self.checkpoint.commit(txn, consistent_point).map_err(RelayError::from),
+                                Err(e) => Err(e),
+                            }
                         }
                         other => Err(RelayError::Stream {
                             lsn: Lsn::ZERO,
@@ -239,6 +242,12 @@ impl Streaming {
         relation: &Arc<Relation>,
         row: &TupleData,
     ) -> Result<(), RelayError> {
+        if self.tables.claims(relation.oid) {
+            let table_index = u32::try_from(table).ok();
+            return self
+                .publish_table_snapshot_row(txn, pos, relation, row, table_index)
+                .await;
+        }
         let record = match self
             .router
             .on_snapshot_row(relation.oid, row, pos.commit_lsn)?

@@ -40,6 +40,9 @@ const STUCK_AFTER: Duration = Duration::from_secs(30);
 pub(super) struct OpenTxn {
     pub(super) id: TxnId,
     pub(super) commit_lsn: Lsn,
+    pub(super) xid: u32,
+    /// Commit time, milliseconds since 1970.
+    pub(super) commit_ms: i64,
 }
 
 pub(super) struct Streaming {
@@ -65,6 +68,15 @@ pub(super) struct Streaming {
     /// The snapshot's tables, when this session takes one (records sent and
     /// acknowledged per table).
     pub(super) snapshot_tables: Vec<super::snapshot::TableCount>,
+    /// Table change events (`[[table]]`).
+    pub(super) tables: crate::router::table::TableRouter,
+    /// The records of one table change, reused.
+    pub(super) table_records: Vec<crate::router::Record>,
+    /// When the snapshot started, ms since 1970 (`source.ts_ms` of its rows).
+    pub(super) snapshot_ms: i64,
+    /// The latest `[[table]]` snapshot row, held until the next one shows
+    /// it was not the last.
+    pub(super) held_snapshot_row: Option<super::table_events::HeldRow>,
 }
 
 impl Streaming {
@@ -84,6 +96,7 @@ impl Streaming {
             max_in_flight_bytes: config.kafka.max_in_flight_bytes,
         };
         Streaming {
+            tables: crate::router::table::TableRouter::new(&config),
             metrics,
             config,
             sink,
@@ -97,6 +110,9 @@ impl Streaming {
             warned_updates: HashSet::new(),
             warned_unclaimed: HashSet::new(),
             snapshot_tables: Vec::new(),
+            table_records: Vec::new(),
+            snapshot_ms: 0,
+            held_snapshot_row: None,
         }
     }
 
@@ -255,9 +271,18 @@ impl Streaming {
                     source.confirm(self.offset_acked, false).await?;
                 }
             }
-            SourceEvent::Begin { commit_lsn, .. } => {
+            SourceEvent::Begin {
+                commit_lsn,
+                xid,
+                commit_time,
+            } => {
                 let id = self.checkpoint.begin()?;
-                self.open = Some(OpenTxn { id, commit_lsn });
+                self.open = Some(OpenTxn {
+                    id,
+                    commit_lsn,
+                    xid,
+                    commit_ms: crate::pg::replication::pg_us_to_unix_ms(commit_time),
+                });
             }
             SourceEvent::Commit {
                 commit_lsn,
@@ -270,7 +295,10 @@ impl Streaming {
                 self.checkpoint.commit(open.id, end_lsn)?;
                 self.metrics.transactions.fetch_add(1, Ordering::Relaxed);
             }
-            SourceEvent::Relation(r) => self.router.on_relation(&r),
+            SourceEvent::Relation(r) => {
+                self.router.on_relation(&r);
+                self.tables.on_relation(&r, source.received())?;
+            }
             SourceEvent::Change(change) => self.on_change(change).await?,
             SourceEvent::SnapshotRow { pos, .. } => {
                 return Err(RelayError::Stream {
@@ -293,6 +321,9 @@ impl Streaming {
             lsn: change.pos.commit_lsn,
             what: "row change outside Begin..Commit".into(),
         })?;
+        if self.is_table_change(&change) {
+            return self.on_table_change(&change, open).await;
+        }
         let (Op::Insert, Some(new)) = (change.op, &change.new) else {
             if change.op == Op::Update {
                 self.on_update(&change)?;

@@ -64,6 +64,9 @@ pub enum Op {
 #[derive(Debug, Clone)]
 pub struct Change {
     pub pos: Position,
+    /// Where the change itself is in the WAL (its message's `wal_start`);
+    /// Debezium's `source.lsn`.
+    pub lsn: Lsn,
     pub op: Op,
     pub relation: Arc<Relation>,
     /// The old row (key or whole row, per the replica identity) of an update
@@ -80,6 +83,8 @@ pub enum SourceEvent {
     Begin {
         commit_lsn: Lsn,
         xid: u32,
+        /// Commit time, microseconds since 2000-01-01 (PostgreSQL's epoch).
+        commit_time: i64,
     },
     /// A relation's shape, before the first change that uses it (and again
     /// when it changes).
@@ -510,6 +515,7 @@ impl Assembler {
                 SourceEvent::Begin {
                     commit_lsn: b.final_lsn,
                     xid: b.xid,
+                    commit_time: b.commit_time,
                 }
             }
             LogicalMessage::Commit(c) => {
@@ -581,6 +587,7 @@ impl Assembler {
         open.next_index = open.next_index.saturating_add(1);
         Ok(SourceEvent::Change(Change {
             pos,
+            lsn: at,
             op,
             relation,
             old,

@@ -103,7 +103,9 @@ fn a_transaction_comes_out_in_order_with_one_position_per_change() {
     let shape: Vec<String> = events
         .iter()
         .map(|e| match e {
-            SourceEvent::Begin { commit_lsn, xid } => format!("B {commit_lsn} {xid}"),
+            SourceEvent::Begin {
+                commit_lsn, xid, ..
+            } => format!("B {commit_lsn} {xid}"),
             SourceEvent::Relation(r) => format!("R {}", r.name),
             SourceEvent::Change(c) => format!(
                 "{:?} {} #{} old={} new={}",

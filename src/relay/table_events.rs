@@ -1,0 +1,167 @@
+//! Table change events in the relay: hands `[[table]]` changes and
+//! snapshot rows to [`crate::router::table::TableRouter`] and sends the
+//! records it makes, each counted by the checkpoint like any other record,
+//! so a change (with its tombstone) is confirmed only when Kafka holds all
+//! of its records.
+
+use std::sync::Arc;
+
+use super::RelayError;
+use super::streaming::{OpenTxn, Streaming};
+use crate::Lsn;
+use crate::checkpoint::TxnId;
+use crate::pgoutput::{Relation, TupleData};
+use crate::router::table::TxnInfo;
+use crate::source::{Change, Position};
+use crate::startup::TableEventTable;
+
+/// A snapshot row of a `[[table]]` table waiting to learn whether it is
+/// the snapshot's last.
+#[derive(Debug)]
+pub(super) struct HeldRow {
+    txn: TxnId,
+    pos: Position,
+    relation: Arc<Relation>,
+    row: TupleData,
+    table_index: Option<u32>,
+}
+
+impl Streaming {
+    /// Tells the table router the primary keys and user-defined types the
+    /// catalog knows.
+    pub(super) fn set_primary_keys(&mut self, tables: &[TableEventTable]) {
+        for t in tables {
+            tracing::debug!(
+                table = %format!("{}.{}", t.table.schema, t.table.name),
+                primary_key = ?t.primary_key,
+                type_aliases = ?t.type_aliases,
+                "captured table"
+            );
+            self.tables
+                .set_primary_key(&t.table.schema, &t.table.name, t.primary_key.clone());
+            for &(oid, as_oid, typmod) in &t.type_aliases {
+                self.tables.set_type_alias(oid, as_oid, typmod);
+            }
+        }
+    }
+
+    /// Whether `change` is a table event (of a `[[table]]` table).
+    pub(super) fn is_table_change(&self, change: &Change) -> bool {
+        self.tables.claims(change.relation.oid)
+    }
+
+    /// Publishes the records of one `[[table]]` change.
+    pub(super) async fn on_table_change(
+        &mut self,
+        change: &Change,
+        open: OpenTxn,
+    ) -> Result<(), RelayError> {
+        let txn = TxnInfo {
+            commit_lsn: open.commit_lsn,
+            xid: open.xid,
+            commit_ms: open.commit_ms,
+        };
+        let mut records = std::mem::take(&mut self.table_records);
+        records.clear();
+        let made = self.tables.on_change(change, txn, &mut records);
+        let sent = match made {
+            Ok(()) => {
+                self.send_table_records(
+                    &mut records,
+                    open.id,
+                    open.commit_lsn,
+                    change.pos.index,
+                    None,
+                )
+                .await
+            }
+            Err(e) => Err(e.into()),
+        };
+        self.table_records = records;
+        sent
+    }
+
+    /// Publishes a snapshot row of a `[[table]]` table (`op: "r"`), one
+    /// row late: the row is held until the next one (then sent with
+    /// `source.snapshot: "true"`) or the end of the snapshot
+    /// ([`Streaming::finish_table_snapshot`], `"last"`). It counts as sent
+    /// for its table at once, so the table is not reported done before it
+    /// is acknowledged.
+    pub(super) async fn publish_table_snapshot_row(
+        &mut self,
+        txn: TxnId,
+        pos: Position,
+        relation: &Arc<Relation>,
+        row: &TupleData,
+        table_index: Option<u32>,
+    ) -> Result<(), RelayError> {
+        if let Some(t) = table_index.and_then(|i| self.snapshot_tables.get_mut(i as usize)) {
+            t.sent += 1;
+        }
+        let held = self.held_snapshot_row.replace(HeldRow {
+            txn,
+            pos,
+            relation: relation.clone(),
+            row: row.clone(),
+            table_index,
+        });
+        match held {
+            Some(held) => self.send_held_row(held, false).await,
+            None => Ok(()),
+        }
+    }
+
+    /// At the end of the snapshot: sends the held row as the last one.
+    pub(super) async fn finish_table_snapshot(&mut self) -> Result<(), RelayError> {
+        match self.held_snapshot_row.take() {
+            Some(held) => self.send_held_row(held, true).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn send_held_row(&mut self, held: HeldRow, last: bool) -> Result<(), RelayError> {
+        let mut records = std::mem::take(&mut self.table_records);
+        records.clear();
+        let made = self.tables.on_snapshot_row(
+            held.relation.oid,
+            &held.row,
+            held.pos.commit_lsn,
+            held.pos.index,
+            self.snapshot_ms,
+            last,
+            &mut records,
+        );
+        let sent = match made {
+            Ok(()) => {
+                self.send_table_records(
+                    &mut records,
+                    held.txn,
+                    held.pos.commit_lsn,
+                    held.pos.index,
+                    held.table_index,
+                )
+                .await
+            }
+            Err(e) => Err(e.into()),
+        };
+        self.table_records = records;
+        sent
+    }
+
+    /// Publishes the records of one change (or snapshot row) through the
+    /// one send sequence every record takes ([`Streaming::publish`]).
+    async fn send_table_records(
+        &mut self,
+        records: &mut Vec<crate::router::Record>,
+        txn: TxnId,
+        commit_lsn: Lsn,
+        index: u32,
+        snapshot_table: Option<u32>,
+    ) -> Result<(), RelayError> {
+        let pos = Position { commit_lsn, index };
+        for record in records.drain(..) {
+            self.publish(txn, pos, &record, snapshot_table).await?;
+        }
+        Ok(())
+    }
+}

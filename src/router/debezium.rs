@@ -1,0 +1,848 @@
+//! Column values as Debezium writes them: PostgreSQL's text output of one
+//! value (what pgoutput sends) → the JSON that Debezium's PostgreSQL
+//! connector produces for it through Kafka Connect's JSON converter with
+//! `schemas.enable=false`.
+//!
+//! The mapping follows the "Data type mappings" section of Debezium's
+//! PostgreSQL connector documentation (cited per type below) under the
+//! connector options `decimal.handling.mode`, `time.precision.mode` and
+//! `binary.handling.mode`; what we do differently is listed in
+//! `docs/compatibility.md`.
+//!
+//! Invariants:
+//! - **Pure and allocation-free per value.** [`write_value`] appends to the
+//!   caller's buffer and uses the caller's scratch buffer; it reads no clock
+//!   and does no I/O. The same text always yields the same JSON.
+//! - **Known types only.** [`Mapping::of`] answers `None` for a type it does
+//!   not map; the caller refuses such a column with an error naming it
+//!   rather than guessing.
+//! - **Never panics on input.** Text that is not what the type's output
+//!   function writes is a [`ValueError`], never a panic or a wrong number.
+//! - Expects the session settings walrelay sets on every connection
+//!   (`DateStyle=ISO`, `TimeZone=UTC`, `bytea_output=hex`, `IntervalStyle`
+//!   left at `postgres`).
+
+use std::io::Write as _;
+
+use crate::config::{
+    BinaryHandlingMode, DecimalHandlingMode, IntervalHandlingMode, TimePrecisionMode,
+};
+use crate::pgoutput::Oid;
+
+/// The Debezium modes that change how values are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Modes {
+    pub decimal: DecimalHandlingMode,
+    pub time: TimePrecisionMode,
+    pub binary: BinaryHandlingMode,
+    pub interval: IntervalHandlingMode,
+}
+
+/// How one scalar value is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// int2/int4/int8/oid: the number as is.
+    Int,
+    Bool,
+    Float32,
+    Float64,
+    /// `numeric(p,s)` (`Some(s)`) or plain `numeric` (`None`), precise mode.
+    Decimal {
+        scale: Option<u16>,
+    },
+    /// numeric, `decimal.handling.mode=string`.
+    DecimalString,
+    /// numeric, `decimal.handling.mode=double`.
+    DecimalDouble,
+    /// Written as a JSON string of the text (text, varchar, uuid, json, …).
+    Text,
+    /// bytea, base64.
+    BytesBase64,
+    /// bytea, hex.
+    BytesHex,
+    /// Days since 1970-01-01.
+    Date,
+    /// Time of day in milliseconds.
+    TimeMillis,
+    /// Time of day in microseconds.
+    TimeMicros,
+    /// Milliseconds since 1970 (no time zone).
+    TimestampMillis,
+    /// Microseconds since 1970 (no time zone).
+    TimestampMicros,
+    /// ISO-8601 string in UTC.
+    TimestampTz,
+    /// ISO-8601 time string in UTC.
+    TimeTz,
+    /// Microseconds, months counted as 365.25/12 days.
+    Interval,
+    /// ISO-8601 duration text (`interval.handling.mode=string`).
+    IntervalString,
+}
+
+/// How a column's values are written: a scalar kind, or a one-dimensional
+/// array of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mapping {
+    pub kind: Kind,
+    pub array: bool,
+}
+
+/// Why a value could not be written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ValueError(pub String);
+
+fn bad(what: &str, text: &[u8]) -> ValueError {
+    let shown = String::from_utf8_lossy(&text[..text.len().min(64)]).into_owned();
+    ValueError(format!("{what}: {shown:?} is not valid"))
+}
+
+/// PostgreSQL's name of a built-in type, for error messages.
+pub fn type_name(oid: Oid) -> String {
+    let known = match oid {
+        16 => "bool",
+        17 => "bytea",
+        20 => "int8",
+        21 => "int2",
+        23 => "int4",
+        25 => "text",
+        114 => "json",
+        700 => "float4",
+        701 => "float8",
+        790 => "money",
+        1082 => "date",
+        1083 => "time",
+        1114 => "timestamp",
+        1184 => "timestamptz",
+        1186 => "interval",
+        1266 => "timetz",
+        1560 => "bit",
+        1562 => "varbit",
+        1700 => "numeric",
+        2950 => "uuid",
+        3802 => "jsonb",
+        600 => "point",
+        3904 => "int4range",
+        _ => return format!("type oid {oid}"),
+    };
+    known.to_owned()
+}
+
+impl Mapping {
+    /// The mapping of a column of type `oid` with type modifier `typmod`
+    /// under `modes`; `None` when the type is not mapped.
+    pub fn of(oid: Oid, typmod: i32, modes: Modes) -> Option<Mapping> {
+        let (elem, array) = match oid {
+            1000 => (16, true),
+            1005 => (21, true),
+            1007 => (23, true),
+            1016 => (20, true),
+            1009 => (25, true),
+            1015 => (1043, true),
+            1014 => (1042, true),
+            1021 => (700, true),
+            1022 => (701, true),
+            2951 => (2950, true),
+            1182 => (1082, true),
+            1115 => (1114, true),
+            1185 => (1184, true),
+            199 => (114, true),
+            3807 => (3802, true),
+            _ => (oid, false),
+        };
+        // Array columns carry the element's type modifier.
+        let kind = scalar(elem, typmod, modes)?;
+        Some(Mapping { kind, array })
+    }
+}
+
+fn scalar(oid: Oid, typmod: i32, modes: Modes) -> Option<Kind> {
+    // Precision of time/timestamp types: the typmod, 6 when unset.
+    let precision = if typmod < 0 { 6 } else { typmod };
+    let adaptive = modes.time == TimePrecisionMode::Adaptive;
+    Some(match oid {
+        20 | 21 | 23 | 26 => Kind::Int,
+        16 => Kind::Bool,
+        700 => Kind::Float32,
+        701 => Kind::Float64,
+        1700 => match modes.decimal {
+            DecimalHandlingMode::Precise => Kind::Decimal {
+                scale: (typmod >= 4).then(|| ((typmod - 4) & 0xffff) as u16),
+            },
+            DecimalHandlingMode::String => Kind::DecimalString,
+            DecimalHandlingMode::Double => Kind::DecimalDouble,
+        },
+        // char, name, text, xml, cidr, inet, macaddr, macaddr8, bpchar,
+        // varchar, uuid, json, jsonb, ltree-less built-ins written as strings.
+        18 | 19 | 25 | 142 | 650 | 869 | 829 | 774 | 1042 | 1043 | 2950 | 114 | 3802 => Kind::Text,
+        17 => match modes.binary {
+            BinaryHandlingMode::Base64 => Kind::BytesBase64,
+            BinaryHandlingMode::Hex => Kind::BytesHex,
+        },
+        1082 => Kind::Date,
+        1083 if adaptive && precision > 3 => Kind::TimeMicros,
+        1083 => Kind::TimeMillis,
+        1114 if adaptive && precision > 3 => Kind::TimestampMicros,
+        1114 => Kind::TimestampMillis,
+        1184 => Kind::TimestampTz,
+        1266 => Kind::TimeTz,
+        1186 => match modes.interval {
+            IntervalHandlingMode::Numeric => Kind::Interval,
+            IntervalHandlingMode::String => Kind::IntervalString,
+        },
+        _ => return None,
+    })
+}
+
+/// Appends the JSON for one value of `mapping` whose text output is `text`.
+/// `scratch` is reused between calls (never shrunk).
+pub fn write_value(
+    out: &mut Vec<u8>,
+    mapping: Mapping,
+    text: &[u8],
+    scratch: &mut Vec<u8>,
+) -> Result<(), ValueError> {
+    if mapping.array {
+        write_array(out, mapping.kind, text, scratch)
+    } else {
+        write_scalar(out, mapping.kind, text, scratch)
+    }
+}
+
+/// Appends the value written for an unchanged TOASTed column: the
+/// placeholder in the column's representation (bytes encoded as bytea
+/// values are, everything else as a string).
+pub fn write_placeholder(out: &mut Vec<u8>, mapping: Mapping, placeholder: &str) {
+    match (mapping.array, mapping.kind) {
+        (false, Kind::BytesBase64) => {
+            out.push(b'"');
+            base64(out, placeholder.as_bytes());
+            out.push(b'"');
+        }
+        (false, Kind::BytesHex) => {
+            out.push(b'"');
+            hex(out, placeholder.as_bytes());
+            out.push(b'"');
+        }
+        _ => json_str(out, placeholder),
+    }
+}
+
+/// Appends `s` as a JSON string (escaped by serde_json, without allocating).
+pub fn json_str(out: &mut Vec<u8>, s: &str) {
+    // Writing to a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+fn utf8<'a>(what: &str, text: &'a [u8]) -> Result<&'a str, ValueError> {
+    std::str::from_utf8(text).map_err(|_| bad(what, text))
+}
+
+fn write_scalar(
+    out: &mut Vec<u8>,
+    kind: Kind,
+    text: &[u8],
+    scratch: &mut Vec<u8>,
+) -> Result<(), ValueError> {
+    match kind {
+        Kind::Int => {
+            let digits = text.strip_prefix(b"-").unwrap_or(text);
+            if digits.is_empty()
+                || digits.len() > 20
+                || !digits.iter().all(u8::is_ascii_digit)
+                || (digits.len() > 1 && digits[0] == b'0')
+            {
+                return Err(bad("integer", text));
+            }
+            out.extend_from_slice(text);
+        }
+        Kind::Bool => match text {
+            b"t" => out.extend_from_slice(b"true"),
+            b"f" => out.extend_from_slice(b"false"),
+            _ => return Err(bad("boolean", text)),
+        },
+        Kind::Float32 => {
+            let s = utf8("real", text)?;
+            let v: f32 = parse_float(s).ok_or_else(|| bad("real", text))?;
+            write_f32(out, v);
+        }
+        Kind::Float64 | Kind::DecimalDouble => {
+            let s = utf8("double", text)?;
+            let v: f64 = parse_float(s).ok_or_else(|| bad("double", text))?;
+            write_f64(out, v);
+        }
+        Kind::DecimalString | Kind::Text => json_str(out, utf8("text", text)?),
+        Kind::Decimal { scale } => write_decimal(out, scale, text, scratch)?,
+        Kind::BytesBase64 | Kind::BytesHex => {
+            let hex_text = text
+                .strip_prefix(b"\\x")
+                .filter(|h| h.len() % 2 == 0 && h.iter().all(u8::is_ascii_hexdigit))
+                .ok_or_else(|| bad("bytea (hex format)", text))?;
+            out.push(b'"');
+            if kind == Kind::BytesHex {
+                out.extend(hex_text.iter().map(u8::to_ascii_lowercase));
+            } else {
+                scratch.clear();
+                for pair in hex_text.chunks_exact(2) {
+                    scratch.push(nibble(pair[0]) << 4 | nibble(pair[1]));
+                }
+                base64(out, scratch);
+            }
+            out.push(b'"');
+        }
+        Kind::Date => {
+            let days = parse_date(text).ok_or_else(|| bad("date", text))?;
+            let _ = write!(out, "{days}");
+        }
+        Kind::TimeMillis | Kind::TimeMicros => {
+            let micros = parse_time(text).ok_or_else(|| bad("time", text))?;
+            let v = if kind == Kind::TimeMillis {
+                micros / 1000
+            } else {
+                micros
+            };
+            let _ = write!(out, "{v}");
+        }
+        Kind::TimestampMillis | Kind::TimestampMicros => {
+            let micros = parse_timestamp(text, false).ok_or_else(|| bad("timestamp", text))?;
+            let v = if kind == Kind::TimestampMillis {
+                micros.div_euclid(1000)
+            } else {
+                micros
+            };
+            let _ = write!(out, "{v}");
+        }
+        Kind::TimestampTz => {
+            let micros =
+                parse_timestamp(text, true).ok_or_else(|| bad("timestamp with time zone", text))?;
+            out.push(b'"');
+            write_iso_timestamp(out, micros);
+            out.push(b'"');
+        }
+        Kind::TimeTz => {
+            let micros = parse_timetz(text).ok_or_else(|| bad("time with time zone", text))?;
+            out.push(b'"');
+            write_iso_time(out, micros);
+            out.extend_from_slice(b"Z\"");
+        }
+        Kind::Interval => {
+            let micros = parse_interval(text)
+                .and_then(interval_micros)
+                .ok_or_else(|| bad("interval", text))?;
+            let _ = write!(out, "{micros}");
+        }
+        Kind::IntervalString => {
+            let parts = parse_interval(text).ok_or_else(|| bad("interval", text))?;
+            out.push(b'"');
+            write_iso_interval(out, parts);
+            out.push(b'"');
+        }
+    }
+    Ok(())
+}
+
+/// PostgreSQL's float text (`1.5`, `-1e+30`, `NaN`, `Infinity`, `-Infinity`).
+fn parse_float<F: std::str::FromStr>(s: &str) -> Option<F> {
+    match s {
+        "NaN" => "NaN".parse().ok(),
+        "Infinity" => "inf".parse().ok(),
+        "-Infinity" => "-inf".parse().ok(),
+        _ if s
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b"+-.e".contains(&b)) =>
+        {
+            s.parse().ok()
+        }
+        _ => None,
+    }
+}
+
+// Jackson (the JSON converter's writer) writes non-finite floats as the
+// strings "NaN", "Infinity", "-Infinity".
+fn write_f64(out: &mut Vec<u8>, v: f64) {
+    if v.is_nan() {
+        out.extend_from_slice(b"\"NaN\"");
+    } else if v.is_infinite() {
+        out.extend_from_slice(if v > 0.0 {
+            b"\"Infinity\"" as &[u8]
+        } else {
+            b"\"-Infinity\""
+        });
+    } else {
+        let _ = serde_json::to_writer(&mut *out, &v);
+    }
+}
+
+fn write_f32(out: &mut Vec<u8>, v: f32) {
+    if v.is_finite() {
+        let _ = serde_json::to_writer(&mut *out, &v);
+    } else {
+        write_f64(out, f64::from(v));
+    }
+}
+
+/// Debezium's precise decimals (PostgreSQL connector docs, "Decimal
+/// types"): `numeric(p,s)` is Kafka Connect's `Decimal` — through the JSON
+/// converter, base64 of the unscaled value's big-endian two's-complement
+/// bytes (Java's `BigInteger.toByteArray`); plain `numeric` is
+/// `VariableScaleDecimal`, `{"scale":s,"value":"<base64>"}`. `NaN` and
+/// `±Infinity` have no such form: null.
+fn write_decimal(
+    out: &mut Vec<u8>,
+    scale: Option<u16>,
+    text: &[u8],
+    scratch: &mut Vec<u8>,
+) -> Result<(), ValueError> {
+    if matches!(text, b"NaN" | b"Infinity" | b"-Infinity") {
+        out.extend_from_slice(b"null");
+        return Ok(());
+    }
+    let (negative, body) = match text.strip_prefix(b"-") {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (int_part, frac) = match body.iter().position(|&b| b == b'.') {
+        Some(i) => (&body[..i], &body[i + 1..]),
+        None => (body, &b""[..]),
+    };
+    if int_part.is_empty()
+        || !int_part.iter().all(u8::is_ascii_digit)
+        || !frac.iter().all(u8::is_ascii_digit)
+    {
+        return Err(bad("numeric", text));
+    }
+    let value_scale = frac.len();
+    let target = scale.map_or(value_scale, usize::from);
+    if value_scale > target {
+        return Err(bad("numeric (more fractional digits than its scale)", text));
+    }
+    // Big-endian magnitude, built digit by digit.
+    scratch.clear();
+    let zeros = std::iter::repeat_n(&b'0', target - value_scale);
+    for &d in int_part.iter().chain(frac).chain(zeros) {
+        let mut carry = u32::from(d - b'0');
+        for byte in scratch.iter_mut().rev() {
+            let v = u32::from(*byte) * 10 + carry;
+            *byte = (v & 0xff) as u8;
+            carry = v >> 8;
+        }
+        while carry > 0 {
+            scratch.insert(0, (carry & 0xff) as u8);
+            carry >>= 8;
+        }
+    }
+    let lead = scratch.iter().take_while(|&&b| b == 0).count();
+    scratch.drain(..lead);
+    if scratch.is_empty() {
+        scratch.push(0);
+    } else if negative {
+        // Two's complement: invert and add one.
+        let mut carry = true;
+        for byte in scratch.iter_mut().rev() {
+            *byte = !*byte;
+            if carry {
+                let (v, c) = byte.overflowing_add(1);
+                *byte = v;
+                carry = c;
+            }
+        }
+        if scratch[0] & 0x80 == 0 {
+            scratch.insert(0, 0xff);
+        }
+        while scratch.len() > 1 && scratch[0] == 0xff && scratch[1] & 0x80 != 0 {
+            scratch.remove(0);
+        }
+    } else if scratch[0] & 0x80 != 0 {
+        scratch.insert(0, 0);
+    }
+    if scale.is_none() {
+        let _ = write!(out, "{{\"scale\":{value_scale},\"value\":\"");
+    } else {
+        out.push(b'"');
+    }
+    base64(out, scratch);
+    out.extend_from_slice(if scale.is_none() { b"\"}" } else { b"\"" });
+    Ok(())
+}
+
+/// One-dimensional arrays as JSON arrays (PostgreSQL connector docs:
+/// `ARRAY` columns map to Kafka Connect arrays of the element's type).
+fn write_array(
+    out: &mut Vec<u8>,
+    kind: Kind,
+    text: &[u8],
+    scratch: &mut Vec<u8>,
+) -> Result<(), ValueError> {
+    let inner = text
+        .strip_prefix(b"{")
+        .and_then(|t| t.strip_suffix(b"}"))
+        .ok_or_else(|| bad("array (one-dimensional, default bounds)", text))?;
+    out.push(b'[');
+    if inner.is_empty() {
+        out.push(b']');
+        return Ok(());
+    }
+    // The element text is unescaped into `scratch`; element kinds (see
+    // `Mapping::of`) never need a scratch buffer of their own, so the one
+    // passed to them is empty and never allocates.
+    let elem = scratch;
+    let mut unused = Vec::new();
+    let mut result = Ok(());
+    let mut i = 0;
+    let mut first = true;
+    while i <= inner.len() {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        elem.clear();
+        let quoted = inner.get(i) == Some(&b'"');
+        if quoted {
+            i += 1;
+            loop {
+                match inner.get(i) {
+                    Some(b'\\') => {
+                        if let Some(&c) = inner.get(i + 1) {
+                            elem.push(c);
+                        }
+                        i += 2;
+                    }
+                    Some(b'"') => {
+                        i += 1;
+                        break;
+                    }
+                    Some(&c) => {
+                        elem.push(c);
+                        i += 1;
+                    }
+                    None => {
+                        result = Err(bad("array (unterminated quote)", text));
+                        break;
+                    }
+                }
+            }
+        } else {
+            while let Some(&c) = inner.get(i) {
+                if c == b',' {
+                    break;
+                }
+                if c == b'{' {
+                    result = Err(ValueError(
+                        "multi-dimensional arrays are not mapped".to_owned(),
+                    ));
+                    break;
+                }
+                elem.push(c);
+                i += 1;
+            }
+        }
+        if result.is_err() {
+            break;
+        }
+        if !quoted && elem.as_slice() == b"NULL" {
+            out.extend_from_slice(b"null");
+        } else if let Err(e) = write_scalar(out, kind, elem, &mut unused) {
+            result = Err(e);
+            break;
+        }
+        match inner.get(i) {
+            Some(b',') => i += 1,
+            None => break,
+            Some(_) => {
+                result = Err(bad("array", text));
+                break;
+            }
+        }
+    }
+    result?;
+    out.push(b']');
+    Ok(())
+}
+
+fn nibble(c: u8) -> u8 {
+    match c {
+        b'0'..=b'9' => c - b'0',
+        b'a'..=b'f' => c - b'a' + 10,
+        _ => c.wrapping_sub(b'A').wrapping_add(10) & 0x0f,
+    }
+}
+
+const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Standard base64 with padding (Java's `Base64.getEncoder()`, which the
+/// JSON converter uses for bytes).
+pub fn base64(out: &mut Vec<u8>, bytes: &[u8]) {
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        let sextet = |shift: u32| BASE64[((n >> shift) & 0x3f) as usize];
+        out.push(sextet(18));
+        out.push(sextet(12));
+        out.push(if chunk.len() > 1 { sextet(6) } else { b'=' });
+        out.push(if chunk.len() > 2 { sextet(0) } else { b'=' });
+    }
+}
+
+fn hex(out: &mut Vec<u8>, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)]);
+        out.push(DIGITS[usize::from(b & 0x0f)]);
+    }
+}
+
+/// All ASCII digits, 1..=max of them.
+fn number(s: &[u8], max: usize) -> Option<i64> {
+    if s.is_empty() || s.len() > max || !s.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(s.iter().fold(0, |n, &d| n * 10 + i64::from(d - b'0')))
+}
+
+/// `.ffffff` → microseconds (up to six digits, padded).
+fn fraction_micros(f: &[u8]) -> Option<i64> {
+    let v = number(f, 6)?;
+    Some(v * 10_i64.pow(6 - f.len() as u32))
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The civil date of a day number (inverse of [`days_from_civil`]).
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// `YYYY-MM-DD` (years may be longer; ` BC` allowed) → days since 1970.
+/// `infinity` has no day number: `None`.
+fn parse_date(text: &[u8]) -> Option<i64> {
+    match text.strip_suffix(b" BC") {
+        Some(t) => date_days(t, true),
+        None => date_days(text, false),
+    }
+}
+
+fn date_days(text: &[u8], bc: bool) -> Option<i64> {
+    let mut parts = text.split(|&b| b == b'-');
+    let year = number(parts.next()?, 9)?;
+    let month = number(parts.next()?, 2)?;
+    let day = number(parts.next()?, 2)?;
+    if parts.next().is_some() || !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return None;
+    }
+    let year = if bc { 1 - year } else { year };
+    Some(days_from_civil(year, month, day))
+}
+
+/// `HH:MM:SS[.ffffff]` → microseconds (24:00:00 allowed, as PostgreSQL does).
+fn parse_time(text: &[u8]) -> Option<i64> {
+    let (hms, frac) = match text.iter().position(|&b| b == b'.') {
+        Some(i) => (&text[..i], fraction_micros(&text[i + 1..])?),
+        None => (text, 0),
+    };
+    let mut p = hms.split(|&b| b == b':');
+    let h = number(p.next()?, 2)?;
+    let m = number(p.next()?, 2)?;
+    let s = number(p.next()?, 2)?;
+    if p.next().is_some() || h > 24 || m > 59 || s > 60 {
+        return None;
+    }
+    Some(((h * 60 + m) * 60 + s) * 1_000_000 + frac)
+}
+
+/// `+HH[:MM[:SS]]` / `-HH…` → seconds east of UTC.
+fn parse_offset(text: &[u8]) -> Option<i64> {
+    let sign = match text.first()? {
+        b'+' => 1,
+        b'-' => -1,
+        _ => return None,
+    };
+    let mut p = text[1..].split(|&b| b == b':');
+    let h = number(p.next()?, 2)?;
+    let m = p.next().map_or(Some(0), |m| number(m, 2))?;
+    let s = p.next().map_or(Some(0), |s| number(s, 2))?;
+    if p.next().is_some() {
+        return None;
+    }
+    Some(sign * (h * 3600 + m * 60 + s))
+}
+
+/// `YYYY-MM-DD HH:MM:SS[.ffffff][±HH[:MM]][ BC]` → microseconds since 1970
+/// (UTC when `zoned`). `infinity` has none: `None`.
+fn parse_timestamp(text: &[u8], zoned: bool) -> Option<i64> {
+    let (text, bc) = match text.strip_suffix(b" BC") {
+        Some(t) => (t, true),
+        None => (text, false),
+    };
+    let space = text.iter().position(|&b| b == b' ')?;
+    let (date, rest) = (&text[..space], &text[space + 1..]);
+    let (time, offset) = if zoned {
+        let at = rest.iter().position(|&b| b == b'+' || b == b'-')?;
+        (&rest[..at], parse_offset(&rest[at..])?)
+    } else {
+        (rest, 0)
+    };
+    let days = date_days(date, bc)?;
+    let micros = parse_time(time)?;
+    days.checked_mul(86_400_000_000)?
+        .checked_add(micros)?
+        .checked_sub(offset * 1_000_000)
+}
+
+/// `HH:MM:SS[.ffffff]±HH[:MM]` → microseconds of the day in UTC.
+fn parse_timetz(text: &[u8]) -> Option<i64> {
+    let at = text.iter().position(|&b| b == b'+' || b == b'-')?;
+    let local = parse_time(&text[..at])?;
+    let offset = parse_offset(&text[at..])?;
+    Some((local - offset * 1_000_000).rem_euclid(86_400_000_000))
+}
+
+/// Debezium's `ZonedTimestamp`: ISO-8601 in UTC, the fraction without
+/// trailing zeros (Java's `ISO_OFFSET_DATE_TIME`): `2024-01-01T10:00:00.12Z`.
+fn write_iso_timestamp(out: &mut Vec<u8>, micros: i64) {
+    let days = micros.div_euclid(86_400_000_000);
+    let (y, m, d) = civil_from_days(days);
+    let _ = write!(out, "{y:04}-{m:02}-{d:02}T");
+    write_iso_time(out, micros.rem_euclid(86_400_000_000));
+    out.push(b'Z');
+}
+
+fn write_iso_time(out: &mut Vec<u8>, micros: i64) {
+    let secs = micros / 1_000_000;
+    let frac = micros % 1_000_000;
+    let _ = write!(
+        out,
+        "{:02}:{:02}:{:02}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    );
+    if frac != 0 {
+        let mut digits = [0u8; 6];
+        let mut f = frac;
+        for slot in digits.iter_mut().rev() {
+            *slot = b'0' + (f % 10) as u8;
+            f /= 10;
+        }
+        let len = 6 - digits.iter().rev().take_while(|&&d| d == b'0').count();
+        out.push(b'.');
+        out.extend_from_slice(&digits[..len]);
+    }
+}
+
+/// An interval's months, days and microseconds, as PostgreSQL keeps them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct IntervalParts {
+    months: i64,
+    days: i64,
+    micros: i64,
+}
+
+/// Debezium's `MicroDuration`: months count 365.25/12 days (PostgreSQL
+/// connector docs, "Temporal types", `interval.handling.mode` `numeric`).
+fn interval_micros(p: IntervalParts) -> Option<i64> {
+    const DAYS_PER_MONTH: f64 = 365.25 / 12.0;
+    let total_days = p.months as f64 * DAYS_PER_MONTH + p.days as f64;
+    // `as` saturates out-of-range floats; PostgreSQL's own range is far
+    // inside i64 microseconds.
+    ((total_days * 86_400_000_000.0) as i64).checked_add(p.micros)
+}
+
+/// Debezium's `Interval` string (`interval.handling.mode` `string`):
+/// `P<years>Y<months>M<days>DT<hours>H<minutes>M<seconds>S`, each part
+/// carrying its own sign, seconds without trailing zeros.
+fn write_iso_interval(out: &mut Vec<u8>, p: IntervalParts) {
+    let (years, months) = (p.months / 12, p.months % 12);
+    let hours = p.micros / 3_600_000_000;
+    let minutes = p.micros / 60_000_000 % 60;
+    let second_micros = p.micros % 60_000_000;
+    let _ = write!(out, "P{years}Y{months}M{}DT{hours}H{minutes}M", p.days);
+    if second_micros < 0 {
+        out.push(b'-');
+    }
+    let abs = second_micros.unsigned_abs();
+    let _ = write!(out, "{}", abs / 1_000_000);
+    let frac = abs % 1_000_000;
+    if frac != 0 {
+        let mut digits = [0u8; 6];
+        let mut f = frac;
+        for slot in digits.iter_mut().rev() {
+            *slot = b'0' + (f % 10) as u8;
+            f /= 10;
+        }
+        let len = 6 - digits.iter().rev().take_while(|&&d| d == b'0').count();
+        out.push(b'.');
+        out.extend_from_slice(&digits[..len]);
+    }
+    out.push(b'S');
+}
+
+/// Interval text in IntervalStyle `postgres` (`1 year 2 mons -3 days
+/// 04:05:06.5`) → its parts.
+fn parse_interval(text: &[u8]) -> Option<IntervalParts> {
+    let s = std::str::from_utf8(text).ok()?;
+    let (mut months, mut days, mut micros) = (0_i64, 0_i64, 0_i64);
+    let mut words = s.split(' ').filter(|w| !w.is_empty());
+    while let Some(word) = words.next() {
+        if word.contains(':') {
+            let (neg, t) = match word.strip_prefix('-') {
+                Some(t) => (true, t),
+                None => (false, word.strip_prefix('+').unwrap_or(word)),
+            };
+            // Hours may exceed 24 here.
+            let (hms, frac) = match t.find('.') {
+                Some(i) => (&t[..i], fraction_micros(&t.as_bytes()[i + 1..])?),
+                None => (t, 0),
+            };
+            let mut p = hms.split(':');
+            let h = number(p.next()?.as_bytes(), 12)?;
+            let m = number(p.next()?.as_bytes(), 2)?;
+            let sec = p.next().map_or(Some(0), |x| number(x.as_bytes(), 2))?;
+            let v = h
+                .checked_mul(3600)?
+                .checked_add(m * 60 + sec)?
+                .checked_mul(1_000_000)?
+                .checked_add(frac)?;
+            micros = micros.checked_add(if neg { -v } else { v })?;
+            continue;
+        }
+        let n: i64 = word.parse().ok()?;
+        match words.next()? {
+            "year" | "years" => months = months.checked_add(n.checked_mul(12)?)?,
+            "mon" | "mons" => months = months.checked_add(n)?,
+            "day" | "days" => days = days.checked_add(n)?,
+            _ => return None,
+        }
+    }
+    Some(IntervalParts {
+        months,
+        days,
+        micros,
+    })
+}
+
+#[cfg(test)]
+#[path = "debezium_tests.rs"]
+mod tests;

@@ -1,0 +1,339 @@
+//! Golden values for every type mapping. Expected JSON is derived from
+//! Debezium's PostgreSQL connector documentation, section "Data type
+//! mappings" (subsections "Basic types", "Temporal types", "Decimal types",
+//! "Binary types"), and from how Kafka Connect's JSON converter writes the
+//! Connect types named there (bytes and `Decimal` as base64, `NaN` floats as
+//! strings through Jackson).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use super::*;
+
+fn modes() -> Modes {
+    Modes::default()
+}
+
+/// The JSON for `text` in a column of type `oid(typmod)` under `modes`.
+fn json_with(oid: Oid, typmod: i32, modes: Modes, text: &str) -> String {
+    let mapping = Mapping::of(oid, typmod, modes).expect("mapped type");
+    let mut out = Vec::new();
+    let mut scratch = Vec::new();
+    write_value(&mut out, mapping, text.as_bytes(), &mut scratch)
+        .unwrap_or_else(|e| panic!("{text:?}: {e}"));
+    String::from_utf8(out).unwrap()
+}
+
+fn json(oid: Oid, typmod: i32, text: &str) -> String {
+    json_with(oid, typmod, modes(), text)
+}
+
+fn error(oid: Oid, typmod: i32, text: &str) -> ValueError {
+    let mapping = Mapping::of(oid, typmod, modes()).expect("mapped type");
+    write_value(&mut Vec::new(), mapping, text.as_bytes(), &mut Vec::new())
+        .expect_err("expected an error")
+}
+
+/// numeric(p,s) typmod: ((p << 16) | s) + 4.
+fn numeric(p: i32, s: i32) -> i32 {
+    ((p << 16) | s) + 4
+}
+
+#[test]
+fn integers_and_booleans_are_json_numbers_and_booleans() {
+    // "Basic types": INT16/INT32/INT64, BOOLEAN.
+    assert_eq!(json(21, -1, "-32768"), "-32768");
+    assert_eq!(json(23, -1, "42"), "42");
+    assert_eq!(json(20, -1, "9223372036854775807"), "9223372036854775807");
+    assert_eq!(json(16, -1, "t"), "true");
+    assert_eq!(json(16, -1, "f"), "false");
+    assert!(error(23, -1, "4x").0.contains("integer"));
+    // Not a JSON number, so refused rather than passed through.
+    assert!(error(23, -1, "007").0.contains("integer"));
+    assert!(error(16, -1, "yes").0.contains("boolean"));
+}
+
+#[test]
+fn floats_are_numbers_and_non_finite_ones_strings_as_jackson_writes_them() {
+    // "Basic types": FLOAT32/FLOAT64; Jackson writes NaN/Infinity quoted.
+    assert_eq!(json(700, -1, "1.1"), "1.1");
+    assert_eq!(json(701, -1, "1"), "1.0");
+    // The same number as Jackson's "-2.5E-5", spelt as Rust's shortest
+    // round-trip form (docs/compatibility.md: numbers compare equal as JSON).
+    assert_eq!(json(701, -1, "-2.5e-05"), "-0.000025");
+    assert_eq!(json(701, -1, "NaN"), "\"NaN\"");
+    assert_eq!(json(700, -1, "Infinity"), "\"Infinity\"");
+    assert_eq!(json(701, -1, "-Infinity"), "\"-Infinity\"");
+}
+
+#[test]
+fn precise_decimals_are_base64_of_the_unscaled_twos_complement_bytes() {
+    // "Decimal types", decimal.handling.mode=precise: numeric(p,s) is
+    // org.apache.kafka.connect.data.Decimal (BYTES, base64 in JSON).
+    assert_eq!(json(1700, numeric(5, 2), "12.50"), "\"BOI=\""); // 1250 = 0x04E2
+    assert_eq!(json(1700, numeric(5, 2), "-12.50"), "\"+x4=\""); // 0xFB1E
+    assert_eq!(json(1700, numeric(5, 2), "0.00"), "\"AA==\"");
+    assert_eq!(json(1700, numeric(3, 0), "128"), "\"AIA=\""); // sign byte added
+    assert_eq!(json(1700, numeric(3, 0), "-128"), "\"gA==\"");
+    assert_eq!(json(1700, numeric(3, 0), "-129"), "\"/38=\"");
+    assert_eq!(
+        json(1700, numeric(38, 0), "12345678901234567890123456789"),
+        "\"J+QbMka+ybFuOYEV\""
+    );
+    // Fewer fractional digits than the scale are padded (never happens in
+    // PostgreSQL's own output, but stays exact).
+    assert_eq!(json(1700, numeric(5, 2), "12.5"), "\"BOI=\"");
+    assert!(error(1700, numeric(5, 1), "12.50").0.contains("scale"));
+}
+
+#[test]
+fn unconstrained_numeric_is_a_variable_scale_decimal_struct() {
+    // "Decimal types": NUMERIC without scale → io.debezium.data.VariableScaleDecimal,
+    // a struct of scale (INT32) and value (BYTES).
+    assert_eq!(json(1700, -1, "3.14159"), r#"{"scale":5,"value":"BMsv"}"#);
+    assert_eq!(json(1700, -1, "7"), r#"{"scale":0,"value":"Bw=="}"#);
+    // NaN has no precise form.
+    assert_eq!(json(1700, -1, "NaN"), "null");
+}
+
+#[test]
+fn decimal_string_and_double_modes() {
+    let string = Modes {
+        decimal: DecimalHandlingMode::String,
+        ..Modes::default()
+    };
+    let double = Modes {
+        decimal: DecimalHandlingMode::Double,
+        ..Modes::default()
+    };
+    assert_eq!(json_with(1700, numeric(5, 2), string, "12.50"), "\"12.50\"");
+    assert_eq!(json_with(1700, -1, string, "NaN"), "\"NaN\"");
+    assert_eq!(json_with(1700, numeric(5, 2), double, "12.50"), "12.5");
+    assert_eq!(json_with(1700, -1, double, "NaN"), "\"NaN\"");
+}
+
+#[test]
+fn text_like_types_are_escaped_json_strings() {
+    // "Basic types": CHAR/VARCHAR/TEXT, UUID, JSON/JSONB (io.debezium.data.Json),
+    // INET/CIDR/MACADDR as STRING.
+    for oid in [
+        25, 1043, 1042, 2950, 114, 3802, 869, 650, 829, 774, 142, 19, 18,
+    ] {
+        assert_eq!(json(oid, -1, "a"), "\"a\"", "type {oid}");
+    }
+    assert_eq!(json(25, -1, "say \"hi\"\n\\"), r#""say \"hi\"\n\\""#);
+    assert_eq!(json(3802, -1, r#"{"a": 1}"#), r#""{\"a\": 1}""#);
+    assert_eq!(json(25, -1, "ünïcode"), "\"ünïcode\"");
+}
+
+#[test]
+fn bytea_is_base64_or_hex() {
+    // "Binary types": binary.handling.mode bytes (base64 in JSON) or hex.
+    assert_eq!(json(17, -1, "\\x0102ff"), "\"AQL/\"");
+    assert_eq!(json(17, -1, "\\x"), "\"\"");
+    let hex = Modes {
+        binary: BinaryHandlingMode::Hex,
+        ..Modes::default()
+    };
+    assert_eq!(json_with(17, -1, hex, "\\x0102FF"), "\"0102ff\"");
+    assert!(error(17, -1, "escape\\000").0.contains("bytea"));
+}
+
+#[test]
+fn dates_are_days_since_the_epoch() {
+    // "Temporal types": DATE → io.debezium.time.Date, days since the epoch.
+    assert_eq!(json(1082, -1, "1970-01-01"), "0");
+    assert_eq!(json(1082, -1, "2024-01-01"), "19723");
+    assert_eq!(json(1082, -1, "1969-12-31"), "-1");
+    assert!(error(1082, -1, "infinity").0.contains("date"));
+}
+
+#[test]
+fn times_are_millis_or_micros_by_precision_in_adaptive_mode() {
+    // "Temporal types", adaptive: TIME(1-3) → io.debezium.time.Time (ms),
+    // TIME(4-6) and TIME → io.debezium.time.MicroTime (µs).
+    assert_eq!(json(1083, -1, "13:45:10.5"), "49510500000");
+    assert_eq!(json(1083, 3, "13:45:10.5"), "49510500");
+    assert_eq!(json(1083, 6, "00:00:00.000001"), "1");
+    assert_eq!(json(1083, -1, "24:00:00"), "86400000000");
+    // connect: always milliseconds.
+    let connect = Modes {
+        time: TimePrecisionMode::Connect,
+        ..Modes::default()
+    };
+    assert_eq!(json_with(1083, -1, connect, "13:45:10.5"), "49510500");
+}
+
+#[test]
+fn timestamps_are_epoch_millis_or_micros_by_precision() {
+    // "Temporal types", adaptive: TIMESTAMP(1-3) → io.debezium.time.Timestamp
+    // (ms), TIMESTAMP(4-6)/TIMESTAMP → io.debezium.time.MicroTimestamp (µs).
+    assert_eq!(
+        json(1114, -1, "2024-01-01 00:00:00.123456"),
+        "1704067200123456"
+    );
+    assert_eq!(json(1114, 3, "2024-01-01 00:00:00.123"), "1704067200123");
+    assert_eq!(json(1114, -1, "1969-12-31 23:59:59.5"), "-500000");
+    assert_eq!(json(1114, 0, "1969-12-31 23:59:59.5"), "-500");
+    let connect = Modes {
+        time: TimePrecisionMode::Connect,
+        ..Modes::default()
+    };
+    assert_eq!(
+        json_with(1114, -1, connect, "2024-01-01 00:00:00.123456"),
+        "1704067200123"
+    );
+    assert!(error(1114, -1, "infinity").0.contains("timestamp"));
+}
+
+#[test]
+fn zoned_timestamps_and_times_are_iso_strings_in_utc() {
+    // "Temporal types": TIMESTAMPTZ → io.debezium.time.ZonedTimestamp and
+    // TIMETZ → io.debezium.time.ZonedTime, ISO-8601 strings in UTC (GMT).
+    assert_eq!(
+        json(1184, -1, "2024-01-01 05:30:00.5+05:30"),
+        "\"2024-01-01T00:00:00.5Z\""
+    );
+    assert_eq!(
+        json(1184, -1, "2024-01-01 00:00:00.123456+00"),
+        "\"2024-01-01T00:00:00.123456Z\""
+    );
+    assert_eq!(
+        json(1184, -1, "2023-12-31 23:00:00-02"),
+        "\"2024-01-01T01:00:00Z\""
+    );
+    assert_eq!(json(1266, -1, "10:00:00+02"), "\"08:00:00Z\"");
+    assert_eq!(json(1266, -1, "01:00:00.25+02"), "\"23:00:00.25Z\"");
+}
+
+#[test]
+fn intervals_are_micros_with_average_months() {
+    // "Temporal types": INTERVAL → io.debezium.time.MicroDuration, months as
+    // 365.25 / 12 days (interval.handling.mode=numeric, the default).
+    assert_eq!(
+        json(1186, -1, "1 year 2 mons 3 days 04:05:06.5"),
+        "37091106500000"
+    );
+    assert_eq!(json(1186, -1, "00:00:01"), "1000000");
+    assert_eq!(json(1186, -1, "-1 days -00:00:01"), "-86401000000");
+    assert_eq!(json(1186, -1, "00:00:00"), "0");
+}
+
+#[test]
+fn intervals_as_iso_strings_in_string_mode() {
+    // "Temporal types": interval.handling.mode=string → io.debezium.time.Interval,
+    // P<years>Y<months>M<days>DT<hours>H<minutes>M<seconds>S.
+    let string = Modes {
+        interval: IntervalHandlingMode::String,
+        ..Modes::default()
+    };
+    assert_eq!(
+        json_with(1186, -1, string, "1 year 2 mons 3 days 04:05:06.5"),
+        "\"P1Y2M3DT4H5M6.5S\""
+    );
+    assert_eq!(
+        json_with(1186, -1, string, "-1 days -00:01:02.25"),
+        "\"P0Y0M-1DT0H-1M-2.25S\""
+    );
+    assert_eq!(
+        json_with(1186, -1, string, "00:00:00"),
+        "\"P0Y0M0DT0H0M0S\""
+    );
+}
+
+#[test]
+fn one_dimensional_arrays_are_json_arrays_of_their_elements() {
+    // "Basic types": ARRAY → Kafka Connect ARRAY of the element's type.
+    assert_eq!(json(1007, -1, "{1,2,NULL}"), "[1,2,null]");
+    assert_eq!(json(1007, -1, "{}"), "[]");
+    assert_eq!(
+        json(1009, -1, r#"{a,"b c","d\"e",NULL,"NULL"}"#),
+        r#"["a","b c","d\"e",null,"NULL"]"#
+    );
+    assert_eq!(json(1000, -1, "{t,f}"), "[true,false]");
+    assert_eq!(json(1182, -1, "{1970-01-02}"), "[1]");
+    assert!(
+        error(1007, -1, "{{1,2},{3,4}}")
+            .0
+            .contains("multi-dimensional")
+    );
+    assert!(error(1007, -1, "[0:1]={1,2}").0.contains("array"));
+}
+
+#[test]
+fn unchanged_toast_placeholder_takes_the_column_representation() {
+    // unavailable.value.placeholder: bytes columns carry its bytes.
+    let mut out = Vec::new();
+    let text = Mapping::of(25, -1, modes()).unwrap();
+    write_placeholder(&mut out, text, "__debezium_unavailable_value");
+    assert_eq!(out, b"\"__debezium_unavailable_value\"");
+    out.clear();
+    let bytea = Mapping::of(17, -1, modes()).unwrap();
+    write_placeholder(&mut out, bytea, "__debezium_unavailable_value");
+    assert_eq!(out, b"\"X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==\"");
+}
+
+#[test]
+fn unmapped_types_are_refused() {
+    for oid in [790, 1560, 600, 3904, 16_400, 1231] {
+        assert_eq!(Mapping::of(oid, -1, modes()), None, "type {oid}");
+    }
+}
+
+#[test]
+fn hostile_text_never_panics() {
+    let kinds = [
+        20, 16, 700, 701, 1700, 25, 17, 1082, 1083, 1114, 1184, 1266, 1186, 1007, 1009,
+    ];
+    let inputs: [&[u8]; 12] = [
+        b"",
+        b"-",
+        b".",
+        b"{",
+        b"}",
+        b"{\"",
+        b"\\x0",
+        b"99999999999-99-99",
+        b"1 year",
+        b"::",
+        b"\xff\xfe",
+        b"2024-01-01 25:00:00+99:99:99:99",
+    ];
+    for oid in kinds {
+        let mapping = Mapping::of(oid, -1, modes()).unwrap();
+        for input in inputs {
+            let _ = write_value(&mut Vec::new(), mapping, input, &mut Vec::new());
+        }
+    }
+}
+
+proptest::proptest! {
+    /// Any bytes, any mapped type: an error or JSON, never a panic; and
+    /// whatever is written parses as JSON.
+    #[test]
+    fn arbitrary_text_never_panics_and_output_is_json(
+        text in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        oid in proptest::sample::select(vec![
+            20_u32, 16, 700, 701, 1700, 25, 17, 1082, 1083, 1114, 1184, 1266, 1186,
+            1007, 1009, 1000, 1022, 1182, 1185,
+        ]),
+        typmod in proptest::sample::select(vec![-1_i32, 3, 6, (10 << 16 | 2) + 4]),
+    ) {
+        let mapping = Mapping::of(oid, typmod, modes()).unwrap();
+        let mut out = Vec::new();
+        if write_value(&mut out, mapping, &text, &mut Vec::new()).is_ok() {
+            let parsed: Result<serde_json::Value, _> = serde_json::from_slice(&out);
+            proptest::prop_assert!(parsed.is_ok(), "{:?} → {:?}", text, String::from_utf8_lossy(&out));
+        }
+    }
+
+    /// Interval and numeric texts made of their own alphabet.
+    #[test]
+    fn interval_and_numeric_alphabets_never_panic(
+        text in "[-0-9.: a-z]{0,40}",
+    ) {
+        for (oid, typmod) in [(1186_u32, -1), (1700, -1), (1700, (38 << 16 | 4) + 4), (1114, -1), (1184, -1)] {
+            let mapping = Mapping::of(oid, typmod, modes()).unwrap();
+            let _ = write_value(&mut Vec::new(), mapping, text.as_bytes(), &mut Vec::new());
+        }
+    }
+}

@@ -1,0 +1,669 @@
+//! Table change events: row changes of `[[table]]` tables → Kafka records
+//! in Debezium's change-event format (the JSON converter's output with
+//! `schemas.enable=false`), so consumers written for Debezium's PostgreSQL
+//! connector read them unchanged.
+//!
+//! One change becomes:
+//! - insert → `op: "c"` (`before` null, `after` the row);
+//! - update → `op: "u"` (`before` the old row when PostgreSQL sent one: the
+//!   whole row under REPLICA IDENTITY FULL, nothing under DEFAULT); when
+//!   the key changed, Debezium's delete + tombstone + create instead;
+//! - delete → `op: "d"` (`before` the old key columns under DEFAULT, the
+//!   whole row under FULL), then a tombstone (same key, null value) unless
+//!   `tombstones_on_delete = false`;
+//! - snapshot row → `op: "r"` with `source.snapshot: "true"` (`"last"` on
+//!   the snapshot's last table row).
+//!
+//! Key: the primary key's columns (told by [`TableRouter::set_primary_key`]
+//! from the catalog, else the relation's replica-identity columns), or the
+//! configured `key_columns`, as a JSON object; none → a null key.
+//!
+//! Invariants:
+//! - **Stable identity.** A record depends only on the change (its row, its
+//!   commit LSN, xid, commit time and index), never on a clock or on what
+//!   was sent before: a re-sent change has the same topic, key, value and
+//!   headers. `walrelay.event_id` = `<commit LSN>:<index>` (plus a suffix
+//!   for the extra records of one change), `walrelay.lsn` = commit LSN.
+//!   The top-level `ts_ms` is the commit time for this reason (Debezium
+//!   writes its processing time there).
+//! - **The newest shape wins.** Each Relation message re-binds its table,
+//!   so a column added or dropped mid-stream changes the records from that
+//!   change on; rows keep the shape they were decoded with.
+//! - **Never guess.** A column of a type we do not map, a `key_columns`
+//!   entry the table lacks, or a value we cannot read is a
+//!   [`TableEventError`] naming table, column, type or value and the fix —
+//!   reported when the Relation message arrives where possible.
+//! - Pure: no I/O, no clock; one reusable buffer for all JSON.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::Record;
+use super::debezium::{self, Mapping, Modes};
+use crate::Lsn;
+use crate::config::{Config, TableConfig, topic_name_problem};
+use crate::pgoutput::{Cell, Oid, Relation, TupleData};
+use crate::source::{Change, Op};
+
+/// Header carrying a table event's stable id.
+pub const EVENT_ID_HEADER: &str = "walrelay.event_id";
+/// Header carrying the transaction's commit LSN (as on outbox records).
+pub const LSN_HEADER: &str = "walrelay.lsn";
+
+/// A change that cannot become a table event. The connector stops on it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "cannot make a change event for table {table} (column {column}, at {lsn}): {reason}; {fix}"
+)]
+pub struct TableEventError {
+    pub table: String,
+    pub column: String,
+    pub lsn: Lsn,
+    pub reason: String,
+    pub fix: String,
+}
+
+/// What the transaction of a change tells the event (Debezium's `source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnInfo {
+    pub commit_lsn: Lsn,
+    pub xid: u32,
+    /// Commit time, milliseconds since 1970.
+    pub commit_ms: i64,
+}
+
+/// One `[[table]]` entry with its options resolved against `[table_defaults]`.
+#[derive(Debug)]
+struct Entry {
+    config: TableConfig,
+    modes: Modes,
+    tombstones: bool,
+    placeholder: String,
+}
+
+#[derive(Debug)]
+struct BoundColumn {
+    name: String,
+    /// `"name":`, escaped once.
+    name_json: Box<[u8]>,
+    mapping: Mapping,
+}
+
+/// A captured relation's columns, key and topic.
+#[derive(Debug)]
+struct Bound {
+    display: String,
+    topic: String,
+    columns: Vec<BoundColumn>,
+    /// Key column positions; `None`: a null key.
+    key: Option<Vec<usize>>,
+    tombstones: bool,
+    placeholder: String,
+    /// `,"schema":"…","table":"…"` for `source`.
+    names_json: Box<[u8]>,
+}
+
+/// The table router (see the module doc).
+#[derive(Debug)]
+pub struct TableRouter {
+    entries: Vec<Entry>,
+    /// `"name":"<prefix>"`-ready pieces of `source`.
+    prefix: String,
+    /// `,"snapshot":` prefix pieces, with `db` escaped once.
+    db_json: Box<[u8]>,
+    name_json: Box<[u8]>,
+    primary_keys: HashMap<(String, String), Vec<String>>,
+    /// User-defined type oid → (type it is written as, type modifier).
+    type_aliases: HashMap<Oid, (Oid, i32)>,
+    bound: HashMap<Oid, Result<Bound, TableEventError>>,
+    buf: Vec<u8>,
+    key_buf: Vec<u8>,
+    scratch: Vec<u8>,
+    event_id_header: Arc<str>,
+    lsn_header: Arc<str>,
+    lsn_text: (Lsn, Bytes),
+}
+
+impl TableRouter {
+    /// A router for the `[[table]]` sections of `config`.
+    pub fn new(config: &Config) -> TableRouter {
+        let d = &config.table_defaults;
+        let entries = config
+            .tables
+            .iter()
+            .map(|t| Entry {
+                modes: Modes {
+                    decimal: t.decimal_handling_mode.unwrap_or(d.decimal_handling_mode),
+                    time: t.time_precision_mode.unwrap_or(d.time_precision_mode),
+                    binary: t.binary_handling_mode.unwrap_or(d.binary_handling_mode),
+                    interval: t.interval_handling_mode.unwrap_or(d.interval_handling_mode),
+                },
+                tombstones: t.tombstones_on_delete.unwrap_or(d.tombstones_on_delete),
+                placeholder: t
+                    .unavailable_value_placeholder
+                    .clone()
+                    .unwrap_or_else(|| d.unavailable_value_placeholder.clone()),
+                config: t.clone(),
+            })
+            .collect();
+        let json = |s: &str| {
+            let mut v = Vec::new();
+            debezium::json_str(&mut v, s);
+            v.into_boxed_slice()
+        };
+        TableRouter {
+            entries,
+            prefix: config.topic_prefix().to_owned(),
+            db_json: json(&config.postgres.database),
+            name_json: json(config.topic_prefix()),
+            primary_keys: HashMap::new(),
+            type_aliases: HashMap::new(),
+            bound: HashMap::new(),
+            buf: Vec::with_capacity(1024),
+            key_buf: Vec::with_capacity(64),
+            scratch: Vec::new(),
+            event_id_header: Arc::from(EVENT_ID_HEADER),
+            lsn_header: Arc::from(LSN_HEADER),
+            lsn_text: (Lsn::ZERO, Bytes::new()),
+        }
+    }
+
+    /// Whether any `[[table]]` is configured.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Whether a `[[table]]` entry captures `schema.name`.
+    pub fn captures(&self, schema: &str, name: &str) -> bool {
+        self.entries.iter().any(|e| e.config.matches(schema, name))
+    }
+
+    /// Tells the primary key of `schema.name` (from the catalog): the key
+    /// of its events unless `key_columns` is set. Without it the relation's
+    /// replica-identity columns are used (the primary key under REPLICA
+    /// IDENTITY DEFAULT).
+    pub fn set_primary_key(&mut self, schema: &str, name: &str, columns: Vec<String>) {
+        self.primary_keys
+            .insert((schema.to_owned(), name.to_owned()), columns);
+    }
+
+    /// Tells that values of user-defined type `oid` are written as type
+    /// `as_oid` with modifier `typmod` (an enum as `text`, a domain as its
+    /// base type; from the catalog).
+    pub fn set_type_alias(&mut self, oid: Oid, as_oid: Oid, typmod: i32) {
+        self.type_aliases.insert(oid, (as_oid, typmod));
+    }
+
+    /// Whether changes of relation `oid` are table events.
+    pub fn claims(&self, oid: Oid) -> bool {
+        self.bound.contains_key(&oid)
+    }
+
+    /// Learns (or re-learns) a relation's shape; `at` names the stream
+    /// position in errors. A captured table with a column we cannot map is
+    /// an error now, before any of its rows.
+    pub fn on_relation(&mut self, rel: &Relation, at: Lsn) -> Result<(), TableEventError> {
+        let Some(entry) = self
+            .entries
+            .iter()
+            .find(|e| e.config.matches(&rel.namespace, &rel.name))
+        else {
+            self.bound.remove(&rel.oid);
+            return Ok(());
+        };
+        let bound = self.bind(entry, rel, at);
+        let result = bound.as_ref().map(|_| ()).map_err(Clone::clone);
+        self.bound.insert(rel.oid, bound);
+        result
+    }
+
+    fn bind(&self, entry: &Entry, rel: &Relation, at: Lsn) -> Result<Bound, TableEventError> {
+        let display = format!("{}.{}", rel.namespace, rel.name);
+        let err = |column: &str, reason: String, fix: &str| TableEventError {
+            table: display.clone(),
+            column: column.to_owned(),
+            lsn: at,
+            reason,
+            fix: fix.to_owned(),
+        };
+        let mut columns = Vec::with_capacity(rel.columns.len());
+        for c in &rel.columns {
+            let (oid, typmod) = match self.type_aliases.get(&c.type_oid) {
+                Some(&(oid, m)) if c.type_modifier < 0 => (oid, m),
+                Some(&(oid, _)) => (oid, c.type_modifier),
+                None => (c.type_oid, c.type_modifier),
+            };
+            let mapping = Mapping::of(oid, typmod, entry.modes).ok_or_else(|| {
+                err(
+                    &c.name,
+                    format!(
+                        "its type ({}) is not mapped to a Debezium representation",
+                        debezium::type_name(c.type_oid)
+                    ),
+                    "change the column's type to a mapped one (docs/compatibility.md lists \
+                     them), or remove the table from [[table]]",
+                )
+            })?;
+            let mut name_json = Vec::with_capacity(c.name.len() + 3);
+            debezium::json_str(&mut name_json, &c.name);
+            name_json.push(b':');
+            columns.push(BoundColumn {
+                name: c.name.clone(),
+                name_json: name_json.into_boxed_slice(),
+                mapping,
+            });
+        }
+        let key = if !entry.config.key_columns.is_empty() {
+            let mut positions = Vec::new();
+            for k in &entry.config.key_columns {
+                positions.push(rel.column_index(k).ok_or_else(|| {
+                    err(
+                        k,
+                        "key_columns names a column the table does not have".into(),
+                        "fix key_columns of this [[table]] section",
+                    )
+                })?);
+            }
+            Some(positions)
+        } else if let Some(pk) = self
+            .primary_keys
+            .get(&(rel.namespace.clone(), rel.name.clone()))
+        {
+            let positions: Option<Vec<usize>> = pk.iter().map(|k| rel.column_index(k)).collect();
+            positions.filter(|p| !p.is_empty())
+        } else if rel.replica_identity != b'f' {
+            let positions: Vec<usize> = rel.key_columns().map(|(i, _)| i).collect();
+            (!positions.is_empty()).then_some(positions)
+        } else {
+            None
+        };
+        let topic = entry
+            .config
+            .topic
+            .render(|p| match p {
+                "prefix" => Some(self.prefix.as_str()),
+                "schema" => Some(rel.namespace.as_str()),
+                "table" => Some(rel.name.as_str()),
+                _ => None,
+            })
+            .map_err(|p| {
+                err(
+                    "*",
+                    format!("the topic template uses {{{p}}}"),
+                    "use only {prefix}, {schema} and {table}",
+                )
+            })?;
+        if let Some(problem) = topic_name_problem(&topic) {
+            return Err(err(
+                "*",
+                format!("its topic {topic:?} is not a valid topic name: {problem}"),
+                "set a topic template for this [[table]] section that makes a valid name",
+            ));
+        }
+        let mut names_json = b",\"schema\":".to_vec();
+        debezium::json_str(&mut names_json, &rel.namespace);
+        names_json.extend_from_slice(b",\"table\":");
+        debezium::json_str(&mut names_json, &rel.name);
+        Ok(Bound {
+            display,
+            topic,
+            columns,
+            key,
+            tombstones: entry.tombstones,
+            placeholder: entry.placeholder.clone(),
+            names_json: names_json.into_boxed_slice(),
+        })
+    }
+
+    /// Appends the records of one change of a claimed relation to `out`
+    /// (none for a relation no `[[table]]` captures).
+    pub fn on_change(
+        &mut self,
+        change: &Change,
+        txn: TxnInfo,
+        out: &mut Vec<Record>,
+    ) -> Result<(), TableEventError> {
+        if !self.bound.contains_key(&change.relation.oid) {
+            return Ok(());
+        }
+        let lsn_text = self.lsn_text(txn.commit_lsn);
+        let bound = match self.bound.get(&change.relation.oid) {
+            None => return Ok(()),
+            Some(Err(e)) => {
+                let mut e = e.clone();
+                e.lsn = txn.commit_lsn;
+                return Err(e);
+            }
+            Some(Ok(b)) => b,
+        };
+        let id = format!("{}:{}", txn.commit_lsn, change.pos.index);
+        let source = Source::Stream {
+            txn,
+            lsn: change.lsn,
+        };
+        let (old, new) = (change.old.as_ref(), change.new.as_ref());
+        let mut ctx = Ctx {
+            bound,
+            buf: &mut self.buf,
+            key_buf: &mut self.key_buf,
+            scratch: &mut self.scratch,
+            prefix: Prefix {
+                name_json: &self.name_json,
+                db_json: &self.db_json,
+            },
+            headers: (&self.event_id_header, &self.lsn_header, lsn_text),
+            lsn: txn.commit_lsn,
+        };
+        match (change.op, old, new) {
+            (Op::Insert, _, Some(new)) => ctx.event(b'c', None, Some(new), new, source, &id, out),
+            (Op::Update, old, Some(new)) => {
+                // Only an old row with every key column present can show a
+                // key change: a REPLICA IDENTITY INDEX (or a key_columns
+                // key under DEFAULT) old tuple leaves other columns null.
+                let key_changed = match old {
+                    Some(old) if ctx.has_whole_key(old) => ctx.key_of(old)? != ctx.key_of(new)?,
+                    _ => false,
+                };
+                if let (true, Some(old)) = (key_changed, old) {
+                    // Debezium: a primary-key change is a delete of the old
+                    // key (+ tombstone) and a create of the new one.
+                    ctx.event(
+                        b'd',
+                        Some(old),
+                        None,
+                        old,
+                        source,
+                        &format!("{id}:delete"),
+                        out,
+                    )?;
+                    if bound.tombstones {
+                        ctx.tombstone(old, &format!("{id}:tombstone"), out)?;
+                    }
+                    ctx.event(b'c', None, Some(new), new, source, &id, out)
+                } else {
+                    ctx.event(b'u', old, Some(new), new, source, &id, out)
+                }
+            }
+            (Op::Delete, Some(old), _) => {
+                ctx.event(b'd', Some(old), None, old, source, &id, out)?;
+                if bound.tombstones {
+                    ctx.tombstone(old, &format!("{id}:tombstone"), out)?;
+                }
+                Ok(())
+            }
+            _ => Err(TableEventError {
+                table: bound.display.clone(),
+                column: "*".into(),
+                lsn: txn.commit_lsn,
+                reason: "the change carries no row".into(),
+                fix: "report it as a bug".into(),
+            }),
+        }
+    }
+
+    /// Appends the record of a snapshot row (`op: "r"`) of relation `rel`:
+    /// `consistent_point` and `index` are its position, `snapshot_ms` the
+    /// snapshot's start time (Debezium's `source.ts_ms` of snapshot rows),
+    /// `last` whether it is the snapshot's last row (`source.snapshot`
+    /// `"last"` instead of `"true"`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_snapshot_row(
+        &mut self,
+        rel: Oid,
+        row: &TupleData,
+        consistent_point: Lsn,
+        index: u32,
+        snapshot_ms: i64,
+        last: bool,
+        out: &mut Vec<Record>,
+    ) -> Result<(), TableEventError> {
+        if !self.bound.contains_key(&rel) {
+            return Ok(());
+        }
+        let lsn_text = self.lsn_text(consistent_point);
+        let bound = match self.bound.get(&rel) {
+            None => return Ok(()),
+            Some(Err(e)) => return Err(e.clone()),
+            Some(Ok(b)) => b,
+        };
+        let id = format!("{consistent_point}:snapshot:{index}");
+        let mut ctx = Ctx {
+            bound,
+            buf: &mut self.buf,
+            key_buf: &mut self.key_buf,
+            scratch: &mut self.scratch,
+            prefix: Prefix {
+                name_json: &self.name_json,
+                db_json: &self.db_json,
+            },
+            headers: (&self.event_id_header, &self.lsn_header, lsn_text),
+            lsn: consistent_point,
+        };
+        let source = Source::Snapshot {
+            lsn: consistent_point,
+            ts_ms: snapshot_ms,
+            last,
+        };
+        ctx.event(b'r', None, Some(row), row, source, &id, out)
+    }
+
+    fn lsn_text(&mut self, lsn: Lsn) -> Bytes {
+        if self.lsn_text.0 != lsn || self.lsn_text.1.is_empty() {
+            self.lsn_text = (lsn, Bytes::from(lsn.to_string()));
+        }
+        self.lsn_text.1.clone()
+    }
+}
+
+/// Where an event comes from (Debezium's `source` block).
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    Stream { txn: TxnInfo, lsn: Lsn },
+    Snapshot { lsn: Lsn, ts_ms: i64, last: bool },
+}
+
+#[derive(Debug)]
+struct Prefix<'a> {
+    name_json: &'a [u8],
+    db_json: &'a [u8],
+}
+
+/// One change being encoded.
+#[derive(Debug)]
+struct Ctx<'a> {
+    bound: &'a Bound,
+    buf: &'a mut Vec<u8>,
+    key_buf: &'a mut Vec<u8>,
+    scratch: &'a mut Vec<u8>,
+    prefix: Prefix<'a>,
+    headers: (&'a Arc<str>, &'a Arc<str>, Bytes),
+    lsn: Lsn,
+}
+
+impl Ctx<'_> {
+    fn err(&self, column: usize, reason: String) -> TableEventError {
+        TableEventError {
+            table: self.bound.display.clone(),
+            column: self
+                .bound
+                .columns
+                .get(column)
+                .map(|c| c.name.clone())
+                .unwrap_or_else(|| format!("#{column}")),
+            lsn: self.lsn,
+            reason,
+            fix: "check the value's type and the session settings (DateStyle ISO); report it \
+                  as a bug if the value is valid"
+                .into(),
+        }
+    }
+
+    /// Writes the cell of column `i` to `out`.
+    fn cell(
+        bound: &Bound,
+        out: &mut Vec<u8>,
+        scratch: &mut Vec<u8>,
+        i: usize,
+        cell: Option<&Cell>,
+    ) -> Result<(), (usize, String)> {
+        let Some(column) = bound.columns.get(i) else {
+            return Err((
+                i,
+                "the row has more columns than its Relation message".into(),
+            ));
+        };
+        match cell {
+            None | Some(Cell::Null) => out.extend_from_slice(b"null"),
+            Some(Cell::UnchangedToast) => {
+                debezium::write_placeholder(out, column.mapping, &bound.placeholder)
+            }
+            Some(Cell::Text(text)) => {
+                debezium::write_value(out, column.mapping, text, scratch).map_err(|e| (i, e.0))?
+            }
+            Some(Cell::Binary(_)) => {
+                return Err((
+                    i,
+                    "the value came in binary format, which walrelay does not request".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `row` has a value (not NULL) in every key column.
+    fn has_whole_key(&self, row: &TupleData) -> bool {
+        self.bound.key.as_ref().is_some_and(|positions| {
+            positions
+                .iter()
+                .all(|&i| matches!(row.get(i), Some(Cell::Text(_) | Cell::Binary(_))))
+        })
+    }
+
+    /// The key of `row` as JSON bytes (`None`: a null key).
+    fn key_of(&mut self, row: &TupleData) -> Result<Option<Bytes>, TableEventError> {
+        let Some(positions) = &self.bound.key else {
+            return Ok(None);
+        };
+        self.key_buf.clear();
+        self.key_buf.push(b'{');
+        for (n, &i) in positions.iter().enumerate() {
+            if n > 0 {
+                self.key_buf.push(b',');
+            }
+            let column = &self.bound.columns[i];
+            self.key_buf.extend_from_slice(&column.name_json);
+            Self::cell(self.bound, self.key_buf, self.scratch, i, row.get(i))
+                .map_err(|(i, why)| self.err(i, why))?;
+        }
+        self.key_buf.push(b'}');
+        Ok(Some(Bytes::copy_from_slice(self.key_buf)))
+    }
+
+    fn row(&mut self, row: Option<&TupleData>) -> Result<(), TableEventError> {
+        let Some(row) = row else {
+            self.buf.extend_from_slice(b"null");
+            return Ok(());
+        };
+        self.buf.push(b'{');
+        for (i, column) in self.bound.columns.iter().enumerate() {
+            if i > 0 {
+                self.buf.push(b',');
+            }
+            self.buf.extend_from_slice(&column.name_json);
+            Self::cell(self.bound, self.buf, self.scratch, i, row.get(i))
+                .map_err(|(i, why)| self.err(i, why))?;
+        }
+        self.buf.push(b'}');
+        Ok(())
+    }
+
+    fn headers(&self, id: &str) -> Vec<(Arc<str>, Bytes)> {
+        vec![
+            (
+                self.headers.0.clone(),
+                Bytes::copy_from_slice(id.as_bytes()),
+            ),
+            (self.headers.1.clone(), self.headers.2.clone()),
+        ]
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn event(
+        &mut self,
+        op: u8,
+        before: Option<&TupleData>,
+        after: Option<&TupleData>,
+        key_row: &TupleData,
+        source: Source,
+        id: &str,
+        out: &mut Vec<Record>,
+    ) -> Result<(), TableEventError> {
+        use std::io::Write as _;
+        let key = self.key_of(key_row)?;
+        self.buf.clear();
+        self.buf.extend_from_slice(b"{\"before\":");
+        self.row(before)?;
+        self.buf.extend_from_slice(b",\"after\":");
+        self.row(after)?;
+        let (ts_ms, snapshot, txid, lsn) = match source {
+            Source::Stream { txn, lsn } => (txn.commit_ms, "false", Some(txn.xid), lsn),
+            Source::Snapshot { lsn, ts_ms, last } => {
+                (ts_ms, if last { "last" } else { "true" }, None, lsn)
+            }
+        };
+        let buf = &mut *self.buf;
+        buf.extend_from_slice(b",\"source\":{\"version\":\"");
+        buf.extend_from_slice(env!("CARGO_PKG_VERSION").as_bytes());
+        buf.extend_from_slice(b"\",\"connector\":\"postgresql\",\"name\":");
+        buf.extend_from_slice(self.prefix.name_json);
+        let _ = write!(
+            buf,
+            ",\"ts_ms\":{ts_ms},\"snapshot\":\"{snapshot}\",\"db\":"
+        );
+        buf.extend_from_slice(self.prefix.db_json);
+        let _ = write!(buf, ",\"sequence\":\"[null,\\\"{}\\\"]\"", lsn.0);
+        buf.extend_from_slice(&self.bound.names_json);
+        match txid {
+            Some(x) => {
+                let _ = write!(buf, ",\"txId\":{x}");
+            }
+            None => buf.extend_from_slice(b",\"txId\":null"),
+        }
+        let _ = write!(
+            buf,
+            ",\"lsn\":{},\"xmin\":null}},\"op\":\"{}\",\"ts_ms\":{ts_ms},\"transaction\":null}}",
+            lsn.0, op as char
+        );
+        out.push(Record {
+            topic: self.bound.topic.clone(),
+            key,
+            value: Some(Bytes::copy_from_slice(buf)),
+            headers: self.headers(id),
+            timestamp_ms: None,
+        });
+        Ok(())
+    }
+
+    fn tombstone(
+        &mut self,
+        key_row: &TupleData,
+        id: &str,
+        out: &mut Vec<Record>,
+    ) -> Result<(), TableEventError> {
+        let key = self.key_of(key_row)?;
+        out.push(Record {
+            topic: self.bound.topic.clone(),
+            key,
+            value: None,
+            headers: self.headers(id),
+            timestamp_ms: None,
+        });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "table_tests.rs"]
+mod tests;

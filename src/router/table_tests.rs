@@ -1,0 +1,484 @@
+//! Envelope shapes. The expected values follow Debezium's PostgreSQL
+//! connector documentation, section "Data change events" (subsections
+//! "Change event keys", "create events", "update events", "Primary key
+//! updates", "delete events", "Tombstone events") and "REPLICA IDENTITY",
+//! as the JSON converter writes them with `schemas.enable=false` (the
+//! `payload` part only). Deliberate differences (top-level `ts_ms` = commit
+//! time, `sequence`'s first element null) are in docs/compatibility.md.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use super::*;
+use crate::pgoutput::Column;
+use crate::source::Position;
+
+const COMMIT: Lsn = Lsn(0x16B_3748);
+const CHANGE_AT: Lsn = Lsn(0x16B_3700);
+const TXN: TxnInfo = TxnInfo {
+    commit_lsn: COMMIT,
+    xid: 555,
+    commit_ms: 1_704_067_200_000,
+};
+
+fn config(extra: &str) -> Config {
+    Config::from_str(
+        &format!(
+            r#"
+[connector]
+name = "shop"
+[postgres]
+database = "app"
+[kafka]
+brokers = "k:9092"
+{extra}
+"#
+        ),
+        "test.toml",
+    )
+    .expect("valid config")
+}
+
+fn col(name: &str, type_oid: Oid, typmod: i32, key: bool) -> Column {
+    Column {
+        flags: u8::from(key),
+        name: name.into(),
+        type_oid,
+        type_modifier: typmod,
+    }
+}
+
+fn customers(identity: u8) -> Relation {
+    Relation {
+        oid: 7,
+        namespace: "public".into(),
+        name: "customers".into(),
+        replica_identity: identity,
+        columns: vec![
+            col("id", 23, -1, true),
+            col("name", 25, -1, false),
+            col("balance", 1700, (10 << 16 | 2) + 4, false),
+            col("note", 25, -1, false),
+        ],
+    }
+}
+
+fn t(s: &str) -> Cell {
+    Cell::Text(Bytes::copy_from_slice(s.as_bytes()))
+}
+
+fn row(cells: Vec<Cell>) -> TupleData {
+    TupleData(cells)
+}
+
+fn change(op: Op, rel: &Relation, old: Option<TupleData>, new: Option<TupleData>) -> Change {
+    Change {
+        pos: Position {
+            commit_lsn: COMMIT,
+            index: 3,
+        },
+        lsn: CHANGE_AT,
+        op,
+        relation: Arc::new(rel.clone()),
+        old,
+        new,
+    }
+}
+
+/// The `source` block Debezium writes for a streamed change.
+fn source() -> String {
+    format!(
+        r#"{{"version":"{}","connector":"postgresql","name":"shop","ts_ms":1704067200000,"snapshot":"false","db":"app","sequence":"[null,\"{}\"]","schema":"public","table":"customers","txId":555,"lsn":{},"xmin":null}}"#,
+        env!("CARGO_PKG_VERSION"),
+        CHANGE_AT.0,
+        CHANGE_AT.0
+    )
+}
+
+fn envelope(before: &str, after: &str, op: char) -> String {
+    format!(
+        r#"{{"before":{before},"after":{after},"source":{},"op":"{op}","ts_ms":1704067200000,"transaction":null}}"#,
+        source()
+    )
+}
+
+fn router(extra: &str, rel: &Relation) -> TableRouter {
+    let mut r = TableRouter::new(&config(extra));
+    r.on_relation(rel, Lsn(1)).unwrap();
+    r
+}
+
+fn text(b: &Option<Bytes>) -> Option<String> {
+    b.as_ref().map(|b| String::from_utf8(b.to_vec()).unwrap())
+}
+
+fn header(r: &Record, name: &str) -> String {
+    let (_, v) = r.headers.iter().find(|(k, _)| &**k == name).unwrap();
+    String::from_utf8(v.to_vec()).unwrap()
+}
+
+const TABLE: &str = "[[table]]\nname = \"public.customers\"";
+
+#[test]
+fn insert_is_a_create_event_keyed_by_the_primary_key() {
+    let rel = customers(b'd');
+    let mut r = router(TABLE, &rel);
+    let mut out = Vec::new();
+    let new = row(vec![t("1"), t("Ann"), t("12.50"), Cell::Null]);
+    r.on_change(&change(Op::Insert, &rel, None, Some(new)), TXN, &mut out)
+        .unwrap();
+    assert_eq!(out.len(), 1);
+    let rec = &out[0];
+    assert_eq!(rec.topic, "shop.public.customers");
+    assert_eq!(text(&rec.key).as_deref(), Some(r#"{"id":1}"#));
+    assert_eq!(
+        text(&rec.value).unwrap(),
+        envelope(
+            "null",
+            r#"{"id":1,"name":"Ann","balance":"BOI=","note":null}"#,
+            'c'
+        )
+    );
+    assert_eq!(header(rec, "walrelay.event_id"), "0/016B3748:3");
+    assert_eq!(header(rec, "walrelay.lsn"), "0/016B3748");
+}
+
+#[test]
+fn update_under_default_identity_has_no_before_and_marks_unchanged_toast() {
+    let rel = customers(b'd');
+    let mut r = router(TABLE, &rel);
+    let mut out = Vec::new();
+    let new = row(vec![t("1"), t("Bo"), t("0.00"), Cell::UnchangedToast]);
+    r.on_change(&change(Op::Update, &rel, None, Some(new)), TXN, &mut out)
+        .unwrap();
+    assert_eq!(
+        text(&out[0].value).unwrap(),
+        envelope(
+            "null",
+            r#"{"id":1,"name":"Bo","balance":"AA==","note":"__debezium_unavailable_value"}"#,
+            'u'
+        )
+    );
+}
+
+#[test]
+fn update_under_full_identity_carries_the_whole_old_row() {
+    let rel = customers(b'f');
+    let mut r = router(TABLE, &rel);
+    r.set_primary_key("public", "customers", vec!["id".into()]);
+    r.on_relation(&rel, Lsn(1)).unwrap();
+    let mut out = Vec::new();
+    let old = row(vec![t("1"), t("Ann"), t("12.50"), t("x")]);
+    let new = row(vec![t("1"), t("Bo"), t("12.50"), t("x")]);
+    r.on_change(
+        &change(Op::Update, &rel, Some(old), Some(new)),
+        TXN,
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(text(&out[0].key).as_deref(), Some(r#"{"id":1}"#));
+    assert_eq!(
+        text(&out[0].value).unwrap(),
+        envelope(
+            r#"{"id":1,"name":"Ann","balance":"BOI=","note":"x"}"#,
+            r#"{"id":1,"name":"Bo","balance":"BOI=","note":"x"}"#,
+            'u'
+        )
+    );
+}
+
+#[test]
+fn full_identity_without_a_known_primary_key_has_a_null_key() {
+    // pgoutput flags every column of a REPLICA IDENTITY FULL table as key:
+    // only the catalog knows the primary key.
+    let rel = customers(b'f');
+    let mut r = router(TABLE, &rel);
+    let mut out = Vec::new();
+    let new = row(vec![t("1"), t("Ann"), t("1.00"), Cell::Null]);
+    r.on_change(&change(Op::Insert, &rel, None, Some(new)), TXN, &mut out)
+        .unwrap();
+    assert_eq!(out[0].key, None);
+}
+
+#[test]
+fn delete_has_the_old_key_in_before_and_is_followed_by_a_tombstone() {
+    let rel = customers(b'd');
+    let mut r = router(TABLE, &rel);
+    let mut out = Vec::new();
+    let old = row(vec![t("1"), Cell::Null, Cell::Null, Cell::Null]);
+    r.on_change(&change(Op::Delete, &rel, Some(old), None), TXN, &mut out)
+        .unwrap();
+    assert_eq!(out.len(), 2);
+    assert_eq!(
+        text(&out[0].value).unwrap(),
+        envelope(
+            r#"{"id":1,"name":null,"balance":null,"note":null}"#,
+            "null",
+            'd'
+        )
+    );
+    assert_eq!(text(&out[1].key).as_deref(), Some(r#"{"id":1}"#));
+    assert_eq!(out[1].value, None);
+    assert_eq!(out[1].topic, "shop.public.customers");
+    assert_eq!(header(&out[0], "walrelay.event_id"), "0/016B3748:3");
+    assert_eq!(
+        header(&out[1], "walrelay.event_id"),
+        "0/016B3748:3:tombstone"
+    );
+}
+
+#[test]
+fn tombstones_can_be_switched_off_per_table() {
+    let rel = customers(b'd');
+    let mut r = router(&format!("{TABLE}\ntombstones_on_delete = false"), &rel);
+    let mut out = Vec::new();
+    let old = row(vec![t("1"), Cell::Null, Cell::Null, Cell::Null]);
+    r.on_change(&change(Op::Delete, &rel, Some(old), None), TXN, &mut out)
+        .unwrap();
+    assert_eq!(out.len(), 1);
+}
+
+#[test]
+fn primary_key_change_is_delete_tombstone_create() {
+    let rel = customers(b'd');
+    let mut r = router(TABLE, &rel);
+    let mut out = Vec::new();
+    let old = row(vec![t("1"), Cell::Null, Cell::Null, Cell::Null]);
+    let new = row(vec![t("2"), t("Ann"), t("1.00"), Cell::Null]);
+    r.on_change(
+        &change(Op::Update, &rel, Some(old), Some(new)),
+        TXN,
+        &mut out,
+    )
+    .unwrap();
+    let ops: Vec<_> = out
+        .iter()
+        .map(|rec| {
+            (
+                text(&rec.key).unwrap(),
+                text(&rec.value)
+                    .map(|v| v.contains(r#""op":"d""#) as u8 + 2 * v.contains(r#""op":"c""#) as u8),
+                header(rec, "walrelay.event_id"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            (
+                r#"{"id":1}"#.to_owned(),
+                Some(1),
+                "0/016B3748:3:delete".to_owned()
+            ),
+            (
+                r#"{"id":1}"#.to_owned(),
+                None,
+                "0/016B3748:3:tombstone".to_owned()
+            ),
+            (r#"{"id":2}"#.to_owned(), Some(2), "0/016B3748:3".to_owned()),
+        ]
+    );
+}
+
+#[test]
+fn key_columns_key_a_table_without_primary_key() {
+    let mut rel = customers(b'f');
+    for c in &mut rel.columns {
+        c.flags = 1;
+    }
+    let mut r = router(&format!("{TABLE}\nkey_columns = [\"name\", \"id\"]"), &rel);
+    let mut out = Vec::new();
+    let new = row(vec![t("1"), t("Ann"), t("1.00"), Cell::Null]);
+    r.on_change(&change(Op::Insert, &rel, None, Some(new)), TXN, &mut out)
+        .unwrap();
+    assert_eq!(
+        text(&out[0].key).as_deref(),
+        Some(r#"{"name":"Ann","id":1}"#)
+    );
+}
+
+#[test]
+fn a_table_without_any_key_has_null_keys() {
+    let mut rel = customers(b'd');
+    rel.columns[0].flags = 0;
+    let mut r = router(TABLE, &rel);
+    let mut out = Vec::new();
+    let new = row(vec![t("1"), t("Ann"), t("1.00"), Cell::Null]);
+    r.on_change(&change(Op::Insert, &rel, None, Some(new)), TXN, &mut out)
+        .unwrap();
+    assert_eq!(out[0].key, None);
+}
+
+#[test]
+fn snapshot_rows_are_read_events() {
+    let rel = customers(b'd');
+    let mut r = router(TABLE, &rel);
+    let mut out = Vec::new();
+    let new = row(vec![t("1"), t("Ann"), t("1.00"), Cell::Null]);
+    r.on_snapshot_row(7, &new, COMMIT, 9, 1_700_000_000_000, false, &mut out)
+        .unwrap();
+    let value = text(&out[0].value).unwrap();
+    assert_eq!(
+        value,
+        format!(
+            r#"{{"before":null,"after":{{"id":1,"name":"Ann","balance":"ZA==","note":null}},"source":{{"version":"{}","connector":"postgresql","name":"shop","ts_ms":1700000000000,"snapshot":"true","db":"app","sequence":"[null,\"{c}\"]","schema":"public","table":"customers","txId":null,"lsn":{c},"xmin":null}},"op":"r","ts_ms":1700000000000,"transaction":null}}"#,
+            env!("CARGO_PKG_VERSION"),
+            c = COMMIT.0
+        )
+    );
+    assert_eq!(
+        header(&out[0], "walrelay.event_id"),
+        "0/016B3748:snapshot:9"
+    );
+}
+
+#[test]
+fn a_new_relation_message_changes_the_columns_from_then_on() {
+    let rel = customers(b'd');
+    let mut r = router(TABLE, &rel);
+    let mut wider = rel.clone();
+    wider.columns.push(col("vip", 16, -1, false));
+    r.on_relation(&wider, Lsn(2)).unwrap();
+    let mut out = Vec::new();
+    let new = row(vec![t("1"), t("Ann"), t("1.00"), Cell::Null, t("t")]);
+    r.on_change(&change(Op::Insert, &wider, None, Some(new)), TXN, &mut out)
+        .unwrap();
+    assert!(
+        text(&out[0].value)
+            .unwrap()
+            .contains(r#""note":null,"vip":true}"#)
+    );
+}
+
+#[test]
+fn an_unmapped_column_is_refused_when_its_relation_arrives() {
+    let mut rel = customers(b'd');
+    rel.columns.push(col("price", 790, -1, false));
+    let mut r = TableRouter::new(&config(TABLE));
+    let e = r.on_relation(&rel, Lsn(5)).unwrap_err();
+    assert_eq!(e.table, "public.customers");
+    assert_eq!(e.column, "price");
+    assert!(e.to_string().contains("money"), "{e}");
+    // And its rows are refused too, never dropped.
+    let new = row(vec![t("1"), t("A"), t("1.00"), Cell::Null, t("$1.00")]);
+    let err = r
+        .on_change(
+            &change(Op::Insert, &rel, None, Some(new)),
+            TXN,
+            &mut Vec::new(),
+        )
+        .unwrap_err();
+    assert_eq!(err.column, "price");
+}
+
+#[test]
+fn key_columns_naming_a_missing_column_is_an_error_naming_it() {
+    let rel = customers(b'd');
+    let mut r = TableRouter::new(&config(&format!("{TABLE}\nkey_columns = [\"email\"]")));
+    let e = r.on_relation(&rel, Lsn(5)).unwrap_err();
+    assert_eq!(e.column, "email");
+    assert!(e.fix.contains("key_columns"));
+}
+
+#[test]
+fn a_bad_value_names_table_column_and_lsn() {
+    let rel = customers(b'd');
+    let mut r = router(TABLE, &rel);
+    let new = row(vec![t("one"), t("A"), t("1.00"), Cell::Null]);
+    let e = r
+        .on_change(
+            &change(Op::Insert, &rel, None, Some(new)),
+            TXN,
+            &mut Vec::new(),
+        )
+        .unwrap_err();
+    assert_eq!(
+        (e.table.as_str(), e.column.as_str(), e.lsn),
+        ("public.customers", "id", COMMIT)
+    );
+}
+
+#[test]
+fn patterns_capture_matching_tables_with_their_own_topics_and_modes() {
+    let mut rel = customers(b'd');
+    rel.name = "orders".into();
+    let mut r = router(
+        "[table_defaults]\ntopic_prefix = \"cdc\"\ndecimal_handling_mode = \"string\"\n[[table]]\nname = \"public.*\"\ntopic = \"{prefix}-{table}\"",
+        &rel,
+    );
+    assert!(r.claims(7));
+    let mut out = Vec::new();
+    let new = row(vec![t("1"), t("A"), t("1.50"), Cell::Null]);
+    r.on_change(&change(Op::Insert, &rel, None, Some(new)), TXN, &mut out)
+        .unwrap();
+    assert_eq!(out[0].topic, "cdc-orders");
+    let value = text(&out[0].value).unwrap();
+    assert!(value.contains(r#""balance":"1.50""#), "{value}");
+    assert!(value.contains(r#""name":"cdc""#), "{value}");
+    // A relation no entry captures is not claimed.
+    let mut other = customers(b'd');
+    other.oid = 8;
+    other.namespace = "audit".into();
+    r.on_relation(&other, Lsn(3)).unwrap();
+    assert!(!r.claims(8));
+}
+
+#[test]
+fn enums_and_domains_are_written_as_the_type_the_catalog_names() {
+    let mut rel = customers(b'd');
+    rel.columns.push(col("mood", 16_941, -1, false));
+    rel.columns.push(col("price", 16_950, -1, false));
+    let mut r = TableRouter::new(&config(TABLE));
+    // Unknown user-defined types are refused...
+    assert_eq!(r.on_relation(&rel, Lsn(1)).unwrap_err().column, "mood");
+    // ...and mapped once the catalog says what they are: an enum as text,
+    // a domain over numeric(10,2) as that.
+    r.set_type_alias(16_941, 25, -1);
+    r.set_type_alias(16_950, 1700, (10 << 16 | 2) + 4);
+    r.on_relation(&rel, Lsn(1)).unwrap();
+    let mut out = Vec::new();
+    let new = row(vec![
+        t("1"),
+        t("A"),
+        t("1.00"),
+        Cell::Null,
+        t("happy"),
+        t("12.50"),
+    ]);
+    r.on_change(&change(Op::Insert, &rel, None, Some(new)), TXN, &mut out)
+        .unwrap();
+    let value = text(&out[0].value).unwrap();
+    assert!(
+        value.contains(r#""mood":"happy","price":"BOI=""#),
+        "{value}"
+    );
+}
+
+#[test]
+fn an_old_tuple_without_the_key_is_an_update_not_a_key_change() {
+    // REPLICA IDENTITY USING INDEX on (name): the old tuple has the index
+    // columns only, so it cannot show a primary-key change.
+    let mut rel = customers(b'i');
+    rel.columns[0].flags = 0;
+    rel.columns[1].flags = 1;
+    let mut r = router(TABLE, &rel);
+    r.set_primary_key("public", "customers", vec!["id".into()]);
+    r.on_relation(&rel, Lsn(1)).unwrap();
+    let mut out = Vec::new();
+    let old = row(vec![Cell::Null, t("Ann"), Cell::Null, Cell::Null]);
+    let new = row(vec![t("1"), t("Bo"), t("1.00"), Cell::Null]);
+    r.on_change(
+        &change(Op::Update, &rel, Some(old), Some(new)),
+        TXN,
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(text(&out[0].key).as_deref(), Some(r#"{"id":1}"#));
+    let value = text(&out[0].value).unwrap();
+    assert!(value.contains(r#""op":"u""#), "{value}");
+    assert!(
+        value.contains(r#""before":{"id":null,"name":"Ann","balance":null,"note":null}"#),
+        "{value}"
+    );
+}

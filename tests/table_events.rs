@@ -1,0 +1,524 @@
+//! Table change events against the real services: `[[table]]` tables'
+//! existing rows (snapshot, `op: "r"`) and their inserts, updates and
+//! deletes (+ tombstones) arrive in Debezium's JSON envelope with the
+//! expected topic, key and value — every mapped type and NULLs, a table
+//! without a primary key keyed by `key_columns`, a REPLICA IDENTITY FULL
+//! table, an unchanged TOASTed value, and a column added mid-stream.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use support::*;
+
+const CATCH_UP: Duration = Duration::from_secs(120);
+
+/// Every mapped type, one column each (and a TOASTable `c_big`).
+const TYPES_TABLE: &str = "CREATE TYPE mood AS ENUM ('happy', 'sad');
+  CREATE DOMAIN posint AS int4 CHECK (VALUE > 0);
+  CREATE TABLE types_t (
+    id int4 PRIMARY KEY,
+    c_int2 int2, c_int8 int8, c_bool bool, c_f4 real, c_f8 float8,
+    c_num numeric(10,2), c_numv numeric, c_text text, c_varchar varchar(10),
+    c_uuid uuid, c_json json, c_jsonb jsonb, c_bytea bytea, c_date date,
+    c_time time, c_time3 time(3), c_ts timestamp, c_ts3 timestamp(3),
+    c_tstz timestamptz, c_timetz timetz, c_interval interval, c_inet inet,
+    c_cidr cidr, c_mac macaddr, c_int_arr int4[], c_text_arr text[], c_mood mood,
+    c_moods mood[], c_pos posint, c_big text);
+  ALTER TABLE types_t OWNER TO walrelay;
+  CREATE TABLE nopk_t (code text NOT NULL, qty int4);
+  ALTER TABLE nopk_t REPLICA IDENTITY FULL;
+  ALTER TABLE nopk_t OWNER TO walrelay;
+  CREATE TABLE full_t (id int4 PRIMARY KEY, v text);
+  ALTER TABLE full_t REPLICA IDENTITY FULL;
+  ALTER TABLE full_t OWNER TO walrelay;";
+
+const ALL_TYPES_ROW: &str = "INSERT INTO types_t VALUES (2, -5, 9007199254740993, true, 1.5,
+    -2.25, 12.50, 3.14159, 'héllo \"q\"', 'v', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
+    '{\"a\": 1}', '{\"b\": [1, 2]}', '\\x0102ff', '2024-01-01', '13:45:10.5', '13:45:10.5',
+    '2024-01-01 00:00:00.123456', '2024-01-01 00:00:00.123', '2024-01-01 05:30:00.5+05:30',
+    '10:00:00+02', '1 year 2 mons 3 days 04:05:06.5', '192.168.0.1/24', '10.0.0.0/8',
+    '08:00:2b:01:02:03', '{1,2,NULL}', '{a,\"b c\"}', 'happy', '{happy,sad}', 7, 'small')";
+
+/// The `after` of [`ALL_TYPES_ROW`], as Debezium writes it (see
+/// src/router/debezium_tests.rs for where each form comes from).
+fn all_types_after() -> Value {
+    json!({
+        "id": 2, "c_int2": -5, "c_int8": 9007199254740993_i64, "c_bool": true,
+        "c_f4": 1.5, "c_f8": -2.25, "c_num": "BOI=",
+        "c_numv": {"scale": 5, "value": "BMsv"},
+        "c_text": "héllo \"q\"", "c_varchar": "v",
+        "c_uuid": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+        "c_json": "{\"a\": 1}", "c_jsonb": "{\"b\": [1, 2]}", "c_bytea": "AQL/",
+        "c_date": 19723, "c_time": 49_510_500_000_i64, "c_time3": 49_510_500,
+        "c_ts": 1_704_067_200_123_456_i64, "c_ts3": 1_704_067_200_123_i64,
+        "c_tstz": "2024-01-01T00:00:00.5Z", "c_timetz": "08:00:00Z",
+        "c_interval": 37_091_106_500_000_i64, "c_inet": "192.168.0.1/24",
+        "c_cidr": "10.0.0.0/8", "c_mac": "08:00:2b:01:02:03",
+        "c_int_arr": [1, 2, null], "c_text_arr": ["a", "b c"],
+        // Enums as strings, domains as their base type.
+        "c_mood": "happy", "c_moods": ["happy", "sad"], "c_pos": 7, "c_big": "small"
+    })
+}
+
+/// A row of `types_t` with only `id` set (and `extra` columns added later).
+fn nulls_row(id: i64, extra: &[(&str, Value)]) -> Value {
+    let mut row = all_types_after();
+    for (_, v) in row.as_object_mut().unwrap().iter_mut() {
+        *v = Value::Null;
+    }
+    row["id"] = json!(id);
+    for (k, v) in extra {
+        row[*k] = v.clone();
+    }
+    row
+}
+
+/// One consumed record: key and value parsed, headers as text.
+#[derive(Debug, Clone)]
+struct Event {
+    key: Option<Value>,
+    value: Option<Value>,
+    /// The value as sent, to check the order of its fields.
+    raw: String,
+    event_id: String,
+    lsn: String,
+}
+
+fn read(topic: &str) -> Vec<Event> {
+    let mut got = consume_to_end(&[topic]);
+    got.sort_by_key(|r| (r.partition, r.offset));
+    got.iter()
+        .map(|r| Event {
+            key: r.key.as_ref().map(|k| serde_json::from_slice(k).unwrap()),
+            value: r.value.as_ref().map(|v| serde_json::from_slice(v).unwrap()),
+            raw: String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned(),
+            event_id: r.header_str("walrelay.event_id").unwrap_or_default(),
+            lsn: r.header_str("walrelay.lsn").unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// Waits until `topic` holds `n` records; returns them in partition order.
+async fn wait_records(topic: &str, n: usize) -> Vec<Event> {
+    wait_for(&format!("{n} records in {topic}"), CATCH_UP, || {
+        let topic = topic.to_owned();
+        async move {
+            let got = read(&topic);
+            (got.len() >= n).then_some(got)
+        }
+    })
+    .await
+}
+
+/// Checks the envelope around `before`/`after` and returns the value.
+fn check_envelope(
+    e: &Event,
+    prefix: &str,
+    db: &str,
+    table: &str,
+    op: &str,
+    before: &Value,
+    after: &Value,
+) {
+    let v = e
+        .value
+        .as_ref()
+        .unwrap_or_else(|| panic!("{e:?} is a tombstone"));
+    assert_eq!(v["op"], json!(op), "{v}");
+    assert_eq!(&v["before"], before, "before of {op} in {table}");
+    assert_eq!(&v["after"], after, "after of {op} in {table}");
+    assert_eq!(v["transaction"], Value::Null);
+    let s = &v["source"];
+    assert_eq!(s["connector"], json!("postgresql"));
+    assert_eq!(s["name"], json!(prefix));
+    assert_eq!(s["db"], json!(db));
+    assert_eq!(s["schema"], json!("public"));
+    assert_eq!(s["table"], json!(table));
+    assert_eq!(s["xmin"], Value::Null);
+    assert!(s["ts_ms"].as_i64().unwrap() > 1_700_000_000_000, "{s}");
+    assert_eq!(v["ts_ms"], s["ts_ms"]);
+    assert!(s["lsn"].as_u64().unwrap() > 0);
+    // Debezium's field order (the JSON converter writes struct fields in
+    // schema order): the envelope's, then source's.
+    let order = [
+        "{\"before\":",
+        ",\"after\":",
+        ",\"source\":{\"version\":",
+        ",\"connector\":",
+        ",\"name\":",
+        ",\"ts_ms\":",
+        ",\"snapshot\":",
+        ",\"db\":",
+        ",\"sequence\":",
+        ",\"schema\":",
+        ",\"table\":",
+        ",\"txId\":",
+        ",\"lsn\":",
+        ",\"xmin\":null},\"op\":",
+        ",\"ts_ms\":",
+        ",\"transaction\":null}",
+    ];
+    let mut at = 0;
+    for field in order {
+        let found = e.raw[at..]
+            .find(field)
+            .unwrap_or_else(|| panic!("{field} not after position {at} in {}", e.raw));
+        at += found + field.len();
+    }
+    if op == "r" {
+        // "last" on the snapshot's last row only (checked by the caller).
+        assert!(
+            s["snapshot"] == json!("true") || s["snapshot"] == json!("last"),
+            "{s}"
+        );
+        assert_eq!(s["txId"], Value::Null);
+        assert!(e.event_id.contains(":snapshot:"), "{}", e.event_id);
+    } else {
+        assert_eq!(s["snapshot"], json!("false"));
+        assert!(s["txId"].as_u64().unwrap() > 0);
+        // walrelay.event_id = <commit LSN>:<index>; walrelay.lsn = commit LSN.
+        assert!(
+            e.event_id.starts_with(&format!("{}:", e.lsn)),
+            "{} vs {}",
+            e.event_id,
+            e.lsn
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_changes_arrive_as_debezium_change_events() {
+    require_kafka();
+    let db = TestDb::new("wr_table_events").await;
+    let names = Names::new("wr_te");
+    db.client.batch_execute(TYPES_TABLE).await.expect("tables");
+    // Existing rows: the snapshot reads them.
+    db.client
+        .batch_execute(
+            "INSERT INTO types_t (id) VALUES (1);
+             INSERT INTO nopk_t VALUES ('pre', 0);
+             INSERT INTO full_t VALUES (1, 'x');",
+        )
+        .await
+        .expect("prefill");
+    let prefix = format!("{}_cdc", names.connector);
+    let config = format!(
+        r#"
+[connector]
+name = "{connector}"
+[postgres]
+host = "127.0.0.1"
+port = {port}
+user = "walrelay"
+password = "walrelay"
+database = "{db}"
+slot = "{slot}"
+publication = "{publication}"
+status_interval = "200ms"
+[kafka]
+brokers = "{brokers}"
+linger = "2ms"
+[table_defaults]
+topic_prefix = "{prefix}"
+[[table]]
+name = "public.nopk_t"
+key_columns = ["code"]
+[[table]]
+name = "public.*"
+"#,
+        connector = names.connector,
+        port = pg_port(),
+        db = db.name,
+        slot = names.slot,
+        publication = names.publication,
+        brokers = kafka_brokers(),
+    );
+    let mut relay = RelayProcess::start(&config, &[]);
+    let types_topic = format!("{prefix}.public.types_t");
+    let nopk_topic = format!("{prefix}.public.nopk_t");
+    let full_topic = format!("{prefix}.public.full_t");
+
+    // 1. The snapshot: one read event per existing row.
+    let snap = wait_records(&types_topic, 1).await;
+    check_envelope(
+        &snap[0],
+        &prefix,
+        &db.name,
+        "types_t",
+        "r",
+        &Value::Null,
+        &nulls_row(1, &[]),
+    );
+    assert_eq!(snap[0].key, Some(json!({"id": 1})));
+    let snap = wait_records(&nopk_topic, 1).await;
+    check_envelope(
+        &snap[0],
+        &prefix,
+        &db.name,
+        "nopk_t",
+        "r",
+        &Value::Null,
+        &json!({"code": "pre", "qty": 0}),
+    );
+    assert_eq!(snap[0].key, Some(json!({"code": "pre"})));
+    let snap = wait_records(&full_topic, 1).await;
+    check_envelope(
+        &snap[0],
+        &prefix,
+        &db.name,
+        "full_t",
+        "r",
+        &Value::Null,
+        &json!({"id": 1, "v": "x"}),
+    );
+    relay.wait_log("snapshot completed", CATCH_UP).await;
+
+    // 2. Streamed changes.
+    db.client
+        .batch_execute(&format!(
+            "{ALL_TYPES_ROW};
+             INSERT INTO types_t (id) VALUES (3);
+             INSERT INTO types_t (id, c_big) VALUES
+               (5, (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 400) g));
+             UPDATE types_t SET c_text = 'changed' WHERE id = 2;
+             UPDATE types_t SET c_text = 'toast stays' WHERE id = 5;
+             DELETE FROM types_t WHERE id = 3;
+             INSERT INTO nopk_t VALUES ('a', 1);
+             UPDATE nopk_t SET qty = 2 WHERE code = 'a';
+             DELETE FROM nopk_t WHERE code = 'a';
+             UPDATE full_t SET v = 'y' WHERE id = 1;
+             ALTER TABLE types_t ADD COLUMN extra int4 DEFAULT 7;
+             INSERT INTO types_t (id) VALUES (4);"
+        ))
+        .await
+        .expect("changes");
+
+    // types_t: r(1), c(2), c(3), c(5), u(2), u(5), d(3), tombstone(3), c(4).
+    let got = wait_records(&types_topic, 9).await;
+    assert_eq!(got.len(), 9, "{got:#?}");
+    let of = |id: i64| -> Vec<&Event> {
+        got.iter()
+            .filter(|e| e.key == Some(json!({"id": id})))
+            .collect()
+    };
+    let (db_name, p) = (db.name.as_str(), prefix.as_str());
+    let two = of(2);
+    assert_eq!(two.len(), 2);
+    check_envelope(
+        two[0],
+        p,
+        db_name,
+        "types_t",
+        "c",
+        &Value::Null,
+        &all_types_after(),
+    );
+    let mut changed = all_types_after();
+    changed["c_text"] = json!("changed");
+    // REPLICA IDENTITY DEFAULT: an update carries no old row.
+    check_envelope(two[1], p, db_name, "types_t", "u", &Value::Null, &changed);
+
+    let three = of(3);
+    assert_eq!(three.len(), 3, "{three:#?}");
+    check_envelope(
+        three[0],
+        p,
+        db_name,
+        "types_t",
+        "c",
+        &Value::Null,
+        &nulls_row(3, &[]),
+    );
+    // A delete's before holds the key columns (DEFAULT identity), then a
+    // tombstone with the same key follows.
+    check_envelope(
+        three[1],
+        p,
+        db_name,
+        "types_t",
+        "d",
+        &nulls_row(3, &[]),
+        &Value::Null,
+    );
+    assert_eq!(three[2].value, None, "tombstone");
+    assert_eq!(
+        three[2].event_id,
+        format!("{}:tombstone", three[1].event_id)
+    );
+
+    let five = of(5);
+    assert_eq!(five.len(), 2);
+    let big = five[0].value.as_ref().unwrap()["after"]["c_big"]
+        .as_str()
+        .unwrap()
+        .len();
+    assert_eq!(big, 400 * 32);
+    // The TOASTed c_big was not changed, so PostgreSQL did not send it.
+    let after = &five[1].value.as_ref().unwrap()["after"];
+    assert_eq!(after["c_big"], json!("__debezium_unavailable_value"));
+    assert_eq!(after["c_text"], json!("toast stays"));
+
+    // The column added mid-stream is in the records from then on.
+    let four = of(4);
+    assert_eq!(four.len(), 1);
+    check_envelope(
+        four[0],
+        p,
+        db_name,
+        "types_t",
+        "c",
+        &Value::Null,
+        &nulls_row(4, &[("extra", json!(7))]),
+    );
+
+    // nopk_t (no primary key, key_columns, REPLICA IDENTITY FULL):
+    // r(pre), c, u, d, tombstone.
+    let got = wait_records(&nopk_topic, 5).await;
+    assert_eq!(got.len(), 5, "{got:#?}");
+    let a: Vec<&Event> = got
+        .iter()
+        .filter(|e| e.key == Some(json!({"code": "a"})))
+        .collect();
+    assert_eq!(a.len(), 4, "{a:#?}");
+    check_envelope(
+        a[0],
+        p,
+        db_name,
+        "nopk_t",
+        "c",
+        &Value::Null,
+        &json!({"code": "a", "qty": 1}),
+    );
+    check_envelope(
+        a[1],
+        p,
+        db_name,
+        "nopk_t",
+        "u",
+        &json!({"code": "a", "qty": 1}),
+        &json!({"code": "a", "qty": 2}),
+    );
+    check_envelope(
+        a[2],
+        p,
+        db_name,
+        "nopk_t",
+        "d",
+        &json!({"code": "a", "qty": 2}),
+        &Value::Null,
+    );
+    assert_eq!(a[3].value, None);
+
+    // full_t (REPLICA IDENTITY FULL with a primary key): before is the
+    // whole old row, the key the primary key.
+    let got = wait_records(&full_topic, 2).await;
+    assert_eq!(got.len(), 2, "{got:#?}");
+    assert_eq!(got[1].key, Some(json!({"id": 1})));
+    check_envelope(
+        &got[1],
+        p,
+        db_name,
+        "full_t",
+        "u",
+        &json!({"id": 1, "v": "x"}),
+        &json!({"id": 1, "v": "y"}),
+    );
+
+    assert_eq!(relay.stop().code(), Some(0), "{}", relay.log());
+}
+
+/// `walrelay check`: exit code and stdout.
+fn check(path: &std::path::Path) -> (Option<i32>, String) {
+    let out = std::process::Command::new(walrelay_bin())
+        .args(["check", "--config"])
+        .arg(path)
+        .output()
+        .expect("run walrelay check");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unmapped_column_type_is_refused_by_check_and_run_naming_it() {
+    require_kafka();
+    let db = TestDb::new("wr_table_unmapped").await;
+    let names = Names::new("wr_tu");
+    db.client
+        .batch_execute(
+            "CREATE TABLE priced (id int4 PRIMARY KEY, price money);
+             ALTER TABLE priced OWNER TO walrelay;
+             CREATE TABLE keyless (a text);
+             ALTER TABLE keyless OWNER TO walrelay;",
+        )
+        .await
+        .expect("tables");
+    let config = format!(
+        r#"
+[connector]
+name = "{connector}"
+[postgres]
+host = "127.0.0.1"
+port = {port}
+user = "walrelay"
+password = "walrelay"
+database = "{db}"
+slot = "{slot}"
+publication = "{publication}"
+[kafka]
+brokers = "{brokers}"
+[[table]]
+name = "public.keyless"
+[[table]]
+name = "public.priced"
+"#,
+        connector = names.connector,
+        port = pg_port(),
+        db = db.name,
+        slot = names.slot,
+        publication = names.publication,
+        brokers = kafka_brokers(),
+    );
+    let needle = "column price of table public.priced has type money";
+    let dir = std::env::temp_dir().join(unique("walrelay_test"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("walrelay.toml");
+    std::fs::write(&path, &config).unwrap();
+    let (code, report) = check(&path);
+    assert_eq!(code, Some(1), "{report}");
+    assert!(report.contains(needle), "{report}");
+    let mut run = RelayProcess::start_with(&path, &[]);
+    let log = run.expect_exit(1, Duration::from_secs(60));
+    assert!(log.contains(needle), "{log}");
+
+    // Without the unmapped table, check lists each captured table and its key.
+    std::fs::write(
+        &path,
+        config.replace("[[table]]\nname = \"public.priced\"\n", ""),
+    )
+    .unwrap();
+    let (code, report) = check(&path);
+    assert!(
+        report.contains("table public.keyless") && report.contains("no primary key: null keys"),
+        "{report}"
+    );
+    // A new connector snapshots, and a table without any key has no order
+    // to be read in: check and run refuse it alike, before the slot exists.
+    let needle = "table public.keyless has no primary key and no key_columns";
+    assert_eq!(code, Some(1), "{report}");
+    assert!(report.contains(needle), "{report}");
+    let mut run = RelayProcess::start_with(&path, &[]);
+    let log = run.expect_exit(1, Duration::from_secs(60));
+    assert!(log.contains(needle), "{log}");
+    assert_eq!(
+        db.confirmed_flush(&names.slot).await,
+        None,
+        "no slot was created"
+    );
+}
