@@ -18,7 +18,7 @@ use crate::offsets::{self, OffsetStore};
 use crate::pg::catalog;
 use crate::pg::replication::ReplicationClient;
 use crate::relay::{connect_params, producer_properties};
-use crate::sink::kafka::{ProbeError, probe_cluster};
+use crate::sink::kafka::{ProbeError, probe_cluster, tls_handshake};
 use crate::startup::{self, CheckError, SlotPlan};
 
 /// Result of one check.
@@ -456,13 +456,31 @@ async fn check_kafka(
         tokio::task::spawn_blocking(move || probe_cluster(&props, Duration::from_secs(10))).await
     };
     match reach {
-        Ok(Ok(probe)) => report.push(
-            "kafka",
-            Outcome::Ok(format!(
-                "{brokers} answered ({} broker(s)) {probe}",
-                probe.brokers
-            )),
-        ),
+        Ok(Ok(probe)) => {
+            // librdkafka does not say which TLS version it negotiated; a
+            // handshake of our own with the same settings does.
+            let tls = if probe.protocol.ends_with("ssl") {
+                let props = props.clone();
+                match tokio::task::spawn_blocking(move || {
+                    tls_handshake(&props, Duration::from_secs(10))
+                })
+                .await
+                {
+                    Ok(Ok(negotiated)) => format!("; negotiated {negotiated}"),
+                    Ok(Err(why)) => format!("; TLS version unknown ({why})"),
+                    Err(e) => format!("; TLS version unknown ({e})"),
+                }
+            } else {
+                String::new()
+            };
+            report.push(
+                "kafka",
+                Outcome::Ok(format!(
+                    "{brokers} answered ({} broker(s)) {probe}{tls}",
+                    probe.brokers
+                )),
+            );
+        }
         Ok(Err(ProbeError::Refused(e))) => {
             // The error carries its own fix after the last "; ".
             let (problem, fix) = e

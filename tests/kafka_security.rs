@@ -173,6 +173,34 @@ fn check_config(config: &str) -> (Option<i32>, String) {
     (code, format!("{stdout}{stderr}"))
 }
 
+/// `check` says which TLS version and cipher the brokers negotiate (over
+/// SASL_SSL and over mutual TLS with an encrypted client key), which
+/// librdkafka itself does not report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn check_reports_the_negotiated_tls_version() {
+    require_kafka();
+    let k = SecuredKafka::from_env();
+    let db = TestDb::new("ktlsv").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("ktlsv");
+    let mtls = mtls_keys(&k, "client.pem", "client-encrypted.key", Some(KEY_PASSWORD));
+    for (brokers, keys) in [
+        (&k.sasl_ssl, sasl_keys(&k, SCRAM_USER, SCRAM_PASSWORD)),
+        (&k.mtls, mtls),
+    ] {
+        let (_, out) = check_config(&secured_config(&db, &names, brokers, &keys));
+        let line = out
+            .lines()
+            .find(|l| l.contains("kafka") && l.contains("answered"))
+            .unwrap_or_else(|| panic!("no Kafka line in check's report:\n{out}"));
+        assert!(line.contains("; negotiated TLSv1."), "{line}");
+        assert!(
+            !out.contains(SCRAM_PASSWORD) && !out.contains(KEY_PASSWORD),
+            "{out}"
+        );
+    }
+}
+
 /// Each refused credential or certificate: `check` names it with the fix,
 /// and `run` exits 1 with the same explanation — at once, not after a
 /// retry loop — and neither repeats a password.

@@ -705,6 +705,116 @@ pub fn probe_cluster(
     }
 }
 
+/// The TLS version and cipher a handshake with the first bootstrap broker
+/// negotiates under the producer's TLS settings (`ssl.ca.location` or
+/// `ssl.ca.pem`, client certificate and key, certificate and host-name
+/// verification), e.g. `TLSv1.3 TLS_AES_256_GCM_SHA384`. librdkafka does not
+/// tell which version it negotiated, so `check` asks OpenSSL (the library
+/// librdkafka uses, with the same defaults) on a connection of its own that
+/// it closes after the handshake. Blocking, at most `timeout`; `Err` says why
+/// nothing could be learned (for the report, never a failure by itself).
+pub fn tls_handshake(properties: &[(String, String)], timeout: Duration) -> Result<String, String> {
+    use openssl::pkey::PKey;
+    use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
+    use openssl::x509::X509;
+    let last = |key: &str| {
+        properties
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.trim().to_owned())
+    };
+    let first = last("bootstrap.servers")
+        .and_then(|b| b.split(',').next().map(|s| s.trim().to_owned()))
+        .ok_or("no bootstrap.servers")?;
+    let first = first
+        .rsplit_once("://")
+        .map_or(first.as_str(), |(_, hp)| hp)
+        .to_owned();
+    let (host, _) = first
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{first:?} has no port"))?;
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let tls = |what: &str, e: openssl::error::ErrorStack| format!("{what}: {e}");
+    let mut builder =
+        SslConnector::builder(SslMethod::tls_client()).map_err(|e| tls("TLS context", e))?;
+    if let Some(pem) = last("ssl.ca.pem") {
+        for cert in X509::stack_from_pem(pem.as_bytes()).map_err(|e| tls("ssl.ca.pem", e))? {
+            builder
+                .cert_store_mut()
+                .add_cert(cert)
+                .map_err(|e| tls("ssl.ca.pem", e))?;
+        }
+    } else if let Some(path) = last("ssl.ca.location") {
+        builder
+            .set_ca_file(&path)
+            .map_err(|e| tls("ssl.ca.location", e))?;
+    }
+    if let Some(pem) = last("ssl.certificate.pem") {
+        let cert = X509::from_pem(pem.as_bytes()).map_err(|e| tls("ssl.certificate.pem", e))?;
+        builder
+            .set_certificate(&cert)
+            .map_err(|e| tls("ssl.certificate.pem", e))?;
+    } else if let Some(path) = last("ssl.certificate.location") {
+        builder
+            .set_certificate_chain_file(&path)
+            .map_err(|e| tls("ssl.certificate.location", e))?;
+    }
+    let key_pem = match (last("ssl.key.pem"), last("ssl.key.location")) {
+        (Some(pem), _) => Some(("ssl.key.pem", pem.into_bytes())),
+        (None, Some(path)) => Some((
+            "ssl.key.location",
+            std::fs::read(&path).map_err(|e| format!("ssl.key.location: {e}"))?,
+        )),
+        (None, None) => None,
+    };
+    if let Some((key_name, pem)) = key_pem {
+        let key = match last("ssl.key.password") {
+            Some(password) => PKey::private_key_from_pem_passphrase(&pem, password.as_bytes()),
+            None => PKey::private_key_from_pem(&pem),
+        }
+        .map_err(|e| tls(key_name, e))?;
+        builder
+            .set_private_key(&key)
+            .map_err(|e| tls(key_name, e))?;
+    }
+    let verify = last("enable.ssl.certificate.verification").is_none_or(|v| v != "false");
+    builder.set_verify(if verify {
+        SslVerifyMode::PEER
+    } else {
+        SslVerifyMode::NONE
+    });
+    let connector = builder.build();
+    let mut configure = connector
+        .configure()
+        .map_err(|e| tls("TLS connection", e))?;
+    configure.set_verify_hostname(
+        verify
+            && last("ssl.endpoint.identification.algorithm")
+                .is_none_or(|v| v.eq_ignore_ascii_case("https")),
+    );
+    let address = std::net::ToSocketAddrs::to_socket_addrs(&first)
+        .map_err(|e| format!("{first}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{first} resolves to no address"))?;
+    let tcp = std::net::TcpStream::connect_timeout(&address, timeout)
+        .map_err(|e| format!("{first}: {e}"))?;
+    tcp.set_read_timeout(Some(timeout))
+        .and_then(|()| tcp.set_write_timeout(Some(timeout)))
+        .map_err(|e| format!("{first}: {e}"))?;
+    let stream = configure
+        .connect(&host, tcp)
+        .map_err(|e| format!("TLS handshake with {first}: {e}"))?;
+    let ssl = stream.ssl();
+    Ok(match ssl.current_cipher() {
+        Some(cipher) => format!("{} {}", ssl.version_str(), cipher.name()),
+        None => ssl.version_str().to_owned(),
+    })
+}
+
 /// Whether the cluster answers a metadata request from a *fresh* client
 /// with these properties (blocking, at most `timeout`). Tells a broker
 /// that is away from a producer that is stuck although the broker is
