@@ -357,6 +357,9 @@ async fn slot_line(
                 }
             }
             for c in captured {
+                if let Err(e) = startup::snapshot_privileges(client, &c.table).await {
+                    return fail(e.problem(), e.fix());
+                }
                 if let Err(e) = startup::table_snapshot_order(config, c) {
                     return fail(e.problem(), e.fix());
                 }

@@ -488,6 +488,29 @@ async fn check_names_each_missing_grant_with_the_statement_to_run() {
     )
     .await;
 
+    // SELECT on a [[table]] table, which the snapshot reads too.
+    let names = Names::new("pglpmissing");
+    sql(
+        &db,
+        &format!(
+            "GRANT SELECT ON public.outbox TO {role}; SET ROLE walrelay; \
+             CREATE TABLE public.customers (id int PRIMARY KEY, name text); \
+             CREATE PUBLICATION {publication} FOR TABLE public.outbox, public.customers; \
+             RESET ROLE;",
+            role = no_select.name,
+            publication = names.publication
+        ),
+    )
+    .await;
+    check_and_run_refuse(
+        &config(&no_select, &names, "[[table]]\nname = \"public.customers\""),
+        &format!(
+            "GRANT SELECT ON \"public\".\"customers\" TO \"{}\";",
+            no_select.name
+        ),
+    )
+    .await;
+
     // CONNECT on the database (granted to PUBLIC by default; revoked here).
     sql(
         &db,

@@ -265,6 +265,7 @@ impl Session {
                     startup::snapshot_order(&catalog, outbox, table).await?;
                 }
                 for c in &captured {
+                    startup::snapshot_privileges(&catalog, &c.table).await?;
                     startup::table_snapshot_order(&config, c)?;
                 }
                 tracing::info!(slot = %pg.slot, "taking the initial snapshot: {why}");
