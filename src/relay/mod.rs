@@ -61,13 +61,22 @@ pub enum Token {
         bytes: usize,
         commit_lsn: Lsn,
         index: u32,
-        /// The event's id (the `id` header), to name it in errors.
-        event_id: Option<bytes::Bytes>,
+        /// The event's id, to name it in errors.
+        event_id: Option<EventId>,
         /// For a snapshot record: its table's index in the snapshot.
         snapshot_table: Option<u32>,
     },
     /// An offset-store write for position `lsn`.
     Offset { lsn: Lsn },
+}
+
+/// How a record names its event in errors (never by its payload).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventId {
+    /// An outbox record: its row's `id` (the `id` header).
+    OutboxRow(bytes::Bytes),
+    /// A table change event: its `walrelay.event_id` header.
+    Change(bytes::Bytes),
 }
 
 /// The producer, carrying [`Token`]s.
@@ -391,6 +400,33 @@ mod tests {
         };
         assert!(e.is_transient(), "{e}");
         assert_eq!(e.waiting_for(), "Kafka");
+    }
+
+    /// A record that cannot be delivered is named by its outbox row id or
+    /// its table change event id, never by its payload.
+    #[test]
+    fn undeliverable_records_are_named_by_their_ids() {
+        let record = |headers: &[(&str, &str)]| crate::router::Record {
+            topic: "t".into(),
+            key: None,
+            value: Some(bytes::Bytes::from_static(b"{\"secret\":1}")),
+            headers: headers
+                .iter()
+                .map(|(k, v)| (std::sync::Arc::from(*k), bytes::Bytes::from(v.to_string())))
+                .collect(),
+            timestamp_ms: None,
+        };
+        let outbox = record(&[("id", "7b0c"), ("walrelay.lsn", "0/1")]);
+        assert_eq!(streaming::describe_record(&outbox), "outbox row id=7b0c");
+        let change = record(&[
+            ("walrelay.lsn", "0/16B3748"),
+            (crate::router::table::EVENT_ID_HEADER, "0/16B3748:3"),
+        ]);
+        assert_eq!(
+            streaming::describe_record(&change),
+            "table change event_id=0/16B3748:3"
+        );
+        assert!(!streaming::describe_record(&record(&[])).contains("secret"));
     }
 
     const SECRET: &str = "s3cret-Kq8!";

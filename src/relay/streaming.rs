@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{RelayError, STALL_WARNING};
 
-use super::{Ack, Sink, Token};
+use super::{Ack, EventId, Sink, Token};
 use crate::Lsn;
 use crate::checkpoint::{Checkpoint, Limits, TxnId};
 use crate::config::Config;
@@ -452,7 +452,7 @@ impl Streaming {
                 Err(RelayError::Delivery {
                     topic,
                     lsn: commit_lsn,
-                    event: describe_event(event_id.as_deref(), index),
+                    event: describe_event(event_id.as_ref(), index),
                     error,
                 })
             }
@@ -620,23 +620,27 @@ enum FinalWrite {
 }
 
 /// The record's event id (its `id` header), if it has one.
-pub(super) fn record_id(record: &crate::router::Record) -> Option<bytes::Bytes> {
-    record
-        .headers
-        .iter()
-        .find(|(k, _)| &**k == "id")
-        .map(|(_, v)| v.clone())
+pub(super) fn record_id(record: &crate::router::Record) -> Option<EventId> {
+    record.headers.iter().find_map(|(k, v)| match &**k {
+        "id" => Some(EventId::OutboxRow(v.clone())),
+        crate::router::table::EVENT_ID_HEADER => Some(EventId::Change(v.clone())),
+        _ => None,
+    })
 }
 
-/// "outbox row id=…" for error messages (never the payload).
-fn describe_event(id: Option<&[u8]>, index: u32) -> String {
+/// "outbox row id=…", "table change event_id=…" or "record #N of the
+/// transaction" for error messages (never the payload).
+fn describe_event(id: Option<&EventId>, index: u32) -> String {
     match id {
-        Some(id) => format!("outbox row id={}", String::from_utf8_lossy(id)),
+        Some(EventId::OutboxRow(id)) => format!("outbox row id={}", String::from_utf8_lossy(id)),
+        Some(EventId::Change(id)) => {
+            format!("table change event_id={}", String::from_utf8_lossy(id))
+        }
         None => format!("record #{index} of the transaction"),
     }
 }
 
-/// "outbox row id=…" for error messages (never the payload).
+/// How `record` is named in error messages (see [`describe_event`]).
 pub(super) fn describe_record(record: &crate::router::Record) -> String {
-    describe_event(record_id(record).as_deref(), 0)
+    describe_event(record_id(record).as_ref(), 0)
 }
