@@ -35,9 +35,10 @@ Environment:
                        terminal, never in files or pipes.
 
 Exit codes:
-  0  stopped on request (SIGINT/SIGTERM); check: every check passed
+  0  stopped on request (SIGINT/SIGTERM); check: every check passed;
+     status: no problem found
   1  stopped on an error that retrying cannot fix (the last log line says what
-     to do); check: a check failed
+     to do); check: a check failed; status: a problem is listed
   2  invalid configuration, WALRELAY_LOG or command line
 
 See docs/operations.md.";
@@ -88,12 +89,25 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Show the slot, the stored offset and the running instance's health,
+    /// without a running instance (exit 1 when something needs a person).
+    #[command(after_help = AFTER_HELP)]
+    Status {
+        /// The TOML configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// One JSON object on stdout instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 impl Command {
     fn config_path(&self) -> &Path {
         match self {
-            Command::Run { config, .. } | Command::Check { config } => config,
+            Command::Run { config, .. }
+            | Command::Check { config }
+            | Command::Status { config, .. } => config,
         }
     }
 }
@@ -220,6 +234,24 @@ fn main() -> ExitCode {
                         stopped(format, &e);
                         ExitCode::FAILURE
                     }
+                }
+            }
+            Command::Status { json, .. } => {
+                let status = walrelay::status::status(&config).await;
+                if json {
+                    match serde_json::to_string_pretty(&status) {
+                        Ok(text) => say(&format!("{text}\n")),
+                        Err(e) => {
+                            fatal(format, "", &format!("cannot write the status as JSON: {e}"))
+                        }
+                    }
+                } else {
+                    say(&status.to_string());
+                }
+                if status.problems.is_empty() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
                 }
             }
             Command::Check { .. } => {
