@@ -278,6 +278,7 @@ fn stopped(format: config::LogFormat, e: &relay::RelayError) {
             table = about.table,
             column = about.column,
             lsn = about.lsn.map(tracing::field::display),
+            end_lsn = about.end_lsn.map(tracing::field::display),
             event_id = about.event,
             topic = about.topic,
             "walrelay stopped"

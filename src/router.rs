@@ -71,15 +71,43 @@ impl Record {
 }
 
 /// A row that cannot be routed. The connector stops on it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot route outbox row of {table} (column {column}, commit LSN {lsn}): {reason}; {fix}")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteError {
     pub table: String,
     pub column: String,
+    /// The transaction's commit LSN.
     pub lsn: Lsn,
+    /// The row's `id` column as text, when it has one.
+    pub row_id: Option<String>,
+    /// Where the transaction ends (its Commit's end LSN): the position that
+    /// skips it. Known only once the relay has read to the Commit.
+    pub end_lsn: Option<Lsn>,
     pub reason: String,
     pub fix: String,
 }
+
+impl std::fmt::Display for RouteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cannot route outbox row of {} (column {}",
+            self.table, self.column
+        )?;
+        if let Some(id) = &self.row_id {
+            write!(f, ", row id {id}")?;
+        }
+        write!(f, ", commit LSN {}", self.lsn)?;
+        if let Some(end) = self.end_lsn {
+            write!(f, ", transaction ends at {end}")?;
+        }
+        write!(f, "): {}; {}", self.reason, self.fix)
+    }
+}
+
+impl std::error::Error for RouteError {}
+
+/// At most this many characters of a row id go into an error.
+const ROW_ID_IN_ERRORS: usize = 200;
 
 /// What the router decided for one change.
 #[derive(Debug, PartialEq, Eq)]
@@ -220,6 +248,8 @@ impl Router {
                     table: table.clone(),
                     column: column.clone(),
                     lsn: commit_lsn,
+                    row_id: None,
+                    end_lsn: None,
                     reason: "the table has no such column".into(),
                     fix: "add the column to the table or fix the column name in the [[outbox]] section"
                         .into(),
@@ -230,6 +260,10 @@ impl Router {
         bound
             .record(row, commit_lsn, self.lsn_text(commit_lsn))
             .map(Routed::Record)
+            .map_err(|mut e| {
+                e.row_id = bound.row_id(row);
+                e
+            })
     }
 
     /// Routes a row read by the initial snapshot: the record a streamed
@@ -271,6 +305,8 @@ impl Router {
                 table: bound.display.clone(),
                 column: "*".into(),
                 lsn: commit_lsn,
+                row_id: None,
+                end_lsn: None,
                 reason: "an outbox row was updated, and on_update = \"fail\"".into(),
                 fix: "outbox rows should only be inserted (and deleted); set on_update = \"warn\" or \"skip\" to ignore updates".into(),
             }),
@@ -320,11 +356,26 @@ fn bind(route: Arc<Route>, rel: &Relation) -> Result<Bound, (String, String)> {
 }
 
 impl Bound {
+    /// The row's id as text for an error (never the payload), shortened.
+    fn row_id(&self, row: &TupleData) -> Option<String> {
+        match row.get(self.id) {
+            Some(Cell::Text(b) | Cell::Binary(b)) => Some(
+                String::from_utf8_lossy(b)
+                    .chars()
+                    .take(ROW_ID_IN_ERRORS)
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
+
     fn err(&self, column: &str, lsn: Lsn, reason: &str, fix: &str) -> RouteError {
         RouteError {
             table: self.display.clone(),
             column: column.to_owned(),
             lsn,
+            row_id: None,
+            end_lsn: None,
             reason: reason.to_owned(),
             fix: fix.to_owned(),
         }
@@ -344,7 +395,7 @@ impl Bound {
                 column,
                 lsn,
                 "the value is NULL",
-                "make the column NOT NULL and fix the writer; the slot will not advance past this row until it is routable (see docs/operations.md, \"A row cannot be routed\")",
+                "the slot does not advance past this row: skip its transaction or change the [[outbox]] columns (docs/operations.md, \"A row cannot be routed\"); then make the column NOT NULL and fix the writer",
             )),
             Some(Cell::UnchangedToast) => Err(self.err(
                 column,
@@ -386,11 +437,18 @@ impl Bound {
             }
         }
         if let Some(problem) = topic_name_problem(&topic) {
+            let columns: Vec<&str> = c.topic.columns().collect();
             return Err(self.err(
-                c.topic.as_str(),
+                &columns.join(", "),
                 lsn,
-                &format!("the row's topic {topic:?} is invalid: {problem}"),
-                "fix the values the topic template uses, or the template",
+                &format!(
+                    "the topic template {:?} makes the invalid topic {topic:?} from this row: \
+                     {problem}",
+                    c.topic.as_str()
+                ),
+                "the row itself cannot be changed (WAL is immutable): change the [[outbox]] \
+                 topic template so that it accepts the row, or skip the row's transaction \
+                 (docs/operations.md, \"A row cannot be routed\"); then fix the writer",
             ));
         }
 

@@ -176,6 +176,80 @@ async fn a_null_aggregate_id_stops_the_connector_before_the_slot_passes_it() {
     );
 }
 
+/// Issue 11: the error names the row (its id) and the *end* LSN of its
+/// transaction with the literal SQL that skips it; following it skips
+/// exactly that transaction — the next one is published, the bad row is
+/// not met again. (Advancing to the commit LSN, which the error used to
+/// print, replays the transaction.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unroutable_row_names_its_id_and_the_end_lsn_that_skips_its_transaction() {
+    require_kafka();
+    let db = TestDb::new("skiptx").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("skiptx");
+    let mut relay = RelayProcess::start(&relay_config(&db, &names, "", ""), &[]);
+    relay.wait_log("streaming", START).await;
+
+    let bad = "00000000-0000-4000-8000-0000000000b2";
+    let next = "00000000-0000-4000-8000-0000000000d4";
+    insert(
+        &db,
+        &format!(
+            "BEGIN;
+             INSERT INTO outbox VALUES ('00000000-0000-4000-8000-0000000000b1', 'order', 'a', 'Created', '{{}}');
+             INSERT INTO outbox VALUES ('{bad}', 'order', NULL, 'Created', '{{}}');
+             INSERT INTO outbox VALUES ('00000000-0000-4000-8000-0000000000b3', 'order', 'c', 'Created', '{{}}');
+             COMMIT;"
+        ),
+    )
+    .await;
+    let log = relay.expect_exit(1, Duration::from_secs(30));
+    let error = log
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("walrelay: "))
+        .unwrap_or_else(|| panic!("no error line:\n{log}"));
+    assert!(error.contains(&format!("row id {bad}")), "{error}");
+    let end = error
+        .split("transaction ends at ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .unwrap_or_else(|| panic!("no end LSN: {error}"));
+    let sql = format!(
+        "SELECT pg_replication_slot_advance('{}', '{end}')",
+        names.slot
+    );
+    assert!(error.contains(&sql), "the literal SQL {sql:?}: {error}");
+    assert!(parse_lsn(end) > lsn_in(error), "end after commit: {error}");
+
+    // Following it to the letter: advance, then start accepting the slot.
+    insert(&db, &format!("{sql};")).await;
+    insert(
+        &db,
+        &format!("INSERT INTO outbox VALUES ('{next}', 'order', 'd', 'Created', '{{}}')"),
+    )
+    .await;
+    let mut again = RelayProcess::start_with(&relay.config_path, &["--accept-slot-position"]);
+    let consumed = consume(
+        &[&names.topic("order")],
+        1,
+        Duration::from_secs(60),
+        Duration::from_secs(2),
+    );
+    assert!(
+        ids_of(&consumed).contains(&next.to_owned()),
+        "the next transaction is published: {:?}\n{}",
+        ids_of(&consumed),
+        again.log()
+    );
+    assert!(
+        again.is_running(),
+        "the bad row is not met again:\n{}",
+        again.log()
+    );
+    assert!(again.stop().success(), "{}", again.log());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_slot_advances_while_another_database_writes() {
     require_kafka();

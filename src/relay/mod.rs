@@ -131,6 +131,15 @@ pub enum RelayError {
     Stream { lsn: Lsn, what: String },
     #[error(transparent)]
     Route(#[from] RouteError),
+    /// A streamed row that cannot be routed, named with the end of its
+    /// transaction (`error.end_lsn`), which is what skips it.
+    #[error(
+        "{error}. To skip this transaction deliberately (every event in it): SELECT \
+         pg_replication_slot_advance('{slot}', '{}'); then start with --accept-slot-position \
+         and re-publish its other events (docs/operations.md, \"A row cannot be routed\")",
+        error.end_lsn.unwrap_or(error.lsn)
+    )]
+    Unroutable { error: RouteError, slot: String },
     #[error(transparent)]
     TableEvent(#[from] crate::router::table::TableEventError),
     #[error("Kafka rejected {event} for topic {topic:?} (transaction committed at {lsn}): {error}")]
@@ -172,6 +181,7 @@ impl RelayError {
             RelayError::Decode { .. }
             | RelayError::Stream { .. }
             | RelayError::Route(_)
+            | RelayError::Unroutable { .. }
             | RelayError::TableEvent(_)
             | RelayError::Checkpoint(_)
             | RelayError::Refused { .. }
@@ -183,19 +193,19 @@ impl RelayError {
     /// fields for the log line (JSON logs carry them as keys).
     pub fn about(&self) -> ErrorAbout<'_> {
         match self {
-            RelayError::Route(e) => ErrorAbout {
+            RelayError::Route(e) | RelayError::Unroutable { error: e, .. } => ErrorAbout {
                 table: Some(&e.table),
                 column: Some(&e.column),
                 lsn: Some(e.lsn),
-                event: None,
+                end_lsn: e.end_lsn,
+                event: e.row_id.as_deref(),
                 topic: None,
             },
             RelayError::TableEvent(e) => ErrorAbout {
                 table: Some(&e.table),
                 column: Some(&e.column),
                 lsn: Some(e.lsn),
-                event: None,
-                topic: None,
+                ..ErrorAbout::default()
             },
             RelayError::Delivery {
                 topic, lsn, event, ..
@@ -229,7 +239,10 @@ impl RelayError {
 pub struct ErrorAbout<'a> {
     pub table: Option<&'a str>,
     pub column: Option<&'a str>,
+    /// The transaction's commit LSN.
     pub lsn: Option<Lsn>,
+    /// Where the transaction ends, when known (what skips it).
+    pub end_lsn: Option<Lsn>,
     /// The event (outbox row id or change event id), as the error names it.
     pub event: Option<&'a str>,
     pub topic: Option<&'a str>,

@@ -117,7 +117,10 @@ impl Started {
         let one_bad_change = refused
             || matches!(
                 &e,
-                RelayError::Route(_) | RelayError::Decode { .. } | RelayError::Stream { .. }
+                RelayError::Route(_)
+                    | RelayError::Unroutable { .. }
+                    | RelayError::Decode { .. }
+                    | RelayError::Stream { .. }
             );
         if one_bad_change {
             // The connections are fine and the problem is one change: let

@@ -65,6 +65,10 @@ pub(super) struct Streaming {
     pub(super) warned_updates: HashSet<String>,
     /// Tables whose unclaimed rows were logged this session.
     pub(super) warned_unclaimed: HashSet<String>,
+    /// A row of the open transaction that cannot be routed: the session
+    /// reads on to the transaction's Commit (publishing nothing more) so
+    /// that the error can name the end LSN that skips it, then stops.
+    pub(super) unroutable: Option<crate::router::RouteError>,
     /// The snapshot's tables, when this session takes one (records sent and
     /// acknowledged per table).
     pub(super) snapshot_tables: Vec<super::snapshot::TableCount>,
@@ -109,6 +113,7 @@ impl Streaming {
             awaiting_reports: 0,
             warned_updates: HashSet::new(),
             warned_unclaimed: HashSet::new(),
+            unroutable: None,
             snapshot_tables: Vec::new(),
             table_records: Vec::new(),
             snapshot_ms: 0,
@@ -292,6 +297,13 @@ impl Streaming {
                     lsn: commit_lsn,
                     what: "Commit without Begin".into(),
                 })?;
+                if let Some(mut error) = self.unroutable.take() {
+                    error.end_lsn = Some(end_lsn);
+                    return Err(RelayError::Unroutable {
+                        error,
+                        slot: self.config.postgres.slot.clone(),
+                    });
+                }
                 self.checkpoint.commit(open.id, end_lsn)?;
                 self.metrics.transactions.fetch_add(1, Ordering::Relaxed);
             }
@@ -321,20 +333,36 @@ impl Streaming {
             lsn: change.pos.commit_lsn,
             what: "row change outside Begin..Commit".into(),
         })?;
+        if self.unroutable.is_some() {
+            // Stopping at this transaction's Commit: publish nothing more.
+            return Ok(());
+        }
         if self.is_table_change(&change) {
             return self.on_table_change(&change, open).await;
         }
         let (Op::Insert, Some(new)) = (change.op, &change.new) else {
-            if change.op == Op::Update {
-                self.on_update(&change)?;
+            if change.op == Op::Update
+                && let Err(e) = self.on_update(&change)
+            {
+                match e {
+                    RelayError::Route(e) => self.unroutable = Some(e),
+                    e => return Err(e),
+                }
             }
             // Deletes (insert-then-delete is the usual outbox pattern)
             // publish nothing.
             return Ok(());
         };
-        let routed = self
+        let routed = match self
             .router
-            .on_insert(change.relation.oid, new, open.commit_lsn)?;
+            .on_insert(change.relation.oid, new, open.commit_lsn)
+        {
+            Ok(routed) => routed,
+            Err(e) => {
+                self.unroutable = Some(e);
+                return Ok(());
+            }
+        };
         let record = match routed {
             Routed::Record(record) => record,
             Routed::Unclaimed { table } => {

@@ -169,12 +169,19 @@ fn invalid_topic_from_row_values_is_an_error() {
     let r = router("");
     let mut bad = order_row();
     bad.0[1] = text("has space");
+    let err = r.on_insert(42, &bad, LSN).expect_err("error");
+    assert!(err.reason.contains("invalid"), "{err}");
+    // Issue 11: the template is named as a template, the columns it reads
+    // as columns, and the fix does not ask to fix the (immutable) row.
+    assert_eq!(err.column, "aggregatetype", "{err}");
     assert!(
-        r.on_insert(42, &bad, LSN)
-            .expect_err("error")
-            .reason
-            .contains("invalid")
+        err.reason
+            .contains("topic template \"outbox.event.{aggregatetype}\""),
+        "{err}"
     );
+    assert!(err.fix.contains("skip the row's transaction"), "{err}");
+    // The row is named by its id.
+    assert!(err.to_string().contains("row id "), "{err}");
 }
 
 #[test]
