@@ -71,40 +71,16 @@ impl Record {
 }
 
 /// A row that cannot be routed. The connector stops on it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot route outbox row of {table} (column {column}, commit LSN {lsn}): {reason}; {fix}")]
 pub struct RouteError {
     pub table: String,
     pub column: String,
     /// The transaction's commit LSN.
     pub lsn: Lsn,
-    /// The row's `id` column as text, when it has one.
-    pub row_id: Option<String>,
-    /// Where the transaction ends (its Commit's end LSN): the position that
-    /// skips it. Known only once the relay has read to the Commit.
-    pub end_lsn: Option<Lsn>,
     pub reason: String,
     pub fix: String,
 }
-
-impl std::fmt::Display for RouteError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "cannot route outbox row of {} (column {}",
-            self.table, self.column
-        )?;
-        if let Some(id) = &self.row_id {
-            write!(f, ", row id {id}")?;
-        }
-        write!(f, ", commit LSN {}", self.lsn)?;
-        if let Some(end) = self.end_lsn {
-            write!(f, ", transaction ends at {end}")?;
-        }
-        write!(f, "): {}; {}", self.reason, self.fix)
-    }
-}
-
-impl std::error::Error for RouteError {}
 
 /// At most this many characters of a row id go into an error.
 const ROW_ID_IN_ERRORS: usize = 200;
@@ -248,8 +224,6 @@ impl Router {
                     table: table.clone(),
                     column: column.clone(),
                     lsn: commit_lsn,
-                    row_id: None,
-                    end_lsn: None,
                     reason: "the table has no such column".into(),
                     fix: "add the column to the table or fix the column name in the [[outbox]] section"
                         .into(),
@@ -260,10 +234,15 @@ impl Router {
         bound
             .record(row, commit_lsn, self.lsn_text(commit_lsn))
             .map(Routed::Record)
-            .map_err(|mut e| {
-                e.row_id = bound.row_id(row);
-                e
-            })
+    }
+
+    /// The `id` column of an inserted outbox row as text (shortened), to name
+    /// the row in errors; `None` for other tables or a NULL id.
+    pub fn row_id(&self, rel: Oid, row: &TupleData) -> Option<String> {
+        match self.bound.get(&rel) {
+            Some(Ok(bound)) => bound.row_id(row),
+            _ => None,
+        }
     }
 
     /// Routes a row read by the initial snapshot: the record a streamed
@@ -305,8 +284,6 @@ impl Router {
                 table: bound.display.clone(),
                 column: "*".into(),
                 lsn: commit_lsn,
-                row_id: None,
-                end_lsn: None,
                 reason: "an outbox row was updated, and on_update = \"fail\"".into(),
                 fix: "outbox rows should only be inserted (and deleted); set on_update = \"warn\" or \"skip\" to ignore updates".into(),
             }),
@@ -374,8 +351,6 @@ impl Bound {
             table: self.display.clone(),
             column: column.to_owned(),
             lsn,
-            row_id: None,
-            end_lsn: None,
             reason: reason.to_owned(),
             fix: fix.to_owned(),
         }

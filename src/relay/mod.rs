@@ -131,15 +131,27 @@ pub enum RelayError {
     Stream { lsn: Lsn, what: String },
     #[error(transparent)]
     Route(#[from] RouteError),
-    /// A streamed row that cannot be routed, named with the end of its
-    /// transaction (`error.end_lsn`), which is what skips it.
+    /// A streamed row that cannot be routed, named by its id and the end of
+    /// its transaction, which is what skips it.
     #[error(
-        "{error}. To skip this transaction deliberately (every event in it): SELECT \
-         pg_replication_slot_advance('{slot}', '{}'); then start with --accept-slot-position \
-         and re-publish its other events (docs/operations.md, \"A row cannot be routed\")",
-        error.end_lsn.unwrap_or(error.lsn)
+        "cannot route outbox row of {} (column {}{}, commit LSN {}, transaction ends at \
+         {end_lsn}): {}; {}. To skip this transaction deliberately (every event in it): SELECT \
+         pg_replication_slot_advance('{slot}', '{end_lsn}'); then start with \
+         --accept-slot-position and re-publish its other events (docs/operations.md, \"A row \
+         cannot be routed\")",
+        error.table,
+        error.column,
+        row_id.as_deref().map(|id| format!(", row id {id}")).unwrap_or_default(),
+        error.lsn,
+        error.reason,
+        error.fix
     )]
-    Unroutable { error: RouteError, slot: String },
+    Unroutable {
+        error: Box<RouteError>,
+        row_id: Option<String>,
+        end_lsn: Lsn,
+        slot: String,
+    },
     #[error(transparent)]
     TableEvent(#[from] crate::router::table::TableEventError),
     #[error("Kafka rejected {event} for topic {topic:?} (transaction committed at {lsn}): {error}")]
@@ -193,13 +205,16 @@ impl RelayError {
     /// fields for the log line (JSON logs carry them as keys).
     pub fn about(&self) -> ErrorAbout<'_> {
         match self {
-            RelayError::Route(e) | RelayError::Unroutable { error: e, .. } => ErrorAbout {
-                table: Some(&e.table),
-                column: Some(&e.column),
-                lsn: Some(e.lsn),
-                end_lsn: e.end_lsn,
-                event: e.row_id.as_deref(),
-                topic: None,
+            RelayError::Route(e) => ErrorAbout::route(e),
+            RelayError::Unroutable {
+                error,
+                row_id,
+                end_lsn,
+                ..
+            } => ErrorAbout {
+                end_lsn: Some(*end_lsn),
+                event: row_id.as_deref(),
+                ..ErrorAbout::route(error)
             },
             RelayError::TableEvent(e) => ErrorAbout {
                 table: Some(&e.table),
@@ -246,6 +261,17 @@ pub struct ErrorAbout<'a> {
     /// The event (outbox row id or change event id), as the error names it.
     pub event: Option<&'a str>,
     pub topic: Option<&'a str>,
+}
+
+impl<'a> ErrorAbout<'a> {
+    fn route(e: &'a RouteError) -> ErrorAbout<'a> {
+        ErrorAbout {
+            table: Some(&e.table),
+            column: Some(&e.column),
+            lsn: Some(e.lsn),
+            ..ErrorAbout::default()
+        }
+    }
 }
 
 /// Connection parameters for both PostgreSQL connections.

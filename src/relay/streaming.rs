@@ -68,7 +68,7 @@ pub(super) struct Streaming {
     /// A row of the open transaction that cannot be routed: the session
     /// reads on to the transaction's Commit (publishing nothing more) so
     /// that the error can name the end LSN that skips it, then stops.
-    pub(super) unroutable: Option<crate::router::RouteError>,
+    pub(super) unroutable: Option<(crate::router::RouteError, Option<String>)>,
     /// The snapshot's tables, when this session takes one (records sent and
     /// acknowledged per table).
     pub(super) snapshot_tables: Vec<super::snapshot::TableCount>,
@@ -297,10 +297,11 @@ impl Streaming {
                     lsn: commit_lsn,
                     what: "Commit without Begin".into(),
                 })?;
-                if let Some(mut error) = self.unroutable.take() {
-                    error.end_lsn = Some(end_lsn);
+                if let Some((error, row_id)) = self.unroutable.take() {
                     return Err(RelayError::Unroutable {
-                        error,
+                        error: Box::new(error),
+                        row_id,
+                        end_lsn,
                         slot: self.config.postgres.slot.clone(),
                     });
                 }
@@ -345,7 +346,7 @@ impl Streaming {
                 && let Err(e) = self.on_update(&change)
             {
                 match e {
-                    RelayError::Route(e) => self.unroutable = Some(e),
+                    RelayError::Route(e) => self.unroutable = Some((e, None)),
                     e => return Err(e),
                 }
             }
@@ -359,7 +360,8 @@ impl Streaming {
         {
             Ok(routed) => routed,
             Err(e) => {
-                self.unroutable = Some(e);
+                let row_id = self.router.row_id(change.relation.oid, new);
+                self.unroutable = Some((e, row_id));
                 return Ok(());
             }
         };
