@@ -23,6 +23,7 @@
 //!   retries with capped exponential backoff, logging once per state change)
 //!   or definite (the connector stops with the explanation).
 
+mod heartbeat;
 mod session;
 mod slot_watch;
 mod snapshot;
