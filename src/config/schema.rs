@@ -583,7 +583,9 @@ pub struct HeartbeatConfig {
     /// heartbeat that comes back.
     #[serde(default)]
     pub publish: bool,
-    /// The heartbeat topic. Unset: `__debezium-heartbeat.<connector.name>`.
+    /// The heartbeat topic. Unset: `__debezium-heartbeat.<topic prefix>`
+    /// (`table_defaults.topic_prefix`, or the connector's name), Debezium's
+    /// default for its `topic.prefix`.
     #[serde(default)]
     pub topic: Option<String>,
 }
@@ -594,12 +596,13 @@ impl HeartbeatConfig {
         self.interval.filter(|d| !d.is_zero())
     }
 
-    /// The topic heartbeat records go to (Debezium's
-    /// `__debezium-heartbeat.<topic.prefix>` with the connector's name).
-    pub fn topic_for(&self, connector: &str) -> String {
+    /// The topic heartbeat records go to: `topic`, or Debezium's
+    /// `__debezium-heartbeat.<topic.prefix>` with `topic_prefix`
+    /// ([`Config::topic_prefix`](super::Config::topic_prefix)).
+    pub fn topic_for(&self, topic_prefix: &str) -> String {
         self.topic
             .clone()
-            .unwrap_or_else(|| format!("__debezium-heartbeat.{connector}"))
+            .unwrap_or_else(|| format!("__debezium-heartbeat.{topic_prefix}"))
     }
 }
 

@@ -453,8 +453,17 @@ fn heartbeats_are_off_by_default_and_take_a_duration() {
     );
     assert!(config.heartbeat.publish);
     assert_eq!(
-        config.heartbeat.topic_for(&config.connector.name),
+        config.heartbeat.topic_for(config.topic_prefix()),
         "__debezium-heartbeat.orders"
+    );
+    // Debezium's topic.prefix is table_defaults.topic_prefix when set.
+    let config = load(&minimal_with(
+        "[table_defaults]\ntopic_prefix = \"dbserver1\"\n[heartbeat]\ninterval = \"10s\"\npublish = true",
+    ))
+    .unwrap();
+    assert_eq!(
+        config.heartbeat.topic_for(config.topic_prefix()),
+        "__debezium-heartbeat.dbserver1"
     );
     let config = load(&minimal_with(
         "[heartbeat]\ninterval = \"1m\"\npublish = true\ntopic = \"beats.orders\"",
@@ -511,6 +520,20 @@ fn heartbeat_problems_name_the_key_and_the_fix() {
         assert!(error.contains(&format!("{key}: ")), "{extra}: {error}");
         assert!(error.contains(words), "{extra}: {error}");
     }
+}
+
+#[test]
+fn a_default_heartbeat_topic_too_long_for_kafka_names_the_key() {
+    let extra = format!(
+        "[table_defaults]\ntopic_prefix = \"{}\"\n[heartbeat]\ninterval = \"10s\"",
+        "p".repeat(240)
+    );
+    let error = load_err(&minimal_with(&extra));
+    assert!(
+        error.contains("heartbeat.topic: defaults to \"__debezium-heartbeat.ppp"),
+        "{error}"
+    );
+    assert!(error.contains("set heartbeat.topic"), "{error}");
 }
 
 #[test]

@@ -58,14 +58,19 @@ pub(crate) fn problems(config: &Config) -> Vec<Problem> {
     snapshot(&config.snapshot, &mut out);
     heartbeat(
         &config.heartbeat,
-        &config.connector.name,
+        config.topic_prefix(),
         &config.kafka.offsets_topic,
         &mut out,
     );
     out
 }
 
-fn heartbeat(hb: &HeartbeatConfig, connector: &str, offsets_topic: &str, out: &mut Vec<Problem>) {
+fn heartbeat(
+    hb: &HeartbeatConfig,
+    topic_prefix: &str,
+    offsets_topic: &str,
+    out: &mut Vec<Problem>,
+) {
     if let Some(interval) = hb.enabled()
         && !(limits::HEARTBEAT_MIN..=limits::HEARTBEAT_MAX).contains(&interval)
     {
@@ -95,13 +100,14 @@ fn heartbeat(hb: &HeartbeatConfig, connector: &str, offsets_topic: &str, out: &m
              (e.g. \"10s\") and publish = true, or remove topic",
         ));
     }
-    let topic = hb.topic_for(connector);
+    let topic = hb.topic_for(topic_prefix);
     if let Some(why) = topic_name_problem(&topic) {
         let why = if hb.topic.is_some() {
             why
         } else {
             format!(
-                "defaults to {} (from connector.name): {why}; set heartbeat.topic",
+                "defaults to {} (from table_defaults.topic_prefix, or connector.name): \
+                 {why}; set heartbeat.topic",
                 quoted(&topic)
             )
         };

@@ -78,11 +78,12 @@ impl Beat {
         Duration::from_millis(u64::try_from(now_ms.saturating_sub(self.ts_ms)).unwrap_or(0))
     }
 
-    /// The Debezium-shaped heartbeat record for `connector` on `topic`: key
-    /// `{"serverName":"<connector>"}`, value `{"ts_ms":<written>}` (JSON,
-    /// schemas disabled), timestamped when it was written.
-    pub(crate) fn record(&self, connector: &str, topic: &str) -> Record {
-        let key = serde_json::json!({ "serverName": connector }).to_string();
+    /// The Debezium-shaped heartbeat record on `topic`: key
+    /// `{"serverName":"<server_name>"}` (Debezium's `topic.prefix`), value
+    /// `{"ts_ms":<written>}` (JSON, schemas disabled), timestamped when it
+    /// was written.
+    pub(crate) fn record(&self, server_name: &str, topic: &str) -> Record {
+        let key = serde_json::json!({ "serverName": server_name }).to_string();
         let value = serde_json::json!({ "ts_ms": self.ts_ms }).to_string();
         Record {
             topic: topic.to_owned(),

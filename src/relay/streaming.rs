@@ -350,8 +350,9 @@ impl Streaming {
             self.metrics
                 .heartbeat_received(beat.round_trip(heartbeat::now_ms()));
             if self.config.heartbeat.publish {
-                let topic = self.config.heartbeat.topic_for(connector);
-                let record = beat.record(connector, &topic);
+                let prefix = self.config.topic_prefix();
+                let topic = self.config.heartbeat.topic_for(prefix);
+                let record = beat.record(prefix, &topic);
                 let pos = Position {
                     commit_lsn: lsn,
                     index: 0,
