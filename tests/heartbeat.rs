@@ -141,6 +141,107 @@ async fn a_quiet_connector_sees_its_heartbeats_and_publishes_them() {
     assert!(relay.stop().success(), "{}", relay.log());
 }
 
+/// This server's text variant of `pg_logical_emit_message`, as regprocedure
+/// text (its signature gained `flush boolean` in 17).
+async fn emit_function(db: &TestDb) -> String {
+    db.client
+        .query_one(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p \
+             WHERE proname = 'pg_logical_emit_message' AND proargtypes[2] = 'text'::regtype",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Heartbeat writes that start failing while the connector runs (EXECUTE
+/// revoked) are logged once, counted, retried, and never stop the connector;
+/// once writing works again it says so once and heartbeats come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_heartbeat_writes_are_logged_once_and_never_stop_the_connector() {
+    require_kafka();
+    let db = TestDb::new("hbfail").await;
+    db.create_outbox("outbox").await;
+    let function = emit_function(&db).await;
+    let names = Names::new("hbfail");
+    let listen = free_local_addr();
+    let config = relay_config(
+        &db,
+        &names,
+        "",
+        &format!(
+            "[health]\nlisten = \"{listen}\"\n[heartbeat]\ninterval = \"200ms\"\n\
+             [snapshot]\nmode = \"no_data\"\n"
+        ),
+    );
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", START).await;
+    let metric = |name: &'static str| {
+        let listen = listen.clone();
+        move || {
+            let value = sample(&http_get(&listen, "/metrics"), name);
+            async move { value }
+        }
+    };
+    let received = metric("walrelay_heartbeats_received_total");
+    let errors = metric("walrelay_heartbeat_write_errors_total");
+    wait_for("a first heartbeat", Duration::from_secs(30), || {
+        let f = received();
+        async move { f.await.filter(|n| *n >= 1.0) }
+    })
+    .await;
+
+    sql(
+        &db,
+        &format!("REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC"),
+    )
+    .await;
+    wait_for("failing heartbeat writes", Duration::from_secs(30), || {
+        let f = errors();
+        async move { f.await.filter(|n| *n >= 5.0) }
+    })
+    .await;
+    assert!(relay.is_running(), "{}", relay.log());
+    let log = relay.log();
+    assert_eq!(
+        log.matches("cannot write a heartbeat").count(),
+        1,
+        "logged once per state change, not per interval:\n{log}"
+    );
+    assert!(log.contains("permission denied"), "{log}");
+    assert!(
+        http_get(&listen, "/healthz").starts_with("HTTP/1.0 200"),
+        "heartbeats alone do not make the connector unhealthy"
+    );
+
+    sql(
+        &db,
+        &format!("GRANT EXECUTE ON FUNCTION {function} TO PUBLIC"),
+    )
+    .await;
+    relay
+        .wait_log("heartbeats are written again", Duration::from_secs(30))
+        .await;
+    let before = received().await.unwrap_or(0.0);
+    wait_for(
+        "heartbeats to come back again",
+        Duration::from_secs(30),
+        || {
+            let f = received();
+            async move { f.await.filter(|n| *n > before) }
+        },
+    )
+    .await;
+    assert_eq!(
+        relay.log().matches("cannot write a heartbeat").count(),
+        1,
+        "{}",
+        relay.log()
+    );
+    assert!(relay.stop().success(), "{}", relay.log());
+}
+
 /// With `pg_logical_emit_message` revoked from PUBLIC (in this database
 /// only: `pg_proc` is per database), `check` fails and `run` refuses with the
 /// GRANT for this server's signature; running that GRANT makes `check` pass.
@@ -149,16 +250,7 @@ async fn a_missing_execute_grant_is_named_with_the_grant_to_run() {
     require_kafka();
     let db = TestDb::new("hbgrant").await;
     db.create_outbox("outbox").await;
-    let function: String = db
-        .client
-        .query_one(
-            "SELECT p.oid::regprocedure::text FROM pg_proc p \
-             WHERE proname = 'pg_logical_emit_message' AND proargtypes[2] = 'text'::regtype",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let function = emit_function(&db).await;
     let major: u32 = pg_major().parse().unwrap();
     let expected_args = if major >= 17 {
         "(boolean,text,text,boolean)"
