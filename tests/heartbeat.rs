@@ -5,17 +5,37 @@
 //! `pg_logical_emit_message` is refused by `check` and `run` with the GRANT
 //! this server needs, and that GRANT works.
 //!
-//! That a heartbeat never lets the slot pass an unacknowledged record is
-//! tested where records can be held in flight at will: the unit tests of
-//! `relay::heartbeat`.
+//! A heartbeat never lets the slot pass an unacknowledged record: here with
+//! an outbox record held in the producer because its topic does not exist
+//! yet (auto-creation off for this producer) while heartbeats keep coming
+//! back; and in the unit tests of `relay::heartbeat`, which hold records in
+//! flight at will.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
 use support::*;
+
+async fn create_topic(topic: &str) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .create()
+        .expect("admin client");
+    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
+    for r in admin
+        .create_topics(&[new], &AdminOptions::new())
+        .await
+        .expect("create topic")
+    {
+        r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+    }
+}
 
 async fn sql(db: &TestDb, sql: &str) {
     db.client
@@ -138,6 +158,104 @@ async fn a_quiet_connector_sees_its_heartbeats_and_publishes_them() {
         outbox_topics.is_empty(),
         "nothing was written to the outbox"
     );
+    assert!(relay.stop().success(), "{}", relay.log());
+}
+
+/// An outbox record waits in the producer for its topic (which this
+/// producer may not auto-create, and which does not exist yet) while
+/// heartbeats keep coming back and their own records are acknowledged: the
+/// slot never passes the outbox transaction. Once the topic exists the
+/// record is delivered and the slot moves past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_never_move_the_slot_past_an_unacknowledged_record() {
+    require_kafka();
+    let db = TestDb::new("hbinflight").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("hbinflight");
+    let topic = names.topic("order");
+    let heartbeat_topic = format!("{}.heartbeats", names.connector);
+    create_topic(&heartbeat_topic).await;
+    let listen = free_local_addr();
+    let config = relay_config(
+        &db,
+        &names,
+        "",
+        &format!(
+            "[health]\nlisten = \"{listen}\"\n[heartbeat]\ninterval = \"200ms\"\n\
+             publish = true\ntopic = \"{heartbeat_topic}\"\n[snapshot]\nmode = \"no_data\"\n"
+        ),
+    );
+    // After [kafka] linger: the producer waits for a missing topic instead of
+    // having the broker create it.
+    let config = config.replacen(
+        "linger = \"2ms\"",
+        "linger = \"2ms\"\nlibrdkafka = { \"allow.auto.create.topics\" = \"false\", \
+         \"topic.metadata.propagation.max.ms\" = \"120000\" }",
+        1,
+    );
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", START).await;
+    let metric = |name: &str| sample(&http_get(&listen, "/metrics"), name);
+    wait_for("a first heartbeat", Duration::from_secs(30), || async {
+        metric("walrelay_heartbeats_received_total").filter(|n| *n >= 1.0)
+    })
+    .await;
+
+    sql(
+        &db,
+        "INSERT INTO outbox VALUES ('00000000-0000-4000-8000-000000000001', 'order', 'a', \
+         'Created', '{}')",
+    )
+    .await;
+    // At or past the end of the outbox transaction's commit record.
+    let committed = db.current_wal_lsn().await;
+    let received = metric("walrelay_heartbeats_received_total").unwrap_or(0.0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let confirmed = db.confirmed_flush(&names.slot).await.unwrap_or(0);
+        assert!(
+            confirmed < committed,
+            "the slot passed the unacknowledged outbox record ({confirmed:X} >= \
+             {committed:X}):\n{}",
+            relay.log()
+        );
+        let now = metric("walrelay_heartbeats_received_total").unwrap_or(0.0);
+        if now >= received + 10.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "heartbeats stopped coming back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        metric("walrelay_in_flight_records").unwrap_or(0.0) >= 1.0,
+        "the outbox record is still in flight:\n{}",
+        relay.log()
+    );
+    assert!(relay.is_running(), "{}", relay.log());
+    // The heartbeats' own records were acknowledged meanwhile.
+    let beats = consume(
+        &[&heartbeat_topic],
+        5,
+        Duration::from_secs(30),
+        Duration::ZERO,
+    );
+    assert!(beats.len() >= 5, "{} heartbeat records", beats.len());
+    let confirmed = db.confirmed_flush(&names.slot).await.unwrap_or(0);
+    assert!(confirmed < committed, "{confirmed:X} >= {committed:X}");
+
+    create_topic(&topic).await;
+    wait_for(
+        "the slot to pass the delivered record",
+        Duration::from_secs(60),
+        || async {
+            db.confirmed_flush(&names.slot)
+                .await
+                .filter(|c| *c >= committed)
+        },
+    )
+    .await;
+    let events = consume(&[&topic], 1, Duration::from_secs(30), Duration::ZERO);
+    assert_eq!(events.len(), 1, "the outbox record was delivered once");
     assert!(relay.stop().success(), "{}", relay.log());
 }
 
