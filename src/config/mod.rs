@@ -59,9 +59,9 @@ pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
 pub use schema::{
     BinaryHandlingMode, Compression, ConnectorConfig, DecimalHandlingMode, HealthConfig,
-    HeartbeatConfig, IntervalHandlingMode, KafkaConfig, OnUpdate, OutboxConfig, PostgresConfig,
-    SaslMechanism, SecurityProtocol, SnapshotConfig, SnapshotMode, SslMode, TableConfig,
-    TableDefaults, TimePrecisionMode, glob_match, is_secret_property,
+    HeartbeatConfig, IntervalHandlingMode, KafkaConfig, LogConfig, LogFormat, OnUpdate,
+    OutboxConfig, PostgresConfig, SaslMechanism, SecurityProtocol, SnapshotConfig, SnapshotMode,
+    SslMode, TableConfig, TableDefaults, TimePrecisionMode, glob_match, is_secret_property,
 };
 pub use template::{Segment, TableRef, TopicTemplate, is_topic_char, topic_name_problem};
 pub use units::parse_byte_size;
@@ -93,6 +93,8 @@ pub struct Config {
     pub snapshot: SnapshotConfig,
     /// `[heartbeat]`; off when the section is absent.
     pub heartbeat: HeartbeatConfig,
+    /// `[log]`; the defaults when the section is absent.
+    pub log: LogConfig,
     origin: Origin,
 }
 
@@ -115,6 +117,26 @@ struct Document {
     snapshot: SnapshotConfig,
     #[serde(default)]
     heartbeat: HeartbeatConfig,
+    #[serde(default)]
+    log: LogConfig,
+}
+
+/// The `[log] format` of the file at `path`, read on its own so that the
+/// errors of a file that does not load can still be written in the format
+/// it asks for. `None` when the file cannot be read or parsed, or does not
+/// say (or says something invalid, which loading the file reports).
+pub fn log_format_in(path: &Path) -> Option<LogFormat> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_FILE_BYTES).read_to_string(&mut text))
+        .ok()?;
+    let table: toml::Table = text.parse().ok()?;
+    match table.get("log")?.get("format")?.as_str()? {
+        "json" => Some(LogFormat::Json),
+        "text" => Some(LogFormat::Text),
+        _ => None,
+    }
 }
 
 impl Config {
@@ -177,6 +199,7 @@ impl Config {
             table_defaults: document.table_defaults,
             snapshot: document.snapshot,
             heartbeat: document.heartbeat,
+            log: document.log,
             origin: Origin {
                 name: origin.to_owned(),
                 locations: map.locations(),

@@ -224,7 +224,11 @@ mod tests {
              [heartbeat]\ninterval = \"10s\"\npublish = {publish}\n"
         );
         let config = Arc::new(Config::from_str(&text, "test.toml").unwrap());
-        let (sink, acks) = Sink::new(&crate::relay::producer_properties(&config)).unwrap();
+        let outage = Arc::new(crate::telemetry::outage::OutageLog::new(
+            "Kafka",
+            Duration::ZERO,
+        ));
+        let (sink, acks) = Sink::new(&crate::relay::producer_properties(&config), outage).unwrap();
         let router = crate::router::Router::new(&config.outbox);
         let template = crate::offsets::StoredOffset {
             connector: "orders".into(),
