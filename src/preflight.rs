@@ -148,6 +148,15 @@ pub async fn check(config: &Config) -> Report {
             Outcome::Ok,
         ),
     );
+    if config.heartbeat.enabled().is_some() {
+        report.push(
+            "heartbeat privilege",
+            outcome(
+                startup::heartbeat_privilege(&client, &pg.user).await,
+                Outcome::Ok,
+            ),
+        );
+    }
     // `run` identifies the system on a replication connection (pg_hba.conf
     // has separate `replication` lines): so does `check`.
     let system = match ReplicationClient::connect(&params).await {

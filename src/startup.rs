@@ -112,6 +112,32 @@ pub async fn replication_privilege(client: &Client, user: &str) -> Result<String
     Ok(format!("role {user} may replicate"))
 }
 
+/// With `[heartbeat] interval` set, the role must be allowed to EXECUTE
+/// `pg_logical_emit_message` (PUBLIC may, unless revoked). The fix names the
+/// signature this server declares (it gained a fourth argument in 17).
+pub async fn heartbeat_privilege(client: &Client, user: &str) -> Result<String, CheckError> {
+    match catalog::emit_message_privilege(client).await? {
+        Some((function, true)) => Ok(format!("role {user} may execute {function}")),
+        Some((function, false)) => Err(CheckError::setup(
+            format!(
+                "role {user} may not execute {function}, which [heartbeat] interval calls to \
+                 write heartbeats"
+            ),
+            format!(
+                "run as a superuser: GRANT EXECUTE ON FUNCTION pg_catalog.{} TO {}; (or \
+                 remove [heartbeat] interval)",
+                function.trim_start_matches("pg_catalog."),
+                ident(user)
+            ),
+        )),
+        None => Err(CheckError::setup(
+            "this server has no pg_logical_emit_message(boolean, text, text), which [heartbeat] \
+             interval calls",
+            "use PostgreSQL 14 or newer, or remove [heartbeat] interval",
+        )),
+    }
+}
+
 /// Payload column types whose text form is passed through unchanged.
 const PAYLOAD_TYPES: &[&str] = &["jsonb", "json", "text", "bytea"];
 

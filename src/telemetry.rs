@@ -17,6 +17,16 @@
 //!   read every 5 s for the life of the connector, also while no session
 //!   runs (Kafka down); a growing age means PostgreSQL is not answering.
 //!
+//! Heartbeats (`[heartbeat]`, see `crate::relay` and docs/operations.md):
+//! - `walrelay_heartbeat_age_seconds`: time since this connector's last
+//!   heartbeat came back through the slot; absent until the first one. It
+//!   grows when any part of the path (catalog connection, WAL, walsender,
+//!   decoding, this process) stops.
+//! - `walrelay_heartbeat_round_trip_seconds`: how long the last one took
+//!   from `pg_logical_emit_message` to the stream (absent until the first).
+//! - `walrelay_heartbeats_sent_total`, `walrelay_heartbeats_received_total`,
+//!   `walrelay_heartbeat_write_errors_total`.
+//!
 //! Health: 200 while a session is streaming and Kafka acknowledged something
 //! (or had nothing to acknowledge) within the stall window; 503 with the
 //! reason otherwise.
@@ -75,6 +85,17 @@ pub struct Metrics {
     slot_polled_ms: AtomicU64,
     slot_wal_status: Mutex<String>,
     last_error: Mutex<String>,
+    /// Heartbeats written with `pg_logical_emit_message`.
+    pub heartbeats_sent: AtomicU64,
+    /// Heartbeat writes that failed.
+    pub heartbeat_write_errors: AtomicU64,
+    /// This connector's heartbeats seen coming back through the slot.
+    pub heartbeats_received: AtomicU64,
+    /// Milliseconds since `started` when the last heartbeat came back, plus
+    /// one (0: none yet).
+    heartbeat_received_ms: AtomicU64,
+    /// The last heartbeat's round trip, in microseconds.
+    heartbeat_round_trip_us: AtomicU64,
 }
 
 impl Metrics {
@@ -107,6 +128,11 @@ impl Metrics {
             slot_polled_ms: AtomicU64::new(0),
             slot_wal_status: Mutex::new(String::new()),
             last_error: Mutex::new(String::new()),
+            heartbeats_sent: AtomicU64::new(0),
+            heartbeat_write_errors: AtomicU64::new(0),
+            heartbeats_received: AtomicU64::new(0),
+            heartbeat_received_ms: AtomicU64::new(0),
+            heartbeat_round_trip_us: AtomicU64::new(0),
         }
     }
 }
@@ -195,6 +221,27 @@ impl Metrics {
             self.started
                 .elapsed()
                 .saturating_sub(Duration::from_millis(polled - 1))
+        })
+    }
+
+    /// One of this connector's heartbeats came back through the slot, `round_trip`
+    /// after it was written.
+    pub fn heartbeat_received(&self, round_trip: Duration) {
+        let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let us = u64::try_from(round_trip.as_micros()).unwrap_or(u64::MAX);
+        self.heartbeat_round_trip_us.store(us, Ordering::Relaxed);
+        self.heartbeats_received.fetch_add(1, Ordering::Relaxed);
+        self.heartbeat_received_ms
+            .store(ms.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// Time since the last heartbeat came back, if one did.
+    pub fn heartbeat_age(&self) -> Option<Duration> {
+        let received = self.heartbeat_received_ms.load(Ordering::Relaxed);
+        (received > 0).then(|| {
+            self.started
+                .elapsed()
+                .saturating_sub(Duration::from_millis(received - 1))
         })
     }
 
@@ -386,6 +433,41 @@ impl Metrics {
                 format!("{:.3}", age.as_secs_f64()),
             );
         }
+        metric(
+            "walrelay_heartbeats_sent_total",
+            "counter",
+            "Heartbeats written with pg_logical_emit_message ([heartbeat] interval).",
+            u(&self.heartbeats_sent),
+        );
+        metric(
+            "walrelay_heartbeat_write_errors_total",
+            "counter",
+            "Heartbeat writes that failed (retried every interval).",
+            u(&self.heartbeat_write_errors),
+        );
+        metric(
+            "walrelay_heartbeats_received_total",
+            "counter",
+            "This connector's heartbeats seen coming back through the replication slot.",
+            u(&self.heartbeats_received),
+        );
+        if let Some(age) = self.heartbeat_age() {
+            metric(
+                "walrelay_heartbeat_age_seconds",
+                "gauge",
+                "Seconds since the last heartbeat came back through the slot (absent until the first).",
+                format!("{:.3}", age.as_secs_f64()),
+            );
+            metric(
+                "walrelay_heartbeat_round_trip_seconds",
+                "gauge",
+                "How long the last heartbeat took from pg_logical_emit_message to the replication stream.",
+                format!(
+                    "{:.6}",
+                    self.heartbeat_round_trip_us.load(Ordering::Relaxed) as f64 / 1e6
+                ),
+            );
+        }
         let status = self
             .slot_wal_status
             .lock()
@@ -491,6 +573,19 @@ mod tests {
             m.render()
                 .contains("walrelay_slot_poll_age_seconds{connector=\"c1\"} 0.")
         );
+        assert!(
+            !text.contains("walrelay_heartbeat_age_seconds")
+                && !text.contains("walrelay_heartbeat_round_trip_seconds"),
+            "no heartbeat age before the first heartbeat"
+        );
+        assert!(text.contains("walrelay_heartbeats_received_total{connector=\"c1\"} 0\n"));
+        m.heartbeat_received(Duration::from_micros(2_500));
+        let after = m.render();
+        assert!(after.contains("walrelay_heartbeat_age_seconds{connector=\"c1\"} 0."));
+        assert!(
+            after.contains("walrelay_heartbeat_round_trip_seconds{connector=\"c1\"} 0.002500\n")
+        );
+        assert!(after.contains("walrelay_heartbeats_received_total{connector=\"c1\"} 1\n"));
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let (series, value) = line.rsplit_once(' ').unwrap();
             assert!(

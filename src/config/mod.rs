@@ -59,9 +59,9 @@ pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
 pub use schema::{
     BinaryHandlingMode, Compression, ConnectorConfig, DecimalHandlingMode, HealthConfig,
-    IntervalHandlingMode, KafkaConfig, LogConfig, LogFormat, OnUpdate, OutboxConfig,
-    PostgresConfig, SaslMechanism, SecurityProtocol, SnapshotConfig, SnapshotMode, SslMode,
-    TableConfig, TableDefaults, TimePrecisionMode, glob_match, is_secret_property,
+    HeartbeatConfig, IntervalHandlingMode, KafkaConfig, LogConfig, LogFormat, OnUpdate,
+    OutboxConfig, PostgresConfig, SaslMechanism, SecurityProtocol, SnapshotConfig, SnapshotMode,
+    SslMode, TableConfig, TableDefaults, TimePrecisionMode, glob_match, is_secret_property,
 };
 pub use template::{Segment, TableRef, TopicTemplate, is_topic_char, topic_name_problem};
 pub use units::parse_byte_size;
@@ -91,6 +91,8 @@ pub struct Config {
     pub table_defaults: TableDefaults,
     /// `[snapshot]`; the defaults when the section is absent.
     pub snapshot: SnapshotConfig,
+    /// `[heartbeat]`; off when the section is absent.
+    pub heartbeat: HeartbeatConfig,
     /// `[log]`; the defaults when the section is absent.
     pub log: LogConfig,
     origin: Origin,
@@ -113,6 +115,8 @@ struct Document {
     table_defaults: TableDefaults,
     #[serde(default)]
     snapshot: SnapshotConfig,
+    #[serde(default)]
+    heartbeat: HeartbeatConfig,
     #[serde(default)]
     log: LogConfig,
 }
@@ -194,6 +198,7 @@ impl Config {
             tables: document.table,
             table_defaults: document.table_defaults,
             snapshot: document.snapshot,
+            heartbeat: document.heartbeat,
             log: document.log,
             origin: Origin {
                 name: origin.to_owned(),
@@ -338,6 +343,7 @@ impl fmt::Debug for Config {
             .field("tables", &self.tables)
             .field("table_defaults", &self.table_defaults)
             .field("snapshot", &self.snapshot)
+            .field("heartbeat", &self.heartbeat)
             .finish()
     }
 }

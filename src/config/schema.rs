@@ -591,6 +591,42 @@ impl Default for SnapshotConfig {
     }
 }
 
+/// `[heartbeat]`: a message written into the WAL every `interval`, seen
+/// coming back through the slot (optional section; off by default).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatConfig {
+    /// How often to write `pg_logical_emit_message(false, 'walrelay.heartbeat',
+    /// …)` on the catalog connection. Unset or `"0s"`: no heartbeats.
+    #[serde(default, deserialize_with = "units::optional_duration")]
+    pub interval: Option<Duration>,
+    /// Also publish a Debezium-shaped heartbeat record to `topic` for every
+    /// heartbeat that comes back.
+    #[serde(default)]
+    pub publish: bool,
+    /// The heartbeat topic. Unset: `__debezium-heartbeat.<topic prefix>`
+    /// (`table_defaults.topic_prefix`, or the connector's name), Debezium's
+    /// default for its `topic.prefix`.
+    #[serde(default)]
+    pub topic: Option<String>,
+}
+
+impl HeartbeatConfig {
+    /// The interval when heartbeats are on.
+    pub fn enabled(&self) -> Option<Duration> {
+        self.interval.filter(|d| !d.is_zero())
+    }
+
+    /// The topic heartbeat records go to: `topic`, or Debezium's
+    /// `__debezium-heartbeat.<topic.prefix>` with `topic_prefix`
+    /// ([`Config::topic_prefix`](super::Config::topic_prefix)).
+    pub fn topic_for(&self, topic_prefix: &str) -> String {
+        self.topic
+            .clone()
+            .unwrap_or_else(|| format!("__debezium-heartbeat.{topic_prefix}"))
+    }
+}
+
 /// What to do when a row of an outbox table is UPDATEd.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -167,6 +167,7 @@ fn example_toml_sets_every_key() {
         ]
     );
     assert_eq!(keys("snapshot"), ["fetch_rows", "mode", "parallelism"]);
+    assert_eq!(keys("heartbeat"), ["interval", "publish", "topic"]);
     assert_eq!(
         keys("outbox"),
         [
@@ -429,6 +430,110 @@ fn snapshot_numbers_have_ranges_and_order_columns_are_names() {
         assert!(error.contains(&format!("{key}: ")), "{extra}: {error}");
         assert!(error.contains(words), "{extra}: {error}");
     }
+}
+
+#[test]
+fn heartbeats_are_off_by_default_and_take_a_duration() {
+    let config = load(MINIMAL).unwrap();
+    assert_eq!(config.heartbeat, HeartbeatConfig::default());
+    assert_eq!(config.heartbeat.enabled(), None);
+    let config = load(&minimal_with("[heartbeat]\ninterval = \"0s\"")).unwrap();
+    assert_eq!(
+        config.heartbeat.enabled(),
+        None,
+        "0s is off, as in Debezium"
+    );
+    let config = load(&minimal_with(
+        "[heartbeat]\ninterval = \"10s\"\npublish = true",
+    ))
+    .unwrap();
+    assert_eq!(
+        config.heartbeat.enabled(),
+        Some(std::time::Duration::from_secs(10))
+    );
+    assert!(config.heartbeat.publish);
+    assert_eq!(
+        config.heartbeat.topic_for(config.topic_prefix()),
+        "__debezium-heartbeat.orders"
+    );
+    // Debezium's topic.prefix is table_defaults.topic_prefix when set.
+    let config = load(&minimal_with(
+        "[table_defaults]\ntopic_prefix = \"dbserver1\"\n[heartbeat]\ninterval = \"10s\"\npublish = true",
+    ))
+    .unwrap();
+    assert_eq!(
+        config.heartbeat.topic_for(config.topic_prefix()),
+        "__debezium-heartbeat.dbserver1"
+    );
+    let config = load(&minimal_with(
+        "[heartbeat]\ninterval = \"1m\"\npublish = true\ntopic = \"beats.orders\"",
+    ))
+    .unwrap();
+    assert_eq!(config.heartbeat.topic_for("orders"), "beats.orders");
+}
+
+#[test]
+fn heartbeat_problems_name_the_key_and_the_fix() {
+    for (extra, key, words) in [
+        (
+            "[heartbeat]\ninterval = \"10ms\"",
+            "heartbeat.interval",
+            "must be from 100ms to 1h (got 10ms)",
+        ),
+        (
+            "[heartbeat]\ninterval = \"2h\"",
+            "heartbeat.interval",
+            "must be from 100ms to 1h (got 2h)",
+        ),
+        (
+            "[heartbeat]\ninterval = 10",
+            "heartbeat.interval",
+            "a duration needs a unit",
+        ),
+        (
+            "[heartbeat]\npublish = true",
+            "heartbeat.publish",
+            "heartbeats are off; set heartbeat.interval",
+        ),
+        (
+            "[heartbeat]\ntopic = \"beats\"",
+            "heartbeat.topic",
+            "heartbeats are off; set heartbeat.interval",
+        ),
+        (
+            "[heartbeat]\ninterval = \"10s\"\npublish = true\ntopic = \"beats/orders\"",
+            "heartbeat.topic",
+            "character '/' is not allowed in a Kafka topic name",
+        ),
+        (
+            "[heartbeat]\ninterval = \"10s\"\npublish = true\ntopic = \"walrelay.offsets\"",
+            "heartbeat.topic",
+            "is the offset-store topic",
+        ),
+        (
+            "[heartbeat]\nintreval = \"10s\"",
+            "heartbeat.intreval",
+            "unknown field",
+        ),
+    ] {
+        let error = load_err(&minimal_with(extra));
+        assert!(error.contains(&format!("{key}: ")), "{extra}: {error}");
+        assert!(error.contains(words), "{extra}: {error}");
+    }
+}
+
+#[test]
+fn a_default_heartbeat_topic_too_long_for_kafka_names_the_key() {
+    let extra = format!(
+        "[table_defaults]\ntopic_prefix = \"{}\"\n[heartbeat]\ninterval = \"10s\"",
+        "p".repeat(240)
+    );
+    let error = load_err(&minimal_with(&extra));
+    assert!(
+        error.contains("heartbeat.topic: defaults to \"__debezium-heartbeat.ppp"),
+        "{error}"
+    );
+    assert!(error.contains("set heartbeat.topic"), "{error}");
 }
 
 #[test]

@@ -47,6 +47,13 @@ pub(crate) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::E
     d.deserialize_any(V)
 }
 
+/// An optional duration: present, it is read as [`duration`].
+pub(crate) fn optional_duration<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Duration>, D::Error> {
+    duration(d).map(Some)
+}
+
 /// A byte size: an integer number of bytes or a string such as `"64MiB"`.
 pub(crate) fn byte_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     struct V;

@@ -13,6 +13,7 @@ use humantime_serde::re::humantime::format_duration;
 use super::Config;
 use super::error::{MAX_VALUE_CHARS, Problem, join_key, quoted, shorten};
 use super::producer::{librdkafka_property, property_name_problem};
+use super::schema::HeartbeatConfig;
 use super::schema::{
     KafkaConfig, OutboxConfig, PostgresConfig, SECURITY_KEYS, SaslMechanism, SecurityProtocol,
     SnapshotConfig, SnapshotMode, SslMode, TableDefaults,
@@ -39,6 +40,11 @@ pub(crate) mod limits {
     pub(crate) const SNAPSHOT_PARALLELISM: u32 = 16;
     /// Rows per snapshot batch.
     pub(crate) const SNAPSHOT_FETCH_ROWS: usize = 1_000_000;
+    /// Heartbeats: at least this far apart (each is a WAL record and a round
+    /// trip on the catalog connection) …
+    pub(crate) const HEARTBEAT_MIN: Duration = Duration::from_millis(100);
+    /// … and at most this far (longer is no longer a heartbeat).
+    pub(crate) const HEARTBEAT_MAX: Duration = Duration::from_secs(3600);
 }
 
 /// Every problem in `config`, in no particular order.
@@ -50,7 +56,72 @@ pub(crate) fn problems(config: &Config) -> Vec<Problem> {
     outboxes(&config.outbox, !config.tables.is_empty(), &mut out);
     tables(config, &mut out);
     snapshot(&config.snapshot, &mut out);
+    heartbeat(
+        &config.heartbeat,
+        config.topic_prefix(),
+        &config.kafka.offsets_topic,
+        &mut out,
+    );
     out
+}
+
+fn heartbeat(
+    hb: &HeartbeatConfig,
+    topic_prefix: &str,
+    offsets_topic: &str,
+    out: &mut Vec<Problem>,
+) {
+    if let Some(interval) = hb.enabled()
+        && !(limits::HEARTBEAT_MIN..=limits::HEARTBEAT_MAX).contains(&interval)
+    {
+        out.push(Problem::new(
+            "heartbeat.interval",
+            format!(
+                "must be from {} to {} (got {}), e.g. \"10s\"; \"0s\" or no interval turns \
+                 heartbeats off",
+                format_duration(limits::HEARTBEAT_MIN),
+                format_duration(limits::HEARTBEAT_MAX),
+                format_duration(interval)
+            ),
+        ));
+    }
+    let off = hb.enabled().is_none();
+    if off && hb.publish {
+        out.push(Problem::new(
+            "heartbeat.publish",
+            "publishes the heartbeats that come back, but heartbeats are off; set \
+             heartbeat.interval (e.g. \"10s\") or remove publish",
+        ));
+    }
+    if off && hb.topic.is_some() {
+        out.push(Problem::new(
+            "heartbeat.topic",
+            "names the heartbeat topic, but heartbeats are off; set heartbeat.interval \
+             (e.g. \"10s\") and publish = true, or remove topic",
+        ));
+    }
+    let topic = hb.topic_for(topic_prefix);
+    if let Some(why) = topic_name_problem(&topic) {
+        let why = if hb.topic.is_some() {
+            why
+        } else {
+            format!(
+                "defaults to {} (from table_defaults.topic_prefix, or connector.name): \
+                 {why}; set heartbeat.topic",
+                quoted(&topic)
+            )
+        };
+        out.push(Problem::new("heartbeat.topic", why));
+    } else if topic == offsets_topic {
+        out.push(Problem::new(
+            "heartbeat.topic",
+            format!(
+                "is the offset-store topic (kafka.offsets_topic = {}); heartbeat records \
+                 would be read back as offsets: choose another topic",
+                quoted(offsets_topic)
+            ),
+        ));
+    }
 }
 
 fn snapshot(snapshot: &SnapshotConfig, out: &mut Vec<Problem>) {

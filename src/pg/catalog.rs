@@ -276,6 +276,57 @@ pub async fn slot_state(client: &Client, slot: &str) -> Result<Option<SlotState>
     }))
 }
 
+/// Writes a non-transactional logical decoding message (`pg_logical_emit_message(false,
+/// prefix, content)`, the text variant; never the `flush` argument, which is
+/// PostgreSQL 17+ only) and returns the LSN PostgreSQL reports for it.
+pub async fn emit_message(
+    client: &Client,
+    prefix: &str,
+    content: &str,
+) -> Result<Lsn, CatalogError> {
+    let row = client
+        .query_one(
+            "SELECT pg_logical_emit_message(false, $1::text, $2::text)::text",
+            &[&prefix, &content],
+        )
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "writing a heartbeat with pg_logical_emit_message",
+            source,
+        })?;
+    let text: String = row.get(0);
+    text.parse().map_err(|_| {
+        CatalogError::Invalid(format!(
+            "pg_logical_emit_message returned {text:?}, which is not an LSN"
+        ))
+    })
+}
+
+/// The text variant of `pg_logical_emit_message` as this server declares it
+/// (`pg_logical_emit_message(boolean,text,text)` up to PostgreSQL 16, with a
+/// fourth `flush boolean` argument from 17), and whether the current role may
+/// execute it. `None` when the server has no such function.
+pub async fn emit_message_privilege(
+    client: &Client,
+) -> Result<Option<(String, bool)>, CatalogError> {
+    let row = client
+        .query_opt(
+            "SELECT p.oid::regprocedure::text, has_function_privilege(p.oid, 'EXECUTE') \
+             FROM pg_proc p \
+             WHERE p.proname = 'pg_logical_emit_message' \
+               AND p.pronamespace = 'pg_catalog'::regnamespace \
+               AND p.proargtypes[2] = 'text'::regtype \
+             ORDER BY p.pronargs LIMIT 1",
+            &[],
+        )
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "reading the privileges on pg_logical_emit_message",
+            source,
+        })?;
+    Ok(row.map(|r| (r.get(0), r.get(1))))
+}
+
 /// `SHOW name`.
 pub async fn setting(client: &Client, name: &'static str) -> Result<String, CatalogError> {
     let row = client

@@ -14,6 +14,11 @@
 //!   always an offset-store write that Kafka acknowledged, and that write
 //!   carried `checkpoint.confirmed()`, which covers only fully acked
 //!   transactions. So the slot is never ahead of Kafka, nor of the offset store.
+//! - **A heartbeat is a transaction.** A walrelay heartbeat message
+//!   (`[heartbeat]`, see `heartbeat.rs`) enters the checkpoint as a
+//!   transaction of its own ending at the message, with its heartbeat record
+//!   when published: the frontier reaches it only over an acknowledged prefix.
+//!   The writer runs only while a session streams and never ends one.
 //! - **Bounded memory.** While the checkpoint is full, the socket is not read
 //!   (TCP backpressure reaches the walsender), but status updates keep going
 //!   so the walsender does not time us out.
@@ -23,6 +28,7 @@
 //!   retries with capped exponential backoff, logging once per state change)
 //!   or definite (the connector stops with the explanation).
 
+mod heartbeat;
 mod session;
 mod slot_watch;
 mod snapshot;

@@ -43,6 +43,15 @@ pub(super) struct Started {
     pub(super) snapshot: Option<SnapshotJob>,
 }
 
+/// Aborts a background task when dropped (when its session ends, however).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// A snapshot to take before streaming.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct SnapshotJob {
@@ -84,6 +93,16 @@ impl Started {
                 }
             }
         }
+        // Heartbeats while this session streams; the writer ends with it.
+        let heartbeats = self.run.config.heartbeat.enabled().map(|interval| {
+            let config = &self.run.config;
+            AbortOnDrop(tokio::spawn(super::heartbeat::write_loop(
+                connect_params(config),
+                config.connector.name.clone(),
+                interval,
+                self.run.metrics.clone(),
+            )))
+        });
         let result = self
             .run
             .stream(
@@ -94,6 +113,7 @@ impl Started {
                 shutdown,
             )
             .await;
+        drop(heartbeats);
         let Err(e) = result else {
             let done = self
                 .run
@@ -168,6 +188,9 @@ impl Session {
         let catalog = catalog::connect(&params).await?;
         startup::wal_level(&catalog).await?;
         startup::replication_privilege(&catalog, &pg.user).await?;
+        if config.heartbeat.enabled().is_some() {
+            startup::heartbeat_privilege(&catalog, &pg.user).await?;
+        }
         let mut tables = Vec::with_capacity(config.outbox.len());
         for outbox in &config.outbox {
             let table = startup::outbox_table(&catalog, outbox).await?.0;

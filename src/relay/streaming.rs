@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{RelayError, STALL_WARNING};
 
+use super::heartbeat::{self, Beat};
 use super::{Ack, EventId, Sink, Token};
 use crate::Lsn;
 use crate::checkpoint::{Checkpoint, Limits, TxnId};
@@ -308,6 +309,11 @@ impl Streaming {
                 self.checkpoint.commit(open.id, end_lsn)?;
                 self.metrics.transactions.fetch_add(1, Ordering::Relaxed);
             }
+            SourceEvent::Message {
+                lsn,
+                prefix,
+                content,
+            } => self.on_message(lsn, &prefix, &content).await?,
             SourceEvent::Relation(r) => {
                 self.router.on_relation(&r);
                 self.tables.on_relation(&r, source.received())?;
@@ -326,6 +332,48 @@ impl Streaming {
                 });
             }
         }
+        Ok(())
+    }
+
+    /// A non-transactional logical message. A walrelay heartbeat (any
+    /// connector's) enters the checkpoint as a transaction of its own that
+    /// ends at `lsn`, so the frontier reaches it only once everything before
+    /// it is acked; this connector's own heartbeats also feed the metrics and,
+    /// with `publish = true`, add their record to that transaction (see
+    /// `relay::heartbeat`). Other prefixes are someone else's: ignored.
+    pub(super) async fn on_message(
+        &mut self,
+        lsn: Lsn,
+        prefix: &str,
+        content: &[u8],
+    ) -> Result<(), RelayError> {
+        if prefix != heartbeat::PREFIX {
+            return Ok(());
+        }
+        if self.open.is_some() {
+            return Err(RelayError::Stream {
+                lsn,
+                what: "a heartbeat inside a transaction".into(),
+            });
+        }
+        let connector = &self.config.connector.name;
+        let ours = Beat::parse(content).filter(|b| &b.connector == connector);
+        let id = self.checkpoint.begin()?;
+        if let Some(beat) = ours {
+            self.metrics
+                .heartbeat_received(beat.round_trip(heartbeat::now_ms()));
+            if self.config.heartbeat.publish {
+                let prefix = self.config.topic_prefix();
+                let topic = self.config.heartbeat.topic_for(prefix);
+                let record = beat.record(prefix, &topic);
+                let pos = Position {
+                    commit_lsn: lsn,
+                    index: 0,
+                };
+                self.publish(id, pos, &record, None).await?;
+            }
+        }
+        self.checkpoint.commit(id, lsn)?;
         Ok(())
     }
 

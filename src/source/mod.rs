@@ -96,6 +96,15 @@ pub enum SourceEvent {
         commit_lsn: Lsn,
         end_lsn: Lsn,
     },
+    /// A non-transactional logical decoding message
+    /// (`pg_logical_emit_message(false, …)`), outside any transaction: a WAL
+    /// record of its own that ends at `lsn`. (Transactional messages arrive
+    /// inside their transaction and are dropped: they carry no row.)
+    Message {
+        lsn: Lsn,
+        prefix: String,
+        content: Bytes,
+    },
     /// The server has nothing for us below `wal_end` (a keepalive); `reply`
     /// asks for a status update now.
     Idle {
@@ -547,7 +556,22 @@ impl Assembler {
                 };
                 self.change(Op::Delete, d.relation, Some(old), None, at)?
             }
-            // Truncates, origins, types and logical messages carry no row.
+            LogicalMessage::Message(m) if !m.transactional => {
+                if self.open.is_some() {
+                    // pgoutput v1 never interleaves: the reorder buffer
+                    // replays a transaction whole at its commit.
+                    return Err(out_of_order(
+                        "non-transactional Message inside a transaction",
+                    ));
+                }
+                SourceEvent::Message {
+                    lsn: m.lsn,
+                    prefix: m.prefix,
+                    content: m.content,
+                }
+            }
+            // Truncates, origins, types and transactional logical messages
+            // carry no row.
             LogicalMessage::Truncate(_)
             | LogicalMessage::Origin(_)
             | LogicalMessage::Type(_)

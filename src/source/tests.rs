@@ -224,3 +224,47 @@ fn a_new_relation_message_changes_the_shape_of_later_rows() {
     assert_eq!(c.relation.columns.len(), 2);
     assert_eq!(c.pos.index, 1);
 }
+
+fn message(transactional: bool, lsn: Lsn) -> LogicalMessage {
+    LogicalMessage::Message(crate::pgoutput::LogicalDecodingMessage {
+        transactional,
+        lsn,
+        prefix: "walrelay.heartbeat".into(),
+        content: Bytes::from_static(b"{}"),
+    })
+}
+
+#[test]
+fn non_transactional_message_is_an_event_with_its_lsn() {
+    let mut a = Assembler::new(Lsn::ZERO);
+    let at = Lsn(0x2_0000_0040);
+    match feed(&mut a, &message(false, at), at).unwrap() {
+        Some(SourceEvent::Message {
+            lsn,
+            prefix,
+            content,
+        }) => {
+            assert_eq!(lsn, at);
+            assert_eq!(prefix, "walrelay.heartbeat");
+            assert_eq!(&content[..], b"{}");
+        }
+        other => panic!("expected a Message event, got {other:?}"),
+    }
+}
+
+#[test]
+fn transactional_message_is_dropped_inside_its_transaction() {
+    let mut a = Assembler::new(Lsn::ZERO);
+    let events = feed_all(&mut a, &[begin(), message(true, COMMIT), commit()]);
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert!(matches!(events[0], SourceEvent::Begin { .. }));
+    assert!(matches!(events[1], SourceEvent::Commit { .. }));
+}
+
+#[test]
+fn non_transactional_message_inside_a_transaction_is_an_error() {
+    let mut a = Assembler::new(Lsn::ZERO);
+    feed(&mut a, &begin(), COMMIT).unwrap();
+    let e = feed(&mut a, &message(false, COMMIT), COMMIT).unwrap_err();
+    assert!(e.to_string().contains("non-transactional Message"), "{e}");
+}
