@@ -742,3 +742,94 @@ name = "public.trunc_keep"
     let log = relay.log();
     assert!(!log.contains("pepper"), "the salt reached the log");
 }
+
+/// A column list naming a column the table lacks, and a mask on a column
+/// that is not text-like, are refused by `check` and `run` alike, naming
+/// the key, table, column (and type), before the slot is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn column_lists_and_masks_are_checked_against_the_table_at_start() {
+    require_kafka();
+    let db = TestDb::new("wr_table_colcheck").await;
+    let names = Names::new("wr_tc");
+    db.client
+        .batch_execute(
+            "CREATE TABLE accounts (id int4 PRIMARY KEY, email text, balance int4);
+             ALTER TABLE accounts OWNER TO walrelay;",
+        )
+        .await
+        .expect("tables");
+    let config = |columns: &str| {
+        format!(
+            r#"
+[connector]
+name = "{connector}"
+[postgres]
+host = "127.0.0.1"
+port = {port}
+user = "walrelay"
+password = "walrelay"
+database = "{db}"
+slot = "{slot}"
+publication = "{publication}"
+[kafka]
+brokers = "{brokers}"
+[[table]]
+name = "public.accounts"
+{columns}
+"#,
+            connector = names.connector,
+            port = pg_port(),
+            db = db.name,
+            slot = names.slot,
+            publication = names.publication,
+            brokers = kafka_brokers(),
+        )
+    };
+    let dir = std::env::temp_dir().join(unique("walrelay_test"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("walrelay.toml");
+    for (columns, needles) in [
+        (
+            "column_exclude_list = [\"email\", \"ssn\"]",
+            vec![
+                "table[0].column_exclude_list[1]",
+                "\"ssn\"",
+                "public.accounts",
+            ],
+        ),
+        (
+            "[[table.column_mask]]\ncolumns = [\"balance\"]\nwith_chars = 4",
+            vec![
+                "column balance of table public.accounts",
+                "int4",
+                "not text-like",
+            ],
+        ),
+    ] {
+        std::fs::write(&path, config(columns)).unwrap();
+        let (code, report) = check(&path);
+        assert_eq!(code, Some(1), "{report}");
+        for needle in &needles {
+            assert!(report.contains(needle), "{needle} in {report}");
+        }
+        let mut run = RelayProcess::start_with(&path, &[]);
+        let log = run.expect_exit(1, Duration::from_secs(60));
+        for needle in &needles {
+            assert!(log.contains(needle), "{needle} in {log}");
+        }
+    }
+    assert_eq!(
+        db.confirmed_flush(&names.slot).await,
+        None,
+        "no slot was created"
+    );
+    // Fixed, check passes the column rules.
+    std::fs::write(
+        &path,
+        config("column_exclude_list = [\"balance\"]\n[[table.column_mask]]\ncolumns = [\"email\"]\nwith_chars = 4"),
+    )
+    .unwrap();
+    let (code, report) = check(&path);
+    assert!(!report.contains("column_"), "{report}");
+    assert_eq!(code, Some(0), "{report}");
+}
