@@ -209,6 +209,8 @@ pub async fn check(config: &Config) -> Report {
                 } else {
                     format!("key {}", c.primary_key.join(", "))
                 };
+                let key = key
+                    + &crate::router::table::describe_columns(&config.tables[c.entry], &c.columns);
                 report.push(
                     &format!("table {}.{}", c.table.schema, c.table.name),
                     Outcome::Ok(key),

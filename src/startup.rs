@@ -1140,6 +1140,8 @@ pub struct TableEventTable {
     /// `(type oid, written as type oid, type modifier)` — an enum as
     /// `text`, an array of enums as `text[]`, a domain as its base type.
     pub type_aliases: Vec<(u32, u32, i32)>,
+    /// Its columns (not dropped, not generated), by name.
+    pub columns: Vec<String>,
 }
 
 impl TableEventTable {
@@ -1220,6 +1222,7 @@ pub async fn table_event_tables(
                 table,
                 primary_key,
                 type_aliases,
+                columns: columns.into_iter().map(|(name, _)| name).collect(),
             });
         }
     }

@@ -831,5 +831,9 @@ name = "public.accounts"
     .unwrap();
     let (code, report) = check(&path);
     assert!(!report.contains("column_"), "{report}");
+    assert!(
+        report.contains("key id; leaves out balance; masks email (4 *)"),
+        "{report}"
+    );
     assert_eq!(code, Some(0), "{report}");
 }

@@ -838,6 +838,40 @@ pub fn check_columns(
     Ok(())
 }
 
+/// What the column lists and masks of `config` do to a table with
+/// `columns`, for `check`: `""`, or `"; leaves out ssn; masks email (SHA-256
+/// hash), phone (4 *), bio (cut to 20 chars)"`. Never shows a salt.
+pub fn describe_columns(config: &TableConfig, columns: &[String]) -> String {
+    let mut out = String::new();
+    let left_out: Vec<&str> = columns
+        .iter()
+        .filter(|c| !config.includes_column(c))
+        .map(String::as_str)
+        .collect();
+    if !left_out.is_empty() {
+        out.push_str("; leaves out ");
+        out.push_str(&left_out.join(", "));
+    }
+    let masked: Vec<String> = columns
+        .iter()
+        .filter_map(|c| {
+            let m = config.mask_of(c)?;
+            let how = match (&m.hash, m.with_chars, m.truncate_to_chars) {
+                (Some(h), _, _) => format!("{h} hash v{}", m.hash_version.unwrap_or(1)),
+                (None, Some(n), _) => format!("{n} *"),
+                (None, None, Some(n)) => format!("cut to {n} chars"),
+                (None, None, None) => return None,
+            };
+            Some(format!("{c} ({how})"))
+        })
+        .collect();
+    if !masked.is_empty() {
+        out.push_str("; masks ");
+        out.push_str(&masked.join(", "));
+    }
+    out
+}
+
 #[cfg(test)]
 #[path = "table_tests.rs"]
 mod tests;

@@ -757,3 +757,21 @@ fn skipped_operations_skip_records_by_their_op_defaults_then_per_table() {
         .unwrap();
     assert_eq!(out.len(), 1);
 }
+
+#[test]
+fn check_describes_left_out_and_masked_columns_without_the_salt() {
+    let cfg = config(&format!(
+        "{TABLE}\ncolumn_exclude_list = [\"ssn\"]\n[[table.column_mask]]\ncolumns = [\"email\"]\n\
+         hash = \"SHA-256\"\nsalt = \"hidden-salt\"\n[[table.column_mask]]\ncolumns = [\"phone\"]\n\
+         with_chars = 4\n[[table.column_mask]]\ncolumns = [\"bio\"]\ntruncate_to_chars = 20\n"
+    ));
+    let columns: Vec<String> = ["id", "email", "phone", "ssn", "bio"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(
+        describe_columns(&cfg.tables[0], &columns),
+        "; leaves out ssn; masks email (SHA-256 hash v1), phone (4 *), bio (cut to 20 chars)"
+    );
+    assert_eq!(describe_columns(&config(TABLE).tables[0], &columns), "");
+}
