@@ -2238,4 +2238,9 @@ fn a_mask_salt_comes_from_the_environment_and_stays_secret() {
     ));
     assert!(e.contains("table[0].column_mask[0].salt"), "{e}");
     assert!(e.contains("NO_SUCH_SALT_VAR"), "{e}");
+    let e = load_err(&format!(
+        "{TABLES_ONLY}[[table]]\nname = \"t\"\n[[table.column_mask]]\ncolumns = [\"email\"]\n\
+         hash = \"SHA-256\"\nsalt = \"\"\n"
+    ));
+    assert!(e.contains("table[0].column_mask[0].salt: is empty"), "{e}");
 }

@@ -826,6 +826,18 @@ fn column_rules(i: usize, table: &super::TableConfig, out: &mut Vec<Problem>) {
                         ),
                     ));
                 }
+                if mask
+                    .salt
+                    .as_ref()
+                    .is_some_and(|salt| secrecy::ExposeSecret::expose_secret(salt).is_empty())
+                {
+                    out.push(Problem::new(
+                        key("salt"),
+                        "is empty; Debezium's salt cannot be empty, and an unsalted hash of a \
+                         short value (an e-mail, a phone number) is easily reversed: set a long \
+                         random salt",
+                    ));
+                }
                 if mask.salt.is_none() {
                     out.push(Problem::new(
                         key("salt"),
