@@ -836,4 +836,15 @@ name = "public.accounts"
         "{report}"
     );
     assert_eq!(code, Some(0), "{report}");
+    // A masked key column is said to stay in the clear in the key.
+    std::fs::write(
+        &path,
+        config("key_columns = [\"email\"]\n[[table.column_mask]]\ncolumns = [\"email\"]\nwith_chars = 4"),
+    )
+    .unwrap();
+    let (_, report) = check(&path);
+    assert!(
+        report.contains("key column(s) email are masked or left out"),
+        "{report}"
+    );
 }
