@@ -12,7 +12,16 @@
 //!   whole row under FULL), then a tombstone (same key, null value) unless
 //!   `tombstones_on_delete = false`;
 //! - snapshot row → `op: "r"` with `source.snapshot: "true"` (`"last"` on
-//!   the snapshot's last table row).
+//!   the snapshot's last table row);
+//! - truncate → `op: "t"` per truncated table, null key, null
+//!   `before`/`after` — only when `skipped_operations` does not skip `t`
+//!   (Debezium's default does).
+//!
+//! `skipped_operations` drops records by their op (`c`, `u`, `d` with its
+//! tombstone, `t`), as Debezium's `EventDispatcher` does; snapshot rows are
+//! never skipped. The column lists leave columns out of `before`/`after`
+//! and masks ([`super::mask`]) rewrite them there; the key keeps its
+//! columns unmasked, as Debezium's does.
 //!
 //! Key: the primary key's columns (told by [`TableRouter::set_primary_key`]
 //! from the catalog, else the relation's replica-identity columns), or the
@@ -30,7 +39,8 @@
 //!   so a column added or dropped mid-stream changes the records from that
 //!   change on; rows keep the shape they were decoded with.
 //! - **Never guess.** A column of a type we do not map, a `key_columns`
-//!   entry the table lacks, or a value we cannot read is a
+//!   entry the table lacks, a mask on a column that is not text-like, or a
+//!   value we cannot read is a
 //!   [`TableEventError`] naming table, column, type or value and the fix —
 //!   reported when the Relation message arrives where possible.
 //! - Pure: no I/O, no clock; one reusable buffer for all JSON.
