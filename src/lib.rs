@@ -21,6 +21,7 @@ pub mod router;
 pub mod sink;
 pub mod source;
 pub mod startup;
+pub mod status;
 pub mod telemetry;
 
 pub use lsn::Lsn;

@@ -13,13 +13,13 @@
 //!   usage (clap's own code for usage errors).
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
-use walrelay::config::Config;
+use walrelay::config::{self, Config};
 use walrelay::relay::{self, RunOptions};
 use walrelay::telemetry::{Lossy, log_filter, use_ansi};
 
@@ -30,14 +30,15 @@ Environment:
                        directives such as \"info,walrelay=debug\"; default \"info\".
                        A filter that does not parse, or a bare word that is not a
                        level (a typo would hide every line), is refused: exit 2.
-  WALRELAY_LOG_FORMAT  text or json (as --log-format).
+  WALRELAY_LOG_FORMAT  text or json (as --log-format); both win over [log] format.
   NO_COLOR             No colour codes. Colours are only used when stderr is a
                        terminal, never in files or pipes.
 
 Exit codes:
-  0  stopped on request (SIGINT/SIGTERM); check: every check passed
+  0  stopped on request (SIGINT/SIGTERM); check: every check passed;
+     status: no problem found
   1  stopped on an error that retrying cannot fix (the last log line says what
-     to do); check: a check failed
+     to do); check: a check failed; status: a problem is listed
   2  invalid configuration, WALRELAY_LOG or command line
 
 See docs/operations.md.";
@@ -46,9 +47,9 @@ See docs/operations.md.";
 #[derive(Debug, Parser)]
 #[command(name = "walrelay", version, about, after_help = AFTER_HELP)]
 struct Cli {
-    /// Log format.
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "WALRELAY_LOG_FORMAT")]
-    log_format: LogFormat,
+    /// Log format [default: the config's [log] format, else text].
+    #[arg(long, global = true, value_enum, env = "WALRELAY_LOG_FORMAT")]
+    log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Command,
 }
@@ -57,6 +58,15 @@ struct Cli {
 enum LogFormat {
     Text,
     Json,
+}
+
+impl From<LogFormat> for config::LogFormat {
+    fn from(f: LogFormat) -> config::LogFormat {
+        match f {
+            LogFormat::Text => config::LogFormat::Text,
+            LogFormat::Json => config::LogFormat::Json,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -79,6 +89,27 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Show the slot, the stored offset and the running instance's health,
+    /// without a running instance (exit 1 when something needs a person).
+    #[command(after_help = AFTER_HELP)]
+    Status {
+        /// The TOML configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// One JSON object on stdout instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl Command {
+    fn config_path(&self) -> &Path {
+        match self {
+            Command::Run { config, .. }
+            | Command::Check { config }
+            | Command::Status { config, .. } => config,
+        }
+    }
 }
 
 /// Writes a line to stderr; a closed stderr loses it instead of panicking.
@@ -94,18 +125,22 @@ fn say(text: &str) {
     let _ = out.flush();
 }
 
-/// Sets up logging on stderr; `Err` is the one-line reason `WALRELAY_LOG`
-/// is refused.
-fn init_tracing(format: LogFormat) -> Result<(), String> {
+/// Sets up logging on stderr. A refused `WALRELAY_LOG` is returned as the
+/// one-line reason, with logging set up at the default level so that the
+/// reason is written in the chosen format.
+fn init_tracing(format: config::LogFormat) -> Result<(), String> {
     use std::io::IsTerminal;
     let value = match std::env::var("WALRELAY_LOG") {
-        Ok(v) => Some(v),
-        Err(std::env::VarError::NotPresent) => None,
+        Ok(v) => Ok(Some(v)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
         Err(std::env::VarError::NotUnicode(_)) => {
-            return Err("WALRELAY_LOG is not valid UTF-8; set a level such as \"info\"".into());
+            Err("WALRELAY_LOG is not valid UTF-8; set a level such as \"info\"".to_owned())
         }
     };
-    let filter = log_filter(value.as_deref())?;
+    let (filter, refused) = match value.and_then(|v| log_filter(v.as_deref())) {
+        Ok(filter) => (filter, None),
+        Err(problem) => (log_filter(None)?, Some(problem)),
+    };
     let ansi = use_ansi(
         std::io::stderr().is_terminal(),
         std::env::var_os("NO_COLOR").as_deref(),
@@ -116,51 +151,73 @@ fn init_tracing(format: LogFormat) -> Result<(), String> {
         .log_internal_errors(false)
         .with_writer(|| Lossy(std::io::stderr()));
     match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        config::LogFormat::Text => builder.init(),
+        config::LogFormat::Json => builder.json().init(),
     }
-    Ok(())
+    refused.map_or(Ok(()), Err)
+}
+
+/// Says why walrelay cannot go on, once: a `walrelay: …` line in text mode
+/// (the last line of the log), an `ERROR` event in JSON mode, so that every
+/// line of a JSON log parses.
+fn fatal(format: config::LogFormat, what: &str, error: &str) {
+    match format {
+        config::LogFormat::Text if what.is_empty() => shout(&format!("walrelay: {error}")),
+        config::LogFormat::Text => shout(&format!("walrelay: {what}\n{error}")),
+        config::LogFormat::Json if what.is_empty() => tracing::error!(error, "walrelay stopped"),
+        config::LogFormat::Json => tracing::error!(error, "walrelay: {what}"),
+    }
 }
 
 /// Loads the file and checks the producer settings as librdkafka reads them
 /// and the PostgreSQL TLS files as OpenSSL reads them (no I/O beyond the
 /// files), so both commands refuse a bad property at once.
-fn load(path: &PathBuf) -> Result<Config, ExitCode> {
+fn load(path: &Path) -> Result<Config, String> {
     Config::from_file(path)
         .and_then(|c| relay::check_producer_config(&c).map(|()| c))
         .and_then(|c| relay::check_tls_config(&c).map(|()| c))
-        .map_err(|e| {
-            shout(&format!("walrelay: invalid configuration\n{e}"));
-            ExitCode::from(2)
-        })
+        .map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(problem) = init_tracing(cli.log_format) {
-        shout(&format!("walrelay: {problem}"));
+    // The configuration comes first: its [log] format applies to every line,
+    // its own errors included (then read from the file on its own).
+    let path = cli.command.config_path();
+    let loaded = load(path);
+    let format = cli
+        .log_format
+        .map(config::LogFormat::from)
+        .or_else(|| loaded.as_ref().ok().map(|c| c.log.format))
+        .or_else(|| config::log_format_in(path))
+        .unwrap_or_default();
+    if let Err(problem) = init_tracing(format) {
+        fatal(format, "", &problem);
         return ExitCode::from(2);
     }
+    let config = match loaded {
+        Ok(c) => c,
+        Err(e) => {
+            fatal(format, "invalid configuration", &e);
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
         Err(e) => {
-            shout(&format!("walrelay: cannot start the async runtime: {e}"));
+            fatal(format, "", &format!("cannot start the async runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
     runtime.block_on(async move {
         match cli.command {
             Command::Run {
-                config,
                 accept_slot_position,
+                ..
             } => {
-                let config = match load(&config) {
-                    Ok(c) => c,
-                    Err(code) => return code,
-                };
                 let shutdown = CancellationToken::new();
                 tokio::spawn(watch_signals(shutdown.clone()));
                 match relay::run(
@@ -174,17 +231,30 @@ fn main() -> ExitCode {
                 {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
-                        tracing::error!(error = %e, "walrelay stopped");
-                        shout(&format!("walrelay: {e}"));
+                        stopped(format, &e);
                         ExitCode::FAILURE
                     }
                 }
             }
-            Command::Check { config } => {
-                let config = match load(&config) {
-                    Ok(c) => c,
-                    Err(code) => return code,
-                };
+            Command::Status { json, .. } => {
+                let status = walrelay::status::status(&config).await;
+                if json {
+                    match serde_json::to_string_pretty(&status) {
+                        Ok(text) => say(&format!("{text}\n")),
+                        Err(e) => {
+                            fatal(format, "", &format!("cannot write the status as JSON: {e}"))
+                        }
+                    }
+                } else {
+                    say(&status.to_string());
+                }
+                if status.problems.is_empty() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+            Command::Check { .. } => {
                 let report = walrelay::preflight::check(&config).await;
                 say(&report.to_string());
                 if report.ok() {
@@ -195,6 +265,24 @@ fn main() -> ExitCode {
             }
         }
     })
+}
+
+/// The connector stopped on `e`: one line, with what it is about as fields
+/// in JSON mode.
+fn stopped(format: config::LogFormat, e: &relay::RelayError) {
+    let about = e.about();
+    match format {
+        config::LogFormat::Text => shout(&format!("walrelay: {e}")),
+        config::LogFormat::Json => tracing::error!(
+            error = %e,
+            table = about.table,
+            column = about.column,
+            lsn = about.lsn.map(tracing::field::display),
+            event_id = about.event,
+            topic = about.topic,
+            "walrelay stopped"
+        ),
+    }
 }
 
 /// Cancels `token` on the first SIGINT or SIGTERM — before logging it, so

@@ -282,6 +282,7 @@ pub async fn check(config: &Config) -> Report {
             .await;
             report.push("replication slot", line);
             if slot.is_some() {
+                report.push("slot WAL", slot_wal(&client, &pg.slot).await);
                 match startup::slot_predates_publication(&client, &pg.slot, &pg.publication).await {
                     Ok(Some(warning)) => report.push("replication slot", Outcome::Warn(warning)),
                     Ok(None) => {}
@@ -292,6 +293,31 @@ pub async fn check(config: &Config) -> Report {
         Err(e) => report.push("replication slot", fail(e.to_string(), "see the error")),
     }
     report
+}
+
+/// The "slot WAL" line: how much WAL the slot holds and may still hold.
+/// `extended` and `unreserved` warn (the second one is a checkpoint away
+/// from `lost`, and a slot can go from `reserved` to `lost` in one
+/// checkpoint, so the sizes are printed whatever the status).
+async fn slot_wal(client: &tokio_postgres::Client, slot: &str) -> Outcome {
+    match crate::status::read_slot(client, slot).await {
+        Ok(Some(s)) => {
+            let summary = s.wal_summary();
+            match s.wal_status.as_deref() {
+                Some("extended") => Outcome::Warn(format!(
+                    "{summary}: the slot holds more than max_wal_size; see docs/operations.md, \
+                     \"WAL growth\""
+                )),
+                Some("unreserved") => Outcome::Warn(format!(
+                    "{summary}: the next checkpoint may remove WAL the slot needs (then it is \
+                     lost); see docs/operations.md, \"WAL growth\", now"
+                )),
+                _ => Outcome::Ok(summary),
+            }
+        }
+        Ok(None) => Outcome::Warn(format!("{slot} disappeared while checking")),
+        Err(e) => Outcome::Warn(format!("sizes unknown: {e}")),
+    }
 }
 
 /// The "replication slot" line: what `run` will do about the slot and the

@@ -36,6 +36,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod outage;
+
 /// Counters and gauges shared by the relay and the HTTP endpoint.
 #[derive(Debug)]
 pub struct Metrics {

@@ -235,3 +235,164 @@ async fn an_error_with_the_stderr_reader_gone_still_exits_1() {
     .await;
     assert_eq!(code, Some(1), "exit code (101 is a panic)");
 }
+
+/// Runs `walrelay <args>` to its exit (within `START`), NO_COLOR unset;
+/// returns the exit code and stderr.
+fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut command = std::process::Command::new(walrelay_bin());
+    command
+        .args(args)
+        .env_remove("NO_COLOR")
+        .env_remove("WALRELAY_LOG_FORMAT")
+        .env_remove("WALRELAY_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().expect("start walrelay");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+        .expect("read stderr");
+    let deadline = Instant::now() + START;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("walrelay {args:?} still running after {START:?}:\n{stderr}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (status.code(), stderr)
+}
+
+/// Every line of `stderr` is a JSON object; returns them.
+fn json_lines(stderr: &str) -> Vec<serde_json::Value> {
+    assert!(!stderr.trim().is_empty(), "nothing on stderr");
+    stderr
+        .lines()
+        .map(|line| {
+            let value: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("not JSON ({e}): {line}\nall of stderr:\n{stderr}"));
+            assert!(value.is_object(), "not an object: {line}");
+            value
+        })
+        .collect()
+}
+
+/// Issue 11: in JSON mode every line is JSON, the configuration's and the
+/// log filter's errors too, and the mode can be chosen in the TOML file
+/// (`[log] format`), which the file's own errors then follow.
+#[test]
+fn json_logs_are_json_on_every_line_errors_included() {
+    // A config that asks for JSON and is wrong elsewhere.
+    let bad = write_config(
+        "[log]\nformat = \"json\"\n[connector]\nname = \"c\"\n[postgres]\ndatabase = \"d\"\n\
+         [kafka]\nbrokers = \"k:9092\"\nlinger = \"soon\"\n[[outbox]]\ntable = \"outbox\"\n",
+    );
+    let (code, stderr) = run_to_exit(&["check", "--config", bad.to_str().unwrap()], &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    let lines = json_lines(&stderr);
+    assert_eq!(lines.len(), 1, "one error event:\n{stderr}");
+    assert_eq!(lines[0]["level"], "ERROR", "{stderr}");
+    let error = lines[0]["fields"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("kafka.linger"), "names the key: {stderr}");
+
+    // --log-format json wins over a file that says nothing, for a refused
+    // WALRELAY_LOG too.
+    let config = unreachable_config();
+    let (code, stderr) = run_to_exit(
+        &[
+            "--log-format",
+            "json",
+            "check",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        &[("WALRELAY_LOG", "debg")],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    let lines = json_lines(&stderr);
+    assert_eq!(lines.len(), 1, "one error event:\n{stderr}");
+    assert!(
+        lines[0]["fields"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("WALRELAY_LOG")),
+        "{stderr}"
+    );
+
+    // And the command line wins over the file.
+    let (code, stderr) = run_to_exit(
+        &[
+            "--log-format",
+            "text",
+            "check",
+            "--config",
+            bad.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("walrelay: invalid configuration\n") && stderr.contains("kafka.linger"),
+        "{stderr}"
+    );
+}
+
+/// Issue 11: the error that stops the connector is written once (it was
+/// twice), and in JSON mode as an event whose fields name the table and
+/// LSN, with every other line JSON too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stopping_error_is_one_line_with_table_and_lsn_fields() {
+    require_kafka();
+    for json in [false, true] {
+        let db = TestDb::new("clistop").await;
+        db.create_outbox("outbox").await;
+        let names = Names::new("clistop");
+        let log = if json { "[log]\nformat = \"json\"" } else { "" };
+        let config = write_config(&relay_config(&db, &names, "on_update = \"fail\"", log));
+        let (mut child, stderr) = spawn_run(&config, "info");
+        let mut stderr = BufReader::new(stderr);
+        let mut seen = read_until(&mut stderr, "streaming", START).await;
+        db.client
+            .batch_execute(
+                "INSERT INTO outbox VALUES (gen_random_uuid(), 'order', 'a', 'Created', '{}');
+                 UPDATE outbox SET type = 'Changed';",
+            )
+            .await
+            .expect("insert and update");
+        let code = exit_code(
+            &mut child,
+            STOP,
+            "after an update with on_update = \"fail\"",
+        )
+        .await;
+        assert_eq!(code, Some(1), "exit code");
+        tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut seen)
+            .await
+            .expect("read stderr");
+        let mentions = seen.lines().filter(|l| l.contains("on_update")).count();
+        assert_eq!(mentions, 1, "the error once (json: {json}):\n{seen}");
+        if json {
+            let lines = json_lines(&seen);
+            let last = lines.last().unwrap();
+            assert_eq!(last["level"], "ERROR", "{seen}");
+            assert_eq!(last["fields"]["message"], "walrelay stopped", "{seen}");
+            assert_eq!(last["fields"]["table"], "public.outbox", "{seen}");
+            assert!(
+                last["fields"]["lsn"]
+                    .as_str()
+                    .is_some_and(|l| l.contains('/')),
+                "{seen}"
+            );
+        } else {
+            assert!(
+                seen.lines().last().unwrap().starts_with("walrelay: "),
+                "{seen}"
+            );
+        }
+    }
+}

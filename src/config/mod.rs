@@ -60,10 +60,10 @@ pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
 pub use schema::{
     BinaryHandlingMode, ColumnMask, Compression, ConnectorConfig, DecimalHandlingMode,
-    HASH_ALGORITHMS, HealthConfig, IntervalHandlingMode, KafkaConfig, OnUpdate, OutboxConfig,
-    PostgresConfig, SaslMechanism, SecurityProtocol, SkippedOperations, SnapshotConfig,
-    SnapshotMode, SslMode, TableConfig, TableDefaults, TimePrecisionMode, glob_match,
-    is_secret_property,
+    HASH_ALGORITHMS, HealthConfig, IntervalHandlingMode, KafkaConfig, LogConfig, LogFormat,
+    OnUpdate, OutboxConfig, PostgresConfig, SaslMechanism, SecurityProtocol, SkippedOperations,
+    SnapshotConfig, SnapshotMode, SslMode, TableConfig, TableDefaults, TimePrecisionMode,
+    glob_match, is_secret_property,
 };
 pub use template::{Segment, TableRef, TopicTemplate, is_topic_char, topic_name_problem};
 pub use units::parse_byte_size;
@@ -93,6 +93,8 @@ pub struct Config {
     pub table_defaults: TableDefaults,
     /// `[snapshot]`; the defaults when the section is absent.
     pub snapshot: SnapshotConfig,
+    /// `[log]`; the defaults when the section is absent.
+    pub log: LogConfig,
     origin: Origin,
 }
 
@@ -113,6 +115,26 @@ struct Document {
     table_defaults: TableDefaults,
     #[serde(default)]
     snapshot: SnapshotConfig,
+    #[serde(default)]
+    log: LogConfig,
+}
+
+/// The `[log] format` of the file at `path`, read on its own so that the
+/// errors of a file that does not load can still be written in the format
+/// it asks for. `None` when the file cannot be read or parsed, or does not
+/// say (or says something invalid, which loading the file reports).
+pub fn log_format_in(path: &Path) -> Option<LogFormat> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_FILE_BYTES).read_to_string(&mut text))
+        .ok()?;
+    let table: toml::Table = text.parse().ok()?;
+    match table.get("log")?.get("format")?.as_str()? {
+        "json" => Some(LogFormat::Json),
+        "text" => Some(LogFormat::Text),
+        _ => None,
+    }
 }
 
 impl Config {
@@ -174,6 +196,7 @@ impl Config {
             tables: document.table,
             table_defaults: document.table_defaults,
             snapshot: document.snapshot,
+            log: document.log,
             origin: Origin {
                 name: origin.to_owned(),
                 locations: map.locations(),

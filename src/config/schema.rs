@@ -505,6 +505,27 @@ pub struct HealthConfig {
     pub listen: SocketAddr,
 }
 
+/// `[log]`: how walrelay writes its log lines (stderr).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` (default) or `json`. `--log-format` / `WALRELAY_LOG_FORMAT`
+    /// win over it.
+    #[serde(default)]
+    pub format: LogFormat,
+}
+
+/// `[log] format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line, fields as keys.
+    Json,
+}
+
 /// `[snapshot] mode`: whether and when to read the outbox tables' existing
 /// rows before streaming, with Debezium's `snapshot.mode` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

@@ -31,7 +31,7 @@ mod table_events;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
@@ -46,6 +46,7 @@ use crate::pgoutput::DecodeError;
 use crate::router::RouteError;
 use crate::sink::kafka::{KafkaSink, SinkError, SinkErrorKind};
 use crate::source::SourceError;
+use crate::telemetry::outage::{Outage, OutageLog, Said};
 use crate::telemetry::{self, Metrics};
 
 use session::Session;
@@ -102,6 +103,12 @@ impl From<SourceError> for RelayError {
 
 /// How long Kafka may leave records unacknowledged before we warn.
 const STALL_WARNING: Duration = telemetry::STALL;
+
+/// How long librdkafka must report no broker failure before a delivery
+/// ends a Kafka outage in the log: longer than its longest reconnect backoff
+/// (`reconnect.backoff.max.ms`, 10 s), so a broker that stays down while the
+/// others take records is one outage.
+const KAFKA_OUTAGE_SETTLE: Duration = Duration::from_secs(15);
 
 /// Knobs from the command line.
 #[derive(Debug, Clone, Default)]
@@ -172,6 +179,40 @@ impl RelayError {
         }
     }
 
+    /// The table, LSN and event the error is about, where it names them:
+    /// fields for the log line (JSON logs carry them as keys).
+    pub fn about(&self) -> ErrorAbout<'_> {
+        match self {
+            RelayError::Route(e) => ErrorAbout {
+                table: Some(&e.table),
+                column: Some(&e.column),
+                lsn: Some(e.lsn),
+                event: None,
+                topic: None,
+            },
+            RelayError::TableEvent(e) => ErrorAbout {
+                table: Some(&e.table),
+                column: Some(&e.column),
+                lsn: Some(e.lsn),
+                event: None,
+                topic: None,
+            },
+            RelayError::Delivery {
+                topic, lsn, event, ..
+            } => ErrorAbout {
+                lsn: Some(*lsn),
+                event: Some(event),
+                topic: Some(topic),
+                ..ErrorAbout::default()
+            },
+            RelayError::Decode { lsn, .. } | RelayError::Stream { lsn, .. } => ErrorAbout {
+                lsn: Some(*lsn),
+                ..ErrorAbout::default()
+            },
+            _ => ErrorAbout::default(),
+        }
+    }
+
     /// What we are waiting for, for the retry log line.
     fn waiting_for(&self) -> &'static str {
         match self {
@@ -180,6 +221,18 @@ impl RelayError {
             _ => "the session to restart",
         }
     }
+}
+
+/// What a [`RelayError`] is about, as log fields; `None` where it does not
+/// say. Never a payload or a secret.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorAbout<'a> {
+    pub table: Option<&'a str>,
+    pub column: Option<&'a str>,
+    pub lsn: Option<Lsn>,
+    /// The event (outbox row id or change event id), as the error names it.
+    pub event: Option<&'a str>,
+    pub topic: Option<&'a str>,
 }
 
 /// Connection parameters for both PostgreSQL connections.
@@ -323,14 +376,28 @@ pub async fn run(
         config.postgres.reconnect_backoff_initial,
         config.postgres.reconnect_backoff_max,
     )));
+    let kafka_outage = Arc::new(OutageLog::new("Kafka", KAFKA_OUTAGE_SETTLE));
+    let _outage_clock = AbortOnDrop(tokio::spawn({
+        let outage = kafka_outage.clone();
+        async move {
+            let mut every = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                every.tick().await;
+                outage.tick();
+            }
+        }
+    }));
     let mut backoff = config.postgres.reconnect_backoff_initial;
     let mut last_problem: Option<String> = None;
+    // Time without a streaming session: said once, reminded, ended.
+    let mut without_session = Outage::new(Duration::ZERO);
     let mut accept = options.accept_slot_position;
     loop {
         let session = Session {
             config: config.clone(),
             accept_slot_position: accept,
             metrics: metrics.clone(),
+            kafka_outage: kafka_outage.clone(),
         };
         // Setup (connecting, checks) is simply abandoned on shutdown; once
         // streaming, the session stops gracefully by itself.
@@ -345,6 +412,13 @@ pub async fn run(
                 backoff = config.postgres.reconnect_backoff_initial;
                 last_problem = None;
                 accept = false;
+                if let Said::Back { after } = without_session.succeeded(Instant::now()) {
+                    tracing::info!(
+                        down_secs = after.as_secs(),
+                        "streaming again after {} s without a session",
+                        after.as_secs()
+                    );
+                }
                 metrics.sessions_started.fetch_add(1, Ordering::Relaxed);
                 metrics.streaming.store(true, Ordering::Relaxed);
                 metrics.set_error("");
@@ -362,7 +436,18 @@ pub async fn run(
             Ok(()) => return Ok(()),
             Err(e) if e.is_transient() => {
                 let problem = e.to_string();
-                if last_problem.as_deref() != Some(problem.as_str()) {
+                let said = without_session.failed(Instant::now());
+                if let Said::StillDown { for_ } = said {
+                    tracing::warn!(
+                        error = %problem,
+                        down_secs = for_.as_secs(),
+                        retry_in = ?backoff,
+                        "still waiting for {} after {} s without a session",
+                        e.waiting_for(),
+                        for_.as_secs()
+                    );
+                    last_problem = Some(problem);
+                } else if last_problem.as_deref() != Some(problem.as_str()) {
                     tracing::warn!(
                         error = %problem,
                         retry_in = ?backoff,

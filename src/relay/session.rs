@@ -27,6 +27,8 @@ pub(super) struct Session {
     pub(super) config: Arc<Config>,
     pub(super) accept_slot_position: bool,
     pub(super) metrics: Arc<Metrics>,
+    /// Kafka's outages, shared by every session's producer.
+    pub(super) kafka_outage: Arc<crate::telemetry::outage::OutageLog>,
 }
 
 /// A session that reached START_REPLICATION.
@@ -187,7 +189,8 @@ impl Session {
 
         // 2. Kafka: producer, offset topic, stored offset.
         let properties = producer_properties(&config);
-        let (sink, mut acks) = Sink::new(&properties).map_err(RelayError::Sink)?;
+        let (sink, mut acks) =
+            Sink::new(&properties, self.kafka_outage.clone()).map_err(RelayError::Sink)?;
         // Refused credentials or certificates are definite: find out before
         // the offset-store clients below would only time out (librdkafka
         // retries a refused connection forever). Anything else (brokers

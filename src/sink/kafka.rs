@@ -45,6 +45,7 @@
 //!   an untrusted certificate. [`probe_cluster`] does the same for `check`
 //!   and for the start of a session.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
@@ -60,6 +61,7 @@ use tokio::sync::mpsc;
 
 use crate::config::{is_secret_property, quoted, shorten};
 use crate::router::Record;
+use crate::telemetry::outage::OutageLog;
 
 /// A delivery report, carrying back the caller's token for the record.
 #[derive(Debug)]
@@ -256,10 +258,35 @@ pub fn security_failure(code: Option<RDKafkaErrorCode>, reason: &str) -> Option<
 
 struct AckContext<T> {
     acks: mpsc::UnboundedSender<Ack<T>>,
+    /// Broker connection failures, logged once per outage (see
+    /// [`OutageLog`]) instead of once per reconnect attempt.
+    outage: Arc<OutageLog>,
+}
+
+/// Whether librdkafka's error callback reports the brokers being out of
+/// reach (it retries by itself): an outage, not news on every attempt.
+fn is_unreachable(code: Option<RDKafkaErrorCode>) -> bool {
+    matches!(
+        code,
+        Some(
+            RDKafkaErrorCode::AllBrokersDown
+                | RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::Resolve
+        )
+    )
 }
 
 impl<T: Send + Sync + 'static> ClientContext for AckContext<T> {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        // A failed (re)connection: librdkafka logs one per attempt and
+        // broker, for as long as the outage lasts.
+        // Likewise a partition whose leader went away with its broker: one
+        // line per partition and metadata refresh.
+        let leaderless = fac == "METADATAUPDATE" && message.contains("leader");
+        if (fac == "FAIL" || leaderless) && (level as i32) <= (RDKafkaLogLevel::Warning as i32) {
+            self.outage.failed(message);
+            return;
+        }
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert
@@ -285,6 +312,9 @@ impl<T: Send + Sync + 'static> ClientContext for AckContext<T> {
         } else if let Some(refused) = security_failure(error.rdkafka_error_code(), reason) {
             tracing::error!(error = %refused, "Kafka refused the connection");
             let _ = self.acks.send(Ack::Fatal(refused));
+        } else if is_unreachable(error.rdkafka_error_code()) && !reason.starts_with("0/") {
+            // ("0/2 brokers are down" comes as the brokers return.)
+            self.outage.failed(reason);
         } else {
             // Broker down, DNS, etc.: librdkafka retries by itself. Logged at
             // debug because it repeats; the connector logs the stall itself.
@@ -299,7 +329,10 @@ impl<T: Send + Sync + 'static> ProducerContext for AckContext<T> {
     fn delivery(&self, result: &DeliveryResult<'_>, token: Box<T>) {
         use rdkafka::Message;
         let ack = match result {
-            Ok(msg) if msg.offset() >= 0 => Ack::Delivered(*token),
+            Ok(msg) if msg.offset() >= 0 => {
+                self.outage.succeeded();
+                Ack::Delivered(*token)
+            }
             // See the module doc: an implicit ack, not proof of a write.
             Ok(msg) => Ack::Failed {
                 token: *token,
@@ -443,8 +476,13 @@ impl<T: Send + Sync + 'static> std::fmt::Debug for KafkaSink<T> {
 
 impl<T: Send + Sync + 'static> KafkaSink<T> {
     /// Creates the producer from a complete librdkafka property list.
+    ///
+    /// `outage` logs the brokers going out of reach and coming back; share
+    /// one across producers so that an outage spanning a session restart is
+    /// one outage in the log.
     pub fn new(
         properties: &[(String, String)],
+        outage: Arc<OutageLog>,
     ) -> Result<(KafkaSink<T>, mpsc::UnboundedReceiver<Ack<T>>), SinkError> {
         let mut cfg = ClientConfig::new();
         for (k, v) in properties {
@@ -464,7 +502,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
         });
         let (tx, rx) = mpsc::unbounded_channel();
         let producer: ThreadedProducer<AckContext<T>> = cfg
-            .create_with_context(AckContext { acks: tx })
+            .create_with_context(AckContext { acks: tx, outage })
             .map_err(|e| SinkError {
                 kind: SinkErrorKind::Definite,
                 message: format!(
@@ -842,6 +880,10 @@ pub fn cluster_answers(properties: &[(String, String)], timeout: Duration) -> bo
 mod tests {
     use super::*;
 
+    fn test_outage() -> Arc<OutageLog> {
+        Arc::new(OutageLog::new("Kafka", Duration::ZERO))
+    }
+
     fn props(extra: &[(&str, &str)]) -> Vec<(String, String)> {
         [
             ("bootstrap.servers", "127.0.0.1:1"),
@@ -858,7 +900,8 @@ mod tests {
     #[test]
     fn every_configurable_codec_is_built_in() {
         for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
-            let created = KafkaSink::<()>::new(&props(&[("compression.type", codec)]));
+            let created =
+                KafkaSink::<()>::new(&props(&[("compression.type", codec)]), test_outage());
             assert!(created.is_ok(), "{codec}: {:?}", created.err());
         }
     }
@@ -866,12 +909,15 @@ mod tests {
     /// TLS and SASL/SCRAM to the brokers need librdkafka built with OpenSSL.
     #[test]
     fn tls_and_sasl_scram_are_built_in() {
-        let created = KafkaSink::<()>::new(&props(&[
-            ("security.protocol", "sasl_ssl"),
-            ("sasl.mechanisms", "SCRAM-SHA-512"),
-            ("sasl.username", "u"),
-            ("sasl.password", "p"),
-        ]));
+        let created = KafkaSink::<()>::new(
+            &props(&[
+                ("security.protocol", "sasl_ssl"),
+                ("sasl.mechanisms", "SCRAM-SHA-512"),
+                ("sasl.username", "u"),
+                ("sasl.password", "p"),
+            ]),
+            test_outage(),
+        );
         assert!(created.is_ok(), "{:?}", created.err());
     }
 
@@ -887,7 +933,7 @@ mod tests {
             ("security.protocol", "hunter2-Zq9"),
             ("linger.ms", "hunter2-Zq9"),
         ] {
-            let Err(error) = KafkaSink::<()>::new(&props(&[(key, value)])) else {
+            let Err(error) = KafkaSink::<()>::new(&props(&[(key, value)]), test_outage()) else {
                 panic!("{key:?} accepted")
             };
             assert_eq!(error.kind, SinkErrorKind::Definite);
@@ -943,7 +989,7 @@ mod tests {
             ("max.in.flight", in_flight),
         ]);
         properties[0].1 = mock.bootstrap_servers();
-        let (sink, mut acks) = KafkaSink::new(&properties).unwrap();
+        let (sink, mut acks) = KafkaSink::new(&properties, test_outage()).unwrap();
         for i in 0..n {
             sink.send(&record(i), i).await.unwrap();
         }
@@ -1057,7 +1103,10 @@ mod tests {
     #[test]
     fn a_fatal_producer_error_asks_for_a_fresh_producer() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let context = AckContext::<()> { acks: tx };
+        let context = AckContext::<()> {
+            acks: tx,
+            outage: test_outage(),
+        };
         context.error(
             KafkaError::Global(RDKafkaErrorCode::Fatal),
             "unable to satisfy gap-less guarantee",
@@ -1127,7 +1176,10 @@ mod tests {
     #[test]
     fn the_producer_reports_a_refused_certificate_as_definite() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let context = AckContext::<()> { acks: tx };
+        let context = AckContext::<()> {
+            acks: tx,
+            outage: test_outage(),
+        };
         context.error(
             KafkaError::Global(RDKafkaErrorCode::SSL),
             "ssl://b:9094/bootstrap: SSL handshake failed: certificate verify failed",
@@ -1163,7 +1215,7 @@ mod tests {
         mock.broker_down(1).unwrap();
         let mut properties = props(&[("linger.ms", "0")]);
         properties[0].1 = mock.bootstrap_servers();
-        let (sink, mut acks) = KafkaSink::new(&properties).unwrap();
+        let (sink, mut acks) = KafkaSink::new(&properties, test_outage()).unwrap();
         for i in 0..5 {
             sink.send(&record(i), i).await.unwrap();
         }

@@ -1,0 +1,668 @@
+//! `walrelay status`: what an on-call engineer asks first, answered without
+//! a running instance.
+//!
+//! It reads, and never changes: the slot (`pg_replication_slots`: active
+//! pid, confirmed and restart positions, lag and retained WAL, `wal_status`,
+//! `safe_wal_size`, and on PostgreSQL 17+ `invalidation_reason`), the stored
+//! offset and its age, the difference between the two with what `run` would
+//! do about it (the decision function `run` uses, [`offsets::compare`]), the
+//! publication's tables, and — when `[health]` is configured — the running
+//! instance's `/healthz`.
+//!
+//! Invariants:
+//! - Every part is read on its own: PostgreSQL down still shows the stored
+//!   offset, Kafka down still shows the slot; an unreadable part says why.
+//! - [`Status::problems`] lists what needs a person (a missing, lost or
+//!   `unreserved` slot, a slot ahead of the stored offset, an unreachable
+//!   service, an unhealthy instance); the command exits 1 when it is not
+//!   empty, 0 otherwise, so scripts can use the exit code alone.
+//! - Nothing secret is printed: no password, no connection string.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::Lsn;
+use crate::config::Config;
+use crate::offsets::{self, OffsetStore, StartDecision};
+use crate::pg::catalog;
+use crate::pg::replication::ReplicationClient;
+use crate::relay::{connect_params, producer_properties};
+
+/// How long each service may take to answer.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One part of the status: its readings, or why they could not be read.
+/// In JSON: the readings, or `{"error": "…"}`.
+pub type Part<T> = Result<T, String>;
+
+fn part<T: Serialize, S: serde::Serializer>(p: &Part<T>, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    match p {
+        Ok(v) => v.serialize(s),
+        Err(e) => {
+            let mut map = s.serialize_map(Some(1))?;
+            map.serialize_entry("error", e)?;
+            map.end()
+        }
+    }
+}
+
+fn optional_part<T: Serialize, S: serde::Serializer>(
+    p: &Option<Part<T>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match p {
+        Some(p) => part(p, s),
+        None => s.serialize_none(),
+    }
+}
+
+/// Everything `walrelay status` reports.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub connector: String,
+    pub slot_name: String,
+    /// `None` when the slot does not exist.
+    #[serde(serialize_with = "part")]
+    pub slot: Part<Option<SlotStatus>>,
+    /// `None` when nothing is stored for this connector.
+    #[serde(serialize_with = "part")]
+    pub stored_offset: Part<Option<StoredStatus>>,
+    /// The slot against the stored offset, when both were read.
+    pub comparison: Option<Comparison>,
+    /// `None` when the publication does not exist.
+    #[serde(serialize_with = "part")]
+    pub publication: Part<Option<PublicationStatus>>,
+    /// `None` without a `[health]` section.
+    #[serde(serialize_with = "optional_part")]
+    pub instance: Option<Part<InstanceStatus>>,
+    /// What needs a person; empty when all is well.
+    pub problems: Vec<String>,
+}
+
+/// A row of `pg_replication_slots`, with the sizes worked out.
+#[derive(Debug, Serialize)]
+pub struct SlotStatus {
+    pub active_pid: Option<i32>,
+    pub confirmed_flush_lsn: Option<String>,
+    pub restart_lsn: Option<String>,
+    pub current_wal_lsn: Option<String>,
+    /// WAL written since the confirmed position.
+    pub lag_bytes: Option<i64>,
+    /// WAL the slot holds back (since `restart_lsn`).
+    pub retained_wal_bytes: Option<i64>,
+    pub wal_status: Option<String>,
+    /// How much more WAL may be written before the slot is lost (`None`:
+    /// unlimited, `max_slot_wal_keep_size = -1`).
+    pub safe_wal_size_bytes: Option<i64>,
+    /// PostgreSQL 17+: why the slot was invalidated.
+    pub invalidation_reason: Option<String>,
+    pub plugin: Option<String>,
+}
+
+/// The stored offset of this connector.
+#[derive(Debug, Serialize)]
+pub struct StoredStatus {
+    pub lsn: String,
+    pub slot: String,
+    pub system_id: String,
+    pub timeline: u32,
+    pub written_at_ms: i64,
+    /// Seconds since it was written (by this machine's clock).
+    pub age_seconds: f64,
+    /// `running` or `completed` when this connector took a snapshot.
+    pub snapshot: Option<String>,
+}
+
+/// The slot's confirmed position against the stored offset.
+#[derive(Debug, Serialize)]
+pub struct Comparison {
+    /// Stored offset minus the slot's confirmed position: positive when the
+    /// slot is behind (normal), negative when it is ahead.
+    pub stored_minus_slot_bytes: i128,
+    /// What `run` would do, in its own words.
+    pub run_would: String,
+}
+
+/// The publication's tables.
+#[derive(Debug, Serialize)]
+pub struct PublicationStatus {
+    pub name: String,
+    pub all_tables: bool,
+    pub tables: Vec<String>,
+}
+
+/// The running instance's `/healthz`.
+#[derive(Debug, Serialize)]
+pub struct InstanceStatus {
+    pub address: String,
+    pub healthy: bool,
+    pub says: String,
+}
+
+/// Reads everything; never fails as a whole.
+pub async fn status(config: &Config) -> Status {
+    let pg = &config.postgres;
+    let params = connect_params(config);
+    let stored = read_stored(config).await;
+
+    let (slot, publication, server) = match catalog::connect(&params).await {
+        Ok(client) => {
+            let slot = read_slot(&client, &pg.slot).await;
+            let publication = read_publication(&client, &pg.publication).await;
+            let server = match ReplicationClient::connect(&params).await {
+                Ok(mut repl) => repl
+                    .identify_system()
+                    .await
+                    .map(|s| (s.system_id, s.timeline))
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            (slot, publication, server)
+        }
+        Err(e) => {
+            let why = format!("PostgreSQL: {e}");
+            (Err(why.clone()), Err(why.clone()), Err(why))
+        }
+    };
+
+    let comparison = match (&slot, &stored, &server) {
+        (Ok(Some(slot)), Ok(stored), Ok((system_id, timeline))) => {
+            compare(config, slot, stored.as_ref(), system_id, *timeline)
+        }
+        _ => None,
+    };
+    let instance = match &config.health {
+        Some(health) => Some(healthz(&health.listen.to_string()).await),
+        None => None,
+    };
+
+    let mut status = Status {
+        connector: config.connector.name.clone(),
+        slot_name: pg.slot.clone(),
+        slot,
+        stored_offset: stored.map(|s| s.map(|s| stored_status(&s))),
+        comparison,
+        publication,
+        instance,
+        problems: Vec::new(),
+    };
+    status.problems = problems(&status);
+    status
+}
+
+async fn read_stored(config: &Config) -> Part<Option<offsets::StoredOffset>> {
+    let props = producer_properties(config);
+    let store = OffsetStore::new(&props, &config.kafka.offsets_topic, &config.connector.name);
+    match store.verify_topic(TIMEOUT).await {
+        Ok(true) => {}
+        Ok(false) => return Ok(None),
+        Err(e) => return Err(format!("Kafka: {e}")),
+    }
+    match tokio::task::spawn_blocking(move || store.load(TIMEOUT)).await {
+        Ok(loaded) => loaded.map_err(|e| format!("Kafka: {e}")),
+        Err(e) => Err(format!("reading the offset store: {e}")),
+    }
+}
+
+/// Reads the slot's row with its sizes (`check` reports them too).
+pub(crate) async fn read_slot(
+    client: &tokio_postgres::Client,
+    slot: &str,
+) -> Part<Option<SlotStatus>> {
+    let version = catalog::server_version(client)
+        .await
+        .map_err(|e| e.to_string())?;
+    // invalidation_reason exists from PostgreSQL 17 on.
+    let reason = if version >= 170_000 {
+        "invalidation_reason::text"
+    } else {
+        "NULL::text"
+    };
+    let sql = format!(
+        "SELECT active_pid, confirmed_flush_lsn::text, restart_lsn::text, \
+                pg_current_wal_lsn()::text, \
+                pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::int8, \
+                pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8, \
+                wal_status::text, safe_wal_size::int8, {reason}, plugin::text \
+         FROM pg_replication_slots WHERE slot_name = $1"
+    );
+    let row = client
+        .query_opt(&sql, &[&slot])
+        .await
+        .map_err(|e| format!("reading pg_replication_slots: {}", catalog::describe(&e)))?;
+    Ok(row.map(|r| SlotStatus {
+        active_pid: r.get(0),
+        confirmed_flush_lsn: r.get(1),
+        restart_lsn: r.get(2),
+        current_wal_lsn: r.get(3),
+        lag_bytes: r.get(4),
+        retained_wal_bytes: r.get(5),
+        wal_status: r.get(6),
+        safe_wal_size_bytes: r.get(7),
+        invalidation_reason: r.get(8),
+        plugin: r.get(9),
+    }))
+}
+
+async fn read_publication(
+    client: &tokio_postgres::Client,
+    name: &str,
+) -> Part<Option<PublicationStatus>> {
+    let Some(publication) = catalog::publication(client, name)
+        .await
+        .map_err(|e| e.to_string())?
+    else {
+        return Ok(None);
+    };
+    let rows = client
+        .query(
+            "SELECT schemaname || '.' || tablename FROM pg_publication_tables \
+             WHERE pubname = $1 ORDER BY 1",
+            &[&name],
+        )
+        .await
+        .map_err(|e| format!("reading pg_publication_tables: {}", catalog::describe(&e)))?;
+    Ok(Some(PublicationStatus {
+        name: name.to_owned(),
+        all_tables: publication.all_tables,
+        tables: rows.iter().map(|r| r.get(0)).collect(),
+    }))
+}
+
+fn stored_status(s: &offsets::StoredOffset) -> StoredStatus {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    StoredStatus {
+        lsn: s.lsn.clone(),
+        slot: s.slot.clone(),
+        system_id: s.system_id.clone(),
+        timeline: s.timeline,
+        written_at_ms: s.written_at_ms,
+        age_seconds: now_ms.saturating_sub(s.written_at_ms) as f64 / 1000.0,
+        snapshot: s
+            .snapshot
+            .as_ref()
+            .map(|p| format!("{:?}", p.state).to_lowercase()),
+    }
+}
+
+fn compare(
+    config: &Config,
+    slot: &SlotStatus,
+    stored: Option<&offsets::StoredOffset>,
+    system_id: &str,
+    timeline: u32,
+) -> Option<Comparison> {
+    let confirmed: Lsn = slot.confirmed_flush_lsn.as_deref()?.parse().ok()?;
+    let stored_lsn: Option<Lsn> = stored.and_then(|s| s.lsn.parse().ok());
+    let decision = offsets::compare(
+        stored,
+        &offsets::SlotPosition {
+            confirmed_flush: confirmed,
+            wal_status: slot.wal_status.clone(),
+        },
+        &offsets::Server {
+            system_id,
+            timeline,
+            left_stored_timeline_at: None,
+        },
+        &config.postgres.slot,
+    );
+    let run_would = match decision {
+        StartDecision::Resume { from } => format!("resume streaming at {from}"),
+        StartDecision::Refuse { reason, hint } => {
+            format!("refuse to start: {reason}. What to do: {hint}")
+        }
+    };
+    Some(Comparison {
+        stored_minus_slot_bytes: stored_lsn
+            .map_or(0, |s| i128::from(s.0) - i128::from(confirmed.0)),
+        run_would,
+    })
+}
+
+/// `GET /healthz` on the instance's `[health] listen` address.
+async fn healthz(address: &str) -> Part<InstanceStatus> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(address).await?;
+        stream
+            .write_all(b"GET /healthz HTTP/1.0\r\nHost: walrelay\r\n\r\n")
+            .await?;
+        let mut answer = Vec::new();
+        stream.take(64 * 1024).read_to_end(&mut answer).await?;
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&answer).into_owned())
+    };
+    let answer = match tokio::time::timeout(Duration::from_secs(3), exchange).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(e)) => return Err(format!("no instance answers on {address}: {e}")),
+        Err(_) => return Err(format!("no answer from {address} within 3 s")),
+    };
+    let healthy = answer
+        .split_whitespace()
+        .nth(1)
+        .is_some_and(|code| code == "200");
+    let says = answer
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, body)| body)
+        .trim()
+        .to_owned();
+    Ok(InstanceStatus {
+        address: address.to_owned(),
+        healthy,
+        says,
+    })
+}
+
+fn problems(s: &Status) -> Vec<String> {
+    let mut problems = Vec::new();
+    match &s.slot {
+        Err(e) => problems.push(format!("slot unreadable: {e}")),
+        // Before the first start there is neither: run creates the slot.
+        Ok(None) if matches!(s.stored_offset, Ok(None)) => {}
+        Ok(None) => problems.push(format!(
+            "slot {:?} does not exist: nothing holds WAL for this connector",
+            s.slot_name
+        )),
+        Ok(Some(slot)) => match slot.wal_status.as_deref() {
+            Some("lost") => problems.push(format!(
+                "slot {:?} is lost{}: see docs/operations.md, \"Lost slot\"",
+                s.slot_name,
+                slot.invalidation_reason
+                    .as_deref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
+            )),
+            Some("unreserved") => problems.push(format!(
+                "slot {:?} is unreserved: it will be lost at the next checkpoint unless it \
+                 catches up; see docs/operations.md, \"WAL growth\"",
+                s.slot_name
+            )),
+            _ => {}
+        },
+    }
+    if let Err(e) = &s.stored_offset {
+        problems.push(format!("stored offset unreadable: {e}"));
+    }
+    if let Some(c) = &s.comparison
+        && c.run_would.starts_with("refuse")
+    {
+        problems.push(format!("run would {}", c.run_would));
+    }
+    if let Err(e) = &s.publication {
+        problems.push(format!("publication unreadable: {e}"));
+    }
+    match &s.instance {
+        Some(Err(e)) => problems.push(format!("instance: {e}")),
+        Some(Ok(i)) if !i.healthy => problems.push(format!("instance unhealthy: {}", i.says)),
+        _ => {}
+    }
+    problems
+}
+
+/// A size for people: `16.0 MiB`.
+pub(crate) fn bytes(n: Option<i64>) -> String {
+    match n {
+        None => "unknown".to_owned(),
+        Some(n) if n.unsigned_abs() >= 1 << 30 => {
+            format!("{:.1} GiB", n as f64 / f64::from(1 << 30))
+        }
+        Some(n) if n.unsigned_abs() >= 1 << 20 => {
+            format!("{:.1} MiB", n as f64 / f64::from(1 << 20))
+        }
+        Some(n) if n.unsigned_abs() >= 1 << 10 => {
+            format!("{:.1} KiB", n as f64 / f64::from(1 << 10))
+        }
+        Some(n) => format!("{n} B"),
+    }
+}
+
+impl SlotStatus {
+    /// Lag, retained WAL and how much more may be written, in one line.
+    pub fn wal_summary(&self) -> String {
+        let safe = match self.safe_wal_size_bytes {
+            None => "unlimited (max_slot_wal_keep_size = -1)".to_owned(),
+            n => bytes(n),
+        };
+        format!(
+            "wal_status {}, lag {}, retained WAL {}, safe_wal_size {safe}",
+            or_dash(self.wal_status.as_deref()),
+            bytes(self.lag_bytes),
+            bytes(self.retained_wal_bytes)
+        )
+    }
+}
+
+fn or_dash(v: Option<&str>) -> &str {
+    v.unwrap_or("-")
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "connector            {}", self.connector)?;
+        match &self.slot {
+            Err(e) => writeln!(
+                f,
+                "slot                 {}: unreadable: {e}",
+                self.slot_name
+            )?,
+            Ok(None) => writeln!(f, "slot                 {}: does not exist", self.slot_name)?,
+            Ok(Some(s)) => {
+                let active = s
+                    .active_pid
+                    .map_or("inactive".to_owned(), |p| format!("active (pid {p})"));
+                writeln!(f, "slot                 {}: {active}", self.slot_name)?;
+                writeln!(
+                    f,
+                    "  confirmed          {}",
+                    or_dash(s.confirmed_flush_lsn.as_deref())
+                )?;
+                writeln!(
+                    f,
+                    "  restart            {}",
+                    or_dash(s.restart_lsn.as_deref())
+                )?;
+                writeln!(
+                    f,
+                    "  server WAL at      {}",
+                    or_dash(s.current_wal_lsn.as_deref())
+                )?;
+                writeln!(f, "  lag                {}", bytes(s.lag_bytes))?;
+                writeln!(f, "  retained WAL       {}", bytes(s.retained_wal_bytes))?;
+                writeln!(
+                    f,
+                    "  wal_status         {}",
+                    or_dash(s.wal_status.as_deref())
+                )?;
+                let safe = match s.safe_wal_size_bytes {
+                    None => "unlimited (max_slot_wal_keep_size = -1)".to_owned(),
+                    n => bytes(n),
+                };
+                writeln!(f, "  safe_wal_size      {safe}")?;
+                if let Some(reason) = &s.invalidation_reason {
+                    writeln!(f, "  invalidated        {reason}")?;
+                }
+            }
+        }
+        match &self.stored_offset {
+            Err(e) => writeln!(f, "stored offset        unreadable: {e}")?,
+            Ok(None) => writeln!(f, "stored offset        none stored yet")?,
+            Ok(Some(s)) => {
+                writeln!(
+                    f,
+                    "stored offset        {} (slot {}, timeline {}), written {:.0} s ago",
+                    s.lsn, s.slot, s.timeline, s.age_seconds
+                )?;
+                if let Some(snapshot) = &s.snapshot {
+                    writeln!(f, "  snapshot           {snapshot}")?;
+                }
+            }
+        }
+        if let Some(c) = &self.comparison {
+            let gap = i64::try_from(c.stored_minus_slot_bytes).ok();
+            let relation = match c.stored_minus_slot_bytes {
+                0 => "slot at the stored offset".to_owned(),
+                d if d > 0 => format!("slot {} behind the stored offset (normal)", bytes(gap)),
+                _ => format!(
+                    "slot {} AHEAD of the stored offset: changes committed between {} and {} \
+                     may be missing from Kafka",
+                    bytes(gap.map(i64::saturating_neg)),
+                    self.stored_offset
+                        .as_ref()
+                        .ok()
+                        .and_then(Option::as_ref)
+                        .map_or("-", |s| s.lsn.as_str()),
+                    self.slot
+                        .as_ref()
+                        .ok()
+                        .and_then(Option::as_ref)
+                        .and_then(|s| s.confirmed_flush_lsn.as_deref())
+                        .unwrap_or("-")
+                ),
+            };
+            writeln!(f, "slot vs stored       {relation}")?;
+            writeln!(f, "  run would          {}", c.run_would)?;
+        }
+        match &self.publication {
+            Err(e) => writeln!(f, "publication          unreadable: {e}")?,
+            Ok(None) => writeln!(f, "publication          does not exist")?,
+            Ok(Some(p)) if p.all_tables => {
+                writeln!(f, "publication          {}: FOR ALL TABLES", p.name)?
+            }
+            Ok(Some(p)) => writeln!(
+                f,
+                "publication          {}: {}",
+                p.name,
+                if p.tables.is_empty() {
+                    "no tables".to_owned()
+                } else {
+                    p.tables.join(", ")
+                }
+            )?,
+        }
+        match &self.instance {
+            None => writeln!(f, "instance             no [health] section: not asked")?,
+            Some(Err(e)) => writeln!(f, "instance             {e}")?,
+            Some(Ok(i)) => writeln!(
+                f,
+                "instance             {} /healthz: {} {}",
+                i.address,
+                if i.healthy { "healthy" } else { "UNHEALTHY" },
+                i.says
+            )?,
+        }
+        if self.problems.is_empty() {
+            writeln!(f, "no problems")
+        } else {
+            for p in &self.problems {
+                writeln!(f, "PROBLEM  {p}")?;
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(wal_status: &str) -> SlotStatus {
+        SlotStatus {
+            active_pid: None,
+            confirmed_flush_lsn: Some("0/3000000".into()),
+            restart_lsn: Some("0/2000000".into()),
+            current_wal_lsn: Some("0/4000000".into()),
+            lag_bytes: Some(16 << 20),
+            retained_wal_bytes: Some(32 << 20),
+            wal_status: Some(wal_status.into()),
+            safe_wal_size_bytes: None,
+            invalidation_reason: None,
+            plugin: Some("pgoutput".into()),
+        }
+    }
+
+    fn status(slot: Part<Option<SlotStatus>>) -> Status {
+        let mut s = Status {
+            connector: "c".into(),
+            slot_name: "s".into(),
+            slot,
+            stored_offset: Ok(None),
+            comparison: None,
+            publication: Ok(None),
+            instance: None,
+            problems: Vec::new(),
+        };
+        s.problems = problems(&s);
+        s
+    }
+
+    #[test]
+    fn a_healthy_slot_is_no_problem_and_sizes_read_as_sizes() {
+        let s = status(Ok(Some(slot("reserved"))));
+        assert!(s.problems.is_empty(), "{:?}", s.problems);
+        let text = s.to_string();
+        assert!(text.contains("lag                16.0 MiB"), "{text}");
+        assert!(text.contains("retained WAL       32.0 MiB"), "{text}");
+        assert!(text.contains("unlimited"), "{text}");
+        assert!(text.ends_with("no problems\n"), "{text}");
+    }
+
+    #[test]
+    fn lost_unreserved_and_missing_slots_are_problems() {
+        for (part, needle) in [
+            (Ok(Some(slot("lost"))), "is lost"),
+            (Ok(Some(slot("unreserved"))), "is unreserved"),
+            (Err("PostgreSQL: refused".to_owned()), "unreadable"),
+        ] {
+            let s = status(part);
+            assert!(
+                s.problems.iter().any(|p| p.contains(needle)),
+                "{needle}: {:?}",
+                s.problems
+            );
+            assert!(s.to_string().contains("PROBLEM"));
+        }
+    }
+
+    #[test]
+    fn a_missing_slot_is_a_problem_only_once_an_offset_is_stored() {
+        let s = status(Ok(None));
+        assert!(
+            s.problems.is_empty(),
+            "before the first start: {:?}",
+            s.problems
+        );
+        let mut s = status(Ok(None));
+        s.stored_offset = Ok(Some(StoredStatus {
+            lsn: "0/3000000".into(),
+            slot: "s".into(),
+            system_id: "1".into(),
+            timeline: 1,
+            written_at_ms: 0,
+            age_seconds: 1.0,
+            snapshot: None,
+        }));
+        assert!(
+            problems(&s).iter().any(|p| p.contains("does not exist")),
+            "{:?}",
+            problems(&s)
+        );
+    }
+
+    #[test]
+    fn json_has_every_part() {
+        let s = status(Ok(Some(slot("extended"))));
+        let json = serde_json::to_value(&s).unwrap_or_default();
+        assert_eq!(json["slot"]["wal_status"], "extended", "{json}");
+        assert_eq!(json["slot"]["lag_bytes"], 16 << 20, "{json}");
+        assert!(json["problems"].as_array().is_some_and(Vec::is_empty));
+        let s = status(Err("PostgreSQL: refused".into()));
+        let json = serde_json::to_value(&s).unwrap_or_default();
+        assert_eq!(json["slot"]["error"], "PostgreSQL: refused", "{json}");
+        assert!(json["instance"].is_null(), "{json}");
+    }
+}

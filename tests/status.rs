@@ -1,0 +1,155 @@
+//! `walrelay status` against the real services: what it says about a
+//! streaming connector, a stopped one, a dropped slot and a recreated slot
+//! ahead of the stored offset, and with Kafka out of reach (issue 11).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use support::*;
+
+/// Runs `walrelay status` (with `--json` when asked); returns the exit code
+/// and stdout.
+fn status(config: &std::path::Path, json: bool) -> (Option<i32>, String) {
+    let mut command = std::process::Command::new(walrelay_bin());
+    command.arg("status").arg("--config").arg(config);
+    if json {
+        command.arg("--json");
+    }
+    let out = command
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run walrelay status");
+    assert!(
+        out.stderr.is_empty() || !json,
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+fn status_json(config: &std::path::Path) -> (Option<i32>, Value) {
+    let (code, out) = status(config, true);
+    let value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"));
+    (code, value)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_tells_streaming_stopped_dropped_and_recreated_slots_apart() {
+    require_kafka();
+    let db = TestDb::new("status").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("status");
+    let addr = free_local_addr();
+    let config_text = relay_config(&db, &names, "", &format!("[health]\nlisten = \"{addr}\""));
+    let mut relay = RelayProcess::start(&config_text, &[]);
+    relay.wait_log("streaming", START).await;
+    write_outbox_load(&db.name, 1, 20, 5, Duration::ZERO).await;
+    let end = db.current_wal_lsn().await;
+    wait_for("the slot to confirm the load", START, || async {
+        (db.confirmed_flush(&names.slot).await? >= end).then_some(())
+    })
+    .await;
+    let config = relay.config_path.clone();
+
+    // 1. Streaming: every part read, no problem, exit 0.
+    let (code, text) = status(&config, false);
+    assert_eq!(code, Some(0), "{text}");
+    for needle in [
+        &format!("slot                 {}: active (pid ", names.slot),
+        "wal_status         reserved",
+        "stored offset        ",
+        "slot vs stored       ",
+        "run would          resume streaming at ",
+        "publication          ",
+        "public.outbox",
+        "/healthz: healthy",
+        "no problems",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing:\n{text}");
+    }
+    let (code, json) = status_json(&config);
+    assert_eq!(code, Some(0), "{json:#}");
+    assert!(json["slot"]["active_pid"].is_i64(), "{json:#}");
+    assert!(json["slot"]["lag_bytes"].is_i64(), "{json:#}");
+    assert!(json["slot"]["retained_wal_bytes"].is_i64(), "{json:#}");
+    assert!(
+        json["stored_offset"]["lsn"]
+            .as_str()
+            .is_some_and(|l| l.contains('/'))
+    );
+    assert!(
+        json["stored_offset"]["age_seconds"]
+            .as_f64()
+            .is_some_and(|a| a >= 0.0)
+    );
+    assert_eq!(json["instance"]["healthy"], true, "{json:#}");
+    assert_eq!(
+        json["publication"]["tables"][0], "public.outbox",
+        "{json:#}"
+    );
+
+    // 2. Stopped: the slot is inactive and nobody answers /healthz.
+    assert!(relay.stop().success(), "{}", relay.log());
+    let (code, json) = status_json(&config);
+    assert_eq!(code, Some(1), "{json:#}");
+    assert!(json["slot"]["active_pid"].is_null(), "{json:#}");
+    assert!(json["instance"]["error"].as_str().is_some(), "{json:#}");
+    // `check` prints the slot's WAL sizes, not only its wal_status.
+    let (code, report) = check(&config);
+    assert_eq!(code, Some(0), "{report}");
+    assert!(
+        report.contains("ok    slot WAL: wal_status reserved, lag ")
+            && report.contains("retained WAL ")
+            && report.contains("safe_wal_size "),
+        "{report}"
+    );
+
+    // 3. The slot recreated by hand: ahead of the stored offset. status says
+    // so, with run's refusal, and where the gap begins.
+    db.client
+        .execute("SELECT pg_drop_replication_slot($1)", &[&names.slot])
+        .await
+        .unwrap();
+    let (code, text) = status(&config, false);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("does not exist"), "{text}");
+    write_outbox_load(&db.name, 1, 10, 5, Duration::ZERO).await;
+    db.client
+        .execute(
+            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&names.slot],
+        )
+        .await
+        .unwrap();
+    let (code, text) = status(&config, false);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("AHEAD of the stored offset"), "{text}");
+    assert!(
+        text.contains("PROBLEM  run would refuse to start"),
+        "{text}"
+    );
+
+    // 4. Kafka out of reach: the slot is still shown, the offset store
+    // unreadable is a problem.
+    let unreachable = write_config(
+        &std::fs::read_to_string(&config)
+            .unwrap()
+            .replace(&kafka_brokers(), "127.0.0.1:1"),
+    );
+    let (code, json) = status_json(&unreachable);
+    assert_eq!(code, Some(1), "{json:#}");
+    assert!(json["slot"]["confirmed_flush_lsn"].is_string(), "{json:#}");
+    assert!(json["stored_offset"]["error"].is_string(), "{json:#}");
+    db.client
+        .execute("SELECT pg_drop_replication_slot($1)", &[&names.slot])
+        .await
+        .unwrap();
+}
