@@ -218,9 +218,33 @@ pub async fn check(config: &Config) -> Report {
                 } else {
                     format!("key {}", c.primary_key.join(", "))
                 };
+                let entry = &config.tables[c.entry];
+                let detail = key + &crate::router::table::describe_columns(entry, &c.columns);
+                let key_columns = if entry.key_columns.is_empty() {
+                    &c.primary_key
+                } else {
+                    &entry.key_columns
+                };
+                // Debezium's keys ignore column lists and masks; say so
+                // where that puts a hidden column in the clear.
+                let exposed: Vec<&str> = key_columns
+                    .iter()
+                    .filter(|k| entry.mask_of(k).is_some() || !entry.includes_column(k))
+                    .map(String::as_str)
+                    .collect();
+                let outcome = if exposed.is_empty() {
+                    Outcome::Ok(detail)
+                } else {
+                    Outcome::Warn(format!(
+                        "{detail}; key column(s) {} are masked or left out of before/after \
+                         but stay unmasked in the record key (as with Debezium): key the table \
+                         by other columns with key_columns if they must not reach Kafka",
+                        exposed.join(", ")
+                    ))
+                };
                 report.push(
                     &format!("table {}.{}", c.table.schema, c.table.name),
-                    Outcome::Ok(key),
+                    outcome,
                 );
             }
             captured

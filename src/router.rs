@@ -33,6 +33,7 @@ use crate::config::{OnUpdate, OutboxConfig, Segment, topic_name_problem};
 use crate::pgoutput::{Cell, Oid, Relation, TupleData};
 
 pub mod debezium;
+pub mod mask;
 pub mod table;
 
 /// Header marking a record made from the initial snapshot (value `true`).

@@ -1166,6 +1166,8 @@ pub struct TableEventTable {
     /// `(type oid, written as type oid, type modifier)` — an enum as
     /// `text`, an array of enums as `text[]`, a domain as its base type.
     pub type_aliases: Vec<(u32, u32, i32)>,
+    /// Its columns (not dropped, not generated), by name.
+    pub columns: Vec<String>,
 }
 
 impl TableEventTable {
@@ -1237,12 +1239,16 @@ pub async fn table_event_tables(
                 ));
             }
             let primary_key = catalog::primary_key(client, table.oid).await?;
-            let type_aliases = column_types(client, &table).await?;
+            let (type_aliases, columns) = column_types(client, &table).await?;
+            let display = format!("{schema}.{name}");
+            crate::router::table::check_columns(t, entry, &display, &columns)
+                .map_err(|(problem, fix)| CheckError::setup(problem, fix))?;
             out.push(TableEventTable {
                 entry,
                 table,
                 primary_key,
                 type_aliases,
+                columns: columns.into_iter().map(|(name, _)| name).collect(),
             });
         }
     }
@@ -1274,11 +1280,12 @@ const TEXT_ARRAY_OID: u32 = 1009;
 
 /// Checks that every column of `table` has a type the table events map
 /// (an error naming the table, column and type otherwise), and returns the
-/// aliases of its user-defined enum and domain types.
+/// aliases of its user-defined enum and domain types, and its columns with
+/// their declared types.
 async fn column_types(
     client: &Client,
     table: &CapturedTable,
-) -> Result<Vec<(u32, u32, i32)>, CheckError> {
+) -> Result<(Vec<(u32, u32, i32)>, Vec<(String, u32)>), CheckError> {
     use crate::router::debezium::{Mapping, Modes};
     let rows = client
         .query(
@@ -1297,6 +1304,7 @@ async fn column_types(
             source,
         })?;
     let mut aliases = Vec::new();
+    let mut columns = Vec::with_capacity(rows.len());
     for r in &rows {
         let (name, oid, typmod): (String, u32, i32) = (r.get(0), r.get(1), r.get(2));
         let type_name: String = r.get(3);
@@ -1322,6 +1330,7 @@ async fn column_types(
         if written_as != oid {
             aliases.push((oid, written_as, written_typmod));
         }
+        columns.push((name, oid));
     }
-    Ok(aliases)
+    Ok((aliases, columns))
 }

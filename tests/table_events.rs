@@ -522,3 +522,329 @@ name = "public.priced"
         "no slot was created"
     );
 }
+
+/// Debezium's column options and `skipped.operations` against the real
+/// services: an excluded column is absent and masked columns carry
+/// Debezium's exact output (hashes computed with Java 17 running
+/// Debezium's `HashValueConverter` steps; v2 ones with `sha256sum`) in the
+/// snapshot and in streamed inserts, updates (both rows under REPLICA
+/// IDENTITY FULL) and deletes, the key unmasked; one TRUNCATE of three
+/// tables makes one keyless `op: "t"` record for each table whose
+/// `skipped_operations` is `"none"` and none for the default (`"t"`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn columns_are_filtered_and_masked_and_truncates_published_when_not_skipped() {
+    require_kafka();
+    let db = TestDb::new("wr_table_masks").await;
+    let names = Names::new("wr_tm");
+    db.client
+        .batch_execute(
+            "CREATE TABLE people (id int4 PRIMARY KEY, email text, phone varchar(20),
+               ssn text, bio text, code varchar(10), age int4);
+             ALTER TABLE people REPLICA IDENTITY FULL;
+             ALTER TABLE people OWNER TO walrelay;
+             CREATE TABLE trunc_a (id int4 PRIMARY KEY);
+             ALTER TABLE trunc_a OWNER TO walrelay;
+             CREATE TABLE trunc_b (id int4 PRIMARY KEY);
+             ALTER TABLE trunc_b OWNER TO walrelay;
+             CREATE TABLE trunc_keep (id int4 PRIMARY KEY);
+             ALTER TABLE trunc_keep OWNER TO walrelay;
+             INSERT INTO people VALUES
+               (1, 'ann@example.com', '555-0100', '123-45-6789', 'Loves hiking', 'A1', 30);",
+        )
+        .await
+        .expect("tables");
+    let dir = std::env::temp_dir().join(unique("walrelay_test"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let salt_file = dir.join("mask_salt");
+    std::fs::write(&salt_file, "pepper\n").unwrap();
+    let prefix = format!("{}_cdc", names.connector);
+    let config = format!(
+        r#"
+[connector]
+name = "{connector}"
+[postgres]
+host = "127.0.0.1"
+port = {port}
+user = "walrelay"
+password = "walrelay"
+database = "{db}"
+slot = "{slot}"
+publication = "{publication}"
+status_interval = "200ms"
+[kafka]
+brokers = "{brokers}"
+linger = "2ms"
+[table_defaults]
+topic_prefix = "{prefix}"
+[[table]]
+name = "public.people"
+column_exclude_list = ["ssn"]
+[[table.column_mask]]
+columns = ["email"]
+hash = "SHA-256"
+salt = "${{file:{salt}}}"
+[[table.column_mask]]
+columns = ["code"]
+hash = "SHA-256"
+salt = "${{file:{salt}}}"
+hash_version = 2
+[[table.column_mask]]
+columns = ["phone"]
+with_chars = 5
+[[table.column_mask]]
+columns = ["bio"]
+truncate_to_chars = 4
+[[table]]
+name = "public.trunc_a"
+skipped_operations = "none"
+[[table]]
+name = "public.trunc_b"
+skipped_operations = "none"
+[[table]]
+name = "public.trunc_keep"
+"#,
+        connector = names.connector,
+        port = pg_port(),
+        db = db.name,
+        slot = names.slot,
+        publication = names.publication,
+        brokers = kafka_brokers(),
+        salt = salt_file.display(),
+    );
+    let path = dir.join("walrelay.toml");
+    std::fs::write(&path, &config).unwrap();
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    let people = format!("{prefix}.public.people");
+    let (db_name, p) = (db.name.as_str(), prefix.as_str());
+
+    // SHA-256 of "pepper" + the Java serialization of the e-mail (v1), of
+    // "pepper" + the code's UTF-8 bytes cut to varchar(10)'s 10 (v2).
+    let ann = json!({"id": 1,
+        "email": "74099eb3686f2b3fe76fc316b773817fb57a7f62b6920e47c3fe2d213b357221",
+        "phone": "*****", "bio": "Love", "code": "44da615553", "age": 30});
+    let snap = wait_records(&people, 1).await;
+    check_envelope(&snap[0], p, db_name, "people", "r", &Value::Null, &ann);
+    assert_eq!(snap[0].key, Some(json!({"id": 1})));
+    relay.wait_log("snapshot completed", CATCH_UP).await;
+
+    db.client
+        .batch_execute(
+            "INSERT INTO people VALUES (2, 'bob@example.com', NULL, '987', 'Hi', 'B2', NULL);
+             UPDATE people SET email = 'carol@example.com', code = 'C3' WHERE id = 2;
+             DELETE FROM people WHERE id = 1;",
+        )
+        .await
+        .expect("changes");
+    // r(1), c(2), u(2), d(1), tombstone(1).
+    let got = wait_records(&people, 5).await;
+    assert_eq!(got.len(), 5, "{got:#?}");
+    let bob = json!({"id": 2,
+        "email": "be79fb1134b9719532146e4f821005050edeb5c8d866166334cb47883b829ee6",
+        "phone": "*****", "bio": "Hi", "code": "9b870f867a", "age": null});
+    let carol = json!({"id": 2,
+        "email": "30f8f719098bbe41d73a76e293ccd4bd6e35c204b2dd980acb4045a31c571b42",
+        "phone": "*****", "bio": "Hi", "code": "4b7c624933", "age": null});
+    let two: Vec<&Event> = got
+        .iter()
+        .filter(|e| e.key == Some(json!({"id": 2})))
+        .collect();
+    assert_eq!(two.len(), 2, "{two:#?}");
+    check_envelope(two[0], p, db_name, "people", "c", &Value::Null, &bob);
+    check_envelope(two[1], p, db_name, "people", "u", &bob, &carol);
+    let one: Vec<&Event> = got
+        .iter()
+        .filter(|e| e.key == Some(json!({"id": 1})))
+        .collect();
+    assert_eq!(one.len(), 3, "{one:#?}");
+    check_envelope(one[1], p, db_name, "people", "d", &ann, &Value::Null);
+    assert_eq!(one[2].value, None, "tombstone");
+    for e in &got {
+        assert!(!e.raw.contains("ssn"), "{}", e.raw);
+        assert!(!e.raw.contains("example.com"), "{}", e.raw);
+    }
+
+    // One TRUNCATE of three tables, between two inserts of one transaction.
+    db.client
+        .batch_execute("INSERT INTO trunc_a VALUES (1); INSERT INTO trunc_keep VALUES (1);")
+        .await
+        .expect("inserts");
+    db.client
+        .batch_execute(
+            "BEGIN;
+             INSERT INTO trunc_keep VALUES (5);
+             TRUNCATE trunc_a, trunc_b, trunc_keep;
+             INSERT INTO trunc_b VALUES (2);
+             COMMIT;",
+        )
+        .await
+        .expect("truncate");
+    let a = wait_records(&format!("{prefix}.public.trunc_a"), 2).await;
+    let b = wait_records(&format!("{prefix}.public.trunc_b"), 2).await;
+    wait_records(&format!("{prefix}.public.trunc_keep"), 2).await;
+    // Stopping waits for every record's acknowledgement: nothing else
+    // (no truncate of trunc_keep) can arrive after this.
+    assert_eq!(relay.stop().code(), Some(0), "{}", relay.log());
+    assert_eq!(a.len(), 2, "{a:#?}");
+    assert_eq!(b.len(), 2, "{b:#?}");
+    // A truncate has a null key, so it may land on any partition (as with
+    // Debezium): pick the records by op, not by position.
+    let op = |e: &Event| e.value.as_ref().unwrap()["op"].as_str().unwrap().to_owned();
+    let find = |events: &[Event], wanted: &str| -> Event {
+        let found: Vec<&Event> = events.iter().filter(|e| op(e) == wanted).collect();
+        assert_eq!(found.len(), 1, "one {wanted} in {events:#?}");
+        found[0].clone()
+    };
+    let (ta, tb) = (&find(&a, "t"), &find(&b, "t"));
+    for (t, table) in [(ta, "trunc_a"), (tb, "trunc_b")] {
+        check_envelope(t, p, db_name, table, "t", &Value::Null, &Value::Null);
+        assert_eq!(t.key, None, "a truncate has a null key");
+    }
+    let b_insert = find(&b, "c");
+    check_envelope(
+        &b_insert,
+        p,
+        db_name,
+        "trunc_b",
+        "c",
+        &Value::Null,
+        &json!({"id": 2}),
+    );
+    // Each truncated table is a change of its own in the transaction:
+    // insert #0, the three truncated tables #1..#3, insert #4.
+    assert_eq!(ta.lsn, tb.lsn);
+    let index = |e: &Event| {
+        e.event_id
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .parse::<u32>()
+            .unwrap()
+    };
+    let (ia, ib) = (index(ta), index(tb));
+    assert!(
+        ia != ib && (1..=3).contains(&ia) && (1..=3).contains(&ib),
+        "{ia} {ib}"
+    );
+    assert_eq!(b_insert.event_id, format!("{}:4", tb.lsn));
+    let keep = read(&format!("{prefix}.public.trunc_keep"));
+    assert_eq!(
+        keep.len(),
+        2,
+        "skipped_operations = \"t\" (the default): {keep:#?}"
+    );
+    for e in &keep {
+        assert_eq!(op(e), "c");
+    }
+    assert!(
+        keep.iter().any(|e| e.event_id == format!("{}:0", tb.lsn)),
+        "{keep:#?}"
+    );
+    let log = relay.log();
+    assert!(!log.contains("pepper"), "the salt reached the log");
+}
+
+/// A column list naming a column the table lacks, and a mask on a column
+/// that is not text-like, are refused by `check` and `run` alike, naming
+/// the key, table, column (and type), before the slot is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn column_lists_and_masks_are_checked_against_the_table_at_start() {
+    require_kafka();
+    let db = TestDb::new("wr_table_colcheck").await;
+    let names = Names::new("wr_tc");
+    db.client
+        .batch_execute(
+            "CREATE TABLE accounts (id int4 PRIMARY KEY, email text, balance int4);
+             ALTER TABLE accounts OWNER TO walrelay;",
+        )
+        .await
+        .expect("tables");
+    let config = |columns: &str| {
+        format!(
+            r#"
+[connector]
+name = "{connector}"
+[postgres]
+host = "127.0.0.1"
+port = {port}
+user = "walrelay"
+password = "walrelay"
+database = "{db}"
+slot = "{slot}"
+publication = "{publication}"
+[kafka]
+brokers = "{brokers}"
+[[table]]
+name = "public.accounts"
+{columns}
+"#,
+            connector = names.connector,
+            port = pg_port(),
+            db = db.name,
+            slot = names.slot,
+            publication = names.publication,
+            brokers = kafka_brokers(),
+        )
+    };
+    let dir = std::env::temp_dir().join(unique("walrelay_test"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("walrelay.toml");
+    for (columns, needles) in [
+        (
+            "column_exclude_list = [\"email\", \"ssn\"]",
+            vec![
+                "table[0].column_exclude_list[1]",
+                "\"ssn\"",
+                "public.accounts",
+            ],
+        ),
+        (
+            "[[table.column_mask]]\ncolumns = [\"balance\"]\nwith_chars = 4",
+            vec![
+                "column balance of table public.accounts",
+                "int4",
+                "not text-like",
+            ],
+        ),
+    ] {
+        std::fs::write(&path, config(columns)).unwrap();
+        let (code, report) = check(&path);
+        assert_eq!(code, Some(1), "{report}");
+        for needle in &needles {
+            assert!(report.contains(needle), "{needle} in {report}");
+        }
+        let mut run = RelayProcess::start_with(&path, &[]);
+        let log = run.expect_exit(1, Duration::from_secs(60));
+        for needle in &needles {
+            assert!(log.contains(needle), "{needle} in {log}");
+        }
+    }
+    assert_eq!(
+        db.confirmed_flush(&names.slot).await,
+        None,
+        "no slot was created"
+    );
+    // Fixed, check passes the column rules.
+    std::fs::write(
+        &path,
+        config("column_exclude_list = [\"balance\"]\n[[table.column_mask]]\ncolumns = [\"email\"]\nwith_chars = 4"),
+    )
+    .unwrap();
+    let (code, report) = check(&path);
+    assert!(!report.contains("column_"), "{report}");
+    assert!(
+        report.contains("key id; leaves out balance; masks email (4 *)"),
+        "{report}"
+    );
+    assert_eq!(code, Some(0), "{report}");
+    // A masked key column is said to stay in the clear in the key.
+    std::fs::write(
+        &path,
+        config("key_columns = [\"email\"]\n[[table.column_mask]]\ncolumns = [\"email\"]\nwith_chars = 4"),
+    )
+    .unwrap();
+    let (_, report) = check(&path);
+    assert!(
+        report.contains("key column(s) email are masked or left out"),
+        "{report}"
+    );
+}

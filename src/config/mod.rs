@@ -31,8 +31,9 @@
 //! literal `${`. `${file:/absolute/path}` is replaced by a file's content (one
 //! trailing newline removed) in the keys that hold secrets only:
 //! `postgres.password`, `postgres.sslpassword`, `kafka.sasl_password`,
-//! `kafka.ssl_key_password` and the secret librdkafka properties
-//! ([`is_secret_property`]).
+//! `kafka.ssl_key_password`, the salts of column masks
+//! (`table[i].column_mask[j].salt`) and the secret librdkafka properties
+//! ([`is_secret_property`]). The salts are secrets too.
 //! Interpolation runs after parsing, so errors keep their line numbers.
 
 mod error;
@@ -58,10 +59,11 @@ use interpolate::{Files, interpolate_with};
 pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
 pub use schema::{
-    BinaryHandlingMode, Compression, ConnectorConfig, DecimalHandlingMode, HealthConfig,
-    HeartbeatConfig, IntervalHandlingMode, KafkaConfig, LogConfig, LogFormat, OnUpdate,
-    OutboxConfig, PostgresConfig, SaslMechanism, SecurityProtocol, SnapshotConfig, SnapshotMode,
-    SslMode, TableConfig, TableDefaults, TimePrecisionMode, glob_match, is_secret_property,
+    BinaryHandlingMode, ColumnMask, Compression, ConnectorConfig, DecimalHandlingMode,
+    HASH_ALGORITHMS, HealthConfig, HeartbeatConfig, IntervalHandlingMode, KafkaConfig, LogConfig,
+    LogFormat, OnUpdate, OutboxConfig, PostgresConfig, SaslMechanism, SecurityProtocol,
+    SkippedOperations, SnapshotConfig, SnapshotMode, SslMode, TableConfig, TableDefaults,
+    TimePrecisionMode, glob_match, is_secret_property,
 };
 pub use template::{Segment, TableRef, TopicTemplate, is_topic_char, topic_name_problem};
 pub use units::parse_byte_size;
@@ -282,6 +284,12 @@ impl Config {
         for (key, value) in &mut self.kafka.librdkafka {
             let path = error::join_key("kafka.librdkafka", key);
             substitute(&path, value, is_secret_property(key), env, &mut problems);
+        }
+        for (i, table) in self.tables.iter_mut().enumerate() {
+            for (j, mask) in table.column_mask.iter_mut().enumerate() {
+                let key = format!("table[{i}].column_mask[{j}].salt");
+                substitute_secret(&key, &mut mask.salt, env, &mut problems);
+            }
         }
         problems
     }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
+use super::error::quoted;
 use super::producer;
 use super::template::{TableRef, TopicTemplate};
 use super::units;
@@ -784,6 +785,10 @@ pub struct TableDefaults {
     /// TOASTed column an update left unchanged (PostgreSQL does not send it).
     #[serde(default = "defaults::unavailable_value_placeholder")]
     pub unavailable_value_placeholder: String,
+    /// Debezium's `skipped.operations`: the streamed operations that make
+    /// no record (`"t"` truncates by default; `"none"` skips nothing).
+    #[serde(default)]
+    pub skipped_operations: SkippedOperations,
 }
 
 impl Default for TableDefaults {
@@ -796,7 +801,134 @@ impl Default for TableDefaults {
             binary_handling_mode: BinaryHandlingMode::default(),
             interval_handling_mode: IntervalHandlingMode::default(),
             unavailable_value_placeholder: defaults::unavailable_value_placeholder(),
+            skipped_operations: SkippedOperations::default(),
         }
+    }
+}
+
+/// `skipped_operations`: Debezium's `skipped.operations`, written as Debezium
+/// writes it: a comma-separated list of `c` (inserts), `u` (updates), `d`
+/// (deletes, with their tombstones) and `t` (truncates), or `none`. Only
+/// streamed changes are skipped, never snapshot rows (`r`).
+#[derive(Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct SkippedOperations {
+    /// One bit per operation letter, in the order `c`, `u`, `d`, `t`.
+    bits: u8,
+}
+
+impl SkippedOperations {
+    /// The operation letters, in bit order.
+    const LETTERS: [u8; 4] = [b'c', b'u', b'd', b't'];
+
+    /// Nothing skipped (Debezium's `none`).
+    pub const NONE: SkippedOperations = SkippedOperations { bits: 0 };
+
+    /// Whether records of operation `op` (`b'c'`, `b'u'`, `b'd'`, `b't'`)
+    /// are skipped.
+    pub fn skips(self, op: u8) -> bool {
+        Self::LETTERS
+            .iter()
+            .position(|&l| l == op)
+            .is_some_and(|i| self.bits & (1 << i) != 0)
+    }
+}
+
+/// Debezium's default, `t`: truncates are skipped.
+impl Default for SkippedOperations {
+    fn default() -> Self {
+        SkippedOperations { bits: 1 << 3 }
+    }
+}
+
+impl TryFrom<String> for SkippedOperations {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        if text.trim().eq_ignore_ascii_case("none") {
+            return Ok(SkippedOperations::NONE);
+        }
+        let mut bits = 0;
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let i = match part.as_bytes() {
+                [letter] => Self::LETTERS.iter().position(|l| l == letter),
+                _ => None,
+            };
+            let Some(i) = i else {
+                return Err(format!(
+                    "{} is not an operation: skipped_operations lists c (inserts), u \
+                     (updates), d (deletes), t (truncates), separated by commas, or is \"none\"",
+                    quoted(part)
+                ));
+            };
+            bits |= 1 << i;
+        }
+        Ok(SkippedOperations { bits })
+    }
+}
+
+impl fmt::Debug for SkippedOperations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.bits == 0 {
+            return f.write_str("none");
+        }
+        let letters: Vec<String> = Self::LETTERS
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.bits & (1 << i) != 0)
+            .map(|(_, &l)| char::from(l).to_string())
+            .collect();
+        f.write_str(&letters.join(","))
+    }
+}
+
+/// `[[table.column_mask]]`: one of Debezium's column mappers for some
+/// columns of a `[[table]]`: hashing (`column.mask.hash.<algorithm>.with.salt.<salt>`,
+/// `column.mask.hash.v2.…`), a fixed mask (`column.mask.with.<N>.chars`) or
+/// truncation (`column.truncate.to.<N>.chars`). Exactly one of `hash`,
+/// `with_chars` and `truncate_to_chars`.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnMask {
+    /// The columns (names as in the table). Required.
+    pub columns: Vec<String>,
+    /// A hash algorithm as Java names it (`SHA-256`, `SHA-512`, `MD5`, …):
+    /// the value becomes the hex digest of salt + value.
+    #[serde(default)]
+    pub hash: Option<String>,
+    /// The salt of `hash` (a secret: `${ENV}` or `${file:...}`).
+    #[serde(default, deserialize_with = "units::secret")]
+    pub salt: Option<SecretString>,
+    /// How the value is turned into bytes before hashing: 1 (Debezium's
+    /// `column.mask.hash.…`, the Java serialization of the string) or 2
+    /// (`column.mask.hash.v2.…`, the string's UTF-8 bytes). Default 1.
+    #[serde(default)]
+    pub hash_version: Option<u8>,
+    /// Replace every value (NULL too, as Debezium does) by this many `*`.
+    #[serde(default)]
+    pub with_chars: Option<u32>,
+    /// Cut values longer than this many characters.
+    #[serde(default)]
+    pub truncate_to_chars: Option<u32>,
+}
+
+/// The `column_mask.hash` algorithms, as Java's `MessageDigest` names them
+/// (matched without regard to case, as Java does).
+pub const HASH_ALGORITHMS: [&str; 10] = [
+    "MD5", "SHA-1", "SHA-224", "SHA-256", "SHA-384", "SHA-512", "SHA3-224", "SHA3-256", "SHA3-384",
+    "SHA3-512",
+];
+
+impl fmt::Debug for ColumnMask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ColumnMask")
+            .field("columns", &self.columns)
+            .field("hash", &self.hash)
+            .field("salt", &self.salt.as_ref().map(|_| "[REDACTED]"))
+            .field("hash_version", &self.hash_version)
+            .field("with_chars", &self.with_chars)
+            .field("truncate_to_chars", &self.truncate_to_chars)
+            .finish()
     }
 }
 
@@ -837,9 +969,63 @@ pub struct TableConfig {
     /// Overrides `table_defaults.unavailable_value_placeholder`.
     #[serde(default)]
     pub unavailable_value_placeholder: Option<String>,
+    /// Overrides `table_defaults.skipped_operations`.
+    #[serde(default)]
+    pub skipped_operations: Option<SkippedOperations>,
+    /// Debezium's `column.include.list` for this table: only these columns
+    /// are in `before`/`after` (key columns stay in the key). Not with
+    /// `column_exclude_list`.
+    #[serde(default)]
+    pub column_include_list: Vec<String>,
+    /// Debezium's `column.exclude.list` for this table: these columns are
+    /// left out of `before`/`after` (key columns stay in the key).
+    #[serde(default)]
+    pub column_exclude_list: Vec<String>,
+    /// Debezium's column masks and truncation (`[[table.column_mask]]`).
+    #[serde(default)]
+    pub column_mask: Vec<ColumnMask>,
 }
 
 impl TableConfig {
+    /// Whether column `name` is in `before`/`after` (the include and
+    /// exclude lists).
+    pub fn includes_column(&self, name: &str) -> bool {
+        if !self.column_include_list.is_empty() {
+            return self.column_include_list.iter().any(|c| c == name);
+        }
+        !self.column_exclude_list.iter().any(|c| c == name)
+    }
+
+    /// The mask of column `name`, if any.
+    pub fn mask_of(&self, name: &str) -> Option<&ColumnMask> {
+        self.column_mask
+            .iter()
+            .find(|m| m.columns.iter().any(|c| c == name))
+    }
+
+    /// Every column named by the column lists and masks, with the key path
+    /// that names it.
+    pub fn named_columns(&self, entry: usize) -> Vec<(String, &str)> {
+        let mut out = Vec::new();
+        for (list, items) in [
+            ("column_include_list", &self.column_include_list),
+            ("column_exclude_list", &self.column_exclude_list),
+        ] {
+            for (j, c) in items.iter().enumerate() {
+                out.push((format!("table[{entry}].{list}[{j}]"), c.as_str()));
+            }
+        }
+        for (m, mask) in self.column_mask.iter().enumerate() {
+            for (j, c) in mask.columns.iter().enumerate() {
+                out.push((
+                    format!("table[{entry}].column_mask[{m}].columns[{j}]"),
+                    c.as_str(),
+                ));
+            }
+        }
+        out
+    }
+
     /// Whether `name` is a pattern (has `*` in its table part).
     pub fn is_pattern(&self) -> bool {
         self.name.name.contains('*')

@@ -18,6 +18,7 @@ use super::*;
 
 const PASSWORD: &str = "pg-s3cret-Zq9!";
 const KAFKA_PASSWORD: &str = "kafka-s3cret-Xw7!";
+const MASK_SALT: &str = "mask-s4lt-Qz9!";
 
 /// The variables the example files refer to, with recognisable values.
 fn fake_env(name: &str) -> Result<String, VarError> {
@@ -25,6 +26,7 @@ fn fake_env(name: &str) -> Result<String, VarError> {
         "WALRELAY_PG_PASSWORD" => Ok(PASSWORD.to_owned()),
         "WALRELAY_KAFKA_PASSWORD" => Ok(KAFKA_PASSWORD.to_owned()),
         "PGHOST" => Ok("db.internal".to_owned()),
+        "WALRELAY_MASK_SALT" => Ok(MASK_SALT.to_owned()),
         _ => Err(VarError::NotPresent),
     }
 }
@@ -146,6 +148,7 @@ fn example_toml_sets_every_key() {
             "binary_handling_mode",
             "decimal_handling_mode",
             "interval_handling_mode",
+            "skipped_operations",
             "time_precision_mode",
             "tombstones_on_delete",
             "topic_prefix",
@@ -156,10 +159,13 @@ fn example_toml_sets_every_key() {
         keys("table"),
         [
             "binary_handling_mode",
+            "column_exclude_list",
+            "column_mask",
             "decimal_handling_mode",
             "interval_handling_mode",
             "key_columns",
             "name",
+            "skipped_operations",
             "time_precision_mode",
             "tombstones_on_delete",
             "topic",
@@ -2246,4 +2252,100 @@ fn per_table_overrides_and_an_empty_placeholder_is_refused() {
         "{TABLES_ONLY}[table_defaults]\ntopic_prefix = \"a b\"\n[[table]]\nname = \"t\"\n"
     ));
     assert!(e.contains("table_defaults.topic_prefix"), "{e}");
+}
+
+#[test]
+fn skipped_operations_take_debezium_letters_and_refuse_others_naming_the_key() {
+    let config = load(&format!("{TABLES_ONLY}[[table]]\nname = \"t\"\n")).unwrap();
+    let d = config.table_defaults.skipped_operations;
+    assert!(d.skips(b't') && !d.skips(b'c') && !d.skips(b'u') && !d.skips(b'd'));
+    assert_eq!(format!("{d:?}"), "t");
+    let config = load(&format!(
+        "{TABLES_ONLY}[table_defaults]\nskipped_operations = \"none\"\n[[table]]\nname = \"t\"\n\
+         skipped_operations = \" c, d \"\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        config.table_defaults.skipped_operations,
+        SkippedOperations::NONE
+    );
+    let t = config.tables[0].skipped_operations.unwrap();
+    assert!(t.skips(b'c') && t.skips(b'd') && !t.skips(b't') && !t.skips(b'r'));
+    let e = load_err(&format!(
+        "{TABLES_ONLY}[[table]]\nname = \"t\"\nskipped_operations = \"c,x\"\n"
+    ));
+    assert!(e.contains("skipped_operations"), "{e}");
+    assert!(e.contains("\"x\" is not an operation"), "{e}");
+    assert!(e.contains("test.toml:"), "{e}");
+    let e = load_err(&format!(
+        "{TABLES_ONLY}[table_defaults]\nskipped_operations = \"r\"\n[[table]]\nname = \"t\"\n"
+    ));
+    assert!(
+        e.contains("skipped_operations") && e.contains("\"r\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn column_lists_are_one_or_the_other_and_masks_have_one_kind() {
+    let e = load_err(&format!(
+        "{TABLES_ONLY}[[table]]\nname = \"t\"\ncolumn_include_list = [\"a\"]\n\
+         column_exclude_list = [\"b\", \"b\"]\n"
+    ));
+    assert!(e.contains("table[0].column_exclude_list:"), "{e}");
+    assert!(e.contains("column_include_list"), "{e}");
+    assert!(
+        e.contains("table[0].column_exclude_list[1]") && e.contains("already named"),
+        "{e}"
+    );
+    let e = load_err(&format!(
+        "{TABLES_ONLY}[[table]]\nname = \"t\"\ncolumn_exclude_list = [\"ssn\"]\n\
+         [[table.column_mask]]\ncolumns = [\"ssn\", \"\"]\nwith_chars = 3\ntruncate_to_chars = 2\n\
+         [[table.column_mask]]\ncolumns = [\"ssn\"]\nhash = \"SHA-999\"\nhash_version = 3\n\
+         [[table.column_mask]]\ncolumns = [\"x\"]\nsalt = \"s\"\ntruncate_to_chars = 0\n\
+         [[table.column_mask]]\ncolumns = []\nwith_chars = 1\n"
+    ));
+    for expected in [
+        "table[0].column_mask[0].columns[0]",
+        "masked but left out",
+        "table[0].column_mask[0].columns[1]",
+        "table[0].column_mask[0]",
+        "exactly one of hash",
+        "table[0].column_mask[1].columns[0]",
+        "already named in table[0].column_mask[0].columns[0]",
+        "table[0].column_mask[1].hash",
+        "SHA-256",
+        "table[0].column_mask[1].salt",
+        "table[0].column_mask[1].hash_version",
+        "table[0].column_mask[2].salt",
+        "set without hash",
+        "table[0].column_mask[2].truncate_to_chars",
+        "table[0].column_mask[3].columns",
+    ] {
+        assert!(e.contains(expected), "{expected} missing in {e}");
+    }
+}
+
+#[test]
+fn a_mask_salt_comes_from_the_environment_and_stays_secret() {
+    let config = load(&format!(
+        "{TABLES_ONLY}[[table]]\nname = \"t\"\n[[table.column_mask]]\ncolumns = [\"email\"]\n\
+         hash = \"sha-256\"\nsalt = \"${{WALRELAY_MASK_SALT}}\"\n"
+    ))
+    .unwrap();
+    let mask = &config.tables[0].column_mask[0];
+    assert_eq!(mask.salt.as_ref().unwrap().expose_secret(), MASK_SALT);
+    assert!(!format!("{config:?}").contains(MASK_SALT));
+    assert!(!format!("{mask:?}").contains(MASK_SALT));
+    let e = load_err(&format!(
+        "{TABLES_ONLY}[[table]]\nname = \"t\"\n[[table.column_mask]]\ncolumns = [\"email\"]\n\
+         hash = \"SHA-256\"\nsalt = \"${{NO_SUCH_SALT_VAR}}\"\n"
+    ));
+    assert!(e.contains("table[0].column_mask[0].salt"), "{e}");
+    assert!(e.contains("NO_SUCH_SALT_VAR"), "{e}");
+    let e = load_err(&format!(
+        "{TABLES_ONLY}[[table]]\nname = \"t\"\n[[table.column_mask]]\ncolumns = [\"email\"]\n\
+         hash = \"SHA-256\"\nsalt = \"\"\n"
+    ));
+    assert!(e.contains("table[0].column_mask[0].salt: is empty"), "{e}");
 }

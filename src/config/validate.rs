@@ -781,6 +781,7 @@ fn tables(config: &Config, out: &mut Vec<Problem>) {
         if let Some(p) = &table.unavailable_value_placeholder {
             placeholder(&at("unavailable_value_placeholder"), p, out);
         }
+        column_rules(i, table, out);
         let mut has_placeholder = false;
         for segment in table.topic.segments() {
             if let Segment::Column(name) = segment {
@@ -810,6 +811,143 @@ fn tables(config: &Config, out: &mut Vec<Problem>) {
             ));
         } else if !has_placeholder && let Some(why) = topic_name_problem(table.topic.as_str()) {
             out.push(Problem::new(at("topic"), why));
+        }
+    }
+}
+
+/// The column lists and masks of `table[i]`: names well formed, each
+/// column masked at most once and never masked while left out, exactly one
+/// mask kind per `[[table.column_mask]]`, salts only with hashes.
+fn column_rules(i: usize, table: &super::TableConfig, out: &mut Vec<Problem>) {
+    let at = |key: &str| format!("table[{i}].{key}");
+    if !table.column_include_list.is_empty() && !table.column_exclude_list.is_empty() {
+        out.push(Problem::new(
+            at("column_exclude_list"),
+            "is set together with column_include_list; Debezium takes one or the other: keep \
+             only the one that is shorter to write",
+        ));
+    }
+    // Per list (the include list, the exclude list, all masks together):
+    // where each column was first named.
+    let mut listed: BTreeMap<(&str, &str), String> = BTreeMap::new();
+    for (key, column) in table.named_columns(i) {
+        identifier(&key, column, out);
+        let list: &'static str = if key.contains(".column_mask[") {
+            "column_mask"
+        } else if key.contains(".column_include_list[") {
+            "include"
+        } else {
+            "exclude"
+        };
+        if let Some(first) = listed.get(&(list, column)) {
+            out.push(Problem::new(
+                key,
+                format!(
+                    "{} is already named in {first}; name a column once per list, and give it \
+                     at most one mask",
+                    quoted(column)
+                ),
+            ));
+            continue;
+        }
+        listed.insert((list, column), key.clone());
+        if list == "column_mask" && !table.includes_column(column) {
+            out.push(Problem::new(
+                key,
+                format!(
+                    "{} is masked but left out of the events by the column lists; remove the \
+                     mask or the exclusion",
+                    quoted(column)
+                ),
+            ));
+        }
+    }
+    for (j, mask) in table.column_mask.iter().enumerate() {
+        let key = |k: &str| at(&format!("column_mask[{j}].{k}"));
+        if mask.columns.is_empty() {
+            out.push(Problem::new(
+                key("columns"),
+                "is empty; name the columns to mask",
+            ));
+        }
+        let kinds = [
+            mask.hash.is_some(),
+            mask.with_chars.is_some(),
+            mask.truncate_to_chars.is_some(),
+        ];
+        if kinds.iter().filter(|&&k| k).count() != 1 {
+            out.push(Problem::new(
+                at(&format!("column_mask[{j}]")),
+                "needs exactly one of hash (with salt), with_chars and truncate_to_chars; \
+                 use one [[table.column_mask]] per kind",
+            ));
+        }
+        match &mask.hash {
+            Some(name) => {
+                if !super::HASH_ALGORITHMS
+                    .iter()
+                    .any(|a| a.eq_ignore_ascii_case(name))
+                {
+                    out.push(Problem::new(
+                        key("hash"),
+                        format!(
+                            "{} is not a supported hash algorithm; use one of {}",
+                            quoted(name),
+                            super::HASH_ALGORITHMS.join(", ")
+                        ),
+                    ));
+                }
+                if mask
+                    .salt
+                    .as_ref()
+                    .is_some_and(|salt| secrecy::ExposeSecret::expose_secret(salt).is_empty())
+                {
+                    out.push(Problem::new(
+                        key("salt"),
+                        "is empty; Debezium's salt cannot be empty, and an unsalted hash of a \
+                         short value (an e-mail, a phone number) is easily reversed: set a long \
+                         random salt",
+                    ));
+                }
+                if mask.salt.is_none() {
+                    out.push(Problem::new(
+                        key("salt"),
+                        "is missing; a hash mask needs a salt (Debezium's \
+                         column.mask.hash.<algorithm>.with.salt.<salt>), e.g. salt = \
+                         \"${WALRELAY_MASK_SALT}\"",
+                    ));
+                }
+                if let Some(v) = mask.hash_version
+                    && !matches!(v, 1 | 2)
+                {
+                    out.push(Problem::new(
+                        key("hash_version"),
+                        format!(
+                            "is {v}; use 1 (Debezium's column.mask.hash.…) or 2 \
+                             (column.mask.hash.v2.…)"
+                        ),
+                    ));
+                }
+            }
+            None => {
+                for (k, set) in [
+                    ("salt", mask.salt.is_some()),
+                    ("hash_version", mask.hash_version.is_some()),
+                ] {
+                    if set {
+                        out.push(Problem::new(
+                            key(k),
+                            "is set without hash; remove it or set hash = \"SHA-256\"",
+                        ));
+                    }
+                }
+            }
+        }
+        if mask.truncate_to_chars == Some(0) {
+            out.push(Problem::new(
+                key("truncate_to_chars"),
+                "is 0; it must be positive (Debezium refuses 0 too)",
+            ));
         }
     }
 }

@@ -319,6 +319,11 @@ impl Streaming {
                 self.tables.on_relation(&r, source.received())?;
             }
             SourceEvent::Change(change) => self.on_change(change).await?,
+            SourceEvent::Truncate {
+                pos,
+                lsn,
+                relations,
+            } => self.on_truncate(pos, lsn, &relations).await?,
             SourceEvent::SnapshotRow { pos, .. } => {
                 return Err(RelayError::Stream {
                     lsn: pos.commit_lsn,

@@ -81,6 +81,47 @@ impl Streaming {
         sent
     }
 
+    /// Publishes the `op: "t"` records of a TRUNCATE: one per truncated
+    /// `[[table]]` table whose `skipped_operations` do not skip truncates,
+    /// each at its own position (`pos.index + k` for the k-th relation).
+    /// Outbox tables and other tables publish nothing.
+    pub(super) async fn on_truncate(
+        &mut self,
+        pos: Position,
+        lsn: Lsn,
+        relations: &[Arc<Relation>],
+    ) -> Result<(), RelayError> {
+        let open = self.open.ok_or_else(|| RelayError::Stream {
+            lsn: pos.commit_lsn,
+            what: "Truncate outside Begin..Commit".into(),
+        })?;
+        let txn = TxnInfo {
+            commit_lsn: open.commit_lsn,
+            xid: open.xid,
+            commit_ms: open.commit_ms,
+        };
+        for (k, relation) in relations.iter().enumerate() {
+            let index = pos
+                .index
+                .saturating_add(u32::try_from(k).unwrap_or(u32::MAX));
+            let mut records = std::mem::take(&mut self.table_records);
+            records.clear();
+            let made = self
+                .tables
+                .on_truncate(relation.oid, txn, lsn, index, &mut records);
+            let sent = match made {
+                Ok(()) => {
+                    self.send_table_records(&mut records, open.id, open.commit_lsn, index, None)
+                        .await
+                }
+                Err(e) => Err(e.into()),
+            };
+            self.table_records = records;
+            sent?;
+        }
+        Ok(())
+    }
+
     /// Publishes a snapshot row of a `[[table]]` table (`op: "r"`), one
     /// row late: the row is held until the next one (then sent with
     /// `source.snapshot: "true"`) or the end of the snapshot

@@ -12,7 +12,16 @@
 //!   whole row under FULL), then a tombstone (same key, null value) unless
 //!   `tombstones_on_delete = false`;
 //! - snapshot row → `op: "r"` with `source.snapshot: "true"` (`"last"` on
-//!   the snapshot's last table row).
+//!   the snapshot's last table row);
+//! - truncate → `op: "t"` per truncated table, null key, null
+//!   `before`/`after` — only when `skipped_operations` does not skip `t`
+//!   (Debezium's default does).
+//!
+//! `skipped_operations` drops records by their op (`c`, `u`, `d` with its
+//! tombstone, `t`), as Debezium's `EventDispatcher` does; snapshot rows are
+//! never skipped. The column lists leave columns out of `before`/`after`
+//! and masks ([`super::mask`]) rewrite them there; the key keeps its
+//! columns unmasked, as Debezium's does.
 //!
 //! Key: the primary key's columns (told by [`TableRouter::set_primary_key`]
 //! from the catalog, else the relation's replica-identity columns), or the
@@ -30,7 +39,8 @@
 //!   so a column added or dropped mid-stream changes the records from that
 //!   change on; rows keep the shape they were decoded with.
 //! - **Never guess.** A column of a type we do not map, a `key_columns`
-//!   entry the table lacks, or a value we cannot read is a
+//!   entry the table lacks, a mask on a column that is not text-like, or a
+//!   value we cannot read is a
 //!   [`TableEventError`] naming table, column, type or value and the fix —
 //!   reported when the Relation message arrives where possible.
 //! - Pure: no I/O, no clock; one reusable buffer for all JSON.
@@ -42,8 +52,9 @@ use bytes::Bytes;
 
 use super::Record;
 use super::debezium::{self, Mapping, Modes};
+use super::mask::{Mask, maskable};
 use crate::Lsn;
-use crate::config::{Config, TableConfig, topic_name_problem};
+use crate::config::{Config, SkippedOperations, TableConfig, topic_name_problem};
 use crate::pgoutput::{Cell, Oid, Relation, TupleData};
 use crate::source::{Change, Op};
 
@@ -77,7 +88,10 @@ pub struct TxnInfo {
 /// One `[[table]]` entry with its options resolved against `[table_defaults]`.
 #[derive(Debug)]
 struct Entry {
+    /// Its index in the file (`table[i]`).
+    index: usize,
     config: TableConfig,
+    skipped: SkippedOperations,
     modes: Modes,
     tombstones: bool,
     placeholder: String,
@@ -89,6 +103,11 @@ struct BoundColumn {
     /// `"name":`, escaped once.
     name_json: Box<[u8]>,
     mapping: Mapping,
+    /// Whether it is in `before`/`after` (the column lists); the key has
+    /// its columns regardless, as Debezium's does.
+    included: bool,
+    /// Its mask in `before`/`after` (never in the key, as in Debezium).
+    mask: Option<Mask>,
 }
 
 /// A captured relation's columns, key and topic.
@@ -100,6 +119,7 @@ struct Bound {
     /// Key column positions; `None`: a null key.
     key: Option<Vec<usize>>,
     tombstones: bool,
+    skipped: SkippedOperations,
     placeholder: String,
     /// `,"schema":"…","table":"…"` for `source`.
     names_json: Box<[u8]>,
@@ -133,7 +153,10 @@ impl TableRouter {
         let entries = config
             .tables
             .iter()
-            .map(|t| Entry {
+            .enumerate()
+            .map(|(index, t)| Entry {
+                index,
+                skipped: t.skipped_operations.unwrap_or(d.skipped_operations),
                 modes: Modes {
                     decimal: t.decimal_handling_mode.unwrap_or(d.decimal_handling_mode),
                     time: t.time_precision_mode.unwrap_or(d.time_precision_mode),
@@ -249,10 +272,20 @@ impl TableRouter {
             let mut name_json = Vec::with_capacity(c.name.len() + 3);
             debezium::json_str(&mut name_json, &c.name);
             name_json.push(b':');
+            let mask = match entry.config.mask_of(&c.name) {
+                None => None,
+                Some(_) if !maskable(c.type_oid) => {
+                    let (reason, fix) = unmaskable(entry.index, &c.name, c.type_oid);
+                    return Err(err(&c.name, reason, &fix));
+                }
+                Some(m) => Mask::new(m, c.type_oid, c.type_modifier),
+            };
             columns.push(BoundColumn {
                 name: c.name.clone(),
                 name_json: name_json.into_boxed_slice(),
                 mapping,
+                included: entry.config.includes_column(&c.name),
+                mask,
             });
         }
         let key = if !entry.config.key_columns.is_empty() {
@@ -312,6 +345,7 @@ impl TableRouter {
             columns,
             key,
             tombstones: entry.tombstones,
+            skipped: entry.skipped,
             placeholder: entry.placeholder.clone(),
             names_json: names_json.into_boxed_slice(),
         })
@@ -357,7 +391,9 @@ impl TableRouter {
             lsn: txn.commit_lsn,
         };
         match (change.op, old, new) {
-            (Op::Insert, _, Some(new)) => ctx.event(b'c', None, Some(new), new, source, &id, out),
+            (Op::Insert, _, Some(new)) => {
+                ctx.event(b'c', None, Some(new), Some(new), source, &id, out)
+            }
             (Op::Update, old, Some(new)) => {
                 // Only an old row with every key column present can show a
                 // key change: a REPLICA IDENTITY INDEX (or a key_columns
@@ -373,7 +409,7 @@ impl TableRouter {
                         b'd',
                         Some(old),
                         None,
-                        old,
+                        Some(old),
                         source,
                         &format!("{id}:delete"),
                         out,
@@ -381,13 +417,13 @@ impl TableRouter {
                     if bound.tombstones {
                         ctx.tombstone(old, &format!("{id}:tombstone"), out)?;
                     }
-                    ctx.event(b'c', None, Some(new), new, source, &id, out)
+                    ctx.event(b'c', None, Some(new), Some(new), source, &id, out)
                 } else {
-                    ctx.event(b'u', old, Some(new), new, source, &id, out)
+                    ctx.event(b'u', old, Some(new), Some(new), source, &id, out)
                 }
             }
             (Op::Delete, Some(old), _) => {
-                ctx.event(b'd', Some(old), None, old, source, &id, out)?;
+                ctx.event(b'd', Some(old), None, Some(old), source, &id, out)?;
                 if bound.tombstones {
                     ctx.tombstone(old, &format!("{id}:tombstone"), out)?;
                 }
@@ -446,7 +482,57 @@ impl TableRouter {
             ts_ms: snapshot_ms,
             last,
         };
-        ctx.event(b'r', None, Some(row), row, source, &id, out)
+        ctx.event(b'r', None, Some(row), Some(row), source, &id, out)
+    }
+
+    /// Appends the record of a truncate of relation `rel` (`op: "t"`, null
+    /// key, no `before`/`after`, as Debezium writes it) unless
+    /// `skipped_operations` skips truncates (the default). `lsn` is the
+    /// Truncate message's position, `index` the table's index in its
+    /// transaction.
+    pub fn on_truncate(
+        &mut self,
+        rel: Oid,
+        txn: TxnInfo,
+        lsn: Lsn,
+        index: u32,
+        out: &mut Vec<Record>,
+    ) -> Result<(), TableEventError> {
+        if !self.bound.contains_key(&rel) {
+            return Ok(());
+        }
+        let lsn_text = self.lsn_text(txn.commit_lsn);
+        let bound = match self.bound.get(&rel) {
+            None => return Ok(()),
+            Some(Err(e)) => {
+                let mut e = e.clone();
+                e.lsn = txn.commit_lsn;
+                return Err(e);
+            }
+            Some(Ok(b)) => b,
+        };
+        let id = format!("{}:{index}", txn.commit_lsn);
+        let mut ctx = Ctx {
+            bound,
+            buf: &mut self.buf,
+            key_buf: &mut self.key_buf,
+            scratch: &mut self.scratch,
+            prefix: Prefix {
+                name_json: &self.name_json,
+                db_json: &self.db_json,
+            },
+            headers: (&self.event_id_header, &self.lsn_header, lsn_text),
+            lsn: txn.commit_lsn,
+        };
+        ctx.event(
+            b't',
+            None,
+            None,
+            None,
+            Source::Stream { txn, lsn },
+            &id,
+            out,
+        )
     }
 
     fn lsn_text(&mut self, lsn: Lsn) -> Bytes {
@@ -532,6 +618,32 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// Writes the cell of masked column `i` to `out`.
+    fn masked_cell(
+        bound: &Bound,
+        mask: &Mask,
+        out: &mut Vec<u8>,
+        scratch: &mut Vec<u8>,
+        i: usize,
+        cell: Option<&Cell>,
+    ) -> Result<(), (usize, String)> {
+        let value = match cell {
+            None | Some(Cell::Null) => None,
+            Some(Cell::UnchangedToast) => Some(bound.placeholder.as_str()),
+            Some(Cell::Text(text)) => Some(
+                std::str::from_utf8(text)
+                    .map_err(|_| (i, "the text value is not valid UTF-8".to_owned()))?,
+            ),
+            Some(Cell::Binary(_)) => {
+                return Err((
+                    i,
+                    "the value came in binary format, which walrelay does not request".into(),
+                ));
+            }
+        };
+        mask.write(out, value, scratch).map_err(|e| (i, e))
+    }
+
     /// Whether `row` has a value (not NULL) in every key column.
     fn has_whole_key(&self, row: &TupleData) -> bool {
         self.bound.key.as_ref().is_some_and(|positions| {
@@ -567,13 +679,23 @@ impl Ctx<'_> {
             return Ok(());
         };
         self.buf.push(b'{');
+        let mut first = true;
         for (i, column) in self.bound.columns.iter().enumerate() {
-            if i > 0 {
+            if !column.included {
+                continue;
+            }
+            if !first {
                 self.buf.push(b',');
             }
+            first = false;
             self.buf.extend_from_slice(&column.name_json);
-            Self::cell(self.bound, self.buf, self.scratch, i, row.get(i))
-                .map_err(|(i, why)| self.err(i, why))?;
+            match &column.mask {
+                None => Self::cell(self.bound, self.buf, self.scratch, i, row.get(i)),
+                Some(mask) => {
+                    Self::masked_cell(self.bound, mask, self.buf, self.scratch, i, row.get(i))
+                }
+            }
+            .map_err(|(i, why)| self.err(i, why))?;
         }
         self.buf.push(b'}');
         Ok(())
@@ -595,13 +717,21 @@ impl Ctx<'_> {
         op: u8,
         before: Option<&TupleData>,
         after: Option<&TupleData>,
-        key_row: &TupleData,
+        key_row: Option<&TupleData>,
         source: Source,
         id: &str,
         out: &mut Vec<Record>,
     ) -> Result<(), TableEventError> {
         use std::io::Write as _;
-        let key = self.key_of(key_row)?;
+        // Debezium's skipped.operations: per record, by its op (a key
+        // change's delete and create count as a delete and a create).
+        if self.bound.skipped.skips(op) {
+            return Ok(());
+        }
+        let key = match key_row {
+            Some(row) => self.key_of(row)?,
+            None => None,
+        };
         self.buf.clear();
         self.buf.extend_from_slice(b"{\"before\":");
         self.row(before)?;
@@ -652,6 +782,11 @@ impl Ctx<'_> {
         id: &str,
         out: &mut Vec<Record>,
     ) -> Result<(), TableEventError> {
+        // Skipping deletes skips their tombstones (Debezium sends the
+        // tombstone with the delete).
+        if self.bound.skipped.skips(b'd') {
+            return Ok(());
+        }
         let key = self.key_of(key_row)?;
         out.push(Record {
             topic: self.bound.topic.clone(),
@@ -662,6 +797,89 @@ impl Ctx<'_> {
         });
         Ok(())
     }
+}
+
+/// Why a mask cannot apply to column `column` of declared type `oid`, and
+/// the fix (for `table[entry]`).
+fn unmaskable(entry: usize, column: &str, oid: Oid) -> (String, String) {
+    (
+        format!(
+            "table[{entry}].column_mask names it, but its type ({}) is not text-like: masks \
+             apply to text, varchar, char(n), \"char\" and name columns only (Debezium leaves \
+             other types unmasked without a word, which walrelay refuses to do)",
+            debezium::type_name(oid)
+        ),
+        format!(
+            "remove {column:?} from table[{entry}].column_mask, or leave the column out with \
+             column_exclude_list"
+        ),
+    )
+}
+
+/// Checks the column lists and masks of `table[entry]` (`config`) against
+/// a table's columns as the catalog lists them, `(name, declared type
+/// oid)`: at `check` and at start, before any row. A named column the
+/// table lacks is an error for an entry naming one table; a pattern's
+/// lists apply to the matched tables that have the column. Returns the
+/// problem (naming table and column) and its fix.
+pub fn check_columns(
+    config: &TableConfig,
+    entry: usize,
+    table: &str,
+    columns: &[(String, Oid)],
+) -> Result<(), (String, String)> {
+    for (key, name) in config.named_columns(entry) {
+        let Some(&(_, oid)) = columns.iter().find(|(c, _)| c == name) else {
+            if config.is_pattern() {
+                continue;
+            }
+            return Err((
+                format!("{key} names column {name:?}, which table {table} does not have"),
+                format!(
+                    "fix the name in {key}, or remove it (the table's columns are listed by \\d {table} in psql)"
+                ),
+            ));
+        };
+        if key.contains(".column_mask[") && !maskable(oid) {
+            let (reason, fix) = unmaskable(entry, name, oid);
+            return Err((format!("column {name} of table {table}: {reason}"), fix));
+        }
+    }
+    Ok(())
+}
+
+/// What the column lists and masks of `config` do to a table with
+/// `columns`, for `check`: `""`, or `"; leaves out ssn; masks email (SHA-256
+/// hash), phone (4 *), bio (cut to 20 chars)"`. Never shows a salt.
+pub fn describe_columns(config: &TableConfig, columns: &[String]) -> String {
+    let mut out = String::new();
+    let left_out: Vec<&str> = columns
+        .iter()
+        .filter(|c| !config.includes_column(c))
+        .map(String::as_str)
+        .collect();
+    if !left_out.is_empty() {
+        out.push_str("; leaves out ");
+        out.push_str(&left_out.join(", "));
+    }
+    let masked: Vec<String> = columns
+        .iter()
+        .filter_map(|c| {
+            let m = config.mask_of(c)?;
+            let how = match (&m.hash, m.with_chars, m.truncate_to_chars) {
+                (Some(h), _, _) => format!("{h} hash v{}", m.hash_version.unwrap_or(1)),
+                (None, Some(n), _) => format!("{n} *"),
+                (None, None, Some(n)) => format!("cut to {n} chars"),
+                (None, None, None) => return None,
+            };
+            Some(format!("{c} ({how})"))
+        })
+        .collect();
+    if !masked.is_empty() {
+        out.push_str("; masks ");
+        out.push_str(&masked.join(", "));
+    }
+    out
 }
 
 #[cfg(test)]

@@ -482,3 +482,296 @@ fn an_old_tuple_without_the_key_is_an_update_not_a_key_change() {
         "{value}"
     );
 }
+
+// Column lists, masks and skipped operations (Debezium's
+// column.include.list / column.exclude.list, column.mask.*,
+// column.truncate.to.N.chars and skipped.operations).
+
+fn ann() -> TupleData {
+    row(vec![
+        t("1"),
+        t("Ann Smith"),
+        t("12.50"),
+        t("call after 5pm"),
+    ])
+}
+
+fn insert_of(r: &mut TableRouter, rel: &Relation, new: TupleData) -> Vec<Record> {
+    let mut out = Vec::new();
+    r.on_change(&change(Op::Insert, rel, None, Some(new)), TXN, &mut out)
+        .unwrap();
+    out
+}
+
+#[test]
+fn excluded_columns_leave_before_and_after_but_the_key_keeps_its_columns() {
+    let rel = customers(b'f');
+    let mut r = router(
+        &format!("{TABLE}\ncolumn_exclude_list = [\"id\", \"note\"]"),
+        &rel,
+    );
+    r.set_primary_key("public", "customers", vec!["id".into()]);
+    r.on_relation(&rel, Lsn(1)).unwrap();
+    let out = insert_of(&mut r, &rel, ann());
+    assert_eq!(text(&out[0].key).as_deref(), Some(r#"{"id":1}"#));
+    assert_eq!(
+        text(&out[0].value).unwrap(),
+        envelope("null", r#"{"name":"Ann Smith","balance":"BOI="}"#, 'c')
+    );
+    // The whole old row of REPLICA IDENTITY FULL is filtered the same way.
+    let mut out = Vec::new();
+    r.on_change(&change(Op::Delete, &rel, Some(ann()), None), TXN, &mut out)
+        .unwrap();
+    assert_eq!(
+        text(&out[0].value).unwrap(),
+        envelope(r#"{"name":"Ann Smith","balance":"BOI="}"#, "null", 'd')
+    );
+}
+
+#[test]
+fn an_include_list_keeps_only_its_columns() {
+    let rel = customers(b'd');
+    let mut r = router(&format!("{TABLE}\ncolumn_include_list = [\"name\"]"), &rel);
+    let out = insert_of(&mut r, &rel, ann());
+    assert_eq!(text(&out[0].key).as_deref(), Some(r#"{"id":1}"#));
+    assert_eq!(
+        text(&out[0].value).unwrap(),
+        envelope("null", r#"{"name":"Ann Smith"}"#, 'c')
+    );
+}
+
+#[test]
+fn masks_hash_replace_and_truncate_as_debezium_does() {
+    let rel = customers(b'd');
+    let mut r = router(
+        &format!(
+            "{TABLE}\n[[table.column_mask]]\ncolumns = [\"name\"]\nhash = \"SHA-256\"\n\
+             salt = \"CzQMA0cB5K\"\n[[table.column_mask]]\ncolumns = [\"note\"]\n\
+             truncate_to_chars = 4\n"
+        ),
+        &rel,
+    );
+    let out = insert_of(&mut r, &rel, ann());
+    // SHA-256 of the salt and the Java serialization of "Ann Smith",
+    // computed with Java 17 (see router::mask's tests).
+    assert_eq!(
+        text(&out[0].value).unwrap(),
+        envelope(
+            "null",
+            r#"{"id":1,"name":"bb9b86ba11ee5278eabf42b0bfbaa8b0d42a77cbf5503b9123767f850f9269a3","balance":"BOI=","note":"call"}"#,
+            'c'
+        )
+    );
+    let mut r = router(
+        &format!(
+            "{TABLE}\n[[table.column_mask]]\ncolumns = [\"name\", \"note\"]\nwith_chars = 3\n"
+        ),
+        &rel,
+    );
+    // A fixed mask replaces NULL too (Debezium's MaskingValueConverter
+    // ignores the value); the key is never masked.
+    let out = insert_of(
+        &mut r,
+        &rel,
+        row(vec![t("1"), t("Ann"), t("1.00"), Cell::Null]),
+    );
+    assert_eq!(
+        text(&out[0].value).unwrap(),
+        envelope(
+            "null",
+            r#"{"id":1,"name":"***","balance":"ZA==","note":"***"}"#,
+            'c'
+        )
+    );
+}
+
+#[test]
+fn a_hash_mask_keeps_null_and_masks_the_unchanged_toast_placeholder() {
+    let rel = customers(b'd');
+    let mut r = router(
+        &format!(
+            "{TABLE}\n[[table.column_mask]]\ncolumns = [\"note\"]\nhash = \"SHA-256\"\n\
+             salt = \"s\"\nhash_version = 2\n"
+        ),
+        &rel,
+    );
+    let out = insert_of(
+        &mut r,
+        &rel,
+        row(vec![t("1"), t("Ann"), t("1.00"), Cell::Null]),
+    );
+    assert!(text(&out[0].value).unwrap().contains(r#""note":null"#));
+    let mut out = Vec::new();
+    let new = row(vec![t("1"), t("Ann"), t("1.00"), Cell::UnchangedToast]);
+    r.on_change(&change(Op::Update, &rel, None, Some(new)), TXN, &mut out)
+        .unwrap();
+    // sha256("s" + "__debezium_unavailable_value"), hashing version 2.
+    let mut expected = Vec::new();
+    super::super::mask::Mask::Hash {
+        algorithm: 3,
+        salt: secrecy::SecretString::from("s"),
+        java_serialized: false,
+        max_chars: None,
+    }
+    .write(
+        &mut expected,
+        Some("__debezium_unavailable_value"),
+        &mut Vec::new(),
+    )
+    .unwrap();
+    let expected = String::from_utf8(expected).unwrap();
+    assert!(
+        text(&out[0].value)
+            .unwrap()
+            .contains(&format!(r#""note":{expected}"#)),
+        "{expected}"
+    );
+}
+
+#[test]
+fn a_mask_on_a_column_that_is_not_text_is_refused_naming_it() {
+    let rel = customers(b'd');
+    let mut r = TableRouter::new(&config(&format!(
+        "{TABLE}\n[[table.column_mask]]\ncolumns = [\"balance\"]\nwith_chars = 3\n"
+    )));
+    let e = r.on_relation(&rel, Lsn(9)).unwrap_err();
+    assert_eq!(e.table, "public.customers");
+    assert_eq!(e.column, "balance");
+    assert!(e.reason.contains("numeric"), "{e}");
+    assert!(e.reason.contains("table[0].column_mask"), "{e}");
+}
+
+#[test]
+fn check_columns_names_a_missing_column_and_an_unmaskable_one() {
+    let cfg = config(&format!(
+        "{TABLE}\ncolumn_exclude_list = [\"ssn\"]\n[[table.column_mask]]\ncolumns = [\"id\"]\n\
+         with_chars = 3\n"
+    ));
+    let t = &cfg.tables[0];
+    let columns = vec![("id".to_owned(), 23), ("name".to_owned(), 25)];
+    let (problem, fix) = check_columns(t, 0, "public.customers", &columns).unwrap_err();
+    assert!(
+        problem.contains("table[0].column_exclude_list[0]"),
+        "{problem}"
+    );
+    assert!(problem.contains("\"ssn\""), "{problem}");
+    assert!(problem.contains("public.customers"), "{problem}");
+    assert!(fix.contains("table[0].column_exclude_list[0]"), "{fix}");
+    let columns = vec![("id".to_owned(), 23), ("ssn".to_owned(), 25)];
+    let (problem, _) = check_columns(t, 0, "public.customers", &columns).unwrap_err();
+    assert!(problem.contains("column id"), "{problem}");
+    assert!(problem.contains("int4"), "{problem}");
+    // A pattern's lists apply to the tables that have the column.
+    let cfg = config("[[table]]\nname = \"public.*\"\ncolumn_exclude_list = [\"ssn\"]\n");
+    let columns = vec![("id".to_owned(), 23)];
+    assert!(check_columns(&cfg.tables[0], 0, "public.t", &columns).is_ok());
+}
+
+#[test]
+fn truncates_are_skipped_by_default_and_are_keyless_t_events_when_not() {
+    let rel = customers(b'd');
+    let mut r = router(TABLE, &rel);
+    let mut out = Vec::new();
+    r.on_truncate(rel.oid, TXN, CHANGE_AT, 4, &mut out).unwrap();
+    assert!(out.is_empty());
+    let mut r = router(&format!("{TABLE}\nskipped_operations = \"none\""), &rel);
+    r.on_truncate(rel.oid, TXN, CHANGE_AT, 4, &mut out).unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].topic, "shop.public.customers");
+    assert_eq!(out[0].key, None);
+    assert_eq!(text(&out[0].value).unwrap(), envelope("null", "null", 't'));
+    assert_eq!(header(&out[0], EVENT_ID_HEADER), format!("{COMMIT}:4"));
+    assert_eq!(header(&out[0], LSN_HEADER), COMMIT.to_string());
+    // A relation no [[table]] captures makes nothing.
+    let mut other = customers(b'd');
+    other.oid = 8;
+    other.name = "other".into();
+    out.clear();
+    r.on_truncate(other.oid, TXN, CHANGE_AT, 5, &mut out)
+        .unwrap();
+    assert!(out.is_empty());
+}
+
+#[test]
+fn skipped_operations_skip_records_by_their_op_defaults_then_per_table() {
+    let rel = customers(b'd');
+    let new = || row(vec![t("1"), t("Ann"), t("1.00"), Cell::Null]);
+    // Deletes skipped in [table_defaults]: no delete, no tombstone.
+    let mut r = router(
+        &format!("[table_defaults]\nskipped_operations = \"d,t\"\n{TABLE}"),
+        &rel,
+    );
+    let mut out = Vec::new();
+    let old = row(vec![t("1"), Cell::Null, Cell::Null, Cell::Null]);
+    r.on_change(&change(Op::Delete, &rel, Some(old), None), TXN, &mut out)
+        .unwrap();
+    assert!(out.is_empty());
+    assert_eq!(insert_of(&mut r, &rel, new()).len(), 1);
+    // A primary-key change is a delete + tombstone + create: skipping
+    // updates keeps all three, skipping creates drops the create.
+    let rel_full = customers(b'f');
+    let key_change = |r: &mut TableRouter| {
+        let mut out = Vec::new();
+        let old = row(vec![t("1"), t("Ann"), t("1.00"), Cell::Null]);
+        let new = row(vec![t("2"), t("Ann"), t("1.00"), Cell::Null]);
+        r.on_change(
+            &change(Op::Update, &rel_full, Some(old), Some(new)),
+            TXN,
+            &mut out,
+        )
+        .unwrap();
+        out.iter()
+            .map(|r| {
+                text(&r.value).map_or("tombstone".to_owned(), |v| {
+                    v[v.find(r#""op":"#).unwrap() + 6..][..1].to_owned()
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut r = router(&format!("{TABLE}\nskipped_operations = \"u\""), &rel_full);
+    r.set_primary_key("public", "customers", vec!["id".into()]);
+    r.on_relation(&rel_full, Lsn(1)).unwrap();
+    assert_eq!(key_change(&mut r), ["d", "tombstone", "c"]);
+    let mut same_key = Vec::new();
+    let new = row(vec![t("1"), t("Bo"), t("1.00"), Cell::Null]);
+    r.on_change(
+        &change(Op::Update, &rel_full, Some(ann()), Some(new)),
+        TXN,
+        &mut same_key,
+    )
+    .unwrap();
+    assert!(same_key.is_empty());
+    // The per-table key overrides the default.
+    let mut r = router(
+        &format!(
+            "[table_defaults]\nskipped_operations = \"u\"\n{TABLE}\nskipped_operations = \"c\""
+        ),
+        &rel_full,
+    );
+    r.set_primary_key("public", "customers", vec!["id".into()]);
+    r.on_relation(&rel_full, Lsn(1)).unwrap();
+    assert_eq!(key_change(&mut r), ["d", "tombstone"]);
+    // Snapshot rows are never skipped.
+    let mut out = Vec::new();
+    r.on_snapshot_row(rel_full.oid, &ann(), COMMIT, 0, 1, false, &mut out)
+        .unwrap();
+    assert_eq!(out.len(), 1);
+}
+
+#[test]
+fn check_describes_left_out_and_masked_columns_without_the_salt() {
+    let cfg = config(&format!(
+        "{TABLE}\ncolumn_exclude_list = [\"ssn\"]\n[[table.column_mask]]\ncolumns = [\"email\"]\n\
+         hash = \"SHA-256\"\nsalt = \"hidden-salt\"\n[[table.column_mask]]\ncolumns = [\"phone\"]\n\
+         with_chars = 4\n[[table.column_mask]]\ncolumns = [\"bio\"]\ntruncate_to_chars = 20\n"
+    ));
+    let columns: Vec<String> = ["id", "email", "phone", "ssn", "bio"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(
+        describe_columns(&cfg.tables[0], &columns),
+        "; leaves out ssn; masks email (SHA-256 hash v1), phone (4 *), bio (cut to 20 chars)"
+    );
+    assert_eq!(describe_columns(&config(TABLE).tables[0], &columns), "");
+}

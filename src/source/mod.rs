@@ -12,7 +12,8 @@
 //! - **Order is the server's.** Events come out in the order the walsender
 //!   sent them; a change is always inside `Begin … Commit` of its
 //!   transaction and carries that transaction's commit LSN and its index in
-//!   the transaction (0, 1, 2, … over every change, published or not), so a
+//!   the transaction (0, 1, 2, … over every change, published or not; each
+//!   table of a TRUNCATE counts as one), so a
 //!   position names one change for good: re-sending the same WAL yields the
 //!   same positions.
 //! - **Every change names a known relation of the right width.** A row of a
@@ -90,6 +91,15 @@ pub enum SourceEvent {
     /// when it changes).
     Relation(Arc<Relation>),
     Change(Change),
+    /// `TRUNCATE` of `relations` (one statement; pgoutput's Truncate
+    /// message). Each relation is a change of its own: relation `k` has
+    /// index `pos.index + k` in the transaction. `lsn` is the message's
+    /// position (Debezium's `source.lsn`).
+    Truncate {
+        pos: Position,
+        lsn: Lsn,
+        relations: Vec<Arc<Relation>>,
+    },
     /// The transaction committed at `commit_lsn` is complete; `end_lsn` is
     /// the position to confirm once all of it is delivered.
     Commit {
@@ -570,12 +580,39 @@ impl Assembler {
                     content: m.content,
                 }
             }
-            // Truncates, origins, types and transactional logical messages
-            // carry no row.
-            LogicalMessage::Truncate(_)
-            | LogicalMessage::Origin(_)
-            | LogicalMessage::Type(_)
-            | LogicalMessage::Message(_) => return Ok(None),
+            LogicalMessage::Truncate(t) => {
+                let open = self
+                    .open
+                    .as_mut()
+                    .ok_or_else(|| out_of_order("Truncate outside Begin..Commit"))?;
+                let mut relations = Vec::with_capacity(t.relations.len());
+                for oid in t.relations {
+                    let rel = self
+                        .relations
+                        .require(oid)
+                        .map_err(|e| SourceError::Stream {
+                            lsn: at,
+                            what: e.to_string(),
+                        })?;
+                    relations.push(rel.clone());
+                }
+                let pos = Position {
+                    commit_lsn: open.commit_lsn,
+                    index: open.next_index,
+                };
+                let count = u32::try_from(relations.len()).unwrap_or(u32::MAX);
+                open.next_index = open.next_index.saturating_add(count);
+                SourceEvent::Truncate {
+                    pos,
+                    lsn: at,
+                    relations,
+                }
+            }
+            // Origins, types and transactional logical messages carry no
+            // row.
+            LogicalMessage::Origin(_) | LogicalMessage::Type(_) | LogicalMessage::Message(_) => {
+                return Ok(None);
+            }
         }))
     }
 

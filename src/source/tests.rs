@@ -268,3 +268,59 @@ fn non_transactional_message_inside_a_transaction_is_an_error() {
     let e = feed(&mut a, &message(false, COMMIT), COMMIT).unwrap_err();
     assert!(e.to_string().contains("non-transactional Message"), "{e}");
 }
+
+#[test]
+fn a_truncate_takes_one_position_per_table_and_later_changes_follow_it() {
+    let mut a = Assembler::new(Lsn(1));
+    let events = feed_all(
+        &mut a,
+        &[
+            begin(),
+            relation(1, &["id"]),
+            relation(2, &["id"]),
+            insert(1, &["1"]),
+            LogicalMessage::Truncate(crate::pgoutput::Truncate {
+                options: 0,
+                relations: vec![2, 1],
+            }),
+            insert(2, &["9"]),
+            commit(),
+        ],
+    );
+    let shape: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            SourceEvent::Change(c) => {
+                Some(format!("{:?} t{} #{}", c.op, c.relation.oid, c.pos.index))
+            }
+            SourceEvent::Truncate { pos, relations, .. } => Some(format!(
+                "T {:?} #{} {}",
+                relations.iter().map(|r| r.oid).collect::<Vec<_>>(),
+                pos.index,
+                pos.commit_lsn
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            "Insert t1 #0".to_owned(),
+            format!("T [2, 1] #1 {COMMIT}"),
+            "Insert t2 #3".to_owned(),
+        ]
+    );
+}
+
+#[test]
+fn a_truncate_of_an_unknown_relation_or_outside_a_transaction_is_an_error() {
+    let mut a = Assembler::new(Lsn(1));
+    let truncate = LogicalMessage::Truncate(crate::pgoutput::Truncate {
+        options: 0,
+        relations: vec![5],
+    });
+    assert!(feed(&mut a, &truncate, COMMIT).is_err());
+    feed(&mut a, &begin(), COMMIT).unwrap();
+    let e = feed(&mut a, &truncate, COMMIT).unwrap_err();
+    assert!(e.to_string().contains('5'), "{e}");
+}
