@@ -70,8 +70,12 @@ pub enum Kind {
     TimestampMillis,
     /// Microseconds since 1970 (no time zone).
     TimestampMicros,
-    /// ISO-8601 string in UTC.
-    TimestampTz,
+    /// ISO-8601 string in UTC with `fraction` digits after the second
+    /// (the column's precision; 0: Java's `ISO_OFFSET_DATE_TIME`, no
+    /// trailing zeros).
+    TimestampTz {
+        fraction: u8,
+    },
     /// ISO-8601 time string in UTC.
     TimeTz,
     /// Microseconds, months counted as 365.25/12 days.
@@ -185,7 +189,12 @@ fn scalar(oid: Oid, typmod: i32, modes: Modes) -> Option<Kind> {
         1083 => Kind::TimeMillis,
         1114 if adaptive && precision > 3 => Kind::TimestampMicros,
         1114 => Kind::TimestampMillis,
-        1184 => Kind::TimestampTz,
+        // Debezium's ZonedTimestamp.toIsoString(…, fractionalWidth): a
+        // fixed-width fraction of the column's precision (1-6), Java's ISO
+        // formatter for precision 0.
+        1184 => Kind::TimestampTz {
+            fraction: precision.clamp(0, 6) as u8,
+        },
         1266 => Kind::TimeTz,
         1186 => match modes.interval {
             IntervalHandlingMode::Numeric => Kind::Interval,
@@ -313,11 +322,11 @@ fn write_scalar(
             };
             let _ = write!(out, "{v}");
         }
-        Kind::TimestampTz => {
+        Kind::TimestampTz { fraction } => {
             let micros =
                 parse_timestamp(text, true).ok_or_else(|| bad("timestamp with time zone", text))?;
             out.push(b'"');
-            write_iso_timestamp(out, micros);
+            write_iso_timestamp(out, micros, fraction);
             out.push(b'"');
         }
         Kind::TimeTz => {
@@ -719,19 +728,28 @@ fn parse_timetz(text: &[u8]) -> Option<i64> {
     Some((local - offset * 1_000_000).rem_euclid(86_400_000_000))
 }
 
-/// Debezium's `ZonedTimestamp`: ISO-8601 in UTC, the fraction without
-/// trailing zeros (Java's `ISO_OFFSET_DATE_TIME`): `2024-01-01T10:00:00.12Z`.
-fn write_iso_timestamp(out: &mut Vec<u8>, micros: i64) {
+/// Debezium's `ZonedTimestamp`: ISO-8601 in UTC. With `fraction` 1-6 the
+/// fraction has exactly that many digits, zeros included
+/// (`2024-01-01T10:00:00.120Z` for `timestamptz(3)`), as Debezium 3.x's
+/// `appendFraction(NANO_OF_SECOND, w, w, true)`; with 0, Java's
+/// `ISO_OFFSET_DATE_TIME`: no trailing zeros, no fraction for whole seconds.
+fn write_iso_timestamp(out: &mut Vec<u8>, micros: i64, fraction: u8) {
     let days = micros.div_euclid(86_400_000_000);
     let (y, m, d) = civil_from_days(days);
     let _ = write!(out, "{y:04}-{m:02}-{d:02}T");
-    write_iso_time(out, micros.rem_euclid(86_400_000_000));
+    let of_day = micros.rem_euclid(86_400_000_000);
+    if fraction == 0 {
+        write_iso_time(out, of_day);
+    } else {
+        write_hms(out, of_day / 1_000_000);
+        let digits = fraction_digits(of_day % 1_000_000);
+        out.push(b'.');
+        out.extend_from_slice(&digits[..usize::from(fraction.min(6))]);
+    }
     out.push(b'Z');
 }
 
-fn write_iso_time(out: &mut Vec<u8>, micros: i64) {
-    let secs = micros / 1_000_000;
-    let frac = micros % 1_000_000;
+fn write_hms(out: &mut Vec<u8>, secs: i64) {
     let _ = write!(
         out,
         "{:02}:{:02}:{:02}",
@@ -739,13 +757,25 @@ fn write_iso_time(out: &mut Vec<u8>, micros: i64) {
         secs / 60 % 60,
         secs % 60
     );
+}
+
+/// The six digits of a fraction of a second given in microseconds.
+fn fraction_digits(mut micros: i64) -> [u8; 6] {
+    let mut digits = [0u8; 6];
+    for slot in digits.iter_mut().rev() {
+        *slot = b'0' + (micros % 10) as u8;
+        micros /= 10;
+    }
+    digits
+}
+
+/// Java's `ISO_LOCAL_TIME`: `HH:MM:SS`, then the fraction without trailing
+/// zeros if there is one.
+fn write_iso_time(out: &mut Vec<u8>, micros: i64) {
+    write_hms(out, micros / 1_000_000);
+    let frac = micros % 1_000_000;
     if frac != 0 {
-        let mut digits = [0u8; 6];
-        let mut f = frac;
-        for slot in digits.iter_mut().rev() {
-            *slot = b'0' + (f % 10) as u8;
-            f /= 10;
-        }
+        let digits = fraction_digits(frac);
         let len = 6 - digits.iter().rev().take_while(|&&d| d == b'0').count();
         out.push(b'.');
         out.extend_from_slice(&digits[..len]);

@@ -189,9 +189,12 @@ fn timestamps_are_epoch_millis_or_micros_by_precision() {
 fn zoned_timestamps_and_times_are_iso_strings_in_utc() {
     // "Temporal types": TIMESTAMPTZ → io.debezium.time.ZonedTimestamp and
     // TIMETZ → io.debezium.time.ZonedTime, ISO-8601 strings in UTC (GMT).
+    // ZonedTimestamp pads the fraction to the column's precision (6 when
+    // unset), as Debezium 3.6 does (tests/debezium_compat.rs compares it);
+    // timestamptz(0) has no fraction.
     assert_eq!(
         json(1184, -1, "2024-01-01 05:30:00.5+05:30"),
-        "\"2024-01-01T00:00:00.5Z\""
+        "\"2024-01-01T00:00:00.500000Z\""
     );
     assert_eq!(
         json(1184, -1, "2024-01-01 00:00:00.123456+00"),
@@ -199,10 +202,20 @@ fn zoned_timestamps_and_times_are_iso_strings_in_utc() {
     );
     assert_eq!(
         json(1184, -1, "2023-12-31 23:00:00-02"),
-        "\"2024-01-01T01:00:00Z\""
+        "\"2024-01-01T01:00:00.000000Z\""
     );
+    assert_eq!(
+        json(1184, 3, "2024-01-01 00:00:00.12+00"),
+        "\"2024-01-01T00:00:00.120Z\""
+    );
+    assert_eq!(
+        json(1184, 0, "2024-01-01 00:00:01+00"),
+        "\"2024-01-01T00:00:01Z\""
+    );
+    // ZonedTime: Java's ISO_OFFSET_TIME, trailing zeros dropped.
     assert_eq!(json(1266, -1, "10:00:00+02"), "\"08:00:00Z\"");
     assert_eq!(json(1266, -1, "01:00:00.25+02"), "\"23:00:00.25Z\"");
+    assert_eq!(json(1266, 6, "01:00:00.25+02"), "\"23:00:00.25Z\"");
 }
 
 #[test]
@@ -251,6 +264,10 @@ fn one_dimensional_arrays_are_json_arrays_of_their_elements() {
     );
     assert_eq!(json(1000, -1, "{t,f}"), "[true,false]");
     assert_eq!(json(1182, -1, "{1970-01-02}"), "[1]");
+    assert_eq!(
+        json(1185, -1, r#"{"2024-01-01 00:00:00.5+00",NULL}"#),
+        r#"["2024-01-01T00:00:00.500000Z",null]"#
+    );
     assert!(
         error(1007, -1, "{{1,2},{3,4}}")
             .0
