@@ -281,7 +281,15 @@ fn write_scalar(
             let v: f64 = parse_float(s).ok_or_else(|| bad("double", text))?;
             write_f64(out, v);
         }
-        Kind::DecimalString | Kind::Text => json_str(out, utf8("text", text)?),
+        // Debezium writes numeric's special values by the names of its
+        // SpecialValueDecimal constants, not PostgreSQL's text.
+        Kind::DecimalString => match text {
+            b"NaN" => out.extend_from_slice(b"\"NAN\""),
+            b"Infinity" => out.extend_from_slice(b"\"POSITIVE_INFINITY\""),
+            b"-Infinity" => out.extend_from_slice(b"\"NEGATIVE_INFINITY\""),
+            _ => json_str(out, utf8("numeric", text)?),
+        },
+        Kind::Text => json_str(out, utf8("text", text)?),
         Kind::Decimal { scale } => write_decimal(out, scale, text, scratch)?,
         Kind::BytesBase64 | Kind::BytesHex => {
             let hex_text = text

@@ -106,9 +106,21 @@ fn decimal_string_and_double_modes() {
         ..Modes::default()
     };
     assert_eq!(json_with(1700, numeric(5, 2), string, "12.50"), "\"12.50\"");
-    assert_eq!(json_with(1700, -1, string, "NaN"), "\"NaN\"");
+    // SpecialValueDecimal's names (compared with Debezium 3.6 by
+    // tests/debezium_compat.rs).
+    assert_eq!(json_with(1700, -1, string, "NaN"), "\"NAN\"");
+    assert_eq!(
+        json_with(1700, -1, string, "Infinity"),
+        "\"POSITIVE_INFINITY\""
+    );
+    assert_eq!(
+        json_with(1700, -1, string, "-Infinity"),
+        "\"NEGATIVE_INFINITY\""
+    );
+    assert_eq!(json_with(1700, -1, string, "-0.000123"), "\"-0.000123\"");
     assert_eq!(json_with(1700, numeric(5, 2), double, "12.50"), "12.5");
     assert_eq!(json_with(1700, -1, double, "NaN"), "\"NaN\"");
+    assert_eq!(json_with(1700, -1, double, "-Infinity"), "\"-Infinity\"");
 }
 
 #[test]
