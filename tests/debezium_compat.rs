@@ -18,7 +18,8 @@
 //!
 //! The changes cover issue 10's list: a table with every mapped type plus
 //! NULLs and edge values (numeric/float specials, negative intervals, times
-//! before 1970, escapes), an update that leaves a TOASTed column unchanged,
+//! before 1970, escapes), updates that leave TOASTed columns of every
+//! representation unchanged (text, jsonb, bytea, nine kinds of arrays),
 //! deletes (with tombstones), a primary-key change, a truncate, a table
 //! without a primary key (`key_columns` / `message.key.columns`, REPLICA
 //! IDENTITY FULL), a REPLICA IDENTITY FULL table with a key, a column added
@@ -142,6 +143,28 @@ const TABLES: &str = "CREATE TYPE mood AS ENUM ('happy', 'sad');
   -- Out of line and uncompressed from 2 kB on: an update that does not touch
   -- c_big sends it as 'unchanged TOAST'.
   ALTER TABLE types_t ALTER COLUMN c_big SET STORAGE EXTERNAL;
+  -- Unchanged TOASTed values of every representation: each column out of
+  -- line (>2 kB, EXTERNAL), and updates that change only v.
+  CREATE TABLE toast_t (id int4 PRIMARY KEY, v int4, t text, j jsonb, b bytea,
+    a_text text[], a_varchar varchar[], a_jsonb jsonb[], a_int2 int2[], a_int4 int4[],
+    a_int8 int8[], a_bool bool[], a_f8 float8[], a_date date[], a_tstz timestamptz[],
+    a_uuid uuid[], a_mood mood[]);
+  ALTER TABLE toast_t ALTER COLUMN t SET STORAGE EXTERNAL,
+    ALTER COLUMN j SET STORAGE EXTERNAL,
+    ALTER COLUMN b SET STORAGE EXTERNAL,
+    ALTER COLUMN a_text SET STORAGE EXTERNAL,
+    ALTER COLUMN a_varchar SET STORAGE EXTERNAL,
+    ALTER COLUMN a_jsonb SET STORAGE EXTERNAL,
+    ALTER COLUMN a_int2 SET STORAGE EXTERNAL,
+    ALTER COLUMN a_int4 SET STORAGE EXTERNAL,
+    ALTER COLUMN a_int8 SET STORAGE EXTERNAL,
+    ALTER COLUMN a_bool SET STORAGE EXTERNAL,
+    ALTER COLUMN a_f8 SET STORAGE EXTERNAL,
+    ALTER COLUMN a_date SET STORAGE EXTERNAL,
+    ALTER COLUMN a_tstz SET STORAGE EXTERNAL,
+    ALTER COLUMN a_uuid SET STORAGE EXTERNAL,
+    ALTER COLUMN a_mood SET STORAGE EXTERNAL;
+  ALTER TABLE toast_t OWNER TO walrelay;
   CREATE TABLE nopk_t (code text NOT NULL, qty int4);
   ALTER TABLE nopk_t REPLICA IDENTITY FULL;
   CREATE TABLE full_t (id int4 PRIMARY KEY, v text);
@@ -195,6 +218,37 @@ fn edge_row(id: i32) -> String {
 /// A >2 kB text that compression cannot shrink much (md5 hex of a series).
 const BIG: &str = "(SELECT string_agg(md5(g::text), '') FROM generate_series(1, 200) g)";
 
+/// A row of `toast_t`: every column >2 kB.
+fn toast_row(id: i32) -> String {
+    let md5s = "(SELECT array_agg(md5(g::text)) FROM generate_series(1, 200) g)";
+    let series = |n: u32, expr: &str, ty: &str| {
+        format!("(SELECT array_agg(({expr})::{ty}) FROM generate_series(1, {n}) g)")
+    };
+    format!(
+        "INSERT INTO toast_t VALUES ({id}, 0, {BIG},
+         (SELECT jsonb_agg(md5(g::text)) FROM generate_series(1, 200) g), {BIG}::bytea,
+         {md5s}, {md5s}::varchar[], {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
+        series(200, "jsonb_build_object('k', md5(g::text))", "jsonb"),
+        series(2000, "g % 30000", "int2"),
+        series(2000, "g", "int4"),
+        series(1000, "g", "int8"),
+        series(3000, "g % 2 = 0", "bool"),
+        series(1000, "g / 7.0", "float8"),
+        series(1000, "date '2024-01-01' + g", "date"),
+        series(
+            1000,
+            "timestamptz '2024-01-01 00:00:00+00' + g * interval '1 s'",
+            "timestamptz"
+        ),
+        series(200, "md5(g::text)", "uuid"),
+        series(
+            1000,
+            "CASE WHEN g % 2 = 0 THEN 'happy' ELSE 'sad' END",
+            "mood"
+        ),
+    )
+}
+
 /// Rows that exist before either connector starts: both snapshot them.
 /// Inserted in key order so that the heap order Debezium reads them in is
 /// the key order walrelay reads them in.
@@ -206,9 +260,11 @@ fn prefill() -> String {
          {};
          INSERT INTO nopk_t VALUES ('pre', 0);
          INSERT INTO full_t VALUES (1, 'x');
-         INSERT INTO trunc_t VALUES (1);",
+         INSERT INTO trunc_t VALUES (1);
+         {};",
         all_types_row(10),
-        edge_row(11)
+        edge_row(11),
+        toast_row(1)
     )
 }
 
@@ -230,6 +286,8 @@ fn changes() -> Vec<String> {
          UPDATE types_t SET c_int2 = 2, c_numv = '-Infinity' WHERE id = 10;"
             .into(),
         "DELETE FROM types_t WHERE id = 3;".into(),
+        toast_row(2),
+        "UPDATE toast_t SET v = v + 1;".into(),
         // A primary-key change: delete + tombstone + create.
         "UPDATE types_t SET id = 20 WHERE id = 10;".into(),
         "INSERT INTO nopk_t VALUES ('a', 1);
@@ -255,14 +313,15 @@ fn changes() -> Vec<String> {
 /// types_t: r 1, 6, 10, 11; c 2, 3, 5, 12; u 2, 5, 6, 10; d 3 + tombstone;
 /// d 10 + tombstone + c 20; c 4; u 2.  nopk_t: r pre; c, u, d + tombstone.
 /// full_t: r 1; u 1; d 1 + tombstone.  trunc_t: r 1; c 2 (nothing for
-/// TRUNCATE); d 2 + tombstone.
+/// TRUNCATE); d 2 + tombstone.  toast_t: r 1; c 2; u 1, 2.
 const EXPECTED: &[(&str, usize, usize)] = &[
     ("public.types_t", 17, 2),
     ("public.nopk_t", 4, 1),
     ("public.full_t", 3, 1),
     ("public.trunc_t", 3, 1),
+    ("public.toast_t", 4, 0),
 ];
-const SNAPSHOT_ROWS: usize = 7;
+const SNAPSHOT_ROWS: usize = 8;
 
 /// Records expected in `table`'s topic.
 fn expected(records: usize, tombstones: usize, with_tombstones: bool) -> usize {
@@ -633,7 +692,7 @@ async fn compare_with_debezium(debezium_options: &str, walrelay_options: &str, t
     // as it is (publication.autocreate.mode=disabled).
     db.client
         .batch_execute(&format!(
-            "CREATE PUBLICATION {pub} FOR TABLE types_t, nopk_t, full_t, trunc_t;
+            "CREATE PUBLICATION {pub} FOR TABLE types_t, nopk_t, full_t, trunc_t, toast_t;
              ALTER PUBLICATION {pub} OWNER TO walrelay;",
             pub = names.publication
         ))
@@ -681,7 +740,7 @@ slot.name={d_slot}
 publication.name={pub}
 publication.autocreate.mode=disabled
 snapshot.mode=initial
-table.include.list=public\\\\.types_t,public\\\\.nopk_t,public\\\\.full_t,public\\\\.trunc_t
+table.include.list=public\\\\.types_t,public\\\\.nopk_t,public\\\\.full_t,public\\\\.trunc_t,public\\\\.toast_t
 message.key.columns=public.nopk_t:code
 poll.interval.ms=100
 {debezium_options}",

@@ -219,22 +219,94 @@ pub fn write_value(
     }
 }
 
-/// Appends the value written for an unchanged TOASTed column: the
-/// placeholder in the column's representation (bytes encoded as bytea
-/// values are, everything else as a string).
-pub fn write_placeholder(out: &mut Vec<u8>, mapping: Mapping, placeholder: &str) {
-    match (mapping.array, mapping.kind) {
-        (false, Kind::BytesBase64) => {
+/// What Debezium writes for an unchanged TOASTed value of a column
+/// (PostgreSQL does not send such values): the `unavailable.value.placeholder`
+/// in a form that depends on the column's type, as Debezium 3.6.1's
+/// `UnchangedToastedPlaceholder` makes it (compared by
+/// tests/debezium_compat.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unchanged {
+    /// The placeholder as a string (scalars; `bytea` in `hex` mode).
+    String,
+    /// The placeholder's bytes, base64 (`bytea` in `base64` mode).
+    Bytes,
+    /// A one-element array of the placeholder (`text[]`, `varchar[]`,
+    /// `bpchar[]`, `json[]`, `jsonb[]`).
+    TextList,
+    /// An array of the placeholder's bytes as numbers (`int4[]`, `int8[]`;
+    /// `date[]` in `adaptive` time mode).
+    ByteNumbers,
+    /// A one-element array of `UUID.nameUUIDFromBytes(placeholder)`, the
+    /// name-based (version 3, MD5) UUID of its bytes (`uuid[]`).
+    UuidList,
+    /// `null`: the value is lost (every other array: `bool[]`, `int2[]`,
+    /// `float4[]`, `float8[]`, `timestamp[]`, `timestamptz[]`, enum arrays;
+    /// `date[]` in `connect` time mode).
+    Null,
+}
+
+impl Unchanged {
+    /// The form for a column of type `oid` (its own type, before enums and
+    /// domains are resolved to what they are written as) written as
+    /// `mapping` under `modes`.
+    pub fn of(oid: Oid, mapping: Mapping, modes: Modes) -> Unchanged {
+        if !mapping.array {
+            return match mapping.kind {
+                Kind::BytesBase64 => Unchanged::Bytes,
+                _ => Unchanged::String,
+            };
+        }
+        match oid {
+            1009 | 1015 | 1014 | 199 | 3807 => Unchanged::TextList,
+            1007 | 1016 => Unchanged::ByteNumbers,
+            1182 if modes.time == TimePrecisionMode::Adaptive => Unchanged::ByteNumbers,
+            2951 => Unchanged::UuidList,
+            _ => Unchanged::Null,
+        }
+    }
+}
+
+/// Appends the value written for an unchanged TOASTed column, in the form
+/// [`Unchanged::of`] chose for it.
+pub fn write_placeholder(out: &mut Vec<u8>, unchanged: Unchanged, placeholder: &str) {
+    match unchanged {
+        Unchanged::String => json_str(out, placeholder),
+        Unchanged::Bytes => {
             out.push(b'"');
             base64(out, placeholder.as_bytes());
             out.push(b'"');
         }
-        (false, Kind::BytesHex) => {
-            out.push(b'"');
-            hex(out, placeholder.as_bytes());
-            out.push(b'"');
+        Unchanged::TextList => {
+            out.push(b'[');
+            json_str(out, placeholder);
+            out.push(b']');
         }
-        _ => json_str(out, placeholder),
+        Unchanged::ByteNumbers => {
+            out.push(b'[');
+            for (i, b) in placeholder.bytes().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                // Java's bytes are signed: a UTF-8 byte >= 0x80 is negative.
+                let _ = write!(out, "{}", b as i8);
+            }
+            out.push(b']');
+        }
+        Unchanged::UuidList => {
+            use md5::Digest as _;
+            let mut d: [u8; 16] = md5::Md5::digest(placeholder.as_bytes()).into();
+            d[6] = (d[6] & 0x0f) | 0x30;
+            d[8] = (d[8] & 0x3f) | 0x80;
+            out.extend_from_slice(b"[\"");
+            for (i, b) in d.iter().enumerate() {
+                if matches!(i, 4 | 6 | 8 | 10) {
+                    out.push(b'-');
+                }
+                let _ = write!(out, "{b:02x}");
+            }
+            out.extend_from_slice(b"\"]");
+        }
+        Unchanged::Null => out.extend_from_slice(b"null"),
     }
 }
 
@@ -602,14 +674,6 @@ pub fn base64(out: &mut Vec<u8>, bytes: &[u8]) {
         out.push(sextet(12));
         out.push(if chunk.len() > 1 { sextet(6) } else { b'=' });
         out.push(if chunk.len() > 2 { sextet(0) } else { b'=' });
-    }
-}
-
-fn hex(out: &mut Vec<u8>, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)]);
-        out.push(DIGITS[usize::from(b & 0x0f)]);
     }
 }
 

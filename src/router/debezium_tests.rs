@@ -290,15 +290,52 @@ fn one_dimensional_arrays_are_json_arrays_of_their_elements() {
 
 #[test]
 fn unchanged_toast_placeholder_takes_the_column_representation() {
-    // unavailable.value.placeholder: bytes columns carry its bytes.
+    // unavailable.value.placeholder in the forms of Debezium 3.6.1's
+    // UnchangedToastedPlaceholder (tests/debezium_compat.rs compares them).
+    let p = "__debezium_unavailable_value";
+    let placeholder = |oid: Oid, modes: Modes| {
+        let mapping = Mapping::of(oid, -1, modes).unwrap();
+        let mut out = Vec::new();
+        write_placeholder(&mut out, Unchanged::of(oid, mapping, modes), p);
+        String::from_utf8(out).unwrap()
+    };
+    let hex = Modes {
+        binary: BinaryHandlingMode::Hex,
+        ..Modes::default()
+    };
+    assert_eq!(placeholder(25, modes()), format!("\"{p}\""));
+    assert_eq!(placeholder(3802, modes()), format!("\"{p}\""));
+    // bytea: its bytes, base64; in hex mode the string as it is.
+    assert_eq!(
+        placeholder(17, modes()),
+        "\"X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==\""
+    );
+    assert_eq!(placeholder(17, hex), format!("\"{p}\""));
+    for text_array in [1009, 1015, 1014, 199, 3807] {
+        assert_eq!(placeholder(text_array, modes()), format!("[\"{p}\"]"));
+    }
+    let bytes = "[95,95,100,101,98,101,122,105,117,109,95,117,110,97,118,97,105,108,97,98,108,\
+                 101,95,118,97,108,117,101]";
+    for int_array in [1007, 1016, 1182] {
+        assert_eq!(placeholder(int_array, modes()), bytes);
+    }
+    // Java's UUID.nameUUIDFromBytes(placeholder bytes), as Debezium wrote it.
+    assert_eq!(
+        placeholder(2951, modes()),
+        "[\"b68a35a7-17ad-35b3-af2a-ae46edb4545a\"]"
+    );
+    for lost in [1000, 1005, 1021, 1022, 1115, 1185] {
+        assert_eq!(placeholder(lost, modes()), "null", "array type {lost}");
+    }
+    let connect = Modes {
+        time: TimePrecisionMode::Connect,
+        ..Modes::default()
+    };
+    assert_eq!(placeholder(1182, connect), "null");
+    // Java bytes are signed.
     let mut out = Vec::new();
-    let text = Mapping::of(25, -1, modes()).unwrap();
-    write_placeholder(&mut out, text, "__debezium_unavailable_value");
-    assert_eq!(out, b"\"__debezium_unavailable_value\"");
-    out.clear();
-    let bytea = Mapping::of(17, -1, modes()).unwrap();
-    write_placeholder(&mut out, bytea, "__debezium_unavailable_value");
-    assert_eq!(out, b"\"X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==\"");
+    write_placeholder(&mut out, Unchanged::ByteNumbers, "é");
+    assert_eq!(out, b"[-61,-87]");
 }
 
 #[test]

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::Record;
-use super::debezium::{self, Mapping, Modes};
+use super::debezium::{self, Mapping, Modes, Unchanged};
 use crate::Lsn;
 use crate::config::{Config, TableConfig, topic_name_problem};
 use crate::pgoutput::{Cell, Oid, Relation, TupleData};
@@ -89,6 +89,10 @@ struct BoundColumn {
     /// `"name":`, escaped once.
     name_json: Box<[u8]>,
     mapping: Mapping,
+    /// What an unchanged TOASTed value of the column becomes (by the
+    /// column's own type: an enum array is written as `text[]` but its
+    /// placeholder is not a text array's).
+    unchanged: Unchanged,
 }
 
 /// A captured relation's columns, key and topic.
@@ -253,6 +257,7 @@ impl TableRouter {
                 name: c.name.clone(),
                 name_json: name_json.into_boxed_slice(),
                 mapping,
+                unchanged: Unchanged::of(c.type_oid, mapping, entry.modes),
             });
         }
         let key = if !entry.config.key_columns.is_empty() {
@@ -517,7 +522,7 @@ impl Ctx<'_> {
         match cell {
             None | Some(Cell::Null) => out.extend_from_slice(b"null"),
             Some(Cell::UnchangedToast) => {
-                debezium::write_placeholder(out, column.mapping, &bound.placeholder)
+                debezium::write_placeholder(out, column.unchanged, &bound.placeholder)
             }
             Some(Cell::Text(text)) => {
                 debezium::write_value(out, column.mapping, text, scratch).map_err(|e| (i, e.0))?
