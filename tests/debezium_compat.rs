@@ -22,8 +22,8 @@
 //! representation unchanged (text, jsonb, bytea, nine kinds of arrays),
 //! deletes (with tombstones), a primary-key change, a truncate, a table
 //! without a primary key (`key_columns` / `message.key.columns`, REPLICA
-//! IDENTITY FULL), a REPLICA IDENTITY FULL table with a key, a column added
-//! mid-stream, and a snapshot of pre-existing rows (including the all-types,
+//! IDENTITY FULL), a REPLICA IDENTITY FULL table with a key, columns added,
+//! dropped and retyped mid-stream, and a snapshot of pre-existing rows (including the all-types,
 //! edge and TOASTed rows).
 //!
 //! Three comparisons, one at a time (each runs a JVM): Debezium's default
@@ -305,17 +305,20 @@ fn changes() -> Vec<String> {
         "INSERT INTO types_t (id) VALUES (4);
          UPDATE types_t SET extra = 8 WHERE id = 2;"
             .into(),
+        // A column dropped and one retyped mid-stream.
+        "ALTER TABLE types_t DROP COLUMN c_varchar, ALTER COLUMN c_int2 TYPE int8;".into(),
+        "UPDATE types_t SET extra = 9, c_int2 = 9007199254740993 WHERE id = 2;".into(),
     ]
 }
 
 /// Records per table (without tombstones, and tombstones), the same on
 /// both sides if they agree.
 /// types_t: r 1, 6, 10, 11; c 2, 3, 5, 12; u 2, 5, 6, 10; d 3 + tombstone;
-/// d 10 + tombstone + c 20; c 4; u 2.  nopk_t: r pre; c, u, d + tombstone.
+/// d 10 + tombstone + c 20; c 4; u 2; u 2.  nopk_t: r pre; c, u, d + tombstone.
 /// full_t: r 1; u 1; d 1 + tombstone.  trunc_t: r 1; c 2 (nothing for
 /// TRUNCATE); d 2 + tombstone.  toast_t: r 1; c 2; u 1, 2.
 const EXPECTED: &[(&str, usize, usize)] = &[
-    ("public.types_t", 17, 2),
+    ("public.types_t", 18, 2),
     ("public.nopk_t", 4, 1),
     ("public.full_t", 3, 1),
     ("public.trunc_t", 3, 1),
