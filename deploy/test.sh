@@ -37,6 +37,14 @@ eval "$(PG_MAJOR=18 deploy/dev/postgres.sh up)"
 eval "$(deploy/dev/kafka.sh up)"
 export WALRELAY_PG_MAJOR WALRELAY_PG_PORT WALRELAY_PG_SOCKET_DIR WALRELAY_KAFKA_BROKERS
 
+# Kafka Connect + Debezium for tests/debezium_compat.rs (and the benchmark
+# below): jars only, no service. A resolution failure stops here, not as a
+# skipped comparison.
+log "resolving Kafka Connect + Debezium (deploy/dev/connect.sh)"
+connect_env=$(deploy/dev/connect.sh up)
+eval "$connect_env"
+export WALRELAY_CONNECT_LIBS WALRELAY_CONNECT_VERSION WALRELAY_DEBEZIUM_VERSION
+
 log "cargo test — everything, against PostgreSQL 18"
 cargo test --locked --all-targets
 

@@ -29,8 +29,8 @@
 # What it sets up (idempotent; first run resolves everything):
 #   PostgreSQL  deploy/dev/postgres.sh up   (PG_MAJOR selects 14..18, default 18)
 #   Kafka       deploy/dev/kafka.sh up      (also installs kcat)
-#   Connect +   deploy/bench/connect/pom.xml resolved by Maven into
-#   Debezium    .deps/bench/connect-<kafka>-debezium-<debezium>/libs (git-ignored)
+#   Connect +   deploy/dev/connect.sh up: deploy/bench/connect/pom.xml resolved by
+#   Debezium    Maven into .deps/bench/connect-<kafka>-debezium-<debezium>/libs (git-ignored)
 #   state       .state/bench/<timestamp>/   (configs, logs, results.md; git-ignored)
 #
 # Progress goes to stderr; the results table to stdout (and results.md).
@@ -38,8 +38,6 @@ set -euo pipefail
 
 SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 REPO_ROOT=$(cd -- "$SCRIPT_DIR/../.." && pwd -P)
-# shellcheck source=deploy/dev/maven.sh
-. "$REPO_ROOT/deploy/dev/maven.sh"
 POM="$SCRIPT_DIR/connect/pom.xml"
 
 log() { echo "bench: $*" >&2; }
@@ -82,52 +80,13 @@ eval "$("$REPO_ROOT/deploy/dev/kafka.sh" up)"
 command -v kcat >/dev/null 2>&1 || apt_install kcat kcat
 
 # ---- Kafka Connect + Debezium classpath ---------------------------------------
-pom_prop() { sed -n "s:.*<$1>\\([^<]*\\)</$1>.*:\\1:p" "$POM" | head -n1; }
-CONNECT_VERSION=$(pom_prop kafka.version)
-DEBEZIUM_VERSION=$(pom_prop debezium.version)
-[[ -n $CONNECT_VERSION && -n $DEBEZIUM_VERSION ]] || die "cannot read versions from $POM"
-if [[ ${WALRELAY_KAFKA_VERSION:-} != "$CONNECT_VERSION" ]]; then
-    log "warning: broker is Kafka ${WALRELAY_KAFKA_VERSION:-?} but $POM pins connect-runtime $CONNECT_VERSION"
-fi
-DEPS_DIR="$REPO_ROOT/.deps/bench/connect-$CONNECT_VERSION-debezium-$DEBEZIUM_VERSION"
-LIBS_DIR="$DEPS_DIR/libs"
-STAMP="$DEPS_DIR/.resolved"            # sha256 of the pom the libs came from, written last
-pom_hash() { sha256sum "$POM" | cut -d' ' -f1; }
-
-if ! [[ -d $LIBS_DIR && -f $STAMP && $(cat "$STAMP") == "$(pom_hash)" ]]; then
-    log "resolving Kafka Connect $CONNECT_VERSION + Debezium $DEBEZIUM_VERSION from Maven into $LIBS_DIR ..."
-    tmp="$DEPS_DIR/libs.tmp.$$"
-    maven_copy_deps "$POM" "$tmp" || die "mvn could not resolve $POM (see output above)"
-    # The classes the benchmark cannot do without, checked here rather than
-    # discovered as a ClassNotFoundException 20 s into a Connect start.
-    if ! python3 - "$tmp" <<'PY' >&2
-import sys, zipfile, glob, os
-need = {
-    "org/apache/kafka/connect/cli/ConnectStandalone.class": None,
-    "org/apache/kafka/connect/json/JsonConverter.class": None,
-    "io/debezium/connector/postgresql/PostgresConnector.class": None,
-    "io/debezium/transforms/outbox/EventRouter.class": None,
-    "org/postgresql/Driver.class": None,
-}
-for jar in sorted(glob.glob(os.path.join(sys.argv[1], "*.jar"))):
-    names = set(zipfile.ZipFile(jar).namelist())
-    for cls in need:
-        if need[cls] is None and cls in names:
-            need[cls] = os.path.basename(jar)
-missing = [c for c, j in need.items() if j is None]
-for c, j in need.items():
-    if j: print(f"bench:   {c[:-6].replace('/', '.')}  <- {j}")
-if missing:
-    print("bench: error: not on the resolved classpath: " + ", ".join(missing))
-    sys.exit(1)
-PY
-    then
-        rm -rf "$tmp"
-        die "the resolved classpath lacks a required class (see above); fix $POM"
-    fi
-    rm -rf "$LIBS_DIR"
-    mv "$tmp" "$LIBS_DIR"
-    pom_hash >"$STAMP"
+# Shared with the Debezium compatibility test: deploy/dev/connect.sh resolves
+# deploy/bench/connect/pom.xml into .deps/bench/connect-<kafka>-debezium-<debezium>/libs.
+log "Kafka Connect + Debezium: deploy/dev/connect.sh up"
+connect_env=$("$REPO_ROOT/deploy/dev/connect.sh" up) || die "deploy/dev/connect.sh up failed (see above)"
+eval "$connect_env"
+if [[ ${WALRELAY_KAFKA_VERSION:-} != "$WALRELAY_CONNECT_VERSION" ]]; then
+    log "warning: broker is Kafka ${WALRELAY_KAFKA_VERSION:-?} but $POM pins connect-runtime $WALRELAY_CONNECT_VERSION"
 fi
 
 # ---- run -------------------------------------------------------------------------
@@ -136,9 +95,9 @@ exec 9>"$REPO_ROOT/.state/bench/.lock"
 flock -n 9 || die "another deploy/bench/run.sh is running (lock: .state/bench/.lock)"
 
 export BENCH_REPO_ROOT="$REPO_ROOT"
-export BENCH_CONNECT_LIBS="$LIBS_DIR"
-export BENCH_CONNECT_VERSION="$CONNECT_VERSION"
-export BENCH_DEBEZIUM_VERSION="$DEBEZIUM_VERSION"
+export BENCH_CONNECT_LIBS="$WALRELAY_CONNECT_LIBS"
+export BENCH_CONNECT_VERSION="$WALRELAY_CONNECT_VERSION"
+export BENCH_DEBEZIUM_VERSION="$WALRELAY_DEBEZIUM_VERSION"
 # bench.py inherits fd 9 and so holds the lock while it runs; its children
 # (JVMs, walrelay, ...) do not (subprocess closes inherited fds).
 exec python3 "$SCRIPT_DIR/bench.py" "$@"

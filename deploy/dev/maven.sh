@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by deploy/dev/kafka.sh and deploy/bench/run.sh (not run on its own):
+# Sourced by deploy/dev/kafka.sh and deploy/dev/connect.sh (not run on its own):
 # resolving a pom's runtime jars from Maven Central into a directory.
 # The caller defines die().
 

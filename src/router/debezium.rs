@@ -70,8 +70,12 @@ pub enum Kind {
     TimestampMillis,
     /// Microseconds since 1970 (no time zone).
     TimestampMicros,
-    /// ISO-8601 string in UTC.
-    TimestampTz,
+    /// ISO-8601 string in UTC with `fraction` digits after the second
+    /// (the column's precision; 0: Java's `ISO_OFFSET_DATE_TIME`, no
+    /// trailing zeros).
+    TimestampTz {
+        fraction: u8,
+    },
     /// ISO-8601 time string in UTC.
     TimeTz,
     /// Microseconds, months counted as 365.25/12 days.
@@ -185,7 +189,12 @@ fn scalar(oid: Oid, typmod: i32, modes: Modes) -> Option<Kind> {
         1083 => Kind::TimeMillis,
         1114 if adaptive && precision > 3 => Kind::TimestampMicros,
         1114 => Kind::TimestampMillis,
-        1184 => Kind::TimestampTz,
+        // Debezium's ZonedTimestamp.toIsoString(…, fractionalWidth): a
+        // fixed-width fraction of the column's precision (1-6), Java's ISO
+        // formatter for precision 0.
+        1184 => Kind::TimestampTz {
+            fraction: precision.clamp(0, 6) as u8,
+        },
         1266 => Kind::TimeTz,
         1186 => match modes.interval {
             IntervalHandlingMode::Numeric => Kind::Interval,
@@ -210,22 +219,94 @@ pub fn write_value(
     }
 }
 
-/// Appends the value written for an unchanged TOASTed column: the
-/// placeholder in the column's representation (bytes encoded as bytea
-/// values are, everything else as a string).
-pub fn write_placeholder(out: &mut Vec<u8>, mapping: Mapping, placeholder: &str) {
-    match (mapping.array, mapping.kind) {
-        (false, Kind::BytesBase64) => {
+/// What Debezium writes for an unchanged TOASTed value of a column
+/// (PostgreSQL does not send such values): the `unavailable.value.placeholder`
+/// in a form that depends on the column's type, as Debezium 3.6.1's
+/// `UnchangedToastedPlaceholder` makes it (compared by
+/// tests/debezium_compat.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unchanged {
+    /// The placeholder as a string (scalars; `bytea` in `hex` mode).
+    String,
+    /// The placeholder's bytes, base64 (`bytea` in `base64` mode).
+    Bytes,
+    /// A one-element array of the placeholder (`text[]`, `varchar[]`,
+    /// `bpchar[]`, `json[]`, `jsonb[]`).
+    TextList,
+    /// An array of the placeholder's bytes as numbers (`int4[]`, `int8[]`;
+    /// `date[]` in `adaptive` time mode).
+    ByteNumbers,
+    /// A one-element array of `UUID.nameUUIDFromBytes(placeholder)`, the
+    /// name-based (version 3, MD5) UUID of its bytes (`uuid[]`).
+    UuidList,
+    /// `null`: the value is lost (every other array: `bool[]`, `int2[]`,
+    /// `float4[]`, `float8[]`, `timestamp[]`, `timestamptz[]`, enum arrays;
+    /// `date[]` in `connect` time mode).
+    Null,
+}
+
+impl Unchanged {
+    /// The form for a column of type `oid` (its own type, before enums and
+    /// domains are resolved to what they are written as) written as
+    /// `mapping` under `modes`.
+    pub fn of(oid: Oid, mapping: Mapping, modes: Modes) -> Unchanged {
+        if !mapping.array {
+            return match mapping.kind {
+                Kind::BytesBase64 => Unchanged::Bytes,
+                _ => Unchanged::String,
+            };
+        }
+        match oid {
+            1009 | 1015 | 1014 | 199 | 3807 => Unchanged::TextList,
+            1007 | 1016 => Unchanged::ByteNumbers,
+            1182 if modes.time == TimePrecisionMode::Adaptive => Unchanged::ByteNumbers,
+            2951 => Unchanged::UuidList,
+            _ => Unchanged::Null,
+        }
+    }
+}
+
+/// Appends the value written for an unchanged TOASTed column, in the form
+/// [`Unchanged::of`] chose for it.
+pub fn write_placeholder(out: &mut Vec<u8>, unchanged: Unchanged, placeholder: &str) {
+    match unchanged {
+        Unchanged::String => json_str(out, placeholder),
+        Unchanged::Bytes => {
             out.push(b'"');
             base64(out, placeholder.as_bytes());
             out.push(b'"');
         }
-        (false, Kind::BytesHex) => {
-            out.push(b'"');
-            hex(out, placeholder.as_bytes());
-            out.push(b'"');
+        Unchanged::TextList => {
+            out.push(b'[');
+            json_str(out, placeholder);
+            out.push(b']');
         }
-        _ => json_str(out, placeholder),
+        Unchanged::ByteNumbers => {
+            out.push(b'[');
+            for (i, b) in placeholder.bytes().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                // Java's bytes are signed: a UTF-8 byte >= 0x80 is negative.
+                let _ = write!(out, "{}", b as i8);
+            }
+            out.push(b']');
+        }
+        Unchanged::UuidList => {
+            use md5::Digest as _;
+            let mut d: [u8; 16] = md5::Md5::digest(placeholder.as_bytes()).into();
+            d[6] = (d[6] & 0x0f) | 0x30;
+            d[8] = (d[8] & 0x3f) | 0x80;
+            out.extend_from_slice(b"[\"");
+            for (i, b) in d.iter().enumerate() {
+                if matches!(i, 4 | 6 | 8 | 10) {
+                    out.push(b'-');
+                }
+                let _ = write!(out, "{b:02x}");
+            }
+            out.extend_from_slice(b"\"]");
+        }
+        Unchanged::Null => out.extend_from_slice(b"null"),
     }
 }
 
@@ -272,7 +353,15 @@ fn write_scalar(
             let v: f64 = parse_float(s).ok_or_else(|| bad("double", text))?;
             write_f64(out, v);
         }
-        Kind::DecimalString | Kind::Text => json_str(out, utf8("text", text)?),
+        // Debezium writes numeric's special values by the names of its
+        // SpecialValueDecimal constants, not PostgreSQL's text.
+        Kind::DecimalString => match text {
+            b"NaN" => out.extend_from_slice(b"\"NAN\""),
+            b"Infinity" => out.extend_from_slice(b"\"POSITIVE_INFINITY\""),
+            b"-Infinity" => out.extend_from_slice(b"\"NEGATIVE_INFINITY\""),
+            _ => json_str(out, utf8("numeric", text)?),
+        },
+        Kind::Text => json_str(out, utf8("text", text)?),
         Kind::Decimal { scale } => write_decimal(out, scale, text, scratch)?,
         Kind::BytesBase64 | Kind::BytesHex => {
             let hex_text = text
@@ -313,11 +402,11 @@ fn write_scalar(
             };
             let _ = write!(out, "{v}");
         }
-        Kind::TimestampTz => {
+        Kind::TimestampTz { fraction } => {
             let micros =
                 parse_timestamp(text, true).ok_or_else(|| bad("timestamp with time zone", text))?;
             out.push(b'"');
-            write_iso_timestamp(out, micros);
+            write_iso_timestamp(out, micros, fraction);
             out.push(b'"');
         }
         Kind::TimeTz => {
@@ -588,14 +677,6 @@ pub fn base64(out: &mut Vec<u8>, bytes: &[u8]) {
     }
 }
 
-fn hex(out: &mut Vec<u8>, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)]);
-        out.push(DIGITS[usize::from(b & 0x0f)]);
-    }
-}
-
 /// All ASCII digits, 1..=max of them.
 fn number(s: &[u8], max: usize) -> Option<i64> {
     if s.is_empty() || s.len() > max || !s.iter().all(u8::is_ascii_digit) {
@@ -719,19 +800,28 @@ fn parse_timetz(text: &[u8]) -> Option<i64> {
     Some((local - offset * 1_000_000).rem_euclid(86_400_000_000))
 }
 
-/// Debezium's `ZonedTimestamp`: ISO-8601 in UTC, the fraction without
-/// trailing zeros (Java's `ISO_OFFSET_DATE_TIME`): `2024-01-01T10:00:00.12Z`.
-fn write_iso_timestamp(out: &mut Vec<u8>, micros: i64) {
+/// Debezium's `ZonedTimestamp`: ISO-8601 in UTC. With `fraction` 1-6 the
+/// fraction has exactly that many digits, zeros included
+/// (`2024-01-01T10:00:00.120Z` for `timestamptz(3)`), as Debezium 3.x's
+/// `appendFraction(NANO_OF_SECOND, w, w, true)`; with 0, Java's
+/// `ISO_OFFSET_DATE_TIME`: no trailing zeros, no fraction for whole seconds.
+fn write_iso_timestamp(out: &mut Vec<u8>, micros: i64, fraction: u8) {
     let days = micros.div_euclid(86_400_000_000);
     let (y, m, d) = civil_from_days(days);
     let _ = write!(out, "{y:04}-{m:02}-{d:02}T");
-    write_iso_time(out, micros.rem_euclid(86_400_000_000));
+    let of_day = micros.rem_euclid(86_400_000_000);
+    if fraction == 0 {
+        write_iso_time(out, of_day);
+    } else {
+        write_hms(out, of_day / 1_000_000);
+        let digits = fraction_digits(of_day % 1_000_000);
+        out.push(b'.');
+        out.extend_from_slice(&digits[..usize::from(fraction.min(6))]);
+    }
     out.push(b'Z');
 }
 
-fn write_iso_time(out: &mut Vec<u8>, micros: i64) {
-    let secs = micros / 1_000_000;
-    let frac = micros % 1_000_000;
+fn write_hms(out: &mut Vec<u8>, secs: i64) {
     let _ = write!(
         out,
         "{:02}:{:02}:{:02}",
@@ -739,13 +829,25 @@ fn write_iso_time(out: &mut Vec<u8>, micros: i64) {
         secs / 60 % 60,
         secs % 60
     );
+}
+
+/// The six digits of a fraction of a second given in microseconds.
+fn fraction_digits(mut micros: i64) -> [u8; 6] {
+    let mut digits = [0u8; 6];
+    for slot in digits.iter_mut().rev() {
+        *slot = b'0' + (micros % 10) as u8;
+        micros /= 10;
+    }
+    digits
+}
+
+/// Java's `ISO_LOCAL_TIME`: `HH:MM:SS`, then the fraction without trailing
+/// zeros if there is one.
+fn write_iso_time(out: &mut Vec<u8>, micros: i64) {
+    write_hms(out, micros / 1_000_000);
+    let frac = micros % 1_000_000;
     if frac != 0 {
-        let mut digits = [0u8; 6];
-        let mut f = frac;
-        for slot in digits.iter_mut().rev() {
-            *slot = b'0' + (f % 10) as u8;
-            f /= 10;
-        }
+        let digits = fraction_digits(frac);
         let len = 6 - digits.iter().rev().take_while(|&&d| d == b'0').count();
         out.push(b'.');
         out.extend_from_slice(&digits[..len]);

@@ -106,9 +106,21 @@ fn decimal_string_and_double_modes() {
         ..Modes::default()
     };
     assert_eq!(json_with(1700, numeric(5, 2), string, "12.50"), "\"12.50\"");
-    assert_eq!(json_with(1700, -1, string, "NaN"), "\"NaN\"");
+    // SpecialValueDecimal's names (compared with Debezium 3.6 by
+    // tests/debezium_compat.rs).
+    assert_eq!(json_with(1700, -1, string, "NaN"), "\"NAN\"");
+    assert_eq!(
+        json_with(1700, -1, string, "Infinity"),
+        "\"POSITIVE_INFINITY\""
+    );
+    assert_eq!(
+        json_with(1700, -1, string, "-Infinity"),
+        "\"NEGATIVE_INFINITY\""
+    );
+    assert_eq!(json_with(1700, -1, string, "-0.000123"), "\"-0.000123\"");
     assert_eq!(json_with(1700, numeric(5, 2), double, "12.50"), "12.5");
     assert_eq!(json_with(1700, -1, double, "NaN"), "\"NaN\"");
+    assert_eq!(json_with(1700, -1, double, "-Infinity"), "\"-Infinity\"");
 }
 
 #[test]
@@ -189,9 +201,12 @@ fn timestamps_are_epoch_millis_or_micros_by_precision() {
 fn zoned_timestamps_and_times_are_iso_strings_in_utc() {
     // "Temporal types": TIMESTAMPTZ → io.debezium.time.ZonedTimestamp and
     // TIMETZ → io.debezium.time.ZonedTime, ISO-8601 strings in UTC (GMT).
+    // ZonedTimestamp pads the fraction to the column's precision (6 when
+    // unset), as Debezium 3.6 does (tests/debezium_compat.rs compares it);
+    // timestamptz(0) has no fraction.
     assert_eq!(
         json(1184, -1, "2024-01-01 05:30:00.5+05:30"),
-        "\"2024-01-01T00:00:00.5Z\""
+        "\"2024-01-01T00:00:00.500000Z\""
     );
     assert_eq!(
         json(1184, -1, "2024-01-01 00:00:00.123456+00"),
@@ -199,10 +214,20 @@ fn zoned_timestamps_and_times_are_iso_strings_in_utc() {
     );
     assert_eq!(
         json(1184, -1, "2023-12-31 23:00:00-02"),
-        "\"2024-01-01T01:00:00Z\""
+        "\"2024-01-01T01:00:00.000000Z\""
     );
+    assert_eq!(
+        json(1184, 3, "2024-01-01 00:00:00.12+00"),
+        "\"2024-01-01T00:00:00.120Z\""
+    );
+    assert_eq!(
+        json(1184, 0, "2024-01-01 00:00:01+00"),
+        "\"2024-01-01T00:00:01Z\""
+    );
+    // ZonedTime: Java's ISO_OFFSET_TIME, trailing zeros dropped.
     assert_eq!(json(1266, -1, "10:00:00+02"), "\"08:00:00Z\"");
     assert_eq!(json(1266, -1, "01:00:00.25+02"), "\"23:00:00.25Z\"");
+    assert_eq!(json(1266, 6, "01:00:00.25+02"), "\"23:00:00.25Z\"");
 }
 
 #[test]
@@ -251,6 +276,10 @@ fn one_dimensional_arrays_are_json_arrays_of_their_elements() {
     );
     assert_eq!(json(1000, -1, "{t,f}"), "[true,false]");
     assert_eq!(json(1182, -1, "{1970-01-02}"), "[1]");
+    assert_eq!(
+        json(1185, -1, r#"{"2024-01-01 00:00:00.5+00",NULL}"#),
+        r#"["2024-01-01T00:00:00.500000Z",null]"#
+    );
     assert!(
         error(1007, -1, "{{1,2},{3,4}}")
             .0
@@ -261,15 +290,52 @@ fn one_dimensional_arrays_are_json_arrays_of_their_elements() {
 
 #[test]
 fn unchanged_toast_placeholder_takes_the_column_representation() {
-    // unavailable.value.placeholder: bytes columns carry its bytes.
+    // unavailable.value.placeholder in the forms of Debezium 3.6.1's
+    // UnchangedToastedPlaceholder (tests/debezium_compat.rs compares them).
+    let p = "__debezium_unavailable_value";
+    let placeholder = |oid: Oid, modes: Modes| {
+        let mapping = Mapping::of(oid, -1, modes).unwrap();
+        let mut out = Vec::new();
+        write_placeholder(&mut out, Unchanged::of(oid, mapping, modes), p);
+        String::from_utf8(out).unwrap()
+    };
+    let hex = Modes {
+        binary: BinaryHandlingMode::Hex,
+        ..Modes::default()
+    };
+    assert_eq!(placeholder(25, modes()), format!("\"{p}\""));
+    assert_eq!(placeholder(3802, modes()), format!("\"{p}\""));
+    // bytea: its bytes, base64; in hex mode the string as it is.
+    assert_eq!(
+        placeholder(17, modes()),
+        "\"X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==\""
+    );
+    assert_eq!(placeholder(17, hex), format!("\"{p}\""));
+    for text_array in [1009, 1015, 1014, 199, 3807] {
+        assert_eq!(placeholder(text_array, modes()), format!("[\"{p}\"]"));
+    }
+    let bytes = "[95,95,100,101,98,101,122,105,117,109,95,117,110,97,118,97,105,108,97,98,108,\
+                 101,95,118,97,108,117,101]";
+    for int_array in [1007, 1016, 1182] {
+        assert_eq!(placeholder(int_array, modes()), bytes);
+    }
+    // Java's UUID.nameUUIDFromBytes(placeholder bytes), as Debezium wrote it.
+    assert_eq!(
+        placeholder(2951, modes()),
+        "[\"b68a35a7-17ad-35b3-af2a-ae46edb4545a\"]"
+    );
+    for lost in [1000, 1005, 1021, 1022, 1115, 1185] {
+        assert_eq!(placeholder(lost, modes()), "null", "array type {lost}");
+    }
+    let connect = Modes {
+        time: TimePrecisionMode::Connect,
+        ..Modes::default()
+    };
+    assert_eq!(placeholder(1182, connect), "null");
+    // Java bytes are signed.
     let mut out = Vec::new();
-    let text = Mapping::of(25, -1, modes()).unwrap();
-    write_placeholder(&mut out, text, "__debezium_unavailable_value");
-    assert_eq!(out, b"\"__debezium_unavailable_value\"");
-    out.clear();
-    let bytea = Mapping::of(17, -1, modes()).unwrap();
-    write_placeholder(&mut out, bytea, "__debezium_unavailable_value");
-    assert_eq!(out, b"\"X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==\"");
+    write_placeholder(&mut out, Unchanged::ByteNumbers, "é");
+    assert_eq!(out, b"[-61,-87]");
 }
 
 #[test]

@@ -51,7 +51,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::Record;
-use super::debezium::{self, Mapping, Modes};
+use super::debezium::{self, Mapping, Modes, Unchanged};
 use super::mask::{Mask, maskable};
 use crate::Lsn;
 use crate::config::{Config, SkippedOperations, TableConfig, topic_name_problem};
@@ -108,6 +108,10 @@ struct BoundColumn {
     included: bool,
     /// Its mask in `before`/`after` (never in the key, as in Debezium).
     mask: Option<Mask>,
+    /// What an unchanged TOASTed value of the column becomes (by the
+    /// column's own type: an enum array is written as `text[]` but its
+    /// placeholder is not a text array's).
+    unchanged: Unchanged,
 }
 
 /// A captured relation's columns, key and topic.
@@ -286,6 +290,7 @@ impl TableRouter {
                 mapping,
                 included: entry.config.includes_column(&c.name),
                 mask,
+                unchanged: Unchanged::of(c.type_oid, mapping, entry.modes),
             });
         }
         let key = if !entry.config.key_columns.is_empty() {
@@ -603,7 +608,7 @@ impl Ctx<'_> {
         match cell {
             None | Some(Cell::Null) => out.extend_from_slice(b"null"),
             Some(Cell::UnchangedToast) => {
-                debezium::write_placeholder(out, column.mapping, &bound.placeholder)
+                debezium::write_placeholder(out, column.unchanged, &bound.placeholder)
             }
             Some(Cell::Text(text)) => {
                 debezium::write_value(out, column.mapping, text, scratch).map_err(|e| (i, e.0))?
