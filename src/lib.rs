@@ -17,6 +17,7 @@ pub mod pg;
 pub mod pgoutput;
 pub mod preflight;
 pub mod relay;
+pub mod republish;
 pub mod router;
 pub mod sink;
 pub mod source;

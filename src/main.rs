@@ -89,6 +89,24 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Publish outbox rows still in their table exactly as a streamed insert
+    /// of them (reconciling after a lost slot, or a skipped transaction's
+    /// good rows); see docs/operations.md.
+    #[command(after_help = AFTER_HELP)]
+    Republish {
+        /// The TOML configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The [[outbox]] table (needed when the configuration has several).
+        #[arg(long)]
+        table: Option<String>,
+        /// SQL condition selecting the rows, e.g. "id IN ('…')".
+        #[arg(long = "where", value_name = "SQL")]
+        filter: String,
+        /// Print the records (topic, key, id) instead of publishing them.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Show the slot, the stored offset and the running instance's health,
     /// without a running instance (exit 1 when something needs a person).
     #[command(after_help = AFTER_HELP)]
@@ -107,7 +125,8 @@ impl Command {
         match self {
             Command::Run { config, .. }
             | Command::Check { config }
-            | Command::Status { config, .. } => config,
+            | Command::Status { config, .. }
+            | Command::Republish { config, .. } => config,
         }
     }
 }
@@ -232,6 +251,61 @@ fn main() -> ExitCode {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         stopped(format, &e);
+                        ExitCode::FAILURE
+                    }
+                }
+            }
+            Command::Republish {
+                table,
+                filter,
+                dry_run,
+                ..
+            } => {
+                let request = walrelay::republish::Request {
+                    table,
+                    filter,
+                    dry_run,
+                };
+                let printed = walrelay::republish::republish(&config, &request, |record| {
+                    let text = |b: &Option<bytes::Bytes>| {
+                        b.as_deref()
+                            .map_or("-".into(), |b| String::from_utf8_lossy(b).into_owned())
+                    };
+                    let id = record
+                        .headers
+                        .iter()
+                        .find(|(k, _)| &**k == "id")
+                        .map_or("-".into(), |(_, v)| String::from_utf8_lossy(v).into_owned());
+                    say(&format!("{}\t{}\t{id}\n", record.topic, text(&record.key)));
+                })
+                .await;
+                match printed {
+                    Ok(summary) => {
+                        let topics: Vec<String> = summary
+                            .topics
+                            .iter()
+                            .map(|(t, n)| format!("{t}: {n}"))
+                            .collect();
+                        say(&format!(
+                            "{} {} record(s) of {}{}{}\n",
+                            if dry_run {
+                                "would republish"
+                            } else {
+                                "republished"
+                            },
+                            summary.records,
+                            summary.table,
+                            if topics.is_empty() { "" } else { " — " },
+                            topics.join(", ")
+                        ));
+                        ExitCode::SUCCESS
+                    }
+                    Err(e @ walrelay::republish::RepublishError::Usage(_)) => {
+                        fatal(format, "", &e.to_string());
+                        ExitCode::from(2)
+                    }
+                    Err(e) => {
+                        fatal(format, "", &e.to_string());
                         ExitCode::FAILURE
                     }
                 }

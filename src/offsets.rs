@@ -82,6 +82,24 @@ pub struct StoredOffset {
     /// walrelay had snapshots): they stream, nothing to resume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotProgress>,
+    /// The last range the operator accepted as never streamed
+    /// (`--accept-slot-position`): what to reconcile, kept with every later
+    /// write so `walrelay status` can still name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_gap: Option<AcceptedGap>,
+}
+
+/// Changes committed after `from` and before `to` were never streamed: the
+/// slot was dropped, lost or moved, and the operator started walrelay at
+/// `to` anyway.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcceptedGap {
+    /// The stored offset before the acceptance (`X/Y`).
+    pub from: String,
+    /// Where streaming went on (`X/Y`).
+    pub to: String,
+    /// Unix milliseconds of the acceptance.
+    pub accepted_at_ms: i64,
 }
 
 /// Where the initial snapshot stands, as stored with the offset.
@@ -272,7 +290,7 @@ pub fn compare(
                 slot.confirmed_flush
             ),
             hint: format!(
-                "events were lost at the source; drop and recreate the slot, re-snapshot or reconcile the outbox, then start with --accept-slot-position; {recovery}"
+                "events committed after the stored offset are missing from Kafka. In this order: drop the slot (SELECT pg_drop_replication_slot('{slot_name}');), start once with --accept-slot-position (walrelay creates a new slot and names the range it never streamed), then reconcile that range with walrelay republish; see docs/operations.md, \"Lost slot\""
             ),
         };
     }
@@ -335,7 +353,7 @@ pub fn compare(
                 slot.confirmed_flush
             ),
             hint: format!(
-                "events committed between {stored_lsn} and {} may be missing from Kafka; reconcile them from the outbox table, then start once with --accept-slot-position; {recovery}",
+                "events committed between {stored_lsn} and {} may be missing from Kafka. In this order: start once with --accept-slot-position, then reconcile that range with walrelay republish (reconciling first loses what commits in between); {recovery}",
                 slot.confirmed_flush
             ),
         };
@@ -717,6 +735,7 @@ mod tests {
             lsn: lsn.into(),
             written_at_ms: 0,
             snapshot: None,
+            accepted_gap: None,
         }
     }
 

@@ -526,7 +526,7 @@ pub fn missing_slot(
                 "replication slot {:?} does not exist, but the offset store says this connector had published up to {}: the slot was dropped, and changes since then were never streamed",
                 pg.slot, stored.lsn
             ),
-            hint: "reconcile events committed after that position from the outbox table, then start once with --accept-slot-position (see docs/operations.md, \"Slot ahead of the stored offset\")".into(),
+            hint: "in this order: start once with --accept-slot-position (walrelay creates the slot and names the range it never streamed), then reconcile that range with walrelay republish; reconciling first loses what commits in between (see docs/operations.md, \"Lost slot\")".into(),
         });
     }
     if !pg.create_slot {
@@ -1022,6 +1022,7 @@ mod tests {
                 tables_done: Vec::new(),
                 rows: 0,
             }),
+            accepted_gap: None,
         }
     }
 

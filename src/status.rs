@@ -114,6 +114,8 @@ pub struct StoredStatus {
     pub age_seconds: f64,
     /// `running` or `completed` when this connector took a snapshot.
     pub snapshot: Option<String>,
+    /// The last range accepted as never streamed: what to reconcile.
+    pub accepted_gap: Option<offsets::AcceptedGap>,
 }
 
 /// The slot's confirmed position against the stored offset.
@@ -146,8 +148,9 @@ pub struct InstanceStatus {
 pub async fn status(config: &Config) -> Status {
     let pg = &config.postgres;
     let params = connect_params(config);
-    let stored = read_stored(config).await;
-
+    // The slot first, the stored offset after: a running instance stores a
+    // position before it confirms it, so read in this order the slot is
+    // never seen ahead of the offset by the race between the two reads.
     let (slot, publication, server) = match catalog::connect(&params).await {
         Ok(client) => {
             let slot = read_slot(&client, &pg.slot).await;
@@ -167,6 +170,7 @@ pub async fn status(config: &Config) -> Status {
             (Err(why.clone()), Err(why.clone()), Err(why))
         }
     };
+    let stored = read_stored(config).await;
 
     let comparison = match (&slot, &stored, &server) {
         (Ok(Some(slot)), Ok(stored), Ok((system_id, timeline))) => {
@@ -272,10 +276,14 @@ async fn read_publication(
     }))
 }
 
-fn stored_status(s: &offsets::StoredOffset) -> StoredStatus {
-    let now_ms = std::time::SystemTime::now()
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn stored_status(s: &offsets::StoredOffset) -> StoredStatus {
+    let now_ms = now_ms();
     StoredStatus {
         lsn: s.lsn.clone(),
         slot: s.slot.clone(),
@@ -287,6 +295,7 @@ fn stored_status(s: &offsets::StoredOffset) -> StoredStatus {
             .snapshot
             .as_ref()
             .map(|p| format!("{:?}", p.state).to_lowercase()),
+        accepted_gap: s.accepted_gap.clone(),
     }
 }
 
@@ -500,6 +509,16 @@ impl fmt::Display for Status {
                 if let Some(snapshot) = &s.snapshot {
                     writeln!(f, "  snapshot           {snapshot}")?;
                 }
+                if let Some(gap) = &s.accepted_gap {
+                    writeln!(
+                        f,
+                        "  accepted gap       changes committed between {} and {} were never \
+                         streamed (accepted {:.0} s ago): reconcile them with walrelay republish",
+                        gap.from,
+                        gap.to,
+                        (now_ms().saturating_sub(gap.accepted_at_ms) as f64 / 1000.0)
+                    )?;
+                }
             }
         }
         if let Some(c) = &self.comparison {
@@ -645,6 +664,7 @@ mod tests {
             written_at_ms: 0,
             age_seconds: 1.0,
             snapshot: None,
+            accepted_gap: None,
         }));
         assert!(
             problems(&s).iter().any(|p| p.contains("does not exist")),

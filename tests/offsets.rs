@@ -39,6 +39,7 @@ fn offset(connector: &str, lsn: u64) -> StoredOffset {
         lsn: walrelay::Lsn(lsn).to_string(),
         written_at_ms: 1_700_000_000_000,
         snapshot: None,
+        accepted_gap: None,
     }
 }
 
@@ -309,6 +310,7 @@ async fn check_and_run_refuse_a_stored_offset_of_another_slot_or_timeline() {
         lsn: walrelay::Lsn(slot_lsn).to_string(),
         written_at_ms: 0,
         snapshot: None,
+        accepted_gap: None,
     };
     write_offset(&topic, &stored);
     let dir = std::env::temp_dir().join(unique("offtl"));

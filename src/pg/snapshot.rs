@@ -206,6 +206,26 @@ impl SnapshotReader {
         })
     }
 
+    /// Connects and begins a repeatable-read, read-only transaction of its
+    /// own (no exported snapshot): one consistent view of the tables now.
+    pub async fn open_now(params: &ConnectParams) -> Result<SnapshotReader, SnapshotError> {
+        let client = catalog::connect(params)
+            .await
+            .map_err(SnapshotError::Connect)?;
+        client
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+            .map_err(|source| SnapshotError::Query {
+                table: String::from("(none)"),
+                context: "beginning a read-only transaction",
+                source,
+            })?;
+        Ok(SnapshotReader {
+            client,
+            snapshot_name: String::new(),
+        })
+    }
+
     /// The imported snapshot's name.
     pub fn snapshot_name(&self) -> &str {
         &self.snapshot_name
@@ -350,6 +370,18 @@ impl SnapshotReader {
         order_by: &[String],
         split: Option<&HashSplit>,
     ) -> Result<SnapshotRows<'_>, SnapshotError> {
+        self.read_where(relation, order_by, split, None).await
+    }
+
+    /// [`SnapshotReader::read`], only the rows for which the SQL condition
+    /// `filter` holds (the operator's, for `walrelay republish`).
+    pub async fn read_where(
+        &mut self,
+        relation: &Relation,
+        order_by: &[String],
+        split: Option<&HashSplit>,
+        filter: Option<&str>,
+    ) -> Result<SnapshotRows<'_>, SnapshotError> {
         let pk;
         let order_by = if order_by.is_empty() {
             pk = self.primary_key(relation).await?;
@@ -357,7 +389,7 @@ impl SnapshotReader {
         } else {
             order_by
         };
-        let sql = copy_sql(relation, order_by, split)?;
+        let sql = copy_sql(relation, order_by, split, filter)?;
         let stream =
             self.client
                 .copy_out(sql.as_str())
@@ -466,12 +498,13 @@ impl HashSplit {
     }
 }
 
-/// `COPY (SELECT <columns> FROM <table> [WHERE <split>] ORDER BY <order_by>) TO STDOUT`
+/// `COPY (SELECT <columns> FROM <table> [WHERE (<filter>) AND <split>] ORDER BY <order_by>) TO STDOUT`
 /// for `relation`; every order and split column must be one of its columns.
 pub fn copy_sql(
     relation: &Relation,
     order_by: &[String],
     split: Option<&HashSplit>,
+    filter: Option<&str>,
 ) -> Result<String, SnapshotError> {
     let table = relation_display(relation);
     let known = |column: &str, what: &'static str| {
@@ -517,9 +550,16 @@ pub fn copy_sql(
         escape_identifier(schema),
         escape_identifier(&relation.name)
     );
+    let mut conditions = Vec::new();
+    if let Some(filter) = filter {
+        conditions.push(format!("({filter})"));
+    }
     if let Some(split) = split {
+        conditions.push(split.filter_sql());
+    }
+    if !conditions.is_empty() {
         sql.push_str(" WHERE ");
-        sql.push_str(&split.filter_sql());
+        sql.push_str(&conditions.join(" AND "));
     }
     sql.push_str(" ORDER BY ");
     sql.push_str(&list(&mut order_by.iter().map(String::as_str)));
@@ -938,22 +978,36 @@ mod tests {
         let r = relation(&["id", "Aggregate Id", "payload"]);
         let split = HashSplit::new("Aggregate Id", 3, 2).unwrap();
         assert_eq!(
-            copy_sql(&r, &["id".to_owned()], Some(&split)).unwrap(),
+            copy_sql(&r, &["id".to_owned()], Some(&split), None).unwrap(),
             "COPY (SELECT \"id\", \"Aggregate Id\", \"payload\" FROM \"app\".\"out\"\"box\" \
              WHERE (coalesce(hashtext(\"Aggregate Id\"::text), 0) & 2147483647) % 3 = 2 \
              ORDER BY \"id\") TO STDOUT"
         );
         assert_eq!(
-            copy_sql(&r, &["payload".to_owned(), "id".to_owned()], None).unwrap(),
+            copy_sql(&r, &["payload".to_owned(), "id".to_owned()], None, None).unwrap(),
             "COPY (SELECT \"id\", \"Aggregate Id\", \"payload\" FROM \"app\".\"out\"\"box\" \
              ORDER BY \"payload\", \"id\") TO STDOUT"
+        );
+        // An operator's condition (walrelay republish) is parenthesised, so
+        // an OR in it cannot escape the split.
+        assert_eq!(
+            copy_sql(
+                &r,
+                &["id".to_owned()],
+                Some(&split),
+                Some("id = 'a' OR true")
+            )
+            .unwrap(),
+            "COPY (SELECT \"id\", \"Aggregate Id\", \"payload\" FROM \"app\".\"out\"\"box\" \
+             WHERE (id = 'a' OR true) AND (coalesce(hashtext(\"Aggregate Id\"::text), 0) & 2147483647) % 3 = 2 \
+             ORDER BY \"id\") TO STDOUT"
         );
     }
 
     #[test]
     fn copy_sql_refuses_unknown_columns_and_no_order() {
         let r = relation(&["id", "aggregateid"]);
-        let e = copy_sql(&r, &["created".to_owned()], None).unwrap_err();
+        let e = copy_sql(&r, &["created".to_owned()], None, None).unwrap_err();
         let text = e.to_string();
         assert!(
             text.contains("snapshot_order_by column \"created\""),
@@ -962,11 +1016,11 @@ mod tests {
         assert!(text.contains("app.out\"box"), "{text}");
         assert!(text.contains("id, aggregateid"), "{text}");
         let split = HashSplit::new("tenant", 2, 0).unwrap();
-        let text = copy_sql(&r, &["id".to_owned()], Some(&split))
+        let text = copy_sql(&r, &["id".to_owned()], Some(&split), None)
             .unwrap_err()
             .to_string();
         assert!(text.contains("hash split column \"tenant\""), "{text}");
-        let text = copy_sql(&r, &[], None).unwrap_err().to_string();
+        let text = copy_sql(&r, &[], None, None).unwrap_err().to_string();
         assert!(text.contains("no primary key"), "{text}");
         assert!(text.contains("snapshot_order_by"), "{text}");
     }

@@ -238,6 +238,7 @@ mod tests {
             lsn: String::new(),
             written_at_ms: 0,
             snapshot: None,
+            accepted_gap: None,
         };
         let metrics = Arc::new(Metrics::new("orders"));
         let s = Streaming::new(config, metrics, sink, router, START, template);

@@ -264,7 +264,7 @@ impl Session {
                 }));
             }
         }
-        let offset_template = StoredOffset {
+        let mut offset_template = StoredOffset {
             connector: config.connector.name.clone(),
             system_id: system.system_id.clone(),
             timeline: system.timeline,
@@ -275,6 +275,7 @@ impl Session {
                 .as_ref()
                 .and_then(|s| s.snapshot.clone())
                 .filter(|s| s.state == SnapshotState::Completed),
+            accepted_gap: stored.as_ref().and_then(|s| s.accepted_gap.clone()),
         };
         let plan = startup::slot_plan(
             config.snapshot.mode,
@@ -414,6 +415,24 @@ impl Session {
             self.accept_slot_position,
         )?;
         if start.accepted {
+            // What was never streamed, said plainly and kept in the offset
+            // store for `walrelay status`.
+            if let Some(stored) = &stored {
+                tracing::warn!(
+                    from = %stored.lsn,
+                    to = %start.from,
+                    "changes committed between {} and {} were never streamed: reconcile exactly \
+                     that range (walrelay republish --config <file> --where \"<the outbox rows \
+                     committed in it>\"; docs/operations.md, \"Lost slot\")",
+                    stored.lsn,
+                    start.from
+                );
+                offset_template.accepted_gap = Some(crate::offsets::AcceptedGap {
+                    from: stored.lsn.clone(),
+                    to: start.from.to_string(),
+                    accepted_at_ms: super::heartbeat::now_ms(),
+                });
+            }
             // Store the accepted position now: the frontier may not pass it
             // for a long time (an idle database), and until the store holds
             // it every ordinary restart would be refused again.
