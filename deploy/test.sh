@@ -29,6 +29,9 @@ trap cleanup EXIT INT TERM
 log "checking build prerequisites"
 deploy/dev/prereqs.sh
 
+log "alert rules: promtool check and rule unit tests"
+deploy/prometheus/check.sh
+
 log "building (first build compiles librdkafka: a few minutes)"
 cargo build --locked --all-targets
 

@@ -27,6 +27,8 @@ SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 REPO_ROOT=$(cd -- "$SCRIPT_DIR/../.." && pwd -P)
 # shellcheck source=deploy/dev/maven.sh
 . "$SCRIPT_DIR/maven.sh"
+# shellcheck source=deploy/dev/lib.sh
+. "$SCRIPT_DIR/lib.sh"
 POM="$REPO_ROOT/deploy/bench/connect/pom.xml"
 
 log() { echo "connect.sh: $*" >&2; }
@@ -51,8 +53,8 @@ resolve() {
     if [[ -d $LIBS_DIR && -f $STAMP && $(cat "$STAMP") == "$(pom_hash)" ]]; then
         return 0
     fi
-    command -v java >/dev/null 2>&1 || die "java not found; install a JDK 17 (apt-get install -y openjdk-17-jdk-headless)"
-    command -v python3 >/dev/null 2>&1 || die "python3 not found (apt-get install -y python3-minimal)"
+    need_command java openjdk-17-jre-headless "java (a JRE >= 17)"
+    need_command python3 python3-minimal
     mkdir -p "$DEPS_DIR"
     # Two resolvers at once (a test and the benchmark) would fight over libs/.
     exec 8>"$DEPS_DIR/.lock"

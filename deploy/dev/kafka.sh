@@ -55,6 +55,8 @@ REPO_ROOT=$(cd -- "$SCRIPT_DIR/../.." && pwd -P)
 # shellcheck source=deploy/dev/maven.sh
 . "$SCRIPT_DIR/maven.sh"
 SELF="deploy/dev/kafka.sh"
+# shellcheck source=deploy/dev/lib.sh
+. "$SCRIPT_DIR/lib.sh"
 CONF_DIR="$SCRIPT_DIR/kafka"
 POM="$CONF_DIR/pom.xml"
 
@@ -156,8 +158,7 @@ take_lock() {
 }
 
 require_java() {
-    command -v java >/dev/null 2>&1 \
-        || die "java not found; install a JRE >= 17 (apt-get install -y openjdk-17-jre-headless)"
+    need_command java openjdk-17-jre-headless "java (a JRE >= 17)"
 }
 
 # ---------------------------------------------------------------------------
@@ -195,14 +196,7 @@ ensure_kcat() {
         log "  (install it with: sudo apt-get install -y kcat)"
         return 0
     fi
-    log "installing kcat (apt-get) ..."
-    export DEBIAN_FRONTEND=noninteractive
-    # Try without `apt-get update` first: on a machine whose lists are
-    # current this saves a network round trip.
-    if ! apt-get install -y -q kcat </dev/null >&2; then
-        apt-get update -q </dev/null >&2 || die "apt-get update failed"
-        apt-get install -y -q kcat </dev/null >&2 || die "apt-get install kcat failed"
-    fi
+    apt_install_package kcat kcat
 }
 
 # Succeeds iff the broker returns metadata listing at least one broker.
@@ -333,8 +327,7 @@ issue_certificate() {
 #   rogue-client.pem/.key    CN=walrelay-client, but signed by other-ca
 ensure_certificates() {
     [[ -f "$TLS_DIR/.complete" ]] && return 0
-    command -v openssl >/dev/null 2>&1 \
-        || die "openssl not found; install it (apt-get install -y openssl)"
+    need_command openssl openssl
     log "making a throwaway CA and certificates in $TLS_DIR ..."
     local tmp="$TLS_DIR.tmp.$$"
     rm -rf "$tmp"

