@@ -35,7 +35,9 @@
 //!
 //! Three comparisons, one at a time (each runs a JVM): Debezium's default
 //! options; `decimal.handling.mode=string`, `time.precision.mode=connect`,
-//! `binary.handling.mode=hex`, `interval.handling.mode=string`; and
+//! `binary.handling.mode=hex`, `interval.handling.mode=string`,
+//! `column.include.list` (four columns of toast_t, TOASTed ones among
+//! them); and
 //! `decimal.handling.mode=double`, `tombstones.on.delete=false`, another
 //! `unavailable.value.placeholder`, `skipped.operations=none`,
 //! `column.exclude.list` (a key column among them), the hash masks v1 and
@@ -763,19 +765,43 @@ async fn walrelay_and_debezium_agree_under_string_decimals_connect_times_hex_byt
 time.precision.mode=connect
 binary.handling.mode=hex
 interval.handling.mode=string
+column.include.list=public\\.(types_t|nopk_t|full_t|trunc_t)\\..*,public\\.toast_t\\.(id|v|j|a_int4)
 ",
         walrelay_defaults: r#"decimal_handling_mode = "string"
 time_precision_mode = "connect"
 binary_handling_mode = "hex"
 interval_handling_mode = "string"
 "#,
-        walrelay_tables: DEFAULT_TABLES,
+        walrelay_tables: r#"
+[[table]]
+name = "public.toast_t"
+column_include_list = ["id", "v", "j", "a_int4"]
+[[table]]
+name = "public.nopk_t"
+key_columns = ["code"]
+[[table]]
+name = "public.*"
+"#,
         tombstones: true,
         truncates: false,
         keys_differ: &[],
-        check: None,
+        check: Some(toast_t_columns_included),
     })
     .await;
+}
+
+/// The run above's column include list took effect in walrelay's records.
+fn toast_t_columns_included(prefix: &str) {
+    let values: Vec<Value> = read(&format!("{prefix}.public.toast_t"))
+        .into_iter()
+        .filter_map(|r| r.value)
+        .collect();
+    assert!(!values.is_empty());
+    for v in values {
+        let mut columns: Vec<&String> = v["after"].as_object().expect("after").keys().collect();
+        columns.sort();
+        assert_eq!(columns, ["a_int4", "id", "j", "v"], "{v}");
+    }
 }
 
 /// Also: column exclude lists (a key column among them), every kind of
