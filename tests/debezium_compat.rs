@@ -41,8 +41,9 @@
 //! `decimal.handling.mode=double`, `tombstones.on.delete=false`, another
 //! `unavailable.value.placeholder`, `skipped.operations=none`,
 //! `column.exclude.list` (a key column among them), the hash masks v1 and
-//! v2 (non-ASCII and non-BMP text, a `varchar(10)` whose hash is cut, a
-//! masked column dropped mid-stream), `column.mask.with.N.chars` (a key
+//! v2 (three algorithms; non-ASCII and non-BMP text; `varchar(10)`,
+//! `char(5)` and `"char"`, whose hashes are cut; a masked column dropped
+//! mid-stream), `column.mask.with.N.chars` (a key
 //! column too) and `column.truncate.to.N.chars` (an unchanged TOASTed
 //! placeholder cut, a cut through a non-BMP character: [`HALF_CHARACTER`]) — walrelay set alike through `[table_defaults]` and
 //! `[[table]]`. About 7-10 s each. The last also checks that the options
@@ -157,7 +158,9 @@ const TABLES: &str = "CREATE TYPE mood AS ENUM ('happy', 'sad');
     c_f8_arr float8[], c_varchar_arr varchar(5)[], c_uuid_arr uuid[],
     c_date_arr date[], c_ts_arr timestamp[], c_json_arr json[], c_jsonb_arr jsonb[],
     -- Text outside ASCII and the BMP (for the hash masks).
-    c_label text, c_cut text);
+    c_label text, c_cut text,
+    -- Hashes cut to the column's length: 1 for \"char\", n for char(n).
+    c_qchar \"char\", c_char5 char(5));
   -- Out of line and uncompressed from 2 kB on: an update that does not touch
   -- c_big sends it as 'unchanged TOAST'.
   ALTER TABLE types_t ALTER COLUMN c_big SET STORAGE EXTERNAL;
@@ -211,7 +214,7 @@ fn all_types_row(id: i32) -> String {
     '{{-0,1e20,0.1}}', '{{\"a b\",\"\",NULL}}', '{{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}}',
     '{{1969-12-31,2024-02-29}}', '{{\"2024-01-01 00:00:00.123456\",\"1969-12-31 23:59:59.5\"}}',
     '{{\"{{\\\"a\\\": [1, 2]}}\",NULL}}', '{{\"{{\\\"b\\\": null}}\",\"[]\"}}',
-    'Ünï ½ \u{1F600} ok', 'ab\u{1F600}cd')"
+    'Ünï ½ \u{1F600} ok', 'ab\u{1F600}cd', 'q', 'ü')"
     )
 }
 
@@ -907,6 +910,8 @@ column.mask.hash.v2.SHA-256.with.salt.s4lt=public\\.types_t\\.c_varchar,public\\
 column.mask.with.4.chars=public\\.types_t\\.c_char,public\\.nopk_t\\.code
 column.truncate.to.5.chars=public\\.types_t\\.c_big,public\\.toast_t\\.t
 column.truncate.to.3.chars=public\\.types_t\\.c_cut
+column.mask.hash.SHA-1.with.salt.s4lt=public\\.types_t\\.c_qchar
+column.mask.hash.v2.SHA3-512.with.salt.other=public\\.types_t\\.c_char5
 ",
         walrelay_defaults: r#"decimal_handling_mode = "double"
 tombstones_on_delete = false
@@ -935,6 +940,15 @@ truncate_to_chars = 5
 [[table.column_mask]]
 columns = ["c_cut"]
 truncate_to_chars = 3
+[[table.column_mask]]
+columns = ["c_qchar"]
+hash = "SHA-1"
+salt = "s4lt"
+[[table.column_mask]]
+columns = ["c_char5"]
+hash = "sha3-512"
+salt = "other"
+hash_version = 2
 [[table]]
 name = "public.toast_t"
 [[table.column_mask]]
@@ -996,6 +1010,8 @@ fn columns_masked_and_truncates_written(prefix: &str) {
         row2["c_cut"], "ab",
         "cut through a non-BMP character: {row2}"
     );
+    assert!(is_hex(&row2["c_qchar"], 1), "\"char\" hashed, cut: {row2}");
+    assert!(is_hex(&row2["c_char5"], 5), "char(5) hashed, cut: {row2}");
     assert!(
         row2.get("c_json").is_none() && row2.get("c_bytea").is_none(),
         "c_json, c_bytea left out: {row2}"
