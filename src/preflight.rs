@@ -219,7 +219,9 @@ pub async fn check(config: &Config) -> Report {
                     format!("key {}", c.primary_key.join(", "))
                 };
                 let entry = &config.tables[c.entry];
-                let detail = key + &crate::router::table::describe_columns(entry, &c.columns);
+                let identity = replica_identity(&client, c.table.oid).await;
+                let detail = format!("{key}, {identity}")
+                    + &crate::router::table::describe_columns(entry, &c.columns);
                 let key_columns = if entry.key_columns.is_empty() {
                     &c.primary_key
                 } else {
@@ -302,6 +304,34 @@ pub async fn check(config: &Config) -> Report {
         Err(e) => report.push("replication slot", fail(e.to_string(), "see the error")),
     }
     report
+}
+
+/// The table's REPLICA IDENTITY and what it means for `before`.
+async fn replica_identity(client: &tokio_postgres::Client, oid: u32) -> String {
+    let row = client
+        .query_opt(
+            "SELECT relreplident::text FROM pg_class WHERE oid = $1",
+            &[&oid],
+        )
+        .await;
+    match row
+        .ok()
+        .flatten()
+        .and_then(|r| r.get::<_, Option<String>>(0))
+        .as_deref()
+    {
+        Some("d") => "REPLICA IDENTITY DEFAULT (before: the key columns of a delete, none for an \
+                      update)"
+            .to_owned(),
+        Some("f") => "REPLICA IDENTITY FULL (before: the whole old row)".to_owned(),
+        Some("i") => {
+            "REPLICA IDENTITY USING INDEX (before: the index columns of a delete)".to_owned()
+        }
+        Some("n") => "REPLICA IDENTITY NOTHING (no before; PostgreSQL refuses updates and deletes \
+                      on a published table without one)"
+            .to_owned(),
+        _ => "replica identity unknown".to_owned(),
+    }
 }
 
 /// The "slot WAL" line: how much WAL the slot holds and may still hold.

@@ -508,6 +508,11 @@ name = "public.priced"
         report.contains("table public.keyless") && report.contains("no primary key: null keys"),
         "{report}"
     );
+    // ... and its replica identity, which decides what `before` holds.
+    assert!(
+        report.contains("no primary key: null keys (set key_columns), REPLICA IDENTITY DEFAULT"),
+        "{report}"
+    );
     // A new connector snapshots, and a table without any key has no order
     // to be read in: check and run refuse it alike, before the slot exists.
     let needle = "table public.keyless has no primary key and no key_columns";
