@@ -1,9 +1,12 @@
 //! Health and metrics for operators: `/healthz` and `/metrics` (Prometheus
 //! text format) on the `[health] listen` address.
 //!
-//! The relay updates a shared [`Metrics`] of atomics; nothing here feeds back
+//! The relay updates a shared [`Metrics`] of atomics (and a histogram and
+//! two label families from `prometheus-client`); nothing here feeds back
 //! into the data path (metrics are observations, not control). All metric
-//! names are in [`Metrics::render`], in one place, Prometheus-style.
+//! names are in [`exposition`], in one place, written by `prometheus-client`
+//! in the OpenMetrics text format; unknown readings are left out, never
+//! written as sentinels.
 //!
 //! The slot gauges come from `pg_replication_slots`, polled by the relay:
 //! - `walrelay_slot_lag_bytes`: WAL written since the slot's
@@ -44,16 +47,25 @@
 use std::io;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
 use std::time::{Duration, Instant};
 
+pub mod exposition;
 pub mod outage;
+mod process;
 
 /// Counters and gauges shared by the relay and the HTTP endpoint.
 #[derive(Debug)]
 pub struct Metrics {
     started: Instant,
-    /// `connector="<name>"`, on every sample.
-    labels: String,
+    /// The connector's name, the `connector` label of every sample.
+    connector: String,
+    /// Unix seconds when the process started (when this was made).
+    start_time_seconds: f64,
+    librdkafka_version: String,
     pub streaming: AtomicBool,
     /// An initial snapshot is being read and published.
     pub snapshot_running: AtomicBool,
@@ -61,9 +73,11 @@ pub struct Metrics {
     pub snapshot_rows: AtomicU64,
     /// Snapshot tables not yet completely in Kafka.
     pub snapshot_tables_remaining: AtomicU64,
-    /// How long the last completed snapshot took, in milliseconds.
+    /// How long the last completed snapshot took, in milliseconds (0: none).
     pub snapshot_duration_ms: AtomicU64,
     pub records_published: AtomicU64,
+    /// Bytes of the records handed to the producer.
+    pub published_bytes: AtomicU64,
     pub records_acked: AtomicU64,
     pub transactions: AtomicU64,
     pub updates_ignored: AtomicU64,
@@ -72,18 +86,41 @@ pub struct Metrics {
     pub session_errors: AtomicU64,
     pub confirmed_lsn: AtomicU64,
     pub received_lsn: AtomicU64,
+    /// Commit LSN of the newest transaction with a record handed to Kafka.
+    pub published_lsn: AtomicU64,
+    /// The checkpoint's frontier: Kafka holds every record below it.
+    pub acked_lsn: AtomicU64,
     pub in_flight_records: AtomicU64,
     pub in_flight_bytes: AtomicU64,
-    pub slot_lag_bytes: AtomicI64,
-    pub slot_retained_bytes: AtomicI64,
-    pub slot_safe_wal_bytes: AtomicI64,
+    pub slot_lag_bytes: MaybeGauge,
+    pub slot_retained_bytes: MaybeGauge,
+    pub slot_safe_wal_bytes: MaybeGauge,
     /// Milliseconds since `started` of the last Kafka acknowledgement, or of
     /// the last moment nothing was waiting for one.
     pub kafka_progress_ms: AtomicU64,
+    /// Milliseconds since `started` of the last acknowledged record, plus
+    /// one (0: none yet).
+    last_ack_ms: AtomicU64,
+    /// Milliseconds since `started` of the last acknowledged offset-store
+    /// write, plus one (0: none yet).
+    offset_written_ms: AtomicU64,
+    /// Microseconds the stream was not read for backpressure.
+    backpressure_us: AtomicU64,
+    /// Commit → Kafka acknowledgement, per record.
+    pub commit_to_ack: Histogram,
+    /// Records handed to the producer, by topic.
+    pub records_by_topic: Family<Vec<(&'static str, String)>, Counter>,
+    /// Session errors by class and cause.
+    pub session_errors_by_cause: Family<Vec<(&'static str, &'static str)>, Counter>,
     /// Milliseconds since `started` of the last successful slot read, plus
     /// one (0: never read).
     slot_polled_ms: AtomicU64,
     slot_wal_status: Mutex<String>,
+    /// PostgreSQL 17+: why the slot was invalidated ("" when it was not).
+    slot_invalidation_reason: Mutex<String>,
+    /// `pg_stat_replication_slots` counters, in [`SLOT_STAT_NAMES`] order.
+    slot_stats: [AtomicU64; 8],
+    slot_stats_known: AtomicBool,
     last_error: Mutex<String>,
     /// Heartbeats written with `pg_logical_emit_message`.
     pub heartbeats_sent: AtomicU64,
@@ -98,19 +135,86 @@ pub struct Metrics {
     heartbeat_round_trip_us: AtomicU64,
 }
 
+/// The `pg_stat_replication_slots` columns walrelay exports (PostgreSQL
+/// 14+), as counter names (without `_total`) and help.
+pub const SLOT_STAT_NAMES: [(&str, &str); 8] = [
+    (
+        "walrelay_slot_spill_txns",
+        "Transactions the slot's decoding spilled to disk (logical_decoding_work_mem exceeded).",
+    ),
+    (
+        "walrelay_slot_spill_count",
+        "Times the slot's decoding spilled transactions to disk.",
+    ),
+    (
+        "walrelay_slot_spill_bytes",
+        "Bytes of decoded transactions the slot spilled to disk.",
+    ),
+    (
+        "walrelay_slot_stream_txns",
+        "In-progress transactions streamed by the slot (walrelay does not ask for streaming).",
+    ),
+    (
+        "walrelay_slot_stream_count",
+        "Times the slot streamed in-progress transactions.",
+    ),
+    (
+        "walrelay_slot_stream_bytes",
+        "Bytes of in-progress transactions the slot streamed.",
+    ),
+    (
+        "walrelay_slot_total_txns",
+        "Transactions the slot decoded and sent.",
+    ),
+    (
+        "walrelay_slot_total_bytes",
+        "Bytes of transactions the slot decoded and sent.",
+    ),
+];
+
+/// A gauge that may be unknown (then left out of `/metrics`).
+#[derive(Debug)]
+pub struct MaybeGauge(AtomicI64);
+
+impl MaybeGauge {
+    const UNKNOWN: i64 = i64::MIN;
+
+    fn new() -> MaybeGauge {
+        MaybeGauge(AtomicI64::new(Self::UNKNOWN))
+    }
+
+    pub fn set(&self, value: Option<i64>) {
+        self.0
+            .store(value.unwrap_or(Self::UNKNOWN), Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> Option<i64> {
+        Some(self.0.load(Ordering::Relaxed)).filter(|v| *v != Self::UNKNOWN)
+    }
+}
+
+/// Buckets of `walrelay_commit_to_ack_seconds`: 5 ms to 10 minutes.
+const COMMIT_TO_ACK_BUCKETS: [f64; 16] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+
 impl Metrics {
-    /// Metrics labelled with the connector's name (validated by the config
-    /// to `[A-Za-z0-9._-]`, so it needs no escaping).
+    /// Metrics labelled with the connector's name.
     pub fn new(connector: &str) -> Self {
         Metrics {
             started: Instant::now(),
-            labels: format!("connector=\"{connector}\""),
+            connector: connector.to_owned(),
+            start_time_seconds: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+            librdkafka_version: rdkafka::util::get_rdkafka_version().1,
             streaming: AtomicBool::new(false),
             snapshot_running: AtomicBool::new(false),
             snapshot_rows: AtomicU64::new(0),
             snapshot_tables_remaining: AtomicU64::new(0),
             snapshot_duration_ms: AtomicU64::new(0),
             records_published: AtomicU64::new(0),
+            published_bytes: AtomicU64::new(0),
             records_acked: AtomicU64::new(0),
             transactions: AtomicU64::new(0),
             updates_ignored: AtomicU64::new(0),
@@ -119,14 +223,25 @@ impl Metrics {
             session_errors: AtomicU64::new(0),
             confirmed_lsn: AtomicU64::new(0),
             received_lsn: AtomicU64::new(0),
+            published_lsn: AtomicU64::new(0),
+            acked_lsn: AtomicU64::new(0),
             in_flight_records: AtomicU64::new(0),
             in_flight_bytes: AtomicU64::new(0),
-            slot_lag_bytes: AtomicI64::new(-1),
-            slot_retained_bytes: AtomicI64::new(-1),
-            slot_safe_wal_bytes: AtomicI64::new(-1),
+            slot_lag_bytes: MaybeGauge::new(),
+            slot_retained_bytes: MaybeGauge::new(),
+            slot_safe_wal_bytes: MaybeGauge::new(),
             kafka_progress_ms: AtomicU64::new(0),
+            last_ack_ms: AtomicU64::new(0),
+            offset_written_ms: AtomicU64::new(0),
+            backpressure_us: AtomicU64::new(0),
+            commit_to_ack: Histogram::new(COMMIT_TO_ACK_BUCKETS),
+            records_by_topic: Family::default(),
+            session_errors_by_cause: Family::default(),
             slot_polled_ms: AtomicU64::new(0),
             slot_wal_status: Mutex::new(String::new()),
+            slot_invalidation_reason: Mutex::new(String::new()),
+            slot_stats: Default::default(),
+            slot_stats_known: AtomicBool::new(false),
             last_error: Mutex::new(String::new()),
             heartbeats_sent: AtomicU64::new(0),
             heartbeat_write_errors: AtomicU64::new(0),
@@ -134,6 +249,90 @@ impl Metrics {
             heartbeat_received_ms: AtomicU64::new(0),
             heartbeat_round_trip_us: AtomicU64::new(0),
         }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Seconds since the moment stored (plus one) in `at`, if any.
+    fn since(&self, at: &AtomicU64) -> Option<f64> {
+        let at = at.load(Ordering::Relaxed);
+        (at > 0).then(|| self.now_ms().saturating_sub(at - 1) as f64 / 1000.0)
+    }
+
+    /// Kafka acknowledged a record now.
+    pub fn record_acked(&self) {
+        self.last_ack_ms
+            .store(self.now_ms().saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// Kafka acknowledged an offset-store write now.
+    pub fn offset_written(&self) {
+        self.offset_written_ms
+            .store(self.now_ms().saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// The stream was not read for `paused` because of backpressure.
+    pub fn backpressure(&self, paused: Duration) {
+        let us = u64::try_from(paused.as_micros()).unwrap_or(u64::MAX);
+        self.backpressure_us.fetch_add(us, Ordering::Relaxed);
+    }
+
+    fn backpressure_seconds(&self) -> f64 {
+        self.backpressure_us.load(Ordering::Relaxed) as f64 / 1e6
+    }
+
+    fn snapshot_duration(&self) -> Option<f64> {
+        let ms = self.snapshot_duration_ms.load(Ordering::Relaxed);
+        (ms > 0).then(|| ms as f64 / 1000.0)
+    }
+
+    /// A session ended on an error of `class` (transient, definite, resync)
+    /// and `cause`.
+    pub fn session_error(&self, class: &'static str, cause: &'static str) {
+        self.session_errors.fetch_add(1, Ordering::Relaxed);
+        self.session_errors_by_cause
+            .get_or_create(&vec![("class", class), ("cause", cause)])
+            .inc();
+    }
+
+    /// `pg_stat_replication_slots` counters ([`SLOT_STAT_NAMES`] order), or
+    /// `None` when unknown.
+    pub fn set_slot_stats(&self, stats: Option<[u64; 8]>) {
+        if let Some(stats) = stats {
+            for (cell, v) in self.slot_stats.iter().zip(stats) {
+                cell.store(v, Ordering::Relaxed);
+            }
+        }
+        self.slot_stats_known
+            .store(stats.is_some(), Ordering::Relaxed);
+    }
+
+    fn slot_stats(&self) -> Option<[u64; 8]> {
+        self.slot_stats_known
+            .load(Ordering::Relaxed)
+            .then(|| std::array::from_fn(|i| self.slot_stats[i].load(Ordering::Relaxed)))
+    }
+
+    pub fn set_invalidation_reason(&self, reason: &str) {
+        if let Ok(mut s) = self.slot_invalidation_reason.lock() {
+            reason.clone_into(&mut s);
+        }
+    }
+
+    fn slot_invalidation_reason(&self) -> String {
+        self.slot_invalidation_reason
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
+    }
+
+    fn slot_wal_status(&self) -> String {
+        self.slot_wal_status
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
     }
 }
 
@@ -294,205 +493,6 @@ impl Metrics {
             "streaming".to_owned()
         })
     }
-
-    /// Prometheus text exposition.
-    pub fn render(&self) -> String {
-        use std::fmt::Write;
-        let mut out = String::with_capacity(2048);
-        let labels = self.labels.clone();
-        let mut metric = |name: &str, kind: &str, help: &str, value: String| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{labels}}} {value}"
-            );
-        };
-        let u = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
-        let i = |a: &AtomicI64| a.load(Ordering::Relaxed).to_string();
-        metric(
-            "walrelay_up",
-            "gauge",
-            "1 while a replication session is streaming (or taking the initial snapshot).",
-            u8::from(self.streaming.load(Ordering::Relaxed)).to_string(),
-        );
-        metric(
-            "walrelay_snapshot_running",
-            "gauge",
-            "1 while the initial snapshot is read and published.",
-            u8::from(self.snapshot_running.load(Ordering::Relaxed)).to_string(),
-        );
-        metric(
-            "walrelay_snapshot_rows_total",
-            "counter",
-            "Rows read by the initial snapshot (each one published as a record).",
-            u(&self.snapshot_rows),
-        );
-        metric(
-            "walrelay_snapshot_tables_remaining",
-            "gauge",
-            "Snapshot tables not yet completely acknowledged by Kafka.",
-            u(&self.snapshot_tables_remaining),
-        );
-        metric(
-            "walrelay_snapshot_duration_seconds",
-            "gauge",
-            "How long the last completed initial snapshot took (0: none completed in this process).",
-            format!(
-                "{:.3}",
-                self.snapshot_duration_ms.load(Ordering::Relaxed) as f64 / 1000.0
-            ),
-        );
-        metric(
-            "walrelay_records_published_total",
-            "counter",
-            "Records handed to the Kafka producer.",
-            u(&self.records_published),
-        );
-        metric(
-            "walrelay_records_acked_total",
-            "counter",
-            "Records Kafka acknowledged (acks=all).",
-            u(&self.records_acked),
-        );
-        metric(
-            "walrelay_transactions_total",
-            "counter",
-            "Committed transactions received from PostgreSQL.",
-            u(&self.transactions),
-        );
-        metric(
-            "walrelay_updates_ignored_total",
-            "counter",
-            "Updates of outbox rows, not published (on_update = warn or skip).",
-            u(&self.updates_ignored),
-        );
-        metric(
-            "walrelay_rows_unclaimed_total",
-            "counter",
-            "Rows inserted into published tables that no [[outbox]] section claims, not published.",
-            u(&self.rows_unclaimed),
-        );
-        metric(
-            "walrelay_sessions_started_total",
-            "counter",
-            "Replication sessions that reached streaming.",
-            u(&self.sessions_started),
-        );
-        metric(
-            "walrelay_session_errors_total",
-            "counter",
-            "Sessions ended by an error (retried or not).",
-            u(&self.session_errors),
-        );
-        metric(
-            "walrelay_confirmed_lsn",
-            "gauge",
-            "Position stored and reported to PostgreSQL, as a 64-bit LSN.",
-            u(&self.confirmed_lsn),
-        );
-        metric(
-            "walrelay_received_lsn",
-            "gauge",
-            "Newest WAL position received from PostgreSQL.",
-            u(&self.received_lsn),
-        );
-        metric(
-            "walrelay_in_flight_records",
-            "gauge",
-            "Records sent to Kafka and not yet acknowledged.",
-            u(&self.in_flight_records),
-        );
-        metric(
-            "walrelay_in_flight_bytes",
-            "gauge",
-            "Bytes sent to Kafka and not yet acknowledged.",
-            u(&self.in_flight_bytes),
-        );
-        metric(
-            "walrelay_slot_lag_bytes",
-            "gauge",
-            "WAL written since the slot's confirmed_flush_lsn (-1 unknown).",
-            i(&self.slot_lag_bytes),
-        );
-        metric(
-            "walrelay_slot_retained_wal_bytes",
-            "gauge",
-            "WAL the slot keeps from being recycled (-1 unknown).",
-            i(&self.slot_retained_bytes),
-        );
-        metric(
-            "walrelay_slot_safe_wal_bytes",
-            "gauge",
-            "WAL that may still be written before the slot is lost (-1 unlimited or unknown).",
-            i(&self.slot_safe_wal_bytes),
-        );
-        if let Some(age) = self.slot_poll_age() {
-            metric(
-                "walrelay_slot_poll_age_seconds",
-                "gauge",
-                "Seconds since the slot gauges were last read from PostgreSQL (absent until the first read).",
-                format!("{:.3}", age.as_secs_f64()),
-            );
-        }
-        metric(
-            "walrelay_heartbeats_sent_total",
-            "counter",
-            "Heartbeats written with pg_logical_emit_message ([heartbeat] interval).",
-            u(&self.heartbeats_sent),
-        );
-        metric(
-            "walrelay_heartbeat_write_errors_total",
-            "counter",
-            "Heartbeat writes that failed (retried every interval).",
-            u(&self.heartbeat_write_errors),
-        );
-        metric(
-            "walrelay_heartbeats_received_total",
-            "counter",
-            "This connector's heartbeats seen coming back through the replication slot.",
-            u(&self.heartbeats_received),
-        );
-        if let Some(age) = self.heartbeat_age() {
-            metric(
-                "walrelay_heartbeat_age_seconds",
-                "gauge",
-                "Seconds since the last heartbeat came back through the slot (absent until the first).",
-                format!("{:.3}", age.as_secs_f64()),
-            );
-            metric(
-                "walrelay_heartbeat_round_trip_seconds",
-                "gauge",
-                "How long the last heartbeat took from pg_logical_emit_message to the replication stream.",
-                format!(
-                    "{:.6}",
-                    self.heartbeat_round_trip_us.load(Ordering::Relaxed) as f64 / 1e6
-                ),
-            );
-        }
-        let status = self
-            .slot_wal_status
-            .lock()
-            .map(|s| s.clone())
-            .unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "# HELP walrelay_slot_wal_status 1 for the slot's current wal_status.\n# TYPE walrelay_slot_wal_status gauge"
-        );
-        for s in ["reserved", "extended", "unreserved", "lost"] {
-            let _ = writeln!(
-                out,
-                "walrelay_slot_wal_status{{{},status=\"{s}\"}} {}",
-                self.labels,
-                u8::from(status == s)
-            );
-        }
-        let ok = u8::from(self.health().is_ok());
-        let _ = writeln!(
-            out,
-            "# HELP walrelay_healthy 1 when /healthz answers 200.\n# TYPE walrelay_healthy gauge\nwalrelay_healthy{{{}}} {ok}",
-            self.labels
-        );
-        out
-    }
 }
 
 /// Serves `/healthz` and `/metrics` on a dedicated thread until the process
@@ -513,11 +513,19 @@ pub fn serve(
             for request in server.incoming_requests() {
                 let (code, body, content_type) = match request.url() {
                     "/healthz" => match metrics.health() {
-                        Ok(r) => (200, format!("ok: {r}\n"), "text/plain"),
-                        Err(r) => (503, format!("unhealthy: {r}\n"), "text/plain"),
+                        Ok(r) => (200, format!("ok: {r}\n"), "text/plain; charset=utf-8"),
+                        Err(r) => (
+                            503,
+                            format!("unhealthy: {r}\n"),
+                            "text/plain; charset=utf-8",
+                        ),
                     },
-                    "/metrics" => (200, metrics.render(), "text/plain; version=0.0.4"),
-                    _ => (404, "try /healthz or /metrics\n".to_owned(), "text/plain"),
+                    "/metrics" => (200, exposition::render(&metrics), exposition::CONTENT_TYPE),
+                    _ => (
+                        404,
+                        "try /healthz or /metrics\n".to_owned(),
+                        "text/plain; charset=utf-8",
+                    ),
                 };
                 let mut response = tiny_http::Response::from_string(body).with_status_code(code);
                 if let Ok(h) =
@@ -550,46 +558,88 @@ mod tests {
     }
 
     #[test]
-    fn renders_prometheus_text() {
-        let m = Metrics::new("c1");
+    fn renders_openmetrics_text_without_sentinels() {
+        let m = std::sync::Arc::new(Metrics::new("c1"));
+        let render = || exposition::render(&m);
         m.records_published.store(7, Ordering::Relaxed);
-        m.slot_lag_bytes.store(4096, Ordering::Relaxed);
-        m.set_wal_status("extended");
-        let text = m.render();
+        let text = render();
+        // Unknown readings are left out, never -1.
+        for absent in [
+            "walrelay_slot_lag_bytes",
+            "walrelay_slot_safe_wal_bytes",
+            "walrelay_slot_wal_status{",
+            "walrelay_slot_poll_age_seconds",
+            "walrelay_heartbeat_age_seconds",
+            "walrelay_heartbeat_round_trip_seconds",
+            "walrelay_kafka_last_ack_age_seconds",
+            "walrelay_snapshot_duration_seconds{",
+            "walrelay_slot_spill_bytes",
+        ] {
+            assert!(
+                !text.contains(absent),
+                "{absent} before it is known:\n{text}"
+            );
+        }
+        assert!(!text.contains(" -1\n"), "{text}");
         assert!(text.contains(
-            "# TYPE walrelay_records_published_total counter\nwalrelay_records_published_total{connector=\"c1\"} 7\n"
-        ));
-        assert!(text.contains("walrelay_slot_lag_bytes{connector=\"c1\"} 4096\n"));
+            "# HELP walrelay_records_published Records handed to the Kafka producer.\n# TYPE walrelay_records_published counter\nwalrelay_records_published_total{connector=\"c1\"} 7\n"
+        ), "{text}");
         assert!(
-            text.contains("walrelay_slot_wal_status{connector=\"c1\",status=\"extended\"} 1\n")
+            text.contains("walrelay_streaming{connector=\"c1\"} 0\n"),
+            "{text}"
         );
-        assert!(text.contains("walrelay_slot_wal_status{connector=\"c1\",status=\"lost\"} 0\n"));
         assert!(
-            !text.contains("walrelay_slot_poll_age_seconds"),
-            "no age before the first read"
+            text.contains("walrelay_build_info{connector=\"c1\",version=\""),
+            "{text}"
         );
+        assert!(
+            text.contains("process_resident_memory_bytes{connector=\"c1\"} "),
+            "{text}"
+        );
+        assert!(
+            text.contains("process_open_fds{connector=\"c1\"} "),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
+
+        m.slot_lag_bytes.set(Some(4096));
+        m.slot_safe_wal_bytes.set(None);
+        m.set_wal_status("extended");
+        m.set_slot_stats(Some([1, 2, 3, 0, 0, 0, 9, 10]));
+        m.set_invalidation_reason("wal_removed");
         m.slot_polled();
-        assert!(
-            m.render()
-                .contains("walrelay_slot_poll_age_seconds{connector=\"c1\"} 0.")
-        );
-        assert!(
-            !text.contains("walrelay_heartbeat_age_seconds")
-                && !text.contains("walrelay_heartbeat_round_trip_seconds"),
-            "no heartbeat age before the first heartbeat"
-        );
-        assert!(text.contains("walrelay_heartbeats_received_total{connector=\"c1\"} 0\n"));
+        m.record_acked();
+        m.commit_to_ack.observe(0.02);
+        m.session_error("transient", "kafka");
         m.heartbeat_received(Duration::from_micros(2_500));
-        let after = m.render();
-        assert!(after.contains("walrelay_heartbeat_age_seconds{connector=\"c1\"} 0."));
+        let text = render();
+        for present in [
+            "walrelay_slot_lag_bytes{connector=\"c1\"} 4096\n",
+            "walrelay_slot_wal_status{connector=\"c1\",status=\"extended\"} 1\n",
+            "walrelay_slot_wal_status{connector=\"c1\",status=\"lost\"} 0\n",
+            "walrelay_slot_spill_bytes_total{connector=\"c1\"} 3\n",
+            "walrelay_slot_total_bytes_total{connector=\"c1\"} 10\n",
+            "walrelay_slot_invalidation_reason{connector=\"c1\",reason=\"wal_removed\"} 1\n",
+            "walrelay_slot_poll_age_seconds{connector=\"c1\"} 0.",
+            "walrelay_kafka_last_ack_age_seconds{connector=\"c1\"} 0.",
+            "walrelay_commit_to_ack_seconds_bucket{connector=\"c1\",le=\"0.025\"} 1\n",
+            "walrelay_commit_to_ack_seconds_count{connector=\"c1\"} 1\n",
+            "walrelay_session_errors_total{connector=\"c1\"} 1\n",
+            "walrelay_session_errors_by_cause_total{connector=\"c1\",class=\"transient\",cause=\"kafka\"} 1\n",
+            "walrelay_heartbeat_round_trip_seconds{connector=\"c1\"} 0.0025\n",
+            "walrelay_heartbeats_received_total{connector=\"c1\"} 1\n",
+        ] {
+            assert!(text.contains(present), "{present:?} missing:\n{text}");
+        }
         assert!(
-            after.contains("walrelay_heartbeat_round_trip_seconds{connector=\"c1\"} 0.002500\n")
+            !text.contains("walrelay_slot_safe_wal_bytes"),
+            "unlimited: absent"
         );
-        assert!(after.contains("walrelay_heartbeats_received_total{connector=\"c1\"} 1\n"));
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let (series, value) = line.rsplit_once(' ').unwrap();
             assert!(
-                series.starts_with("walrelay_") && series.contains("{connector=\"c1\""),
+                (series.starts_with("walrelay_") || series.starts_with("process_"))
+                    && series.contains("connector=\"c1\""),
                 "{line}"
             );
             assert!(value.parse::<f64>().is_ok(), "{line}");
@@ -612,7 +662,15 @@ mod tests {
         m.streaming.store(true, Ordering::Relaxed);
         m.kafka_progress();
         assert!(get("/healthz").starts_with("HTTP/1.0 200"));
-        assert!(get("/metrics").contains("walrelay_up{connector=\"c1\"} 1"));
+        let metrics = get("/metrics");
+        assert!(
+            metrics.contains("walrelay_streaming{connector=\"c1\"} 1"),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+            "{metrics}"
+        );
         assert!(get("/nope").starts_with("HTTP/1.0 404"));
     }
     #[test]

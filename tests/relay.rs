@@ -485,7 +485,14 @@ async fn health_and_metrics_show_streaming_and_slot_lag() {
             let c = format!("{{connector=\"{}\"", names.connector);
             async move {
                 (m.contains(&format!("walrelay_records_acked_total{c}}} 1\n"))
-                    && m.contains(&format!("walrelay_up{c}}} 1\n"))
+                    && m.contains(&format!("walrelay_streaming{c}}} 1\n"))
+                    && m.contains(&format!(
+                        "walrelay_records_published_by_topic_total{c},topic=\""
+                    ))
+                    && m.contains(&format!("walrelay_commit_to_ack_seconds_count{c}}} 1\n"))
+                    && m.contains("walrelay_kafka_last_ack_age_seconds")
+                    && m.contains("walrelay_offset_store_write_age_seconds")
+                    && m.contains("walrelay_slot_total_txns_total")
                     && m.contains(&format!(
                         "walrelay_slot_wal_status{c},status=\"reserved\"}} 1"
                     )))

@@ -279,6 +279,7 @@ mod tests {
             index: 0,
             event_id: None,
             snapshot_table: None,
+            commit_ms: 0,
         }
     }
 

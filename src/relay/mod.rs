@@ -72,6 +72,9 @@ pub enum Token {
         event_id: Option<EventId>,
         /// For a snapshot record: its table's index in the snapshot.
         snapshot_table: Option<u32>,
+        /// The transaction's commit time, ms since 1970 (0: none, e.g. a
+        /// snapshot record), for `walrelay_commit_to_ack_seconds`.
+        commit_ms: i64,
     },
     /// An offset-store write for position `lsn`.
     Offset { lsn: Lsn },
@@ -241,6 +244,34 @@ impl RelayError {
                 ..ErrorAbout::default()
             },
             _ => ErrorAbout::default(),
+        }
+    }
+
+    /// `transient` (retried), `resync` (the slot needs an operator: lost,
+    /// dropped, ahead of the stored offset) or `definite` (stopped).
+    pub fn class(&self) -> &'static str {
+        match self {
+            _ if self.is_transient() => "transient",
+            RelayError::Refused { .. } => "resync",
+            _ => "definite",
+        }
+    }
+
+    /// What failed, for `walrelay_session_errors_by_cause`.
+    pub fn cause(&self) -> &'static str {
+        match self {
+            RelayError::Wire(_) | RelayError::Catalog(_) => "postgres",
+            RelayError::Decode { .. } => "decode",
+            RelayError::Stream { .. } | RelayError::Ended(_) => "stream",
+            RelayError::Route(_) | RelayError::Unroutable { .. } => "route",
+            RelayError::TableEvent(_) => "table_event",
+            RelayError::Delivery { .. } => "delivery",
+            RelayError::Sink(_) => "kafka",
+            RelayError::Offsets(_) => "offset_store",
+            RelayError::Checkpoint(_) => "checkpoint",
+            RelayError::Refused { .. } => "slot",
+            RelayError::Setup { .. } => "setup",
+            RelayError::Snapshot(_) => "snapshot",
         }
     }
 
@@ -474,7 +505,7 @@ pub async fn run(
             Err(e) => Err(e),
         };
         if let Err(e) = &result {
-            metrics.session_errors.fetch_add(1, Ordering::Relaxed);
+            metrics.session_error(e.class(), e.cause());
             metrics.set_error(&e.to_string());
         }
         match result {

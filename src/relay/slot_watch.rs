@@ -10,7 +10,6 @@
 //! It only observes: nothing here feeds back into the data path.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::pg::catalog;
@@ -23,10 +22,26 @@ const POLL_INTERVAL: Duration = Duration::from_secs(5);
 /// How long one read of the slot may take.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(15);
 
-const SLOT_SQL: &str = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::int8, \
-                               pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8, \
-                               safe_wal_size, wal_status::text \
-                        FROM pg_replication_slots WHERE slot_name = $1";
+/// The slot's sizes and state, and its decoding statistics
+/// (`pg_stat_replication_slots`, PostgreSQL 14+); `invalidation_reason`
+/// exists from 17 on.
+fn slot_sql(server_version: i32) -> String {
+    let reason = if server_version >= 170_000 {
+        "s.invalidation_reason::text"
+    } else {
+        "NULL::text"
+    };
+    format!(
+        "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::int8, \
+                pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::int8, \
+                s.safe_wal_size::int8, s.wal_status::text, {reason}, \
+                st.spill_txns, st.spill_count, st.spill_bytes, st.stream_txns, \
+                st.stream_count, st.stream_bytes, st.total_txns, st.total_bytes \
+         FROM pg_replication_slots s \
+         LEFT JOIN pg_stat_replication_slots st ON st.slot_name = s.slot_name \
+         WHERE s.slot_name = $1"
+    )
+}
 
 /// Reads the slot into `metrics` every [`POLL_INTERVAL`] until aborted.
 pub(super) async fn watch(
@@ -53,22 +68,36 @@ pub(super) async fn watch(
         };
         backoff = backoff_initial;
         warned_down = false;
+        let sql = match catalog::server_version(&client).await {
+            Ok(v) => slot_sql(v),
+            Err(e) => {
+                tracing::debug!(error = %e, "slot watcher cannot read the server version");
+                tokio::time::sleep(backoff).await;
+                continue;
+            }
+        };
         let mut warned_status = String::new();
         loop {
             // A query that hangs (a half-open connection) must not freeze
             // the gauges' age silently: give up and reconnect.
             let read =
-                tokio::time::timeout(QUERY_TIMEOUT, client.query_opt(SLOT_SQL, &[&slot])).await;
+                tokio::time::timeout(QUERY_TIMEOUT, client.query_opt(sql.as_str(), &[&slot])).await;
             let Ok(result) = read else {
                 tracing::debug!("slot query timed out; reconnecting the slot watcher");
                 break;
             };
             match result {
                 Ok(Some(row)) => {
-                    let get = |i: usize| row.get::<_, Option<i64>>(i).unwrap_or(-1);
-                    metrics.slot_lag_bytes.store(get(0), Ordering::Relaxed);
-                    metrics.slot_retained_bytes.store(get(1), Ordering::Relaxed);
-                    metrics.slot_safe_wal_bytes.store(get(2), Ordering::Relaxed);
+                    let get = |i: usize| row.get::<_, Option<i64>>(i);
+                    metrics.slot_lag_bytes.set(get(0));
+                    metrics.slot_retained_bytes.set(get(1));
+                    metrics.slot_safe_wal_bytes.set(get(2));
+                    let reason: Option<String> = row.get(4);
+                    metrics.set_invalidation_reason(reason.as_deref().unwrap_or_default());
+                    let stats: Option<Vec<u64>> = (5..13)
+                        .map(|i| get(i).and_then(|v| u64::try_from(v).ok()))
+                        .collect();
+                    metrics.set_slot_stats(stats.and_then(|v| v.try_into().ok()));
                     let status: Option<String> = row.get(3);
                     let status = status.unwrap_or_default();
                     if (status == "unreserved" || status == "lost") && status != warned_status {
@@ -80,9 +109,11 @@ pub(super) async fn watch(
                 }
                 Ok(None) => {
                     // Not created yet, or dropped: the gauges are unknown.
-                    metrics.slot_lag_bytes.store(-1, Ordering::Relaxed);
-                    metrics.slot_retained_bytes.store(-1, Ordering::Relaxed);
-                    metrics.slot_safe_wal_bytes.store(-1, Ordering::Relaxed);
+                    metrics.slot_lag_bytes.set(None);
+                    metrics.slot_retained_bytes.set(None);
+                    metrics.slot_safe_wal_bytes.set(None);
+                    metrics.set_invalidation_reason("");
+                    metrics.set_slot_stats(None);
                     metrics.set_wal_status("");
                     metrics.slot_polled();
                 }

@@ -64,6 +64,10 @@ pub(super) struct Streaming {
     /// this to reach zero, not for acks that will never come.
     pub(super) awaiting_reports: u64,
     pub(super) warned_updates: HashSet<String>,
+    /// `walrelay_records_published_by_topic`'s counter per topic, so that
+    /// counting a record allocates nothing once its topic was seen.
+    pub(super) topic_counters:
+        std::collections::HashMap<String, prometheus_client::metrics::counter::Counter>,
     /// Tables whose unclaimed rows were logged this session.
     pub(super) warned_unclaimed: HashSet<String>,
     /// A row of the open transaction that cannot be routed: the session
@@ -115,6 +119,7 @@ impl Streaming {
             warned_updates: HashSet::new(),
             warned_unclaimed: HashSet::new(),
             unroutable: None,
+            topic_counters: std::collections::HashMap::new(),
             snapshot_tables: Vec::new(),
             table_records: Vec::new(),
             snapshot_ms: 0,
@@ -160,7 +165,10 @@ impl Streaming {
                         "in-flight limit reached; pausing reads until Kafka acknowledges"
                     );
                 }
-                (false, Some(_)) => full_since = None,
+                (false, Some(since)) => {
+                    self.metrics.backpressure(since.elapsed());
+                    full_since = None;
+                }
                 _ => {}
             }
             if full {
@@ -453,6 +461,13 @@ impl Streaming {
         self.metrics
             .records_published
             .fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .published_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+        self.metrics
+            .published_lsn
+            .store(pos.commit_lsn.0, Ordering::Relaxed);
+        self.count_topic(&record.topic);
         let token = Token::Record {
             txn,
             bytes,
@@ -460,6 +475,10 @@ impl Streaming {
             index: pos.index,
             event_id: record_id(record),
             snapshot_table,
+            commit_ms: match (snapshot_table, self.open) {
+                (None, Some(open)) => open.commit_ms,
+                _ => 0,
+            },
         };
         self.sink
             .send(record, token)
@@ -472,6 +491,20 @@ impl Streaming {
             })?;
         self.awaiting_reports += 1;
         Ok(())
+    }
+
+    fn count_topic(&mut self, topic: &str) {
+        if let Some(counter) = self.topic_counters.get(topic) {
+            counter.inc();
+            return;
+        }
+        let counter = self
+            .metrics
+            .records_by_topic
+            .get_or_create(&vec![("topic", topic.to_owned())])
+            .clone();
+        counter.inc();
+        self.topic_counters.insert(topic.to_owned(), counter);
     }
 
     fn on_update(&mut self, change: &Change) -> Result<(), RelayError> {
@@ -499,10 +532,19 @@ impl Streaming {
                 txn,
                 bytes,
                 snapshot_table,
+                commit_ms,
                 ..
             }) => {
                 self.awaiting_reports = self.awaiting_reports.saturating_sub(1);
                 self.checkpoint.ack(txn, bytes)?;
+                self.metrics.record_acked();
+                self.metrics
+                    .acked_lsn
+                    .store(self.checkpoint.confirmed().0, Ordering::Relaxed);
+                if commit_ms > 0 {
+                    let ms = super::heartbeat::now_ms().saturating_sub(commit_ms).max(0);
+                    self.metrics.commit_to_ack.observe(ms as f64 / 1000.0);
+                }
                 if let Some(t) =
                     snapshot_table.and_then(|i| self.snapshot_tables.get_mut(i as usize))
                 {
@@ -512,6 +554,7 @@ impl Streaming {
                 Ok(false)
             }
             Ack::Delivered(Token::Offset { lsn }) => {
+                self.metrics.offset_written();
                 if self.offset_in_flight == Some(lsn) {
                     self.offset_in_flight = None;
                 }
