@@ -17,25 +17,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use support::*;
-
-async fn create_topic(topic: &str) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", kafka_brokers())
-        .create()
-        .expect("admin client");
-    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
-    for r in admin
-        .create_topics(&[new], &AdminOptions::new())
-        .await
-        .expect("create topic")
-    {
-        r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
-    }
-}
 
 async fn sql(db: &TestDb, sql: &str) {
     db.client

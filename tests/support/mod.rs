@@ -1032,3 +1032,22 @@ pub fn run_refuses(path: &std::path::Path, needle: &str) -> String {
     );
     error
 }
+
+/// Creates `topic` with one partition (for producers that may not
+/// auto-create topics).
+pub async fn create_topic(topic: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .create()
+        .expect("admin client");
+    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
+    for r in admin
+        .create_topics(&[new], &AdminOptions::new())
+        .await
+        .expect("create topic")
+    {
+        r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+    }
+}
