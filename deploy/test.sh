@@ -35,6 +35,9 @@ deploy/prometheus/check.sh
 log "building (first build compiles librdkafka: a few minutes)"
 cargo build --locked --all-targets
 
+log "deploy files: systemd-analyze, kubernetes-validate, hadolint"
+deploy/validate.sh "${CARGO_TARGET_DIR:-$ROOT/target}/debug/walrelay"
+
 log "starting PostgreSQL 18 and Kafka"
 eval "$(PG_MAJOR=18 deploy/dev/postgres.sh up)"
 eval "$(deploy/dev/kafka.sh up)"

@@ -86,6 +86,41 @@ fn every_example_config_loads_and_validates() {
     }
 }
 
+/// The walrelay.toml inside deploy/kubernetes/sidecar.yaml loads like the
+/// examples do (its secret read from a file, as the mounted Secret is).
+#[test]
+fn the_kubernetes_sidecar_config_loads() {
+    let manifest = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes/sidecar.yaml"),
+    )
+    .unwrap();
+    let toml: String = manifest
+        .lines()
+        .skip_while(|l| l.trim_end() != "  walrelay.toml: |")
+        .skip(1)
+        .take_while(|l| l.is_empty() || l.starts_with("    "))
+        .map(|l| format!("{}\n", l.get(4..).unwrap_or_default()))
+        .collect();
+    assert!(
+        toml.contains("[connector]"),
+        "no walrelay.toml in the manifest"
+    );
+    let secret = std::env::temp_dir().join(format!("walrelay_sidecar_{}", std::process::id()));
+    std::fs::write(&secret, "s3cret\n").unwrap();
+    let toml = toml.replace(
+        "${file:/run/secrets/walrelay/pg_password}",
+        &format!("${{file:{}}}", secret.display()),
+    );
+    let config = Config::from_str_with_env(&toml, "sidecar.yaml", &fake_env)
+        .unwrap_or_else(|e| panic!("the sidecar's walrelay.toml does not load:\n{e}"));
+    let _ = std::fs::remove_file(&secret);
+    assert_eq!(config.connector.name, "orders");
+    assert_eq!(
+        config.health.map(|h| h.listen.to_string()).as_deref(),
+        Some("0.0.0.0:9187")
+    );
+}
+
 #[test]
 fn example_toml_sets_every_key() {
     // Keys of the schema; a key added to the code but not to
