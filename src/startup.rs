@@ -532,7 +532,10 @@ pub fn missing_slot(
     if !pg.create_slot {
         return Err(CheckError::setup(
             format!("replication slot {:?} does not exist", pg.slot),
-            "set postgres.create_slot = true, or create it with SELECT pg_create_logical_replication_slot('<slot>', 'pgoutput')",
+            format!(
+                "set postgres.create_slot = true, or create it: SELECT pg_create_logical_replication_slot('{}', 'pgoutput');",
+                pg.slot
+            ),
         ));
     }
     Ok(())
@@ -909,7 +912,7 @@ pub async fn slot_predates_publication(
 /// 14–17 a slot created before its publication fails every start with
 /// `publication "…" does not exist` (the walsender reads the publication as
 /// of each change). Other errors pass through unchanged.
-pub fn explain_stream_error(e: RelayError, publication: &str) -> RelayError {
+pub fn explain_stream_error(e: RelayError, publication: &str, slot: &str) -> RelayError {
     let RelayError::Wire(WireError::Server { error, .. }) = &e else {
         return e;
     };
@@ -923,7 +926,12 @@ pub fn explain_stream_error(e: RelayError, publication: &str) -> RelayError {
             "the walsender stopped with '{}' although the publication exists: the replication slot was created before the publication, and PostgreSQL 14–17 read the publication as of each change, so every start fails at the first change committed before the publication existed",
             error.message
         ),
-        fix: "drop the slot and start walrelay again so it creates the slot after the publication; events committed in between must be reconciled from the outbox table (see docs/operations.md, \"Slot created before the publication\")".into(),
+        fix: format!(
+            "SELECT pg_drop_replication_slot('{slot}'); then start walrelay once with \
+             --accept-slot-position (it creates the slot after the publication and names the \
+             range it never streamed) and reconcile that range with walrelay republish (see \
+             docs/operations.md, \"Slot created before the publication\")"
+        ),
     }
 }
 
@@ -950,12 +958,13 @@ mod tests {
         let e = explain_stream_error(
             server_error("publication \"walrelay\" does not exist"),
             "walrelay",
+            "orders",
         );
         assert!(!e.is_transient());
         let text = e.to_string();
         assert!(
             text.contains("created before the publication")
-                && text.contains("drop the slot")
+                && text.contains("SELECT pg_drop_replication_slot('orders');")
                 && text.contains("docs/operations.md"),
             "{text}"
         );
@@ -963,9 +972,13 @@ mod tests {
 
     #[test]
     fn other_errors_pass_through() {
-        let e = explain_stream_error(server_error("publication \"other\" does not exist"), "w");
+        let e = explain_stream_error(
+            server_error("publication \"other\" does not exist"),
+            "w",
+            "s",
+        );
         assert!(matches!(e, RelayError::Wire(_)), "{e}");
-        let e = explain_stream_error(server_error("out of memory"), "w");
+        let e = explain_stream_error(server_error("out of memory"), "w", "s");
         assert!(matches!(e, RelayError::Wire(_)), "{e}");
     }
 

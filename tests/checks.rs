@@ -386,7 +386,8 @@ async fn check_warns_when_the_slot_predates_the_publication() {
         let mut run = RelayProcess::start_with(&path, &[]);
         let log = run.expect_exit(1, START);
         assert!(
-            log.contains("created before the publication") && log.contains("drop the slot"),
+            log.contains("created before the publication")
+                && log.contains("SELECT pg_drop_replication_slot("),
             "{log}"
         );
     }

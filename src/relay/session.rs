@@ -85,7 +85,9 @@ impl Started {
                     self.source
                         .start_streaming(&pg.slot, &pg.publication)
                         .await
-                        .map_err(|e| startup::explain_stream_error(e.into(), &pg.publication))?;
+                        .map_err(|e| {
+                            startup::explain_stream_error(e.into(), &pg.publication, &pg.slot)
+                        })?;
                     tracing::info!(
                         slot = %pg.slot, publication = %pg.publication, lsn = %consistent_point,
                         "streaming"
@@ -170,6 +172,7 @@ impl Started {
         Err(startup::explain_stream_error(
             e,
             &self.run.config.postgres.publication,
+            &self.run.config.postgres.slot,
         ))
     }
 }
@@ -452,7 +455,7 @@ impl Session {
         let stream = repl
             .start_replication(&pg.slot, start, &pg.publication)
             .await
-            .map_err(|e| startup::explain_stream_error(e.into(), &pg.publication))?;
+            .map_err(|e| startup::explain_stream_error(e.into(), &pg.publication, &pg.slot))?;
         // The slot may have moved between our read and START_REPLICATION.
         if let Some(now) = catalog::slot_state(&catalog, &pg.slot).await? {
             if now.wal_status.as_deref() == Some("lost") {
