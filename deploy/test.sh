@@ -72,7 +72,7 @@ for m in $EXTRA_MAJORS; do
   eval "$(PG_MAJOR=$m deploy/dev/postgres.sh up)"
   export WALRELAY_PG_MAJOR WALRELAY_PG_PORT WALRELAY_PG_SOCKET_DIR
   cargo test --locked --test services --test relay_matrix --test wire --test snapshot_reader \
-    --test pg_security --test status --test heartbeat
+    --test pg_security --test status --test heartbeat --test lost_slot
   # Snapshot, then stream end to end on 14 too (it exports the snapshot with
   # other syntax); the 1,000,000-row memory test measures walrelay alone and
   # runs on 18 only. 15-17 share 18's syntax (snapshot_reader covers them).

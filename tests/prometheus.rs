@@ -200,43 +200,12 @@ fn firing(prometheus: &Prometheus) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Restores `max_slot_wal_keep_size` when the test ends.
-struct KeepSize;
-impl Drop for KeepSize {
-    fn drop(&mut self) {
-        let url = pg_superuser_url("postgres");
-        let _ = std::thread::spawn(move || {
-            tokio::runtime::Runtime::new().unwrap().block_on(async {
-                if let Ok((client, conn)) =
-                    tokio_postgres::connect(&url, tokio_postgres::NoTls).await
-                {
-                    tokio::spawn(conn);
-                    for sql in [
-                        "ALTER SYSTEM RESET max_slot_wal_keep_size",
-                        "SELECT pg_reload_conf()",
-                    ] {
-                        let _ = client.batch_execute(sql).await;
-                    }
-                }
-            });
-        })
-        .join();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_and_alert_expressions_work_against_a_real_prometheus() {
     require_kafka();
     // safe_wal_size exists only with a limit (walrelay leaves it out when
     // unlimited): give the server a generous one for this test.
-    let admin = pg_connect("postgres").await;
-    for sql in [
-        "ALTER SYSTEM SET max_slot_wal_keep_size = '100GB'",
-        "SELECT pg_reload_conf()",
-    ] {
-        admin.batch_execute(sql).await.unwrap();
-    }
-    let _restore = KeepSize;
+    let _keep_size = SystemSetting::set("max_slot_wal_keep_size", "100GB").await;
 
     let db = TestDb::new("prom").await;
     db.create_outbox("outbox").await;

@@ -1051,3 +1051,48 @@ pub async fn create_topic(topic: &str) {
         r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
     }
 }
+
+/// Sets a server setting with ALTER SYSTEM (reloaded) and resets it when
+/// dropped, also when the test fails. Only for settings that cannot hurt
+/// tests running beside it (test binaries run one at a time).
+pub struct SystemSetting(&'static str);
+
+impl SystemSetting {
+    pub async fn set(name: &'static str, value: &str) -> SystemSetting {
+        let admin = pg_connect("postgres").await;
+        for sql in [
+            format!("ALTER SYSTEM SET {name} = '{value}'"),
+            "SELECT pg_reload_conf()".to_owned(),
+        ] {
+            admin
+                .batch_execute(&sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+        SystemSetting(name)
+    }
+}
+
+impl Drop for SystemSetting {
+    fn drop(&mut self) {
+        let url = pg_superuser_url("postgres");
+        let name = self.0;
+        let _ = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Runtime::new() else {
+                return;
+            };
+            runtime.block_on(async {
+                if let Ok((client, conn)) = tokio_postgres::connect(&url, NoTls).await {
+                    tokio::spawn(conn);
+                    for sql in [
+                        format!("ALTER SYSTEM RESET {name}"),
+                        "SELECT pg_reload_conf()".to_owned(),
+                    ] {
+                        let _ = client.batch_execute(&sql).await;
+                    }
+                }
+            });
+        })
+        .join();
+    }
+}
