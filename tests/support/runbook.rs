@@ -77,7 +77,7 @@ pub async fn recover(db: &TestDb, names: &Names, config: &Path, writers: Writers
 
     // 3. Start walrelay first: it creates the new slot and names the range
     // it never streamed.
-    let mut relay = RelayProcess::start_with(&config, &["--accept-slot-position"]);
+    let mut relay = RelayProcess::start_with(config, &["--accept-slot-position"]);
     relay.wait_log("were never streamed", START).await;
     relay.wait_log("streaming", START).await;
     let log = relay.log();
@@ -114,7 +114,7 @@ pub async fn recover(db: &TestDb, names: &Names, config: &Path, writers: Writers
 
     // Every outbox row is in Kafka (republished ones marked as such, with
     // the same key and id a streamed record of the row would have).
-    let rows = outbox_rows(&db).await;
+    let rows = outbox_rows(db).await;
     let consumed = consume_to_end(&[&names.topic("order"), &names.topic("invoice")]);
     let ids: HashSet<String> = consumed.iter().filter_map(|c| c.header_str("id")).collect();
     let lost: Vec<&String> = rows.keys().filter(|id| !ids.contains(*id)).collect();
