@@ -135,35 +135,11 @@ fn help_names_walrelay_log_and_the_exit_codes() {
 fn a_bad_walrelay_log_is_refused_with_exit_2_naming_it() {
     let config = unreachable_config();
     for bad in ["info,walrelay=verbose", "debg"] {
-        let mut child = std::process::Command::new(walrelay_bin())
-            .arg("check")
-            .arg("--config")
-            .arg(&config)
-            .env("WALRELAY_LOG", bad)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start walrelay");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(s) = child.try_wait().expect("wait") {
-                break s;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("walrelay check with WALRELAY_LOG={bad:?} still running after 60 s");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let mut stderr = String::new();
-        std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
-            .expect("read stderr");
-        assert_eq!(
-            status.code(),
-            Some(2),
-            "WALRELAY_LOG={bad:?}; stderr:\n{stderr}"
+        let (code, stderr) = run_to_exit(
+            &["check", "--config", config.to_str().unwrap()],
+            &[("WALRELAY_LOG", bad)],
         );
+        assert_eq!(code, Some(2), "WALRELAY_LOG={bad:?}; stderr:\n{stderr}");
         assert!(
             stderr.starts_with("walrelay: WALRELAY_LOG=") && stderr.contains(bad),
             "WALRELAY_LOG={bad:?}; stderr:\n{stderr}"
