@@ -832,8 +832,14 @@ def start_walrelay(ctx, d, slot, name, snapshot_mode=None, sasl_ssl=False, mode=
         outbox = '[[outbox]]\ntable = "public.outbox"\n'
         if outbox not in text:
             raise BenchError(f"walrelay.toml.in: no `{outbox.strip()}` section to replace for the table pass")
-        cfg.write_text(text.replace(outbox, f'[table_defaults]\ntopic_prefix = "{TABLE_TOPIC_PREFIX}"\n\n'
-                                            f'[[table]]\nname = "{mode["table"]}"\n'))
+        # The [[outbox]] section is the file's last; the comment lines just above it go with it.
+        head = text.split(outbox)[0].splitlines(keepends=True)
+        while head and head[-1].startswith("#"):
+            head.pop()
+        cfg.write_text("".join(head) + '# Table-events pass: Debezium change events to '
+                       f'{TABLE_TOPIC_PREFIX}.<schema>.<table>, as Debezium\'s topic.prefix={TABLE_TOPIC_PREFIX}.\n'
+                       f'[table_defaults]\ntopic_prefix = "{TABLE_TOPIC_PREFIX}"\n\n'
+                       f'[[table]]\nname = "{mode["table"]}"\n')
     if sasl_ssl:
         text = cfg.read_text()
         keys = (f'security_protocol = "sasl_ssl"\nsasl_mechanism = "SCRAM-SHA-512"\n'
