@@ -25,6 +25,14 @@ Snapshot pass (--snapshot): N rows written while no slot of the database exists,
      slot it creates, start .. last record's LogAppendTime;
   W: walrelay with [snapshot] mode = "initial_only" on a slot it creates, start .. exit 0, then
      the records are verified as for D. "not yet" while walrelay has no [snapshot] section.
+Table-events pass (--tables): public.bench_table (10 columns of mixed types, workload/table_events.sql)
+  with 10,000 rows and a publication of its own; per K and run, fresh slots, then N UPDATEs in K-row
+  transactions (workload/table_update.pgbench), then as in the throughput pass
+  R: pg_recvlogical, counting Update messages;
+  D: Debezium without the EventRouter, key and value through the JSON converter (schemas.enable=false),
+     to wrbench.public.bench_table;
+  W: walrelay with a [[table]] section (topic_prefix "wrbench") to the same topic.
+  D and W must deliver N records; samples are checked as Debezium update events.
 Then the medians over runs go into Markdown tables.
 """
 
@@ -60,6 +68,20 @@ SLOT_PREFIX = "wrbench_"
 AGG_TYPES = ["BenchOrder", "BenchPayment"]
 TOPICS = [f"outbox.event.{t}" for t in AGG_TYPES]
 PARTITIONS = 3
+# Table-events pass (--tables): an ordinary 10-column table (workload/table_events.sql) with
+# TABLE_ROWS rows, a publication of its own, and the backlog = N updates of it
+# (workload/table_update.pgbench). Debezium (topic.prefix=wrbench in
+# connect/connector.properties.in) and walrelay ([table_defaults] topic_prefix) both write
+# Debezium change events to TABLE_TOPIC.
+TABLE = "public.bench_table"
+TABLE_PUB = "wrbench_table_pub"
+TABLE_ROWS = 10_000
+TABLE_TOPIC_PREFIX = "wrbench"
+TABLE_TOPIC = f"{TABLE_TOPIC_PREFIX}.{TABLE}"
+TABLE_COLUMNS = {"id", "qty", "name", "sku", "price", "updated_at", "active", "attrs", "ref", "score"}
+# What differs between the outbox pass and the table-events pass (run_r, run_kafka_contender).
+OUTBOX_MODE = dict(prefix="", pub=PUB, table=None, pgoutput_tag="I")
+TABLE_MODE = dict(prefix="tables-", pub=TABLE_PUB, table=TABLE, pgoutput_tag="U")
 
 PG_HOST = os.environ.get("WALRELAY_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("WALRELAY_PG_PORT", "54318"))
@@ -294,12 +316,16 @@ def setup_database():
     psql(f"CREATE PUBLICATION {PUB} FOR TABLE public.outbox")
 
 
-def pgbench(k, writers, transactions=None, rate=None, seconds=None, log_path=None, while_running=None):
-    """Runs the outbox insert script; returns (elapsed s, tps reported by pgbench).
+def pgbench(k, writers, transactions=None, rate=None, seconds=None, log_path=None, while_running=None,
+            script="outbox_insert.pgbench", defines=()):
+    """Runs the outbox insert script (or another workload/ script, with extra -D defines);
+    returns (elapsed s, tps reported by pgbench).
     while_running(t_start) is called once the process runs (latency pass: timed samples)."""
     cmd = ["pgbench", "-n", "-M", "prepared", "-h", PG_HOST, "-p", str(PG_PORT), "-U", PG_SUPER[0],
            "-c", str(writers), "-j", str(min(writers, 2)), "-D", f"k={k}",
-           "-f", str(BENCH_DIR / "workload" / "outbox_insert.pgbench")]
+           "-f", str(BENCH_DIR / "workload" / script)]
+    for d in defines:
+        cmd += ["-D", d]
     if transactions is not None:
         cmd += ["-t", str(transactions)]
     if rate is not None:
@@ -329,12 +355,13 @@ def pgbench(k, writers, transactions=None, rate=None, seconds=None, log_path=Non
 # --------------------------------------------------------------------------------------
 # Kafka
 
-def ensure_topics():
-    """Creates the outbox topics up front with LogAppendTime (latency mode needs the broker's
-    append time); returns {topic: [partition, ...]}."""
+def ensure_topics(topics=TOPICS):
+    """Creates the topics (default: the outbox topics) up front with LogAppendTime (latency mode
+    needs the broker's append time; drain times are measured with it); returns
+    {topic: [partition, ...]}."""
     r = subprocess.run(
         ["java", "-cp", f"{CONNECT_LIBS}/*", str(BENCH_DIR / "BenchAdmin.java"), "ensure-topics", BROKERS,
-         str(PARTITIONS), *TOPICS],
+         str(PARTITIONS), *topics],
         capture_output=True, text=True, timeout=180)
     if r.returncode != 0:
         raise BenchError(f"BenchAdmin ensure-topics failed: {r.stderr.strip()[-2000:]}")
@@ -343,8 +370,8 @@ def ensure_topics():
     out = subprocess.run(["kcat", "-b", BROKERS, "-L", "-J"], capture_output=True, text=True, timeout=30)
     meta = json.loads(out.stdout)
     parts = {t["topic"]: sorted(p["partition"] for p in t["partitions"])
-             for t in meta["topics"] if t["topic"] in TOPICS}
-    missing = [t for t in TOPICS if not parts.get(t)]
+             for t in meta["topics"] if t["topic"] in topics}
+    missing = [t for t in topics if not parts.get(t)]
     if missing:
         raise BenchError(f"topics not visible in metadata: {missing}")
     return parts
@@ -457,27 +484,69 @@ def verify_routing(parts, base, end, expected):
     return note
 
 
+def verify_table_events(base, end, expected):
+    """Checks that what arrived on TABLE_TOPIC since `base` is the update backlog as Debezium's
+    change events (JSON converter, schemas.enable=false): at least `expected` records; up to 5
+    sampled per partition, each with key {"id": <id of an existing row>} and a value with
+    op "u", before null (REPLICA IDENTITY DEFAULT), after = the ten columns with after.id = the
+    key's id, and source naming the connector type, schema and table. Returns a short
+    description; raises on mismatch."""
+    got = delta(end, base)
+    if got < expected:
+        raise BenchError(f"only {got} of {expected} records arrived on {TABLE_TOPIC}")
+    samples = []
+    for (topic, p), b in sorted(base.items()):
+        if end[(topic, p)] > b:
+            samples += [(topic, p, rec) for rec in consume(topic, p, b, count=5)]
+    if not samples:
+        raise BenchError("no records to verify")
+    schema, table = TABLE.split(".")
+    for topic, p, rec in samples:
+        where = f"record on {topic}[{p}]"
+        if len(rec) != 4:
+            raise BenchError(f"unparseable {where}: {rec!r}")
+        _, key, _, value = rec
+        try:
+            k, v = json.loads(key), json.loads(value)
+        except ValueError as e:
+            raise BenchError(f"{where}: key {key[:80]!r} or value {value[:120]!r} is not JSON ({e})") from None
+        if not (isinstance(k, dict) and list(k) == ["id"] and isinstance(k["id"], int)
+                and 1 <= k["id"] <= TABLE_ROWS):
+            raise BenchError(f"{where}: key {key!r} is not {{\"id\": <1..{TABLE_ROWS}>}}")
+        if not isinstance(v, dict) or v.get("op") != "u" or v.get("before") is not None:
+            raise BenchError(f"{where} key {key}: not an update event with before = null: {value[:200]!r}")
+        after, source = v.get("after"), v.get("source") or {}
+        if not isinstance(after, dict) or set(after) != TABLE_COLUMNS or after["id"] != k["id"]:
+            raise BenchError(f"{where} key {key}: `after` is not the row's ten columns with its id: "
+                             f"{value[:300]!r}")
+        if (source.get("connector"), source.get("schema"), source.get("table")) != ("postgresql", schema, table):
+            raise BenchError(f"{where} key {key}: source does not name postgresql/{schema}/{table}: {source!r}")
+    note = (f"{got} records; {len(samples)} sampled are update events (op u, before null, ten columns, "
+            f"key = after.id)")
+    if got > expected:
+        note += f"; {got - expected} more records than updates (duplicates)"
+    return note
+
+
 # --------------------------------------------------------------------------------------
 # pgoutput stream file written by pg_recvlogical: count the Insert messages (verifies R).
 
-def count_pgoutput_inserts(path):
+def count_pgoutput_inserts(path, tag="I"):
+    """Insert messages in the stream file (tag="U": Update messages)."""
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
             return 0
         # mmap, not read(): keeps this process small (its RSS would otherwise be inherited
         # by the next fork) and the file is ~600 bytes per row.
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return _count_inserts(data)
+            return _walk_pgoutput(data, count_tag=tag)
 
 
-def _count_inserts(data):
-    return _walk_pgoutput(data)
-
-
-def _walk_pgoutput(data, on_insert=None, partial=False):
+def _walk_pgoutput(data, on_insert=None, partial=False, count_tag="I"):
     """Walks pg_recvlogical's pgoutput output (each message followed by '\\n'); returns the number
-    of Insert messages. on_insert(tuple_start, message_end) is called for each of them. partial:
-    the data may end inside a message (a stream still arriving); stop there."""
+    of Insert messages (of count_tag messages: "U" counts Updates). on_insert(tuple_start,
+    message_end) is called for each Insert. partial: the data may end inside a message (a stream
+    still arriving); stop there."""
     i, n, inserts = 0, len(data), 0
 
     def cstring(j):
@@ -542,10 +611,10 @@ def _walk_pgoutput(data, on_insert=None, partial=False):
             if partial:
                 break
             raise BenchError(f"pgoutput framing lost at byte {j}")
-        if tag == "I":
+        if tag == count_tag:
             inserts += 1
-            if on_insert:
-                on_insert(start, j)
+        if tag == "I" and on_insert:
+            on_insert(start, j)
         i = j + 1
     return inserts
 
@@ -577,12 +646,15 @@ def result(contender, k, run, n, **kw):
     return r
 
 
-def run_r(ctx, slot, k, run, n, end_lsn):
-    d = ctx.rundir / f"k{k}-run{run}-R"
+def run_r(ctx, slot, k, run, n, end_lsn, mode=None):
+    """mode: None for the outbox pass, TABLE_MODE for the table-events pass (another publication,
+    and the backlog is Update messages)."""
+    mode = mode or OUTBOX_MODE
+    d = ctx.rundir / f"{mode['prefix']}k{k}-run{run}-R"
     d.mkdir()
     out = d / "stream.pgoutput"
     cmd = ["pg_recvlogical", "-d", conninfo(PG_RELAY), "--slot", slot, "--plugin=pgoutput",
-           "-o", "proto_version=1", "-o", f"publication_names={PUB}",
+           "-o", "proto_version=1", "-o", f"publication_names={mode['pub']}",
            "--start", f"--endpos={end_lsn}", "--no-loop", "-f", str(out)]
     res = result("R", k, run, n)
     log(f"  R: pg_recvlogical --endpos={end_lsn}")
@@ -615,9 +687,10 @@ def run_r(ctx, slot, k, run, n, end_lsn):
         raise BenchError(f"pg_recvlogical exited {p.returncode}: {(d / 'pg_recvlogical.log').read_text()[-500:]}")
     wall = now - t0
     cpu = ru.ru_utime + ru.ru_stime
-    inserts = count_pgoutput_inserts(out)
+    inserts = count_pgoutput_inserts(out, tag=mode["pgoutput_tag"])
+    what = {"I": "Insert", "U": "Update"}[mode["pgoutput_tag"]]
     if inserts != n:
-        raise BenchError(f"R streamed {inserts} inserts, expected {n}")
+        raise BenchError(f"R streamed {inserts} {what} messages, expected {n}")
     if t_first is None:
         raise BenchError("pg_recvlogical exited before its output appeared (poll too slow?)")
     # Drain = first byte (polled every 5 ms) .. last write (the file's mtime), not .. exit:
@@ -625,7 +698,7 @@ def run_r(ctx, slot, k, run, n, end_lsn):
     # (a keepalive), which a Kafka-side measurement has no equivalent for.
     drain = max(out.stat().st_mtime_ns / 1e9 - t_first_wall, 1e-3)
     res.update(wall_s=wall, first_s=t_first - t0, rss_kb=hwm_kb or None, cpu_total_s=cpu,
-               verified=f"{inserts} Insert messages in the stream file",
+               verified=f"{inserts} {what} messages in the stream file",
                drain_s=drain, rows_per_s=n / drain, cpu_drain_s=cpu - (cpu_first or 0.0))
     size = out.stat().st_size
     if not ctx.args.keep:
@@ -707,14 +780,28 @@ def kafka_result(contender, k, run, n, t0, t0_wall, base, w, verified):
     return res
 
 
-def start_connect(ctx, d, slot, poll_ms, snapshot_mode="no_data"):
+def start_connect(ctx, d, slot, poll_ms, snapshot_mode="no_data", mode=None):
+    """mode: TABLE_MODE for plain table change events: the same connector on mode's table and
+    publication, WITHOUT the Outbox Event Router, the key through the JSON converter too
+    (schemas.enable=false, as the value), so records are Debezium's plain envelope on
+    wrbench.public.<table>."""
+    mode = mode or OUTBOX_MODE
     offsets = d / "offsets.dat"
     fill_template(BENCH_DIR / "connect" / "worker.properties.in", d / "worker.properties",
                   BROKERS=BROKERS, OFFSETS_FILE=offsets, REST_PORT=free_port())
-    fill_template(BENCH_DIR / "connect" / "connector.properties.in", d / "connector.properties",
+    props = d / "connector.properties"
+    fill_template(BENCH_DIR / "connect" / "connector.properties.in", props,
                   PG_HOST=PG_HOST, PG_PORT=PG_PORT, PG_USER=PG_RELAY[0], PG_PASSWORD=PG_RELAY[1],
-                  PG_DATABASE=DB, SLOT=slot, PUBLICATION=PUB, SNAPSHOT_MODE=snapshot_mode,
+                  PG_DATABASE=DB, SLOT=slot, PUBLICATION=mode["pub"], SNAPSHOT_MODE=snapshot_mode,
                   MAX_BATCH=ctx.args.dbz_max_batch, MAX_QUEUE=ctx.args.dbz_max_queue, POLL_INTERVAL_MS=poll_ms)
+    if mode["table"]:
+        kept = [l for l in props.read_text().splitlines()
+                if not l.startswith(("transforms", "table.include.list="))]
+        kept += ["", "# Table-events pass (bench.py --tables): plain change events, no EventRouter.",
+                 f"table.include.list={mode['table']}",
+                 "key.converter=org.apache.kafka.connect.json.JsonConverter",
+                 "key.converter.schemas.enable=false"]
+        props.write_text("\n".join(kept) + "\n")
     connect_log = d / "connect.log"
     cmd = ["java", *CONNECT_JVM,
            f"-Dlog4j2.configurationFile={BENCH_DIR / 'connect' / 'log4j2.properties'}",
@@ -728,15 +815,31 @@ def start_connect(ctx, d, slot, poll_ms, snapshot_mode="no_data"):
     return p, connect_log
 
 
-def start_walrelay(ctx, d, slot, name, snapshot_mode=None, sasl_ssl=False):
+def start_walrelay(ctx, d, slot, name, snapshot_mode=None, sasl_ssl=False, mode=None):
     """Streaming (the slot exists, made by the harness), or with snapshot_mode the snapshot
     pass: walrelay creates the slot itself (its snapshot is the one the slot exports).
-    sasl_ssl: over the SASL_SSL listener (contender S) instead of PLAINTEXT."""
+    sasl_ssl: over the SASL_SSL listener (contender S) instead of PLAINTEXT.
+    mode: TABLE_MODE replaces the [[outbox]] section by a [[table]] section for mode's table
+    (topic prefix "wrbench", as Debezium's topic.prefix) and uses mode's publication."""
+    mode = mode or OUTBOX_MODE
     cfg = d / "walrelay.toml"
     fill_template(BENCH_DIR / "walrelay.toml.in", cfg, NAME=name, PG_HOST=PG_HOST, PG_PORT=PG_PORT,
                   PG_USER=PG_RELAY[0], PG_PASSWORD=PG_RELAY[1], PG_DATABASE=DB, SLOT=slot,
-                  PUBLICATION=PUB, BROKERS=SASL_SSL["brokers"] if sasl_ssl else BROKERS,
+                  PUBLICATION=mode["pub"], BROKERS=SASL_SSL["brokers"] if sasl_ssl else BROKERS,
                   CREATE_SLOT="true" if snapshot_mode else "false")
+    if mode["table"]:
+        text = cfg.read_text()
+        outbox = '[[outbox]]\ntable = "public.outbox"\n'
+        if outbox not in text:
+            raise BenchError(f"walrelay.toml.in: no `{outbox.strip()}` section to replace for the table pass")
+        # The [[outbox]] section is the file's last; the comment lines just above it go with it.
+        head = text.split(outbox)[0].splitlines(keepends=True)
+        while head and head[-1].startswith("#"):
+            head.pop()
+        cfg.write_text("".join(head) + '# Table-events pass: Debezium change events to '
+                       f'{TABLE_TOPIC_PREFIX}.<schema>.<table>, as Debezium\'s topic.prefix={TABLE_TOPIC_PREFIX}.\n'
+                       f'[table_defaults]\ntopic_prefix = "{TABLE_TOPIC_PREFIX}"\n\n'
+                       f'[[table]]\nname = "{mode["table"]}"\n')
     if sasl_ssl:
         text = cfg.read_text()
         keys = (f'security_protocol = "sasl_ssl"\nsasl_mechanism = "SCRAM-SHA-512"\n'
@@ -756,37 +859,47 @@ def start_walrelay(ctx, d, slot, name, snapshot_mode=None, sasl_ssl=False):
     return p, wlog
 
 
-def verify_run(ctx, base, end, n, outages):
-    """verify_routing's verdict on the records between base and end, marked DISTURBED when the
-    broker stopped answering during the run (len(OUTAGES) grew past `outages`)."""
-    verified = verify_routing(ctx.parts, base, end, n)
+def verify_run(ctx, base, end, n, outages, mode=None):
+    """verify_routing's verdict (verify_table_events' in the table pass) on the records between
+    base and end, marked DISTURBED when the broker stopped answering during the run
+    (len(OUTAGES) grew past `outages`)."""
+    if mode and mode["table"]:
+        verified = verify_table_events(base, end, n)
+    else:
+        verified = verify_routing(ctx.parts, base, end, n)
     if len(OUTAGES) > outages:
         verified += "; DISTURBED: the broker did not answer for a while during this run"
     return verified
 
 
-def run_kafka_contender(ctx, contender, slot, k, run, n):
-    d = ctx.rundir / f"k{k}-run{run}-{contender}"
+def run_kafka_contender(ctx, contender, slot, k, run, n, mode=None):
+    """mode: None for the outbox pass, TABLE_MODE for the table-events pass."""
+    mode = mode or OUTBOX_MODE
+    parts = ctx.tparts if mode["table"] else ctx.parts
+    d = ctx.rundir / f"{mode['prefix']}k{k}-run{run}-{contender}"
     d.mkdir()
-    base = end_offsets(ctx.parts)
+    base = end_offsets(parts)
     outages = len(OUTAGES)
     if contender == "D":
-        log("  D: Kafka Connect standalone + Debezium PostgresConnector + EventRouter")
+        log("  D: Kafka Connect standalone + Debezium PostgresConnector"
+            + (f" (plain table events of {mode['table']})" if mode["table"] else " + EventRouter"))
         t0, t0_wall = time.monotonic(), time.time()
-        p, plog = start_connect(ctx, d, slot, ctx.args.dbz_poll_ms)
+        p, plog = start_connect(ctx, d, slot, ctx.args.dbz_poll_ms, mode=mode)
         first_timeout, name = 240, "Kafka Connect"
     else:
         secured = contender == "S"
-        log(f"  {contender}: {rel(ctx.walrelay)} run" + (" over SASL_SSL" if secured else ""))
+        log(f"  {contender}: {rel(ctx.walrelay)} run" + (" over SASL_SSL" if secured else "")
+            + (f", [[table]] {mode['table']}" if mode["table"] else ""))
         t0, t0_wall = time.monotonic(), time.time()
-        p, plog = start_walrelay(ctx, d, slot, f"wrbench-{ctx.stamp}-k{k}-run{run}-{contender.lower()}",
-                                 sasl_ssl=secured)
+        p, plog = start_walrelay(ctx, d, slot,
+                                 f"wrbench-{ctx.stamp}-{mode['prefix']}k{k}-run{run}-{contender.lower()}",
+                                 sasl_ssl=secured, mode=mode)
         first_timeout, name = 120, "walrelay"
     try:
-        w = watch_kafka(ctx, p, ctx.parts, base, n, t0, first_timeout, 90, name, plog)
+        w = watch_kafka(ctx, p, parts, base, n, t0, first_timeout, 90, name, plog)
     finally:
         code, _ = stop_process(p)
-    verified = verify_run(ctx, base, w["offsets"], n, outages)
+    verified = verify_run(ctx, base, w["offsets"], n, outages, mode=mode)
     res = kafka_result(contender, k, run, n, t0, t0_wall, base, w, verified)
     log(f"  {contender}: {n} rows in {res['drain_s']:.3f}s = {fmt(res['rows_per_s'], ',.0f')} rows/s "
         f"(first record {res['first_s']:.1f}s after start), CPU {res['cpu_total_s']:.2f}s "
@@ -856,6 +969,75 @@ def throughput(ctx):
                 results.append(r)
             for s in slots.values():
                 drop_slot(s)
+    return results
+
+
+# --------------------------------------------------------------------------------------
+# Table events: the same measurement as the throughput pass, on a backlog of updates of an
+# ordinary 10-column table that D and W turn into Debezium change events.
+
+def tables_setup(ctx):
+    """(Re)creates public.bench_table with TABLE_ROWS rows and its publication (main() made the
+    topic)."""
+    log(f"== table events: {TABLE} with {TABLE_ROWS:,} rows, publication {TABLE_PUB}, topic {TABLE_TOPIC}")
+    r = subprocess.run(
+        ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", f"rows={TABLE_ROWS}", "-h", PG_HOST,
+         "-p", str(PG_PORT), "-U", "postgres", "-d", DB, "-f", str(BENCH_DIR / "workload" / "table_events.sql")],
+        env=pg_env(PG_SUPER), capture_output=True, text=True)
+    if r.returncode != 0:
+        raise BenchError(f"applying workload/table_events.sql failed: {r.stderr.strip()}")
+    psql(f"DROP PUBLICATION IF EXISTS {TABLE_PUB}")
+    psql(f"CREATE PUBLICATION {TABLE_PUB} FOR TABLE {TABLE}")
+    if not ctx.tparts:
+        raise BenchError(f"topic {TABLE_TOPIC} was not created at the start")
+
+
+def tables(ctx):
+    """Per K and run: fresh slots, N updates in K-row transactions, then R, D, W in rotation,
+    exactly as throughput() does for the outbox backlog."""
+    tables_setup(ctx)
+    results = []
+    contenders = [c for c in ctx.contenders if c != "S"]  # S is an outbox-pass contender only
+    blocks_of = lambda k: TABLE_ROWS // k  # noqa: E731 - ids 1 .. blocks*k are updated
+    for k in ctx.tables_txn_sizes:
+        if blocks_of(k) < 1:
+            raise BenchError(f"table pass: K={k} is more than the table's {TABLE_ROWS} rows")
+        for run in range(1, ctx.args.runs + 1):
+            log(f"== table events K={k} run {run}/{ctx.args.runs}: backlog of {ctx.args.rows} updates")
+            use = [c for c in contenders if not (c == "W" and ctx.w_reason)]
+            slots = {c: f"{SLOT_PREFIX}t{c.lower()}_k{k}_r{run}" for c in use}
+            for sl in slots.values():
+                create_slot(sl)
+            per_txn = k * ctx.args.writers
+            txns = -(-ctx.args.rows // per_txn)
+            n = txns * per_txn  # every transaction updates exactly k rows (R's count proves it)
+            fill_s, tps = pgbench(k, ctx.args.writers, transactions=txns,
+                                  log_path=ctx.rundir / f"tables-k{k}-run{run}-fill.log",
+                                  script="table_update.pgbench", defines=[f"blocks={blocks_of(k)}"])
+            end_lsn = psql("SELECT pg_current_wal_lsn()")
+            psql(f"VACUUM (ANALYZE) {TABLE}")
+            psql("CHECKPOINT")
+            log(f"  wrote {n} updates in {n // k} transactions by {ctx.args.writers} writers in {fill_s:.1f}s "
+                f"({n / fill_s:,.0f} rows/s); end LSN {end_lsn}")
+            ctx.tfills.append(dict(k=k, run=run, n=n, fill_s=fill_s, tps=tps))
+            rot = (run - 1) % len(contenders)
+            for c in contenders[rot:] + contenders[:rot]:
+                if c == "W" and ctx.w_reason:
+                    results.append(result(c, k, run, n, status=f"not yet ({ctx.w_reason})"))
+                    continue
+                try:
+                    if c == "R":
+                        r = run_r(ctx, slots[c], k, run, n, end_lsn, mode=TABLE_MODE)
+                    else:
+                        r = run_kafka_contender(ctx, c, slots[c], k, run, n, mode=TABLE_MODE)
+                except BenchError as e:
+                    if c != "W" or ctx.args.require_walrelay:
+                        raise
+                    log(f"  W: not yet: {e}")
+                    r = result(c, k, run, n, status=f"not yet ({e})")
+                finally:
+                    drop_slot(slots[c])
+                results.append(r)
     return results
 
 
@@ -1460,7 +1642,66 @@ def snapshot_headline(summary, n):
     return [f"- Snapshot of {n:,} rows: " + "; ".join(parts) + "."]
 
 
-def report(ctx, results, lat, info, started, finished, snaps=()):
+def drain_table(w, summary, names):
+    """The per-K table of the throughput and table-events passes."""
+    w("| K | contender | rows/s | ×R | ×D | first record after start, s | start → all in Kafka, s "
+      "| CPU-s / M events | CPU-s / M events, drain only | peak RSS MiB | runs (rows/s min–max) |")
+    w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for s in summary:
+        if s["status"] != "ok":
+            w(f"| {s['k']} | {names[s['contender']]} | {s['status']} | | | | | | | | |")
+            continue
+        xd = "" if s["contender"] in ("R", "D") else fmt(s["x_d"], ".2f")
+        xr = "1" if s["contender"] == "R" else fmt(s["x_r"], ".2f")
+        w(f"| {s['k']} | {names[s['contender']]} | {s['rows_per_s']:,.0f} | {xr} | {xd} "
+          f"| {fmt(s['first_s'], '.1f')} | {fmt(s['wall_s'], '.1f')} | {s['cpu_per_m']:,.1f} "
+          f"| {s['cpu_drain_per_m']:,.1f} | {s['rss_mib']:,.0f} "
+          f"| {s['runs']} ({s['spread'][0]:,.0f}–{s['spread'][1]:,.0f}) |")
+    w("")
+
+
+def every_run_table(w, results, title):
+    w(f"<details><summary>{title}</summary>")
+    w("")
+    w("| K | run | contender | status | rows/s | drain s | first record s | CPU-s total | CPU-s drain "
+      "| peak RSS MiB | load1 | verified |")
+    w("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for r in results:
+        w(f"| {r['k']} | {r['run']} | {r['contender']} | {r['status']} | {fmt(r['rows_per_s'], ',.0f')} "
+          f"| {fmt(r['drain_s'], '.2f')} | {fmt(r['first_s'], '.2f')} | {fmt(r['cpu_total_s'], '.2f')} "
+          f"| {fmt(r['cpu_drain_s'], '.2f')} | {fmt(r['rss_kb'] and r['rss_kb'] / 1024, ',.0f')} "
+          f"| {r['load1']:.2f} | {r['verified']} |")
+    w("")
+    w("</details>")
+    w("")
+
+
+def tables_headline(summary):
+    out = []
+    by = {(r["k"], r["contender"]): r for r in summary}
+    for k in sorted({r["k"] for r in summary}):
+        d, wr = by.get((k, "D")), by.get((k, "W"))
+        parts = []
+        if wr and wr["status"] == "ok":
+            s = f"W drains at **{fmt(wr.get('x_r'), '.2f', '?')}× R**"
+            if d and d["status"] == "ok":
+                s += (f" and **{fmt(wr.get('x_d'), '.1f', '?')}× D**, using "
+                      f"{wr['cpu_drain_per_m'] / d['cpu_drain_per_m']:.2f}× D's CPU per event (drain), "
+                      f"peak RSS {wr['rss_mib']:,.0f} MiB")
+            parts.append(s)
+        elif wr:
+            parts.append(f"W {wr['status']}")
+        if d and d["status"] == "ok":
+            parts.append(f"D drains at {fmt(d.get('x_r'), '.2f', '?')}× R")
+        if parts:
+            out.append(f"- Table events, K={k}: " + "; ".join(parts) + ".")
+    return out
+
+
+TABLE_NAMES = {"R": "R  pg_recvlogical (ceiling)", "D": "D  Debezium, plain table events", "W": "W  walrelay [[table]]"}
+
+
+def report(ctx, results, lat, info, started, finished, snaps=(), tres=()):
     a = ctx.args
     lines = []
     w = lines.append
@@ -1477,8 +1718,16 @@ def report(ctx, results, lat, info, started, finished, snaps=()):
       f"walrelay: {info['walrelay']} (git {info['git']}).")
     w("")
     snap_summary = summarize_snapshot(snaps, snapshot_contenders(ctx)) if snaps else []
-    for line in headline(summarize(results, ctx.contenders, ctx.txn_sizes) if results else [], lat,
-                         snap_summary, ctx.snap_fill and ctx.snap_fill["n"]):
+    table_contenders = [c for c in ctx.contenders if c != "S"]
+    tsummary = summarize(tres, table_contenders, ctx.tables_txn_sizes) if tres else []
+    head = headline(summarize(results, ctx.contenders, ctx.txn_sizes) if results else [], lat,
+                    snap_summary, ctx.snap_fill and ctx.snap_fill["n"])
+    if tsummary:
+        if head:
+            head = head[:-1] + tables_headline(tsummary) + [""]
+        else:
+            head = ["Headline (medians; details below):", ""] + tables_headline(tsummary) + [""]
+    for line in head:
         w(line)
     if results:
         fills = {}
@@ -1490,20 +1739,7 @@ def report(ctx, results, lat, info, started, finished, snaps=()):
           f"median of {a.runs} run(s). ×R and ×D are per-run ratios (same backlog, minutes apart), "
           f"then the median.")
         w("")
-        w("| K | contender | rows/s | ×R | ×D | first record after start, s | start → all in Kafka, s "
-          "| CPU-s / M events | CPU-s / M events, drain only | peak RSS MiB | runs (rows/s min–max) |")
-        w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-        for s in summarize(results, ctx.contenders, ctx.txn_sizes):
-            if s["status"] != "ok":
-                w(f"| {s['k']} | {NAMES[s['contender']]} | {s['status']} | | | | | | | | |")
-                continue
-            xd = "" if s["contender"] in ("R", "D") else fmt(s["x_d"], ".2f")
-            xr = "1" if s["contender"] == "R" else fmt(s["x_r"], ".2f")
-            w(f"| {s['k']} | {NAMES[s['contender']]} | {s['rows_per_s']:,.0f} | {xr} | {xd} "
-              f"| {fmt(s['first_s'], '.1f')} | {fmt(s['wall_s'], '.1f')} | {s['cpu_per_m']:,.1f} "
-              f"| {s['cpu_drain_per_m']:,.1f} | {s['rss_mib']:,.0f} "
-              f"| {s['runs']} ({s['spread'][0]:,.0f}–{s['spread'][1]:,.0f}) |")
-        w("")
+        drain_table(w, summarize(results, ctx.contenders, ctx.txn_sizes), NAMES)
         w("Fill rate (pgbench, for context): " + "; ".join(
             f"K={k}: {median(v):,.0f} rows/s" for k, v in fills.items()) + ".")
         w("")
@@ -1557,24 +1793,29 @@ def report(ctx, results, lat, info, started, finished, snaps=()):
         w("")
         w(f"Fill rate (pgbench, for context): {f['n'] / f['fill_s']:,.0f} rows/s.")
         w("")
+    if tres:
+        tfills = {}
+        for f in ctx.tfills:
+            tfills.setdefault(f["k"], []).append(f["n"] / f["fill_s"])
+        w(f"Table events: backlog of {ctx.tfills[0]['n'] if ctx.tfills else a.rows:,} UPDATEs of "
+          f"`{TABLE}` (10 columns: int8 pk, int4, text, varchar, numeric(12,2), timestamptz, bool, jsonb, "
+          f"uuid, float8; {TABLE_ROWS:,} rows, REPLICA IDENTITY DEFAULT), written by {a.writers} concurrent "
+          f"pgbench writers in K-row transactions, slot created before the backlog; D = Debezium without "
+          f"the EventRouter, JSON converter for key and value (schemas.enable=false), W = walrelay "
+          f"`[[table]]`, both to `{TABLE_TOPIC}`; median of {a.runs} run(s), ratios per run as above.")
+        w("")
+        drain_table(w, tsummary, TABLE_NAMES)
+        w("Update rate (pgbench, for context): " + "; ".join(
+            f"K={k}: {median(v):,.0f} rows/s" for k, v in tfills.items()) + ".")
+        w("")
     if OUTAGES:
         w(f"Note: the shared broker stopped answering {len(OUTAGES)} time(s) during this benchmark "
           f"(the project's outage tests stop and restart it); affected runs are marked in the list below.")
         w("")
     if results:
-        w("<details><summary>Every run</summary>")
-        w("")
-        w("| K | run | contender | status | rows/s | drain s | first record s | CPU-s total | CPU-s drain "
-          "| peak RSS MiB | load1 | verified |")
-        w("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
-        for r in results:
-            w(f"| {r['k']} | {r['run']} | {r['contender']} | {r['status']} | {fmt(r['rows_per_s'], ',.0f')} "
-              f"| {fmt(r['drain_s'], '.2f')} | {fmt(r['first_s'], '.2f')} | {fmt(r['cpu_total_s'], '.2f')} "
-              f"| {fmt(r['cpu_drain_s'], '.2f')} | {fmt(r['rss_kb'] and r['rss_kb'] / 1024, ',.0f')} "
-              f"| {r['load1']:.2f} | {r['verified']} |")
-        w("")
-        w("</details>")
-        w("")
+        every_run_table(w, results, "Every run")
+    if tres:
+        every_run_table(w, tres, "Every table-events run")
     if snaps:
         w("<details><summary>Every snapshot run</summary>")
         w("")
@@ -1641,9 +1882,17 @@ def parse_args(argv):
     ap.add_argument("--snapshot-only", action="store_true", help="only the snapshot pass")
     ap.add_argument("--snapshot-rows", type=int, default=200_000,
                     help="rows in the table for the snapshot pass (default 200000)")
+    ap.add_argument("--tables", action="store_true",
+                    help="also run the table-events pass: a backlog of --rows UPDATEs of a 10-column table, "
+                         "R = pg_recvlogical, D = Debezium plain table events (no EventRouter), W = walrelay "
+                         "[[table]]")
+    ap.add_argument("--tables-only", action="store_true", help="only the table-events pass")
+    ap.add_argument("--tables-txn-sizes", default=None,
+                    help="rows per transaction K for the table-events pass (default: --txn-sizes)")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny run for CI: 2000 rows, 1 run, K=1 and 10, 3+10 s latency pass at 200 rows/s, "
-                         "a 2000-row snapshot pass; never touches docs/")
+                         "a 2000-row snapshot pass, a 2000-update table-events pass at K=10; "
+                         "never touches docs/")
     default_bin = os.environ.get("WALRELAY_BIN") or str(
         Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target") / "release" / "walrelay")
     ap.add_argument("--walrelay", default=default_bin,
@@ -1658,11 +1907,16 @@ def parse_args(argv):
         a.rows, a.runs, a.latency = 2000, 1, True
         a.latency_rate, a.latency_seconds, a.latency_warmup_seconds = 200, 10, 3
         a.snapshot, a.snapshot_rows = True, 2000
+        a.tables, a.tables_txn_sizes = True, a.tables_txn_sizes or "10"
         a.no_docs = True
     if a.latency_only:
         a.latency = True
     if a.snapshot_only:
         a.snapshot = True
+    if a.tables_only:
+        a.tables = True
+    if a.tables_txn_sizes is None:
+        a.tables_txn_sizes = a.txn_sizes
     return a
 
 
@@ -1676,6 +1930,7 @@ def main(argv):
     ctx.command = "deploy/bench/run.sh" + ("" if not argv else " " + " ".join(
         a if re.fullmatch(r"[\w./=:-]+", a) else f"'{a}'" for a in argv))
     ctx.txn_sizes = [int(x) for x in args.txn_sizes.split()]
+    ctx.tables_txn_sizes = [int(x) for x in args.tables_txn_sizes.split()]
     ctx.contenders = [c for c in "RDWS" if c in args.contenders.upper().split()]
     ctx.dbz_latency_poll_ms = [int(x) for x in args.dbz_latency_poll_ms.split()]
     ctx.walrelay = Path(args.walrelay)
@@ -1701,6 +1956,7 @@ def main(argv):
     latest.symlink_to(ctx.stamp)
     ctx.load_start = loadavg()
     ctx.fills = []
+    ctx.tfills = []
     log(f"state and logs: {ctx.rundir.relative_to(REPO)}")
     if ctx.w_reason:
         log(f"W: not yet ({ctx.w_reason})")
@@ -1710,17 +1966,24 @@ def main(argv):
 
     signal.signal(signal.SIGTERM, on_signal)
     rc = 0
-    results, lat, snaps = [], [], []
+    results, lat, snaps, tres = [], [], [], []
+    tables_only = args.tables_only
     try:
         cleanup_leftover_children()
         setup_database()
-        ctx.parts = ensure_topics()
-        if not args.latency_only and not args.snapshot_only:
+        # One BenchAdmin (JVM) start for every topic of the run.
+        parts = ensure_topics(TOPICS + ([TABLE_TOPIC] if args.tables or args.tables_only else []))
+        ctx.parts = {t: parts[t] for t in TOPICS}
+        ctx.tparts = {t: parts[t] for t in parts if t == TABLE_TOPIC}
+        if not args.latency_only and not args.snapshot_only and not tables_only:
             results = throughput(ctx)
-        if args.latency and not args.snapshot_only:
+        if args.latency and not args.snapshot_only and (not tables_only or args.latency_only):
             lat = latency(ctx)
-        if args.snapshot:
+        if args.snapshot and (not tables_only or args.snapshot_only):
             snaps = snapshot(ctx)
+        # --latency-only / --snapshot-only mean only that pass, unless --tables-only adds this one.
+        if tables_only or (args.tables and not args.latency_only and not args.snapshot_only):
+            tres = tables(ctx)
     except BenchError as e:
         log(f"error: {e}")
         rc = 1
@@ -1739,11 +2002,12 @@ def main(argv):
         return rc
     finished = dt.datetime.now(dt.timezone.utc)
     info = machine_info(ctx)
-    md = report(ctx, results, lat, info, started, finished, snaps)
+    md = report(ctx, results, lat, info, started, finished, snaps, tres)
     (ctx.rundir / "results.md").write_text(md + "\n")
     (ctx.rundir / "results.json").write_text(json.dumps(dict(results=results, latency=lat, snapshot=snaps,
-                                                             info=info, fills=ctx.fills,
-                                                             snapshot_fill=ctx.snap_fill),
+                                                             tables=tres, info=info, fills=ctx.fills,
+                                                             snapshot_fill=ctx.snap_fill,
+                                                             tables_fills=ctx.tfills),
                                                         indent=1, default=str))
     print(md)
     if not args.no_docs:
