@@ -837,7 +837,10 @@ name = "public.accounts"
     let (code, report) = check(&path);
     assert!(!report.contains("column_"), "{report}");
     assert!(
-        report.contains("key id; leaves out balance; masks email (4 *)"),
+        report.contains(
+            "key id, REPLICA IDENTITY DEFAULT (before: the key columns of a delete, none for an \
+             update); leaves out balance; masks email (4 *)"
+        ),
         "{report}"
     );
     assert_eq!(code, Some(0), "{report}");
