@@ -6,8 +6,9 @@
 //! in Kafka.
 //!
 //! The server gets `max_slot_wal_keep_size = '64MB'` for the length of the
-//! test (reset afterwards, also on failure); test binaries run one at a
-//! time, so no other test's slot is exposed to it.
+//! test (reset afterwards, also on failure): no other test may run beside
+//! it (cargo runs test binaries one at a time; deploy/test.sh runs it after
+//! the broker-outage tests it runs in the background).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
