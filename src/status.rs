@@ -29,6 +29,7 @@ use crate::offsets::{self, OffsetStore, StartDecision};
 use crate::pg::catalog;
 use crate::pg::replication::ReplicationClient;
 use crate::relay::{connect_params, producer_properties};
+use crate::telemetry::unix_ms as now_ms;
 
 /// How long each service may take to answer.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -274,12 +275,6 @@ async fn read_publication(
         all_tables: publication.all_tables,
         tables: rows.iter().map(|r| r.get(0)).collect(),
     }))
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn stored_status(s: &offsets::StoredOffset) -> StoredStatus {

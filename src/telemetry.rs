@@ -396,6 +396,13 @@ pub fn use_ansi(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) ->
     stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
+/// Milliseconds since 1970, now (0 if the clock is before 1970).
+pub fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// How long Kafka may leave records unacknowledged before health says so.
 pub const STALL: Duration = Duration::from_secs(10);
 

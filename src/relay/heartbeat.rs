@@ -95,13 +95,7 @@ impl Beat {
     }
 }
 
-/// Milliseconds since 1970, now.
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
+pub(crate) use crate::telemetry::unix_ms as now_ms;
 
 /// Writes a heartbeat every `interval`, the first one at once, until the
 /// task is aborted (with its session). See the module doc.
