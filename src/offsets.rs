@@ -144,7 +144,7 @@ impl StoredOffset {
     /// The Kafka record that stores this offset.
     pub fn to_record(&self, topic: &str) -> Record {
         Record {
-            topic: topic.to_owned(),
+            topic: topic.into(),
             key: Some(self.connector.clone().into_bytes().into()),
             value: Some(serde_json::to_vec(self).unwrap_or_default().into()),
             headers: Vec::new(),
@@ -405,7 +405,7 @@ impl OffsetStore {
             .collect();
         OffsetStore {
             brokers_props,
-            topic: topic.to_owned(),
+            topic: topic.into(),
             connector: connector.to_owned(),
         }
     }

@@ -193,7 +193,7 @@ pub async fn republish(
                     continue;
                 };
                 let record = republished(record, &marker);
-                *summary.topics.entry(record.topic.clone()).or_default() += 1;
+                *summary.topics.entry(record.topic.to_string()).or_default() += 1;
                 match &mut sink {
                     None => print(&record),
                     Some((sink, acks)) => {

@@ -32,6 +32,7 @@ use crate::Lsn;
 use crate::config::{OnUpdate, OutboxConfig, Segment, topic_name_problem};
 use crate::pgoutput::{Cell, Oid, Relation, TupleData};
 
+pub mod arena;
 pub mod debezium;
 pub mod mask;
 pub mod table;
@@ -45,7 +46,8 @@ const BYTEA_OID: Oid = 17;
 /// One Kafka record, ready to produce.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
-    pub topic: String,
+    /// Shared: a table's records all name the same topic.
+    pub topic: Arc<str>,
     pub key: Option<Bytes>,
     /// `None` is a tombstone.
     pub value: Option<Bytes>,
@@ -126,7 +128,22 @@ struct Bound {
     timestamp: Option<usize>,
     id_header: Arc<str>,
     lsn_header: Arc<str>,
+    /// Topics this binding has made (and checked) so far.
+    topics: RefCell<Topics>,
 }
+
+/// The topic names a route has rendered, shared by all its records: a
+/// topic is rendered into `scratch`, and checked and allocated only the
+/// first time it appears.
+#[derive(Debug, Default)]
+struct Topics {
+    scratch: String,
+    known: HashMap<Box<str>, Arc<str>>,
+}
+
+/// Most routes make a handful of topics; a template on a column with many
+/// values would grow the map without bound, so it starts over at this size.
+const KNOWN_TOPICS: usize = 4096;
 
 /// The router: configured routes plus their binding to relations seen so far.
 #[derive(Debug)]
@@ -330,6 +347,7 @@ fn bind(route: Arc<Route>, rel: &Relation) -> Result<Bound, (String, String)> {
         timestamp,
         id_header: Arc::from("id"),
         lsn_header: Arc::from("walrelay.lsn"),
+        topics: RefCell::default(),
     })
 }
 
@@ -388,15 +406,15 @@ impl Bound {
         }
     }
 
-    fn record(&self, row: &TupleData, lsn: Lsn, lsn_text: Bytes) -> Result<Record, RouteError> {
+    /// The topic of `row`, from the route's template.
+    fn topic(&self, row: &TupleData, lsn: Lsn) -> Result<Arc<str>, RouteError> {
         let c = &self.route.config;
-        let id = self.required(row, self.id, &c.id_column, lsn)?;
-        let key = self.required(row, self.aggregate_id, &c.aggregate_id_column, lsn)?;
-
-        let mut topic = String::new();
+        let mut topics = self.topics.borrow_mut();
+        let Topics { scratch, known } = &mut *topics;
+        scratch.clear();
         for seg in c.topic.segments() {
             match seg {
-                Segment::Literal(s) => topic.push_str(s),
+                Segment::Literal(s) => scratch.push_str(s),
                 Segment::Column(col) => {
                     let idx = self.topic_columns.get(col).copied().unwrap_or(usize::MAX);
                     let v = self.required(row, idx, col, lsn)?;
@@ -408,17 +426,20 @@ impl Bound {
                             "topic names must be text",
                         )
                     })?;
-                    topic.push_str(s);
+                    scratch.push_str(s);
                 }
             }
         }
-        if let Some(problem) = topic_name_problem(&topic) {
+        if let Some(topic) = known.get(scratch.as_str()) {
+            return Ok(topic.clone());
+        }
+        if let Some(problem) = topic_name_problem(scratch) {
             let columns: Vec<&str> = c.topic.columns().collect();
             return Err(self.err(
                 &columns.join(", "),
                 lsn,
                 &format!(
-                    "the topic template {:?} makes the invalid topic {topic:?} from this row: \
+                    "the topic template {:?} makes the invalid topic {scratch:?} from this row: \
                      {problem}",
                     c.topic.as_str()
                 ),
@@ -427,6 +448,20 @@ impl Bound {
                  (docs/operations.md, \"A row cannot be routed\"); then fix the writer",
             ));
         }
+        if known.len() >= KNOWN_TOPICS {
+            known.clear();
+        }
+        let topic: Arc<str> = Arc::from(scratch.as_str());
+        known.insert(scratch.as_str().into(), topic.clone());
+        Ok(topic)
+    }
+
+    fn record(&self, row: &TupleData, lsn: Lsn, lsn_text: Bytes) -> Result<Record, RouteError> {
+        let c = &self.route.config;
+        let id = self.required(row, self.id, &c.id_column, lsn)?;
+        let key = self.required(row, self.aggregate_id, &c.aggregate_id_column, lsn)?;
+
+        let topic = self.topic(row, lsn)?;
 
         let value = match row.get(self.payload) {
             Some(Cell::Text(b) | Cell::Binary(b))

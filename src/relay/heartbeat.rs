@@ -86,7 +86,7 @@ impl Beat {
         let key = serde_json::json!({ "serverName": server_name }).to_string();
         let value = serde_json::json!({ "ts_ms": self.ts_ms }).to_string();
         Record {
-            topic: topic.to_owned(),
+            topic: Arc::from(topic),
             key: Some(Bytes::from(key)),
             value: Some(Bytes::from(value)),
             headers: Vec::new(),
@@ -346,7 +346,7 @@ mod tests {
             ts_ms: 1_733_000_000_123,
         };
         let record = beat.record("orders", "__debezium-heartbeat.orders");
-        assert_eq!(record.topic, "__debezium-heartbeat.orders");
+        assert_eq!(&*record.topic, "__debezium-heartbeat.orders");
         assert_eq!(
             record.key.as_deref(),
             Some(&br#"{"serverName":"orders"}"#[..])

@@ -68,6 +68,8 @@ pub(super) struct Streaming {
     /// counting a record allocates nothing once its topic was seen.
     pub(super) topic_counters:
         std::collections::HashMap<String, prometheus_client::metrics::counter::Counter>,
+    /// The last record's topic and its counter.
+    pub(super) last_topic: Option<(Arc<str>, prometheus_client::metrics::counter::Counter)>,
     /// Tables whose unclaimed rows were logged this session.
     pub(super) warned_unclaimed: HashSet<String>,
     /// A row of the open transaction that cannot be routed: the session
@@ -120,6 +122,7 @@ impl Streaming {
             warned_unclaimed: HashSet::new(),
             unroutable: None,
             topic_counters: std::collections::HashMap::new(),
+            last_topic: None,
             snapshot_tables: Vec::new(),
             table_records: Vec::new(),
             snapshot_ms: 0,
@@ -484,7 +487,7 @@ impl Streaming {
             .send(record, token)
             .await
             .map_err(|error| RelayError::Delivery {
-                topic: record.topic.clone(),
+                topic: record.topic.to_string(),
                 lsn: pos.commit_lsn,
                 event: describe_record(record),
                 error,
@@ -493,18 +496,28 @@ impl Streaming {
         Ok(())
     }
 
-    fn count_topic(&mut self, topic: &str) {
-        if let Some(counter) = self.topic_counters.get(topic) {
+    fn count_topic(&mut self, topic: &Arc<str>) {
+        // A router shares one name among its topic's records: most records
+        // find their counter by pointer, without hashing the name.
+        if let Some((last, counter)) = &self.last_topic
+            && Arc::ptr_eq(last, topic)
+        {
             counter.inc();
+            return;
+        }
+        if let Some(counter) = self.topic_counters.get(&**topic) {
+            counter.inc();
+            self.last_topic = Some((topic.clone(), counter.clone()));
             return;
         }
         let counter = self
             .metrics
             .records_by_topic
-            .get_or_create(&vec![("topic", topic.to_owned())])
+            .get_or_create(&vec![("topic", topic.to_string())])
             .clone();
         counter.inc();
-        self.topic_counters.insert(topic.to_owned(), counter);
+        self.last_topic = Some((topic.clone(), counter.clone()));
+        self.topic_counters.insert(topic.to_string(), counter);
     }
 
     fn on_update(&mut self, change: &Change) -> Result<(), RelayError> {

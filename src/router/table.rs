@@ -43,7 +43,9 @@
 //!   value we cannot read is a
 //!   [`TableEventError`] naming table, column, type or value and the fix —
 //!   reported when the Relation message arrives where possible.
-//! - Pure: no I/O, no clock; one reusable buffer for all JSON.
+//! - Pure: no I/O, no clock; one reusable buffer for all JSON, and the
+//!   record bytes are slices of two [`super::arena::Arena`]s (no allocation
+//!   per record or per field).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -51,6 +53,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::Record;
+use super::arena::Arena;
 use super::debezium::{self, Mapping, Modes, Unchanged};
 use super::mask::{Mask, maskable};
 use crate::Lsn;
@@ -118,7 +121,7 @@ struct BoundColumn {
 #[derive(Debug)]
 struct Bound {
     display: String,
-    topic: String,
+    topic: Arc<str>,
     columns: Vec<BoundColumn>,
     /// Key column positions; `None`: a null key.
     key: Option<Vec<usize>>,
@@ -145,6 +148,11 @@ pub struct TableRouter {
     buf: Vec<u8>,
     key_buf: Vec<u8>,
     scratch: Vec<u8>,
+    /// Keys and values: dropped once handed to the sink.
+    values: Arena,
+    /// Event ids and LSN texts: kept in delivery tokens until Kafka
+    /// acknowledges them, so not beside the values (see [`Arena`]).
+    ids: Arena,
     event_id_header: Arc<str>,
     lsn_header: Arc<str>,
     lsn_text: (Lsn, Bytes),
@@ -191,6 +199,8 @@ impl TableRouter {
             buf: Vec::with_capacity(1024),
             key_buf: Vec::with_capacity(64),
             scratch: Vec::new(),
+            values: Arena::new(64 * 1024),
+            ids: Arena::new(4 * 1024),
             event_id_header: Arc::from(EVENT_ID_HEADER),
             lsn_header: Arc::from(LSN_HEADER),
             lsn_text: (Lsn::ZERO, Bytes::new()),
@@ -346,7 +356,7 @@ impl TableRouter {
         debezium::json_str(&mut names_json, &rel.name);
         Ok(Bound {
             display,
-            topic,
+            topic: Arc::from(topic),
             columns,
             key,
             tombstones: entry.tombstones,
@@ -377,7 +387,8 @@ impl TableRouter {
             }
             Some(Ok(b)) => b,
         };
-        let id = format!("{}:{}", txn.commit_lsn, change.pos.index);
+        let (commit_lsn, index) = (txn.commit_lsn, change.pos.index);
+        let id = self.ids.format(format_args!("{commit_lsn}:{index}"));
         let source = Source::Stream {
             txn,
             lsn: change.lsn,
@@ -388,6 +399,8 @@ impl TableRouter {
             buf: &mut self.buf,
             key_buf: &mut self.key_buf,
             scratch: &mut self.scratch,
+            values: &mut self.values,
+            ids: &mut self.ids,
             prefix: Prefix {
                 name_json: &self.name_json,
                 db_json: &self.db_json,
@@ -410,17 +423,13 @@ impl TableRouter {
                 if let (true, Some(old)) = (key_changed, old) {
                     // Debezium: a primary-key change is a delete of the old
                     // key (+ tombstone) and a create of the new one.
-                    ctx.event(
-                        b'd',
-                        Some(old),
-                        None,
-                        Some(old),
-                        source,
-                        &format!("{id}:delete"),
-                        out,
-                    )?;
+                    let delete_id = ctx.ids.format(format_args!("{commit_lsn}:{index}:delete"));
+                    ctx.event(b'd', Some(old), None, Some(old), source, &delete_id, out)?;
                     if bound.tombstones {
-                        ctx.tombstone(old, &format!("{id}:tombstone"), out)?;
+                        let id = ctx
+                            .ids
+                            .format(format_args!("{commit_lsn}:{index}:tombstone"));
+                        ctx.tombstone(old, &id, out)?;
                     }
                     ctx.event(b'c', None, Some(new), Some(new), source, &id, out)
                 } else {
@@ -430,7 +439,10 @@ impl TableRouter {
             (Op::Delete, Some(old), _) => {
                 ctx.event(b'd', Some(old), None, Some(old), source, &id, out)?;
                 if bound.tombstones {
-                    ctx.tombstone(old, &format!("{id}:tombstone"), out)?;
+                    let id = ctx
+                        .ids
+                        .format(format_args!("{commit_lsn}:{index}:tombstone"));
+                    ctx.tombstone(old, &id, out)?;
                 }
                 Ok(())
             }
@@ -469,12 +481,16 @@ impl TableRouter {
             Some(Err(e)) => return Err(e.clone()),
             Some(Ok(b)) => b,
         };
-        let id = format!("{consistent_point}:snapshot:{index}");
+        let id = self
+            .ids
+            .format(format_args!("{consistent_point}:snapshot:{index}"));
         let mut ctx = Ctx {
             bound,
             buf: &mut self.buf,
             key_buf: &mut self.key_buf,
             scratch: &mut self.scratch,
+            values: &mut self.values,
+            ids: &mut self.ids,
             prefix: Prefix {
                 name_json: &self.name_json,
                 db_json: &self.db_json,
@@ -516,12 +532,14 @@ impl TableRouter {
             }
             Some(Ok(b)) => b,
         };
-        let id = format!("{}:{index}", txn.commit_lsn);
+        let id = self.ids.format(format_args!("{}:{index}", txn.commit_lsn));
         let mut ctx = Ctx {
             bound,
             buf: &mut self.buf,
             key_buf: &mut self.key_buf,
             scratch: &mut self.scratch,
+            values: &mut self.values,
+            ids: &mut self.ids,
             prefix: Prefix {
                 name_json: &self.name_json,
                 db_json: &self.db_json,
@@ -542,7 +560,7 @@ impl TableRouter {
 
     fn lsn_text(&mut self, lsn: Lsn) -> Bytes {
         if self.lsn_text.0 != lsn || self.lsn_text.1.is_empty() {
-            self.lsn_text = (lsn, Bytes::from(lsn.to_string()));
+            self.lsn_text = (lsn, self.ids.format(format_args!("{lsn}")));
         }
         self.lsn_text.1.clone()
     }
@@ -568,6 +586,8 @@ struct Ctx<'a> {
     buf: &'a mut Vec<u8>,
     key_buf: &'a mut Vec<u8>,
     scratch: &'a mut Vec<u8>,
+    values: &'a mut Arena,
+    ids: &'a mut Arena,
     prefix: Prefix<'a>,
     headers: (&'a Arc<str>, &'a Arc<str>, Bytes),
     lsn: Lsn,
@@ -675,7 +695,7 @@ impl Ctx<'_> {
                 .map_err(|(i, why)| self.err(i, why))?;
         }
         self.key_buf.push(b'}');
-        Ok(Some(Bytes::copy_from_slice(self.key_buf)))
+        Ok(Some(self.values.copy(self.key_buf)))
     }
 
     fn row(&mut self, row: Option<&TupleData>) -> Result<(), TableEventError> {
@@ -706,12 +726,9 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    fn headers(&self, id: &str) -> Vec<(Arc<str>, Bytes)> {
+    fn headers(&self, id: &Bytes) -> Vec<(Arc<str>, Bytes)> {
         vec![
-            (
-                self.headers.0.clone(),
-                Bytes::copy_from_slice(id.as_bytes()),
-            ),
+            (self.headers.0.clone(), id.clone()),
             (self.headers.1.clone(), self.headers.2.clone()),
         ]
     }
@@ -724,7 +741,7 @@ impl Ctx<'_> {
         after: Option<&TupleData>,
         key_row: Option<&TupleData>,
         source: Source,
-        id: &str,
+        id: &Bytes,
         out: &mut Vec<Record>,
     ) -> Result<(), TableEventError> {
         use std::io::Write as _;
@@ -774,7 +791,7 @@ impl Ctx<'_> {
         out.push(Record {
             topic: self.bound.topic.clone(),
             key,
-            value: Some(Bytes::copy_from_slice(buf)),
+            value: Some(self.values.copy(buf)),
             headers: self.headers(id),
             timestamp_ms: None,
         });
@@ -784,7 +801,7 @@ impl Ctx<'_> {
     fn tombstone(
         &mut self,
         key_row: &TupleData,
-        id: &str,
+        id: &Bytes,
         out: &mut Vec<Record>,
     ) -> Result<(), TableEventError> {
         // Skipping deletes skips their tombstones (Debezium sends the

@@ -128,7 +128,7 @@ fn insert_is_a_create_event_keyed_by_the_primary_key() {
         .unwrap();
     assert_eq!(out.len(), 1);
     let rec = &out[0];
-    assert_eq!(rec.topic, "shop.public.customers");
+    assert_eq!(&*rec.topic, "shop.public.customers");
     assert_eq!(text(&rec.key).as_deref(), Some(r#"{"id":1}"#));
     assert_eq!(
         text(&rec.value).unwrap(),
@@ -219,7 +219,7 @@ fn delete_has_the_old_key_in_before_and_is_followed_by_a_tombstone() {
     );
     assert_eq!(text(&out[1].key).as_deref(), Some(r#"{"id":1}"#));
     assert_eq!(out[1].value, None);
-    assert_eq!(out[1].topic, "shop.public.customers");
+    assert_eq!(&*out[1].topic, "shop.public.customers");
     assert_eq!(header(&out[0], "walrelay.event_id"), "0/016B3748:3");
     assert_eq!(
         header(&out[1], "walrelay.event_id"),
@@ -411,7 +411,7 @@ fn patterns_capture_matching_tables_with_their_own_topics_and_modes() {
     let new = row(vec![t("1"), t("A"), t("1.50"), Cell::Null]);
     r.on_change(&change(Op::Insert, &rel, None, Some(new)), TXN, &mut out)
         .unwrap();
-    assert_eq!(out[0].topic, "cdc-orders");
+    assert_eq!(&*out[0].topic, "cdc-orders");
     let value = text(&out[0].value).unwrap();
     assert!(value.contains(r#""balance":"1.50""#), "{value}");
     assert!(value.contains(r#""name":"cdc""#), "{value}");
@@ -677,7 +677,7 @@ fn truncates_are_skipped_by_default_and_are_keyless_t_events_when_not() {
     let mut r = router(&format!("{TABLE}\nskipped_operations = \"none\""), &rel);
     r.on_truncate(rel.oid, TXN, CHANGE_AT, 4, &mut out).unwrap();
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].topic, "shop.public.customers");
+    assert_eq!(&*out[0].topic, "shop.public.customers");
     assert_eq!(out[0].key, None);
     assert_eq!(text(&out[0].value).unwrap(), envelope("null", "null", 't'));
     assert_eq!(header(&out[0], EVENT_ID_HEADER), format!("{COMMIT}:4"));

@@ -84,7 +84,7 @@ fn routes_like_debeziums_outbox_event_router() {
     let Ok(Routed::Record(rec)) = r.on_insert(42, &order_row(), LSN) else {
         panic!("not routed")
     };
-    assert_eq!(rec.topic, "outbox.event.order");
+    assert_eq!(&*rec.topic, "outbox.event.order");
     assert_eq!(rec.key.as_deref(), Some(&b"order-17"[..]));
     assert_eq!(rec.value.as_deref(), Some(&br#"{"total": 10}"#[..]));
     assert_eq!(
@@ -119,7 +119,7 @@ fn header_columns_template_and_timestamp() {
     let Ok(Routed::Record(rec)) = r.on_insert(42, &order_row(), LSN) else {
         panic!("not routed")
     };
-    assert_eq!(rec.topic, "events.order.OrderCreated");
+    assert_eq!(&*rec.topic, "events.order.OrderCreated");
     assert!(
         rec.headers
             .contains(&("type".into(), Bytes::from_static(b"OrderCreated")))
@@ -162,6 +162,44 @@ fn missing_configured_column_is_an_error_on_the_first_row() {
     let err = r.on_insert(42, &order_row(), LSN).expect_err("error");
     assert_eq!(err.column, "aggregateid");
     assert!(err.reason.contains("no such column"));
+}
+
+/// Records of one topic share its name (no allocation per record); each
+/// row still gets its own topic, and a bad one is refused every time, not
+/// only the first.
+#[test]
+fn records_of_one_topic_share_its_name() {
+    let r = router("");
+    let topic = |aggregate_type: &str| {
+        let mut row = order_row();
+        row.0[1] = text(aggregate_type);
+        r.on_insert(42, &row, LSN).map(|routed| match routed {
+            Routed::Record(rec) => rec.topic,
+            other => panic!("not routed: {other:?}"),
+        })
+    };
+    let (a, b, c) = (topic("order"), topic("payment"), topic("order"));
+    let (a, b, c) = (a.expect("a"), b.expect("b"), c.expect("c"));
+    assert_eq!(
+        (&*a, &*b, &*c),
+        (
+            "outbox.event.order",
+            "outbox.event.payment",
+            "outbox.event.order"
+        )
+    );
+    assert!(std::sync::Arc::ptr_eq(&a, &c));
+    for _ in 0..2 {
+        assert!(topic("has space").is_err());
+    }
+    // Many distinct topics (a template on a column with many values) do
+    // not grow the router without bound, and stay correct past the limit.
+    for i in 0..5_000 {
+        assert_eq!(
+            &*topic(&format!("t{i}")).expect("routed"),
+            format!("outbox.event.t{i}")
+        );
+    }
 }
 
 #[test]

@@ -1,0 +1,141 @@
+//! Record bytes without an allocation per record.
+//!
+//! The routers build every key, value and header of a record in a reusable
+//! buffer and hand it out as [`Bytes`]. Copying each into its own `Bytes`
+//! costs a `malloc` and a `free` per piece, and a clone of such a `Bytes`
+//! (the relay keeps the event id until the delivery report) one more
+//! allocation to make it shareable. An [`Arena`] instead copies the pieces
+//! one after another into a shared chunk and hands out slices of it: a
+//! slice and its clones are reference counts on the chunk, and a new chunk
+//! is allocated only when the current one is full.
+//!
+//! Invariants:
+//! - **No aliasing.** Every [`Bytes`] handed out covers bytes no other
+//!   handed-out `Bytes` covers, and never changes after it is handed out.
+//! - **Memory follows the slices.** A chunk is freed (or, when nothing
+//!   else refers to it any more, reused in place) only once every slice of
+//!   it is dropped. So one arena should hold pieces with the same lifetime:
+//!   a long-lived slice (an event id kept until Kafka acknowledges it)
+//!   keeps its whole chunk alive, with the short-lived values beside it.
+//! - A piece larger than the chunk size gets a chunk of its own size.
+
+use std::fmt::Write as _;
+
+use bytes::{Bytes, BytesMut};
+
+/// Hands out [`Bytes`] copied into shared chunks (see the module doc).
+#[derive(Debug)]
+pub struct Arena {
+    buf: BytesMut,
+    chunk: usize,
+}
+
+impl Arena {
+    /// An arena that allocates chunks of `chunk` bytes (at least the size
+    /// of the piece being copied), the first one when it is first used.
+    pub fn new(chunk: usize) -> Arena {
+        Arena {
+            buf: BytesMut::new(),
+            chunk: chunk.max(64),
+        }
+    }
+
+    /// `bytes`, copied into the arena.
+    pub fn copy(&mut self, bytes: &[u8]) -> Bytes {
+        self.room(bytes.len());
+        self.buf.extend_from_slice(bytes);
+        self.buf.split().freeze()
+    }
+
+    /// The text of `args` (e.g. `format_args!("{lsn}:{index}")`), written
+    /// into the arena.
+    pub fn format(&mut self, args: std::fmt::Arguments<'_>) -> Bytes {
+        // Short texts (ids, LSNs) fit in what is reserved here; a longer one
+        // grows the chunk as `write_fmt` goes, which is still correct.
+        self.room(64);
+        let _ = self.buf.write_fmt(args);
+        self.buf.split().freeze()
+    }
+
+    fn room(&mut self, n: usize) {
+        if self.buf.capacity() < n {
+            // `reserve` reuses the chunk when every slice of it is gone,
+            // and otherwise allocates a new one of (at least) this size.
+            self.buf.reserve(n.max(self.chunk));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_keep_their_bytes_while_later_pieces_are_written() {
+        let mut arena = Arena::new(64);
+        let mut kept = Vec::new();
+        for i in 0..1_000u32 {
+            let piece = if i % 3 == 0 {
+                arena.format(format_args!("0/{i:X}:{i}"))
+            } else {
+                arena.copy(format!("value-{i}-{}", "x".repeat(i as usize % 200)).as_bytes())
+            };
+            kept.push((i, piece));
+        }
+        for (i, piece) in &kept {
+            let want = if i % 3 == 0 {
+                format!("0/{i:X}:{i}")
+            } else {
+                format!("value-{i}-{}", "x".repeat(*i as usize % 200))
+            };
+            assert_eq!(piece, want.as_bytes(), "piece {i}");
+        }
+    }
+
+    #[test]
+    fn a_piece_larger_than_the_chunk_is_whole() {
+        let mut arena = Arena::new(64);
+        let small = arena.copy(b"small");
+        let big = vec![7u8; 10_000];
+        let copied = arena.copy(&big);
+        assert_eq!(copied, big);
+        assert_eq!(small, &b"small"[..]);
+    }
+
+    #[test]
+    fn a_long_format_grows_the_chunk() {
+        let mut arena = Arena::new(64);
+        let long = "y".repeat(5_000);
+        let text = arena.format(format_args!("{long}:{}", 42));
+        assert_eq!(text, format!("{long}:42").as_bytes());
+    }
+
+    #[test]
+    fn a_chunk_is_reused_once_its_pieces_are_dropped() {
+        let mut arena = Arena::new(4096);
+        let first = arena.copy(b"first");
+        let start = first.as_ptr() as usize;
+        drop(first);
+        // 100 pieces of 100 bytes: more than two chunks' worth, each piece
+        // dropped before the next one is copied, so every time the chunk
+        // is full nothing refers to it and it is reused from its start.
+        for i in 0..100 {
+            let piece = arena.copy(&[1u8; 100]);
+            let at = piece.as_ptr() as usize;
+            assert!(
+                (start..start + 4096).contains(&at),
+                "piece {i} is outside the first chunk: a new allocation"
+            );
+        }
+    }
+
+    #[test]
+    fn a_chunk_still_referred_to_is_not_overwritten() {
+        let mut arena = Arena::new(64);
+        let kept = arena.copy(&[9u8; 60]);
+        for _ in 0..10 {
+            drop(arena.copy(&[1u8; 60]));
+        }
+        assert_eq!(kept, vec![9u8; 60]);
+    }
+}
