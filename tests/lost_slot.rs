@@ -29,7 +29,7 @@ async fn a_lost_slot_recovered_by_the_runbook_loses_nothing_while_writers_commit
     let names = Names::new("lostslot");
     let mut relay = RelayProcess::start(&relay_config(&db, &names, "", ""), &[]);
     relay.wait_log("streaming", START).await;
-    let writers = runbook::Writers::start(&db);
+    let writers = Writers::start(&db);
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // The incident: walrelay is stopped while far more WAL than the slot

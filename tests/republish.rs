@@ -27,7 +27,7 @@ async fn a_dropped_slot_recovered_by_the_runbook_loses_nothing_while_writers_com
     let names = Names::new("recover");
     let mut relay = RelayProcess::start(&relay_config(&db, &names, "", ""), &[]);
     relay.wait_log("streaming", START).await;
-    let writers = runbook::Writers::start(&db);
+    let writers = Writers::start(&db);
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // The incident: walrelay stops, the slot is dropped, writers go on.

@@ -700,6 +700,33 @@ pub async fn write_outbox_load(
     }
 }
 
+/// Writers committing outbox rows until stopped.
+pub struct Writers {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Writers {
+    pub fn start(db: &TestDb) -> Writers {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = tokio::spawn({
+            let db_name = db.name.clone();
+            let stop = stop.clone();
+            async move {
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    write_outbox_load(&db_name, 2, 40, 10, Duration::from_millis(20)).await;
+                }
+            }
+        });
+        Writers { stop, task }
+    }
+
+    pub async fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.task.await.unwrap();
+    }
+}
+
 /// Checks a consumed set against the database rows: every row arrived, on
 /// the right topic with the right key, `id` header and value; duplicates are
 /// byte-identical; and per aggregate the partition order is commit order.

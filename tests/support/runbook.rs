@@ -4,9 +4,6 @@
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use crate::support::*;
 
@@ -23,33 +20,6 @@ pub fn walrelay(args: &[&str]) -> (Option<i32>, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// Writers committing outbox rows until stopped.
-pub struct Writers {
-    stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Writers {
-    pub fn start(db: &TestDb) -> Writers {
-        let stop = Arc::new(AtomicBool::new(false));
-        let task = tokio::spawn({
-            let db_name = db.name.clone();
-            let stop = stop.clone();
-            async move {
-                while !stop.load(Ordering::SeqCst) {
-                    write_outbox_load(&db_name, 2, 40, 10, Duration::from_millis(20)).await;
-                }
-            }
-        });
-        Writers { stop, task }
-    }
-
-    pub async fn stop(self) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.task.await.unwrap();
-    }
 }
 
 /// The runbook's steps after the incident; `drop_slot`: step 2 (a lost
