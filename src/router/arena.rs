@@ -17,7 +17,10 @@
 //!   it is dropped. So one arena should hold pieces with the same lifetime:
 //!   a long-lived slice (an event id kept until Kafka acknowledges it)
 //!   keeps its whole chunk alive, with the short-lived values beside it.
-//! - A piece larger than the chunk size gets a chunk of its own size.
+//! - **Bounded**: the arena never keeps more than one chunk of its chunk
+//!   size. A piece larger than that is copied into an allocation of its own,
+//!   freed with its last slice (a 10 MB value must not stay allocated after
+//!   it was sent).
 
 use std::fmt::Write as _;
 
@@ -42,16 +45,20 @@ impl Arena {
 
     /// `bytes`, copied into the arena.
     pub fn copy(&mut self, bytes: &[u8]) -> Bytes {
+        if bytes.len() > self.chunk {
+            return Bytes::copy_from_slice(bytes);
+        }
         self.room(bytes.len());
         self.buf.extend_from_slice(bytes);
         self.buf.split().freeze()
     }
 
     /// The text of `args` (e.g. `format_args!("{lsn}:{index}")`), written
-    /// into the arena.
+    /// into the arena: for short texts (an id, an LSN), which always fit in a
+    /// chunk.
     pub fn format(&mut self, args: std::fmt::Arguments<'_>) -> Bytes {
-        // Short texts (ids, LSNs) fit in what is reserved here; a longer one
-        // grows the chunk as `write_fmt` goes, which is still correct.
+        // Short texts fit in what is reserved here; a longer one grows the
+        // chunk as `write_fmt` goes, which is still correct.
         self.room(64);
         let _ = self.buf.write_fmt(args);
         self.buf.split().freeze()
@@ -60,8 +67,8 @@ impl Arena {
     fn room(&mut self, n: usize) {
         if self.buf.capacity() < n {
             // `reserve` reuses the chunk when every slice of it is gone,
-            // and otherwise allocates a new one of (at least) this size.
-            self.buf.reserve(n.max(self.chunk));
+            // and otherwise allocates a new one of the chunk size.
+            self.buf.reserve(self.chunk);
         }
     }
 }
@@ -93,13 +100,20 @@ mod tests {
     }
 
     #[test]
-    fn a_piece_larger_than_the_chunk_is_whole() {
+    fn a_piece_larger_than_the_chunk_is_whole_and_not_kept() {
         let mut arena = Arena::new(64);
         let small = arena.copy(b"small");
         let big = vec![7u8; 10_000];
         let copied = arena.copy(&big);
         assert_eq!(copied, big);
         assert_eq!(small, &b"small"[..]);
+        // It went around the arena: the next piece follows the small one in
+        // the same chunk.
+        let next = arena.copy(b"next");
+        assert_eq!(
+            next.as_ptr() as usize,
+            small.as_ptr() as usize + small.len()
+        );
     }
 
     #[test]
