@@ -144,10 +144,10 @@ pub enum RelayError {
     /// its transaction, which is what skips it.
     #[error(
         "cannot route outbox row of {} (column {}{}, commit LSN {}, transaction ends at \
-         {end_lsn}): {}; {}. To skip this transaction deliberately (every event in it): SELECT \
-         pg_replication_slot_advance('{slot}', '{end_lsn}'); then start with \
-         --accept-slot-position and re-publish its other events (docs/operations.md, \"A row \
-         cannot be routed\")",
+         {end_lsn}): {}; {}. To skip the rest of this transaction deliberately (its rows before \
+         this one are published already): SELECT pg_replication_slot_advance('{slot}', \
+         '{end_lsn}'); then start with --accept-slot-position and re-publish its other rows \
+         with walrelay republish (docs/operations.md, \"A row cannot be routed\")",
         error.table,
         error.column,
         row_id.as_deref().map(|id| format!(", row id {id}")).unwrap_or_default(),
