@@ -1548,24 +1548,31 @@ def summarize(results, contenders, txn_sizes):
     return rows
 
 
+def w_and_d_in_words(w, d, memory):
+    """W's ratios to R and D and D's to R for one K, in words; `memory()` is
+    the text after W's CPU ratio (called only when both ran)."""
+    parts = []
+    if w and w["status"] == "ok":
+        s = f"W drains at **{fmt(w.get('x_r'), '.2f', '?')}× R**"
+        if d and d["status"] == "ok":
+            s += (f" and **{fmt(w.get('x_d'), '.1f', '?')}× D**, using "
+                  f"{w['cpu_drain_per_m'] / d['cpu_drain_per_m']:.2f}× D's CPU per event (drain)"
+                  + memory())
+        parts.append(s)
+    elif w:
+        parts.append(f"W {w['status']}")
+    if d and d["status"] == "ok":
+        parts.append(f"D drains at {fmt(d.get('x_r'), '.2f', '?')}× R")
+    return parts
+
+
 def headline(summary, lat, snap_summary=(), snap_n=None):
     """The ratios, in words, first: they are what the benchmark is for."""
     out = []
     by = {(r["k"], r["contender"]): r for r in summary}
     for k in sorted({r["k"] for r in summary}):
         d, w = by.get((k, "D")), by.get((k, "W"))
-        parts = []
-        if w and w["status"] == "ok":
-            s = f"W drains at **{fmt(w.get('x_r'), '.2f', '?')}× R**"
-            if d and d["status"] == "ok":
-                s += (f" and **{fmt(w.get('x_d'), '.1f', '?')}× D**, using "
-                      f"{w['cpu_drain_per_m'] / d['cpu_drain_per_m']:.2f}× D's CPU per event (drain) and "
-                      f"{w['rss_mib'] / d['rss_mib']:.3f}× its peak RSS")
-            parts.append(s)
-        elif w:
-            parts.append(f"W {w['status']}")
-        if d and d["status"] == "ok":
-            parts.append(f"D drains at {fmt(d.get('x_r'), '.2f', '?')}× R")
+        parts = w_and_d_in_words(w, d, lambda: f" and {w['rss_mib'] / d['rss_mib']:.3f}× its peak RSS")
         sec = by.get((k, "S"))
         if sec and sec["status"] == "ok" and w and w["status"] == "ok":
             parts.append(f"over SASL_SSL (S) walrelay drains at {fmt(sec.get('x_w'), '.2f', '?')}× its "
@@ -1681,18 +1688,7 @@ def tables_headline(summary):
     by = {(r["k"], r["contender"]): r for r in summary}
     for k in sorted({r["k"] for r in summary}):
         d, wr = by.get((k, "D")), by.get((k, "W"))
-        parts = []
-        if wr and wr["status"] == "ok":
-            s = f"W drains at **{fmt(wr.get('x_r'), '.2f', '?')}× R**"
-            if d and d["status"] == "ok":
-                s += (f" and **{fmt(wr.get('x_d'), '.1f', '?')}× D**, using "
-                      f"{wr['cpu_drain_per_m'] / d['cpu_drain_per_m']:.2f}× D's CPU per event (drain), "
-                      f"peak RSS {wr['rss_mib']:,.0f} MiB")
-            parts.append(s)
-        elif wr:
-            parts.append(f"W {wr['status']}")
-        if d and d["status"] == "ok":
-            parts.append(f"D drains at {fmt(d.get('x_r'), '.2f', '?')}× R")
+        parts = w_and_d_in_words(wr, d, lambda: f", peak RSS {wr['rss_mib']:,.0f} MiB")
         if parts:
             out.append(f"- Table events, K={k}: " + "; ".join(parts) + ".")
     return out

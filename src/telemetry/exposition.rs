@@ -76,21 +76,11 @@ fn gauge<V: prometheus_client::encoding::EncodeGaugeValue + std::fmt::Debug + Se
 }
 
 /// `name` without `_total`: the encoder adds it.
-fn counter(
+fn counter<V: prometheus_client::encoding::EncodeCounterValue + std::fmt::Debug + Send + Sync>(
     e: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    value: u64,
-) -> Result<(), std::fmt::Error> {
-    let metric = e.encode_descriptor(name, help, None, MetricType::Counter)?;
-    ConstCounter::new(value).encode(metric)
-}
-
-fn counter_f(
-    e: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    value: f64,
+    value: V,
 ) -> Result<(), std::fmt::Error> {
     let metric = e.encode_descriptor(name, help, None, MetricType::Counter)?;
     ConstCounter::new(value).encode(metric)
@@ -199,7 +189,7 @@ impl Collector for View {
             "Sessions ended by an error (retried or not); by class and cause in walrelay_session_errors_by_cause.",
             u(&m.session_errors),
         )?;
-        counter_f(
+        counter(
             &mut e,
             "walrelay_backpressure_seconds",
             "Time the replication stream was not read because the in-flight limits were reached (Kafka slower than PostgreSQL).",
@@ -364,7 +354,7 @@ impl Collector for View {
             )?;
         }
         if let Some(cpu) = p.cpu_seconds {
-            counter_f(
+            counter(
                 &mut e,
                 "process_cpu_seconds",
                 "Total user and system CPU time spent in seconds.",
