@@ -17,8 +17,10 @@ cd "$ROOT"
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 say "starting PostgreSQL 18 and Kafka"
-eval "$(PG_MAJOR=18 deploy/dev/postgres.sh up)"
-eval "$(deploy/dev/kafka.sh up)"
+env_lines=$(PG_MAJOR=18 deploy/dev/postgres.sh up)
+eval "$env_lines"
+env_lines=$(deploy/dev/kafka.sh up)
+eval "$env_lines"
 
 deploy/dev/prereqs.sh
 say "building walrelay (release; the first build compiles librdkafka and takes a few minutes)"

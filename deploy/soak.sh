@@ -111,13 +111,15 @@ if pg status >/dev/null 2>&1; then
 else
   PG_OURS=1
 fi
-eval "$(pg up)"
+env_lines=$(pg up)
+eval "$env_lines"
 if kafka status >/dev/null 2>&1; then
   log "reusing the running broker on $KPORT (the soak stops it; it stays up afterwards)"
 else
   KAFKA_OURS=1
 fi
-eval "$(kafka up)"
+env_lines=$(kafka up)
+eval "$env_lines"
 export WALRELAY_PG_MAJOR WALRELAY_PG_PORT WALRELAY_PG_SOCKET_DIR WALRELAY_PG_TLS_DIR WALRELAY_KAFKA_BROKERS
 
 # librdkafka's debug lines reach walrelay's log at trace level.

@@ -40,8 +40,14 @@ log "deploy files: systemd-analyze, kubernetes-validate, hadolint"
 deploy/validate.sh "${CARGO_TARGET_DIR:-$ROOT/target}/debug/walrelay"
 
 log "starting PostgreSQL 18 and Kafka"
-eval "$(PG_MAJOR=18 deploy/dev/postgres.sh up)"
-eval "$(deploy/dev/kafka.sh up)"
+# `env_lines=$(... up)` and then eval, never eval "$(... up)": eval of the empty
+# output of a failed `up` succeeds, and the tests would then run against the
+# previous server (a PostgreSQL 16 that could not start once sent the matrix's
+# tests to the stopped 15).
+env_lines=$(PG_MAJOR=18 deploy/dev/postgres.sh up)
+eval "$env_lines"
+env_lines=$(deploy/dev/kafka.sh up)
+eval "$env_lines"
 export WALRELAY_PG_MAJOR WALRELAY_PG_PORT WALRELAY_PG_SOCKET_DIR WALRELAY_KAFKA_BROKERS
 
 # Kafka Connect + Debezium for tests/debezium_compat.rs (and the benchmark
@@ -110,7 +116,8 @@ deploy/soak.sh --ci
 # Tests that depend on the server version run against every supported major.
 for m in $EXTRA_MAJORS; do
   log "PostgreSQL $m"
-  eval "$(PG_MAJOR=$m deploy/dev/postgres.sh up)"
+  env_lines=$(PG_MAJOR=$m deploy/dev/postgres.sh up)
+  eval "$env_lines"
   export WALRELAY_PG_MAJOR WALRELAY_PG_PORT WALRELAY_PG_SOCKET_DIR
   cargo test --locked --test services --test relay_matrix --test wire --test snapshot_reader \
     --test pg_security

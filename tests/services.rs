@@ -101,3 +101,42 @@ async fn kafka_round_trips_a_record_with_acks_all() {
     assert_eq!(got[0].key.as_deref(), Some(&b"agg-1"[..]));
     assert_eq!(got[0].value.as_deref(), Some(&b"{\"hello\":1}"[..]));
 }
+
+/// The dev scripts reserve the services' ports from the range the kernel
+/// gives outgoing connections (deploy/dev/lib.sh `reserve_ports`): a port in
+/// that range can be the local end of any client's connection when its
+/// service starts, and the bind fails although nothing listens (CI lost a run
+/// to it: PostgreSQL 16 on 54316).
+#[test]
+fn service_ports_cannot_be_taken_by_outgoing_connections() {
+    let read = |f: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{f}"))
+            .unwrap_or_else(|e| panic!("/proc/sys/net/ipv4/{f}: {e}"))
+    };
+    let range: Vec<u32> = read("ip_local_port_range")
+        .split_whitespace()
+        .map(|p| p.parse().expect("ip_local_port_range"))
+        .collect();
+    let reserved = read("ip_local_reserved_ports");
+    let is_reserved = |port: u32| {
+        reserved.trim().split(',').filter(|r| !r.is_empty()).any(|r| {
+            let (a, b) = r.split_once('-').unwrap_or((r, r));
+            (a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()).contains(&port)
+        })
+    };
+    let kafka_port: u32 = kafka_brokers()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a port in WALRELAY_KAFKA_BROKERS");
+    for (what, port) in [("PostgreSQL", u32::from(pg_port())), ("Kafka", kafka_port)] {
+        assert!(
+            port < range[0] || port > range[1] || is_reserved(port),
+            "{what}'s port {port} lies in the outgoing-connection range {}-{} and is not \
+             in net.ipv4.ip_local_reserved_ports ({}); the dev scripts reserve it as root",
+            range[0],
+            range[1],
+            reserved.trim()
+        );
+    }
+}

@@ -71,12 +71,14 @@ command -v mvn >/dev/null 2>&1 || apt_install mvn maven
 
 # ---- services --------------------------------------------------------------
 log "PostgreSQL: deploy/dev/postgres.sh up"
-eval "$("$REPO_ROOT/deploy/dev/postgres.sh" up)"
+env_lines=$("$REPO_ROOT/deploy/dev/postgres.sh" up)
+eval "$env_lines"
 # pgbench ships in Debian's postgresql-client (installed by postgres.sh).
 command -v pgbench >/dev/null 2>&1 || apt_install pgbench postgresql-client
 command -v pg_recvlogical >/dev/null 2>&1 || apt_install pg_recvlogical postgresql-client
 log "Kafka: deploy/dev/kafka.sh up"
-eval "$("$REPO_ROOT/deploy/dev/kafka.sh" up)"
+env_lines=$("$REPO_ROOT/deploy/dev/kafka.sh" up)
+eval "$env_lines"
 command -v kcat >/dev/null 2>&1 || apt_install kcat kcat
 
 # ---- Kafka Connect + Debezium classpath ---------------------------------------

@@ -530,6 +530,7 @@ launch() {
     # Anything already listening there is not ours (we checked our pid first),
     # and Kafka would die with a bind error that is harder to read.
     local port
+    reserve_ports "$PORT" "$CONTROLLER_PORT" "$SASL_SSL_PORT" "$MTLS_PORT" "$WRONG_HOST_PORT"
     for port in "$PORT" "$CONTROLLER_PORT" "$SASL_SSL_PORT" "$MTLS_PORT" "$WRONG_HOST_PORT"; do
         if port_in_use "$port"; then
             die "$HOST:$port is already in use by another process (not a broker started by $SELF from $REPO_ROOT); stop it first"

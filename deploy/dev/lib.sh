@@ -5,6 +5,7 @@
 # fails); otherwise stop with the exact command to run.
 #
 #   need_command CMD PACKAGE [WHAT]   CMD on PATH, else install PACKAGE
+#   reserve_ports PORT...             keep outgoing connections off these ports
 #
 # The caller's `log`/`die` are used when defined.
 
@@ -33,4 +34,50 @@ need_command() {
     command -v "$cmd" >/dev/null 2>&1 && return 0
     apt_install_package "$package" "$why"
     command -v "$cmd" >/dev/null 2>&1 || _lib_die "$why still not found after installing $package"
+}
+
+# reserve_ports PORT... — keep the kernel from giving these ports to outgoing
+# connections. Linux picks the local port of every outgoing TCP connection
+# from net.ipv4.ip_local_port_range (32768-60999 by default); a service port
+# inside it (PostgreSQL's 543xx, the outage broker's 39092) can be held by
+# any client's connection (a broker's, a test's) at the moment the service
+# starts, and its bind then fails with "Address already in use" although
+# nothing listens there (CI saw it: PostgreSQL 16 on 54316). Reserved ports
+# (net.ipv4.ip_local_reserved_ports) are never picked. Only root may add
+# them (for this network namespace, until reboot); otherwise this says how.
+reserve_ports() {
+    local file=/proc/sys/net/ipv4/ip_local_reserved_ports lo hi port missing=()
+    read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || return 0
+    [[ -r $file ]] || return 0
+    for port; do
+        ((port >= lo && port <= hi)) || continue
+        _port_reserved "$port" "$(<"$file")" || missing+=("$port")
+    done
+    ((${#missing[@]})) || return 0
+    local list
+    list=$(IFS=,; echo "${missing[*]}")
+    if [[ $(id -u) -ne 0 || ! -w $file ]]; then
+        _lib_log "warning: ports $list lie in the range the kernel gives outgoing connections ($lo-$hi); a connection holding one makes the service's start fail with 'Address already in use'. Reserve them: sudo sysctl -w net.ipv4.ip_local_reserved_ports=\"$list\" (appending to what it already holds)"
+        return 0
+    fi
+    mkdir -p /tmp/walrelay-ports
+    (
+        flock -w 60 8 || exit 1
+        local cur
+        cur=$(<"$file")
+        echo "${cur:+$cur,}$list" >"$file"
+    ) 8>/tmp/walrelay-ports/lock ||
+        _lib_log "warning: could not add $list to $file; see the warning's reason above"
+    _lib_log "reserved ports $list from the kernel's outgoing-connection range ($lo-$hi) so no client connection can hold them (net.ipv4.ip_local_reserved_ports)"
+}
+
+# _port_reserved PORT LIST: PORT is in LIST ("a-b,c,...", the kernel's format).
+_port_reserved() {
+    local port=$1 item a b
+    local IFS=,
+    for item in $2; do
+        a=${item%-*}; b=${item#*-}
+        ((port >= a && port <= b)) && return 0
+    done
+    return 1
 }

@@ -387,6 +387,14 @@ start_cluster() {
   log "starting (log: $LOG_FILE)"
   if ! as_pg "$PG_BIN/pg_ctl" start -D "$DATA_DIR" -l "$LOG_FILE" -w -t "$READY_TIMEOUT_S" -s >&2; then
     tail -n 30 "$LOG_FILE" >&2 2>/dev/null || true
+    if tail -n 30 "$LOG_FILE" 2>/dev/null | grep -q 'Address already in use'; then
+      # Nothing listened (check_port_free said so): a connection holds the port as its
+      # local end. Name it.
+      log "sockets on port $PG_PORT (ss -tanp):"
+      ss -tanp "( sport = :$PG_PORT )" >&2 2>/dev/null || true
+      die "port $PG_PORT is held by the connection(s) above, not by a server; reserve it" \
+          "(sysctl -w net.ipv4.ip_local_reserved_ports=$PG_PORT, as root) and retry when they close"
+    fi
     die "pg_ctl start failed for $DATA_DIR (see $LOG_FILE); to start over: $SELF down && $SELF up"
   fi
   wait_ready
@@ -549,6 +557,11 @@ print_env() {
 cmd_up() {
   ensure_client_tools
   take_lock
+  # Every supported major's port, not just this one: the first `up` of a test run
+  # reserves them before the run's many client connections could take one.
+  local m ports=()
+  for m in "${!PG_NPM_VERSION[@]}"; do ports+=($((54300 + m))); done
+  reserve_ports "${ports[@]}"
   ensure_server
   ensure_os_user
   ensure_traversable "$PG_BIN/postgres"
