@@ -119,10 +119,14 @@ fn service_ports_cannot_be_taken_by_outgoing_connections() {
         .collect();
     let reserved = read("ip_local_reserved_ports");
     let is_reserved = |port: u32| {
-        reserved.trim().split(',').filter(|r| !r.is_empty()).any(|r| {
-            let (a, b) = r.split_once('-').unwrap_or((r, r));
-            (a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()).contains(&port)
-        })
+        reserved
+            .trim()
+            .split(',')
+            .filter(|r| !r.is_empty())
+            .any(|r| {
+                let (a, b) = r.split_once('-').unwrap_or((r, r));
+                (a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()).contains(&port)
+            })
     };
     let kafka_port: u32 = kafka_brokers()
         .rsplit(':')
