@@ -115,6 +115,15 @@ async fn wait_records(topic: &str, n: usize) -> Vec<Event> {
     .await
 }
 
+/// `source.snapshot` of snapshot rows, as Debezium 3.6 writes it.
+const SNAPSHOT_MARKERS: [&str; 5] = [
+    "first",
+    "first_in_data_collection",
+    "true",
+    "last_in_data_collection",
+    "last",
+];
+
 /// Checks the envelope around `before`/`after` and returns the value.
 fn check_envelope(
     e: &Event,
@@ -171,9 +180,10 @@ fn check_envelope(
         at += found + field.len();
     }
     if op == "r" {
-        // "last" on the snapshot's last row only (checked by the caller).
+        // Which marker depends on the row's place (see
+        // snapshot_rows_carry_debeziums_markers).
         assert!(
-            s["snapshot"] == json!("true") || s["snapshot"] == json!("last"),
+            SNAPSHOT_MARKERS.contains(&s["snapshot"].as_str().unwrap_or("")),
             "{s}"
         );
         assert_eq!(s["txId"], Value::Null);
@@ -855,4 +865,118 @@ name = "public.accounts"
         report.contains("key column(s) email are masked or left out"),
         "{report}"
     );
+}
+
+/// `source.snapshot` of snapshot rows as Debezium 3.6 writes it: `"first"`
+/// on the snapshot's first row, `"first_in_data_collection"` and
+/// `"last_in_data_collection"` on each table's first and last rows (a
+/// table's only row is its last), `"last"` on the snapshot's last row,
+/// `"true"` between them — with one snapshot reader and with three, whose
+/// tables' rows interleave. An empty table changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_rows_carry_debeziums_markers() {
+    require_kafka();
+    let db = TestDb::new("wr_table_marks").await;
+    let rows = [("many_t", 40), ("one_t", 1), ("none_t", 0), ("two_t", 2)];
+    for (table, n) in rows {
+        db.client
+            .batch_execute(&format!(
+                "CREATE TABLE {table} (id int4 PRIMARY KEY);
+                 ALTER TABLE {table} OWNER TO walrelay;
+                 INSERT INTO {table} SELECT generate_series(1, {n});"
+            ))
+            .await
+            .expect("tables");
+    }
+    for parallelism in [1, 3] {
+        let names = Names::new("wr_mk");
+        let prefix = format!("{}_cdc", names.connector);
+        let config = format!(
+            r#"
+[connector]
+name = "{connector}"
+[postgres]
+host = "127.0.0.1"
+port = {port}
+user = "walrelay"
+password = "walrelay"
+database = "{db}"
+slot = "{slot}"
+publication = "{publication}"
+status_interval = "200ms"
+[kafka]
+brokers = "{brokers}"
+linger = "2ms"
+[snapshot]
+parallelism = {parallelism}
+fetch_rows = 7
+[table_defaults]
+topic_prefix = "{prefix}"
+[[table]]
+name = "public.*"
+"#,
+            connector = names.connector,
+            port = pg_port(),
+            db = db.name,
+            slot = names.slot,
+            publication = names.publication,
+            brokers = kafka_brokers(),
+        );
+        let mut relay = RelayProcess::start(&config, &[]);
+        relay.wait_log("snapshot completed", CATCH_UP).await;
+        // (row number in the snapshot, table, marker) of every record.
+        let mut all = Vec::new();
+        for (table, n) in rows {
+            let got = read(&format!("{prefix}.public.{table}"));
+            assert_eq!(got.len(), n, "{table} with parallelism {parallelism}");
+            for e in got {
+                let v = e.value.as_ref().expect("no tombstones in a snapshot");
+                let index: u64 = e
+                    .event_id
+                    .rsplit(':')
+                    .next()
+                    .and_then(|i| i.parse().ok())
+                    .unwrap_or_else(|| panic!("event id {}", e.event_id));
+                let marker = v["source"]["snapshot"].as_str().unwrap().to_owned();
+                all.push((index, table, marker));
+            }
+        }
+        all.sort();
+        let with = |m: &str| all.iter().filter(|r| r.2 == m).collect::<Vec<_>>();
+        let (first, last) = (with("first"), with("last"));
+        assert_eq!(first.len(), 1, "one first row: {all:?}");
+        assert_eq!(last.len(), 1, "one last row: {all:?}");
+        // The first row read is the snapshot's first.
+        assert_eq!(first[0], &all[0], "{all:?}");
+        for (table, n) in rows.iter().filter(|r| r.1 > 0) {
+            let marks: Vec<&str> = all
+                .iter()
+                .filter(|r| r.1 == *table)
+                .map(|r| r.2.as_str())
+                .collect();
+            let is_first = first[0].1 == *table;
+            let is_last = last[0].1 == *table;
+            // Debezium's precedence: the snapshot's last, its first, the
+            // table's last, the table's first.
+            let mut want = vec!["true"; *n];
+            want[0] = "first_in_data_collection";
+            want[n - 1] = "last_in_data_collection";
+            if is_first {
+                want[0] = "first";
+            }
+            if is_last {
+                want[n - 1] = "last";
+            }
+            assert_eq!(
+                marks, want,
+                "{table} with parallelism {parallelism}: {all:?}"
+            );
+        }
+        if parallelism == 1 {
+            // One reader reads the tables one after another: the last row
+            // read is the snapshot's last.
+            assert_eq!(last[0], all.last().unwrap(), "{all:?}");
+        }
+        assert_eq!(relay.stop().code(), Some(0), "{}", relay.log());
+    }
 }

@@ -67,6 +67,7 @@ impl Streaming {
     ) -> Result<SnapshotEnd, RelayError> {
         let started = Instant::now();
         let txn = self.checkpoint.begin()?;
+        self.snapshot_marks = Default::default();
         self.snapshot_tables = source
             .snapshot_progress()
             .iter()
@@ -162,11 +163,15 @@ impl Streaming {
                                 .await
                         }
                         SourceEvent::SnapshotTableDone { table, rows } => {
-                            if let Some(t) = self.snapshot_tables.iter_mut().find(|t| t.table == table) {
+                            let index = self.snapshot_tables.iter().position(|t| t.table == table);
+                            if let Some(t) = index.and_then(|i| self.snapshot_tables.get_mut(i)) {
                                 t.read = true;
                             }
                             tracing::info!(%table, rows, "snapshot: table read");
-                            Ok(())
+                            match index.and_then(|i| u32::try_from(i).ok()) {
+                                Some(i) => self.table_snapshot_read(i).await,
+                                None => Ok(()),
+                            }
                         }
                         SourceEvent::SnapshotDone { consistent_point } => {
                             read_all = Some(consistent_point);

@@ -85,9 +85,8 @@ pub(super) struct Streaming {
     pub(super) table_records: Vec<crate::router::Record>,
     /// When the snapshot started, ms since 1970 (`source.ts_ms` of its rows).
     pub(super) snapshot_ms: i64,
-    /// The latest `[[table]]` snapshot row, held until the next one shows
-    /// it was not the last.
-    pub(super) held_snapshot_row: Option<super::table_events::HeldRow>,
+    /// Where the `[[table]]` snapshot rows stand (`source.snapshot`).
+    pub(super) snapshot_marks: super::table_events::SnapshotMarks,
 }
 
 impl Streaming {
@@ -126,7 +125,7 @@ impl Streaming {
             snapshot_tables: Vec::new(),
             table_records: Vec::new(),
             snapshot_ms: 0,
-            held_snapshot_row: None,
+            snapshot_marks: Default::default(),
         }
     }
 

@@ -4,6 +4,7 @@
 //! so a change (with its tombstone) is confirmed only when Kafka holds all
 //! of its records.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::RelayError;
@@ -11,12 +12,12 @@ use super::streaming::{OpenTxn, Streaming};
 use crate::Lsn;
 use crate::checkpoint::TxnId;
 use crate::pgoutput::{Relation, TupleData};
-use crate::router::table::TxnInfo;
+use crate::router::table::{SnapshotMarker, TxnInfo};
 use crate::source::{Change, Position};
 use crate::startup::TableEventTable;
 
 /// A snapshot row of a `[[table]]` table waiting to learn whether it is
-/// the snapshot's last.
+/// its table's last, or the snapshot's.
 #[derive(Debug)]
 pub(super) struct HeldRow {
     txn: TxnId,
@@ -24,6 +25,25 @@ pub(super) struct HeldRow {
     relation: Arc<Relation>,
     row: TupleData,
     table_index: Option<u32>,
+    first_in_snapshot: bool,
+    first_in_table: bool,
+}
+
+/// The `[[table]]` snapshot rows not sent yet, so that each can be given
+/// its `source.snapshot` marker ([`SnapshotMarker`]) from where it stands:
+/// a row is sent once the next row of its table arrives (it was not the
+/// table's last) or its table is read (it was). A table's last row waits
+/// once more, until another table's last row or the end of the snapshot
+/// shows whether it was the snapshot's last. At most one row per table
+/// being read, plus one, is held.
+#[derive(Debug, Default)]
+pub(super) struct SnapshotMarks {
+    /// Per table (its index in the snapshot's tables): its latest row.
+    held: BTreeMap<u32, HeldRow>,
+    /// The last row of the table read most recently.
+    table_last: Option<HeldRow>,
+    /// Whether a `[[table]]` row was read in this snapshot already.
+    any_read: bool,
 }
 
 impl Streaming {
@@ -123,11 +143,8 @@ impl Streaming {
     }
 
     /// Publishes a snapshot row of a `[[table]]` table (`op: "r"`), one
-    /// row late: the row is held until the next one (then sent with
-    /// `source.snapshot: "true"`) or the end of the snapshot
-    /// ([`Streaming::finish_table_snapshot`], `"last"`). It counts as sent
-    /// for its table at once, so the table is not reported done before it
-    /// is acknowledged.
+    /// row late (see [`SnapshotMarks`]). It counts as sent for its table at
+    /// once, so the table is not reported done before it is acknowledged.
     pub(super) async fn publish_table_snapshot_row(
         &mut self,
         txn: TxnId,
@@ -139,28 +156,67 @@ impl Streaming {
         if let Some(t) = table_index.and_then(|i| self.snapshot_tables.get_mut(i as usize)) {
             t.sent += 1;
         }
-        let held = self.held_snapshot_row.replace(HeldRow {
-            txn,
-            pos,
-            relation: relation.clone(),
-            row: row.clone(),
-            table_index,
-        });
-        match held {
-            Some(held) => self.send_held_row(held, false).await,
+        let marks = &mut self.snapshot_marks;
+        let slot = table_index.unwrap_or(u32::MAX);
+        let first_in_table = !marks.held.contains_key(&slot);
+        let first_in_snapshot = !std::mem::replace(&mut marks.any_read, true);
+        let previous = marks.held.insert(
+            slot,
+            HeldRow {
+                txn,
+                pos,
+                relation: relation.clone(),
+                row: row.clone(),
+                table_index,
+                first_in_snapshot,
+                first_in_table,
+            },
+        );
+        match previous {
+            Some(held) => self.send_held_row(held, false, false).await,
             None => Ok(()),
         }
     }
 
-    /// At the end of the snapshot: sends the held row as the last one.
+    /// Table `table_index` of the snapshot was read: its held row was its
+    /// last; the previous table's last row was not the snapshot's.
+    pub(super) async fn table_snapshot_read(&mut self, table_index: u32) -> Result<(), RelayError> {
+        let Some(last) = self.snapshot_marks.held.remove(&table_index) else {
+            return Ok(());
+        };
+        match self.snapshot_marks.table_last.replace(last) {
+            Some(previous) => self.send_held_row(previous, true, false).await,
+            None => Ok(()),
+        }
+    }
+
+    /// At the end of the snapshot: sends the rows still held, the last one
+    /// read as the snapshot's last.
     pub(super) async fn finish_table_snapshot(&mut self) -> Result<(), RelayError> {
-        match self.held_snapshot_row.take() {
-            Some(held) => self.send_held_row(held, true).await,
+        // Every table reports being read before the snapshot ends; rows of
+        // one that did not are still its last.
+        let unread: Vec<u32> = self.snapshot_marks.held.keys().copied().collect();
+        for table_index in unread {
+            self.table_snapshot_read(table_index).await?;
+        }
+        match self.snapshot_marks.table_last.take() {
+            Some(last) => self.send_held_row(last, true, true).await,
             None => Ok(()),
         }
     }
 
-    async fn send_held_row(&mut self, held: HeldRow, last: bool) -> Result<(), RelayError> {
+    async fn send_held_row(
+        &mut self,
+        held: HeldRow,
+        last_in_table: bool,
+        last_in_snapshot: bool,
+    ) -> Result<(), RelayError> {
+        let marker = SnapshotMarker::of(
+            held.first_in_snapshot,
+            last_in_snapshot,
+            held.first_in_table,
+            last_in_table,
+        );
         let mut records = std::mem::take(&mut self.table_records);
         records.clear();
         let made = self.tables.on_snapshot_row(
@@ -169,7 +225,7 @@ impl Streaming {
             held.pos.commit_lsn,
             held.pos.index,
             self.snapshot_ms,
-            last,
+            marker,
             &mut records,
         );
         let sent = match made {

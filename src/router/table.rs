@@ -11,8 +11,10 @@
 //! - delete → `op: "d"` (`before` the old key columns under DEFAULT, the
 //!   whole row under FULL), then a tombstone (same key, null value) unless
 //!   `tombstones_on_delete = false`;
-//! - snapshot row → `op: "r"` with `source.snapshot: "true"` (`"last"` on
-//!   the snapshot's last table row);
+//! - snapshot row → `op: "r"` with `source.snapshot` as Debezium 3.6 writes
+//!   it ([`SnapshotMarker`]: `"first"`, `"first_in_data_collection"`,
+//!   `"true"`, `"last_in_data_collection"`, `"last"`; the caller knows the
+//!   row's place);
 //! - truncate → `op: "t"` per truncated table, null key, null
 //!   `before`/`after` — only when `skipped_operations` does not skip `t`
 //!   (Debezium's default does).
@@ -459,8 +461,7 @@ impl TableRouter {
     /// Appends the record of a snapshot row (`op: "r"`) of relation `rel`:
     /// `consistent_point` and `index` are its position, `snapshot_ms` the
     /// snapshot's start time (Debezium's `source.ts_ms` of snapshot rows),
-    /// `last` whether it is the snapshot's last row (`source.snapshot`
-    /// `"last"` instead of `"true"`).
+    /// `marker` its place in the snapshot (`source.snapshot`).
     #[allow(clippy::too_many_arguments)]
     pub fn on_snapshot_row(
         &mut self,
@@ -469,7 +470,7 @@ impl TableRouter {
         consistent_point: Lsn,
         index: u32,
         snapshot_ms: i64,
-        last: bool,
+        marker: SnapshotMarker,
         out: &mut Vec<Record>,
     ) -> Result<(), TableEventError> {
         if !self.bound.contains_key(&rel) {
@@ -501,7 +502,7 @@ impl TableRouter {
         let source = Source::Snapshot {
             lsn: consistent_point,
             ts_ms: snapshot_ms,
-            last,
+            marker,
         };
         ctx.event(b'r', None, Some(row), Some(row), source, &id, out)
     }
@@ -569,8 +570,63 @@ impl TableRouter {
 /// Where an event comes from (Debezium's `source` block).
 #[derive(Debug, Clone, Copy)]
 enum Source {
-    Stream { txn: TxnInfo, lsn: Lsn },
-    Snapshot { lsn: Lsn, ts_ms: i64, last: bool },
+    Stream {
+        txn: TxnInfo,
+        lsn: Lsn,
+    },
+    Snapshot {
+        lsn: Lsn,
+        ts_ms: i64,
+        marker: SnapshotMarker,
+    },
+}
+
+/// A snapshot row's place in the snapshot, as Debezium 3.6 writes it in
+/// `source.snapshot`: the snapshot's first and last rows, each table's first
+/// and last rows, and `"true"` between them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotMarker {
+    First,
+    FirstInDataCollection,
+    True,
+    LastInDataCollection,
+    Last,
+}
+
+impl SnapshotMarker {
+    /// The marker of a row from where it stands; when several apply, the
+    /// snapshot's last wins, then its first, then the table's last, then the
+    /// table's first (so a table's only row is its last, unless it opens
+    /// the snapshot) — Debezium's `SnapshotMarkerResolver` order.
+    pub fn of(
+        first_in_snapshot: bool,
+        last_in_snapshot: bool,
+        first_in_table: bool,
+        last_in_table: bool,
+    ) -> SnapshotMarker {
+        if last_in_snapshot {
+            SnapshotMarker::Last
+        } else if first_in_snapshot {
+            SnapshotMarker::First
+        } else if last_in_table {
+            SnapshotMarker::LastInDataCollection
+        } else if first_in_table {
+            SnapshotMarker::FirstInDataCollection
+        } else {
+            SnapshotMarker::True
+        }
+    }
+
+    /// The `source.snapshot` text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SnapshotMarker::First => "first",
+            SnapshotMarker::FirstInDataCollection => "first_in_data_collection",
+            SnapshotMarker::True => "true",
+            SnapshotMarker::LastInDataCollection => "last_in_data_collection",
+            SnapshotMarker::Last => "last",
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -761,9 +817,7 @@ impl Ctx<'_> {
         self.row(after)?;
         let (ts_ms, snapshot, txid, lsn) = match source {
             Source::Stream { txn, lsn } => (txn.commit_ms, "false", Some(txn.xid), lsn),
-            Source::Snapshot { lsn, ts_ms, last } => {
-                (ts_ms, if last { "last" } else { "true" }, None, lsn)
-            }
+            Source::Snapshot { lsn, ts_ms, marker } => (ts_ms, marker.as_str(), None, lsn),
         };
         let buf = &mut *self.buf;
         buf.extend_from_slice(b",\"source\":{\"version\":\"");

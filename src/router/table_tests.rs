@@ -309,14 +309,60 @@ fn a_table_without_any_key_has_null_keys() {
     assert_eq!(out[0].key, None);
 }
 
+/// Debezium 3.6's `SnapshotMarkerResolver` order: the snapshot's last, its
+/// first, the table's last, the table's first, else `"true"`.
+#[test]
+fn snapshot_markers_follow_debeziums_precedence() {
+    use SnapshotMarker as M;
+    let of = |fs, ls, ft, lt| M::of(fs, ls, ft, lt).as_str();
+    assert_eq!(of(false, false, false, false), "true");
+    assert_eq!(of(false, false, true, false), "first_in_data_collection");
+    assert_eq!(of(false, false, false, true), "last_in_data_collection");
+    // A table's only row, not at either end of the snapshot.
+    assert_eq!(of(false, false, true, true), "last_in_data_collection");
+    // The first table's first row, also when it is the table's only row.
+    assert_eq!(of(true, false, true, false), "first");
+    assert_eq!(of(true, false, true, true), "first");
+    assert_eq!(of(false, true, false, true), "last");
+    assert_eq!(of(false, true, true, true), "last");
+    // The snapshot's only row.
+    assert_eq!(of(true, true, true, true), "last");
+    // Each marker is written as its text.
+    let rel = customers(b'd');
+    let mut r = router(TABLE, &rel);
+    let new = row(vec![t("1"), t("Ann"), t("1.00"), Cell::Null]);
+    for m in [
+        M::First,
+        M::FirstInDataCollection,
+        M::True,
+        M::LastInDataCollection,
+        M::Last,
+    ] {
+        let mut out = Vec::new();
+        r.on_snapshot_row(7, &new, COMMIT, 9, 1, m, &mut out)
+            .unwrap();
+        let value: serde_json::Value =
+            serde_json::from_slice(&out[0].value.clone().unwrap()).unwrap();
+        assert_eq!(value["source"]["snapshot"], m.as_str());
+    }
+}
+
 #[test]
 fn snapshot_rows_are_read_events() {
     let rel = customers(b'd');
     let mut r = router(TABLE, &rel);
     let mut out = Vec::new();
     let new = row(vec![t("1"), t("Ann"), t("1.00"), Cell::Null]);
-    r.on_snapshot_row(7, &new, COMMIT, 9, 1_700_000_000_000, false, &mut out)
-        .unwrap();
+    r.on_snapshot_row(
+        7,
+        &new,
+        COMMIT,
+        9,
+        1_700_000_000_000,
+        SnapshotMarker::True,
+        &mut out,
+    )
+    .unwrap();
     let value = text(&out[0].value).unwrap();
     assert_eq!(
         value,
@@ -753,8 +799,16 @@ fn skipped_operations_skip_records_by_their_op_defaults_then_per_table() {
     assert_eq!(key_change(&mut r), ["d", "tombstone"]);
     // Snapshot rows are never skipped.
     let mut out = Vec::new();
-    r.on_snapshot_row(rel_full.oid, &ann(), COMMIT, 0, 1, false, &mut out)
-        .unwrap();
+    r.on_snapshot_row(
+        rel_full.oid,
+        &ann(),
+        COMMIT,
+        0,
+        1,
+        SnapshotMarker::Last,
+        &mut out,
+    )
+    .unwrap();
     assert_eq!(out.len(), 1);
 }
 
