@@ -1156,35 +1156,13 @@ poll.interval.ms=100
     );
     let mut connect = Connect::start(&dir, &libs, &worker, &connector);
 
-    let config = format!(
-        r#"
-[connector]
-name = "{connector}"
-[postgres]
-host = "127.0.0.1"
-port = {port}
-user = "walrelay"
-password = "walrelay"
-database = "{db}"
-slot = "{slot}"
-publication = "{publication}"
-status_interval = "200ms"
-[kafka]
-brokers = "{brokers}"
-linger = "2ms"
-[table_defaults]
-topic_prefix = "{w_prefix}"
-{walrelay_options}
-{walrelay_tables}
-"#,
-        walrelay_options = run.walrelay_defaults,
-        walrelay_tables = run.walrelay_tables,
-        connector = names.connector,
-        port = pg_port(),
-        db = db.name,
-        slot = names.slot,
-        publication = names.publication,
-        brokers = kafka_brokers(),
+    let config = connector_config(
+        &db,
+        &names,
+        &format!(
+            "[table_defaults]\ntopic_prefix = \"{w_prefix}\"\n{}\n{}\n",
+            run.walrelay_defaults, run.walrelay_tables
+        ),
     );
     let mut relay = RelayProcess::start(&config, &[]);
     relay.wait_log("snapshot completed", CATCH_UP).await;

@@ -124,6 +124,16 @@ const SNAPSHOT_MARKERS: [&str; 5] = [
     "last",
 ];
 
+/// A connector config for `db` ([`connector_config`]) with topics
+/// `<prefix>.<schema>.<table>` when `prefix` is given, then `rest` (the
+/// `[[table]]` sections, and any other).
+fn table_config(db: &TestDb, names: &Names, prefix: Option<&str>, rest: &str) -> String {
+    let defaults = prefix.map_or(String::new(), |p| {
+        format!("[table_defaults]\ntopic_prefix = \"{p}\"\n")
+    });
+    connector_config(db, names, &format!("{defaults}{rest}"))
+}
+
 /// Checks the envelope around `before`/`after` and returns the value.
 fn check_envelope(
     e: &Event,
@@ -217,36 +227,16 @@ async fn table_changes_arrive_as_debezium_change_events() {
         .await
         .expect("prefill");
     let prefix = format!("{}_cdc", names.connector);
-    let config = format!(
-        r#"
-[connector]
-name = "{connector}"
-[postgres]
-host = "127.0.0.1"
-port = {port}
-user = "walrelay"
-password = "walrelay"
-database = "{db}"
-slot = "{slot}"
-publication = "{publication}"
-status_interval = "200ms"
-[kafka]
-brokers = "{brokers}"
-linger = "2ms"
-[table_defaults]
-topic_prefix = "{prefix}"
-[[table]]
+    let config = table_config(
+        &db,
+        &names,
+        Some(&prefix),
+        r#"[[table]]
 name = "public.nopk_t"
 key_columns = ["code"]
 [[table]]
 name = "public.*"
 "#,
-        connector = names.connector,
-        port = pg_port(),
-        db = db.name,
-        slot = names.slot,
-        publication = names.publication,
-        brokers = kafka_brokers(),
     );
     let mut relay = RelayProcess::start(&config, &[]);
     let types_topic = format!("{prefix}.public.types_t");
@@ -469,31 +459,15 @@ async fn an_unmapped_column_type_is_refused_by_check_and_run_naming_it() {
         )
         .await
         .expect("tables");
-    let config = format!(
-        r#"
-[connector]
-name = "{connector}"
-[postgres]
-host = "127.0.0.1"
-port = {port}
-user = "walrelay"
-password = "walrelay"
-database = "{db}"
-slot = "{slot}"
-publication = "{publication}"
-[kafka]
-brokers = "{brokers}"
-[[table]]
+    let config = table_config(
+        &db,
+        &names,
+        None,
+        r#"[[table]]
 name = "public.keyless"
 [[table]]
 name = "public.priced"
 "#,
-        connector = names.connector,
-        port = pg_port(),
-        db = db.name,
-        slot = names.slot,
-        publication = names.publication,
-        brokers = kafka_brokers(),
     );
     let needle = "column price of table public.priced has type money";
     let dir = std::env::temp_dir().join(unique("walrelay_test"));
@@ -573,25 +547,12 @@ async fn columns_are_filtered_and_masked_and_truncates_published_when_not_skippe
     let salt_file = dir.join("mask_salt");
     std::fs::write(&salt_file, "pepper\n").unwrap();
     let prefix = format!("{}_cdc", names.connector);
-    let config = format!(
-        r#"
-[connector]
-name = "{connector}"
-[postgres]
-host = "127.0.0.1"
-port = {port}
-user = "walrelay"
-password = "walrelay"
-database = "{db}"
-slot = "{slot}"
-publication = "{publication}"
-status_interval = "200ms"
-[kafka]
-brokers = "{brokers}"
-linger = "2ms"
-[table_defaults]
-topic_prefix = "{prefix}"
-[[table]]
+    let config = table_config(
+        &db,
+        &names,
+        Some(&prefix),
+        &format!(
+            r#"[[table]]
 name = "public.people"
 column_exclude_list = ["ssn"]
 [[table.column_mask]]
@@ -618,13 +579,8 @@ skipped_operations = "none"
 [[table]]
 name = "public.trunc_keep"
 "#,
-        connector = names.connector,
-        port = pg_port(),
-        db = db.name,
-        slot = names.slot,
-        publication = names.publication,
-        brokers = kafka_brokers(),
-        salt = salt_file.display(),
+            salt = salt_file.display()
+        ),
     );
     let path = dir.join("walrelay.toml");
     std::fs::write(&path, &config).unwrap();
@@ -774,30 +730,16 @@ async fn column_lists_and_masks_are_checked_against_the_table_at_start() {
         .await
         .expect("tables");
     let config = |columns: &str| {
-        format!(
-            r#"
-[connector]
-name = "{connector}"
-[postgres]
-host = "127.0.0.1"
-port = {port}
-user = "walrelay"
-password = "walrelay"
-database = "{db}"
-slot = "{slot}"
-publication = "{publication}"
-[kafka]
-brokers = "{brokers}"
-[[table]]
+        table_config(
+            &db,
+            &names,
+            None,
+            &format!(
+                r#"[[table]]
 name = "public.accounts"
 {columns}
-"#,
-            connector = names.connector,
-            port = pg_port(),
-            db = db.name,
-            slot = names.slot,
-            publication = names.publication,
-            brokers = kafka_brokers(),
+"#
+            ),
         )
     };
     let dir = std::env::temp_dir().join(unique("walrelay_test"));
@@ -891,36 +833,18 @@ async fn snapshot_rows_carry_debeziums_markers() {
     for parallelism in [1, 3] {
         let names = Names::new("wr_mk");
         let prefix = format!("{}_cdc", names.connector);
-        let config = format!(
-            r#"
-[connector]
-name = "{connector}"
-[postgres]
-host = "127.0.0.1"
-port = {port}
-user = "walrelay"
-password = "walrelay"
-database = "{db}"
-slot = "{slot}"
-publication = "{publication}"
-status_interval = "200ms"
-[kafka]
-brokers = "{brokers}"
-linger = "2ms"
-[snapshot]
+        let config = table_config(
+            &db,
+            &names,
+            Some(&prefix),
+            &format!(
+                r#"[snapshot]
 parallelism = {parallelism}
 fetch_rows = 7
-[table_defaults]
-topic_prefix = "{prefix}"
 [[table]]
 name = "public.*"
-"#,
-            connector = names.connector,
-            port = pg_port(),
-            db = db.name,
-            slot = names.slot,
-            publication = names.publication,
-            brokers = kafka_brokers(),
+"#
+            ),
         );
         let mut relay = RelayProcess::start(&config, &[]);
         relay.wait_log("snapshot completed", CATCH_UP).await;

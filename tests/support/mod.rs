@@ -429,9 +429,10 @@ impl Names {
     }
 }
 
-/// A connector config for a test database; `extra_outbox` is appended to the
-/// `[[outbox]]` section, `extra` at the end.
-pub fn relay_config(db: &TestDb, names: &Names, extra_outbox: &str, extra: &str) -> String {
+/// A connector config for a test database: its `[connector]`, `[postgres]`
+/// (the test's slot and publication, quick status updates and reconnects)
+/// and `[kafka]` sections (quick batching), then `rest`.
+pub fn connector_config(db: &TestDb, names: &Names, rest: &str) -> String {
     format!(
         r#"
 [connector]
@@ -454,19 +455,28 @@ brokers = "{brokers}"
 linger = "2ms"
 shutdown_flush_timeout = "10s"
 
-[[outbox]]
-table = "public.outbox"
-topic = "{prefix}.{{aggregatetype}}"
-{extra_outbox}
-{extra}
-"#,
+{rest}"#,
         connector = names.connector,
         port = pg_port(),
         db = db.name,
         slot = names.slot,
         publication = names.publication,
         brokers = kafka_brokers(),
-        prefix = names.topic_prefix,
+    )
+}
+
+/// A connector config for a test database's `public.outbox`;
+/// `extra_outbox` is appended to the `[[outbox]]` section, `extra` at the
+/// end.
+pub fn relay_config(db: &TestDb, names: &Names, extra_outbox: &str, extra: &str) -> String {
+    connector_config(
+        db,
+        names,
+        &format!(
+            "[[outbox]]\ntable = \"public.outbox\"\ntopic = \"{prefix}.{{aggregatetype}}\"\n\
+             {extra_outbox}\n{extra}\n",
+            prefix = names.topic_prefix,
+        ),
     )
 }
 
