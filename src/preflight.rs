@@ -210,6 +210,7 @@ pub async fn check(config: &Config) -> Report {
 
     let captured = match startup::table_event_tables(&client, config).await {
         Ok(captured) => {
+            let default_columns = config.table_defaults.column_filter().ok().flatten();
             for c in &captured {
                 let key = if !config.tables[c.entry].key_columns.is_empty() {
                     format!("key {}", config.tables[c.entry].key_columns.join(", "))
@@ -221,7 +222,12 @@ pub async fn check(config: &Config) -> Report {
                 let entry = &config.tables[c.entry];
                 let identity = replica_identity(&client, c.table.oid).await;
                 let detail = format!("{key}, {identity}")
-                    + &crate::router::table::describe_columns(entry, &c.columns);
+                    + &crate::router::table::describe_columns(
+                        entry,
+                        default_columns.as_ref(),
+                        (&c.table.schema, &c.table.name),
+                        &c.columns,
+                    );
                 let key_columns = if entry.key_columns.is_empty() {
                     &c.primary_key
                 } else {
@@ -231,7 +237,15 @@ pub async fn check(config: &Config) -> Report {
                 // where that puts a hidden column in the clear.
                 let exposed: Vec<&str> = key_columns
                     .iter()
-                    .filter(|k| entry.mask_of(k).is_some() || !entry.includes_column(k))
+                    .filter(|k| {
+                        entry.mask_of(k).is_some()
+                            || !entry.includes(
+                                default_columns.as_ref(),
+                                &c.table.schema,
+                                &c.table.name,
+                                k,
+                            )
+                    })
                     .map(String::as_str)
                     .collect();
                 let outcome = if exposed.is_empty() {

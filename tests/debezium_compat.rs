@@ -37,7 +37,8 @@
 //! options; `decimal.handling.mode=string`, `time.precision.mode=connect`,
 //! `binary.handling.mode=hex`, `interval.handling.mode=string`,
 //! `column.include.list` (four columns of toast_t, TOASTed ones among
-//! them); and
+//! them; walrelay given the same regular expressions in `[table_defaults]`);
+//! and
 //! `decimal.handling.mode=double`, `tombstones.on.delete=false`, another
 //! `unavailable.value.placeholder`, `skipped.operations=none`,
 //! `column.exclude.list` (a key column among them), the hash masks v1 and
@@ -893,11 +894,9 @@ column.include.list=public\\.(types_t|nopk_t|full_t|trunc_t)\\..*,public\\.toast
 time_precision_mode = "connect"
 binary_handling_mode = "hex"
 interval_handling_mode = "string"
+column_include_list = ['public\.(types_t|nopk_t|full_t|trunc_t)\..*', 'public\.toast_t\.(id|v|j|a_int4)']
 "#,
         walrelay_tables: r#"
-[[table]]
-name = "public.toast_t"
-column_include_list = ["id", "v", "j", "a_int4"]
 [[table]]
 name = "public.nopk_t"
 key_columns = ["code"]

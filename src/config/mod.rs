@@ -59,11 +59,11 @@ use interpolate::{Files, interpolate_with};
 pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
 pub use schema::{
-    BinaryHandlingMode, ColumnMask, Compression, ConnectorConfig, DecimalHandlingMode,
-    HASH_ALGORITHMS, HealthConfig, HeartbeatConfig, IntervalHandlingMode, KafkaConfig, LogConfig,
-    LogFormat, OnUpdate, OutboxConfig, PostgresConfig, SaslMechanism, SecurityProtocol,
-    SkippedOperations, SnapshotConfig, SnapshotMode, SslMode, TableConfig, TableDefaults,
-    TimePrecisionMode, glob_match, is_secret_property,
+    BinaryHandlingMode, ColumnFilter, ColumnMask, Compression, ConnectorConfig,
+    DecimalHandlingMode, HASH_ALGORITHMS, HealthConfig, HeartbeatConfig, IntervalHandlingMode,
+    KafkaConfig, LogConfig, LogFormat, OnUpdate, OutboxConfig, PostgresConfig, SaslMechanism,
+    SecurityProtocol, SkippedOperations, SnapshotConfig, SnapshotMode, SslMode, TableConfig,
+    TableDefaults, TimePrecisionMode, glob_match, is_secret_property,
 };
 pub use template::{Segment, TableRef, TopicTemplate, is_topic_char, topic_name_problem};
 pub use units::parse_byte_size;

@@ -789,6 +789,71 @@ pub struct TableDefaults {
     /// no record (`"t"` truncates by default; `"none"` skips nothing).
     #[serde(default)]
     pub skipped_operations: SkippedOperations,
+    /// Debezium's `column.include.list`, for every `[[table]]` without
+    /// column lists of its own: regular expressions matched against each
+    /// column's `schema.table.column`, whole and ignoring case; only
+    /// matching columns are in `before`/`after`. Not with
+    /// `column_exclude_list`.
+    #[serde(default)]
+    pub column_include_list: Vec<String>,
+    /// Debezium's `column.exclude.list`, likewise: matching columns are left
+    /// out of `before`/`after`.
+    #[serde(default)]
+    pub column_exclude_list: Vec<String>,
+}
+
+impl TableDefaults {
+    /// The default column lists, compiled (`None` when neither is set);
+    /// `Err((key, reason))` names the first expression that does not
+    /// compile.
+    pub fn column_filter(&self) -> Result<Option<ColumnFilter>, (String, String)> {
+        let (list, include) = match (
+            self.column_include_list.is_empty(),
+            self.column_exclude_list.is_empty(),
+        ) {
+            (true, true) => return Ok(None),
+            (false, _) => ("column_include_list", true),
+            (true, false) => ("column_exclude_list", false),
+        };
+        let patterns = if include {
+            &self.column_include_list
+        } else {
+            &self.column_exclude_list
+        };
+        // Anchored, as Java's Matcher.matches(): the whole name.
+        let anchored = |p: &String| format!("^(?:{p})$");
+        for (j, p) in patterns.iter().enumerate() {
+            if let Err(e) = regex::RegexBuilder::new(&anchored(p))
+                .case_insensitive(true)
+                .build()
+            {
+                // The parser's last line says what is wrong ("error: …").
+                let text = e.to_string();
+                let reason = text.lines().last().unwrap_or_default();
+                let reason = reason.strip_prefix("error: ").unwrap_or(reason);
+                return Err((format!("table_defaults.{list}[{j}]"), reason.to_owned()));
+            }
+        }
+        regex::RegexSetBuilder::new(patterns.iter().map(anchored))
+            .case_insensitive(true)
+            .build()
+            .map(|set| Some(ColumnFilter { include, set }))
+            .map_err(|e| (format!("table_defaults.{list}"), e.to_string()))
+    }
+}
+
+/// `table_defaults.column_include_list` or `column_exclude_list`, compiled.
+#[derive(Debug, Clone)]
+pub struct ColumnFilter {
+    include: bool,
+    set: regex::RegexSet,
+}
+
+impl ColumnFilter {
+    /// Whether column `column` of `schema.table` is in `before`/`after`.
+    pub fn includes(&self, schema: &str, table: &str, column: &str) -> bool {
+        self.set.is_match(&format!("{schema}.{table}.{column}")) == self.include
+    }
 }
 
 impl Default for TableDefaults {
@@ -802,6 +867,8 @@ impl Default for TableDefaults {
             interval_handling_mode: IntervalHandlingMode::default(),
             unavailable_value_placeholder: defaults::unavailable_value_placeholder(),
             skipped_operations: SkippedOperations::default(),
+            column_include_list: Vec::new(),
+            column_exclude_list: Vec::new(),
         }
     }
 }
@@ -987,13 +1054,33 @@ pub struct TableConfig {
 }
 
 impl TableConfig {
-    /// Whether column `name` is in `before`/`after` (the include and
-    /// exclude lists).
+    /// Whether column `name` is in `before`/`after` by this entry's own
+    /// include and exclude lists.
     pub fn includes_column(&self, name: &str) -> bool {
         if !self.column_include_list.is_empty() {
             return self.column_include_list.iter().any(|c| c == name);
         }
         !self.column_exclude_list.iter().any(|c| c == name)
+    }
+
+    /// Whether column `column` of `schema.table` is in `before`/`after`:
+    /// by this entry's own lists when it has any, else by the default lists
+    /// (`defaults`, [`TableDefaults::column_filter`]).
+    pub fn includes(
+        &self,
+        defaults: Option<&ColumnFilter>,
+        schema: &str,
+        table: &str,
+        column: &str,
+    ) -> bool {
+        match defaults {
+            Some(f)
+                if self.column_include_list.is_empty() && self.column_exclude_list.is_empty() =>
+            {
+                f.includes(schema, table, column)
+            }
+            _ => self.includes_column(column),
+        }
     }
 
     /// The mask of column `name`, if any.

@@ -2322,6 +2322,32 @@ fn skipped_operations_take_debezium_letters_and_refuse_others_naming_the_key() {
 }
 
 #[test]
+fn default_column_lists_are_regular_expressions_named_when_they_do_not_compile() {
+    let e = load_err(&format!(
+        "{TABLES_ONLY}[table_defaults]\ncolumn_include_list = ['public\\.t\\..*', 'a(?=b)', '(']\n\
+         column_exclude_list = ['x']\n[[table]]\nname = \"t\"\n"
+    ));
+    assert!(e.contains("table_defaults.column_exclude_list:"), "{e}");
+    assert!(
+        e.contains("table_defaults.column_include_list[1]")
+            && e.contains("look-around")
+            && e.contains("schema.table.column"),
+        "{e}"
+    );
+    let ok = format!(
+        "{TABLES_ONLY}[table_defaults]\ncolumn_exclude_list = ['public\\.t\\.(ssn|email)', '.*\\.secret_.*']\n\
+         [[table]]\nname = \"t\"\n"
+    );
+    let config = load(&ok).unwrap();
+    let filter = config.table_defaults.column_filter().unwrap().unwrap();
+    assert!(!filter.includes("public", "t", "ssn"));
+    assert!(!filter.includes("PUBLIC", "T", "Email"));
+    assert!(!filter.includes("other", "u", "secret_key"));
+    assert!(filter.includes("public", "t", "ssn_hash"));
+    assert!(filter.includes("public", "t", "id"));
+}
+
+#[test]
 fn column_lists_are_one_or_the_other_and_masks_have_one_kind() {
     let e = load_err(&format!(
         "{TABLES_ONLY}[[table]]\nname = \"t\"\ncolumn_include_list = [\"a\"]\n\

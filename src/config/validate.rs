@@ -958,6 +958,24 @@ fn table_defaults(defaults: &TableDefaults, out: &mut Vec<Problem>) {
         &defaults.unavailable_value_placeholder,
         out,
     );
+    if !defaults.column_include_list.is_empty() && !defaults.column_exclude_list.is_empty() {
+        out.push(Problem::new(
+            "table_defaults.column_exclude_list",
+            "is set together with column_include_list; Debezium takes one or the other: keep \
+             only the one that is shorter to write",
+        ));
+    }
+    if let Err((key, reason)) = defaults.column_filter() {
+        out.push(Problem::new(
+            key,
+            format!(
+                "is not a regular expression walrelay can use: {reason}. Write it as Debezium \
+                 does, matched against the whole schema.table.column (e.g. \
+                 \"public\\.customers\\.(ssn|email)\"); look-around and back-references are \
+                 not supported"
+            ),
+        ));
+    }
 }
 
 fn placeholder(key: &str, value: &str, out: &mut Vec<Problem>) {

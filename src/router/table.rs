@@ -59,7 +59,7 @@ use super::arena::Arena;
 use super::debezium::{self, Mapping, Modes, Unchanged};
 use super::mask::{Mask, maskable};
 use crate::Lsn;
-use crate::config::{Config, SkippedOperations, TableConfig, topic_name_problem};
+use crate::config::{ColumnFilter, Config, SkippedOperations, TableConfig, topic_name_problem};
 use crate::pgoutput::{Cell, Oid, Relation, TupleData};
 use crate::source::{Change, Op};
 
@@ -100,6 +100,8 @@ struct Entry {
     modes: Modes,
     tombstones: bool,
     placeholder: String,
+    /// `table_defaults`' column lists (used when the entry has none).
+    default_columns: Option<Arc<ColumnFilter>>,
 }
 
 #[derive(Debug)]
@@ -164,6 +166,9 @@ impl TableRouter {
     /// A router for the `[[table]]` sections of `config`.
     pub fn new(config: &Config) -> TableRouter {
         let d = &config.table_defaults;
+        // Validated with the config: an expression that does not compile
+        // never gets here.
+        let default_columns = d.column_filter().ok().flatten().map(Arc::new);
         let entries = config
             .tables
             .iter()
@@ -183,6 +188,7 @@ impl TableRouter {
                     .clone()
                     .unwrap_or_else(|| d.unavailable_value_placeholder.clone()),
                 config: t.clone(),
+                default_columns: default_columns.clone(),
             })
             .collect();
         let json = |s: &str| {
@@ -300,7 +306,12 @@ impl TableRouter {
                 name: c.name.clone(),
                 name_json: name_json.into_boxed_slice(),
                 mapping,
-                included: entry.config.includes_column(&c.name),
+                included: entry.config.includes(
+                    entry.default_columns.as_deref(),
+                    &rel.namespace,
+                    &rel.name,
+                    &c.name,
+                ),
                 mask,
                 unchanged: Unchanged::of(c.type_oid, mapping, entry.modes),
             });
@@ -927,11 +938,16 @@ pub fn check_columns(
 /// What the column lists and masks of `config` do to a table with
 /// `columns`, for `check`: `""`, or `"; leaves out ssn; masks email (SHA-256
 /// hash), phone (4 *), bio (cut to 20 chars)"`. Never shows a salt.
-pub fn describe_columns(config: &TableConfig, columns: &[String]) -> String {
+pub fn describe_columns(
+    config: &TableConfig,
+    defaults: Option<&ColumnFilter>,
+    (schema, table): (&str, &str),
+    columns: &[String],
+) -> String {
     let mut out = String::new();
     let left_out: Vec<&str> = columns
         .iter()
-        .filter(|c| !config.includes_column(c))
+        .filter(|c| !config.includes(defaults, schema, table, c))
         .map(String::as_str)
         .collect();
     if !left_out.is_empty() {

@@ -586,6 +586,58 @@ fn an_include_list_keeps_only_its_columns() {
     );
 }
 
+/// `[table_defaults]` column lists are Debezium's: regular expressions over
+/// `schema.table.column`, matched whole and ignoring case; a table's own
+/// list replaces them.
+#[test]
+fn default_column_lists_match_schema_table_column_whole_ignoring_case() {
+    let rel = customers(b'd');
+    let value = |defaults: &str, table: &str| {
+        let mut r = router(
+            &format!("[table_defaults]\n{defaults}\n{TABLE}\n{table}"),
+            &rel,
+        );
+        let out = insert_of(&mut r, &rel, ann());
+        let v: serde_json::Value = serde_json::from_slice(&out[0].value.clone().unwrap()).unwrap();
+        let mut after: Vec<String> = v["after"].as_object().unwrap().keys().cloned().collect();
+        after.sort();
+        (text(&out[0].key).unwrap(), after)
+    };
+    let include = r#"column_include_list = ['PUBLIC\.Customers\.(ID|name)', 'other\..*']"#;
+    assert_eq!(
+        value(include, ""),
+        (
+            r#"{"id":1}"#.to_owned(),
+            vec!["id".to_owned(), "name".to_owned()]
+        )
+    );
+    // Whole names only: "name" alone matches no schema.table.column, and
+    // ".*note" not "public.customers.note_x" (there is none) but the note.
+    let exclude = r#"column_exclude_list = ['name', '.*\.no', '.*note']"#;
+    let (key, after) = value(exclude, "");
+    assert_eq!(key, r#"{"id":1}"#, "the key keeps its columns");
+    assert_eq!(after, ["balance", "id", "name"]);
+    // The key keeps an excluded key column.
+    let (key, after) = value(r#"column_exclude_list = ['public\.customers\.id']"#, "");
+    assert_eq!((key.as_str(), after.len()), (r#"{"id":1}"#, 3));
+    // A table's own list wins over the defaults.
+    let (_, after) = value(include, r#"column_exclude_list = ["name"]"#);
+    assert_eq!(after, ["balance", "id", "note"]);
+    // `check` says what the defaults leave out.
+    let cfg = config(&format!("[table_defaults]\n{exclude}\n{TABLE}"));
+    let filter = cfg.table_defaults.column_filter().unwrap();
+    let columns = ["id", "name", "note"].map(String::from);
+    assert_eq!(
+        describe_columns(
+            &cfg.tables[0],
+            filter.as_ref(),
+            ("public", "customers"),
+            &columns
+        ),
+        "; leaves out note"
+    );
+}
+
 #[test]
 fn masks_hash_replace_and_truncate_as_debezium_does() {
     let rel = customers(b'd');
@@ -824,8 +876,16 @@ fn check_describes_left_out_and_masked_columns_without_the_salt() {
         .map(|s| s.to_string())
         .collect();
     assert_eq!(
-        describe_columns(&cfg.tables[0], &columns),
+        describe_columns(&cfg.tables[0], None, ("public", "customers"), &columns),
         "; leaves out ssn; masks email (SHA-256 hash v1), phone (4 *), bio (cut to 20 chars)"
     );
-    assert_eq!(describe_columns(&config(TABLE).tables[0], &columns), "");
+    assert_eq!(
+        describe_columns(
+            &config(TABLE).tables[0],
+            None,
+            ("public", "customers"),
+            &columns
+        ),
+        ""
+    );
 }
