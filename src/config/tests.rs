@@ -181,6 +181,7 @@ fn example_toml_sets_every_key() {
         keys("table_defaults"),
         [
             "binary_handling_mode",
+            "column_exclude_list",
             "decimal_handling_mode",
             "interval_handling_mode",
             "skipped_operations",
