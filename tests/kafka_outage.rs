@@ -125,10 +125,11 @@ async fn waits_for_kafka_and_loses_nothing_across_a_20s_outage() {
         relay.log()
     );
     let end = db.current_wal_lsn().await;
-    wait_for(
+    db.wait_confirmed(
+        &names.slot,
+        end,
         "the slot to confirm everything after the outage",
         Duration::from_secs(60),
-        || async { (db.confirmed_flush(&names.slot).await? >= end).then_some(()) },
     )
     .await;
     assert!(relay.stop().success(), "{}", relay.log());
@@ -199,10 +200,11 @@ async fn keeps_order_through_an_outage_longer_than_the_old_delivery_timeout() {
     })
     .await;
     let before = db.current_wal_lsn().await;
-    wait_for(
+    db.wait_confirmed(
+        &names.slot,
+        before,
         "the slot to confirm the first events before the outage",
         Duration::from_secs(120),
-        || async { (db.confirmed_flush(&names.slot).await? >= before).then_some(()) },
     )
     .await;
 
@@ -243,10 +245,11 @@ async fn keeps_order_through_an_outage_longer_than_the_old_delivery_timeout() {
 
     let rows = outbox_rows(&db).await;
     let end = db.current_wal_lsn().await;
-    wait_for(
+    db.wait_confirmed(
+        &names.slot,
+        end,
         "the slot to confirm every event committed through the outage",
         Duration::from_secs(900),
-        || async { (db.confirmed_flush(&names.slot).await? >= end).then_some(()) },
     )
     .await;
     let caught_up = returned.elapsed();

@@ -109,10 +109,11 @@ async fn stream_and_verify(
         duplicates, 0,
         "no restart happened, so nothing may be sent twice"
     );
-    wait_for(
+    db.wait_confirmed(
+        &names.slot,
+        end,
         "the slot to confirm the whole load",
         Duration::from_secs(60),
-        || async { (db.confirmed_flush(&names.slot).await? >= end).then_some(()) },
     )
     .await;
     assert!(relay.is_running(), "walrelay exited:\n{}", relay.log());

@@ -264,10 +264,11 @@ async fn an_unroutable_row_names_its_id_and_the_end_lsn_that_skips_its_transacti
     tokio::time::sleep(Duration::from_secs(1)).await;
     writers.stop().await;
     let end_of_writes = db.current_wal_lsn().await;
-    wait_for(
+    db.wait_confirmed(
+        &names.slot,
+        end_of_writes,
         "the slot to confirm the writers' last rows",
         START,
-        || async { (db.confirmed_flush(&names.slot).await? >= end_of_writes).then_some(()) },
     )
     .await;
     assert!(
@@ -350,10 +351,11 @@ async fn idle_slot_advances_while_another_database_writes() {
         .expect("write WAL elsewhere");
     let target = other.current_wal_lsn().await;
     assert!(target > before);
-    wait_for(
+    db.wait_confirmed(
+        &names.slot,
+        target,
         "the idle slot to advance past the other database's WAL",
         Duration::from_secs(60),
-        || async { (db.confirmed_flush(&names.slot).await? >= target).then_some(()) },
     )
     .await;
     assert!(relay.stop().success());
@@ -678,10 +680,11 @@ async fn a_huge_transaction_streams_in_bounded_memory() {
         .await
         .expect("one big transaction");
     let end = db.current_wal_lsn().await;
-    wait_for(
+    db.wait_confirmed(
+        &names.slot,
+        end,
         "the huge transaction to be confirmed",
         Duration::from_secs(300),
-        || async { (db.confirmed_flush(&names.slot).await? >= end).then_some(()) },
     )
     .await;
     let peak_kb = peak_rss_kb(relay.child.id());

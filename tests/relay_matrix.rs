@@ -40,10 +40,11 @@ async fn twenty_thousand_events_from_concurrent_writers() {
     );
 
     // Once everything is acked, the slot is confirmed past the last commit.
-    wait_for(
+    db.wait_confirmed(
+        &names.slot,
+        end,
         "the slot to confirm the whole load",
         Duration::from_secs(30),
-        || async { (db.confirmed_flush(&names.slot).await? >= end).then_some(()) },
     )
     .await;
     assert!(relay.is_running(), "walrelay exited:\n{}", relay.log());

@@ -254,6 +254,15 @@ impl TestDb {
             .map(|t| parse_lsn(&t))
     }
 
+    /// Waits (up to `timeout`, failing with `what`) until `slot` has
+    /// confirmed `lsn`.
+    pub async fn wait_confirmed(&self, slot: &str, lsn: u64, what: &str, timeout: Duration) {
+        wait_for(what, timeout, || async {
+            (self.confirmed_flush(slot).await? >= lsn).then_some(())
+        })
+        .await
+    }
+
     pub async fn current_wal_lsn(&self) -> u64 {
         let row = self
             .client

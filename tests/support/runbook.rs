@@ -74,10 +74,11 @@ pub async fn recover(db: &TestDb, names: &Names, config: &Path, writers: Writers
 
     writers.stop().await;
     let end = db.current_wal_lsn().await;
-    wait_for(
+    db.wait_confirmed(
+        &names.slot,
+        end,
         "the new slot to confirm the writers' last rows",
         START,
-        || async { (db.confirmed_flush(&names.slot).await? >= end).then_some(()) },
     )
     .await;
     assert!(relay.stop().success(), "{}", relay.log());
