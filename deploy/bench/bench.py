@@ -367,14 +367,20 @@ def ensure_topics(topics=TOPICS):
         raise BenchError(f"BenchAdmin ensure-topics failed: {r.stderr.strip()[-2000:]}")
     for line in r.stdout.splitlines():
         log(f"topic {line}")
-    out = subprocess.run(["kcat", "-b", BROKERS, "-L", "-J"], capture_output=True, text=True, timeout=30)
-    meta = json.loads(out.stdout)
-    parts = {t["topic"]: sorted(p["partition"] for p in t["partitions"])
-             for t in meta["topics"] if t["topic"] in topics}
-    missing = [t for t in topics if not parts.get(t)]
-    if missing:
-        raise BenchError(f"topics not visible in metadata: {missing}")
-    return parts
+    # A topic just created can be missing from the next metadata response for a moment
+    # (seen once in 2 December's A/B runs): ask again for up to 30 s before giving up.
+    deadline = time.monotonic() + 30
+    while True:
+        out = subprocess.run(["kcat", "-b", BROKERS, "-L", "-J"], capture_output=True, text=True, timeout=30)
+        meta = json.loads(out.stdout) if out.returncode == 0 else {"topics": []}
+        parts = {t["topic"]: sorted(p["partition"] for p in t["partitions"])
+                 for t in meta["topics"] if t["topic"] in topics}
+        missing = [t for t in topics if not parts.get(t)]
+        if not missing:
+            return parts
+        if time.monotonic() > deadline:
+            raise BenchError(f"topics not visible in metadata after 30 s: {missing}")
+        time.sleep(0.5)
 
 
 def end_offsets(parts, patience_s=120):
