@@ -242,6 +242,47 @@ def loadavg():
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
+def listener_pid(port):
+    """The pid of the process listening on TCP `port` (the broker), or None."""
+    out = subprocess.run(["ss", "-tlnpH", f"sport = :{port}"], capture_output=True, text=True).stdout
+    m = re.search(r"pid=(\d+)", out)
+    return int(m.group(1)) if m else None
+
+
+class Neighbours:
+    """CPU that a contender makes other processes on the same 2 cores spend while it drains:
+    its walsender (every contender has one) and, for the Kafka contenders, the broker. Sampled
+    from /proc at the contender's first record (`at_first`) and again until its last
+    (`sample`); `drain_s()` = the difference. The broker's figure includes anything else it
+    serves meanwhile (nothing, in a benchmark run)."""
+
+    def __init__(self, slot, broker):
+        self.slot, self.pids, self.first, self.last = slot, {}, {}, {}
+        if broker:
+            pid = listener_pid(int(BROKERS.split(",")[0].rsplit(":", 1)[1]))
+            if pid:
+                self.pids["broker"] = pid
+
+    def at_first(self):
+        ws = psql(f"SELECT active_pid FROM pg_replication_slots WHERE slot_name = '{self.slot}'", check=False)
+        if ws.isdigit():
+            self.pids["walsender"] = int(ws)
+        for name, pid in self.pids.items():
+            cpu = proc_cpu_s(pid)
+            if cpu is not None:
+                self.first[name] = self.last[name] = cpu
+
+    def sample(self):
+        for name in self.first:
+            cpu = proc_cpu_s(self.pids[name])
+            if cpu is not None:
+                self.last[name] = cpu
+
+    def drain_s(self):
+        """{"cpu_walsender_s": …, "cpu_broker_s": …} for the processes found."""
+        return {f"cpu_{name}_s": self.last[name] - self.first[name] for name in self.first}
+
+
 # --------------------------------------------------------------------------------------
 # PostgreSQL
 
@@ -647,7 +688,7 @@ def free_port():
 def result(contender, k, run, n, **kw):
     r = dict(contender=contender, k=k, run=run, n=n, status="ok", rows_per_s=None, wall_s=None,
              first_s=None, drain_s=None, cpu_total_s=None, cpu_drain_s=None, rss_kb=None,
-             load1=loadavg(), verified="")
+             cpu_walsender_s=None, cpu_broker_s=None, load1=loadavg(), verified="")
     r.update(kw)
     return r
 
@@ -670,7 +711,9 @@ def run_r(ctx, slot, k, run, n, end_lsn, mode=None):
         t_first = cpu_first = None
         hwm_kb = 0
         deadline = t0 + max(300, n / 500)
+        neighbours = Neighbours(slot, broker=False)
         while True:
+            neighbours.sample()
             pid, status, ru = os.wait4(p.pid, os.WNOHANG)
             now = time.monotonic()
             if pid:
@@ -679,6 +722,7 @@ def run_r(ctx, slot, k, run, n, end_lsn, mode=None):
                 break
             if t_first is None and out.exists() and out.stat().st_size > 0:
                 t_first, t_first_wall, cpu_first = now, time.time(), proc_cpu_s(p.pid)
+                neighbours.at_first()
             # Peak RSS from /proc (VmHWM belongs to the exec'd image). Not wait4()'s ru_maxrss:
             # Linux carries the pre-exec maxrss over exec, so it would report this Python
             # process's RSS at fork time.
@@ -705,7 +749,8 @@ def run_r(ctx, slot, k, run, n, end_lsn, mode=None):
     drain = max(out.stat().st_mtime_ns / 1e9 - t_first_wall, 1e-3)
     res.update(wall_s=wall, first_s=t_first - t0, rss_kb=hwm_kb or None, cpu_total_s=cpu,
                verified=f"{inserts} {what} messages in the stream file",
-               drain_s=drain, rows_per_s=n / drain, cpu_drain_s=cpu - (cpu_first or 0.0))
+               drain_s=drain, rows_per_s=n / drain, cpu_drain_s=cpu - (cpu_first or 0.0),
+               **neighbours.drain_s())
     size = out.stat().st_size
     if not ctx.args.keep:
         out.unlink()
@@ -729,8 +774,10 @@ def log_tail(path, lines=2, width=300):
     return " / ".join(tail)[-width:]
 
 
-def watch_kafka(ctx, p, parts, base, n, t0, first_timeout_s, stall_timeout_s, name, log_path):
-    """Polls end offsets until n new records are in Kafka. Returns timing/CPU samples."""
+def watch_kafka(ctx, p, parts, base, n, t0, first_timeout_s, stall_timeout_s, name, log_path,
+                neighbours=None):
+    """Polls end offsets until n new records are in Kafka. Returns timing/CPU samples (and
+    samples `neighbours`, a Neighbours, at the first record and at the last)."""
     t_first = cpu_before_first = None
     last_count, last_change = 0, time.monotonic()
     cpu_prev = 0.0
@@ -746,7 +793,11 @@ def watch_kafka(ctx, p, parts, base, n, t0, first_timeout_s, stall_timeout_s, na
         if count > 0 and t_first is None:
             # CPU spent before the first record: the sample taken just before this poll.
             t_first, cpu_before_first = now, cpu_prev
+            if neighbours:
+                neighbours.at_first()
         if count >= n:
+            if neighbours:
+                neighbours.sample()
             return dict(t_done=now, t_first=t_first, cpu_before_first=cpu_before_first,
                         cpu_done=proc_cpu_s(p.pid), rss_kb=proc_hwm_kb(p.pid), offsets=offs, count=count)
         if count != last_count:
@@ -901,12 +952,14 @@ def run_kafka_contender(ctx, contender, slot, k, run, n, mode=None):
                                  f"wrbench-{ctx.stamp}-{mode['prefix']}k{k}-run{run}-{contender.lower()}",
                                  sasl_ssl=secured, mode=mode)
         first_timeout, name = 120, "walrelay"
+    neighbours = Neighbours(slot, broker=True)
     try:
-        w = watch_kafka(ctx, p, parts, base, n, t0, first_timeout, 90, name, plog)
+        w = watch_kafka(ctx, p, parts, base, n, t0, first_timeout, 90, name, plog, neighbours)
     finally:
         code, _ = stop_process(p)
     verified = verify_run(ctx, base, w["offsets"], n, outages, mode=mode)
     res = kafka_result(contender, k, run, n, t0, t0_wall, base, w, verified)
+    res.update(neighbours.drain_s())
     log(f"  {contender}: {n} rows in {res['drain_s']:.3f}s = {fmt(res['rows_per_s'], ',.0f')} rows/s "
         f"(first record {res['first_s']:.1f}s after start), CPU {res['cpu_total_s']:.2f}s "
         f"({res['cpu_drain_s']:.2f}s while draining), RSS {res['rss_kb'] / 1024:.0f} MiB; {verified}")
@@ -1549,6 +1602,10 @@ def summarize(results, contenders, txn_sizes):
                 cpu_per_m=median([r["cpu_total_s"] / r["n"] * 1e6 for r in ok]),
                 cpu_drain_per_m=median([r["cpu_drain_s"] / r["n"] * 1e6 for r in ok]),
                 rss_mib=median([r["rss_kb"] / 1024 for r in ok]),
+                walsender_per_m=median([r["cpu_walsender_s"] / r["n"] * 1e6 for r in ok
+                                        if r.get("cpu_walsender_s") is not None]),
+                broker_per_m=median([r["cpu_broker_s"] / r["n"] * 1e6 for r in ok
+                                     if r.get("cpu_broker_s") is not None]),
                 spread=(min(r["rows_per_s"] for r in ok), max(r["rows_per_s"] for r in ok)),
             ))
     return rows
@@ -1658,17 +1715,20 @@ def snapshot_headline(summary, n):
 def drain_table(w, summary, names):
     """The per-K table of the throughput and table-events passes."""
     w("| K | contender | rows/s | ×R | ×D | first record after start, s | start → all in Kafka, s "
-      "| CPU-s / M events | CPU-s / M events, drain only | peak RSS MiB | runs (rows/s min–max) |")
-    w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+      "| CPU-s / M events | CPU-s / M events, drain only | its walsender + the broker, CPU-s / M events, "
+      "drain | peak RSS MiB | runs (rows/s min–max) |")
+    w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for s in summary:
         if s["status"] != "ok":
-            w(f"| {s['k']} | {names[s['contender']]} | {s['status']} | | | | | | | | |")
+            w(f"| {s['k']} | {names[s['contender']]} | {s['status']} | | | | | | | | | |")
             continue
+        others = " + ".join(fmt(v, ",.1f") for v in (s.get("walsender_per_m"), s.get("broker_per_m"))
+                            if v is not None) or "—"
         xd = "" if s["contender"] in ("R", "D") else fmt(s["x_d"], ".2f")
         xr = "1" if s["contender"] == "R" else fmt(s["x_r"], ".2f")
         w(f"| {s['k']} | {names[s['contender']]} | {s['rows_per_s']:,.0f} | {xr} | {xd} "
           f"| {fmt(s['first_s'], '.1f')} | {fmt(s['wall_s'], '.1f')} | {s['cpu_per_m']:,.1f} "
-          f"| {s['cpu_drain_per_m']:,.1f} | {s['rss_mib']:,.0f} "
+          f"| {s['cpu_drain_per_m']:,.1f} | {others} | {s['rss_mib']:,.0f} "
           f"| {s['runs']} ({s['spread'][0]:,.0f}–{s['spread'][1]:,.0f}) |")
     w("")
 
@@ -1677,12 +1737,13 @@ def every_run_table(w, results, title):
     w(f"<details><summary>{title}</summary>")
     w("")
     w("| K | run | contender | status | rows/s | drain s | first record s | CPU-s total | CPU-s drain "
-      "| peak RSS MiB | load1 | verified |")
-    w("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+      "| walsender CPU-s drain | broker CPU-s drain | peak RSS MiB | load1 | verified |")
+    w("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in results:
         w(f"| {r['k']} | {r['run']} | {r['contender']} | {r['status']} | {fmt(r['rows_per_s'], ',.0f')} "
           f"| {fmt(r['drain_s'], '.2f')} | {fmt(r['first_s'], '.2f')} | {fmt(r['cpu_total_s'], '.2f')} "
-          f"| {fmt(r['cpu_drain_s'], '.2f')} | {fmt(r['rss_kb'] and r['rss_kb'] / 1024, ',.0f')} "
+          f"| {fmt(r['cpu_drain_s'], '.2f')} | {fmt(r.get('cpu_walsender_s'), '.2f')} "
+          f"| {fmt(r.get('cpu_broker_s'), '.2f')} | {fmt(r['rss_kb'] and r['rss_kb'] / 1024, ',.0f')} "
           f"| {r['load1']:.2f} | {r['verified']} |")
     w("")
     w("</details>")
