@@ -221,13 +221,19 @@ pub async fn check(config: &Config) -> Report {
                 };
                 let entry = &config.tables[c.entry];
                 let identity = replica_identity(&client, c.table.oid).await;
-                let detail = format!("{key}, {identity}")
+                let mut detail = format!("{key}, {identity}")
                     + &crate::router::table::describe_columns(
                         entry,
                         default_columns.as_ref(),
                         (&c.table.schema, &c.table.name),
                         &c.columns,
                     );
+                if !c.as_text.is_empty() {
+                    detail += &format!(
+                        "; written as their text form (unmapped_types = \"text\"): {}",
+                        c.as_text.join(", ")
+                    );
+                }
                 let key_columns = if entry.key_columns.is_empty() {
                     &c.primary_key
                 } else {

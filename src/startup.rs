@@ -1182,6 +1182,9 @@ pub struct TableEventTable {
     pub type_aliases: Vec<(u32, u32, i32)>,
     /// Its columns (not dropped, not generated), by name.
     pub columns: Vec<String>,
+    /// Its columns of types without a mapping, written as their text form
+    /// (`unmapped_types = "text"`): `column (type)`.
+    pub as_text: Vec<String>,
 }
 
 impl TableEventTable {
@@ -1253,7 +1256,10 @@ pub async fn table_event_tables(
                 ));
             }
             let primary_key = catalog::primary_key(client, table.oid).await?;
-            let (type_aliases, columns) = column_types(client, &table).await?;
+            let unmapped = t
+                .unmapped_types
+                .unwrap_or(config.table_defaults.unmapped_types);
+            let (type_aliases, columns, as_text) = column_types(client, &table, unmapped).await?;
             let display = format!("{schema}.{name}");
             crate::router::table::check_columns(t, entry, &display, &columns)
                 .map_err(|(problem, fix)| CheckError::setup(problem, fix))?;
@@ -1263,6 +1269,7 @@ pub async fn table_event_tables(
                 primary_key,
                 type_aliases,
                 columns: columns.into_iter().map(|(name, _)| name).collect(),
+                as_text,
             });
         }
     }
@@ -1292,15 +1299,22 @@ pub fn table_snapshot_order(config: &Config, table: &TableEventTable) -> Result<
 const TEXT_OID: u32 = 25;
 const TEXT_ARRAY_OID: u32 = 1009;
 
+/// The aliases of a table's user-defined types, its columns with their
+/// declared types, and its columns written as their text form.
+type ColumnTypes = (Vec<(u32, u32, i32)>, Vec<(String, u32)>, Vec<String>);
+
 /// Checks that every column of `table` has a type the table events map
-/// (an error naming the table, column and type otherwise), and returns the
-/// aliases of its user-defined enum and domain types, and its columns with
-/// their declared types.
+/// (under `unmapped_types = "fail"`, an error naming the table and every
+/// column of a type without a mapping, with its type), and returns the
+/// aliases of its user-defined enum and domain types, its columns with
+/// their declared types, and (under `"text"`) the columns written as their
+/// text form, as `column (type)`.
 async fn column_types(
     client: &Client,
     table: &CapturedTable,
-) -> Result<(Vec<(u32, u32, i32)>, Vec<(String, u32)>), CheckError> {
-    use crate::router::debezium::{Mapping, Modes};
+    unmapped: crate::config::UnmappedTypes,
+) -> Result<ColumnTypes, CheckError> {
+    use crate::router::debezium::Mapping;
     let rows = client
         .query(
             "SELECT a.attname::text, a.atttypid, a.atttypmod, \
@@ -1319,6 +1333,7 @@ async fn column_types(
         })?;
     let mut aliases = Vec::new();
     let mut columns = Vec::with_capacity(rows.len());
+    let mut without_mapping = Vec::new();
     for r in &rows {
         let (name, oid, typmod): (String, u32, i32) = (r.get(0), r.get(1), r.get(2));
         let type_name: String = r.get(3);
@@ -1330,21 +1345,32 @@ async fn column_types(
             ("d", _) => (base, if typmod >= 0 { typmod } else { base_typmod }),
             _ => (oid, typmod),
         };
-        if Mapping::of(written_as, written_typmod, Modes::default()).is_none() {
-            return Err(CheckError::setup(
-                format!(
-                    "column {name} of table {}.{} has type {type_name}, which table events do \
-                     not map to a Debezium representation",
-                    table.schema, table.name
-                ),
-                "change the column's type to a mapped one (docs/compatibility.md lists them), \
-                 or remove the table from [[table]]",
-            ));
+        if !Mapping::is_mapped(written_as, written_typmod) {
+            without_mapping.push(format!("{name} ({type_name})"));
         }
         if written_as != oid {
             aliases.push((oid, written_as, written_typmod));
         }
         columns.push((name, oid));
     }
-    Ok((aliases, columns))
+    if !without_mapping.is_empty() && unmapped == crate::config::UnmappedTypes::Fail {
+        let (s, have) = if without_mapping.len() == 1 {
+            ("", "has a type")
+        } else {
+            ("s", "have types")
+        };
+        return Err(CheckError::setup(
+            format!(
+                "column{s} {} of table {}.{} {have} that table events do not map to a Debezium \
+                 representation",
+                without_mapping.join(", "),
+                table.schema,
+                table.name
+            ),
+            "change the column's type to a mapped one (docs/compatibility.md lists them), set \
+             unmapped_types = \"text\" (in [table_defaults] or the table's [[table]]) to write \
+             such values as their PostgreSQL text form, or remove the table from [[table]]",
+        ));
+    }
+    Ok((aliases, columns, without_mapping))
 }

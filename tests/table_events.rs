@@ -452,7 +452,7 @@ async fn an_unmapped_column_type_is_refused_by_check_and_run_naming_it() {
     let names = Names::new("wr_tu");
     db.client
         .batch_execute(
-            "CREATE TABLE priced (id int4 PRIMARY KEY, price money);
+            "CREATE TABLE priced (id int4 PRIMARY KEY, price money, qty int4, tags tsvector);
              ALTER TABLE priced OWNER TO walrelay;
              CREATE TABLE keyless (a text);
              ALTER TABLE keyless OWNER TO walrelay;",
@@ -469,7 +469,10 @@ name = "public.keyless"
 name = "public.priced"
 "#,
     );
-    let needle = "column price of table public.priced has type money";
+    // Every such column is named, with its type, and the way out.
+    let needle = "columns price (money), tags (tsvector) of table public.priced have types that \
+                  table events do not map to a Debezium representation";
+    let fix = "set unmapped_types = \"text\"";
     let dir = std::env::temp_dir().join(unique("walrelay_test"));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("walrelay.toml");
@@ -477,6 +480,7 @@ name = "public.priced"
     let (code, report) = check(&path);
     assert_eq!(code, Some(1), "{report}");
     assert!(report.contains(needle), "{report}");
+    assert!(report.contains(fix), "{report}");
     let mut run = RelayProcess::start_with(&path, &[]);
     let log = run.expect_exit(1, Duration::from_secs(60));
     assert!(log.contains(needle), "{log}");
@@ -903,4 +907,177 @@ name = "public.*"
         }
         assert_eq!(relay.stop().code(), Some(0), "{}", relay.log());
     }
+}
+
+/// Types the table events do not map, one column each: money, bit strings,
+/// geometry, a range, full-text search, a composite, a numeric array, and a
+/// domain over one of them; `c_doc` is TOASTed. `c_grid` is `int4[]`, a
+/// mapped type, holding a two-dimensional value, which its mapping cannot
+/// write.
+const ODD_TABLE: &str = "CREATE TYPE pair AS (a int4, b text);
+  CREATE DOMAIN cash AS money CHECK (VALUE >= '0'::money);
+  CREATE TABLE odd_t (id int4 PRIMARY KEY, c_money money, c_bit bit(3), c_varbit varbit,
+    c_point point, c_box box, c_range int4range, c_tsv tsvector, c_pair pair,
+    c_nums numeric[], c_grid int4[][], c_cash cash, c_int int4, c_doc tsvector);
+  ALTER TABLE odd_t ALTER COLUMN c_doc SET STORAGE EXTERNAL;
+  ALTER TABLE odd_t OWNER TO walrelay;";
+
+/// The columns of [`ODD_TABLE`] written as their text form.
+const ODD_COLUMNS: [&str; 12] = [
+    "c_money", "c_bit", "c_varbit", "c_point", "c_box", "c_range", "c_tsv", "c_pair", "c_nums",
+    "c_grid", "c_cash", "c_doc",
+];
+
+/// Row `id` of [`ODD_TABLE`] as `after` should hold it: every unmapped
+/// column as PostgreSQL's text form of its value (`::text`), read from the
+/// database now.
+async fn odd_after(db: &TestDb, id: i32) -> Value {
+    let fields: Vec<String> = ODD_COLUMNS
+        .iter()
+        .map(|c| format!("'{c}', {c}::text"))
+        .collect();
+    let row = db
+        .client
+        .query_one(
+            &format!(
+                "SELECT json_build_object('id', id, 'c_int', c_int, {})::text FROM odd_t \
+                 WHERE id = $1",
+                fields.join(", ")
+            ),
+            &[&id],
+        )
+        .await
+        .expect("row");
+    serde_json::from_str(row.get::<_, &str>(0)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmapped_types_text_writes_each_value_as_its_text_form() {
+    require_kafka();
+    let db = TestDb::new("wr_table_astext").await;
+    db.client.batch_execute(ODD_TABLE).await.expect("table");
+    let row = |id: i32, doc: &str| {
+        format!(
+            "INSERT INTO odd_t VALUES ({id}, '1234.5', B'101', B'11', '(1.5,-2)', '((0,0),(1,1))',
+               '[3,7)', 'a fat cat', ROW({id}, 'x \"y\"'), '{{1.50,NULL,-2}}', '{{{{1,2}},{{3,4}}}}',
+               '12', {id}, {doc})"
+        )
+    };
+    // A document big enough to be stored out of line.
+    let doc = "(SELECT string_agg(md5(g::text), ' ') FROM generate_series(1, 300) g)::tsvector";
+    db.client
+        .batch_execute(&format!(
+            "{}; {}; INSERT INTO odd_t (id) VALUES (3);",
+            row(1, doc),
+            row(2, "'small doc'")
+        ))
+        .await
+        .expect("rows");
+    let names = Names::new("wr_tx");
+    let prefix = format!("{}_cdc", names.connector);
+    let config = table_config(
+        &db,
+        &names,
+        Some(&prefix),
+        r#"[[table]]
+name = "public.odd_t"
+unmapped_types = "text"
+"#,
+    );
+    let dir = std::env::temp_dir().join(unique("walrelay_test"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("walrelay.toml");
+    std::fs::write(&path, &config).unwrap();
+    // check lists the columns written as text, with their types.
+    let (_, report) = check(&path);
+    assert!(
+        report.contains(
+            "written as their text form (unmapped_types = \"text\"): c_money (money), c_bit \
+             (bit(3)), c_varbit (bit varying), c_point (point), c_box (box), c_range (int4range), \
+             c_tsv (tsvector), c_pair (pair), c_nums (numeric[]), c_cash (cash), c_doc \
+             (tsvector)"
+        ),
+        "{report}"
+    );
+
+    let topic = format!("{prefix}.public.odd_t");
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("snapshot completed", CATCH_UP).await;
+    let mut want = Vec::new();
+    for id in 1..=3 {
+        want.push(("r", Value::Null, odd_after(&db, id).await));
+    }
+    // Streamed: an insert, an update that leaves the TOASTed c_doc
+    // unchanged, a delete (REPLICA IDENTITY DEFAULT: the key in before).
+    db.client
+        .batch_execute(&row(4, "'four'"))
+        .await
+        .expect("insert");
+    want.push(("c", Value::Null, odd_after(&db, 4).await));
+    db.client
+        .batch_execute(
+            "UPDATE odd_t SET c_money = '-0.01', c_range = 'empty', c_int = 9 WHERE id = 1",
+        )
+        .await
+        .expect("update");
+    let mut updated = odd_after(&db, 1).await;
+    updated["c_doc"] = json!("__debezium_unavailable_value");
+    want.push(("u", Value::Null, updated));
+    db.client
+        .batch_execute("DELETE FROM odd_t WHERE id = 2")
+        .await
+        .expect("delete");
+    let mut key_only = json!({"id": 2});
+    for c in ODD_COLUMNS.iter().chain(&["c_int"]) {
+        key_only[c] = Value::Null;
+    }
+    want.push(("d", key_only, Value::Null));
+    // A column of an unmapped type added mid-stream is written as text too.
+    db.client
+        .batch_execute(&format!(
+            "ALTER TABLE odd_t ADD COLUMN c_line line; {}; UPDATE odd_t SET c_line = '{{1,2,3}}' \
+             WHERE id = 5",
+            row(5, "NULL")
+        ))
+        .await
+        .expect("add column");
+    for op in ["c", "u"] {
+        let mut after = odd_after(&db, 5).await;
+        after["c_line"] = if op == "c" {
+            Value::Null
+        } else {
+            json!("{1,2,3}")
+        };
+        want.push((op, Value::Null, after));
+    }
+
+    let got = wait_records(&topic, want.len() + 1).await;
+    let by_id: Vec<&Event> = got.iter().filter(|e| e.value.is_some()).collect();
+    // Each row has at most one record of each op: match on both.
+    assert_eq!(by_id.len(), want.len(), "{got:?}");
+    let mut used = vec![false; by_id.len()];
+    for (op, before, after) in &want {
+        let id = if after.is_null() {
+            &before["id"]
+        } else {
+            &after["id"]
+        };
+        let i = (0..by_id.len())
+            .find(|&i| {
+                let v = by_id[i].value.as_ref().unwrap();
+                !used[i]
+                    && v["op"] == json!(op)
+                    && (v["after"]["id"] == *id || v["before"]["id"] == *id)
+            })
+            .unwrap_or_else(|| panic!("no {op} record of id {id}: {got:?}"));
+        used[i] = true;
+        let v = by_id[i].value.as_ref().unwrap();
+        assert_eq!(&v["before"], before, "before of {op} {id}");
+        assert_eq!(&v["after"], after, "after of {op} {id}");
+    }
+    assert!(
+        got.iter().any(|e| e.value.is_none()),
+        "the delete's tombstone"
+    );
+    assert_eq!(relay.stop().code(), Some(0), "{}", relay.log());
 }

@@ -63,7 +63,7 @@ pub use schema::{
     DecimalHandlingMode, HASH_ALGORITHMS, HealthConfig, HeartbeatConfig, IntervalHandlingMode,
     KafkaConfig, LogConfig, LogFormat, OnUpdate, OutboxConfig, PostgresConfig, SaslMechanism,
     SecurityProtocol, SkippedOperations, SnapshotConfig, SnapshotMode, SslMode, TableConfig,
-    TableDefaults, TimePrecisionMode, glob_match, is_secret_property,
+    TableDefaults, TimePrecisionMode, UnmappedTypes, glob_match, is_secret_property,
 };
 pub use template::{Segment, TableRef, TopicTemplate, is_topic_char, topic_name_problem};
 pub use units::parse_byte_size;

@@ -753,6 +753,19 @@ pub enum IntervalHandlingMode {
     String,
 }
 
+/// `table_defaults.unmapped_types`: what becomes of a column whose type the
+/// table events do not map to a Debezium representation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnmappedTypes {
+    /// Refuse the table at `check` and at start (mid-stream: stop), naming
+    /// table, column and type.
+    #[default]
+    Fail,
+    /// Write the value's PostgreSQL text form as a JSON string.
+    Text,
+}
+
 /// `[table_defaults]`: settings shared by every `[[table]]` entry, named after
 /// the Debezium connector options they mirror (`topic.prefix` →
 /// `topic_prefix`, `decimal.handling.mode` → `decimal_handling_mode`, …).
@@ -800,6 +813,10 @@ pub struct TableDefaults {
     /// out of `before`/`after`.
     #[serde(default)]
     pub column_exclude_list: Vec<String>,
+    /// A column of a type not mapped to a Debezium representation: refused
+    /// (`fail`, the default) or written as its text form (`text`).
+    #[serde(default)]
+    pub unmapped_types: UnmappedTypes,
 }
 
 impl TableDefaults {
@@ -869,6 +886,7 @@ impl Default for TableDefaults {
             skipped_operations: SkippedOperations::default(),
             column_include_list: Vec::new(),
             column_exclude_list: Vec::new(),
+            unmapped_types: UnmappedTypes::default(),
         }
     }
 }
@@ -1036,6 +1054,9 @@ pub struct TableConfig {
     /// Overrides `table_defaults.unavailable_value_placeholder`.
     #[serde(default)]
     pub unavailable_value_placeholder: Option<String>,
+    /// Overrides `table_defaults.unmapped_types`.
+    #[serde(default)]
+    pub unmapped_types: Option<UnmappedTypes>,
     /// Overrides `table_defaults.skipped_operations`.
     #[serde(default)]
     pub skipped_operations: Option<SkippedOperations>,

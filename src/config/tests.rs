@@ -188,7 +188,8 @@ fn example_toml_sets_every_key() {
             "time_precision_mode",
             "tombstones_on_delete",
             "topic_prefix",
-            "unavailable_value_placeholder"
+            "unavailable_value_placeholder",
+            "unmapped_types"
         ]
     );
     assert_eq!(
@@ -205,7 +206,8 @@ fn example_toml_sets_every_key() {
             "time_precision_mode",
             "tombstones_on_delete",
             "topic",
-            "unavailable_value_placeholder"
+            "unavailable_value_placeholder",
+            "unmapped_types"
         ]
     );
     assert_eq!(keys("snapshot"), ["fetch_rows", "mode", "parallelism"]);
@@ -2219,6 +2221,7 @@ fn tables_alone_are_enough_and_take_debezium_defaults() {
         d.unavailable_value_placeholder,
         "__debezium_unavailable_value"
     );
+    assert_eq!(d.unmapped_types, UnmappedTypes::Fail);
     // Debezium's topic.prefix defaults to the connector name here.
     assert_eq!(config.topic_prefix(), "shop");
 }
@@ -2410,4 +2413,23 @@ fn a_mask_salt_comes_from_the_environment_and_stays_secret() {
          hash = \"SHA-256\"\nsalt = \"\"\n"
     ));
     assert!(e.contains("table[0].column_mask[0].salt: is empty"), "{e}");
+}
+
+#[test]
+fn unmapped_types_is_fail_or_text_and_a_table_may_override_it() {
+    let config = load(&format!(
+        "{TABLES_ONLY}[table_defaults]\nunmapped_types = \"text\"\n[[table]]\nname = \"t\"\n\
+         [[table]]\nname = \"u\"\nunmapped_types = \"fail\"\n"
+    ))
+    .unwrap();
+    assert_eq!(config.table_defaults.unmapped_types, UnmappedTypes::Text);
+    assert_eq!(config.tables[0].unmapped_types, None);
+    assert_eq!(config.tables[1].unmapped_types, Some(UnmappedTypes::Fail));
+    let e = load_err(&format!(
+        "{TABLES_ONLY}[[table]]\nname = \"t\"\nunmapped_types = \"string\"\n"
+    ));
+    assert!(
+        e.contains("unmapped_types") && e.contains("`fail`") && e.contains("`text`"),
+        "{e}"
+    );
 }

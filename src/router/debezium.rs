@@ -15,7 +15,9 @@
 //!   and does no I/O. The same text always yields the same JSON.
 //! - **Known types only.** [`Mapping::of`] answers `None` for a type it does
 //!   not map; the caller refuses such a column with an error naming it
-//!   rather than guessing.
+//!   rather than guessing — unless the user chose `unmapped_types = "text"`,
+//!   which writes such a value as the string PostgreSQL's output function
+//!   made of it (what pgoutput and `COPY` send), unchanged.
 //! - **Never panics on input.** Text that is not what the type's output
 //!   function writes is a [`ValueError`], never a panic or a wrong number.
 //! - Expects the session settings walrelay sets on every connection
@@ -25,7 +27,7 @@
 use std::io::Write as _;
 
 use crate::config::{
-    BinaryHandlingMode, DecimalHandlingMode, IntervalHandlingMode, TimePrecisionMode,
+    BinaryHandlingMode, DecimalHandlingMode, IntervalHandlingMode, TimePrecisionMode, UnmappedTypes,
 };
 use crate::pgoutput::Oid;
 
@@ -36,6 +38,9 @@ pub struct Modes {
     pub time: TimePrecisionMode,
     pub binary: BinaryHandlingMode,
     pub interval: IntervalHandlingMode,
+    /// `unmapped_types`: with `Text`, a type not mapped otherwise is
+    /// written as its text form.
+    pub unmapped: UnmappedTypes,
 }
 
 /// How one scalar value is written.
@@ -90,6 +95,11 @@ pub enum Kind {
 pub struct Mapping {
     pub kind: Kind,
     pub array: bool,
+    /// `unmapped_types = "text"`: a value this mapping cannot write (an
+    /// array of several dimensions or with bounds other than 1, an
+    /// `infinity` date or timestamp) is written as its text form instead of
+    /// stopping the connector.
+    pub text_fallback: bool,
 }
 
 /// Why a value could not be written.
@@ -135,8 +145,29 @@ pub fn type_name(oid: Oid) -> String {
 
 impl Mapping {
     /// The mapping of a column of type `oid` with type modifier `typmod`
-    /// under `modes`; `None` when the type is not mapped.
+    /// under `modes`; `None` when the type is not mapped (with
+    /// `unmapped_types = "text"`: the text form, a string, instead).
     pub fn of(oid: Oid, typmod: i32, modes: Modes) -> Option<Mapping> {
+        let text = modes.unmapped == UnmappedTypes::Text;
+        match Mapping::mapped(oid, typmod, modes) {
+            Some(m) => Some(Mapping {
+                text_fallback: text,
+                ..m
+            }),
+            None => text.then_some(Mapping {
+                kind: Kind::Text,
+                array: false,
+                text_fallback: false,
+            }),
+        }
+    }
+
+    /// Whether the type has a mapping of its own (not just the text form).
+    pub fn is_mapped(oid: Oid, typmod: i32) -> bool {
+        Mapping::mapped(oid, typmod, Modes::default()).is_some()
+    }
+
+    fn mapped(oid: Oid, typmod: i32, modes: Modes) -> Option<Mapping> {
         let (elem, array) = match oid {
             1000 => (16, true),
             1005 => (21, true),
@@ -157,7 +188,11 @@ impl Mapping {
         };
         // Array columns carry the element's type modifier.
         let kind = scalar(elem, typmod, modes)?;
-        Some(Mapping { kind, array })
+        Some(Mapping {
+            kind,
+            array,
+            text_fallback: false,
+        })
     }
 }
 
@@ -212,10 +247,18 @@ pub fn write_value(
     text: &[u8],
     scratch: &mut Vec<u8>,
 ) -> Result<(), ValueError> {
-    if mapping.array {
+    let start = out.len();
+    let written = if mapping.array {
         write_array(out, mapping.kind, text, scratch)
     } else {
         write_scalar(out, mapping.kind, text, scratch)
+    };
+    match written {
+        Err(_) if mapping.text_fallback => {
+            out.truncate(start);
+            write_scalar(out, Kind::Text, text, scratch)
+        }
+        written => written,
     }
 }
 

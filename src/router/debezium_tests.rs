@@ -403,3 +403,49 @@ proptest::proptest! {
         }
     }
 }
+
+/// `unmapped_types = "text"`: types without a mapping are written as
+/// their text form; mapped types keep their mapping, and only values it
+/// cannot write fall back to the text form.
+#[test]
+fn unmapped_types_text_writes_the_text_form() {
+    let text = Modes {
+        unmapped: UnmappedTypes::Text,
+        ..modes()
+    };
+    // money, point, int4range, tsvector, numeric[], a composite's oid.
+    for oid in [790, 600, 3904, 3614, 1231, 16_500] {
+        assert_eq!(Mapping::of(oid, -1, modes()), None, "oid {oid}");
+        assert!(!Mapping::is_mapped(oid, -1), "oid {oid}");
+        assert_eq!(
+            Mapping::of(oid, -1, text).map(|m| (m.kind, m.array)),
+            Some((Kind::Text, false)),
+            "oid {oid}"
+        );
+    }
+    assert_eq!(json_with(790, -1, text, "$1,234.50"), r#""$1,234.50""#);
+    assert_eq!(
+        json_with(2249, -1, text, r#"(1,"x ""y""")"#),
+        r#""(1,\"x \"\"y\"\"\")""#
+    );
+    // Mapped types are unchanged.
+    assert!(Mapping::is_mapped(23, -1));
+    assert_eq!(json_with(23, -1, text, "42"), "42");
+    assert_eq!(json_with(1007, -1, text, "{1,NULL}"), "[1,null]");
+    // Values the mapping cannot write: the text form under "text", an
+    // error otherwise.
+    for (oid, value) in [
+        (1007, "{{1,2},{3,4}}"),
+        (1007, "[2:3]={1,2}"),
+        (1114, "infinity"),
+        (1082, "-infinity"),
+        (1115, "{infinity}"),
+    ] {
+        let _ = error(oid, -1, value);
+        assert_eq!(
+            json_with(oid, -1, text, value),
+            serde_json::to_string(value).unwrap(),
+            "{value} in oid {oid}"
+        );
+    }
+}

@@ -181,6 +181,7 @@ impl TableRouter {
                     time: t.time_precision_mode.unwrap_or(d.time_precision_mode),
                     binary: t.binary_handling_mode.unwrap_or(d.binary_handling_mode),
                     interval: t.interval_handling_mode.unwrap_or(d.interval_handling_mode),
+                    unmapped: t.unmapped_types.unwrap_or(d.unmapped_types),
                 },
                 tombstones: t.tombstones_on_delete.unwrap_or(d.tombstones_on_delete),
                 placeholder: t
@@ -288,7 +289,9 @@ impl TableRouter {
                         debezium::type_name(c.type_oid)
                     ),
                     "change the column's type to a mapped one (docs/compatibility.md lists \
-                     them), or remove the table from [[table]]",
+                     them), set unmapped_types = \"text\" (in [table_defaults] or its \
+                     [[table]]) to write its values as their text form, or remove the table \
+                     from [[table]]",
                 )
             })?;
             let mut name_json = Vec::with_capacity(c.name.len() + 3);
