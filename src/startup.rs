@@ -1211,6 +1211,8 @@ pub async fn table_event_tables(
     let mut out: Vec<TableEventTable> = Vec::new();
     let mut listed: std::collections::HashMap<String, Vec<(u32, String, char)>> =
         std::collections::HashMap::new();
+    // Validation compiled these already; an error here cannot happen.
+    let default_columns = config.table_defaults.column_filter().ok().flatten();
     for (entry, t) in config.tables.iter().enumerate() {
         let schema = &t.name.schema;
         let names: Vec<String> = if t.is_pattern() {
@@ -1259,7 +1261,19 @@ pub async fn table_event_tables(
             let unmapped = t
                 .unmapped_types
                 .unwrap_or(config.table_defaults.unmapped_types);
-            let (type_aliases, columns, as_text) = column_types(client, &table, unmapped).await?;
+            let key_columns = if t.key_columns.is_empty() {
+                &primary_key
+            } else {
+                &t.key_columns
+            };
+            // A column left out of before/after (and not in the key) is
+            // never written: its type does not matter.
+            let left_out = |column: &str| {
+                !key_columns.iter().any(|k| k == column)
+                    && !t.includes(default_columns.as_ref(), schema, &name, column)
+            };
+            let (type_aliases, columns, as_text) =
+                column_types(client, &table, unmapped, left_out).await?;
             let display = format!("{schema}.{name}");
             crate::router::table::check_columns(t, entry, &display, &columns)
                 .map_err(|(problem, fix)| CheckError::setup(problem, fix))?;
@@ -1303,9 +1317,10 @@ const TEXT_ARRAY_OID: u32 = 1009;
 /// declared types, and its columns written as their text form.
 type ColumnTypes = (Vec<(u32, u32, i32)>, Vec<(String, u32)>, Vec<String>);
 
-/// Checks that every column of `table` has a type the table events map
-/// (under `unmapped_types = "fail"`, an error naming the table and every
-/// column of a type without a mapping, with its type), and returns the
+/// Checks that every column of `table` that is written (not `left_out` of
+/// `before`/`after` and the key) has a type the table events map (under
+/// `unmapped_types = "fail"`, an error naming the table and every column of
+/// a type without a mapping, with its type), and returns the
 /// aliases of its user-defined enum and domain types, its columns with
 /// their declared types, and (under `"text"`) the columns written as their
 /// text form, as `column (type)`.
@@ -1313,6 +1328,7 @@ async fn column_types(
     client: &Client,
     table: &CapturedTable,
     unmapped: crate::config::UnmappedTypes,
+    left_out: impl Fn(&str) -> bool,
 ) -> Result<ColumnTypes, CheckError> {
     use crate::router::debezium::Mapping;
     let rows = client
@@ -1345,7 +1361,7 @@ async fn column_types(
             ("d", _) => (base, if typmod >= 0 { typmod } else { base_typmod }),
             _ => (oid, typmod),
         };
-        if !Mapping::is_mapped(written_as, written_typmod) {
+        if !Mapping::is_mapped(written_as, written_typmod) && !left_out(&name) {
             without_mapping.push(format!("{name} ({type_name})"));
         }
         if written_as != oid {

@@ -514,6 +514,54 @@ name = "public.priced"
         None,
         "no slot was created"
     );
+
+    // Left out of before/after, a column of an unmapped type is never
+    // written: the table is captured without it ...
+    let priced = config
+        .replace("[[table]]\nname = \"public.keyless\"\n", "")
+        .replace(
+            "name = \"public.priced\"\n",
+            "name = \"public.priced\"\ncolumn_exclude_list = [\"price\", \"tags\"]\n",
+        );
+    std::fs::write(&path, &priced).unwrap();
+    let (code, report) = check(&path);
+    assert_eq!(code, Some(0), "{report}");
+    // ... unless it is a key column, which the key always writes.
+    std::fs::write(
+        &path,
+        priced.replace(
+            "column_exclude_list",
+            "key_columns = [\"price\"]\ncolumn_exclude_list",
+        ),
+    )
+    .unwrap();
+    let (code, report) = check(&path);
+    assert_eq!(code, Some(1), "{report}");
+    assert!(
+        report.contains("column price (money) of table public.priced has a type"),
+        "{report}"
+    );
+    db.client
+        .batch_execute("INSERT INTO priced VALUES (1, '2.50', 3, 'a b')")
+        .await
+        .unwrap();
+    let mut relay = RelayProcess::start(&priced, &[]);
+    relay.wait_log("snapshot completed", CATCH_UP).await;
+    db.client
+        .batch_execute("INSERT INTO priced VALUES (2, '4.00', 5, 'c')")
+        .await
+        .unwrap();
+    let got = wait_records(&format!("{}.public.priced", names.connector), 2).await;
+    let mut after: Vec<&Value> = got
+        .iter()
+        .map(|e| &e.value.as_ref().unwrap()["after"])
+        .collect();
+    after.sort_by_key(|a| a["id"].as_i64());
+    assert_eq!(
+        after,
+        [&json!({"id": 1, "qty": 3}), &json!({"id": 2, "qty": 5})]
+    );
+    assert_eq!(relay.stop().code(), Some(0), "{}", relay.log());
 }
 
 /// Debezium's column options and `skipped.operations` against the real

@@ -144,6 +144,13 @@ pub fn type_name(oid: Oid) -> String {
 }
 
 impl Mapping {
+    /// The text form, as a string.
+    pub const TEXT: Mapping = Mapping {
+        kind: Kind::Text,
+        array: false,
+        text_fallback: false,
+    };
+
     /// The mapping of a column of type `oid` with type modifier `typmod`
     /// under `modes`; `None` when the type is not mapped (with
     /// `unmapped_types = "text"`: the text form, a string, instead).
@@ -154,11 +161,7 @@ impl Mapping {
                 text_fallback: text,
                 ..m
             }),
-            None => text.then_some(Mapping {
-                kind: Kind::Text,
-                array: false,
-                text_fallback: false,
-            }),
+            None => text.then_some(Mapping::TEXT),
         }
     }
 

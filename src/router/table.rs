@@ -274,26 +274,43 @@ impl TableRouter {
             reason,
             fix: fix.to_owned(),
         };
+        let unmapped = |column: &str, type_oid: Oid| {
+            err(
+                column,
+                format!(
+                    "its type ({}) is not mapped to a Debezium representation",
+                    debezium::type_name(type_oid)
+                ),
+                "change the column's type to a mapped one (docs/compatibility.md lists them), \
+                 set unmapped_types = \"text\" (in [table_defaults] or its [[table]]) to write \
+                 its values as their text form, leave it out with a column list, or remove the \
+                 table from [[table]]",
+            )
+        };
         let mut columns = Vec::with_capacity(rel.columns.len());
+        // Columns left out of before/after whose type is not mapped: fine
+        // unless one is a key column (checked below).
+        let mut unwritable = Vec::new();
         for c in &rel.columns {
             let (oid, typmod) = match self.type_aliases.get(&c.type_oid) {
                 Some(&(oid, m)) if c.type_modifier < 0 => (oid, m),
                 Some(&(oid, _)) => (oid, c.type_modifier),
                 None => (c.type_oid, c.type_modifier),
             };
-            let mapping = Mapping::of(oid, typmod, entry.modes).ok_or_else(|| {
-                err(
-                    &c.name,
-                    format!(
-                        "its type ({}) is not mapped to a Debezium representation",
-                        debezium::type_name(c.type_oid)
-                    ),
-                    "change the column's type to a mapped one (docs/compatibility.md lists \
-                     them), set unmapped_types = \"text\" (in [table_defaults] or its \
-                     [[table]]) to write its values as their text form, or remove the table \
-                     from [[table]]",
-                )
-            })?;
+            let included = entry.config.includes(
+                entry.default_columns.as_deref(),
+                &rel.namespace,
+                &rel.name,
+                &c.name,
+            );
+            let mapping = match Mapping::of(oid, typmod, entry.modes) {
+                Some(m) => m,
+                None if !included => {
+                    unwritable.push(columns.len());
+                    Mapping::TEXT
+                }
+                None => return Err(unmapped(&c.name, c.type_oid)),
+            };
             let mut name_json = Vec::with_capacity(c.name.len() + 3);
             debezium::json_str(&mut name_json, &c.name);
             name_json.push(b':');
@@ -309,12 +326,7 @@ impl TableRouter {
                 name: c.name.clone(),
                 name_json: name_json.into_boxed_slice(),
                 mapping,
-                included: entry.config.includes(
-                    entry.default_columns.as_deref(),
-                    &rel.namespace,
-                    &rel.name,
-                    &c.name,
-                ),
+                included,
                 mask,
                 unchanged: Unchanged::of(c.type_oid, mapping, entry.modes),
             });
@@ -343,6 +355,12 @@ impl TableRouter {
         } else {
             None
         };
+        if let Some(&i) = unwritable
+            .iter()
+            .find(|i| key.as_ref().is_some_and(|k| k.contains(i)))
+        {
+            return Err(unmapped(&rel.columns[i].name, rel.columns[i].type_oid));
+        }
         let topic = entry
             .config
             .topic
