@@ -239,10 +239,7 @@ impl PublicationPlan {
     /// For `check`: what is there, or what `run` will do.
     pub fn describe(&self) -> String {
         if self.statements.is_empty() {
-            format!(
-                "{} covers the outbox tables and publishes their inserts",
-                self.publication
-            )
+            format!("{} covers the captured tables", self.publication)
         } else if self.exists {
             format!("run will change {}: {}", self.publication, self.sql())
         } else {
@@ -598,8 +595,8 @@ pub fn slot_plan(
     match (stored, slot) {
         (None, None) => {
             if wants_snapshot {
-                let why = "a new connector (no stored offset, no slot) snapshots the outbox tables"
-                    .to_owned();
+                let why =
+                    "a new connector (no stored offset, no slot) snapshots its tables".to_owned();
                 needs_create(why.clone())?;
                 Ok(SlotPlan::Snapshot {
                     drop_first: false,
