@@ -1129,3 +1129,86 @@ unmapped_types = "text"
     );
     assert_eq!(relay.stop().code(), Some(0), "{}", relay.log());
 }
+
+/// A partitioned table is captured through its root: its snapshot rows and
+/// the changes of every partition (a row moved across partitions included)
+/// arrive on the root's topic, named as the root; the partitions, which a
+/// pattern does not list, get no topic of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_table_is_captured_through_its_root() {
+    require_kafka();
+    let db = TestDb::new("wr_table_parts").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE measures (id int4 PRIMARY KEY, v text) PARTITION BY RANGE (id);
+             CREATE TABLE measures_low PARTITION OF measures FOR VALUES FROM (0) TO (100);
+             CREATE TABLE measures_high PARTITION OF measures FOR VALUES FROM (100) TO (200);
+             ALTER TABLE measures OWNER TO walrelay;
+             ALTER TABLE measures_low OWNER TO walrelay;
+             ALTER TABLE measures_high OWNER TO walrelay;
+             INSERT INTO measures VALUES (1, 'a'), (150, 'b');",
+        )
+        .await
+        .expect("tables");
+    let names = Names::new("wr_tp");
+    let prefix = format!("{}_cdc", names.connector);
+    let config = table_config(
+        &db,
+        &names,
+        Some(&prefix),
+        "[[table]]\nname = \"public.*\"\n",
+    );
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("snapshot completed", CATCH_UP).await;
+    db.client
+        .batch_execute(
+            "INSERT INTO measures VALUES (2, 'c'), (160, 'd');
+             UPDATE measures SET v = 'e' WHERE id = 150;
+             UPDATE measures SET id = 120 WHERE id = 2;
+             DELETE FROM measures WHERE id = 1;",
+        )
+        .await
+        .expect("changes");
+    let topic = format!("{prefix}.public.measures");
+    // 2 snapshot rows, 2 inserts, 1 update, the move (delete + tombstone +
+    // insert), a delete + tombstone.
+    let got = wait_records(&topic, 10).await;
+    let mut ops: Vec<(i64, String)> = got
+        .iter()
+        .filter_map(|e| e.value.as_ref())
+        .map(|v| {
+            assert_eq!(v["source"]["table"], json!("measures"), "{v}");
+            let row = if v["after"].is_null() {
+                &v["before"]
+            } else {
+                &v["after"]
+            };
+            (
+                row["id"].as_i64().unwrap(),
+                v["op"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    ops.sort();
+    let want: Vec<(i64, String)> = [
+        (1, "d"),
+        (1, "r"),
+        (2, "c"),
+        (2, "d"),
+        (120, "c"),
+        (150, "r"),
+        (150, "u"),
+        (160, "c"),
+    ]
+    .iter()
+    .map(|(i, o)| (*i, (*o).to_owned()))
+    .collect();
+    assert_eq!(ops, want, "{got:?}");
+    for partition in ["measures_low", "measures_high"] {
+        assert!(
+            read(&format!("{prefix}.public.{partition}")).is_empty(),
+            "{partition} has no records"
+        );
+    }
+    assert_eq!(relay.stop().code(), Some(0), "{}", relay.log());
+}
