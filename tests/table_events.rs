@@ -1212,3 +1212,71 @@ async fn a_partitioned_table_is_captured_through_its_root() {
     }
     assert_eq!(relay.stop().code(), Some(0), "{}", relay.log());
 }
+
+/// Names as the catalog spells them — upper case, spaces, a reserved word,
+/// non-ASCII — are captured as they are (`source.schema`, `source.table`,
+/// the fields), and the topic replaces what Kafka does not allow in a topic
+/// name with `_`, as Debezium does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_names_are_kept_and_topic_names_sanitized_as_debezium_does() {
+    require_kafka();
+    let db = TestDb::new("wr_table_names").await;
+    db.client
+        .batch_execute(
+            "CREATE SCHEMA \"Sales\" AUTHORIZATION walrelay;
+             CREATE TABLE \"Sales\".\"Order Items\" (\"Id\" int4 PRIMARY KEY, \"select\" text,
+               \"größe\" int4);
+             ALTER TABLE \"Sales\".\"Order Items\" OWNER TO walrelay;
+             INSERT INTO \"Sales\".\"Order Items\" VALUES (1, 'a', 10);
+             CREATE TABLE \"Sales\".\"Straße\" (id int4 PRIMARY KEY);
+             ALTER TABLE \"Sales\".\"Straße\" OWNER TO walrelay;",
+        )
+        .await
+        .expect("tables");
+    let names = Names::new("wr_tn");
+    let prefix = format!("{}_cdc", names.connector);
+    let config = table_config(
+        &db,
+        &names,
+        Some(&prefix),
+        "[[table]]\nname = \"Sales.Order Items\"\n[[table]]\nname = \"Sales.Straße\"\n",
+    );
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("snapshot completed", CATCH_UP).await;
+    db.client
+        .batch_execute(
+            "UPDATE \"Sales\".\"Order Items\" SET \"select\" = 'b' WHERE \"Id\" = 1;
+             INSERT INTO \"Sales\".\"Straße\" VALUES (7);",
+        )
+        .await
+        .expect("changes");
+    let got = wait_records(&format!("{prefix}.Sales.Order_Items"), 2).await;
+    let values: Vec<&Value> = got.iter().filter_map(|e| e.value.as_ref()).collect();
+    for v in &values {
+        assert_eq!(v["source"]["schema"], json!("Sales"), "{v}");
+        assert_eq!(v["source"]["table"], json!("Order Items"), "{v}");
+    }
+    let after: Vec<&Value> = values.iter().map(|v| &v["after"]).collect();
+    assert_eq!(
+        after,
+        [
+            &json!({"Id": 1, "select": "a", "größe": 10}),
+            &json!({"Id": 1, "select": "b", "größe": 10})
+        ]
+    );
+    assert_eq!(got[0].key, Some(json!({"Id": 1})));
+    // "ß" is one UTF-16 unit: one "_".
+    let got = wait_records(&format!("{prefix}.Sales.Stra_e"), 1).await;
+    assert_eq!(
+        got[0].value.as_ref().unwrap()["source"]["table"],
+        json!("Straße")
+    );
+    assert!(
+        relay
+            .log()
+            .contains("is not a valid Kafka topic name; its records go to"),
+        "{}",
+        relay.log()
+    );
+    assert_eq!(relay.stop().code(), Some(0), "{}", relay.log());
+}

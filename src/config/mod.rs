@@ -65,7 +65,9 @@ pub use schema::{
     SecurityProtocol, SkippedOperations, SnapshotConfig, SnapshotMode, SslMode, TableConfig,
     TableDefaults, TimePrecisionMode, UnmappedTypes, glob_match, is_secret_property,
 };
-pub use template::{Segment, TableRef, TopicTemplate, is_topic_char, topic_name_problem};
+pub use template::{
+    Segment, TableRef, TopicTemplate, is_topic_char, sanitized_topic_name, topic_name_problem,
+};
 pub use units::parse_byte_size;
 
 /// The largest configuration file [`Config::from_file`] reads (16 MiB). A

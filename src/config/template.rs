@@ -262,6 +262,33 @@ pub fn is_topic_char(c: char) -> bool {
 }
 
 /// Why `name` is not a valid Kafka topic name, if it is not.
+/// Debezium's topic name sanitizing (`AbstractTopicNamingStrategy
+/// .sanitizedTopicName`), for names made of catalog names: each character
+/// Kafka does not allow becomes `_` — one per UTF-16 unit, as Java walks
+/// the string, so a character outside the BMP becomes `__` — and a name
+/// longer than 249 characters is cut to 249; `.` and `..` become `_` and
+/// `__`. `None` when `name` is valid as it is.
+pub fn sanitized_topic_name(name: &str) -> Option<String> {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if is_topic_char(c) {
+            out.push(c);
+        } else {
+            for _ in 0..c.len_utf16() {
+                out.push('_');
+            }
+        }
+    }
+    // Only ASCII is left: bytes are characters.
+    out.truncate(MAX_TOPIC_LEN);
+    match out.as_str() {
+        "." => out = "_".to_owned(),
+        ".." => out = "__".to_owned(),
+        _ => {}
+    }
+    (out != name).then_some(out)
+}
+
 pub fn topic_name_problem(name: &str) -> Option<String> {
     if name.is_empty() {
         return Some("a topic name cannot be empty".to_owned());

@@ -2433,3 +2433,26 @@ fn unmapped_types_is_fail_or_text_and_a_table_may_override_it() {
         "{e}"
     );
 }
+
+#[test]
+fn topic_names_are_sanitized_as_debezium_sanitizes_them() {
+    use super::sanitized_topic_name as s;
+    assert_eq!(s("shop.public.orders"), None);
+    assert_eq!(s("a-b_c.D9"), None);
+    assert_eq!(
+        s("shop.Sales.Order Items").as_deref(),
+        Some("shop.Sales.Order_Items")
+    );
+    assert_eq!(s("p.s.Straße").as_deref(), Some("p.s.Stra_e"));
+    // Outside the BMP: two UTF-16 units, two underscores.
+    assert_eq!(s("p.s.a😀b").as_deref(), Some("p.s.a__b"));
+    assert_eq!(s("p.s.\"x\"/y").as_deref(), Some("p.s._x__y"));
+    let long = format!("p.s.{}", "t".repeat(300));
+    assert_eq!(s(&long).map(|n| n.len()), Some(249));
+    assert_eq!(s(".").as_deref(), Some("_"));
+    assert_eq!(s("..").as_deref(), Some("__"));
+    for name in ["shop.Sales.Order Items", "p.s.a😀b", &long] {
+        let fixed = s(name).unwrap();
+        assert_eq!(super::topic_name_problem(&fixed), None, "{fixed}");
+    }
+}

@@ -149,7 +149,14 @@ impl Streaming {
                     let handled = match event {
                         SourceEvent::Relation(r) => {
                             self.router.on_relation(&r);
-                            self.tables.on_relation(&r, Lsn::ZERO).map_err(RelayError::from)
+                            self.tables
+                                .on_relation(&r, Lsn::ZERO)
+                                .map(|warning| {
+                                    if let Some(warning) = warning {
+                                        tracing::warn!("{warning}");
+                                    }
+                                })
+                                .map_err(RelayError::from)
                         }
                         SourceEvent::SnapshotRow {
                             pos,

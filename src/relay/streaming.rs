@@ -326,7 +326,9 @@ impl Streaming {
             } => self.on_message(lsn, &prefix, &content).await?,
             SourceEvent::Relation(r) => {
                 self.router.on_relation(&r);
-                self.tables.on_relation(&r, source.received())?;
+                if let Some(warning) = self.tables.on_relation(&r, source.received())? {
+                    tracing::warn!("{warning}");
+                }
             }
             SourceEvent::Change(change) => self.on_change(change).await?,
             SourceEvent::Truncate {

@@ -59,7 +59,9 @@ use super::arena::Arena;
 use super::debezium::{self, Mapping, Modes, Unchanged};
 use super::mask::{Mask, maskable};
 use crate::Lsn;
-use crate::config::{ColumnFilter, Config, SkippedOperations, TableConfig, topic_name_problem};
+use crate::config::{
+    ColumnFilter, Config, SkippedOperations, TableConfig, sanitized_topic_name, topic_name_problem,
+};
 use crate::pgoutput::{Cell, Oid, Relation, TupleData};
 use crate::source::{Change, Op};
 
@@ -250,22 +252,37 @@ impl TableRouter {
     /// Learns (or re-learns) a relation's shape; `at` names the stream
     /// position in errors. A captured table with a column we cannot map is
     /// an error now, before any of its rows.
-    pub fn on_relation(&mut self, rel: &Relation, at: Lsn) -> Result<(), TableEventError> {
+    ///
+    /// `Ok(Some(warning))`: bound, with something the operator should read
+    /// (its topic name had to be changed).
+    pub fn on_relation(
+        &mut self,
+        rel: &Relation,
+        at: Lsn,
+    ) -> Result<Option<String>, TableEventError> {
         let Some(entry) = self
             .entries
             .iter()
             .find(|e| e.config.matches(&rel.namespace, &rel.name))
         else {
             self.bound.remove(&rel.oid);
-            return Ok(());
+            return Ok(None);
         };
-        let bound = self.bind(entry, rel, at);
-        let result = bound.as_ref().map(|_| ()).map_err(Clone::clone);
+        let (bound, warning) = match self.bind(entry, rel, at) {
+            Ok((bound, warning)) => (Ok(bound), warning),
+            Err(e) => (Err(e), None),
+        };
+        let result = bound.as_ref().map(|_| warning).map_err(Clone::clone);
         self.bound.insert(rel.oid, bound);
         result
     }
 
-    fn bind(&self, entry: &Entry, rel: &Relation, at: Lsn) -> Result<Bound, TableEventError> {
+    fn bind(
+        &self,
+        entry: &Entry,
+        rel: &Relation,
+        at: Lsn,
+    ) -> Result<(Bound, Option<String>), TableEventError> {
         let display = format!("{}.{}", rel.namespace, rel.name);
         let err = |column: &str, reason: String, fix: &str| TableEventError {
             table: display.clone(),
@@ -377,6 +394,18 @@ impl TableRouter {
                     "use only {prefix}, {schema} and {table}",
                 )
             })?;
+        // Catalog names may hold characters a topic cannot: replaced as
+        // Debezium replaces them, so both write to the same topic.
+        let (topic, warning) = match sanitized_topic_name(&topic) {
+            Some(valid) => {
+                let warning = format!(
+                    "table {display}: {topic:?} is not a valid Kafka topic name; its records go \
+                     to {valid:?} instead (as Debezium's would)"
+                );
+                (valid, Some(warning))
+            }
+            None => (topic, None),
+        };
         if let Some(problem) = topic_name_problem(&topic) {
             return Err(err(
                 "*",
@@ -388,7 +417,7 @@ impl TableRouter {
         debezium::json_str(&mut names_json, &rel.namespace);
         names_json.extend_from_slice(b",\"table\":");
         debezium::json_str(&mut names_json, &rel.name);
-        Ok(Bound {
+        let bound = Bound {
             display,
             topic: Arc::from(topic),
             columns,
@@ -397,7 +426,8 @@ impl TableRouter {
             skipped: entry.skipped,
             placeholder: entry.placeholder.clone(),
             names_json: names_json.into_boxed_slice(),
-        })
+        };
+        Ok((bound, warning))
     }
 
     /// Appends the records of one change of a claimed relation to `out`
