@@ -3,7 +3,9 @@
 //! deletes (+ tombstones) arrive in Debezium's JSON envelope with the
 //! expected topic, key and value — every mapped type and NULLs, a table
 //! without a primary key keyed by `key_columns`, a REPLICA IDENTITY FULL
-//! table, an unchanged TOASTed value, and a column added mid-stream.
+//! table, an unchanged TOASTed value, and a column added mid-stream; column
+//! lists and masks; snapshot markers; unmapped types refused or written as
+//! text; partitioned tables; and catalog names that are not topic names.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
