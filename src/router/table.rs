@@ -723,8 +723,11 @@ impl Ctx<'_> {
                 .unwrap_or_else(|| format!("#{column}")),
             lsn: self.lsn,
             reason,
-            fix: "check the value's type and the session settings (DateStyle ISO); report it \
-                  as a bug if the value is valid"
+            fix: "a value its type's mapping cannot write (an infinity date or timestamp, an \
+                  array of several dimensions) is written as its text form under \
+                  unmapped_types = \"text\" for this table; otherwise check the value's type \
+                  and the session settings (DateStyle ISO), and report it as a bug if the value \
+                  is valid"
                 .into(),
         }
     }

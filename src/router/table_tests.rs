@@ -442,6 +442,7 @@ fn a_bad_value_names_table_column_and_lsn() {
         (e.table.as_str(), e.column.as_str(), e.lsn),
         ("public.customers", "id", COMMIT)
     );
+    assert!(e.fix.contains("unmapped_types = \"text\""), "{e}");
 }
 
 #[test]
