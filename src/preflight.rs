@@ -212,14 +212,13 @@ pub async fn check(config: &Config) -> Report {
         Ok(captured) => {
             let default_columns = config.table_defaults.column_filter().ok().flatten();
             for c in &captured {
-                let key = if !config.tables[c.entry].key_columns.is_empty() {
-                    format!("key {}", config.tables[c.entry].key_columns.join(", "))
-                } else if c.primary_key.is_empty() {
+                let entry = &config.tables[c.entry];
+                let key_columns = entry.key_or(&c.primary_key);
+                let key = if key_columns.is_empty() {
                     "no primary key: null keys (set key_columns)".to_owned()
                 } else {
-                    format!("key {}", c.primary_key.join(", "))
+                    format!("key {}", key_columns.join(", "))
                 };
-                let entry = &config.tables[c.entry];
                 let identity = replica_identity(&client, c.table.oid).await;
                 let mut detail = format!("{key}, {identity}")
                     + &crate::router::table::describe_columns(
@@ -234,11 +233,6 @@ pub async fn check(config: &Config) -> Report {
                         c.as_text.join(", ")
                     );
                 }
-                let key_columns = if entry.key_columns.is_empty() {
-                    &c.primary_key
-                } else {
-                    &entry.key_columns
-                };
                 // Debezium's keys ignore column lists and masks; say so
                 // where that puts a hidden column in the clear.
                 let exposed: Vec<&str> = key_columns

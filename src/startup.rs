@@ -1188,11 +1188,7 @@ impl TableEventTable {
     /// The columns the snapshot reads it in: `key_columns`, else the
     /// primary key.
     pub fn snapshot_order<'c>(&'c self, config: &'c TableConfig) -> &'c [String] {
-        if config.key_columns.is_empty() {
-            &self.primary_key
-        } else {
-            &config.key_columns
-        }
+        config.key_or(&self.primary_key)
     }
 }
 
@@ -1258,11 +1254,7 @@ pub async fn table_event_tables(
             let unmapped = t
                 .unmapped_types
                 .unwrap_or(config.table_defaults.unmapped_types);
-            let key_columns = if t.key_columns.is_empty() {
-                &primary_key
-            } else {
-                &t.key_columns
-            };
+            let key_columns = t.key_or(&primary_key);
             // A column left out of before/after (and not in the key) is
             // never written: its type does not matter.
             let left_out = |column: &str| {

@@ -1104,6 +1104,16 @@ impl TableConfig {
         }
     }
 
+    /// The record key's columns: `key_columns`, else the table's
+    /// `primary_key`.
+    pub fn key_or<'a>(&'a self, primary_key: &'a [String]) -> &'a [String] {
+        if self.key_columns.is_empty() {
+            primary_key
+        } else {
+            &self.key_columns
+        }
+    }
+
     /// The mask of column `name`, if any.
     pub fn mask_of(&self, name: &str) -> Option<&ColumnMask> {
         self.column_mask

@@ -261,7 +261,6 @@ pub fn is_topic_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
 }
 
-/// Why `name` is not a valid Kafka topic name, if it is not.
 /// Debezium's topic name sanitizing (`AbstractTopicNamingStrategy
 /// .sanitizedTopicName`), for names made of catalog names: each character
 /// Kafka does not allow becomes `_` — one per UTF-16 unit, as Java walks
@@ -289,6 +288,7 @@ pub fn sanitized_topic_name(name: &str) -> Option<String> {
     (out != name).then_some(out)
 }
 
+/// Why `name` is not a valid Kafka topic name, if it is not.
 pub fn topic_name_problem(name: &str) -> Option<String> {
     if name.is_empty() {
         return Some("a topic name cannot be empty".to_owned());
