@@ -6,8 +6,9 @@
 //! `safe_wal_size`, and on PostgreSQL 17+ `invalidation_reason`), the stored
 //! offset and its age, the difference between the two with what `run` would
 //! do about it (the decision function `run` uses, [`offsets::compare`]), the
-//! publication's tables, and — when `[health]` is configured — the running
-//! instance's `/healthz`.
+//! publication's tables, the instances (who holds the lease, who waits as a
+//! standby: `crate::source::lease`), and — when `[health]` is configured —
+//! the running instance's `/healthz`.
 //!
 //! Invariants:
 //! - Every part is read on its own: PostgreSQL down still shows the stored
@@ -29,6 +30,7 @@ use crate::offsets::{self, OffsetStore, StartDecision};
 use crate::pg::catalog;
 use crate::pg::replication::ReplicationClient;
 use crate::relay::{connect_params, producer_properties};
+use crate::source::lease::Peer;
 use crate::telemetry::unix_ms as now_ms;
 
 /// How long each service may take to answer.
@@ -76,6 +78,9 @@ pub struct Status {
     /// `None` when the publication does not exist.
     #[serde(serialize_with = "part")]
     pub publication: Part<Option<PublicationStatus>>,
+    /// Who holds the lease (the active instance) and who waits for it.
+    #[serde(serialize_with = "part")]
+    pub instances: Part<InstancesStatus>,
     /// `None` without a `[health]` section.
     #[serde(serialize_with = "optional_part")]
     pub instance: Option<Part<InstanceStatus>>,
@@ -137,6 +142,14 @@ pub struct PublicationStatus {
     pub tables: Vec<String>,
 }
 
+/// The instances of this connector, from PostgreSQL's lock table.
+#[derive(Debug, Serialize)]
+pub struct InstancesStatus {
+    /// The lease holder; `None` when no instance runs.
+    pub active: Option<Peer>,
+    pub standbys: Vec<Peer>,
+}
+
 /// The running instance's `/healthz`.
 #[derive(Debug, Serialize)]
 pub struct InstanceStatus {
@@ -152,10 +165,17 @@ pub async fn status(config: &Config) -> Status {
     // The slot first, the stored offset after: a running instance stores a
     // position before it confirms it, so read in this order the slot is
     // never seen ahead of the offset by the race between the two reads.
-    let (slot, publication, server) = match catalog::connect(&params).await {
+    let (slot, publication, server, instances) = match catalog::connect(&params).await {
         Ok(client) => {
             let slot = read_slot(&client, &pg.slot).await;
             let publication = read_publication(&client, &pg.publication).await;
+            let instances = crate::source::lease::peers(&client, &pg.slot)
+                .await
+                .map(|p| InstancesStatus {
+                    active: p.active,
+                    standbys: p.standbys,
+                })
+                .map_err(|e| e.to_string());
             let server = match ReplicationClient::connect(&params).await {
                 Ok(mut repl) => repl
                     .identify_system()
@@ -164,11 +184,16 @@ pub async fn status(config: &Config) -> Status {
                     .map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             };
-            (slot, publication, server)
+            (slot, publication, server, instances)
         }
         Err(e) => {
             let why = format!("PostgreSQL: {e}");
-            (Err(why.clone()), Err(why.clone()), Err(why))
+            (
+                Err(why.clone()),
+                Err(why.clone()),
+                Err(why.clone()),
+                Err(why),
+            )
         }
     };
     let stored = read_stored(config).await;
@@ -191,6 +216,7 @@ pub async fn status(config: &Config) -> Status {
         stored_offset: stored.map(|s| s.map(|s| stored_status(&s))),
         comparison,
         publication,
+        instances,
         instance,
         problems: Vec::new(),
     };
@@ -541,6 +567,18 @@ impl fmt::Display for Status {
             writeln!(f, "slot vs stored       {relation}")?;
             writeln!(f, "  run would          {}", c.run_would)?;
         }
+        match &self.instances {
+            Err(e) => writeln!(f, "instances            unreadable: {e}")?,
+            Ok(i) => {
+                match &i.active {
+                    None => writeln!(f, "active instance      none (no instance holds the lease)")?,
+                    Some(p) => writeln!(f, "active instance      {p}")?,
+                }
+                for p in &i.standbys {
+                    writeln!(f, "  standby            {p}")?;
+                }
+            }
+        }
         match &self.publication {
             Err(e) => writeln!(f, "publication          unreadable: {e}")?,
             Ok(None) => writeln!(f, "publication          does not exist")?,
@@ -607,6 +645,10 @@ mod tests {
             stored_offset: Ok(None),
             comparison: None,
             publication: Ok(None),
+            instances: Ok(InstancesStatus {
+                active: None,
+                standbys: Vec::new(),
+            }),
             instance: None,
             problems: Vec::new(),
         };

@@ -31,8 +31,13 @@
 //!   `walrelay_heartbeat_write_errors_total`.
 //!
 //! Health: 200 while a session is streaming and Kafka acknowledged something
-//! (or had nothing to acknowledge) within the stall window; 503 with the
-//! reason otherwise.
+//! (or had nothing to acknowledge) within the stall window, and 200
+//! (`standby: …`) while this instance waits for the lease another instance
+//! holds (a standby is ready: it takes over by itself, see
+//! `crate::source::lease`); 503 with the reason otherwise.
+//!
+//! Role: `walrelay_role{role="active"|"standby"}`, 1 for the role this
+//! instance has (both 0 before it knows: not yet connected to PostgreSQL).
 //!
 //! Logs (the binary's `tracing` setup, see [`log_filter`], [`use_ansi`],
 //! [`Lossy`]):
@@ -46,7 +51,7 @@
 
 use std::io;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, Ordering};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -61,6 +66,10 @@ mod process;
 #[derive(Debug)]
 pub struct Metrics {
     started: Instant,
+    /// This instance's [`Role`], as a `u8`.
+    role: AtomicU8,
+    /// While a standby: the lease holder PostgreSQL names ("" if none).
+    lease_holder: Mutex<String>,
     /// The connector's name, the `connector` label of every sample.
     connector: String,
     /// Unix seconds when the process started (when this was made).
@@ -203,6 +212,8 @@ impl Metrics {
     pub fn new(connector: &str) -> Self {
         Metrics {
             started: Instant::now(),
+            role: AtomicU8::new(Role::Unknown as u8),
+            lease_holder: Mutex::new(String::new()),
             connector: connector.to_owned(),
             start_time_seconds: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -463,8 +474,37 @@ impl Metrics {
         }
     }
 
+    /// This instance's role now.
+    pub fn role(&self) -> Role {
+        match self.role.load(Ordering::Relaxed) {
+            1 => Role::Standby,
+            2 => Role::Active,
+            _ => Role::Unknown,
+        }
+    }
+
+    /// Sets the role; `holder` names the active instance while a standby.
+    pub fn set_role(&self, role: Role, holder: &str) {
+        if let Ok(mut h) = self.lease_holder.lock() {
+            holder.clone_into(&mut h);
+        }
+        self.role.store(role as u8, Ordering::Relaxed);
+    }
+
     /// `Ok(reason)` when healthy, `Err(reason)` when not.
     pub fn health(&self) -> Result<String, String> {
+        if self.role() == Role::Standby {
+            let holder = self
+                .lease_holder
+                .lock()
+                .map(|h| h.clone())
+                .unwrap_or_default();
+            return Ok(if holder.is_empty() {
+                "standby: another instance holds the lease".to_owned()
+            } else {
+                format!("standby: the active instance is {holder}")
+            });
+        }
         if !self.streaming.load(Ordering::Relaxed) {
             let err = self
                 .last_error
@@ -500,6 +540,18 @@ impl Metrics {
             "streaming".to_owned()
         })
     }
+}
+
+/// Whether this instance holds the lease (see `crate::source::lease`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Role {
+    /// Not known yet (PostgreSQL not reached).
+    Unknown = 0,
+    /// Waiting for the lease another instance holds.
+    Standby = 1,
+    /// Holds the lease.
+    Active = 2,
 }
 
 /// Serves `/healthz` and `/metrics` on a dedicated thread until the process

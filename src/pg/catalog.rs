@@ -80,6 +80,16 @@ pub struct SlotState {
 
 /// Connects a plain (non-replication) session.
 pub async fn connect(params: &ConnectParams) -> Result<Client, CatalogError> {
+    // The connection task runs on detached; it ends when the client is dropped.
+    connect_owned(params).await.map(|(client, _task)| client)
+}
+
+/// [`connect`], also returning the task that drives the connection: it ends
+/// when the connection does (closed by either side), and aborting it closes
+/// the socket at once, even with a query still waiting in the server.
+pub async fn connect_owned(
+    params: &ConnectParams,
+) -> Result<(Client, tokio::task::JoinHandle<()>), CatalogError> {
     let mut cfg = tokio_postgres::Config::new();
     cfg.user(&params.user)
         .dbname(&params.database)
@@ -145,8 +155,7 @@ pub async fn connect(params: &ConnectParams) -> Result<Client, CatalogError> {
     let Some(connector) = connector else {
         cfg.ssl_mode(SslMode::Disable);
         let (client, connection) = cfg.connect(NoTls).await.map_err(connect_error)?;
-        spawn_connection(connection);
-        return Ok(client);
+        return Ok((client, spawn_connection(connection)));
     };
     cfg.ssl_mode(if params.tls.mode.allows_plaintext() {
         SslMode::Prefer
@@ -160,8 +169,7 @@ pub async fn connect(params: &ConnectParams) -> Result<Client, CatalogError> {
         Ok(())
     });
     let (client, connection) = cfg.connect(tls).await.map_err(connect_error)?;
-    spawn_connection(connection);
-    Ok(client)
+    Ok((client, spawn_connection(connection)))
 }
 
 /// The statement that lets `user` in, when the server refused the login
@@ -236,7 +244,7 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-fn spawn_connection<F>(connection: F)
+fn spawn_connection<F>(connection: F) -> tokio::task::JoinHandle<()>
 where
     F: std::future::Future<Output = Result<(), tokio_postgres::Error>> + Send + 'static,
 {
@@ -244,7 +252,7 @@ where
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "catalog connection ended");
         }
-    });
+    })
 }
 
 fn lsn(text: Option<String>) -> Option<Lsn> {

@@ -52,8 +52,9 @@ use crate::pgoutput::DecodeError;
 use crate::router::RouteError;
 use crate::sink::kafka::{KafkaSink, SinkError, SinkErrorKind};
 use crate::source::SourceError;
+use crate::source::lease::{Instance, Lease};
 use crate::telemetry::outage::{Outage, OutageLog, Said};
-use crate::telemetry::{self, Metrics};
+use crate::telemetry::{self, Metrics, Role};
 
 use session::Session;
 
@@ -102,6 +103,22 @@ impl From<SourceError> for RelayError {
             SourceError::Stream { lsn, what } => RelayError::Stream { lsn, what },
             SourceError::Ended => RelayError::Ended("the replication stream"),
             SourceError::Snapshot(e) => RelayError::Snapshot(e),
+            SourceError::Catalog(e) => RelayError::Catalog(e),
+            SourceError::SlotLost { slot } => RelayError::Refused {
+                reason: format!("replication slot {slot:?} became lost"),
+                hint: "see docs/operations.md, \"Lost slot\"".into(),
+            },
+            e @ SourceError::SlotMoved { .. } => RelayError::Refused {
+                reason: format!(
+                    "{e}: another actor advanced, or dropped and recreated, the slot (an operator, \
+                     or a process that does not take walrelay's lease); streaming from it would \
+                     skip what was committed in between"
+                ),
+                hint: "make sure only walrelay consumes this slot (docs/operations.md, \"Running \
+                       several instances\"), then restart: the stored offset and the slot's \
+                       position decide the next start"
+                    .into(),
+            },
             SourceError::Misuse(what) => RelayError::Stream {
                 lsn: Lsn::ZERO,
                 what: what.into(),
@@ -185,6 +202,13 @@ pub enum RelayError {
     Ended(&'static str),
     #[error("snapshot: {0}; the next start takes the snapshot again from the beginning")]
     Snapshot(#[from] crate::pg::snapshot::SnapshotError),
+    /// The lease connection ended or stopped answering: this instance may
+    /// no longer be the active one. The session was dropped at once.
+    #[error(
+        "lost the lease (its PostgreSQL connection ended or stopped answering): stopped \
+         publishing and confirming at once; taking it again, or waiting as a standby"
+    )]
+    LeaseLost,
 }
 
 impl RelayError {
@@ -197,7 +221,7 @@ impl RelayError {
                 error.kind == SinkErrorKind::Transient
             }
             RelayError::Offsets(e) => e.is_transient(),
-            RelayError::Ended(_) => true,
+            RelayError::Ended(_) | RelayError::LeaseLost => true,
             RelayError::Snapshot(e) => e.is_transient(),
             RelayError::Decode { .. }
             | RelayError::Stream { .. }
@@ -272,6 +296,7 @@ impl RelayError {
             RelayError::Refused { .. } => "slot",
             RelayError::Setup { .. } => "setup",
             RelayError::Snapshot(_) => "snapshot",
+            RelayError::LeaseLost => "lease",
         }
     }
 
@@ -279,6 +304,7 @@ impl RelayError {
     fn waiting_for(&self) -> &'static str {
         match self {
             RelayError::Wire(_) | RelayError::Catalog(_) | RelayError::Snapshot(_) => "PostgreSQL",
+            RelayError::LeaseLost => "the lease",
             RelayError::Delivery { .. } | RelayError::Sink(_) | RelayError::Offsets(_) => "Kafka",
             _ => "the session to restart",
         }
@@ -426,6 +452,26 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Takes the lease of this connector's slot (see [`crate::source::lease`]),
+/// saying once, as a standby, who holds it.
+async fn take_lease(
+    config: &Config,
+    instance: &Instance,
+    metrics: &Metrics,
+) -> Result<Lease, CatalogError> {
+    let slot = &config.postgres.slot;
+    Lease::acquire(&connect_params(config), slot, instance, |holder| {
+        let holder = holder.map(ToString::to_string).unwrap_or_default();
+        metrics.set_role(Role::Standby, &holder);
+        tracing::info!(
+            slot = %slot, active = %holder,
+            "standby: another instance of this connector holds the lease; taking over when it \
+             stops or dies"
+        );
+    })
+    .await
+}
+
 /// Runs the connector until `shutdown` is cancelled (Ok) or a definite error.
 pub async fn run(
     config: Config,
@@ -468,41 +514,79 @@ pub async fn run(
     // Time without a streaming session: said once, reminded, ended.
     let mut without_session = Outage::new(Duration::ZERO);
     let mut accept = options.accept_slot_position;
+    let instance = Instance::this();
+    tracing::info!(instance = %instance, slot = %config.postgres.slot, "walrelay instance starting");
+    let mut lease: Option<Lease> = None;
     loop {
-        let session = Session {
-            config: config.clone(),
-            accept_slot_position: accept,
-            metrics: metrics.clone(),
-            kafka_outage: kafka_outage.clone(),
-        };
-        // Setup (connecting, checks) is simply abandoned on shutdown; once
-        // streaming, the session stops gracefully by itself.
-        let started = tokio::select! {
-            r = session.setup() => r,
-            _ = shutdown.cancelled() => return Ok(()),
-        };
-        let result = match started {
-            Ok(None) => return Ok(()),
-            Ok(Some(started)) => {
-                // It got as far as streaming: the next failure starts a new story.
-                backoff = config.postgres.reconnect_backoff_initial;
-                last_problem = None;
-                accept = false;
-                if let Said::Back { after } = without_session.succeeded(Instant::now()) {
-                    tracing::info!(
-                        down_secs = after.as_secs(),
-                        "streaming again after {} s without a session",
-                        after.as_secs()
-                    );
+        let result: Result<(), RelayError> = 'attempt: {
+            // 0. The lease, before anything of the connector is read or
+            //    changed (crate::source::lease): wait as a standby while
+            //    another instance holds it.
+            let lost = match &lease {
+                Some(l) if !l.is_lost() => l.lost().clone(),
+                _ => {
+                    lease = None;
+                    metrics.set_role(Role::Unknown, "");
+                    let acquired = tokio::select! {
+                        r = take_lease(&config, &instance, &metrics) => r,
+                        _ = shutdown.cancelled() => return Ok(()),
+                    };
+                    match acquired {
+                        Ok(l) => {
+                            metrics.set_role(Role::Active, "");
+                            tracing::info!(
+                                instance = %instance, slot = %config.postgres.slot,
+                                "holding the lease: this instance is the active one"
+                            );
+                            let lost = l.lost().clone();
+                            lease = Some(l);
+                            lost
+                        }
+                        Err(e) => break 'attempt Err(e.into()),
+                    }
                 }
-                metrics.sessions_started.fetch_add(1, Ordering::Relaxed);
-                metrics.streaming.store(true, Ordering::Relaxed);
-                metrics.set_error("");
-                let r = started.run(&shutdown).await;
-                metrics.streaming.store(false, Ordering::Relaxed);
-                r
+            };
+            let session = Session {
+                config: config.clone(),
+                accept_slot_position: accept,
+                metrics: metrics.clone(),
+                kafka_outage: kafka_outage.clone(),
+            };
+            // Setup (connecting, checks) is simply abandoned on shutdown; once
+            // streaming, the session stops gracefully by itself. Losing the
+            // lease drops the session wherever it is: nothing further is
+            // produced or confirmed (dropping the producer purges its queue).
+            let started = tokio::select! {
+                r = session.setup() => r,
+                _ = shutdown.cancelled() => return Ok(()),
+                _ = lost.cancelled() => Err(RelayError::LeaseLost),
+            };
+            match started {
+                Ok(None) => return Ok(()),
+                Ok(Some(started)) => {
+                    // It got as far as streaming: the next failure starts a new story.
+                    backoff = config.postgres.reconnect_backoff_initial;
+                    last_problem = None;
+                    accept = false;
+                    if let Said::Back { after } = without_session.succeeded(Instant::now()) {
+                        tracing::info!(
+                            down_secs = after.as_secs(),
+                            "streaming again after {} s without a session",
+                            after.as_secs()
+                        );
+                    }
+                    metrics.sessions_started.fetch_add(1, Ordering::Relaxed);
+                    metrics.streaming.store(true, Ordering::Relaxed);
+                    metrics.set_error("");
+                    let r = tokio::select! {
+                        r = started.run(&shutdown) => r,
+                        _ = lost.cancelled() => Err(RelayError::LeaseLost),
+                    };
+                    metrics.streaming.store(false, Ordering::Relaxed);
+                    r
+                }
+                Err(e) => Err(e),
             }
-            Err(e) => Err(e),
         };
         if let Err(e) = &result {
             metrics.session_error(e.class(), e.cause());

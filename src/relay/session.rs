@@ -82,8 +82,9 @@ impl Started {
                 SnapshotEnd::Completed {
                     consistent_point, ..
                 } => {
+                    let catalog = catalog::connect(&connect_params(&self.run.config)).await?;
                     self.source
-                        .start_streaming(&pg.slot, &pg.publication)
+                        .start_streaming(&catalog, &pg.slot, &pg.publication)
                         .await
                         .map_err(|e| {
                             startup::explain_stream_error(e.into(), &pg.publication, &pg.slot)
@@ -452,30 +453,13 @@ impl Session {
         }
         let start = start.from;
 
-        let stream = repl
-            .start_replication(&pg.slot, start, &pg.publication)
+        // START_REPLICATION, then the check every start shares: the slot
+        // is exactly where we read it (nobody advanced or recreated it;
+        // `start` may be past it, see offsets::compare).
+        let confirmed = slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
+        let source = Source::resume(repl, &catalog, &pg.slot, start, confirmed, &pg.publication)
             .await
             .map_err(|e| startup::explain_stream_error(e.into(), &pg.publication, &pg.slot))?;
-        // The slot may have moved between our read and START_REPLICATION.
-        if let Some(now) = catalog::slot_state(&catalog, &pg.slot).await? {
-            if now.wal_status.as_deref() == Some("lost") {
-                return Err(RelayError::Refused {
-                    reason: format!("replication slot {:?} became lost", pg.slot),
-                    hint: "see docs/operations.md, \"Lost slot\"".into(),
-                });
-            }
-            if let Some(c) = now.confirmed_flush_lsn
-                && c > start
-            {
-                return Err(RelayError::Refused {
-                    reason: format!(
-                        "replication slot {:?} moved from {start} to {c} while walrelay was starting (someone advanced it)",
-                        pg.slot
-                    ),
-                    hint: "make sure only walrelay consumes this slot, then restart".into(),
-                });
-            }
-        }
         tracing::info!(
             slot = %pg.slot, publication = %pg.publication, lsn = %start,
             system_id = %system.system_id, timeline = system.timeline,
@@ -494,7 +478,7 @@ impl Session {
         drop(catalog);
         Ok(Some(Started {
             run,
-            source: Source::new(stream, start),
+            source,
             acks,
             status_interval,
             receive_timeout,

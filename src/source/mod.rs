@@ -29,6 +29,7 @@
 //!   it go backwards.
 //! - Knows nothing of Kafka, the router or the checkpoint.
 
+pub mod lease;
 mod snapshot;
 
 use std::sync::Arc;
@@ -36,6 +37,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::Lsn;
+use crate::pg::catalog::{self, CatalogError};
 use crate::pg::replication::{
     CreatedSlot, ReplicationClient, ReplicationMessage, ReplicationStream, StreamEvent,
 };
@@ -157,6 +159,22 @@ pub enum SourceError {
     Ended,
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// After START_REPLICATION the slot was not where this instance left it
+    /// (see [`start_checked`]).
+    #[error(
+        "replication slot {slot:?} is not where this instance expected it after          START_REPLICATION: expected confirmed_flush_lsn {expected}, found {}",
+        found.map_or_else(|| "no slot".to_owned(), |l| l.to_string())
+    )]
+    SlotMoved {
+        slot: String,
+        expected: Lsn,
+        found: Option<Lsn>,
+    },
+    /// The slot became lost between reading it and START_REPLICATION.
+    #[error("replication slot {slot:?} became lost (wal_status = 'lost')")]
+    SlotLost { slot: String },
     #[error("{0}")]
     Misuse(&'static str),
 }
@@ -199,6 +217,47 @@ enum State {
     Gone,
 }
 
+/// START_REPLICATION of `slot` from `from`, then the check both ways into
+/// streaming share (resuming, and the hand-over after a snapshot): on
+/// `catalog` (an ordinary connection), the slot's `confirmed_flush_lsn` must
+/// be exactly `confirmed`, the position this instance read it at (or
+/// created it at), and the slot not lost. (`from` may be past `confirmed`:
+/// resuming from the stored offset when the slot's position on disk lags
+/// it; the slot's position moves only with our first status update.)
+///
+/// Why exactly: PostgreSQL silently starts a slot at its own
+/// `confirmed_flush_lsn` when asked for an older position, so a slot that
+/// someone advanced, or dropped and created again under the same name (a
+/// second instance, an operator), between our reading it and our START
+/// would make the walsender skip every transaction in between without an
+/// error. Nothing else confirms this slot while we hold the lease and
+/// before our first status update, so any other value means another actor.
+async fn start_checked(
+    client: ReplicationClient,
+    catalog: &tokio_postgres::Client,
+    slot: &str,
+    from: Lsn,
+    confirmed: Lsn,
+    publication: &str,
+) -> Result<ReplicationStream, SourceError> {
+    let stream = client.start_replication(slot, from, publication).await?;
+    let now = catalog::slot_state(catalog, slot).await?;
+    if let Some(now) = &now
+        && now.wal_status.as_deref() == Some("lost")
+    {
+        return Err(SourceError::SlotLost { slot: slot.into() });
+    }
+    let found = now.and_then(|s| s.confirmed_flush_lsn);
+    if found != Some(confirmed) {
+        return Err(SourceError::SlotMoved {
+            slot: slot.into(),
+            expected: confirmed,
+            found,
+        });
+    }
+    Ok(stream)
+}
+
 impl Source {
     /// Wraps a stream that started replication at `start`.
     pub fn new(stream: ReplicationStream, start: Lsn) -> Source {
@@ -206,6 +265,21 @@ impl Source {
             state: State::Streaming(stream),
             assembler: Assembler::new(start),
         }
+    }
+
+    /// Starts streaming `slot` from `from` and checks that the slot is
+    /// still at `confirmed`, the confirmed position this instance read
+    /// ([`start_checked`]).
+    pub async fn resume(
+        client: ReplicationClient,
+        catalog: &tokio_postgres::Client,
+        slot: &str,
+        from: Lsn,
+        confirmed: Lsn,
+        publication: &str,
+    ) -> Result<Source, SourceError> {
+        let stream = start_checked(client, catalog, slot, from, confirmed, publication).await?;
+        Ok(Source::new(stream, from))
     }
 
     /// A source that first yields the rows of `tables` as of the snapshot
@@ -251,24 +325,32 @@ impl Source {
     }
 
     /// After [`SourceEvent::SnapshotDone`]: starts streaming from the
-    /// snapshot's consistent point.
+    /// snapshot's consistent point, and checks that the slot is still the
+    /// one created with the snapshot, unconfirmed since ([`start_checked`]).
     pub async fn start_streaming(
         &mut self,
+        catalog: &tokio_postgres::Client,
         slot: &str,
         publication: &str,
-    ) -> Result<(), WireError> {
+    ) -> Result<(), SourceError> {
         let State::SnapshotRead {
             client,
             consistent_point,
         } = std::mem::replace(&mut self.state, State::Gone)
         else {
-            return Err(WireError::Protocol(
-                "start_streaming called before the snapshot was read".into(),
+            return Err(SourceError::Misuse(
+                "start_streaming called before the snapshot was read",
             ));
         };
-        let stream = client
-            .start_replication(slot, consistent_point, publication)
-            .await?;
+        let stream = start_checked(
+            client,
+            catalog,
+            slot,
+            consistent_point,
+            consistent_point,
+            publication,
+        )
+        .await?;
         self.state = State::Streaming(stream);
         Ok(())
     }

@@ -109,6 +109,22 @@ impl Collector for View {
             "1 while a replication session streams (or takes the initial snapshot).",
             flag(&m.streaming),
         )?;
+        {
+            let mut metric = e.encode_descriptor(
+                "walrelay_role",
+                "1 for this instance's role: active (holds the lease) or standby (waits for it); both 0 before PostgreSQL was reached.",
+                None,
+                MetricType::Gauge,
+            )?;
+            let role = m.role();
+            for (name, r) in [
+                ("active", crate::telemetry::Role::Active),
+                ("standby", crate::telemetry::Role::Standby),
+            ] {
+                let labels = [("role", name)];
+                ConstGauge::new(i64::from(role == r)).encode(metric.encode_family(&labels)?)?;
+            }
+        }
         gauge(
             &mut e,
             "walrelay_healthy",

@@ -1,0 +1,406 @@
+//! Several instances of one connector (a sidecar in every pod, a rolling
+//! update, a copy started by mistake), against the real services, with
+//! writers committing the usual outbox pattern (insert, then delete the row
+//! in the writer's next transaction) the whole time.
+//!
+//! What must hold (crate::source::lease, docs/operations.md "Running several
+//! instances"):
+//! - a second instance started while the first snapshots, streams or stops
+//!   waits as a standby (`/healthz` 200 "standby", `walrelay_role`), never
+//!   touches the slot, and takes over when the first dies: 0 events lost,
+//!   per-aggregate order kept, every duplicate identical;
+//! - 20 takeovers in a row (kill -9 and SIGTERM of the active instance,
+//!   a new standby started each time) lose nothing.
+//!
+//! Every event is checked against a ledger table that each writer fills in
+//! the same transaction as the outbox row (the outbox row itself is deleted
+//! soon after, as applications do).
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use rand::{RngExt, SeedableRng};
+use support::*;
+
+const CATCH_UP: Duration = Duration::from_secs(120);
+const SLOT_CREATED: &str = "created replication slot with an exported snapshot";
+
+/// Outbox and ledger; `prefill` rows present before the connector starts
+/// (in both tables: the snapshot publishes them).
+async fn setup(prefix: &str, prefill: usize) -> (TestDb, Names) {
+    let db = TestDb::new(prefix).await;
+    db.create_outbox("outbox").await;
+    db.client
+        .batch_execute(&format!(
+            "CREATE TABLE ledger (id uuid PRIMARY KEY, aggregatetype text, aggregateid text,
+                                  payload jsonb);
+             INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+             SELECT gen_random_uuid(), CASE WHEN g % 50 % 3 = 0 THEN 'invoice' ELSE 'order' END,
+                    'agg-' || (g % 50), 'Created', jsonb_build_object('pre', g)
+             FROM generate_series(1, {prefill}) g;
+             INSERT INTO ledger SELECT id, aggregatetype, aggregateid, payload FROM outbox;"
+        ))
+        .await
+        .expect("outbox, ledger and prefill");
+    (db, Names::new(prefix))
+}
+
+/// The same configuration for every instance; only `[health] listen`
+/// differs (one host here, one pod each in production).
+fn config(db: &TestDb, names: &Names, health: &str) -> String {
+    relay_config(db, names, "", &format!("[health]\nlisten = \"{health}\"\n"))
+}
+
+/// Writers committing, until stopped, transactions that insert 1–5 outbox
+/// rows (and their ledger rows) and delete the outbox rows of the writer's
+/// previous transaction. Payload `{"w": writer, "s": sequence}`.
+struct LedgerWriters {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<usize>>,
+}
+
+impl LedgerWriters {
+    fn start(db: &TestDb, writers: usize) -> LedgerWriters {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let tasks = (0..writers)
+            .map(|w| {
+                let db_name = db.name.clone();
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    let client = pg_connect(&db_name).await;
+                    let mut rng = rand::rngs::StdRng::seed_from_u64(
+                        w as u64 ^ u64::from(std::process::id()),
+                    );
+                    let mut seq = 0usize;
+                    let mut previous: Vec<String> = Vec::new();
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        let n = rng.random_range(1..=5usize);
+                        let mut ids = Vec::new();
+                        let mut values = Vec::new();
+                        for i in 0..n {
+                            let id = format!("{:032x}", rng.random::<u128>());
+                            let agg = rng.random_range(0..50);
+                            let kind = if agg % 3 == 0 { "invoice" } else { "order" };
+                            values.push(format!(
+                                "('{id}'::uuid, '{kind}', 'agg-{agg}', '{{\"w\": {w}, \"s\": {}}}'::jsonb)",
+                                seq + i
+                            ));
+                            ids.push(format!("'{id}'::uuid"));
+                        }
+                        let delete = if previous.is_empty() {
+                            String::new()
+                        } else {
+                            format!("DELETE FROM outbox WHERE id IN ({});", previous.join(","))
+                        };
+                        let values = values.join(",");
+                        let sql = format!(
+                            "BEGIN;
+                             INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+                               SELECT v.id, v.t, v.a, 'Created', v.p
+                               FROM (VALUES {values}) AS v(id, t, a, p);
+                             INSERT INTO ledger VALUES {values};
+                             {delete}
+                             COMMIT;"
+                        );
+                        client.batch_execute(&sql).await.expect("writer transaction");
+                        previous = ids;
+                        seq += n;
+                        tokio::time::sleep(Duration::from_millis(rng.random_range(0..20))).await;
+                    }
+                    seq
+                })
+            })
+            .collect();
+        LedgerWriters { stop, tasks }
+    }
+
+    /// Stops the writers; returns how many events they committed.
+    async fn stop(self) -> usize {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut total = 0;
+        for t in self.tasks {
+            total += t.await.expect("writer task");
+        }
+        total
+    }
+}
+
+/// Every ledger row, as the outbox row it was.
+async fn ledger(db: &TestDb) -> HashMap<String, OutboxRow> {
+    db.client
+        .query(
+            "SELECT id::text, aggregatetype, aggregateid, payload::text FROM ledger",
+            &[],
+        )
+        .await
+        .expect("read ledger")
+        .iter()
+        .map(|r| {
+            let row = OutboxRow {
+                id: r.get(0),
+                aggregate_type: r.get(1),
+                aggregate_id: r.get(2),
+                payload: r.get(3),
+            };
+            (row.id.clone(), row)
+        })
+        .collect()
+}
+
+/// The slot's walsender pid, if a session streams from it.
+async fn slot_active_pid(db: &TestDb, slot: &str) -> Option<i32> {
+    db.client
+        .query_opt(
+            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .expect("read slot")
+        .and_then(|r| r.get(0))
+}
+
+/// Waits until Kafka holds everything committed so far, then checks every
+/// ledger row against it. Returns (events, duplicates).
+async fn verify_all(db: &TestDb, names: &Names) -> (usize, usize) {
+    let lsn = db.current_wal_lsn().await;
+    db.wait_confirmed(&names.slot, lsn, "the slot confirms every write", CATCH_UP)
+        .await;
+    let rows = ledger(db).await;
+    let topics = [names.topic("order"), names.topic("invoice")];
+    let consumed = consume_to_end(&[topics[0].as_str(), topics[1].as_str()]);
+    let duplicates = verify_outbox_delivery(names, &rows, &consumed);
+    (rows.len(), duplicates)
+}
+
+/// When the second instance starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// While the first takes its initial snapshot.
+    Snapshot,
+    /// While the first streams.
+    Streaming,
+    /// While the first stops gracefully (SIGTERM).
+    GracefulStop,
+}
+
+async fn second_instance(phase: Phase, seed: u64) {
+    require_kafka();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    eprintln!("phase {phase:?}, seed {seed}");
+    let (db, names) = setup("ha_second", 30_000).await;
+    let (health_a, health_b) = (free_local_addr(), free_local_addr());
+    let mut a = RelayProcess::start(&config(&db, &names, &health_a), &[]);
+    // Writers from the moment the slot exists (what was committed and
+    // deleted before it is nobody's to publish).
+    a.wait_log(SLOT_CREATED, CATCH_UP).await;
+    let writers = LedgerWriters::start(&db, 8);
+    match phase {
+        Phase::Snapshot => {}
+        Phase::Streaming | Phase::GracefulStop => {
+            wait_for("the first instance streams", CATCH_UP, || async {
+                slot_active_pid(&db, &names.slot).await
+            })
+            .await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(rng.random_range(0..1500))).await;
+    if phase == Phase::GracefulStop {
+        a.signal("TERM");
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..300))).await;
+    }
+    let mut b = RelayProcess::start(&config(&db, &names, &health_b), &[]);
+    if phase != Phase::GracefulStop {
+        b.wait_log(
+            "standby: another instance of this connector holds the lease",
+            CATCH_UP,
+        )
+        .await;
+        let health = http_get(&health_b, "/healthz");
+        assert!(
+            health.starts_with("HTTP/1.0 200") && health.contains("standby"),
+            "a standby is healthy and says so: {health}"
+        );
+        let metrics = http_get(&health_b, "/metrics");
+        assert!(
+            metrics.contains("walrelay_role{connector=\"")
+                && metrics.lines().any(|l| l.starts_with("walrelay_role{")
+                    && l.contains("role=\"standby\"")
+                    && l.ends_with(" 1")),
+            "walrelay_role says standby:\n{metrics}"
+        );
+        let (code, status) = status_of(&a);
+        let a_name = format!(":{} (backend pid", a.child.id());
+        let b_name = format!(":{} (backend pid", b.child.id());
+        assert!(
+            status
+                .lines()
+                .any(|l| l.starts_with("active instance") && l.contains(&a_name)),
+            "status names the active instance (exit {code:?}):\n{status}"
+        );
+        assert!(
+            status
+                .lines()
+                .any(|l| l.trim_start().starts_with("standby") && l.contains(&b_name)),
+            "status names the standby:\n{status}"
+        );
+        // The first instance finishes its snapshot, if it was taking one,
+        // and streams on: the standby changed nothing under it.
+        wait_for("the first instance streams", CATCH_UP, || async {
+            slot_active_pid(&db, &names.slot).await
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(500..2500))).await;
+        assert!(a.is_running(), "the first instance runs on:\n{}", a.log());
+        a.kill9();
+    } else {
+        assert_eq!(
+            a.wait_exit(Duration::from_secs(30)).map(|s| s.code()),
+            Some(Some(0))
+        );
+    }
+    b.wait_log(
+        "holding the lease: this instance is the active one",
+        CATCH_UP,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let written = writers.stop().await;
+    let (events, duplicates) = verify_all(&db, &names).await;
+    eprintln!(
+        "{phase:?}: {events} events ({written} by writers after the prefill), {duplicates} duplicates, 0 lost"
+    );
+    for (who, p) in [("first", &a), ("second", &b)] {
+        assert!(
+            !p.log().contains("dropped the replication slot"),
+            "the {who} instance dropped the slot:\n{}",
+            p.log()
+        );
+    }
+    b.stop();
+}
+
+/// `walrelay status` for the connector `p` runs: exit code and stdout.
+fn status_of(p: &RelayProcess) -> (Option<i32>, String) {
+    let out = std::process::Command::new(walrelay_bin())
+        .args(["status", "--config"])
+        .arg(&p.config_path)
+        .output()
+        .expect("run walrelay status");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+fn seed() -> u64 {
+    std::env::var("WALRELAY_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_instance_during_the_snapshot_waits_and_nothing_is_lost() {
+    second_instance(Phase::Snapshot, seed()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_instance_during_streaming_waits_and_nothing_is_lost() {
+    second_instance(Phase::Streaming, seed()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_instance_during_a_graceful_stop_takes_over_and_nothing_is_lost() {
+    second_instance(Phase::GracefulStop, seed()).await;
+}
+
+/// 20 takeovers under writers, alternating kill -9 and SIGTERM of the
+/// active instance; a new standby is started after each. Prints the
+/// takeover times (from the signal to the new active instance's walsender
+/// streaming), which docs/benchmarks.md reports; asserts only correctness.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_takeovers_lose_nothing() {
+    require_kafka();
+    let (db, names) = setup("ha_takeover", 1_000).await;
+    let mut active = RelayProcess::start(&config(&db, &names, &free_local_addr()), &[]);
+    active.wait_log(SLOT_CREATED, CATCH_UP).await;
+    let writers = LedgerWriters::start(&db, 8);
+    wait_for("the first instance streams", CATCH_UP, || async {
+        slot_active_pid(&db, &names.slot).await
+    })
+    .await;
+    let mut standby = RelayProcess::start(&config(&db, &names, &free_local_addr()), &[]);
+    standby
+        .wait_log(
+            "standby: another instance of this connector holds the lease",
+            CATCH_UP,
+        )
+        .await;
+    let mut times: Vec<(bool, Duration)> = Vec::new();
+    for i in 0..20 {
+        let kill = i % 2 == 0;
+        let old_walsender = slot_active_pid(&db, &names.slot).await;
+        let t0 = Instant::now();
+        if kill {
+            active.kill9();
+        } else {
+            active.signal("TERM");
+        }
+        wait_for("the standby takes over and streams", CATCH_UP, || async {
+            slot_active_pid(&db, &names.slot)
+                .await
+                .filter(|pid| Some(*pid) != old_walsender)
+        })
+        .await;
+        times.push((kill, t0.elapsed()));
+        if !kill {
+            assert_eq!(
+                active.wait_exit(Duration::from_secs(30)).map(|s| s.code()),
+                Some(Some(0)),
+                "SIGTERM stops the active instance cleanly:\n{}",
+                active.log()
+            );
+        }
+        standby
+            .wait_log(
+                "holding the lease: this instance is the active one",
+                CATCH_UP,
+            )
+            .await;
+        active = std::mem::replace(
+            &mut standby,
+            RelayProcess::start(&config(&db, &names, &free_local_addr()), &[]),
+        );
+        standby
+            .wait_log(
+                "standby: another instance of this connector holds the lease",
+                CATCH_UP,
+            )
+            .await;
+    }
+    let written = writers.stop().await;
+    let (events, duplicates) = verify_all(&db, &names).await;
+    let mut ms: Vec<u128> = times.iter().map(|(_, d)| d.as_millis()).collect();
+    ms.sort_unstable();
+    eprintln!(
+        "20 takeovers: {events} events ({written} written during them), {duplicates} duplicates, 0 lost; \
+         takeover ms sorted {ms:?}; kill -9 {:?}; SIGTERM {:?}",
+        times
+            .iter()
+            .filter(|(k, _)| *k)
+            .map(|(_, d)| d.as_millis())
+            .collect::<Vec<_>>(),
+        times
+            .iter()
+            .filter(|(k, _)| !*k)
+            .map(|(_, d)| d.as_millis())
+            .collect::<Vec<_>>(),
+    );
+    active.stop();
+}
