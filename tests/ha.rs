@@ -16,6 +16,8 @@
 //! the same transaction as the outbox row (the outbox row itself is deleted
 //! soon after, as applications do).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use std::collections::HashMap;
