@@ -20,7 +20,7 @@
 #   --out DIR         report and walrelay log (default target/soak/<time>)
 #   --faults LIST     only these kinds, comma-separated (kill-9, sigterm,
 #                     broker-stop, pg-restart-fast, pg-restart-immediate,
-#                     walsender-terminate); default all
+#                     walsender-terminate, second-instance); default all
 #   --rdkafka-debug C librdkafka debug contexts for walrelay (e.g. broker,eos)
 #
 # It stops and restarts the services it uses, so it never uses the shared

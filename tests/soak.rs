@@ -2,8 +2,9 @@
 //! with rolled-back transactions and insert-then-delete among them — while
 //! each cycle injects one fault: `kill -9` of walrelay, SIGTERM of walrelay,
 //! the broker stopped for a while, PostgreSQL restarted (fast or immediate
-//! shutdown), or the walsender terminated. At the end every committed event
-//! is checked against Kafka.
+//! shutdown), the walsender terminated, or a second instance started (it
+//! waits as a standby and takes over when the first is killed a moment
+//! later). At the end every committed event is checked against Kafka.
 //!
 //! What it proves (each a number in the report; any non-zero fails the soak):
 //! - **lost**: a committed outbox row with no record in Kafka.
@@ -68,15 +69,20 @@ enum Fault {
     PgRestartFast,
     PgRestartImmediate,
     WalsenderTerminate,
+    /// A second instance with the same configuration starts (a rolling
+    /// update, a copy started by mistake), waits as a standby, and takes
+    /// over when the first is killed (-9) a moment later.
+    SecondInstance,
 }
 
-const FAULTS: [Fault; 6] = [
+const FAULTS: [Fault; 7] = [
     Fault::Kill9,
     Fault::Term,
     Fault::BrokerStop,
     Fault::PgRestartFast,
     Fault::PgRestartImmediate,
     Fault::WalsenderTerminate,
+    Fault::SecondInstance,
 ];
 
 impl Fault {
@@ -88,6 +94,7 @@ impl Fault {
             Fault::PgRestartFast => "pg-restart-fast",
             Fault::PgRestartImmediate => "pg-restart-immediate",
             Fault::WalsenderTerminate => "walsender-terminate",
+            Fault::SecondInstance => "second-instance",
         }
     }
 }
@@ -400,6 +407,23 @@ impl Supervised {
         self.relay = RelayProcess::start_with(&self.config_path, &[]);
     }
 
+    /// Starts a second instance beside the running one, on a copy of the
+    /// configuration (the same settings; a log of its own), which becomes
+    /// the supervised one from now on. Returns the first.
+    fn start_second(&mut self) -> RelayProcess {
+        let other = if self.config_path.ends_with("walrelay.toml") {
+            self.config_path.with_file_name("walrelay-2.toml")
+        } else {
+            self.config_path.with_file_name("walrelay.toml")
+        };
+        std::fs::copy(&self.config_path, &other).expect("copy the configuration");
+        self.config_path = other;
+        std::mem::replace(
+            &mut self.relay,
+            RelayProcess::start_with(&self.config_path, &[]),
+        )
+    }
+
     /// Restarts the relay if it exited on its own; `cycle` for the record.
     fn check(&mut self, cycle: usize) {
         if let Ok(Some(status)) = self.relay.child.try_wait() {
@@ -545,7 +569,7 @@ mod chrono_like {
 }
 use chrono_like::Stamp;
 
-/// The faults of all cycles: every kind once per block (of six, unless
+/// The faults of all cycles: every kind once per block (of seven, unless
 /// `WALRELAY_SOAK_FAULTS` narrows the kinds), in a random order, so even a
 /// short soak covers each kind.
 fn schedule(rng: &mut StdRng, cycles: usize, kinds: &[Fault]) -> Vec<Fault> {
@@ -860,6 +884,19 @@ async fn fault_soak() {
             }
             Fault::PgRestartImmediate => {
                 run_script("deploy/dev/postgres.sh", &pg_env, &["restart-immediate"]);
+            }
+            Fault::SecondInstance => {
+                let mut first = sup.start_second();
+                sup.relay
+                    .wait_log(
+                        "standby: another instance of this connector holds the lease",
+                        Duration::from_secs(60),
+                    )
+                    .await;
+                let wait = rng.random_range(0..2000u64);
+                detail = format!("first killed {wait} ms after the second became a standby");
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+                first.kill9();
             }
             Fault::WalsenderTerminate => {
                 // The walsender may be between sessions: wait for one.
