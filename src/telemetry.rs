@@ -604,6 +604,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_standby_is_healthy_and_names_the_active_instance() {
+        let m = std::sync::Arc::new(Metrics::new("c1"));
+        assert!(m.health().is_err(), "not streaming, role unknown");
+        m.set_role(Role::Standby, "walrelay-c1 pod-a:7 (backend pid 42)");
+        assert_eq!(
+            m.health(),
+            Ok("standby: the active instance is walrelay-c1 pod-a:7 (backend pid 42)".into())
+        );
+        let text = exposition::render(&m);
+        assert!(
+            text.contains("walrelay_role{connector=\"c1\",role=\"standby\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("walrelay_role{connector=\"c1\",role=\"active\"} 0"),
+            "{text}"
+        );
+        m.set_role(Role::Active, "");
+        assert!(
+            m.health().is_err(),
+            "an active instance is healthy only while streaming"
+        );
+    }
+
+    #[test]
     fn health_follows_streaming_and_kafka_progress() {
         let m = Metrics::new("c1");
         assert!(m.health().is_err());

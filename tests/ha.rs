@@ -406,3 +406,79 @@ async fn twenty_takeovers_lose_nothing() {
     );
     active.stop();
 }
+
+/// The time at the start of the first log line containing `needle`
+/// (RFC 3339, as walrelay's text log writes it; sorts as text).
+fn logged_at(p: &RelayProcess, needle: &str) -> String {
+    p.log()
+        .lines()
+        .find(|l| l.contains(needle))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no log line with {needle:?}:\n{}", p.log()))
+        .to_owned()
+}
+
+/// The active instance's lease connection is terminated on the server (as
+/// a network cut or an administrator would): PostgreSQL hands the lease to
+/// the standby at once. The old holder must stop publishing before the new
+/// one starts (fencing), queue again as a standby, and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_lease_stops_the_holder_before_the_standby_starts() {
+    require_kafka();
+    let (db, names) = setup("ha_fence", 1_000).await;
+    let mut a = RelayProcess::start(&config(&db, &names, &free_local_addr()), &[]);
+    a.wait_log(SLOT_CREATED, CATCH_UP).await;
+    let writers = LedgerWriters::start(&db, 8);
+    wait_for("the first instance streams", CATCH_UP, || async {
+        slot_active_pid(&db, &names.slot).await
+    })
+    .await;
+    let mut b = RelayProcess::start(&config(&db, &names, &free_local_addr()), &[]);
+    b.wait_log(
+        "standby: another instance of this connector holds the lease",
+        CATCH_UP,
+    )
+    .await;
+    let holder: i32 = db
+        .client
+        .query_one(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            &[],
+        )
+        .await
+        .expect("the lease holder's backend")
+        .get(0);
+    db.client
+        .execute("SELECT pg_terminate_backend($1)", &[&holder])
+        .await
+        .expect("terminate the lease connection");
+    b.wait_log(
+        "holding the lease: this instance is the active one",
+        CATCH_UP,
+    )
+    .await;
+    a.wait_log("lost the lease", CATCH_UP).await;
+    // The old holder queues again, behind the new one.
+    wait_for("the old holder waits as a standby", CATCH_UP, || async {
+        (a.log()
+            .matches("standby: another instance of this connector holds the lease")
+            .count()
+            >= 1)
+            .then_some(())
+    })
+    .await;
+    let stopped = logged_at(&a, "lost the lease");
+    let started = logged_at(&b, "holding the lease: this instance is the active one");
+    assert!(
+        stopped < started,
+        "the old holder stopped publishing ({stopped}) before the new one became active ({started})"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    writers.stop().await;
+    let (events, duplicates) = verify_all(&db, &names).await;
+    eprintln!("lost lease: {events} events, {duplicates} duplicates, 0 lost");
+    assert!(a.is_running() && b.is_running());
+    b.stop();
+    a.stop();
+}

@@ -10,6 +10,12 @@
 //! position.
 //!
 //! Invariants kept here (the pieces keep their own):
+//! - **Lease first, and only while held.** Each pass of the outer loop
+//!   first holds the connector's lease ([`crate::source::lease`]), waiting
+//!   as a standby while another instance holds it; a session is set up and
+//!   runs only under a held lease, and the moment it is lost the session is
+//!   dropped where it stands (no further record produced — dropping the
+//!   producer purges its queue — nothing further confirmed).
 //! - **Confirm only what Kafka holds.** The status update's flush LSN is
 //!   always an offset-store write that Kafka acknowledged, and that write
 //!   carried `checkpoint.confirmed()`, which covers only fully acked

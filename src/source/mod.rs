@@ -164,7 +164,8 @@ pub enum SourceError {
     /// After START_REPLICATION the slot was not where this instance left it
     /// (see [`start_checked`]).
     #[error(
-        "replication slot {slot:?} is not where this instance expected it after          START_REPLICATION: expected confirmed_flush_lsn {expected}, found {}",
+        "replication slot {slot:?} is not where this instance expected it after \
+         START_REPLICATION: expected confirmed_flush_lsn {expected}, found {}",
         found.map_or_else(|| "no slot".to_owned(), |l| l.to_string())
     )]
     SlotMoved {
