@@ -246,14 +246,21 @@ async fn dashboard_and_alert_expressions_work_against_a_real_prometheus() {
     for _ in 0..5 {
         insert("order").await;
     }
-    db.client
-        .execute(
-            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
-             WHERE slot_name = $1 AND active_pid IS NOT NULL",
-            &[&names.slot],
-        )
-        .await
-        .unwrap();
+    // The walsender exists only once the session streams (the log's
+    // "streaming" may come from the snapshot's end, just before it).
+    wait_for("a walsender to terminate", START, || async {
+        let terminated = db
+            .client
+            .execute(
+                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+                 WHERE slot_name = $1 AND active_pid IS NOT NULL",
+                &[&names.slot],
+            )
+            .await
+            .unwrap();
+        (terminated > 0).then_some(())
+    })
+    .await;
     relay.wait_log("streaming again", START).await;
     for _ in 0..5 {
         insert("order").await;
