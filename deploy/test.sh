@@ -2,9 +2,10 @@
 # deploy/test.sh — runs walrelay's whole test suite on a fresh machine.
 #
 # Brings up the real services (PostgreSQL 18 + Apache Kafka, via deploy/dev/*.sh,
-# which install what they need), runs every cargo test against them, then runs
-# the version-sensitive tests against PostgreSQL 14, 15, 16 and 17 too, and
-# takes everything down again (also on failure or Ctrl-C).
+# which install what they need), runs every cargo test against them, runs the
+# failover test on a primary/standby pair of 17 and of 18, then runs the
+# version-sensitive tests against PostgreSQL 14, 15, 16 and 17 too, and takes
+# everything down again (also on failure or Ctrl-C).
 #
 #   deploy/test.sh                  everything (what .ci/run calls)
 #   WALRELAY_TEST_MAJORS="16" deploy/test.sh   limit the extra PostgreSQL majors
@@ -20,6 +21,7 @@ cleanup() {
   local rc=$?
   log "taking services down"
   for m in 18 $EXTRA_MAJORS; do PG_MAJOR=$m deploy/dev/postgres.sh down >/dev/null 2>&1 || true; done
+  for m in 17 18; do PG_MAJOR=$m deploy/dev/pg_pair.sh down >/dev/null 2>&1 || true; done
   deploy/dev/kafka.sh down >/dev/null 2>&1 || true
   KAFKA_PORT=29092 deploy/dev/kafka.sh down >/dev/null 2>&1 || true   # the soak's broker
   KAFKA_PORT=39092 deploy/dev/kafka.sh down >/dev/null 2>&1 || true   # the outage tests' broker
@@ -85,7 +87,8 @@ for f in tests/*.rs; do
   name=$(basename "$f" .rs)
   # lost_slot exceeds max_slot_wal_keep_size on purpose: it would make the
   # slot of the outage test running beside it lost too. It runs after.
-  [[ $name == kafka_outage || $name == lost_slot ]] || tests+=(--test "$name")
+  # failover crashes the primary of a pair of its own (below).
+  [[ $name == kafka_outage || $name == lost_slot || $name == failover ]] || tests+=(--test "$name")
 done
 cargo test --locked --lib --bins "${tests[@]}"
 
@@ -100,6 +103,20 @@ KAFKA_PORT=39092 deploy/dev/kafka.sh down >/dev/null
 
 log "lost slot (alone: it lowers max_slot_wal_keep_size for the whole server)"
 cargo test --locked --test lost_slot
+
+# PostgreSQL failover for real: a primary and a physical standby of 17 and of 18
+# (failover slots need 17+), the primary crashed and the standby promoted under
+# writers; walrelay follows by itself (tests/failover.rs).
+for m in 18 17; do
+  log "failover, PostgreSQL $m (deploy/dev/pg_pair.sh)"
+  pair_env=$(PG_MAJOR=$m deploy/dev/pg_pair.sh up)
+  (
+    eval "$pair_env"
+    export WALRELAY_PAIR_MAJOR WALRELAY_PAIR_PRIMARY_PORT WALRELAY_PAIR_STANDBY_PORT
+    cargo test --locked --test failover
+  )
+  PG_MAJOR=$m deploy/dev/pg_pair.sh down >/dev/null
+done
 
 # The benchmark harness in its smoke mode (2,000 rows through pg_recvlogical,
 # Debezium and walrelay), so it cannot rot; its numbers are not results.

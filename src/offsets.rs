@@ -233,10 +233,27 @@ pub struct Server<'a> {
     /// The server's current timeline (`IDENTIFY_SYSTEM`, in `run` and
     /// `check` alike).
     pub timeline: u32,
-    /// Where the server's timeline history left the stored offset's timeline
-    /// (the switch point in `TIMELINE_HISTORY`), when known. `None` makes any
-    /// timeline change a refusal.
-    pub left_stored_timeline_at: Option<Lsn>,
+    /// The history file of the server's timeline (`TIMELINE_HISTORY`), when
+    /// it is past timeline 1 and could be read: where it left the stored
+    /// offset's timeline ([`switch_point`]) decides a timeline change.
+    /// `None` makes any timeline change a refusal.
+    pub history: Option<&'a str>,
+}
+
+/// Where a timeline history file says `timeline` ended: the switch point on
+/// its line `timeline<TAB>X/Y<TAB>reason`. `None` when `timeline` is not an
+/// ancestor in it (or the file cannot be read as one).
+pub fn switch_point(history: &str, timeline: u32) -> Option<Lsn> {
+    history.lines().find_map(|line| {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            return None;
+        }
+        let mut fields = line.split_whitespace();
+        let tli: u32 = fields.next()?.parse().ok()?;
+        let lsn: Lsn = fields.next()?.parse().ok()?;
+        (tli == timeline).then_some(lsn)
+    })
 }
 
 /// How the slot relates to the stored offset at start.
@@ -329,10 +346,11 @@ pub fn compare(
         };
     };
     if stored.timeline != server.timeline {
-        let continuous = stored.timeline < server.timeline
-            && server
-                .left_stored_timeline_at
-                .is_some_and(|switch| stored_lsn <= switch);
+        let left_at = server
+            .history
+            .and_then(|h| switch_point(h, stored.timeline));
+        let continuous =
+            stored.timeline < server.timeline && left_at.is_some_and(|switch| stored_lsn <= switch);
         if !continuous {
             return StartDecision::Refuse {
                 reason: format!(
@@ -742,7 +760,7 @@ mod tests {
     const SERVER: Server<'static> = Server {
         system_id: "7",
         timeline: 1,
-        left_stored_timeline_at: None,
+        history: None,
     };
 
     fn slot(lsn: u64, status: &str) -> SlotPosition {
@@ -868,7 +886,7 @@ mod tests {
         // 0/8..0/A name different changes on the two timelines.
         let server = Server {
             timeline: 2,
-            left_stored_timeline_at: Some(Lsn(8)),
+            history: Some("1\t0/8\tno recovery target specified\n"),
             ..SERVER
         };
         refused(compare(
@@ -885,10 +903,47 @@ mod tests {
         s.timeline = 3;
         let server = Server {
             timeline: 2,
-            left_stored_timeline_at: Some(Lsn(100)),
+            history: Some("1\t0/100\tno recovery target specified\n"),
             ..SERVER
         };
         refused(compare(Some(&s), &slot(5, "reserved"), &server, "s"));
+    }
+
+    #[test]
+    fn the_switch_point_of_each_ancestor_timeline_is_read_from_the_history() {
+        // PostgreSQL's format: blank lines between entries, a tab after each
+        // field, the reason free text.
+        let history = "1\t0/3000158\tno recovery target specified\n\n\
+                       2\t0/5000108\tbefore 2026-11-30 12:00:00+00\n";
+        assert_eq!(switch_point(history, 1), Some("0/3000158".parse().unwrap()));
+        assert_eq!(switch_point(history, 2), Some("0/5000108".parse().unwrap()));
+        assert_eq!(switch_point(history, 3), None, "not an ancestor");
+        assert_eq!(switch_point("", 1), None);
+        assert_eq!(switch_point("# comment\nnonsense\n1 zz\n", 1), None);
+        // A stored offset on timeline 1 after the switch to 2 is refused on
+        // timeline 3 too; at the switch point it resumes.
+        let server = Server {
+            timeline: 3,
+            history: Some(history),
+            ..SERVER
+        };
+        refused(compare(
+            Some(&stored("0/3000160")),
+            &slot(5, "reserved"),
+            &server,
+            "s",
+        ));
+        assert_eq!(
+            compare(
+                Some(&stored("0/3000158")),
+                &slot(5, "reserved"),
+                &server,
+                "s"
+            ),
+            StartDecision::Resume {
+                from: "0/3000158".parse().unwrap()
+            }
+        );
     }
 
     /// A failover to a standby with a synced slot: the history is continuous
@@ -897,7 +952,7 @@ mod tests {
     fn failover_with_continuous_history_resumes_and_still_checks_the_slot() {
         let server = Server {
             timeline: 2,
-            left_stored_timeline_at: Some(Lsn(10)),
+            history: Some("1\t0/A\tno recovery target specified\n"),
             ..SERVER
         };
         let s = stored("0/A");

@@ -169,7 +169,10 @@ pub async fn check(config: &Config) -> Report {
                         system.system_id, system.timeline
                     )),
                 );
-                Some((system.system_id, system.timeline))
+                // Unreadable history: a timeline change is then refused, as
+                // `run` would refuse it.
+                let history = repl.timeline_history(system.timeline).await.ok().flatten();
+                Some((system.system_id, system.timeline, history))
             }
             Err(e) => {
                 report.push(
@@ -306,6 +309,10 @@ pub async fn check(config: &Config) -> Report {
             )
             .await;
             report.push("replication slot", line);
+            report.push(
+                "failover",
+                failover_readiness(&client, slot.as_ref(), config).await,
+            );
             if slot.is_some() {
                 report.push("slot WAL", slot_wal(&client, &pg.slot).await);
                 match startup::slot_predates_publication(&client, &pg.slot, &pg.publication).await {
@@ -373,6 +380,60 @@ async fn slot_wal(client: &tokio_postgres::Client, slot: &str) -> Outcome {
     }
 }
 
+/// The "failover" line: whether the slot survives the promotion of a
+/// standby, and what to set where it would not (docs/operations.md,
+/// "PostgreSQL failover"). Only the primary's side can be read from here:
+/// the standbys' settings are named, not checked.
+async fn failover_readiness(
+    client: &tokio_postgres::Client,
+    slot: Option<&catalog::SlotState>,
+    config: &Config,
+) -> Outcome {
+    const STANDBY: &str = "on each standby: sync_replication_slots = on, hot_standby_feedback = \
+                           on, primary_slot_name = '<its physical slot>', and dbname=<database> \
+                           in primary_conninfo";
+    let version = match catalog::server_version(client).await {
+        Ok(v) => v,
+        Err(e) => return Outcome::Warn(format!("unknown: {e}")),
+    };
+    if version < 170000 {
+        return Outcome::Warn(format!(
+            "PostgreSQL {}: a logical slot does not survive a failover to a standby (failover \
+             slots need 17+); after a promotion walrelay refuses to start until the slot is \
+             recreated (docs/operations.md, \"PostgreSQL failover\")",
+            version / 10000
+        ));
+    }
+    let pg = &config.postgres;
+    if !pg.failover_slot {
+        return Outcome::Warn(
+            "postgres.failover_slot = false: standbys keep no copy of the slot, so a promotion \
+             loses it; set it to true (the default)"
+                .into(),
+        );
+    }
+    let slot_says = match slot.and_then(|s| s.failover) {
+        Some(true) => format!("{} is a failover slot", pg.slot),
+        Some(false) => format!("run will make {} a failover slot", pg.slot),
+        None => format!("run will create {} as a failover slot", pg.slot),
+    };
+    let synced = catalog::setting(client, "synchronized_standby_slots")
+        .await
+        .unwrap_or_default();
+    if synced.trim().is_empty() {
+        return Outcome::Warn(format!(
+            "{slot_says}, but synchronized_standby_slots is empty on this primary: walrelay may \
+             publish changes a standby has not received yet, and a promotion of that standby \
+             then refuses to resume (its timeline left before walrelay's position). Set \
+             synchronized_standby_slots = '<the standbys' physical slots>' here, and {STANDBY}"
+        ));
+    }
+    Outcome::Ok(format!(
+        "{slot_says}; synchronized_standby_slots = '{synced}' (walrelay never gets ahead of \
+         those standbys); {STANDBY}"
+    ))
+}
+
 /// The "replication slot" line: what `run` will do about the slot and the
 /// initial snapshot, decided by the function `run` uses
 /// ([`startup::slot_plan`], after [`startup::slot_shape`]); a refusal is
@@ -384,7 +445,7 @@ async fn slot_line(
     client: &tokio_postgres::Client,
     slot: Option<&catalog::SlotState>,
     stored: Option<&Option<offsets::StoredOffset>>,
-    system: Option<&(String, u32)>,
+    system: Option<&(String, u32, Option<String>)>,
     tables: &[(&OutboxConfig, &catalog::CapturedTable)],
     captured: &[startup::TableEventTable],
 ) -> Outcome {
@@ -414,7 +475,7 @@ async fn slot_line(
     };
     match plan {
         SlotPlan::Resume => {
-            let (Some(slot), Some((system_id, timeline))) = (slot, system) else {
+            let (Some(slot), Some((system_id, timeline, history))) = (slot, system) else {
                 return Outcome::Warn(format!(
                     "{} exists; not compared with the offset store (the replication connection \
                      failed above)",
@@ -424,7 +485,7 @@ async fn slot_line(
             let server = offsets::Server {
                 system_id,
                 timeline: *timeline,
-                left_stored_timeline_at: None,
+                history: history.as_deref(),
             };
             outcome(
                 startup::start_position(stored.as_ref(), slot, &server, &pg.slot, false),

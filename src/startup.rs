@@ -1016,6 +1016,7 @@ mod tests {
             restart_lsn: Some(Lsn(0x100)),
             confirmed_flush_lsn: Some(Lsn(0x200)),
             wal_status: Some(wal_status.into()),
+            failover: None,
         }
     }
 
@@ -1159,6 +1160,7 @@ mod tests {
             restart_lsn: None,
             confirmed_flush_lsn: None,
             wal_status: None,
+            failover: None,
         };
         let e = slot_shape(&slot, "s", "d").unwrap_err();
         assert!(e.problem().contains("using plugin test_decoding"), "{e}");

@@ -177,11 +177,13 @@ pub async fn status(config: &Config) -> Status {
                 })
                 .map_err(|e| e.to_string());
             let server = match ReplicationClient::connect(&params).await {
-                Ok(mut repl) => repl
-                    .identify_system()
-                    .await
-                    .map(|s| (s.system_id, s.timeline))
-                    .map_err(|e| e.to_string()),
+                Ok(mut repl) => match repl.identify_system().await {
+                    Ok(s) => {
+                        let history = repl.timeline_history(s.timeline).await.ok().flatten();
+                        Ok((s.system_id, s.timeline, history))
+                    }
+                    Err(e) => Err(e.to_string()),
+                },
                 Err(e) => Err(e.to_string()),
             };
             (slot, publication, server, instances)
@@ -199,9 +201,14 @@ pub async fn status(config: &Config) -> Status {
     let stored = read_stored(config).await;
 
     let comparison = match (&slot, &stored, &server) {
-        (Ok(Some(slot)), Ok(stored), Ok((system_id, timeline))) => {
-            compare(config, slot, stored.as_ref(), system_id, *timeline)
-        }
+        (Ok(Some(slot)), Ok(stored), Ok((system_id, timeline, history))) => compare(
+            config,
+            slot,
+            stored.as_ref(),
+            system_id,
+            *timeline,
+            history.as_deref(),
+        ),
         _ => None,
     };
     let instance = match &config.health {
@@ -326,6 +333,7 @@ fn compare(
     stored: Option<&offsets::StoredOffset>,
     system_id: &str,
     timeline: u32,
+    history: Option<&str>,
 ) -> Option<Comparison> {
     let confirmed: Lsn = slot.confirmed_flush_lsn.as_deref()?.parse().ok()?;
     let stored_lsn: Option<Lsn> = stored.and_then(|s| s.lsn.parse().ok());
@@ -338,7 +346,7 @@ fn compare(
         &offsets::Server {
             system_id,
             timeline,
-            left_stored_timeline_at: None,
+            history,
         },
         &config.postgres.slot,
     );

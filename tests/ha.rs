@@ -20,10 +20,10 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use rand::{RngExt, SeedableRng};
+use support::ledger::{CREATE_LEDGER, LedgerWriters, ledger};
 use support::*;
 
 const CATCH_UP: Duration = Duration::from_secs(120);
@@ -36,8 +36,7 @@ async fn setup(prefix: &str, prefill: usize) -> (TestDb, Names) {
     db.create_outbox("outbox").await;
     db.client
         .batch_execute(&format!(
-            "CREATE TABLE ledger (id uuid PRIMARY KEY, aggregatetype text, aggregateid text,
-                                  payload jsonb);
+            "{CREATE_LEDGER};
              INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
              SELECT gen_random_uuid(), CASE WHEN g % 50 % 3 = 0 THEN 'invoice' ELSE 'order' END,
                     'agg-' || (g % 50), 'Created', jsonb_build_object('pre', g)
@@ -53,102 +52,6 @@ async fn setup(prefix: &str, prefill: usize) -> (TestDb, Names) {
 /// differs (one host here, one pod each in production).
 fn config(db: &TestDb, names: &Names, health: &str) -> String {
     relay_config(db, names, "", &format!("[health]\nlisten = \"{health}\"\n"))
-}
-
-/// Writers committing, until stopped, transactions that insert 1–5 outbox
-/// rows (and their ledger rows) and delete the outbox rows of the writer's
-/// previous transaction. Payload `{"w": writer, "s": sequence}`.
-struct LedgerWriters {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    tasks: Vec<tokio::task::JoinHandle<usize>>,
-}
-
-impl LedgerWriters {
-    fn start(db: &TestDb, writers: usize) -> LedgerWriters {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let tasks = (0..writers)
-            .map(|w| {
-                let db_name = db.name.clone();
-                let stop = stop.clone();
-                tokio::spawn(async move {
-                    let client = pg_connect(&db_name).await;
-                    let mut rng = rand::rngs::StdRng::seed_from_u64(
-                        w as u64 ^ u64::from(std::process::id()),
-                    );
-                    let mut seq = 0usize;
-                    let mut previous: Vec<String> = Vec::new();
-                    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                        let n = rng.random_range(1..=5usize);
-                        let mut ids = Vec::new();
-                        let mut values = Vec::new();
-                        for i in 0..n {
-                            let id = format!("{:032x}", rng.random::<u128>());
-                            let agg = rng.random_range(0..50);
-                            let kind = if agg % 3 == 0 { "invoice" } else { "order" };
-                            values.push(format!(
-                                "('{id}'::uuid, '{kind}', 'agg-{agg}', '{{\"w\": {w}, \"s\": {}}}'::jsonb)",
-                                seq + i
-                            ));
-                            ids.push(format!("'{id}'::uuid"));
-                        }
-                        let delete = if previous.is_empty() {
-                            String::new()
-                        } else {
-                            format!("DELETE FROM outbox WHERE id IN ({});", previous.join(","))
-                        };
-                        let values = values.join(",");
-                        let sql = format!(
-                            "BEGIN;
-                             INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-                               SELECT v.id, v.t, v.a, 'Created', v.p
-                               FROM (VALUES {values}) AS v(id, t, a, p);
-                             INSERT INTO ledger VALUES {values};
-                             {delete}
-                             COMMIT;"
-                        );
-                        client.batch_execute(&sql).await.expect("writer transaction");
-                        previous = ids;
-                        seq += n;
-                        tokio::time::sleep(Duration::from_millis(rng.random_range(0..20))).await;
-                    }
-                    seq
-                })
-            })
-            .collect();
-        LedgerWriters { stop, tasks }
-    }
-
-    /// Stops the writers; returns how many events they committed.
-    async fn stop(self) -> usize {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        let mut total = 0;
-        for t in self.tasks {
-            total += t.await.expect("writer task");
-        }
-        total
-    }
-}
-
-/// Every ledger row, as the outbox row it was.
-async fn ledger(db: &TestDb) -> HashMap<String, OutboxRow> {
-    db.client
-        .query(
-            "SELECT id::text, aggregatetype, aggregateid, payload::text FROM ledger",
-            &[],
-        )
-        .await
-        .expect("read ledger")
-        .iter()
-        .map(|r| {
-            let row = OutboxRow {
-                id: r.get(0),
-                aggregate_type: r.get(1),
-                aggregate_id: r.get(2),
-                payload: r.get(3),
-            };
-            (row.id.clone(), row)
-        })
-        .collect()
 }
 
 /// The slot's walsender pid, if a session streams from it.
@@ -169,7 +72,7 @@ async fn verify_all(db: &TestDb, names: &Names) -> (usize, usize) {
     let lsn = db.current_wal_lsn().await;
     db.wait_confirmed(&names.slot, lsn, "the slot confirms every write", CATCH_UP)
         .await;
-    let rows = ledger(db).await;
+    let rows = ledger(&db.client).await;
     let topics = [names.topic("order"), names.topic("invoice")];
     let consumed = consume_to_end(&[topics[0].as_str(), topics[1].as_str()]);
     let duplicates = verify_outbox_delivery(names, &rows, &consumed);
@@ -197,7 +100,7 @@ async fn second_instance(phase: Phase, seed: u64) {
     // Writers from the moment the slot exists (what was committed and
     // deleted before it is nobody's to publish).
     a.wait_log(SLOT_CREATED, CATCH_UP).await;
-    let writers = LedgerWriters::start(&db, 8);
+    let writers = LedgerWriters::start(&db.name, &[pg_port()], 8);
     match phase {
         Phase::Snapshot => {}
         Phase::Streaming | Phase::GracefulStop => {
@@ -332,7 +235,7 @@ async fn twenty_takeovers_lose_nothing() {
     let (db, names) = setup("ha_takeover", 1_000).await;
     let mut active = RelayProcess::start(&config(&db, &names, &free_local_addr()), &[]);
     active.wait_log(SLOT_CREATED, CATCH_UP).await;
-    let writers = LedgerWriters::start(&db, 8);
+    let writers = LedgerWriters::start(&db.name, &[pg_port()], 8);
     wait_for("the first instance streams", CATCH_UP, || async {
         slot_active_pid(&db, &names.slot).await
     })
@@ -428,7 +331,7 @@ async fn a_lost_lease_stops_the_holder_before_the_standby_starts() {
     let (db, names) = setup("ha_fence", 1_000).await;
     let mut a = RelayProcess::start(&config(&db, &names, &free_local_addr()), &[]);
     a.wait_log(SLOT_CREATED, CATCH_UP).await;
-    let writers = LedgerWriters::start(&db, 8);
+    let writers = LedgerWriters::start(&db.name, &[pg_port()], 8);
     wait_for("the first instance streams", CATCH_UP, || async {
         slot_active_pid(&db, &names.slot).await
     })

@@ -44,7 +44,7 @@ async fn export(db: &TestDb, slot: &str) -> (ReplicationClient, CreatedSlot) {
         .await
         .expect("replication connection");
     let created = client
-        .create_slot_exporting_snapshot(slot)
+        .create_slot_exporting_snapshot(slot, false)
         .await
         .expect("create slot exporting a snapshot");
     (client, created)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # deploy/dev/postgres.sh - throwaway PostgreSQL cluster for walrelay development and tests.
 #
-# Usage:  deploy/dev/postgres.sh up|down|restart-fast|restart-immediate|env|status|psql [psql args...]
+# Usage:  deploy/dev/postgres.sh up|down|restart-fast|restart-immediate|env|status|install|psql [psql args...]
 #         PG_MAJOR=14..18 selects the server major version (default 18).
 #
 #   up      install the server (if needed), create/start the cluster, print env lines
@@ -13,6 +13,8 @@
 #           (also on an existing cluster: adds certificate authentication for role
 #           walrelay_cert and its client certificates if missing; see ensure_cert_auth)
 #   env     print the env lines only (no side effects)
+#   install install the server binaries and the OS user only (no cluster); prints
+#           WALRELAY_PG_BIN and WALRELAY_PG_OS_USER (deploy/dev/pg_pair.sh uses them)
 #   status  exit 0 and print "postgres <major> running on 127.0.0.1:<port>" if healthy
 #   psql    run psql as the superuser against this cluster, passing the remaining args
 #
@@ -71,6 +73,7 @@ usage: [PG_MAJOR=14..18] $SELF up|down|restart-fast|restart-immediate|env|status
   restart-fast|restart-immediate
           stop the running cluster in that shutdown mode and start it again (data kept)
   env     print the env lines (WALRELAY_PG_*)
+  install install the server binaries and the OS user only (no cluster)
   status  exit 0 if the cluster is running and accepting connections
   psql    run psql as superuser 'postgres' against the cluster
 EOF
@@ -597,6 +600,16 @@ cmd_up() {
   print_env
 }
 
+cmd_install() {
+  ensure_client_tools
+  take_lock
+  ensure_server
+  ensure_os_user
+  ensure_traversable "$PG_BIN/postgres"
+  printf 'export WALRELAY_PG_BIN=%q\n' "$PG_BIN"
+  printf 'export WALRELAY_PG_OS_USER=%q\n' "$PG_OS_USER"
+}
+
 cmd_down() {
   take_lock
   if cluster_exists; then stop_cluster; fi
@@ -650,6 +663,7 @@ case ${1:-} in
   restart-fast)      cmd_restart fast ;;
   restart-immediate) cmd_restart immediate ;;
   env)    print_env ;;
+  install) cmd_install ;;
   status) cmd_status ;;
   psql)   shift; cmd_psql "$@" ;;
   -h|--help|help) usage ;;

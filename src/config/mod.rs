@@ -68,7 +68,7 @@ pub use schema::{
 pub use template::{
     Segment, TableRef, TopicTemplate, is_topic_char, sanitized_topic_name, topic_name_problem,
 };
-pub use units::parse_byte_size;
+pub use units::{parse_byte_size, split_host_port};
 
 /// The largest configuration file [`Config::from_file`] reads (16 MiB). A
 /// real one is a few kilobytes; the bound keeps a wrong path (a log file, a

@@ -53,6 +53,12 @@ pub struct PostgresConfig {
     /// Create the slot at start if it does not exist.
     #[serde(default = "defaults::yes")]
     pub create_slot: bool,
+    /// PostgreSQL 17+: create the slot as a failover slot (and make an
+    /// existing one so), which standbys with `sync_replication_slots` keep a
+    /// copy of, so that walrelay resumes on a promoted standby. Ignored
+    /// before 17.
+    #[serde(default = "defaults::yes")]
+    pub failover_slot: bool,
     /// Create the publication (for the outbox tables) at start if it does not exist.
     #[serde(default = "defaults::yes")]
     pub create_publication: bool,

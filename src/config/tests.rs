@@ -145,6 +145,7 @@ fn example_toml_sets_every_key() {
             "create_publication",
             "create_slot",
             "database",
+            "failover_slot",
             "host",
             "max_message_size",
             "password",
@@ -2455,4 +2456,54 @@ fn topic_names_are_sanitized_as_debezium_sanitizes_them() {
         let fixed = s(name).unwrap();
         assert_eq!(super::topic_name_problem(&fixed), None, "{fixed}");
     }
+}
+
+/// `postgres.host` may list several servers (a primary and its standbys):
+/// each entry a host, an IP (IPv6 in brackets with a port) or a socket
+/// directory, with an optional `:port`.
+#[test]
+fn postgres_host_lists_are_split_and_checked() {
+    assert_eq!(split_host_port("db-a"), ("db-a", None));
+    assert_eq!(split_host_port("db-b:5433"), ("db-b", Some(5433)));
+    assert_eq!(split_host_port("[::1]:5434"), ("::1", Some(5434)));
+    assert_eq!(split_host_port("[::1]"), ("::1", None));
+    assert_eq!(split_host_port("::1"), ("::1", None));
+    assert_eq!(split_host_port("/run/pg"), ("/run/pg", None));
+    assert_eq!(split_host_port("db:x"), ("db:x", None));
+
+    let config = load(&MINIMAL.replace(
+        "[postgres]\n",
+        "[postgres]\nhost = \"db-a,db-b:5433,[::1]:5434\"\nport = 5432\n",
+    ))
+    .unwrap();
+    let params = crate::relay::connect_params(&config);
+    assert!(params.is_host_list());
+    let targets: Vec<(String, u16)> = params
+        .targets()
+        .into_iter()
+        .map(|t| (t.host, t.port))
+        .collect();
+    assert_eq!(
+        targets,
+        [
+            ("db-a".to_owned(), 5432),
+            ("db-b".to_owned(), 5433),
+            ("::1".to_owned(), 5434)
+        ]
+    );
+    assert_eq!(params.address(), "db-a:5432,db-b:5433,::1:5434");
+
+    for bad in ["db-a,", ",db-b", "db-a,db-b:x", "db-a,db-b:0"] {
+        let error =
+            load_err(&MINIMAL.replace("[postgres]\n", &format!("[postgres]\nhost = \"{bad}\"\n")));
+        assert!(
+            error.contains("postgres.host") && error.contains("is not a list of servers"),
+            "{bad}: {error}"
+        );
+    }
+    let error = load_err(&MINIMAL.replace("[postgres]\n", "[postgres]\nhost = \"db-a, db-b\"\n"));
+    assert!(
+        error.contains("separated by commas without spaces"),
+        "{error}"
+    );
 }

@@ -210,3 +210,25 @@ pub(crate) fn properties<'de, D: Deserializer<'de>>(
     let map: BTreeMap<String, Value> = serde::Deserialize::deserialize(d)?;
     Ok(map.into_iter().map(|(k, Value(v))| (k, v)).collect())
 }
+
+/// `host[:port]` of one entry of a host list: `db-a:5433`, `[::1]:5433`,
+/// `10.0.0.7`, `::1` (no port: several colons without brackets), or a
+/// socket directory (`/run/postgresql`, never a port). `None`: no port, or
+/// one that is not a number (left for validation to name).
+pub fn split_host_port(entry: &str) -> (&str, Option<u16>) {
+    if entry.starts_with('/') {
+        return (entry, None);
+    }
+    if let Some(bracketed) = entry.strip_prefix('[')
+        && let Some((host, rest)) = bracketed.split_once(']')
+    {
+        return (host, rest.strip_prefix(':').and_then(|p| p.parse().ok()));
+    }
+    match entry.split_once(':') {
+        Some((host, port)) if !port.contains(':') => match port.parse() {
+            Ok(port) => (host, Some(port)),
+            Err(_) => (entry, None),
+        },
+        _ => (entry, None),
+    }
+}

@@ -184,10 +184,28 @@ fn postgres(pg: &PostgresConfig, out: &mut Vec<Problem>) {
         out.push(Problem::new(
             "postgres.host",
             format!(
-                "{} contains whitespace; give one host name, IP address or socket directory",
+                "{} contains whitespace; give one host name, IP address or socket directory, or \
+                 several separated by commas without spaces (\"db-a,db-b:5433\")",
                 quoted(&pg.host)
             ),
         ));
+    } else if pg.host.contains(',') {
+        for entry in pg.host.split(',') {
+            let (host, port) = super::units::split_host_port(entry);
+            let bad_port = port.is_none() && host == entry && entry.matches(':').count() == 1;
+            if entry.is_empty() || host.is_empty() || bad_port || port == Some(0) {
+                out.push(Problem::new(
+                    "postgres.host",
+                    format!(
+                        "{} is not a list of servers: each entry is a host name, an IP address \
+                         ([::1] with a port) or a socket directory, optionally with :port, e.g. \
+                         \"db-a,db-b:5433\"",
+                        quoted(&pg.host)
+                    ),
+                ));
+                break;
+            }
+        }
     }
     if pg.port == 0 {
         out.push(Problem::new("postgres.port", "must be between 1 and 65535"));

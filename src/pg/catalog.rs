@@ -39,6 +39,12 @@ pub enum CatalogError {
     },
     #[error("{0}")]
     Invalid(String),
+    /// `postgres.host` lists several servers and none is a writable primary.
+    #[error(
+        "none of the servers in postgres.host is a writable primary (waiting for one to be \
+         promoted): {tried}"
+    )]
+    NoPrimary { tried: String },
     #[error("TLS to PostgreSQL at {address} for catalog queries (sslmode = {mode}): {reason}")]
     Tls {
         address: String,
@@ -62,6 +68,7 @@ impl CatalogError {
             CatalogError::Tls { .. } => false,
             CatalogError::Query { source, .. } => source.is_closed() || source.code().is_none(),
             CatalogError::Invalid(_) => false,
+            CatalogError::NoPrimary { .. } => true,
         }
     }
 }
@@ -76,6 +83,8 @@ pub struct SlotState {
     pub restart_lsn: Option<Lsn>,
     pub confirmed_flush_lsn: Option<Lsn>,
     pub wal_status: Option<String>,
+    /// PostgreSQL 17+: whether it is a failover slot (`None` before 17).
+    pub failover: Option<bool>,
 }
 
 /// Connects a plain (non-replication) session.
@@ -87,7 +96,44 @@ pub async fn connect(params: &ConnectParams) -> Result<Client, CatalogError> {
 /// [`connect`], also returning the task that drives the connection: it ends
 /// when the connection does (closed by either side), and aborting it closes
 /// the socket at once, even with a query still waiting in the server.
+///
+/// With a host list in `params.host`, the first server of it that is not in
+/// recovery (`pg_is_in_recovery()`), as the replication connection chooses
+/// (see [`crate::pg::wire::WireConnection::connect`]).
 pub async fn connect_owned(
+    params: &ConnectParams,
+) -> Result<(Client, tokio::task::JoinHandle<()>), CatalogError> {
+    if !params.is_host_list() {
+        return connect_one(params).await;
+    }
+    let mut tried = Vec::new();
+    for target in params.targets() {
+        match connect_one(&target).await {
+            Ok((client, task)) => {
+                let standby = client
+                    .query_one("SELECT pg_is_in_recovery()", &[])
+                    .await
+                    .map_err(|source| CatalogError::Query {
+                        context: "asking whether the server is a standby",
+                        source,
+                    })?
+                    .get::<_, bool>(0);
+                if !standby {
+                    return Ok((client, task));
+                }
+                task.abort();
+                tried.push(format!("{}: a standby (in recovery)", target.address()));
+            }
+            Err(e) if !e.is_transient() => return Err(e),
+            Err(e) => tried.push(format!("{}: {e}", target.address())),
+        }
+    }
+    Err(CatalogError::NoPrimary {
+        tried: tried.join("; "),
+    })
+}
+
+async fn connect_one(
     params: &ConnectParams,
 ) -> Result<(Client, tokio::task::JoinHandle<()>), CatalogError> {
     let mut cfg = tokio_postgres::Config::new();
@@ -264,8 +310,9 @@ pub async fn slot_state(client: &Client, slot: &str) -> Result<Option<SlotState>
     let row = client
         .query_opt(
             "SELECT plugin::text, slot_type::text, database::text, active_pid, \
-                    restart_lsn::text, confirmed_flush_lsn::text, wal_status::text \
-             FROM pg_replication_slots WHERE slot_name = $1",
+                    restart_lsn::text, confirmed_flush_lsn::text, wal_status::text, \
+                    (to_jsonb(s) ->> 'failover')::bool \
+             FROM pg_replication_slots s WHERE slot_name = $1",
             &[&slot],
         )
         .await
@@ -281,6 +328,7 @@ pub async fn slot_state(client: &Client, slot: &str) -> Result<Option<SlotState>
         restart_lsn: lsn(r.get(4)),
         confirmed_flush_lsn: lsn(r.get(5)),
         wal_status: r.get(6),
+        failover: r.get(7),
     }))
 }
 

@@ -191,11 +191,43 @@ impl ReplicationClient {
         })
     }
 
+    /// PostgreSQL 17+: makes `slot` a failover slot
+    /// (`ALTER_REPLICATION_SLOT … (FAILOVER)`), for a slot created before
+    /// walrelay did so or with `postgres.failover_slot = false`.
+    pub async fn make_failover_slot(&mut self, slot: &str) -> Result<(), WireError> {
+        self.conn
+            .simple_query(&format!(
+                "ALTER_REPLICATION_SLOT {} (FAILOVER)",
+                escape_identifier(slot)
+            ))
+            .await
+            .map(drop)
+    }
+
+    /// The history file of `timeline` (`TIMELINE_HISTORY`): one line per
+    /// ancestor timeline, `parent_tli<TAB>switch_point<TAB>reason`. `None`
+    /// for timeline 1, which has none.
+    pub async fn timeline_history(&mut self, timeline: u32) -> Result<Option<String>, WireError> {
+        if timeline <= 1 {
+            return Ok(None);
+        }
+        let rows = self
+            .conn
+            .simple_query(&format!("TIMELINE_HISTORY {timeline}"))
+            .await?;
+        rows.first()
+            .and_then(|r| r.get(1).cloned().flatten())
+            .map(Some)
+            .ok_or_else(|| {
+                WireError::Protocol(format!("TIMELINE_HISTORY {timeline} returned no content"))
+            })
+    }
+
     /// Creates a permanent logical slot using `pgoutput`, without exporting a
     /// snapshot. Returns the slot's consistent point. The syntax differs
     /// between PostgreSQL 14 (`NOEXPORT_SNAPSHOT`) and 15+ (`(SNAPSHOT 'nothing')`).
-    pub async fn create_slot(&mut self, slot: &str) -> Result<Lsn, WireError> {
-        let sql = create_slot_sql(slot, self.server_version_num());
+    pub async fn create_slot(&mut self, slot: &str, failover: bool) -> Result<Lsn, WireError> {
+        let sql = create_slot_sql(slot, self.server_version_num(), failover);
         let rows = self.conn.simple_query(&sql).await?;
         rows.first()
             .and_then(|r| r.get(1).cloned().flatten())
@@ -219,8 +251,9 @@ impl ReplicationClient {
     pub async fn create_slot_exporting_snapshot(
         &mut self,
         slot: &str,
+        failover: bool,
     ) -> Result<CreatedSlot, WireError> {
-        let sql = create_slot_exporting_sql(slot, self.server_version_num());
+        let sql = create_slot_exporting_sql(slot, self.server_version_num(), failover);
         let rows = self.conn.simple_query(&sql).await?;
         let row = rows.first().ok_or_else(|| {
             WireError::Protocol(format!(
@@ -272,11 +305,21 @@ impl ReplicationClient {
     }
 }
 
-fn create_slot_sql(slot: &str, server_version_num: u32) -> String {
+/// `, FAILOVER` when asked for and the server has failover slots (17+).
+fn failover_option(server_version_num: u32, failover: bool) -> &'static str {
+    if failover && server_version_num >= 170000 {
+        ", FAILOVER"
+    } else {
+        ""
+    }
+}
+
+fn create_slot_sql(slot: &str, server_version_num: u32, failover: bool) -> String {
     if server_version_num >= 150000 {
         format!(
-            "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'nothing')",
-            escape_identifier(slot)
+            "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'nothing'{})",
+            escape_identifier(slot),
+            failover_option(server_version_num, failover)
         )
     } else {
         format!(
@@ -286,11 +329,12 @@ fn create_slot_sql(slot: &str, server_version_num: u32) -> String {
     }
 }
 
-fn create_slot_exporting_sql(slot: &str, server_version_num: u32) -> String {
+fn create_slot_exporting_sql(slot: &str, server_version_num: u32, failover: bool) -> String {
     if server_version_num >= 150000 {
         format!(
-            "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'export')",
-            escape_identifier(slot)
+            "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'export'{})",
+            escape_identifier(slot),
+            failover_option(server_version_num, failover)
         )
     } else {
         format!(
@@ -484,21 +528,34 @@ mod tests {
             "START_REPLICATION SLOT \"my slot\" LOGICAL 1/00000002 (\"proto_version\" '1', \
              \"publication_names\" '\"pub\"\"x\"', \"messages\" 'true')"
         );
+        // FAILOVER only where the server has it (17+), and only when asked.
         assert_eq!(
-            create_slot_sql("s", 140010),
+            create_slot_sql("s", 140010, true),
             "CREATE_REPLICATION_SLOT \"s\" LOGICAL pgoutput NOEXPORT_SNAPSHOT"
         );
         assert_eq!(
-            create_slot_sql("s", 180004),
+            create_slot_sql("s", 160004, true),
             "CREATE_REPLICATION_SLOT \"s\" LOGICAL pgoutput (SNAPSHOT 'nothing')"
         );
         assert_eq!(
-            create_slot_exporting_sql("a\"b", 140010),
+            create_slot_sql("s", 180004, true),
+            "CREATE_REPLICATION_SLOT \"s\" LOGICAL pgoutput (SNAPSHOT 'nothing', FAILOVER)"
+        );
+        assert_eq!(
+            create_slot_sql("s", 180004, false),
+            "CREATE_REPLICATION_SLOT \"s\" LOGICAL pgoutput (SNAPSHOT 'nothing')"
+        );
+        assert_eq!(
+            create_slot_exporting_sql("a\"b", 140010, true),
             "CREATE_REPLICATION_SLOT \"a\"\"b\" LOGICAL pgoutput EXPORT_SNAPSHOT"
         );
         assert_eq!(
-            create_slot_exporting_sql("s", 150000),
+            create_slot_exporting_sql("s", 150000, true),
             "CREATE_REPLICATION_SLOT \"s\" LOGICAL pgoutput (SNAPSHOT 'export')"
+        );
+        assert_eq!(
+            create_slot_exporting_sql("s", 170000, true),
+            "CREATE_REPLICATION_SLOT \"s\" LOGICAL pgoutput (SNAPSHOT 'export', FAILOVER)"
         );
         assert_eq!(
             drop_slot_sql("my slot"),

@@ -93,8 +93,42 @@ pub struct ConnectParams {
 }
 
 impl ConnectParams {
+    /// Whether `host` lists several servers (`db-a,db-b`): connections then
+    /// go to the first one that is a writable primary.
+    pub fn is_host_list(&self) -> bool {
+        self.host.contains(',')
+    }
+
+    /// One set of parameters per server of `host`, in order: each entry a
+    /// host name, an IP address (IPv6 in brackets when it carries a port),
+    /// or a socket directory, optionally followed by `:port` (else `port`).
+    /// A single host gives itself.
+    pub fn targets(&self) -> Vec<ConnectParams> {
+        self.host
+            .split(',')
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+            .map(|entry| {
+                let (host, port) = crate::config::split_host_port(entry);
+                ConnectParams {
+                    host: host.to_owned(),
+                    port: port.unwrap_or(self.port),
+                    ..self.clone()
+                }
+            })
+            .collect()
+    }
+
     /// Human-readable address for logs and errors (no credentials).
     pub fn address(&self) -> String {
+        if self.is_host_list() {
+            return self
+                .targets()
+                .iter()
+                .map(ConnectParams::address)
+                .collect::<Vec<_>>()
+                .join(",");
+        }
         if self.is_unix() {
             format!("{}/.s.PGSQL.{}", self.host.trim_end_matches('/'), self.port)
         } else {
@@ -192,6 +226,14 @@ pub enum WireError {
     Silent { silent_for: Duration },
     #[error("authentication failed for user {user:?}: {reason}")]
     Auth { user: String, reason: String },
+    /// `postgres.host` lists several servers and none is a writable primary
+    /// now (during a failover: the old primary gone, the standby not yet
+    /// promoted).
+    #[error(
+        "none of the servers in postgres.host is a writable primary (waiting for one to be \
+         promoted): {tried}"
+    )]
+    NoPrimary { tried: String },
     /// TLS could not be set up or the server's certificate was refused.
     #[error("TLS to PostgreSQL at {address} (sslmode = {mode}): {reason}")]
     Tls {
@@ -209,7 +251,8 @@ impl WireError {
             | WireError::ConnectTimeout { .. }
             | WireError::Io { .. }
             | WireError::Closed { .. }
-            | WireError::Silent { .. } => true,
+            | WireError::Silent { .. }
+            | WireError::NoPrimary { .. } => true,
             WireError::Server { error, .. } => is_transient_sqlstate(&error.code),
             WireError::MessageTooLarge { .. }
             | WireError::Protocol(_)
@@ -330,6 +373,8 @@ pub struct WireConnection {
     write_buf: BytesMut,
     max_message_size: usize,
     server_version_num: u32,
+    /// The server said `in_hot_standby = on` at startup (a standby).
+    in_hot_standby: bool,
 }
 
 impl std::fmt::Debug for WireConnection {
@@ -377,7 +422,30 @@ impl WireConnection {
     /// Connects, authenticates and waits for ReadyForQuery, all within the
     /// connect timeout. `replication` adds the `replication=database` startup
     /// parameter.
+    /// Connects to `params.host`; with a host list, to the first server of
+    /// it that is not a hot standby (its `in_hot_standby` parameter, which
+    /// PostgreSQL 14+ reports at startup), as libpq's
+    /// `target_session_attrs=read-write` would. A definite error (refused
+    /// credentials, TLS) ends the search: it would be the same elsewhere.
     pub async fn connect(params: &ConnectParams, replication: bool) -> Result<Self, WireError> {
+        if !params.is_host_list() {
+            return Self::connect_one(params, replication).await;
+        }
+        let mut tried = Vec::new();
+        for target in params.targets() {
+            match Self::connect_one(&target, replication).await {
+                Ok(conn) if !conn.in_hot_standby => return Ok(conn),
+                Ok(_) => tried.push(format!("{}: a hot standby", target.address())),
+                Err(e) if !e.is_transient() => return Err(e),
+                Err(e) => tried.push(format!("{}: {e}", target.address())),
+            }
+        }
+        Err(WireError::NoPrimary {
+            tried: tried.join("; "),
+        })
+    }
+
+    async fn connect_one(params: &ConnectParams, replication: bool) -> Result<Self, WireError> {
         let address = params.address();
         match tokio::time::timeout(
             params.connect_timeout,
@@ -422,6 +490,7 @@ impl WireConnection {
             write_buf: BytesMut::with_capacity(1024),
             max_message_size: params.max_message_size.max(64 * 1024),
             server_version_num: 0,
+            in_hot_standby: false,
         };
         conn.startup(params, replication).await?;
         Ok(conn)
@@ -455,10 +524,12 @@ impl WireConnection {
         loop {
             match self.read_message("finishing startup").await? {
                 Backend::Message(Message::ParameterStatus(body)) => {
-                    if let (Ok(name), Ok(value)) = (body.name(), body.value())
-                        && name == "server_version"
-                    {
-                        self.server_version_num = parse_server_version(value);
+                    match (body.name(), body.value()) {
+                        (Ok("server_version"), Ok(value)) => {
+                            self.server_version_num = parse_server_version(value);
+                        }
+                        (Ok("in_hot_standby"), Ok(value)) => self.in_hot_standby = value == "on",
+                        _ => {}
                     }
                 }
                 Backend::Message(Message::BackendKeyData(_)) => {}

@@ -324,7 +324,9 @@ impl Session {
                     repl.drop_slot(&pg.slot).await?;
                     tracing::info!(slot = %pg.slot, "dropped the replication slot");
                 }
-                let created = repl.create_slot_exporting_snapshot(&pg.slot).await?;
+                let created = repl
+                    .create_slot_exporting_snapshot(&pg.slot, pg.failover_slot)
+                    .await?;
                 tracing::info!(
                     slot = %pg.slot, lsn = %created.consistent_point,
                     "created replication slot with an exported snapshot"
@@ -390,7 +392,7 @@ impl Session {
                 fix: "make sure nothing else drops walrelay's slot".into(),
             })?,
             SlotPlan::CreateAndStream => {
-                let at = repl.create_slot(&pg.slot).await?;
+                let at = repl.create_slot(&pg.slot, pg.failover_slot).await?;
                 tracing::info!(slot = %pg.slot, lsn = %at, "created replication slot");
                 catalog::slot_state(&catalog, &pg.slot)
                     .await?
@@ -403,10 +405,23 @@ impl Session {
                     })?
             }
         };
+        // Past timeline 1 (a promoted standby, a restore), the history says
+        // whether the stored position means the same on this timeline.
+        let history = repl.timeline_history(system.timeline).await?;
+        if pg.failover_slot && slot.failover == Some(false) {
+            // PostgreSQL 17+ (the column exists): a slot from before this
+            // setting, or created with it off. Standbys copy it from now on.
+            repl.make_failover_slot(&pg.slot).await?;
+            tracing::info!(
+                slot = %pg.slot,
+                "made the replication slot a failover slot (postgres.failover_slot = true): \
+                 standbys with sync_replication_slots = on keep a copy of it"
+            );
+        }
         let server = offsets::Server {
             system_id: &system.system_id,
             timeline: system.timeline,
-            left_stored_timeline_at: None,
+            history: history.as_deref(),
         };
         // A snapshot marked running that is not taken again (no_data) says
         // nothing about positions.

@@ -1,0 +1,212 @@
+//! PostgreSQL failover for real: a primary and a physical standby
+//! (deploy/dev/pg_pair.sh, PostgreSQL 17+), writers committing the whole
+//! time, walrelay configured with both servers in `postgres.host`. The
+//! primary crashes (`pg_ctl stop -m immediate`), the standby is promoted,
+//! the writers move to it — and walrelay follows by itself: it finds the
+//! new primary in its host list, finds its failover slot synchronized
+//! there, reads the new timeline's history, sees that its stored position
+//! is before the switch point, and resumes without `--accept-slot-position`.
+//! Every event committed on either server that the new primary holds is in
+//! Kafka; none that it does not hold (synchronized_standby_slots), and none
+//! is lost.
+//!
+//! Needs `eval "$(PG_MAJOR=17|18 deploy/dev/pg_pair.sh up)"` (deploy/test.sh
+//! does it for 17 and 18) and the Kafka broker of the other tests. Not run
+//! against the shared single server: it crashes its primary.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::time::Duration;
+
+use support::ledger::{CREATE_LEDGER, LedgerWriters, connect_primary, ledger};
+use support::*;
+
+const CATCH_UP: Duration = Duration::from_secs(120);
+
+fn pair_port(name: &str) -> u16 {
+    std::env::var(name)
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} is not set: start the pair first: \
+                 eval \"$(PG_MAJOR=18 deploy/dev/pg_pair.sh up)\""
+            )
+        })
+}
+
+async fn lsn_of(client: &tokio_postgres::Client, sql: &str, slot: &str) -> Option<u64> {
+    client
+        .query_opt(sql, &[&slot])
+        .await
+        .ok()
+        .flatten()
+        .and_then(|r| r.get::<_, Option<String>>(0))
+        .map(|t| parse_lsn(&t))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn walrelay_follows_a_promoted_standby_and_loses_nothing() {
+    require_kafka();
+    let primary = pair_port("WALRELAY_PAIR_PRIMARY_PORT");
+    let standby = pair_port("WALRELAY_PAIR_STANDBY_PORT");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/dev/pg_pair.sh");
+    let pair = |command: &str| {
+        let status = std::process::Command::new(&script)
+            .arg(command)
+            .env(
+                "PG_MAJOR",
+                std::env::var("WALRELAY_PAIR_MAJOR").unwrap_or_else(|_| "18".into()),
+            )
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("run deploy/dev/pg_pair.sh");
+        assert!(status.success(), "deploy/dev/pg_pair.sh {command} failed");
+    };
+    let names = Names::new("failover");
+    let database = unique("failover");
+    {
+        let admin = connect_primary("postgres", &[primary]).await;
+        admin
+            .batch_execute(&format!("CREATE DATABASE {database} OWNER walrelay"))
+            .await
+            .expect("create database");
+    }
+    let db = connect_primary(&database, &[primary]).await;
+    db.batch_execute(&format!(
+        "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL,
+                              aggregateid text, type text NOT NULL, payload jsonb,
+                              created_at timestamptz NOT NULL DEFAULT now());
+         ALTER TABLE outbox OWNER TO walrelay;
+         {CREATE_LEDGER};"
+    ))
+    .await
+    .expect("tables");
+    let config = format!(
+        r#"
+[connector]
+name = "{connector}"
+
+[postgres]
+host = "127.0.0.1:{primary},127.0.0.1:{standby}"
+user = "walrelay"
+password = "walrelay"
+database = "{database}"
+slot = "{slot}"
+publication = "{publication}"
+status_interval = "200ms"
+reconnect_backoff_initial = "100ms"
+reconnect_backoff_max = "1s"
+
+[kafka]
+brokers = "{brokers}"
+linger = "2ms"
+
+[[outbox]]
+table = "public.outbox"
+topic = "{prefix}.{{aggregatetype}}"
+"#,
+        connector = names.connector,
+        slot = names.slot,
+        publication = names.publication,
+        brokers = kafka_brokers(),
+        prefix = names.topic_prefix,
+    );
+    let path = write_config(&config);
+    let (code, report) = check(&path);
+    assert_eq!(code, Some(0), "check passes on the primary:\n{report}");
+    assert!(
+        report.lines().any(|l| l.starts_with("ok")
+            && l.contains("failover:")
+            && l.contains("synchronized_standby_slots = 'standby1'")),
+        "check says the slot will follow a failover:\n{report}"
+    );
+
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    relay
+        .wait_log(
+            "created replication slot with an exported snapshot",
+            CATCH_UP,
+        )
+        .await;
+    let writers = LedgerWriters::start(&database, &[primary, standby], 8);
+    relay.wait_log("streaming", CATCH_UP).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // The standby keeps a copy of the failover slot.
+    let on_standby = {
+        let url = format!("postgres://postgres:postgres@127.0.0.1:{standby}/postgres");
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .expect("connect to the standby");
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        client
+    };
+    let failover: bool = db
+        .query_one(
+            "SELECT failover FROM pg_replication_slots WHERE slot_name = $1",
+            &[&names.slot],
+        )
+        .await
+        .expect("read the slot")
+        .get(0);
+    assert!(failover, "walrelay created a failover slot");
+    wait_for("the standby synchronizes the slot", CATCH_UP, || async {
+        lsn_of(
+            &on_standby,
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots \
+             WHERE slot_name = $1 AND synced",
+            &names.slot,
+        )
+        .await
+    })
+    .await;
+
+    // Crash the primary, promote the standby.
+    pair("stop-primary");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    pair("promote");
+    let db = connect_primary(&database, &[standby]).await;
+    relay.wait_log("timeline=2", CATCH_UP).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let written = writers.stop().await;
+
+    let lsn = parse_lsn(
+        &db.query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .await
+            .unwrap()
+            .get::<_, String>(0),
+    );
+    wait_for(
+        "the slot on the new primary confirms every write",
+        CATCH_UP,
+        || async {
+            let confirmed = lsn_of(
+                &db,
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+                &names.slot,
+            )
+            .await?;
+            (confirmed >= lsn).then_some(())
+        },
+    )
+    .await;
+    let rows = ledger(&db).await;
+    let topics = [names.topic("order"), names.topic("invoice")];
+    let consumed = consume_to_end(&[topics[0].as_str(), topics[1].as_str()]);
+    let duplicates = verify_outbox_delivery(&names, &rows, &consumed);
+    let log = relay.log();
+    assert!(
+        !log.contains("refusing to start") && !log.contains("--accept-slot-position was given"),
+        "walrelay resumed on the new timeline by itself:\n{log}"
+    );
+    eprintln!(
+        "failover: {} events on the new primary ({written} written), {duplicates} duplicates, 0 lost",
+        rows.len()
+    );
+    relay.stop();
+}
