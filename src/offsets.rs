@@ -119,6 +119,12 @@ pub struct SnapshotProgress {
     /// Snapshot records Kafka acknowledged so far.
     #[serde(default)]
     pub rows: u64,
+    /// The consistent point of the slot this snapshot was taken with, once
+    /// it exists: the position the hand-over to streaming expects the slot
+    /// at (`crate::source`'s check after START_REPLICATION), and what
+    /// `status` shows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consistent_point: Option<String>,
 }
 
 /// `running` or `completed`.

@@ -1032,6 +1032,7 @@ mod tests {
                 state,
                 tables_done: Vec::new(),
                 rows: 0,
+                consistent_point: None,
             }),
             accepted_gap: None,
         }

@@ -319,10 +319,13 @@ fn stored_status(s: &offsets::StoredOffset) -> StoredStatus {
         timeline: s.timeline,
         written_at_ms: s.written_at_ms,
         age_seconds: now_ms.saturating_sub(s.written_at_ms) as f64 / 1000.0,
-        snapshot: s
-            .snapshot
-            .as_ref()
-            .map(|p| format!("{:?}", p.state).to_lowercase()),
+        snapshot: s.snapshot.as_ref().map(|p| {
+            let state = format!("{:?}", p.state).to_lowercase();
+            match &p.consistent_point {
+                Some(at) => format!("{state} (its slot was created at {at})"),
+                None => state,
+            }
+        }),
         accepted_gap: s.accepted_gap.clone(),
     }
 }

@@ -150,6 +150,19 @@ async fn second_instance(phase: Phase, seed: u64) {
                 .any(|l| l.trim_start().starts_with("standby") && l.contains(&b_name)),
             "status names the standby:\n{status}"
         );
+        // The offset store keeps the consistent point the snapshot's slot was
+        // created at (what the hand-over checks the slot against).
+        let created_at = a
+            .log()
+            .lines()
+            .find(|l| l.contains(SLOT_CREATED))
+            .and_then(|l| l.split("lsn=").nth(1))
+            .map(|l| l.split_whitespace().next().unwrap_or_default().to_owned())
+            .expect("the slot's consistent point in the log");
+        assert!(
+            status.contains(&format!("its slot was created at {created_at}")),
+            "status shows the snapshot's consistent point {created_at}:\n{status}"
+        );
         // The first instance finishes its snapshot, if it was taking one,
         // and streams on: the standby changed nothing under it.
         wait_for("the first instance streams", CATCH_UP, || async {

@@ -149,60 +149,69 @@ async fn slot_gauges_stay_fresh_while_kafka_is_unreachable() {
 /// A TCP proxy whose existing connections can be frozen: bytes stop flowing
 /// both ways but neither side sees a FIN or RST — a half-open connection, as
 /// when a peer or a middlebox disappears. New connections flow normally.
+/// It tells replication connections (their startup packet asks for
+/// `replication=database`; the test turns TLS off so it can be read) from
+/// the others, so that one kind can be frozen alone.
 struct FreezingProxy {
     port: u16,
-    next_id: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    frozen_below: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    connections: std::sync::Arc<std::sync::Mutex<Vec<std::sync::Arc<Proxied>>>>,
+}
+
+/// One proxied connection's state.
+#[derive(Default)]
+struct Proxied {
+    frozen: std::sync::atomic::AtomicBool,
+    replication: std::sync::atomic::AtomicBool,
 }
 
 impl FreezingProxy {
     async fn start(upstream_port: u16) -> FreezingProxy {
-        use std::sync::Arc;
-        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::{Arc, Mutex};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let next_id = Arc::new(AtomicU64::new(0));
-        let frozen_below = Arc::new(AtomicU64::new(0));
-        let (ids, frozen) = (next_id.clone(), frozen_below.clone());
+        let connections: Arc<Mutex<Vec<Arc<Proxied>>>> = Arc::default();
+        let all = connections.clone();
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let id = ids.fetch_add(1, Ordering::SeqCst);
                 let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream_port)).await
                 else {
                     continue;
                 };
+                let conn = Arc::new(Proxied::default());
+                all.lock().unwrap().push(conn.clone());
                 let (cr, cw) = client.into_split();
                 let (sr, sw) = server.into_split();
-                tokio::spawn(pump(cr, sw, id, frozen.clone()));
-                tokio::spawn(pump(sr, cw, id, frozen.clone()));
+                tokio::spawn(pump(cr, sw, conn.clone(), true));
+                tokio::spawn(pump(sr, cw, conn, false));
             }
         });
-        FreezingProxy {
-            port,
-            next_id,
-            frozen_below,
-        }
+        FreezingProxy { port, connections }
     }
 
-    /// Freezes every connection made so far.
-    fn freeze_existing(&self) {
+    /// Freezes every connection made so far (`replication_only`: only the
+    /// replication connections among them).
+    fn freeze_existing(&self, replication_only: bool) {
         use std::sync::atomic::Ordering;
-        self.frozen_below
-            .store(self.next_id.load(Ordering::SeqCst), Ordering::SeqCst);
+        for c in self.connections.lock().unwrap().iter() {
+            if !replication_only || c.replication.load(Ordering::SeqCst) {
+                c.frozen.store(true, Ordering::SeqCst);
+            }
+        }
     }
 }
 
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    id: u64,
-    frozen_below: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    conn: std::sync::Arc<Proxied>,
+    from_client: bool,
 ) {
     use std::sync::atomic::Ordering;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut buf = vec![0u8; 64 * 1024];
+    let mut first = from_client;
     loop {
-        if id < frozen_below.load(Ordering::SeqCst) {
+        if conn.frozen.load(Ordering::SeqCst) {
             // Hold both halves open forever, reading and writing nothing.
             std::future::pending::<()>().await;
         }
@@ -216,7 +225,14 @@ async fn pump(
                 return;
             }
             Ok(n) => {
-                if id < frozen_below.load(Ordering::SeqCst) {
+                if std::mem::take(&mut first)
+                    && buf[..n]
+                        .windows(21)
+                        .any(|w| w == b"replication\0database\0")
+                {
+                    conn.replication.store(true, Ordering::SeqCst);
+                }
+                if conn.frozen.load(Ordering::SeqCst) {
                     std::future::pending::<()>().await;
                 }
                 if to.write_all(&buf[..n]).await.is_err() {
@@ -227,21 +243,24 @@ async fn pump(
     }
 }
 
-/// The replication connection goes half-open (nothing flows, nothing
-/// closes): walrelay notices the silence, reconnects and streams on,
-/// instead of waiting for the kernel's TCP timeouts (~15 minutes) with a
-/// green health check.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_half_open_connection_is_noticed_and_replaced() {
+/// Starts walrelay with every PostgreSQL connection through a
+/// [`FreezingProxy`], TLS off so the proxy can tell the connections apart,
+/// streams one event, then freezes the existing connections (only the
+/// replication connection with `replication_only`) and commits another:
+/// returns the relay once that one is in Kafka.
+async fn freeze_and_recover(prefix: &str, replication_only: bool) -> RelayProcess {
     require_kafka();
-    let db = TestDb::new("halfopen").await;
+    let db = TestDb::new(prefix).await;
     db.create_outbox("outbox").await;
-    let names = Names::new("halfopen");
+    let names = Names::new(prefix);
     let proxy = FreezingProxy::start(pg_port()).await;
     let config = relay_config(&db, &names, "", "");
     let direct = format!("port = {}\n", pg_port());
     assert!(config.contains(&direct));
-    let config = config.replace(&direct, &format!("port = {}\n", proxy.port));
+    let config = config.replace(
+        &direct,
+        &format!("port = {}\nsslmode = \"disable\"\n", proxy.port),
+    );
     let mut relay = RelayProcess::start(&config, &[]);
     relay.wait_log("streaming", START).await;
     let insert =
@@ -250,7 +269,7 @@ async fn a_half_open_connection_is_noticed_and_replaced() {
     db.client.batch_execute(&insert(before)).await.unwrap();
     consume(&[&names.topic("order")], 1, START, Duration::ZERO);
 
-    proxy.freeze_existing();
+    proxy.freeze_existing(replication_only);
     let after = "00000000-0000-4000-8000-000000000002";
     db.client.batch_execute(&insert(after)).await.unwrap();
     // wal_sender_timeout (10 s) frees the slot on the server side; walrelay
@@ -268,10 +287,37 @@ async fn a_half_open_connection_is_noticed_and_replaced() {
         "the event after the connection froze never arrived: {consumed:?}\n{}",
         relay.log()
     );
+    relay
+}
+
+/// The replication connection goes half-open (nothing flows, nothing
+/// closes): walrelay notices the silence, reconnects and streams on,
+/// instead of waiting for the kernel's TCP timeouts (~15 minutes) with a
+/// green health check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_open_connection_is_noticed_and_replaced() {
+    let mut relay = freeze_and_recover("halfopen", true).await;
     assert!(
         relay.log().contains("presumed dead"),
         "the dead connection is named in the log: {}",
         relay.log()
+    );
+    assert!(relay.stop().success());
+}
+
+/// Every connection goes half-open, the lease connection too: the server
+/// still grants the lease to the frozen connection (the proxy answers its
+/// keepalives), so walrelay, having given the lease up within seconds,
+/// finds its own previous lease connection holding it, terminates it, and
+/// streams on — instead of waiting as a standby behind itself forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_open_lease_connection_of_its_own_does_not_block_it() {
+    let mut relay = freeze_and_recover("halflease", false).await;
+    let log = relay.log();
+    assert!(log.contains("lost the lease"), "{log}");
+    assert!(
+        log.contains("terminated this instance's previous lease connection"),
+        "{log}"
     );
     assert!(relay.stop().success());
 }

@@ -463,10 +463,11 @@ impl Drop for AbortOnDrop {
 async fn take_lease(
     config: &Config,
     instance: &Instance,
+    stale: Option<i32>,
     metrics: &Metrics,
 ) -> Result<Lease, CatalogError> {
     let slot = &config.postgres.slot;
-    Lease::acquire(&connect_params(config), slot, instance, |holder| {
+    Lease::acquire(&connect_params(config), slot, instance, stale, |holder| {
         let holder = holder.map(ToString::to_string).unwrap_or_default();
         metrics.set_role(Role::Standby, &holder);
         tracing::info!(
@@ -523,6 +524,8 @@ pub async fn run(
     let instance = Instance::this();
     tracing::info!(instance = %instance, slot = %config.postgres.slot, "walrelay instance starting");
     let mut lease: Option<Lease> = None;
+    // The server process of a lease this instance lost (see Lease::acquire).
+    let mut stale_lease: Option<i32> = None;
     loop {
         let result: Result<(), RelayError> = 'attempt: {
             // 0. The lease, before anything of the connector is read or
@@ -531,14 +534,17 @@ pub async fn run(
             let lost = match &lease {
                 Some(l) if !l.is_lost() => l.lost().clone(),
                 _ => {
-                    lease = None;
+                    if let Some(old) = lease.take() {
+                        stale_lease = Some(old.backend_pid());
+                    }
                     metrics.set_role(Role::Unknown, "");
                     let acquired = tokio::select! {
-                        r = take_lease(&config, &instance, &metrics) => r,
+                        r = take_lease(&config, &instance, stale_lease, &metrics) => r,
                         _ = shutdown.cancelled() => return Ok(()),
                     };
                     match acquired {
                         Ok(l) => {
+                            stale_lease = None;
                             metrics.set_role(Role::Active, "");
                             tracing::info!(
                                 instance = %instance, slot = %config.postgres.slot,

@@ -310,6 +310,7 @@ impl Session {
                     state: SnapshotState::Running,
                     tables_done: Vec::new(),
                     rows: 0,
+                    consistent_point: None,
                 });
                 store_offset(
                     &sink,
@@ -331,6 +332,21 @@ impl Session {
                     slot = %pg.slot, lsn = %created.consistent_point,
                     "created replication slot with an exported snapshot"
                 );
+                // The marker again, now naming the slot's consistent point:
+                // where the hand-over to streaming expects the slot, for
+                // `status` and whoever reads the offset store next.
+                if let Some(progress) = marker.snapshot.as_mut() {
+                    progress.consistent_point = Some(created.consistent_point.to_string());
+                }
+                store_offset(
+                    &sink,
+                    &mut acks,
+                    &marker,
+                    Lsn::ZERO,
+                    &config.kafka.offsets_topic,
+                    "the offset-store write of the snapshot's consistent point",
+                )
+                .await?;
                 let snapshot_tables: Vec<SnapshotTable> = config
                     .outbox
                     .iter()

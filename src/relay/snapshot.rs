@@ -311,10 +311,16 @@ impl Streaming {
             .map(|t| t.table.clone())
             .collect();
         let rows = self.snapshot_tables.iter().map(|t| t.acked).sum();
+        let consistent_point = self
+            .offset_template
+            .snapshot
+            .as_ref()
+            .and_then(|s| s.consistent_point.clone());
         self.offset_template.snapshot = Some(SnapshotProgress {
             state,
             tables_done,
             rows,
+            consistent_point,
         });
         let lsn = completed_at.unwrap_or(Lsn::ZERO);
         self.write_offset(lsn).await

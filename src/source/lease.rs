@@ -37,6 +37,14 @@
 //!    whole host freezes and later resumes with records already handed to
 //!    its producer: docs/delivery.md, "Fencing and its limits".
 //!
+//! 5. **A silent lease connection of our own does not block us.** A lease
+//!    connection can go half-open behind a proxy or NAT that keeps answering
+//!    the server's keepalives: the holder gives the lease up (invariant 3),
+//!    but the server still grants the lock to that connection. When the same
+//!    instance asks again and finds its own previous server process holding
+//!    the lock, it terminates it (`pg_terminate_backend`, allowed for the
+//!    same role) — safe, since it stopped publishing when it gave up.
+//!
 //! Knows nothing of Kafka or the slot: the caller says what the lease is for
 //! (the slot name) and what to do while it waits.
 
@@ -224,6 +232,8 @@ impl Drop for AbortOnDrop {
 #[derive(Debug)]
 pub struct Lease {
     lost: CancellationToken,
+    /// The server process of the lease connection (`pg_backend_pid()`).
+    backend_pid: i32,
     /// The ping loop (owns the client) and the connection's task.
     _tasks: [AbortOnDrop; 3],
 }
@@ -235,10 +245,18 @@ impl Lease {
     /// Cancel-safe: dropping the future closes the connection, which ends
     /// the wait in the server too (no lock is ever granted to a connection
     /// nobody reads).
+    ///
+    /// `stale`: the server process of this instance's own previous lease
+    /// connection, when that lease was lost. A connection that went silent
+    /// (a half-open TCP connection behind a proxy or NAT that keeps
+    /// answering the server's keepalives) may still hold the lock in the
+    /// server; this instance stopped publishing when it lost it, so the
+    /// server process is terminated instead of waited for forever.
     pub async fn acquire(
         params: &ConnectParams,
         slot: &str,
         instance: &Instance,
+        stale: Option<i32>,
         standby: impl FnOnce(Option<&Peer>),
     ) -> Result<Lease, CatalogError> {
         let mut params = params.clone();
@@ -263,14 +281,52 @@ impl Lease {
                 source,
             })?;
         let k = key(slot);
-        let free: bool = client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&k])
+        let backend_pid: i32 = client
+            .query_one("SELECT pg_backend_pid()", &[])
             .await
             .map_err(|source| CatalogError::Query {
-                context: "asking for the lease (pg_try_advisory_lock)",
+                context: "setting up the lease connection",
                 source,
             })?
             .get(0);
+        let try_lock = || async {
+            client
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&k])
+                .await
+                .map_err(|source| CatalogError::Query {
+                    context: "asking for the lease (pg_try_advisory_lock)",
+                    source,
+                })
+                .map(|row| row.get::<_, bool>(0))
+        };
+        let mut free = try_lock().await?;
+        // Ours: the same server process, under this instance's name (not a
+        // process id the server has since given to another instance).
+        let ours = |p: &Peer| {
+            Some(p.backend_pid) == stale && p.application_name == params.application_name
+        };
+        if !free
+            && let Some(stale) = stale
+            && peers(&client, slot)
+                .await?
+                .active
+                .as_ref()
+                .is_some_and(ours)
+        {
+            client
+                .execute("SELECT pg_terminate_backend($1, 5000)", &[&stale])
+                .await
+                .map_err(|source| CatalogError::Query {
+                    context: "terminating this instance's previous lease connection",
+                    source,
+                })?;
+            tracing::warn!(
+                backend_pid = stale,
+                "terminated this instance's previous lease connection, which had stopped \
+                 answering but still held the lease in PostgreSQL"
+            );
+            free = try_lock().await?;
+        }
         if !free {
             let holder = peers(&client, slot).await.ok().and_then(|p| p.active);
             standby(holder.as_ref());
@@ -301,6 +357,7 @@ impl Lease {
         };
         let lease = Lease {
             lost,
+            backend_pid,
             _tasks: [
                 AbortOnDrop(pinger.abort_handle()),
                 watcher,
@@ -323,6 +380,12 @@ impl Lease {
 
     pub fn is_lost(&self) -> bool {
         self.lost.is_cancelled()
+    }
+
+    /// The server process of the lease connection: what to pass as `stale`
+    /// to the next [`Lease::acquire`] once this lease is lost.
+    pub fn backend_pid(&self) -> i32 {
+        self.backend_pid
     }
 }
 
