@@ -3,12 +3,14 @@
 #
 # Eight writers commit outbox rows (with rollbacks and insert-then-delete)
 # while each cycle injects one fault: walrelay kill -9 or SIGTERM, the broker
-# stopped for a while, PostgreSQL restarted (fast or immediate), or the
-# walsender terminated. At the end every committed event is checked against
+# stopped for a while, PostgreSQL restarted (fast or immediate), the
+# walsender terminated, a second walrelay instance started (it takes over
+# when the first is killed), or — with --pair — the primary crashed and its
+# standby promoted. At the end every committed event is checked against
 # Kafka: 0 lost, 0 per-aggregate order breaks, every duplicate identical.
 #
 #   deploy/soak.sh [--cycles N] [--ci] [--seed S] [--load MIN-MAX]
-#                  [--outage MIN-MAX] [--out DIR] [--faults LIST]
+#                  [--outage MIN-MAX] [--out DIR] [--faults LIST] [--pair]
 #                  [--rdkafka-debug CONTEXTS]
 #
 #   --cycles N        fault cycles (default 100, about 25 minutes)
@@ -20,7 +22,12 @@
 #   --out DIR         report and walrelay log (default target/soak/<time>)
 #   --faults LIST     only these kinds, comma-separated (kill-9, sigterm,
 #                     broker-stop, pg-restart-fast, pg-restart-immediate,
-#                     walsender-terminate, second-instance); default all
+#                     walsender-terminate, second-instance, promote); default
+#                     all (promote only with --pair)
+#   --pair            run on a primary and a physical standby
+#                     (deploy/dev/pg_pair.sh, PostgreSQL $SOAK_PG_MAJOR, then
+#                     default 18; 17+), walrelay given both servers, which
+#                     adds the `promote` fault
 #   --rdkafka-debug C librdkafka debug contexts for walrelay (e.g. broker,eos)
 #
 # It stops and restarts the services it uses, so it never uses the shared
@@ -48,7 +55,8 @@ SEED=0
 OUT=""
 FAULTS=all
 RDKAFKA_DEBUG=""
-PG=${SOAK_PG_MAJOR:-16}
+PAIR=0
+PG=${SOAK_PG_MAJOR:-}
 KPORT=${SOAK_KAFKA_PORT:-29092}
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}" >&2; exit 2; }
@@ -65,6 +73,7 @@ while (($#)); do
     --out) OUT=${2:?}; shift 2 ;;
     --faults) FAULTS=${2:?}; shift 2 ;;
     --rdkafka-debug) RDKAFKA_DEBUG=${2:?}; shift 2 ;;
+    --pair) PAIR=1; shift ;;
     -h|--help) usage ;;
     *) log "unknown argument '$1'"; usage ;;
   esac
@@ -75,11 +84,22 @@ done
 [[ $SEED =~ ^[0-9]+$ ]] || die "--seed wants a number, got '$SEED'"
 # The soak kills and restarts these: never the shared defaults.
 [[ $KPORT != 19092 ]] || die "SOAK_KAFKA_PORT must not be the shared broker's 19092"
+if ((PAIR)); then
+  PG=${PG:-18}
+  ((PG >= 17)) || die "--pair needs PostgreSQL 17+ (failover slots); SOAK_PG_MAJOR=$PG"
+  # A pair of its own (not the failover test's): state .state/soakpair<major>.
+  export PAIR_NAME=soakpair$PG PAIR_PORTS="$((57400 + PG)),$((57500 + PG))"
+else
+  PG=${PG:-16}
+  [[ ,$FAULTS, != *,promote,* ]] || die "the promote fault needs --pair"
+fi
 OUT=${OUT:-$ROOT/target/soak/$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd -P)
 
-pg() { PG_MAJOR=$PG deploy/dev/postgres.sh "$@"; }
+pg() {
+  if ((PAIR)); then PG_MAJOR=$PG deploy/dev/pg_pair.sh "$@"; else PG_MAJOR=$PG deploy/dev/postgres.sh "$@"; fi
+}
 kafka() { KAFKA_PORT=$KPORT deploy/dev/kafka.sh "$@"; }
 
 PG_OURS=0
@@ -96,6 +116,7 @@ cleanup() {
   # Keep the services' logs with the report (evidence) before `down`.
   cp "$ROOT/.state/kafka-$KPORT/logs/server.log" "$OUT/kafka-server.log" 2>/dev/null || true
   cp "$ROOT/.state/pg$PG/postgres.log" "$OUT/postgres.log" 2>/dev/null || true
+  cp "$ROOT/.state/${PAIR_NAME:-none}"/{a,b}.log "$OUT/" 2>/dev/null || true
   if ((KAFKA_OURS)); then log "taking the soak broker down"; kafka down >/dev/null 2>&1 || true; fi
   if ((PG_OURS)); then log "taking PostgreSQL $PG down"; pg down >/dev/null 2>&1 || true; fi
   exit $rc
@@ -106,13 +127,24 @@ trap 'exit 130' INT TERM
 log "building (debug)"
 cargo build --locked --all-targets >&2
 
-if pg status >/dev/null 2>&1; then
-  log "reusing the running PostgreSQL $PG (the soak restarts it; it stays up afterwards)"
-else
+if ((PAIR)); then
+  # Always a new pair: a promotion leaves it changed.
   PG_OURS=1
+  env_lines=$(pg up)
+  eval "$env_lines"
+  WALRELAY_PG_PORT=$WALRELAY_PAIR_PRIMARY_PORT
+  WALRELAY_PG_MAJOR=$PG
+  WALRELAY_SOAK_PAIR_PORTS="$WALRELAY_PAIR_PRIMARY_PORT,$WALRELAY_PAIR_STANDBY_PORT"
+  export WALRELAY_SOAK_PAIR_PORTS
+else
+  if pg status >/dev/null 2>&1; then
+    log "reusing the running PostgreSQL $PG (the soak restarts it; it stays up afterwards)"
+  else
+    PG_OURS=1
+  fi
+  env_lines=$(pg up)
+  eval "$env_lines"
 fi
-env_lines=$(pg up)
-eval "$env_lines"
 if kafka status >/dev/null 2>&1; then
   log "reusing the running broker on $KPORT (the soak stops it; it stays up afterwards)"
 else

@@ -159,7 +159,7 @@ topic = "{prefix}.{{aggregatetype}}"
         lsn_of(
             &on_standby,
             "SELECT confirmed_flush_lsn::text FROM pg_replication_slots \
-             WHERE slot_name = $1 AND synced",
+             WHERE slot_name = $1 AND synced AND NOT temporary",
             &names.slot,
         )
         .await

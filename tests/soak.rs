@@ -73,9 +73,14 @@ enum Fault {
     /// update, a copy started by mistake), waits as a standby, and takes
     /// over when the first is killed (-9) a moment later.
     SecondInstance,
+    /// On a primary/standby pair (`deploy/soak.sh --pair`, PostgreSQL 17+):
+    /// once the standby has synchronized walrelay's failover slot, the
+    /// primary crashes (`pg_ctl stop -m immediate`), the standby is
+    /// promoted, and a new standby is made of the old primary's node.
+    Promote,
 }
 
-const FAULTS: [Fault; 7] = [
+const FAULTS: [Fault; 8] = [
     Fault::Kill9,
     Fault::Term,
     Fault::BrokerStop,
@@ -83,6 +88,7 @@ const FAULTS: [Fault; 7] = [
     Fault::PgRestartImmediate,
     Fault::WalsenderTerminate,
     Fault::SecondInstance,
+    Fault::Promote,
 ];
 
 impl Fault {
@@ -95,6 +101,7 @@ impl Fault {
             Fault::PgRestartImmediate => "pg-restart-immediate",
             Fault::WalsenderTerminate => "walsender-terminate",
             Fault::SecondInstance => "second-instance",
+            Fault::Promote => "promote",
         }
     }
 }
@@ -167,7 +174,11 @@ impl Params {
             )),
             pg_major: pg_major(),
             faults: match env_or("WALRELAY_SOAK_FAULTS", "all").as_str() {
-                "all" => FAULTS.to_vec(),
+                // `promote` needs the pair.
+                "all" => FAULTS
+                    .into_iter()
+                    .filter(|f| *f != Fault::Promote || pair_ports().is_some())
+                    .collect(),
                 list => list
                     .split(',')
                     .map(|n| {
@@ -195,12 +206,62 @@ impl Params {
 // PostgreSQL helpers that survive server restarts
 // ---------------------------------------------------------------------------
 
-async fn try_connect(database: &str) -> Result<Client, tokio_postgres::Error> {
-    let (client, conn) = tokio_postgres::connect(&pg_superuser_url(database), NoTls).await?;
+/// The two ports of the primary/standby pair the soak runs on with
+/// `deploy/soak.sh --pair` (`WALRELAY_SOAK_PAIR_PORTS`), else `None`.
+fn pair_ports() -> Option<Vec<u16>> {
+    let ports = std::env::var("WALRELAY_SOAK_PAIR_PORTS").ok()?;
+    Some(
+        ports
+            .split(',')
+            .map(|p| p.trim().parse().expect("WALRELAY_SOAK_PAIR_PORTS"))
+            .collect(),
+    )
+}
+
+/// A superuser connection to `database`: on a pair, to whichever server is
+/// the primary now (not in recovery).
+async fn try_connect(database: &str) -> Result<Client, String> {
+    let Some(ports) = pair_ports() else {
+        return connect_url(&pg_superuser_url(database)).await;
+    };
+    for port in ports {
+        let url = format!("postgres://postgres:postgres@127.0.0.1:{port}/{database}");
+        let Ok(client) = connect_url(&url).await else {
+            continue;
+        };
+        if let Ok(row) = client.query_one("SELECT pg_is_in_recovery()", &[]).await
+            && !row.get::<_, bool>(0)
+        {
+            return Ok(client);
+        }
+    }
+    Err("no primary".into())
+}
+
+async fn connect_url(url: &str) -> Result<Client, String> {
+    let (client, conn) = tokio_postgres::connect(url, NoTls)
+        .await
+        .map_err(|e| e.to_string())?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
     Ok(client)
+}
+
+/// The standby of the pair: a connection to the server in recovery.
+async fn connect_standby() -> Option<Client> {
+    for port in pair_ports()? {
+        let url = format!("postgres://postgres:postgres@127.0.0.1:{port}/postgres");
+        let Ok(client) = connect_url(&url).await else {
+            continue;
+        };
+        if let Ok(row) = client.query_one("SELECT pg_is_in_recovery()", &[]).await
+            && row.get::<_, bool>(0)
+        {
+            return Some(client);
+        }
+    }
+    None
 }
 
 /// Connects, retrying while the server restarts.
@@ -815,7 +876,17 @@ async fn fault_soak() {
             params.rdkafka_debug
         )
     };
-    std::fs::write(&config_path, relay_config(&db, &names, "", &extra)).expect("write config");
+    let mut config = relay_config(&db, &names, "", &extra);
+    if let Some(ports) = pair_ports() {
+        // Both servers of the pair: walrelay follows the primary.
+        let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        assert!(config.contains("host = \"127.0.0.1\"\n"));
+        config = config.replace(
+            "host = \"127.0.0.1\"\n",
+            &format!("host = \"{}\"\n", hosts.join(",")),
+        );
+    }
+    std::fs::write(&config_path, config).expect("write config");
     let mut sup = Supervised::start(&config_path);
     sup.relay
         .wait_log("streaming", Duration::from_secs(120))
@@ -838,6 +909,13 @@ async fn fault_soak() {
 
     let kafka = reader("soak_marks");
     let pg_env = [("PG_MAJOR", params.pg_major.as_str())];
+    // On a pair (`--pair`) the restarts and the promotion go through its script
+    // (PAIR_NAME and PAIR_PORTS come from deploy/soak.sh's environment).
+    let pg_script = if pair_ports().is_some() {
+        "deploy/dev/pg_pair.sh"
+    } else {
+        "deploy/dev/postgres.sh"
+    };
     let kafka_env = [("KAFKA_PORT", kafka_port.as_str())];
     let mut cycles: Vec<CycleRecord> = Vec::new();
     let mut term_unclean: Vec<String> = Vec::new();
@@ -880,10 +958,38 @@ async fn fault_soak() {
                 run_script("deploy/dev/kafka.sh", &kafka_env, &["start"]);
             }
             Fault::PgRestartFast => {
-                run_script("deploy/dev/postgres.sh", &pg_env, &["restart-fast"]);
+                run_script(pg_script, &pg_env, &["restart-fast"]);
             }
             Fault::PgRestartImmediate => {
-                run_script("deploy/dev/postgres.sh", &pg_env, &["restart-immediate"]);
+                run_script(pg_script, &pg_env, &["restart-immediate"]);
+            }
+            Fault::Promote => {
+                // A failover loses the slot unless the standby has a copy:
+                // wait for it (what an operator checks before promoting).
+                let synced = wait_for(
+                    "the standby to synchronize walrelay's failover slot",
+                    // A rebuilt standby persists its copy only once the
+                    // slot's restart_lsn passes the standby's start: up to
+                    // a minute or two of walrelay confirming.
+                    Duration::from_secs(300),
+                    || async {
+                        let standby = connect_standby().await?;
+                        let row = standby
+                            .query_opt(
+                                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots \
+                                 WHERE slot_name = $1 AND synced AND NOT temporary",
+                                &[&names.slot],
+                            )
+                            .await
+                            .ok()??;
+                        row.get::<_, Option<String>>(0)
+                    },
+                )
+                .await;
+                run_script(pg_script, &pg_env, &["stop-primary"]);
+                run_script(pg_script, &pg_env, &["promote"]);
+                run_script(pg_script, &pg_env, &["rebuild-standby"]);
+                detail = format!("slot synced at {synced}");
             }
             Fault::SecondInstance => {
                 let mut first = sup.start_second();

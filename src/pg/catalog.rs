@@ -39,6 +39,10 @@ pub enum CatalogError {
     },
     #[error("{0}")]
     Invalid(String),
+    /// A connection ended while walrelay still needed it (the server
+    /// restarting): retried.
+    #[error("the PostgreSQL connection for {0} ended")]
+    Ended(&'static str),
     /// `postgres.host` lists several servers and none is a writable primary.
     #[error(
         "none of the servers in postgres.host is a writable primary (waiting for one to be \
@@ -68,7 +72,7 @@ impl CatalogError {
             CatalogError::Tls { .. } => false,
             CatalogError::Query { source, .. } => source.is_closed() || source.code().is_none(),
             CatalogError::Invalid(_) => false,
-            CatalogError::NoPrimary { .. } => true,
+            CatalogError::NoPrimary { .. } | CatalogError::Ended(_) => true,
         }
     }
 }

@@ -366,9 +366,8 @@ impl Lease {
         };
         tokio::time::sleep(GRACE).await;
         if lease.is_lost() {
-            return Err(CatalogError::Invalid(
-                "the lease connection to PostgreSQL ended right after the lease was granted".into(),
-            ));
+            // The server went away during the grace (a restart): ask again.
+            return Err(CatalogError::Ended("the lease, right after it was granted"));
         }
         Ok(lease)
     }
