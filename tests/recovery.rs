@@ -247,8 +247,9 @@ async fn pump(
 /// [`FreezingProxy`], TLS off so the proxy can tell the connections apart,
 /// streams one event, then freezes the existing connections (only the
 /// replication connection with `replication_only`) and commits another:
-/// returns the relay once that one is in Kafka.
-async fn freeze_and_recover(prefix: &str, replication_only: bool) -> RelayProcess {
+/// returns the relay once that one is in Kafka, with the database (dropping
+/// it ends the relay's connections: keep it until the relay has stopped).
+async fn freeze_and_recover(prefix: &str, replication_only: bool) -> (RelayProcess, TestDb) {
     require_kafka();
     let db = TestDb::new(prefix).await;
     db.create_outbox("outbox").await;
@@ -287,7 +288,7 @@ async fn freeze_and_recover(prefix: &str, replication_only: bool) -> RelayProces
         "the event after the connection froze never arrived: {consumed:?}\n{}",
         relay.log()
     );
-    relay
+    (relay, db)
 }
 
 /// The replication connection goes half-open (nothing flows, nothing
@@ -296,7 +297,7 @@ async fn freeze_and_recover(prefix: &str, replication_only: bool) -> RelayProces
 /// green health check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_half_open_connection_is_noticed_and_replaced() {
-    let mut relay = freeze_and_recover("halfopen", true).await;
+    let (mut relay, _db) = freeze_and_recover("halfopen", true).await;
     assert!(
         relay.log().contains("presumed dead"),
         "the dead connection is named in the log: {}",
@@ -312,7 +313,7 @@ async fn a_half_open_connection_is_noticed_and_replaced() {
 /// streams on — instead of waiting as a standby behind itself forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_half_open_lease_connection_of_its_own_does_not_block_it() {
-    let mut relay = freeze_and_recover("halflease", false).await;
+    let (mut relay, _db) = freeze_and_recover("halflease", false).await;
     let log = relay.log();
     assert!(log.contains("lost the lease"), "{log}");
     assert!(

@@ -130,22 +130,5 @@ impl LedgerWriters {
 
 /// Every ledger row, as the outbox row it was.
 pub async fn ledger(client: &Client) -> HashMap<String, OutboxRow> {
-    client
-        .query(
-            "SELECT id::text, aggregatetype, aggregateid, payload::text FROM ledger",
-            &[],
-        )
-        .await
-        .expect("read ledger")
-        .iter()
-        .map(|r| {
-            let row = OutboxRow {
-                id: r.get(0),
-                aggregate_type: r.get(1),
-                aggregate_id: r.get(2),
-                payload: r.get(3),
-            };
-            (row.id.clone(), row)
-        })
-        .collect()
+    super::rows_of(client, "ledger").await
 }

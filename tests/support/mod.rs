@@ -646,13 +646,18 @@ pub struct OutboxRow {
 
 /// All rows of `public.outbox`, by id.
 pub async fn outbox_rows(db: &TestDb) -> std::collections::HashMap<String, OutboxRow> {
-    db.client
+    rows_of(&db.client, "outbox").await
+}
+
+/// All rows of `table` (an outbox table, or one with its columns), by id.
+pub async fn rows_of(client: &Client, table: &str) -> std::collections::HashMap<String, OutboxRow> {
+    client
         .query(
-            "SELECT id::text, aggregatetype, aggregateid, payload::text FROM outbox",
+            &format!("SELECT id::text, aggregatetype, aggregateid, payload::text FROM {table}"),
             &[],
         )
         .await
-        .expect("read outbox")
+        .unwrap_or_else(|e| panic!("read {table}: {e}"))
         .iter()
         .map(|r| {
             let row = OutboxRow {
