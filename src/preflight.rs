@@ -428,9 +428,43 @@ async fn failover_readiness(
              synchronized_standby_slots = '<the standbys' physical slots>' here, and {STANDBY}"
         ));
     }
+    // What the primary can see of each standby named there: its physical
+    // slot, whether it is connected, and whether it sends hot standby
+    // feedback (the slot then has an xmin).
+    let mut problems = Vec::new();
+    for name in synced.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let row = client
+            .query_opt(
+                "SELECT active, xmin IS NOT NULL FROM pg_replication_slots \
+                 WHERE slot_name = $1 AND slot_type = 'physical'",
+                &[&name],
+            )
+            .await;
+        match row {
+            Ok(None) => problems.push(format!(
+                "{name} is not a physical slot on this primary (logical walsenders wait for it: \
+                 walrelay stalls)"
+            )),
+            Ok(Some(r)) if !r.get::<_, bool>(0) => problems.push(format!(
+                "the standby of slot {name} is not connected (walrelay waits for it)"
+            )),
+            Ok(Some(r)) if !r.get::<_, bool>(1) => problems.push(format!(
+                "the standby of slot {name} sends no hot standby feedback (set \
+                 hot_standby_feedback = on there, or its copy of the slot cannot be used)"
+            )),
+            Ok(Some(_)) => {}
+            Err(e) => problems.push(format!("slot {name} unreadable: {e}")),
+        }
+    }
+    if !problems.is_empty() {
+        return Outcome::Warn(format!(
+            "{slot_says}; synchronized_standby_slots = '{synced}': {}; {STANDBY}",
+            problems.join("; ")
+        ));
+    }
     Outcome::Ok(format!(
-        "{slot_says}; synchronized_standby_slots = '{synced}' (walrelay never gets ahead of \
-         those standbys); {STANDBY}"
+        "{slot_says}; synchronized_standby_slots = '{synced}', each standby connected with hot \
+         standby feedback (walrelay never gets ahead of them); {STANDBY}"
     ))
 }
 

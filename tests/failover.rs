@@ -208,5 +208,14 @@ topic = "{prefix}.{{aggregatetype}}"
         "failover: {} events on the new primary ({written} written), {duplicates} duplicates, 0 lost",
         rows.len()
     );
+    // The new primary has no standby yet: check says the next failover
+    // would not find the slot.
+    let (_, report) = check(&path);
+    assert!(
+        report.lines().any(|l| l.starts_with("warn  failover:")
+            && l.contains("is a failover slot")
+            && l.contains("synchronized_standby_slots is empty")),
+        "check warns that the new primary has no standby for the slot:\n{report}"
+    );
     relay.stop();
 }
