@@ -109,9 +109,17 @@ async fn kafka_round_trips_a_record_with_acks_all() {
 /// to it: PostgreSQL 16 on 54316).
 #[test]
 fn service_ports_cannot_be_taken_by_outgoing_connections() {
+    // One read() with a large buffer: these files answer only the first
+    // read of an open file (read_to_string's 32-byte probe read would get a
+    // list cut after 32 bytes, and EOF after it).
     let read = |f: &str| {
-        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{f}"))
-            .unwrap_or_else(|e| panic!("/proc/sys/net/ipv4/{f}: {e}"))
+        use std::io::Read;
+        let path = format!("/proc/sys/net/ipv4/{f}");
+        let mut buf = vec![0u8; 64 * 1024];
+        let n = std::fs::File::open(&path)
+            .and_then(|mut file| file.read(&mut buf))
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        String::from_utf8_lossy(&buf[..n]).into_owned()
     };
     let range: Vec<u32> = read("ip_local_port_range")
         .split_whitespace()
