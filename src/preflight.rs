@@ -545,7 +545,11 @@ async fn slot_line(
         SlotPlan::NothingToDo { why } => {
             Outcome::Ok(format!("run will stop at once, leaving {}: {why}", pg.slot))
         }
-        SlotPlan::Snapshot { drop_first, why } => {
+        SlotPlan::Snapshot {
+            drop_first,
+            why,
+            replaces_stream_at,
+        } => {
             for (outbox, table) in tables {
                 if let Err(e) = startup::snapshot_privileges(client, table).await {
                     return fail(e.problem(), e.fix());
@@ -579,7 +583,22 @@ async fn slot_line(
                 )
                 .await
             );
-            if drop_first {
+            if let Some(from) = replaces_stream_at {
+                // Changes between the stream's stop and the new snapshot are
+                // gone: say so before run does it.
+                Outcome::Warn(format!(
+                    "run will {} {} with {what}. Changes committed after the stored offset {from} \
+                     and before the new snapshot are never streamed (rows inserted and deleted \
+                     in between, updates and deletes of [[table]] captures): run records that \
+                     range as an accepted gap (docs/operations.md, \"Lost slot\")",
+                    if drop_first {
+                        "drop and re-create"
+                    } else {
+                        "create"
+                    },
+                    pg.slot
+                ))
+            } else if drop_first {
                 // Re-sends what the first snapshot published: worth a look.
                 Outcome::Warn(format!(
                     "{} exists; run will drop it and create it again with {what}",

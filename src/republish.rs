@@ -147,7 +147,11 @@ pub async fn republish(
         .await
         .map_err(|e| RepublishError::Postgres(e.to_string()))?;
     let relation = reader
-        .table_relation(&table.schema, &table.name)
+        .table_relation(
+            &table.schema,
+            &table.name,
+            Some(&config.postgres.publication),
+        )
         .await
         .map_err(|e| RepublishError::Postgres(e.to_string()))?;
     let mut router = Router::new(std::slice::from_ref(outbox));

@@ -549,7 +549,18 @@ pub enum SlotPlan {
     /// rows as of it, then stream (`initial_only`: stop). `drop_first`: a
     /// slot of that name exists and is dropped first (walrelay's own slot of
     /// an interrupted snapshot, or a lost slot under `when_needed`).
-    Snapshot { drop_first: bool, why: String },
+    ///
+    /// `replaces_stream_at`: under `when_needed`, the stored offset the
+    /// stream stopped at when its slot went missing or lost. The new
+    /// snapshot holds the rows that exist at its consistent point, but what
+    /// happened in between is gone: a row inserted and deleted (an outbox
+    /// row cleaned up), and every update or delete of a `[[table]]`. That
+    /// range is an accepted gap, stored and shown like one.
+    Snapshot {
+        drop_first: bool,
+        why: String,
+        replaces_stream_at: Option<String>,
+    },
     /// `initial_only` with nothing left to do.
     NothingToDo { why: String },
 }
@@ -587,6 +598,7 @@ pub fn slot_plan(
         return Ok(SlotPlan::Snapshot {
             drop_first: slot.is_some(),
             why,
+            replaces_stream_at: None,
         });
     }
     // Under no_data an interrupted snapshot is simply not resumed.
@@ -601,6 +613,7 @@ pub fn slot_plan(
                 Ok(SlotPlan::Snapshot {
                     drop_first: false,
                     why,
+                    replaces_stream_at: None,
                 })
             } else {
                 missing_slot(pg, None, accept_slot_position)?;
@@ -641,12 +654,13 @@ pub fn slot_plan(
                 return Ok(SlotPlan::Snapshot {
                     drop_first: false,
                     why,
+                    replaces_stream_at: Some(stored.lsn.clone()),
                 });
             }
             missing_slot(pg, Some(stored), accept_slot_position)?;
             Ok(SlotPlan::CreateAndStream)
         }
-        (Some(_), Some(slot)) => {
+        (Some(stored), Some(slot)) => {
             if mode == Some(SnapshotMode::WhenNeeded) && slot.wal_status.as_deref() == Some("lost")
             {
                 let why = format!(
@@ -658,6 +672,7 @@ pub fn slot_plan(
                 return Ok(SlotPlan::Snapshot {
                     drop_first: true,
                     why,
+                    replaces_stream_at: Some(stored.lsn.clone()),
                 });
             }
             Ok(SlotPlan::Resume)

@@ -20,6 +20,7 @@ use walrelay::pg::replication::{CreatedSlot, ReplicationClient, ReplicationMessa
 use walrelay::pg::snapshot::{HashSplit, SnapshotError, SnapshotReader};
 use walrelay::pg::wire::ConnectParams;
 use walrelay::pgoutput::{Cell, LogicalMessage, Relation, TupleData, decode};
+use walrelay::source::{SnapshotTable, Source, SourceError};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -179,7 +180,10 @@ async fn snapshot_and_stream_split_at_the_consistent_point() {
     let mut reader = SnapshotReader::open(&params(&db), &created.snapshot_name)
         .await
         .expect("import the snapshot");
-    let relation = reader.table_relation("public", "outbox").await.unwrap();
+    let relation = reader
+        .table_relation("public", "outbox", None)
+        .await
+        .unwrap();
     assert_eq!(
         reader.estimate_rows(&relation).await.unwrap(),
         None,
@@ -290,7 +294,10 @@ async fn snapshot_values_are_byte_identical_to_pgoutput() {
     let mut reader = SnapshotReader::open(&params(&db), &created.snapshot_name)
         .await
         .unwrap();
-    let relation = reader.table_relation("public", "tricky").await.unwrap();
+    let relation = reader
+        .table_relation("public", "tricky", None)
+        .await
+        .unwrap();
     let names: Vec<&str> = relation.columns.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(
         names,
@@ -357,7 +364,10 @@ async fn hash_split_readers_cover_every_row_once() {
                 .unwrap(),
         );
     }
-    let relation = readers[0].table_relation("public", "outbox").await.unwrap();
+    let relation = readers[0]
+        .table_relation("public", "outbox", None)
+        .await
+        .unwrap();
     let splits = HashSplit::all("aggregateid", 3).unwrap();
     let mut seen: HashMap<i64, usize> = HashMap::new();
     let mut owner: HashMap<Option<String>, usize> = HashMap::new();
@@ -411,7 +421,10 @@ async fn large_table_is_read_in_batches() {
     let mut reader = SnapshotReader::open(&params(&db), &created.snapshot_name)
         .await
         .unwrap();
-    let relation = reader.table_relation("public", "outbox").await.unwrap();
+    let relation = reader
+        .table_relation("public", "outbox", None)
+        .await
+        .unwrap();
     let estimate = reader.estimate_rows(&relation).await.unwrap().unwrap();
     assert!(
         (ROWS as u64 * 9 / 10..=ROWS as u64 * 11 / 10).contains(&estimate),
@@ -459,16 +472,22 @@ async fn reader_errors_name_table_and_column() {
         .await
         .unwrap();
     let err = reader
-        .table_relation("public", "missing")
+        .table_relation("public", "missing", None)
         .await
         .unwrap_err();
     assert!(
         err.to_string().contains("public.missing does not exist"),
         "{err}"
     );
-    let err = reader.table_relation("public", "v").await.unwrap_err();
+    let err = reader
+        .table_relation("public", "v", None)
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("public.v is a view"), "{err}");
-    let relation = reader.table_relation("public", "nokey").await.unwrap();
+    let relation = reader
+        .table_relation("public", "nokey", None)
+        .await
+        .unwrap();
     assert!(relation.columns.iter().all(|c| !c.is_key()));
     let err = reader.read(&relation, &[], None).await.unwrap_err();
     assert!(matches!(err, SnapshotError::NoOrder { .. }), "{err}");
@@ -512,7 +531,10 @@ async fn partitioned_table_reads_like_its_root() {
     let mut reader = SnapshotReader::open(&params(&db), &created.snapshot_name)
         .await
         .unwrap();
-    let relation = reader.table_relation("public", "outbox").await.unwrap();
+    let relation = reader
+        .table_relation("public", "outbox", None)
+        .await
+        .unwrap();
     let estimate = reader.estimate_rows(&relation).await.unwrap();
     assert_eq!(estimate, Some(2000), "the partitions' reltuples summed");
     let rows = read_all(&mut reader, &relation, &[], None, 500).await;
@@ -524,4 +546,343 @@ async fn partitioned_table_reads_like_its_root() {
         stream_inserts(client, &slot, created.consistent_point, "part_pub", 1).await;
     assert_eq!(streamed.iter().map(id).collect::<Vec<_>>(), [5000]);
     assert_eq!(streamed_relation, relation);
+}
+
+fn snapshot_table(name: &str) -> SnapshotTable {
+    SnapshotTable {
+        schema: "public".into(),
+        name: name.into(),
+        order_by: Vec::new(),
+        split_by: "aggregateid".into(),
+    }
+}
+
+/// Opens the snapshot `created` exported on `tables` the way `walrelay run`
+/// does (every reader locks every table, then the check).
+async fn open_source(
+    db: &TestDb,
+    client: ReplicationClient,
+    created: &CreatedSlot,
+    publication: &str,
+    tables: &[&str],
+) -> Result<Source, SourceError> {
+    let tables: Vec<SnapshotTable> = tables.iter().map(|t| snapshot_table(t)).collect();
+    Source::snapshot(client, created, &params(db), publication, &tables, 2, 100).await
+}
+
+/// Each kind of DDL PostgreSQL does not show to an older snapshot
+/// (TRUNCATE, a rewriting ALTER TABLE, a dropped or renamed column, a
+/// dropped table), committed after the consistent point and before the
+/// readers lock the tables: the snapshot refuses to read (it would see the
+/// table empty or fail mid-way), transiently, naming the table — it is
+/// taken again from a new point. Without DDL the same steps succeed.
+#[tokio::test]
+async fn ddl_after_the_consistent_point_is_found_before_any_row_is_read() {
+    let ddl = [
+        ("TRUNCATE outbox_b", "filenode"),
+        (
+            "ALTER TABLE outbox_b ADD COLUMN r float8 DEFAULT random()",
+            "filenode",
+        ),
+        ("ALTER TABLE outbox_b DROP COLUMN payload", "became"),
+        (
+            "ALTER TABLE outbox_b RENAME COLUMN payload TO body",
+            "became",
+        ),
+        ("DROP TABLE outbox_b", "dropped"),
+        ("", ""),
+    ];
+    for (statement, says) in ddl {
+        let db = TestDb::new("snapddl").await;
+        outbox_table(&db, "outbox", "ddl_pub").await;
+        db.client
+            .batch_execute(
+                "CREATE TABLE outbox_b (id int8 PRIMARY KEY, aggregateid text, payload text);
+                 ALTER TABLE outbox_b OWNER TO walrelay;
+                 ALTER PUBLICATION ddl_pub ADD TABLE outbox_b;
+                 INSERT INTO outbox SELECT i, 'a' || i, 'x' FROM generate_series(1, 50) i;
+                 INSERT INTO outbox_b SELECT i, 'a' || i, 'x' FROM generate_series(1, 50) i;",
+            )
+            .await
+            .unwrap();
+        let slot = unique("snapddl");
+        let (client, created) = export(&db, &slot).await;
+        if !statement.is_empty() {
+            db.client.batch_execute(statement).await.unwrap();
+        }
+        let result = open_source(&db, client, &created, "ddl_pub", &["outbox", "outbox_b"]).await;
+        if statement.is_empty() {
+            let mut source = result.expect("no DDL: the snapshot opens");
+            let mut rows = 0;
+            loop {
+                match source.next().await.expect("snapshot event") {
+                    walrelay::source::SourceEvent::SnapshotRow { .. } => rows += 1,
+                    walrelay::source::SourceEvent::SnapshotDone { .. } => break,
+                    _ => {}
+                }
+            }
+            assert_eq!(rows, 100);
+            continue;
+        }
+        let Err(SourceError::Snapshot(e)) = result else {
+            panic!("{statement}: the snapshot must refuse, got {result:?}")
+        };
+        let text = e.to_string();
+        assert!(
+            matches!(e, SnapshotError::ChangedSinceSnapshot { .. }) && e.is_transient(),
+            "{statement}: {text}"
+        );
+        assert!(text.contains(says), "{statement}: {text}");
+        assert!(text.contains("taken again"), "{statement}: {text}");
+    }
+}
+
+/// While a snapshot reads its first table, DDL on a later one waits for the
+/// snapshot (the readers locked every table first) instead of making the
+/// snapshot see the later table empty: every row present at the consistent
+/// point is read.
+#[tokio::test]
+async fn ddl_during_the_snapshot_waits_and_every_row_is_read() {
+    let db = TestDb::new("snapddlwait").await;
+    outbox_table(&db, "outbox", "wait_pub").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE outbox_b (id int8 PRIMARY KEY, aggregateid text, payload text);
+             ALTER TABLE outbox_b OWNER TO walrelay;
+             ALTER PUBLICATION wait_pub ADD TABLE outbox_b;
+             INSERT INTO outbox SELECT i, 'a' || i, 'x' FROM generate_series(1, 2000) i;
+             INSERT INTO outbox_b SELECT i, 'a' || i, 'x' FROM generate_series(1, 1000) i;",
+        )
+        .await
+        .unwrap();
+    let slot = unique("snapddlwait");
+    let (client, created) = export(&db, &slot).await;
+    let mut source = open_source(&db, client, &created, "wait_pub", &["outbox", "outbox_b"])
+        .await
+        .expect("open");
+    // The first rows of the first table are out: the DDL starts now.
+    loop {
+        if let walrelay::source::SourceEvent::SnapshotRow { .. } = source.next().await.unwrap() {
+            break;
+        }
+    }
+    let ddl = {
+        let name = db.name.clone();
+        tokio::spawn(async move {
+            let (client, conn) = tokio_postgres::connect(
+                &format!(
+                    "postgres://postgres:postgres@127.0.0.1:{}/{name}",
+                    pg_port()
+                ),
+                tokio_postgres::NoTls,
+            )
+            .await
+            .unwrap();
+            tokio::spawn(conn);
+            client
+                .batch_execute(
+                    "BEGIN; TRUNCATE outbox_b;
+                     INSERT INTO outbox_b SELECT i, 'n' || i, 'new' FROM generate_series(5001, 5010) i;
+                     COMMIT;
+                     ALTER TABLE outbox ADD COLUMN r float8 DEFAULT random();",
+                )
+                .await
+                .unwrap();
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !ddl.is_finished(),
+        "the DDL must wait for the snapshot's locks"
+    );
+    let mut per_table: HashMap<usize, HashSet<String>> = HashMap::new();
+    loop {
+        match source.next().await.unwrap() {
+            walrelay::source::SourceEvent::SnapshotRow { table, row, .. } => {
+                per_table
+                    .entry(table)
+                    .or_default()
+                    .insert(text(row.get(0)).unwrap());
+            }
+            walrelay::source::SourceEvent::SnapshotDone { .. } => break,
+            _ => {}
+        }
+    }
+    assert_eq!(
+        per_table.get(&0).map(HashSet::len),
+        Some(1999),
+        "the first row came before"
+    );
+    assert_eq!(per_table.get(&1).map(HashSet::len), Some(1000));
+    drop(source);
+    tokio::time::timeout(DEADLINE, ddl)
+        .await
+        .expect("the DDL runs once the snapshot ended")
+        .unwrap();
+}
+
+/// A plain table is read without its inheritance children: pgoutput streams
+/// a child's rows as the child's, so reading them as the parent's would
+/// publish them under the parent (twice, with the child captured too).
+#[tokio::test]
+async fn inheritance_children_are_not_read_as_the_parent() {
+    let db = TestDb::new("snapinherit").await;
+    outbox_table(&db, "outbox", "inh_pub").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE outbox_child (extra text) INHERITS (outbox);
+             ALTER TABLE outbox_child OWNER TO walrelay;
+             INSERT INTO outbox VALUES (1, 'a', 'parent');
+             INSERT INTO outbox_child VALUES (2, 'b', 'child', 'x');",
+        )
+        .await
+        .unwrap();
+    let slot = unique("snapinherit");
+    let (_client, created) = export(&db, &slot).await;
+    let mut reader = SnapshotReader::open(&params(&db), &created.snapshot_name)
+        .await
+        .unwrap();
+    let parent = reader
+        .table_relation("public", "outbox", None)
+        .await
+        .unwrap();
+    let rows = read_all(&mut reader, &parent, &[], None, 10).await;
+    assert_eq!(rows.iter().map(id).collect::<Vec<_>>(), [1]);
+    let child = reader
+        .table_relation("public", "outbox_child", None)
+        .await
+        .unwrap();
+    let rows = read_all(&mut reader, &child, &["id".to_owned()], None, 10).await;
+    assert_eq!(rows.iter().map(id).collect::<Vec<_>>(), [2]);
+}
+
+/// The role's timeouts (`statement_timeout`,
+/// `idle_in_transaction_session_timeout`, `idle_session_timeout`, and on
+/// 17+ `transaction_timeout`) cannot end a snapshot: a COPY that outlives
+/// them, a reader idle in its transaction between tables, and the exporting
+/// replication connection idle in its transaction all carry on.
+#[tokio::test]
+async fn role_timeouts_do_not_end_a_snapshot() {
+    let db = TestDb::new("snaptimeouts").await;
+    outbox_table(&db, "outbox", "to_pub").await;
+    let major: u32 = pg_major().parse().unwrap_or(18);
+    let mut settings = String::from(
+        "ALTER ROLE walrelay IN DATABASE {db} SET statement_timeout = '1s';
+         ALTER ROLE walrelay IN DATABASE {db} SET idle_in_transaction_session_timeout = '1s';
+         ALTER ROLE walrelay IN DATABASE {db} SET idle_session_timeout = '1s';",
+    );
+    if major >= 17 {
+        settings.push_str("ALTER ROLE walrelay IN DATABASE {db} SET transaction_timeout = '2s';");
+    }
+    db.client
+        .batch_execute(&format!(
+            "{}
+             INSERT INTO outbox SELECT i, 'a' || i, repeat('x', 100) FROM generate_series(1, 20000) i;",
+            settings.replace("{db}", &db.name)
+        ))
+        .await
+        .unwrap();
+    let slot = unique("snaptimeouts");
+    let (client, created) = export(&db, &slot).await;
+    let mut reader = SnapshotReader::open(&params(&db), &created.snapshot_name)
+        .await
+        .unwrap();
+    let relation = reader
+        .table_relation("public", "outbox", None)
+        .await
+        .unwrap();
+    let mut count = 0;
+    {
+        let mut rows = reader.read(&relation, &[], None).await.unwrap();
+        let mut first = true;
+        while let Some(batch) = rows.next_batch(100, usize::MAX).await.unwrap() {
+            count += batch.len();
+            if first {
+                // The COPY runs on while the consumer is slow.
+                tokio::time::sleep(Duration::from_millis(2_500)).await;
+                first = false;
+            }
+        }
+    }
+    assert_eq!(count, 20_000);
+    // Idle in the snapshot's transaction between two tables.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let again = read_all(&mut reader, &relation, &[], None, 5_000).await;
+    assert_eq!(again.len(), 20_000);
+    reader.finish().await.unwrap();
+    // The exporting connection idled in its transaction all along.
+    db.client
+        .batch_execute("INSERT INTO outbox VALUES (30000, 'z', 'after')")
+        .await
+        .unwrap();
+    let (_, streamed, _) =
+        stream_inserts(client, &slot, created.consistent_point, "to_pub", 1).await;
+    assert_eq!(streamed.iter().map(id).collect::<Vec<_>>(), [30000]);
+}
+
+/// The snapshot reads the columns the publication streams: its column list
+/// (15+) leaves a column out of both, and on 18 a stored generated column
+/// that `publish_generated_columns` publishes is in both. The snapshot's
+/// Relation equals the streamed one.
+#[tokio::test]
+async fn snapshot_columns_are_the_publications_columns() {
+    let major: u32 = pg_major().parse().unwrap_or(18);
+    if major < 15 {
+        // PostgreSQL 14 has no column lists: nothing to differ (the
+        // byte-identity test covers its columns).
+        return;
+    }
+    let db = TestDb::new("snapcollist").await;
+    let generated = if major >= 18 {
+        ", doubled int8 GENERATED ALWAYS AS (id * 2) STORED"
+    } else {
+        ""
+    };
+    let with = if major >= 18 {
+        " WITH (publish_generated_columns = stored)"
+    } else {
+        ""
+    };
+    let listed = if major >= 18 {
+        "id, aggregateid, payload, doubled"
+    } else {
+        "id, aggregateid, payload"
+    };
+    db.client
+        .batch_execute(&format!(
+            "CREATE TABLE outbox (id int8 PRIMARY KEY, aggregateid text, secret text, payload text{generated});
+             ALTER TABLE outbox OWNER TO walrelay;
+             CREATE PUBLICATION col_pub FOR TABLE outbox ({listed}){with};
+             INSERT INTO outbox VALUES (1, 'a', 'hidden', 'p');"
+        ))
+        .await
+        .unwrap();
+    let slot = unique("snapcollist");
+    let (client, created) = export(&db, &slot).await;
+    db.client
+        .batch_execute("INSERT INTO outbox VALUES (2, 'b', 'hidden', 'q')")
+        .await
+        .unwrap();
+    let mut reader = SnapshotReader::open(&params(&db), &created.snapshot_name)
+        .await
+        .unwrap();
+    let relation = reader
+        .table_relation("public", "outbox", Some("col_pub"))
+        .await
+        .unwrap();
+    let names: Vec<&str> = relation.columns.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names.join(", "), listed);
+    let rows = read_all(&mut reader, &relation, &[], None, 10).await;
+    assert_eq!(rows.len(), 1);
+    assert!(
+        rows[0]
+            .0
+            .iter()
+            .all(|c| text(Some(c)).as_deref() != Some("hidden")),
+        "{rows:?}"
+    );
+    let (streamed_relation, streamed, _) =
+        stream_inserts(client, &slot, created.consistent_point, "col_pub", 1).await;
+    assert_eq!(streamed_relation, relation);
+    assert_eq!(streamed[0].0.len(), rows[0].0.len());
 }

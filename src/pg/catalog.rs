@@ -140,6 +140,24 @@ pub async fn connect_owned(
 async fn connect_one(
     params: &ConnectParams,
 ) -> Result<(Client, tokio::task::JoinHandle<()>), CatalogError> {
+    let (client, task) = open_session(params).await?;
+    if let Err(source) = client
+        .batch_execute(crate::pg::wire::TRANSACTION_TIMEOUT_OFF)
+        .await
+    {
+        task.abort();
+        return Err(CatalogError::Query {
+            context: "turning transaction_timeout off for walrelay's session",
+            source,
+        });
+    }
+    Ok((client, task))
+}
+
+/// Connects one server: settings, keepalives, TLS as `params` say.
+async fn open_session(
+    params: &ConnectParams,
+) -> Result<(Client, tokio::task::JoinHandle<()>), CatalogError> {
     let mut cfg = tokio_postgres::Config::new();
     cfg.user(&params.user)
         .dbname(&params.database)

@@ -47,6 +47,7 @@ use std::pin::Pin;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use postgres_protocol::escape::{escape_identifier, escape_literal};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, CopyOutStream};
 
 use crate::pg::catalog::{self, CatalogError, describe};
@@ -77,6 +78,15 @@ pub enum SnapshotError {
         context: &'static str,
         source: tokio_postgres::Error,
     },
+    /// DDL changed a table after the snapshot's consistent point, before
+    /// the readers locked it: the snapshot cannot read it as of its point.
+    #[error(
+        "{changes} after the snapshot's consistent point, before the snapshot locked it: \
+         PostgreSQL cannot show a table rewritten or truncated after a snapshot as of that \
+         snapshot, so this snapshot would miss its rows; nothing of this snapshot was published, \
+         it is taken again from a new consistent point"
+    )]
+    ChangedSinceSnapshot { changes: String },
     /// The table is not in the snapshot.
     #[error(
         "table {table} does not exist in the snapshot; create it, or fix the table name in the \
@@ -135,6 +145,7 @@ impl SnapshotError {
             SnapshotError::Query { source, .. } | SnapshotError::Import { source, .. } => {
                 is_transient_pg(source)
             }
+            SnapshotError::ChangedSinceSnapshot { .. } => true,
             SnapshotError::NoSuchTable { .. }
             | SnapshotError::NotATable { .. }
             | SnapshotError::NoColumns { .. }
@@ -156,7 +167,14 @@ fn is_transient_pg(e: &tokio_postgres::Error) -> bool {
         None => true,
         Some(code) => {
             let code = code.code();
-            code.starts_with("08") || code.starts_with("57P") || code == "53300"
+            // Connection exceptions, shutdowns, too many connections, and a
+            // deadlock or serialization failure (the snapshot's locks met an
+            // application's DDL: taking it again succeeds).
+            code.starts_with("08")
+                || code.starts_with("57P")
+                || code == "53300"
+                || code == "40P01"
+                || code == "40001"
         }
     }
 }
@@ -236,10 +254,18 @@ impl SnapshotReader {
     /// columns (attnum > 0, not dropped, not generated) in attnum order,
     /// with the replica identity key flag (all columns under `REPLICA
     /// IDENTITY FULL`).
+    ///
+    /// With `publication` (PostgreSQL 15+), the columns are those the
+    /// publication publishes for the table (`pg_publication_tables.attnames`:
+    /// its column list, and on 18 the generated columns
+    /// `publish_generated_columns` adds), so snapshot rows carry exactly the
+    /// columns streamed rows do. A table the publication does not list keeps
+    /// the rule above.
     pub async fn table_relation(
         &self,
         schema: &str,
         name: &str,
+        publication: Option<&str>,
     ) -> Result<Relation, SnapshotError> {
         let table = qualified_display(schema, name);
         let query = |context| {
@@ -287,14 +313,39 @@ impl SnapshotReader {
             .iter()
             .map(|r| r.get(0))
             .collect();
+        // PostgreSQL 14 has no column lists (and no attnames column: asking
+        // would abort the snapshot's transaction).
+        let column_lists = self
+            .client
+            .query_one(
+                "SELECT current_setting('server_version_num')::int >= 150000",
+                &[],
+            )
+            .await
+            .map_err(query("reading the server version"))?
+            .get::<_, bool>(0);
+        let published: Option<Vec<String>> = match publication {
+            Some(publication) if column_lists => self
+                .client
+                .query_opt(
+                    "SELECT attnames::text[] FROM pg_publication_tables \
+                     WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
+                    &[&publication, &schema, &name],
+                )
+                .await
+                .map_err(query("reading the publication's column list"))?
+                .map(|r| r.get(0)),
+            _ => None,
+        };
         let columns: Vec<Column> = self
             .client
             .query(
                 "SELECT a.attname::text, a.atttypid, a.atttypmod, a.attnum FROM pg_attribute a \
                  WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped \
-                   AND a.attgenerated = '' \
+                   AND CASE WHEN $2::text[] IS NULL THEN a.attgenerated = '' \
+                            ELSE a.attname = ANY ($2::text[]) END \
                  ORDER BY a.attnum",
-                &[&oid],
+                &[&oid, &published],
             )
             .await
             .map_err(query("reading pg_attribute"))?
@@ -389,7 +440,25 @@ impl SnapshotReader {
         } else {
             order_by
         };
-        let sql = copy_sql(relation, order_by, split, filter)?;
+        // A plain table is read without its inheritance children (`ONLY`):
+        // pgoutput streams a child's changes as the child's, never as the
+        // parent's, so the snapshot must not publish them as the parent's
+        // either. A partitioned table is read whole (its partitions are its
+        // rows, and the publication streams them as the root's).
+        let partitioned = self
+            .client
+            .query_opt(
+                "SELECT relkind = 'p' FROM pg_class WHERE oid = $1::oid",
+                &[&relation.oid],
+            )
+            .await
+            .map_err(|source| SnapshotError::Query {
+                table: relation_display(relation),
+                context: "reading pg_class.relkind",
+                source,
+            })?
+            .is_some_and(|r| r.get::<_, bool>(0));
+        let sql = copy_sql(relation, !partitioned, order_by, split, filter)?;
         let stream =
             self.client
                 .copy_out(sql.as_str())
@@ -412,6 +481,61 @@ impl SnapshotReader {
         })
     }
 
+    /// Locks `relations` (and the partitions of a partitioned one) in
+    /// `ACCESS SHARE` mode until this reader's transaction ends: the lock
+    /// COPY would take, taken for every table before any is read, so that
+    /// no `TRUNCATE`, table-rewriting `ALTER TABLE`, column change or
+    /// `DROP` can commit while the snapshot still has to read the table.
+    /// (PostgreSQL shows a table rewritten or truncated after a snapshot
+    /// as empty to that snapshot.) A change committed before the lock is
+    /// found by comparing [`SnapshotReader::table_shapes`] with the catalog
+    /// as it is now ([`table_shapes`] on an ordinary session).
+    pub async fn lock(&self, relations: &[&Relation]) -> Result<(), SnapshotError> {
+        if relations.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = relations
+            .iter()
+            .map(|r| {
+                let schema = if r.namespace.is_empty() {
+                    "pg_catalog"
+                } else {
+                    &r.namespace
+                };
+                format!(
+                    "{}.{}",
+                    escape_identifier(schema),
+                    escape_identifier(&r.name)
+                )
+            })
+            .collect();
+        let sql = format!("LOCK TABLE {} IN ACCESS SHARE MODE", names.join(", "));
+        match self.client.batch_execute(&sql).await {
+            Ok(()) => Ok(()),
+            // Dropped or renamed after the consistent point: the name no
+            // longer resolves. Taking the snapshot again says what is wrong.
+            Err(source) if source.code() == Some(&SqlState::UNDEFINED_TABLE) => {
+                Err(SnapshotError::ChangedSinceSnapshot {
+                    changes: format!(
+                        "a captured table was dropped or renamed ({})",
+                        describe(&source)
+                    ),
+                })
+            }
+            Err(source) => Err(SnapshotError::Query {
+                table: names.join(", "),
+                context: "locking the tables in ACCESS SHARE mode",
+                source,
+            }),
+        }
+    }
+
+    /// The identity and shape of `oids` and their partitions as this
+    /// reader's snapshot sees them (see [`table_shapes`]).
+    pub async fn table_shapes(&self, oids: &[u32]) -> Result<Vec<(u32, String)>, SnapshotError> {
+        table_shapes(&self.client, oids).await
+    }
+
     /// Ends the snapshot transaction (`COMMIT`) and closes the connection.
     pub async fn finish(self) -> Result<(), SnapshotError> {
         self.client
@@ -423,6 +547,62 @@ impl SnapshotReader {
                 source,
             })
     }
+}
+
+/// Name, kind, storage (`relfilenode`: a rewrite or `TRUNCATE` gives a new
+/// one) and columns of each table of `$1` and of the partitions of the
+/// partitioned ones, one line per table, by oid. Plain SQL, so it sees the
+/// catalog as the session's snapshot does.
+const SHAPES_SQL: &str = "WITH RECURSIVE tree(oid) AS ( \
+       SELECT unnest($1::oid[]) \
+       UNION \
+       SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.oid \
+       JOIN pg_class p ON p.oid = t.oid WHERE p.relkind = 'p') \
+     SELECT c.oid, format('%s.%s (kind %s, filenode %s, columns: %s)', n.nspname, c.relname, \
+            c.relkind, c.relfilenode, coalesce((SELECT string_agg(format('%s %s %s %s', \
+            a.attnum, a.attname, a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum) \
+            FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 \
+              AND NOT a.attisdropped), '')) \
+     FROM tree JOIN pg_class c ON c.oid = tree.oid \
+     JOIN pg_namespace n ON n.oid = c.relnamespace ORDER BY c.oid";
+
+/// The identity and shape of `oids` and their partitions as `client`'s
+/// session sees them: on an ordinary session, the catalog as it is now.
+pub async fn table_shapes(
+    client: &Client,
+    oids: &[u32],
+) -> Result<Vec<(u32, String)>, SnapshotError> {
+    Ok(client
+        .query(SHAPES_SQL, &[&oids])
+        .await
+        .map_err(|source| SnapshotError::Query {
+            table: String::from("(the captured tables)"),
+            context: "reading the tables' shapes",
+            source,
+        })?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect())
+}
+
+/// What changed between the snapshot's view of the tables and the catalog
+/// now, said for an operator; `None` when nothing did.
+pub fn shape_changes(in_snapshot: &[(u32, String)], now: &[(u32, String)]) -> Option<String> {
+    let mut changes = Vec::new();
+    for (oid, then) in in_snapshot {
+        match now.iter().find(|(o, _)| o == oid) {
+            None => changes.push(format!("{then} was dropped")),
+            Some((_, now)) if now != then => changes.push(format!("{then} became {now}")),
+            Some(_) => {}
+        }
+    }
+    for (oid, now) in now {
+        if !in_snapshot.iter().any(|(o, _)| o == oid) {
+            changes.push(format!("{now} was added"));
+        }
+    }
+    (!changes.is_empty())
+        .then(|| format!("DDL changed the captured tables: {}", changes.join("; ")))
 }
 
 fn relkind_name(relkind: &str) -> &'static str {
@@ -498,10 +678,12 @@ impl HashSplit {
     }
 }
 
-/// `COPY (SELECT <columns> FROM <table> [WHERE (<filter>) AND <split>] ORDER BY <order_by>) TO STDOUT`
+/// `COPY (SELECT <columns> FROM [ONLY] <table> [WHERE (<filter>) AND <split>] ORDER BY <order_by>) TO STDOUT`
 /// for `relation`; every order and split column must be one of its columns.
+/// `only` leaves inheritance children out.
 pub fn copy_sql(
     relation: &Relation,
+    only: bool,
     order_by: &[String],
     split: Option<&HashSplit>,
     filter: Option<&str>,
@@ -545,8 +727,9 @@ pub fn copy_sql(
         &relation.namespace
     };
     let mut sql = format!(
-        "COPY (SELECT {} FROM {}.{}",
+        "COPY (SELECT {} FROM {}{}.{}",
         list(&mut relation.columns.iter().map(|c| c.name.as_str())),
+        if only { "ONLY " } else { "" },
         escape_identifier(schema),
         escape_identifier(&relation.name)
     );
@@ -978,13 +1161,20 @@ mod tests {
         let r = relation(&["id", "Aggregate Id", "payload"]);
         let split = HashSplit::new("Aggregate Id", 3, 2).unwrap();
         assert_eq!(
-            copy_sql(&r, &["id".to_owned()], Some(&split), None).unwrap(),
+            copy_sql(&r, false, &["id".to_owned()], Some(&split), None).unwrap(),
             "COPY (SELECT \"id\", \"Aggregate Id\", \"payload\" FROM \"app\".\"out\"\"box\" \
              WHERE (coalesce(hashtext(\"Aggregate Id\"::text), 0) & 2147483647) % 3 = 2 \
              ORDER BY \"id\") TO STDOUT"
         );
         assert_eq!(
-            copy_sql(&r, &["payload".to_owned(), "id".to_owned()], None, None).unwrap(),
+            copy_sql(
+                &r,
+                false,
+                &["payload".to_owned(), "id".to_owned()],
+                None,
+                None
+            )
+            .unwrap(),
             "COPY (SELECT \"id\", \"Aggregate Id\", \"payload\" FROM \"app\".\"out\"\"box\" \
              ORDER BY \"payload\", \"id\") TO STDOUT"
         );
@@ -993,6 +1183,7 @@ mod tests {
         assert_eq!(
             copy_sql(
                 &r,
+                false,
                 &["id".to_owned()],
                 Some(&split),
                 Some("id = 'a' OR true")
@@ -1007,7 +1198,7 @@ mod tests {
     #[test]
     fn copy_sql_refuses_unknown_columns_and_no_order() {
         let r = relation(&["id", "aggregateid"]);
-        let e = copy_sql(&r, &["created".to_owned()], None, None).unwrap_err();
+        let e = copy_sql(&r, false, &["created".to_owned()], None, None).unwrap_err();
         let text = e.to_string();
         assert!(
             text.contains("snapshot_order_by column \"created\""),
@@ -1016,11 +1207,13 @@ mod tests {
         assert!(text.contains("app.out\"box"), "{text}");
         assert!(text.contains("id, aggregateid"), "{text}");
         let split = HashSplit::new("tenant", 2, 0).unwrap();
-        let text = copy_sql(&r, &["id".to_owned()], Some(&split), None)
+        let text = copy_sql(&r, false, &["id".to_owned()], Some(&split), None)
             .unwrap_err()
             .to_string();
         assert!(text.contains("hash split column \"tenant\""), "{text}");
-        let text = copy_sql(&r, &[], None, None).unwrap_err().to_string();
+        let text = copy_sql(&r, false, &[], None, None)
+            .unwrap_err()
+            .to_string();
         assert!(text.contains("no primary key"), "{text}");
         assert!(text.contains("snapshot_order_by"), "{text}");
     }

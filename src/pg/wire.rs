@@ -23,7 +23,12 @@
 //!   them as client settings, which outrank `ALTER ROLE … SET` and
 //!   `ALTER DATABASE … SET` defaults, so those cannot change the text form of
 //!   the values pgoutput sends (bytea in hex, timestamps in ISO) and break
-//!   routing.
+//!   routing — nor can a role's `statement_timeout`,
+//!   `idle_in_transaction_session_timeout` or `idle_session_timeout` cancel
+//!   a long snapshot COPY or end the exporting connection while readers
+//!   work. (`transaction_timeout`, PostgreSQL 17+, is unknown to older
+//!   servers, so it cannot go in the startup packet:
+//!   [`TRANSACTION_TIMEOUT_OFF`] turns it off right after connecting.)
 
 use std::io;
 use std::path::PathBuf;
@@ -51,7 +56,22 @@ pub const SESSION_PARAMETERS: &[(&str, &str)] = &[
     ("bytea_output", "hex"),
     ("IntervalStyle", "postgres"),
     ("extra_float_digits", "3"),
+    // A role's or database's timeouts must not cancel a snapshot's COPY,
+    // end the replication connection idling in its exported snapshot's
+    // transaction, or close an idle catalog connection.
+    ("statement_timeout", "0"),
+    ("lock_timeout", "0"),
+    ("idle_in_transaction_session_timeout", "0"),
+    ("idle_session_timeout", "0"),
 ];
+
+/// Turns `transaction_timeout` (PostgreSQL 17+) off for the session, and
+/// does nothing on older servers: one statement, run right after connecting
+/// on every catalog session (the replication connection knows the server's
+/// version from its startup and sets it directly). A role's `transaction_timeout` would
+/// otherwise end the snapshot readers' long transaction.
+pub const TRANSACTION_TIMEOUT_OFF: &str = "SELECT set_config('transaction_timeout', '0', false) \
+     WHERE current_setting('server_version_num')::int >= 170000";
 
 /// [`SESSION_PARAMETERS`] as a libpq-style `options` string
 /// (`-c DateStyle=ISO,\ MDY -c …`) for connections made by `tokio-postgres`;
@@ -493,6 +513,9 @@ impl WireConnection {
             in_hot_standby: false,
         };
         conn.startup(params, replication).await?;
+        if conn.server_version_num >= 170000 {
+            conn.simple_query("SET transaction_timeout = 0").await?;
+        }
         Ok(conn)
     }
 

@@ -74,7 +74,7 @@ pub enum Token {
         txn: TxnId,
         bytes: usize,
         commit_lsn: Lsn,
-        index: u32,
+        index: u64,
         /// The event's id, to name it in errors.
         event_id: Option<EventId>,
         /// For a snapshot record: its table's index in the snapshot.

@@ -293,7 +293,11 @@ impl Session {
                 tracing::info!("{why}; stopping");
                 return Ok(None);
             }
-            SlotPlan::Snapshot { drop_first, why } => {
+            SlotPlan::Snapshot {
+                drop_first,
+                why,
+                replaces_stream_at,
+            } => {
                 for (outbox, table) in &routes {
                     startup::snapshot_privileges(&catalog, table).await?;
                     startup::snapshot_order(&catalog, outbox, table).await?;
@@ -302,7 +306,11 @@ impl Session {
                     startup::snapshot_privileges(&catalog, &c.table).await?;
                     startup::table_snapshot_order(&config, c)?;
                 }
-                tracing::info!(slot = %pg.slot, "taking the initial snapshot: {why}");
+                if replaces_stream_at.is_some() {
+                    tracing::warn!(slot = %pg.slot, "taking a new snapshot: {why}");
+                } else {
+                    tracing::info!(slot = %pg.slot, "taking the initial snapshot: {why}");
+                }
                 // Stored before the slot exists: whatever happens next, the
                 // next start knows a snapshot was under way.
                 let mut marker = offset_template.clone();
@@ -335,8 +343,36 @@ impl Session {
                 // The marker again, now naming the slot's consistent point:
                 // where the hand-over to streaming expects the slot, for
                 // `status` and whoever reads the offset store next.
+                let previous_point = stored
+                    .as_ref()
+                    .and_then(|s| s.snapshot.as_ref())
+                    .and_then(|s| s.consistent_point.clone());
                 if let Some(progress) = marker.snapshot.as_mut() {
                     progress.consistent_point = Some(created.consistent_point.to_string());
+                }
+                if let Some(from) = replaces_stream_at {
+                    // What no stream and no snapshot carries, said plainly and
+                    // kept in the offset store for `walrelay status`.
+                    tracing::warn!(
+                        from = %from, to = %created.consistent_point,
+                        "changes committed between {from} and {} were never streamed: the new \
+                         snapshot has the rows that exist at its consistent point, but an outbox \
+                         row inserted and deleted in between, and every update or delete of a \
+                         [[table]] capture in between, is lost; reconcile that range \
+                         (docs/operations.md, \"Lost slot\"). Recorded as an accepted gap",
+                        created.consistent_point
+                    );
+                    marker.accepted_gap = Some(crate::offsets::AcceptedGap {
+                        from,
+                        to: created.consistent_point.to_string(),
+                        accepted_at_ms: super::heartbeat::now_ms(),
+                    });
+                } else if let Some(gap) = marker.accepted_gap.as_mut()
+                    && previous_point.is_some_and(|p| p == gap.to)
+                {
+                    // A re-snapshot that replaced a stream was interrupted and
+                    // is taken again: the gap now ends at the new point.
+                    gap.to = created.consistent_point.to_string();
                 }
                 store_offset(
                     &sink,
@@ -370,6 +406,7 @@ impl Session {
                     repl,
                     &created,
                     &params,
+                    &pg.publication,
                     &snapshot_tables,
                     config.snapshot.parallelism,
                     config.snapshot.fetch_rows,
@@ -377,6 +414,7 @@ impl Session {
                 .await?;
                 let mut template = offset_template;
                 template.snapshot = marker.snapshot;
+                template.accepted_gap = marker.accepted_gap;
                 let mut run = Streaming::new(
                     config.clone(),
                     self.metrics.clone(),

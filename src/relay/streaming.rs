@@ -770,7 +770,7 @@ pub(super) fn record_id(record: &crate::router::Record) -> Option<EventId> {
 
 /// "outbox row id=…", "table change event_id=…" or "record #N of the
 /// transaction" for error messages (never the payload).
-fn describe_event(id: Option<&EventId>, index: u32) -> String {
+fn describe_event(id: Option<&EventId>, index: u64) -> String {
     match id {
         Some(EventId::OutboxRow(id)) => format!("outbox row id={}", String::from_utf8_lossy(id)),
         Some(EventId::Change(id)) => {

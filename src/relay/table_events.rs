@@ -121,9 +121,7 @@ impl Streaming {
             commit_ms: open.commit_ms,
         };
         for (k, relation) in relations.iter().enumerate() {
-            let index = pos
-                .index
-                .saturating_add(u32::try_from(k).unwrap_or(u32::MAX));
+            let index = pos.index.saturating_add(k as u64);
             let mut records = std::mem::take(&mut self.table_records);
             records.clear();
             let made = self
@@ -252,7 +250,7 @@ impl Streaming {
         records: &mut Vec<crate::router::Record>,
         txn: TxnId,
         commit_lsn: Lsn,
-        index: u32,
+        index: u64,
         snapshot_table: Option<u32>,
     ) -> Result<(), RelayError> {
         let pos = Position { commit_lsn, index };

@@ -530,7 +530,7 @@ impl TableRouter {
         rel: Oid,
         row: &TupleData,
         consistent_point: Lsn,
-        index: u32,
+        index: u64,
         snapshot_ms: i64,
         marker: SnapshotMarker,
         out: &mut Vec<Record>,
@@ -579,7 +579,7 @@ impl TableRouter {
         rel: Oid,
         txn: TxnInfo,
         lsn: Lsn,
-        index: u32,
+        index: u64,
         out: &mut Vec<Record>,
     ) -> Result<(), TableEventError> {
         if !self.bound.contains_key(&rel) {

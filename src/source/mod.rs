@@ -52,7 +52,7 @@ pub use snapshot::{SnapshotTable, TableProgress};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Position {
     pub commit_lsn: Lsn,
-    pub index: u32,
+    pub index: u64,
 }
 
 /// What a change did to its row.
@@ -184,7 +184,7 @@ pub enum SourceError {
 #[derive(Debug, Clone, Copy)]
 struct Open {
     commit_lsn: Lsn,
-    next_index: u32,
+    next_index: u64,
 }
 
 /// A replication session's source (see the module doc).
@@ -206,7 +206,7 @@ enum State {
         batch: std::vec::IntoIter<TupleData>,
         /// The batch's table (index in `snapshot.progress`) and relation.
         relation: Option<(usize, Arc<Relation>)>,
-        next_index: u32,
+        next_index: u64,
     },
     /// The snapshot is read; streaming has not started.
     SnapshotRead {
@@ -292,6 +292,7 @@ impl Source {
         client: ReplicationClient,
         created: &CreatedSlot,
         params: &ConnectParams,
+        publication: &str,
         tables: &[SnapshotTable],
         parallelism: u32,
         batch_rows: usize,
@@ -299,6 +300,7 @@ impl Source {
         let snapshot = snapshot::Snapshot::open(
             params,
             &created.snapshot_name,
+            publication,
             tables,
             parallelism,
             batch_rows,
@@ -683,7 +685,7 @@ impl Assembler {
                     commit_lsn: open.commit_lsn,
                     index: open.next_index,
                 };
-                let count = u32::try_from(relations.len()).unwrap_or(u32::MAX);
+                let count = relations.len() as u64;
                 open.next_index = open.next_index.saturating_add(count);
                 SourceEvent::Truncate {
                     pos,

@@ -15,6 +15,13 @@
 //! - **Bounded memory.** Each reader hands over batches of at most
 //!   `[snapshot] fetch_rows` rows (and about 1 MiB) through a channel of [`QUEUED_BATCHES`] per reader; a
 //!   caller that stops pulling stops the readers (and TCP stops the server).
+//! - **No DDL between the cut and the read.** Before any row is read,
+//!   every reader locks every table (`ACCESS SHARE`, held until it ends),
+//!   and the tables' storage and columns as the snapshot sees them must
+//!   equal the catalog now; otherwise a `TRUNCATE` or rewrite committed
+//!   after the consistent point would make the snapshot see the table empty
+//!   ([`SnapshotError::ChangedSinceSnapshot`]: taken again from a new point,
+//!   nothing published).
 //! - **Complete or an error.** A table is reported done only when every
 //!   reader finished its part; a reader that fails ends the feed with its
 //!   error (the snapshot is then taken again from the start).
@@ -23,7 +30,8 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use crate::pg::snapshot::{HashSplit, SnapshotError, SnapshotReader};
+use crate::pg::catalog;
+use crate::pg::snapshot::{HashSplit, SnapshotError, SnapshotReader, shape_changes, table_shapes};
 use crate::pg::wire::ConnectParams;
 use crate::pgoutput::{Relation, TupleData};
 
@@ -103,6 +111,7 @@ impl Snapshot {
     pub(super) async fn open(
         params: &ConnectParams,
         snapshot_name: &str,
+        publication: &str,
         tables: &[SnapshotTable],
         parallelism: u32,
         batch_rows: usize,
@@ -115,7 +124,9 @@ impl Snapshot {
         let mut relations = Vec::with_capacity(tables.len());
         let mut progress = Vec::with_capacity(tables.len());
         for t in tables {
-            let relation = readers[0].table_relation(&t.schema, &t.name).await?;
+            let relation = readers[0]
+                .table_relation(&t.schema, &t.name, Some(publication))
+                .await?;
             progress.push(TableProgress {
                 table: t.display(),
                 estimated_rows: readers[0].estimate_rows(&relation).await?,
@@ -124,6 +135,24 @@ impl Snapshot {
             });
             relations.push(Arc::new(relation));
         }
+        // Every reader locks every table before any is read (a reader that
+        // finishes early ends its transaction and its locks), then the
+        // tables as the snapshot sees them must be the tables as they are:
+        // DDL committed between the consistent point and the locks would
+        // make the snapshot miss rows.
+        let locked: Vec<&Relation> = relations.iter().map(|r| r.as_ref()).collect();
+        for reader in &readers {
+            reader.lock(&locked).await?;
+        }
+        let oids: Vec<u32> = relations.iter().map(|r| r.oid).collect();
+        let in_snapshot = readers[0].table_shapes(&oids).await?;
+        let now = catalog::connect(params)
+            .await
+            .map_err(SnapshotError::Connect)?;
+        if let Some(changes) = shape_changes(&in_snapshot, &table_shapes(&now, &oids).await?) {
+            return Err(SnapshotError::ChangedSinceSnapshot { changes });
+        }
+        drop(now);
         let (tx, feed) = mpsc::channel(QUEUED_BATCHES * parallelism as usize);
         let mut tasks = Vec::with_capacity(readers.len());
         for (index, reader) in readers.into_iter().enumerate() {

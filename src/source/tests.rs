@@ -145,7 +145,7 @@ fn positions_restart_at_zero_in_the_next_transaction() {
     );
     let second = feed_all(&mut a, &[begin(), insert(1, &["2"]), commit()]);
     for events in [first, second] {
-        let indexes: Vec<u32> = events
+        let indexes: Vec<u64> = events
             .iter()
             .filter_map(|e| match e {
                 SourceEvent::Change(c) => Some(c.pos.index),
