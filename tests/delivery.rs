@@ -11,11 +11,6 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use rdkafka::ClientConfig;
-use rdkafka::admin::{
-    AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication,
-};
-use rdkafka::client::DefaultClientContext;
 use support::*;
 
 async fn exec(db: &TestDb, sql: &str) {
@@ -23,38 +18,6 @@ async fn exec(db: &TestDb, sql: &str) {
         .batch_execute(sql)
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
-
-fn admin() -> AdminClient<DefaultClientContext> {
-    ClientConfig::new()
-        .set("bootstrap.servers", kafka_brokers())
-        .create()
-        .expect("admin client")
-}
-
-async fn create_topic(topic: &str, config: &[(&str, &str)]) {
-    let mut new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
-    for (k, v) in config {
-        new = new.set(k, v);
-    }
-    let results = admin()
-        .create_topics(&[new], &AdminOptions::new())
-        .await
-        .expect("create topic");
-    for r in results {
-        r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
-    }
-}
-
-async fn set_topic_config(topic: &str, key: &str, value: &str) {
-    let alter = AlterConfig::new(ResourceSpecifier::Topic(topic)).set(key, value);
-    let results = admin()
-        .alter_configs(&[alter], &AdminOptions::new())
-        .await
-        .expect("alter topic config");
-    for r in results {
-        r.unwrap_or_else(|(t, e)| panic!("alter {t:?}: {e}"));
-    }
 }
 
 /// A config whose graceful stop may wait long for Kafka.
@@ -87,7 +50,7 @@ async fn a_refused_record_stops_at_once_and_is_resent_first_after_the_fix() {
     db.create_outbox("outbox").await;
     let names = Names::new("refused");
     let topic = names.topic("order");
-    create_topic(&topic, &[("max.message.bytes", "20000")]).await;
+    create_topic_with_config(&topic, &[("max.message.bytes", "20000")]).await;
     // Long enough that waiting it out would fail the exit deadline below.
     let mut relay = RelayProcess::start(&config_with_flush_timeout(&db, &names, "300s"), &[]);
     relay.wait_log("streaming", START).await;

@@ -40,6 +40,7 @@ mod slot_watch;
 mod snapshot;
 mod streaming;
 mod table_events;
+mod watchdog;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

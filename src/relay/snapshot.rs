@@ -23,7 +23,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::streaming::Streaming;
-use super::{Ack, RelayError, STALL_WARNING};
+use super::watchdog::KafkaWatch;
+use super::{Ack, RelayError};
 use crate::Lsn;
 use crate::offsets::{SnapshotProgress, SnapshotState};
 use crate::pgoutput::{Relation, TupleData};
@@ -83,8 +84,8 @@ impl Streaming {
         let mut ticker = tokio::time::interval(Duration::from_secs(1));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_report = Instant::now();
-        let mut last_ack = Instant::now();
-        let mut stall_reported = false;
+        // Stalls and a stuck producer, as while streaming.
+        let mut kafka = KafkaWatch::new("snapshot records");
         let mut read_all: Option<Lsn> = None;
         let mut rows_read: u64 = 0;
         let mut rates = RateWindow::new(started);
@@ -97,9 +98,8 @@ impl Streaming {
                 break Ok(consistent_point);
             }
             let full = self.checkpoint.is_full();
-            if self.checkpoint.in_flight_records() == 0 {
-                last_ack = Instant::now();
-                self.metrics.kafka_progress();
+            if self.checkpoint.in_flight_records() == 0 && self.offset_in_flight.is_none() {
+                kafka.nothing_awaited(&self.metrics);
             }
             tokio::select! {
                 _ = shutdown.cancelled() => break Err(None),
@@ -107,12 +107,7 @@ impl Streaming {
                     let Some(ack) = ack else {
                         break Err(Some(RelayError::Ended("Kafka delivery channel")));
                     };
-                    last_ack = Instant::now();
-                    self.metrics.kafka_progress();
-                    if stall_reported {
-                        stall_reported = false;
-                        tracing::info!("Kafka acknowledges again");
-                    }
+                    kafka.acknowledged(&self.metrics);
                     let mut failed = self.on_ack(ack).err();
                     while failed.is_none() && let Ok(ack) = acks.try_recv() {
                         failed = self.on_ack(ack).err();
@@ -124,13 +119,11 @@ impl Streaming {
                 _ = ticker.tick() => {
                     self.metrics.in_flight_records.store(self.checkpoint.in_flight_records(), Ordering::Relaxed);
                     self.metrics.in_flight_bytes.store(self.checkpoint.in_flight_bytes(), Ordering::Relaxed);
-                    if self.checkpoint.in_flight_records() > 0 && !stall_reported && last_ack.elapsed() > STALL_WARNING {
-                        stall_reported = true;
-                        tracing::warn!(
-                            records = self.checkpoint.in_flight_records(),
-                            "Kafka has not acknowledged snapshot records for {}s; waiting for Kafka (is the broker reachable?)",
-                            STALL_WARNING.as_secs()
-                        );
+                    if self.checkpoint.in_flight_records() > 0 || self.offset_in_flight.is_some() {
+                        kafka.warn_if_stalled(self.checkpoint.in_flight_records(), full);
+                        if let Err(e) = kafka.probe(&self.config).await {
+                            break Err(Some(e));
+                        }
                     }
                     if last_report.elapsed() >= PROGRESS_EVERY {
                         last_report = Instant::now();

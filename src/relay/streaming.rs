@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{RelayError, STALL_WARNING};
+use super::RelayError;
+use super::watchdog::KafkaWatch;
 
 use super::heartbeat::{self, Beat};
 use super::{Ack, EventId, Sink, Token};
@@ -20,21 +21,12 @@ use crate::config::Config;
 use crate::offsets::StoredOffset;
 use crate::pg::wire::WireError;
 use crate::router::{Record, Routed, Router};
-use crate::sink::kafka::SinkError;
 use crate::source::{Change, Op, Position, Source, SourceEvent};
 use crate::telemetry::Metrics;
 
 /// Buffered messages handled after one from the event loop before going
 /// back to it.
 const BURST: usize = 256;
-
-/// How often a stalled session probes the cluster with a fresh client.
-const PROBE_EVERY: Duration = Duration::from_secs(10);
-/// How long one probe may take.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long the cluster must have answered, with this producer still
-/// delivering nothing, before the producer is declared stuck.
-const STUCK_AFTER: Duration = Duration::from_secs(30);
 
 /// The transaction currently streaming: its checkpoint entry.
 #[derive(Debug, Clone, Copy)]
@@ -147,15 +139,8 @@ impl Streaming {
         // asks for a reply (the walsender answers at once with a
         // keepalive); after `receive_timeout` the connection is dead.
         let mut last_heard = Instant::now();
-        // When Kafka last acknowledged anything, and whether we said it stalled.
-        let mut last_ack = Instant::now();
-        let mut stall_reported = false;
-        // Stuck-producer watchdog: during a stall, a fresh client probes the
-        // cluster; once it has answered (with a leader for every partition)
-        // for STUCK_AFTER while this producer still delivers nothing, the
-        // session restarts with a fresh producer (see crate::sink::kafka::cluster_answers).
-        let mut cluster_back_since: Option<Instant> = None;
-        let mut last_probe = Instant::now();
+        // Stalls and a stuck producer (see super::watchdog).
+        let mut kafka = KafkaWatch::new("records");
         loop {
             let full = self.checkpoint.is_full();
             match (full, full_since) {
@@ -180,8 +165,7 @@ impl Streaming {
             let waiting =
                 self.checkpoint.in_flight_records() > 0 || self.offset_in_flight.is_some();
             if !waiting {
-                last_ack = Instant::now();
-                self.metrics.kafka_progress();
+                kafka.nothing_awaited(&self.metrics);
             }
             self.metrics
                 .in_flight_records
@@ -192,14 +176,8 @@ impl Streaming {
             self.metrics
                 .confirmed_lsn
                 .store(source.confirmed().0, Ordering::Relaxed);
-            if waiting && !stall_reported && last_ack.elapsed() > STALL_WARNING {
-                stall_reported = true;
-                tracing::warn!(
-                    records = self.checkpoint.in_flight_records(),
-                    reads_paused = full,
-                    "Kafka has not acknowledged records for {}s; waiting for Kafka (is the broker reachable?)",
-                    STALL_WARNING.as_secs()
-                );
+            if waiting {
+                kafka.warn_if_stalled(self.checkpoint.in_flight_records(), full);
             }
             if shutdown.is_cancelled() {
                 return Ok(());
@@ -211,13 +189,7 @@ impl Streaming {
                 _ = shutdown.cancelled() => return Ok(()),
                 ack = acks.recv() => {
                     let Some(ack) = ack else { return Err(RelayError::Ended("Kafka delivery channel")) };
-                    if stall_reported {
-                        stall_reported = false;
-                        tracing::info!(stalled_for = ?last_ack.elapsed(), "Kafka acknowledges again");
-                    }
-                    cluster_back_since = None;
-                    last_ack = Instant::now();
-                    self.metrics.kafka_progress();
+                    kafka.acknowledged(&self.metrics);
                     if self.on_ack(ack)? {
                         source.confirm(self.offset_acked, false).await?;
                     }
@@ -236,23 +208,7 @@ impl Streaming {
                     self.write_offset_if_due().await?;
                     let ping = silent_for > status_interval * 2;
                     source.confirm(self.offset_acked, ping).await?;
-                    if stall_reported && last_probe.elapsed() >= PROBE_EVERY {
-                        last_probe = Instant::now();
-                        let properties = crate::relay::producer_properties(&self.config);
-                        let answers = tokio::task::spawn_blocking(move || {
-                            crate::sink::kafka::cluster_answers(&properties, PROBE_TIMEOUT)
-                        })
-                        .await
-                        .unwrap_or(false);
-                        match (answers, cluster_back_since) {
-                            (false, _) => cluster_back_since = None,
-                            (true, None) => cluster_back_since = Some(Instant::now()),
-                            (true, Some(since)) if since.elapsed() >= STUCK_AFTER => {
-                                return Err(RelayError::Sink(SinkError::stuck(last_ack.elapsed())));
-                            }
-                            (true, Some(_)) => {}
-                        }
-                    }
+                    kafka.probe(&self.config).await?;
                 }
                 event = source.next(), if !full => {
                     last_heard = Instant::now();

@@ -1086,22 +1086,45 @@ pub fn run_refuses(path: &std::path::Path, needle: &str) -> String {
     error
 }
 
+fn kafka_admin() -> rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .create()
+        .expect("admin client")
+}
+
 /// Creates `topic` with one partition (for producers that may not
 /// auto-create topics).
 pub async fn create_topic(topic: &str) {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", kafka_brokers())
-        .create()
-        .expect("admin client");
-    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
-    for r in admin
+    create_topic_with_config(topic, &[]).await;
+}
+
+/// Creates `topic` with one partition and the topic settings `config`.
+pub async fn create_topic_with_config(topic: &str, config: &[(&str, &str)]) {
+    use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+    let mut new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
+    for (k, v) in config {
+        new = new.set(k, v);
+    }
+    for r in kafka_admin()
         .create_topics(&[new], &AdminOptions::new())
         .await
         .expect("create topic")
     {
         r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+    }
+}
+
+/// Changes one setting of `topic`.
+pub async fn set_topic_config(topic: &str, key: &str, value: &str) {
+    use rdkafka::admin::{AdminOptions, AlterConfig, ResourceSpecifier};
+    let alter = AlterConfig::new(ResourceSpecifier::Topic(topic)).set(key, value);
+    for r in kafka_admin()
+        .alter_configs(&[alter], &AdminOptions::new())
+        .await
+        .expect("alter topic config")
+    {
+        r.unwrap_or_else(|(t, e)| panic!("alter {t:?}: {e}"));
     }
 }
 
