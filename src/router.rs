@@ -272,7 +272,21 @@ impl Router {
         row: &TupleData,
         consistent_point: Lsn,
     ) -> Result<Routed, RouteError> {
-        let mut routed = self.on_insert(rel, row, consistent_point)?;
+        let mut routed = self.on_insert(rel, row, consistent_point).map_err(|mut e| {
+            // The streaming advice (skip the transaction, advance the slot)
+            // does not apply: the next start reads the same row again.
+            e.fix = format!(
+                "this row{} was read by the snapshot (it existed at the consistent point {}), so \
+                 skipping a transaction or advancing the slot does not apply: the next start \
+                 reads it again. Fix the row itself (UPDATE it so that it routes, or DELETE it if \
+                 it must not be published) or the [[outbox]] settings, then start again",
+                self.row_id(rel, row)
+                    .map(|id| format!(" (id {id})"))
+                    .unwrap_or_default(),
+                consistent_point
+            );
+            e
+        })?;
         if let Routed::Record(record) = &mut routed {
             record
                 .headers

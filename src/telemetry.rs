@@ -82,6 +82,9 @@ pub struct Metrics {
     pub snapshot_rows: AtomicU64,
     /// Snapshot tables not yet completely in Kafka.
     pub snapshot_tables_remaining: AtomicU64,
+    /// Open transactions the creation of the snapshot's slot waits for (0
+    /// when it waits for none).
+    pub slot_creation_waiting_for: AtomicU64,
     /// How long the last completed snapshot took, in milliseconds (0: none).
     pub snapshot_duration_ms: AtomicU64,
     pub records_published: AtomicU64,
@@ -223,6 +226,7 @@ impl Metrics {
             snapshot_running: AtomicBool::new(false),
             snapshot_rows: AtomicU64::new(0),
             snapshot_tables_remaining: AtomicU64::new(0),
+            slot_creation_waiting_for: AtomicU64::new(0),
             snapshot_duration_ms: AtomicU64::new(0),
             records_published: AtomicU64::new(0),
             published_bytes: AtomicU64::new(0),

@@ -722,3 +722,90 @@ async fn a_million_row_snapshot_stays_under_64_mb() {
         "peak RSS {peak_kb} kB: memory grew with the snapshot"
     );
 }
+
+/// Creating the snapshot's slot waits for every transaction that holds an
+/// xid to end. It does not wait silently: the log names the blocking
+/// transaction by pid, `walrelay_slot_creation_waiting_transactions` counts
+/// it, and `initial_only` stopped meanwhile by SIGTERM exits non-zero (its
+/// snapshot is not done). Once the transaction commits, the next run takes
+/// the snapshot, with that transaction's row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slot_creation_names_the_transactions_it_waits_for() {
+    require_kafka();
+    let db = TestDb::new("snap_wait").await;
+    create_outbox(&db).await;
+    prefill(&db, 100, 10).await;
+    let names = Names::new("snap_wait");
+    // An application transaction with an xid, left open (by walrelay's
+    // role, so that walrelay may see its query).
+    let (app, conn) = tokio_postgres::connect(
+        &format!(
+            "postgres://walrelay:walrelay@127.0.0.1:{}/{}",
+            pg_port(),
+            db.name
+        ),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let pid: i32 = app
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    app.batch_execute(
+        "BEGIN; INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+         VALUES (gen_random_uuid(), 'order', 'open', 'Created', '{\"open\": true}')",
+    )
+    .await
+    .unwrap();
+
+    let health = free_local_addr();
+    let only = write_config(&relay_config(
+        &db,
+        &names,
+        "snapshot_order_by = [\"seq\"]",
+        &format!("[snapshot]\nmode = \"initial_only\"\n[health]\nlisten = \"{health}\"\n"),
+    ));
+    let mut relay = RelayProcess::start_with(&only, &[]);
+    relay
+        .wait_log("creating the snapshot's replication slot waits for", START)
+        .await;
+    let log = relay.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("waits for"))
+        .unwrap()
+        .to_owned();
+    assert!(line.contains(&format!("pid {pid} ")), "{line}");
+    assert!(line.contains("INSERT INTO outbox"), "{line}");
+    let metrics = http_get(&health, "/metrics");
+    assert!(
+        metrics.contains("walrelay_slot_creation_waiting_transactions{connector=")
+            && metrics.lines().any(|l| l
+                .starts_with("walrelay_slot_creation_waiting_transactions{")
+                && l.ends_with(" 1")),
+        "{metrics}"
+    );
+    // Stopped before its snapshot: not a success.
+    let status = relay.stop();
+    assert_eq!(status.code(), Some(1), "{}", relay.log());
+    assert!(
+        relay
+            .log()
+            .contains("initial_only: stopped before the snapshot completed"),
+        "{}",
+        relay.log()
+    );
+
+    // The walsender of the stopped attempt finishes creating its slot once
+    // the transaction ends; the next run drops that slot (the offset store
+    // says the snapshot never completed) and takes the snapshot.
+    app.batch_execute("COMMIT").await.unwrap();
+    let mut relay = RelayProcess::start_with(&only, &[]);
+    relay.expect_exit(0, CATCH_UP);
+    let got = consumed(&names);
+    let ids: HashSet<String> = got.iter().filter_map(|r| r.header_str("id")).collect();
+    assert_eq!(ids, row_ids(&db).await, "every row, the committed one too");
+}

@@ -851,3 +851,123 @@ pub async fn row_estimate(client: &Client, oid: u32) -> Result<RowEstimate, toki
         relations: u64::try_from(relations).unwrap_or(0),
     })
 }
+
+/// A transaction that the creation of a logical slot waits for:
+/// PostgreSQL creates the slot only once every transaction that held an
+/// xid when the creation began (in any database) has ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenTransaction {
+    /// Its backend (0: a prepared transaction).
+    pub pid: i32,
+    pub database: Option<String>,
+    pub user: Option<String>,
+    pub application_name: Option<String>,
+    /// `None` when PostgreSQL hides another role's session from this role
+    /// (its state, query and times need `pg_read_all_stats`).
+    pub state: Option<String>,
+    /// Seconds since the transaction began.
+    pub open_seconds: Option<i64>,
+    /// The start of its current or last statement.
+    pub query: Option<String>,
+}
+
+impl std::fmt::Display for OpenTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let user = self.user.as_deref().unwrap_or("?");
+        let database = self.database.as_deref().unwrap_or("?");
+        if self.state.is_none() {
+            // PostgreSQL shows another role's session only in outline.
+            return write!(
+                f,
+                "pid {} ({user}@{database}; walrelay's role needs pg_read_all_stats to show its \
+                 query)",
+                self.pid
+            );
+        }
+        write!(
+            f,
+            "pid {} ({user}@{database}, application {:?}, {}, open {} s): {}",
+            self.pid,
+            self.application_name.as_deref().unwrap_or(""),
+            self.state.as_deref().unwrap_or("?"),
+            self.open_seconds.unwrap_or(0),
+            self.query.as_deref().unwrap_or("")
+        )
+    }
+}
+
+/// What the walsender creating a slot for the connection named
+/// `application_name` waits for right now: the sessions
+/// `pg_blocking_pids` names (visible to any role), with what
+/// `pg_stat_activity` shows of them, and the prepared transactions older
+/// than the wait. Query text is cut to 120 characters.
+pub async fn slot_creation_blockers(
+    client: &Client,
+    application_name: &str,
+    waiting_seconds: f64,
+) -> Result<Vec<OpenTransaction>, CatalogError> {
+    let rows = client
+        .query(
+            "WITH creating AS ( \
+                 SELECT pid FROM pg_stat_activity \
+                 WHERE backend_type = 'walsender' AND application_name = $1 \
+                   AND query LIKE 'CREATE\\_REPLICATION\\_SLOT%') \
+             SELECT b.pid, a.datname::text, a.usename::text, a.application_name, a.state, \
+                    extract(epoch FROM now() - a.xact_start)::int8, left(a.query, 120) \
+             FROM creating, unnest(pg_blocking_pids(creating.pid)) AS b(pid) \
+             LEFT JOIN pg_stat_activity a ON a.pid = b.pid \
+             WHERE b.pid <> 0 \
+             UNION ALL \
+             SELECT 0, database::text, owner::text, 'prepared transaction ' || gid, 'prepared', \
+                    extract(epoch FROM now() - prepared)::int8, \
+                    'end it: COMMIT PREPARED or ROLLBACK PREPARED ' || quote_literal(gid) \
+             FROM pg_prepared_xacts WHERE prepared < now() - make_interval(secs => $2)",
+            &[&application_name, &waiting_seconds],
+        )
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "listing what the slot creation waits for (pg_blocking_pids)",
+            source,
+        })?;
+    Ok(rows
+        .iter()
+        .map(|r| OpenTransaction {
+            pid: r.get(0),
+            database: r.get(1),
+            user: r.get(2),
+            application_name: r.get(3),
+            state: r.get(4),
+            open_seconds: r.get(5),
+            query: r.get(6),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod open_transaction_tests {
+    use super::OpenTransaction;
+
+    #[test]
+    fn a_hidden_session_says_which_privilege_shows_it() {
+        let mut t = OpenTransaction {
+            pid: 42,
+            database: Some("app".into()),
+            user: Some("writer".into()),
+            application_name: None,
+            state: None,
+            open_seconds: None,
+            query: Some("<insufficient privilege>".into()),
+        };
+        let text = t.to_string();
+        assert!(text.starts_with("pid 42 (writer@app;"), "{text}");
+        assert!(text.contains("pg_read_all_stats"), "{text}");
+        assert!(!text.contains("insufficient"), "{text}");
+        t.state = Some("idle in transaction".into());
+        t.open_seconds = Some(7);
+        t.query = Some("INSERT INTO outbox".into());
+        assert_eq!(
+            t.to_string(),
+            "pid 42 (writer@app, application \"\", idle in transaction, open 7 s): INSERT INTO outbox"
+        );
+    }
+}

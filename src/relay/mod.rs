@@ -541,7 +541,7 @@ pub async fn run(
                     metrics.set_role(Role::Unknown, "");
                     let acquired = tokio::select! {
                         r = take_lease(&config, &instance, stale_lease, &metrics) => r,
-                        _ = shutdown.cancelled() => return Ok(()),
+                        _ = shutdown.cancelled() => return stopped_by_signal(&config),
                     };
                     match acquired {
                         Ok(l) => {
@@ -571,7 +571,7 @@ pub async fn run(
             // produced or confirmed (dropping the producer purges its queue).
             let started = tokio::select! {
                 r = session.setup() => r,
-                _ = shutdown.cancelled() => return Ok(()),
+                _ = shutdown.cancelled() => return stopped_by_signal(&config),
                 _ = lost.cancelled() => Err(RelayError::LeaseLost),
             };
             match started {
@@ -633,13 +633,28 @@ pub async fn run(
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
-                    _ = shutdown.cancelled() => return Ok(()),
+                    _ = shutdown.cancelled() => return stopped_by_signal(&config),
                 }
                 backoff = (backoff * 2).min(config.postgres.reconnect_backoff_max);
             }
             Err(e) => return Err(e),
         }
     }
+}
+
+/// What stopping by a signal before a session ended means: done, except
+/// for `initial_only`, whose job (the snapshot) is not done — a supervisor
+/// or script must not take that exit for success.
+fn stopped_by_signal(config: &Config) -> Result<(), RelayError> {
+    if config.snapshot.mode == Some(crate::config::SnapshotMode::InitialOnly) {
+        return Err(RelayError::Setup {
+            what: "initial_only: stopped before the snapshot completed (by a signal); not every \
+                   row is in Kafka"
+                .into(),
+            fix: "run walrelay again: the snapshot is taken again from the start".into(),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! producer and offset store, slot, the start decision, START_REPLICATION.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -66,10 +67,30 @@ impl Started {
             let end = self
                 .run
                 .snapshot(&mut self.source, &mut self.acks, shutdown)
-                .await?;
+                .await;
             let pg = &self.run.config.postgres;
+            let end = match end {
+                Ok(end) => end,
+                Err(e) => {
+                    if !e.is_transient() {
+                        // Nothing retries soon: the slot created for this
+                        // snapshot is inactive and holds WAL meanwhile.
+                        tracing::warn!(
+                            slot = %pg.slot,
+                            "the snapshot stopped; replication slot {:?} stays at the snapshot's \
+                             consistent point and holds back WAL (watch walrelay_slot_lag_bytes / \
+                             pg_replication_slots) until walrelay runs again and takes the \
+                             snapshot again; if walrelay will not run for a long time, drop it: \
+                             SELECT pg_drop_replication_slot('{}')",
+                            pg.slot,
+                            pg.slot.replace('\'', "''")
+                        );
+                    }
+                    return Err(e);
+                }
+            };
             match end {
-                SnapshotEnd::Stopped => return Ok(()),
+                SnapshotEnd::Stopped => return super::stopped_by_signal(&self.run.config),
                 SnapshotEnd::Completed { .. } if job.stop_after => {
                     tracing::info!(
                         slot = %pg.slot,
@@ -333,9 +354,10 @@ impl Session {
                     repl.drop_slot(&pg.slot).await?;
                     tracing::info!(slot = %pg.slot, "dropped the replication slot");
                 }
-                let created = repl
-                    .create_slot_exporting_snapshot(&pg.slot, pg.failover_slot)
-                    .await?;
+                let created = {
+                    let creating = repl.create_slot_exporting_snapshot(&pg.slot, pg.failover_slot);
+                    report_slot_creation_waits(creating, &catalog, &params, &self.metrics).await?
+                };
                 tracing::info!(
                     slot = %pg.slot, lsn = %created.consistent_point,
                     "created replication slot with an exported snapshot"
@@ -554,6 +576,66 @@ impl Session {
             snapshot: None,
         }))
     }
+}
+
+/// Awaits `creating` (the creation of the snapshot's slot), saying what it
+/// waits for: PostgreSQL creates a logical slot only once every transaction
+/// that holds an xid and was open when the creation began has ended (in
+/// any database). After a few seconds, and then every half minute while it
+/// still waits, the open transactions are logged by pid with their query,
+/// and `walrelay_slot_creation_waiting_transactions` counts them.
+async fn report_slot_creation_waits<T>(
+    creating: impl std::future::Future<Output = Result<T, WireError>>,
+    catalog: &tokio_postgres::Client,
+    params: &crate::pg::wire::ConnectParams,
+    metrics: &Metrics,
+) -> Result<T, RelayError> {
+    const FIRST: Duration = Duration::from_secs(3);
+    const AGAIN: Duration = Duration::from_secs(30);
+    let started = tokio::time::Instant::now();
+    tokio::pin!(creating);
+    let mut next = started + FIRST;
+    // What was last said, and when: said again when it changes, or every
+    // AGAIN while it does not.
+    let mut reported: (Vec<i32>, Option<tokio::time::Instant>) = (Vec::new(), None);
+    let result = loop {
+        tokio::select! {
+            r = &mut creating => break r.map_err(RelayError::from),
+            _ = tokio::time::sleep_until(next) => {
+                next = tokio::time::Instant::now() + FIRST;
+                let waiting = started.elapsed().as_secs_f64();
+                let open = match catalog::slot_creation_blockers(catalog, &params.application_name, waiting).await {
+                    Ok(open) => open,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "could not list the open transactions");
+                        continue;
+                    }
+                };
+                metrics.slot_creation_waiting_for.store(open.len() as u64, Ordering::Relaxed);
+                let pids: Vec<i32> = open.iter().map(|t| t.pid).collect();
+                let said_lately = reported.1.is_some_and(|at| at.elapsed() < AGAIN);
+                if open.is_empty() || (pids == reported.0 && said_lately) {
+                    continue;
+                }
+                reported = (pids, Some(tokio::time::Instant::now()));
+                let list: Vec<String> = open.iter().map(ToString::to_string).collect();
+                tracing::warn!(
+                    waiting_secs = started.elapsed().as_secs(),
+                    transactions = open.len(),
+                    "creating the snapshot's replication slot waits for {} open transaction(s) to \
+                     end (PostgreSQL needs a point where none that began before is still running): \
+                     {}. End them (COMMIT/ROLLBACK, or SELECT pg_terminate_backend(pid)) and the \
+                     snapshot starts",
+                    open.len(),
+                    list.join("; ")
+                );
+            }
+        }
+    };
+    metrics
+        .slot_creation_waiting_for
+        .store(0, Ordering::Relaxed);
+    result
 }
 
 /// Hands `template` at `lsn` (stamped with the time now) to the sink as an

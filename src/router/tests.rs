@@ -145,6 +145,26 @@ fn null_aggregate_id_names_table_column_and_lsn() {
     );
 }
 
+/// A snapshot row that cannot be routed gets advice that works for a
+/// snapshot row (change the row), not the streaming one (skip the
+/// transaction, advance the slot: the next start reads the row again).
+#[test]
+fn an_unroutable_snapshot_row_is_told_to_fix_the_row() {
+    let r = router("");
+    let mut bad = order_row();
+    bad.0[2] = Cell::Null;
+    let err = r
+        .on_snapshot_row(42, &bad, LSN)
+        .expect_err("must not route");
+    assert_eq!(err.column, "aggregateid");
+    let msg = err.to_string();
+    assert!(msg.contains("read by the snapshot"), "{msg}");
+    assert!(msg.contains("UPDATE it"), "{msg}");
+    assert!(!msg.contains("skip its transaction"), "{msg}");
+    let streamed = r.on_insert(42, &bad, LSN).expect_err("must not route");
+    assert!(streamed.to_string().contains("skip its transaction"));
+}
+
 #[test]
 fn null_id_is_an_error() {
     let r = router("");

@@ -149,6 +149,12 @@ impl Collector for View {
             "Snapshot tables not yet completely acknowledged by Kafka.",
             u(&m.snapshot_tables_remaining) as i64,
         )?;
+        gauge(
+            &mut e,
+            "walrelay_slot_creation_waiting_transactions",
+            "Open transactions that creating the snapshot's replication slot waits for (0: none).",
+            u(&m.slot_creation_waiting_for) as i64,
+        )?;
         if let Some(ms) = m.snapshot_duration() {
             gauge(
                 &mut e,
