@@ -347,6 +347,30 @@ fn snapshot_markers_follow_debeziums_precedence() {
     }
 }
 
+/// Snapshot rows past the 2^32nd keep distinct event ids (the row index
+/// is 64-bit; it once saturated, so every later row shared one id and a
+/// consumer de-duplicating by id dropped them).
+#[test]
+fn snapshot_row_ids_stay_distinct_past_four_billion_rows() {
+    let rel = customers(b'd');
+    let mut r = router(TABLE, &rel);
+    let new = row(vec![t("1"), t("Ann"), t("1.00"), Cell::Null]);
+    let mut ids = std::collections::HashSet::new();
+    for index in [
+        u64::from(u32::MAX) - 1,
+        u64::from(u32::MAX),
+        u64::from(u32::MAX) + 1,
+        1 << 40,
+    ] {
+        let mut out = Vec::new();
+        r.on_snapshot_row(7, &new, COMMIT, index, 1, SnapshotMarker::True, &mut out)
+            .unwrap();
+        let id = header(&out[0], EVENT_ID_HEADER);
+        assert!(id.ends_with(&format!(":snapshot:{index}")), "{id}");
+        assert!(ids.insert(id), "index {index} repeats an id");
+    }
+}
+
 #[test]
 fn snapshot_rows_are_read_events() {
     let rel = customers(b'd');

@@ -204,6 +204,9 @@ enum State {
         snapshot: snapshot::Snapshot,
         /// The batch being handed out, and its table.
         batch: std::vec::IntoIter<TupleData>,
+        /// The batch's share of the readers' read-ahead, given back once
+        /// its last row is out.
+        batch_budget: Option<tokio::sync::OwnedSemaphorePermit>,
         /// The batch's table (index in `snapshot.progress`) and relation.
         relation: Option<(usize, Arc<Relation>)>,
         next_index: u64,
@@ -312,6 +315,7 @@ impl Source {
                 consistent_point: created.consistent_point,
                 snapshot,
                 batch: Vec::new().into_iter(),
+                batch_budget: None,
                 relation: None,
                 next_index: 0,
             },
@@ -458,6 +462,7 @@ impl Source {
             consistent_point,
             snapshot,
             batch,
+            batch_budget,
             relation,
             next_index,
             ..
@@ -481,16 +486,21 @@ impl Source {
                     row,
                 });
             }
+            // Every row of the batch is out: its read-ahead is free again
+            // (before waiting, or a reader waiting for it would wait forever).
+            *batch_budget = None;
             match snapshot.feed.recv().await {
                 Some(Feed::Rows {
                     table,
                     relation: rel,
                     rows,
+                    budget,
                 }) => {
                     if let Some(p) = snapshot.progress.get_mut(table) {
                         p.rows_read += rows.len() as u64;
                     }
                     *batch = rows.into_iter();
+                    *batch_budget = Some(budget);
                     *relation = Some((table, rel.clone()));
                     if let Some(announced) = snapshot.announced.get_mut(table)
                         && !*announced

@@ -13,8 +13,12 @@
 //!   default the primary key); the readers' batches are merged without
 //!   reordering any one reader's rows.
 //! - **Bounded memory.** Each reader hands over batches of at most
-//!   `[snapshot] fetch_rows` rows (and about 1 MiB) through a channel of [`QUEUED_BATCHES`] per reader; a
-//!   caller that stops pulling stops the readers (and TCP stops the server).
+//!   `[snapshot] fetch_rows` rows (and about 1 MiB) through a channel of
+//!   [`QUEUED_BATCHES`] per reader, and all readers together hold at most
+//!   [`READ_AHEAD_BYTES`] of row text read ahead of the caller (each batch
+//!   holds its bytes of that budget until its last row was handed out),
+//!   plus the batch each reader is filling. A caller that stops pulling
+//!   stops the readers (and TCP stops the server).
 //! - **No DDL between the cut and the read.** Before any row is read,
 //!   every reader locks every table (`ACCESS SHARE`, held until it ends),
 //!   and the tables' storage and columns as the snapshot sees them must
@@ -28,7 +32,7 @@
 
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::pg::catalog;
 use crate::pg::snapshot::{HashSplit, SnapshotError, SnapshotReader, shape_changes, table_shapes};
@@ -39,6 +43,10 @@ use crate::pgoutput::{Relation, TupleData};
 const BATCH_BYTES: usize = 1 << 20;
 /// Batches each reader may have queued ahead of the consumer.
 pub const QUEUED_BATCHES: usize = 2;
+/// Row bytes all readers together may have read ahead of the consumer
+/// (queued batches and the one being handed out): the read-ahead does not
+/// grow with `parallelism`.
+pub const READ_AHEAD_BYTES: usize = 4 << 20;
 
 /// One table to snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,11 +69,13 @@ impl SnapshotTable {
 /// What a reader task sends.
 #[derive(Debug)]
 pub(super) enum Feed {
-    /// Rows of table `table` (index in the plan), in that reader's order.
+    /// Rows of table `table` (index in the plan), in that reader's order,
+    /// holding their bytes of the shared read-ahead until handed out.
     Rows {
         table: usize,
         relation: Arc<Relation>,
         rows: Vec<TupleData>,
+        budget: OwnedSemaphorePermit,
     },
     /// This reader has read its whole part of table `table`.
     TableRead {
@@ -154,6 +164,7 @@ impl Snapshot {
         }
         drop(now);
         let (tx, feed) = mpsc::channel(QUEUED_BATCHES * parallelism as usize);
+        let read_ahead = Arc::new(Semaphore::new(READ_AHEAD_BYTES));
         let mut tasks = Vec::with_capacity(readers.len());
         for (index, reader) in readers.into_iter().enumerate() {
             let plan: Vec<(Arc<Relation>, Vec<String>, Option<HashSplit>)> = tables
@@ -166,7 +177,13 @@ impl Snapshot {
                     Ok((rel.clone(), t.order_by.clone(), split))
                 })
                 .collect::<Result<_, SnapshotError>>()?;
-            tasks.push(tokio::spawn(read_all(reader, plan, batch_rows, tx.clone())));
+            tasks.push(tokio::spawn(read_all(
+                reader,
+                plan,
+                batch_rows,
+                read_ahead.clone(),
+                tx.clone(),
+            )));
         }
         Ok(Snapshot {
             feed,
@@ -183,16 +200,31 @@ async fn read_all(
     mut reader: SnapshotReader,
     plan: Vec<(Arc<Relation>, Vec<String>, Option<HashSplit>)>,
     batch_rows: usize,
+    read_ahead: Arc<Semaphore>,
     tx: mpsc::Sender<Feed>,
 ) {
     for (table, (relation, order_by, split)) in plan.into_iter().enumerate() {
         let result = async {
             let mut rows = reader.read(&relation, &order_by, split.as_ref()).await?;
             while let Some(batch) = rows.next_batch(batch_rows, BATCH_BYTES).await? {
+                let bytes = batch
+                    .iter()
+                    .flat_map(|row| row.0.iter())
+                    .map(|cell| cell.bytes().map_or(0, |b| b.len()))
+                    .sum::<usize>()
+                    .clamp(1, READ_AHEAD_BYTES);
+                let Ok(budget) = read_ahead
+                    .clone()
+                    .acquire_many_owned(u32::try_from(bytes).unwrap_or(u32::MAX))
+                    .await
+                else {
+                    return Ok(false); // closed: the snapshot is gone
+                };
                 let rows = Feed::Rows {
                     table,
                     relation: relation.clone(),
                     rows: batch,
+                    budget,
                 };
                 if tx.send(rows).await.is_err() {
                     return Ok(false); // the consumer is gone
