@@ -107,6 +107,21 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Ask the running connector for an incremental snapshot of one table
+    /// (a backfill, or re-reading a table): read in chunks while streaming
+    /// continues, resumable; see docs/operations.md.
+    #[command(after_help = AFTER_HELP)]
+    Snapshot {
+        /// The TOML configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The table (`schema.table`), one this connector captures.
+        #[arg(long)]
+        table: String,
+        /// Only the rows satisfying this SQL condition.
+        #[arg(long = "where", value_name = "SQL")]
+        filter: Option<String>,
+    },
     /// Show the slot, the stored offset and the running instance's health,
     /// without a running instance (exit 1 when something needs a person).
     #[command(after_help = AFTER_HELP)]
@@ -126,7 +141,8 @@ impl Command {
             Command::Run { config, .. }
             | Command::Check { config }
             | Command::Status { config, .. }
-            | Command::Republish { config, .. } => config,
+            | Command::Republish { config, .. }
+            | Command::Snapshot { config, .. } => config,
         }
     }
 }
@@ -306,6 +322,22 @@ fn main() -> ExitCode {
                     }
                     Err(e) => {
                         fatal(format, "", &e.to_string());
+                        ExitCode::FAILURE
+                    }
+                }
+            }
+            Command::Snapshot { table, filter, .. } => {
+                match walrelay::relay::request_snapshot(&config, &table, filter.as_deref()).await {
+                    Ok((id, lsn)) => {
+                        say(&format!(
+                            "requested incremental snapshot {id} of {table} (signal at {lsn}); the \
+                             running connector reads it beside the stream — watch `walrelay \
+                             status` (incremental) and walrelay_incremental_snapshot_*\n"
+                        ));
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        fatal(format, "", &e);
                         ExitCode::FAILURE
                     }
                 }

@@ -87,6 +87,82 @@ pub struct StoredOffset {
     /// write so `walrelay status` can still name it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accepted_gap: Option<AcceptedGap>,
+    /// The incremental snapshot under way (or the last one, completed), with
+    /// how far Kafka holds it at `lsn`: a restart goes on after the last
+    /// chunk stored here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incremental: Option<IncrementalProgress>,
+    /// The tables (`schema.table`) the connector was configured with when
+    /// this was written: a table configured later is one whose existing rows
+    /// were never published (an incremental snapshot publishes them). Empty
+    /// in offsets written before walrelay stored it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub known_tables: Vec<String>,
+}
+
+/// An incremental snapshot as stored: its tables and how far each got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IncrementalProgress {
+    pub id: String,
+    pub tables: Vec<IncrementalTableProgress>,
+    /// Rows Kafka acknowledged so far.
+    #[serde(default)]
+    pub rows: u64,
+}
+
+/// One table of an incremental snapshot, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IncrementalTableProgress {
+    /// `schema.table`.
+    pub table: String,
+    /// The key columns the chunks follow.
+    pub key: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+    #[serde(default)]
+    pub inserts_only: bool,
+    /// The last key Kafka holds the chunk of (`None`: none yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Vec<Option<String>>>,
+    #[serde(default)]
+    pub done: bool,
+}
+
+impl IncrementalProgress {
+    /// Whether every table is done.
+    pub fn done(&self) -> bool {
+        self.tables.iter().all(|t| t.done)
+    }
+}
+
+impl std::fmt::Display for IncrementalProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let done = self.tables.iter().filter(|t| t.done).count();
+        write!(
+            f,
+            "{} {}: {done} of {} tables done, {} rows",
+            self.id,
+            if self.done() { "completed" } else { "running" },
+            self.tables.len(),
+            self.rows
+        )?;
+        if let Some(t) = self.tables.iter().find(|t| !t.done) {
+            let at = t.after.as_ref().map_or_else(
+                || "its start".to_owned(),
+                |k| {
+                    format!(
+                        "({})",
+                        k.iter()
+                            .map(|v| v.as_deref().unwrap_or("NULL"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                },
+            );
+            write!(f, "; reading {} after {at}", t.table)?;
+        }
+        Ok(())
+    }
 }
 
 /// Changes committed after `from` and before `to` were never streamed: the
@@ -760,6 +836,8 @@ mod tests {
             written_at_ms: 0,
             snapshot: None,
             accepted_gap: None,
+            incremental: None,
+            known_tables: Vec::new(),
         }
     }
 

@@ -295,6 +295,24 @@ impl Router {
         Ok(routed)
     }
 
+    /// Routes a row read by an incremental snapshot chunk at `lsn` (its
+    /// high watermark): as [`Router::on_snapshot_row`], with header
+    /// `walrelay.snapshot: incremental`.
+    pub fn on_incremental_row(
+        &self,
+        rel: Oid,
+        row: &TupleData,
+        lsn: Lsn,
+    ) -> Result<Routed, RouteError> {
+        let mut routed = self.on_snapshot_row(rel, row, lsn)?;
+        if let Routed::Record(record) = &mut routed
+            && let Some(header) = record.headers.last_mut()
+        {
+            header.1 = Bytes::from_static(b"incremental");
+        }
+        Ok(routed)
+    }
+
     /// `lsn` as header text, formatted once per transaction.
     fn lsn_text(&self, lsn: Lsn) -> Bytes {
         let mut cached = self.lsn_text.borrow_mut();

@@ -1050,6 +1050,8 @@ mod tests {
                 consistent_point: None,
             }),
             accepted_gap: None,
+            incremental: None,
+            known_tables: Vec::new(),
         }
     }
 

@@ -122,6 +122,8 @@ pub struct StoredStatus {
     pub snapshot: Option<String>,
     /// The last range accepted as never streamed: what to reconcile.
     pub accepted_gap: Option<offsets::AcceptedGap>,
+    /// The incremental snapshot under way (or the last one).
+    pub incremental: Option<offsets::IncrementalProgress>,
 }
 
 /// The slot's confirmed position against the stored offset.
@@ -327,6 +329,7 @@ fn stored_status(s: &offsets::StoredOffset) -> StoredStatus {
             }
         }),
         accepted_gap: s.accepted_gap.clone(),
+        incremental: s.incremental.clone(),
     }
 }
 
@@ -541,6 +544,9 @@ impl fmt::Display for Status {
                 if let Some(snapshot) = &s.snapshot {
                     writeln!(f, "  snapshot           {snapshot}")?;
                 }
+                if let Some(incremental) = &s.incremental {
+                    writeln!(f, "  incremental        {incremental}")?;
+                }
                 if let Some(gap) = &s.accepted_gap {
                     writeln!(
                         f,
@@ -713,6 +719,7 @@ mod tests {
             age_seconds: 1.0,
             snapshot: None,
             accepted_gap: None,
+            incremental: None,
         }));
         assert!(
             problems(&s).iter().any(|p| p.contains("does not exist")),

@@ -85,6 +85,12 @@ pub struct Metrics {
     /// Open transactions the creation of the snapshot's slot waits for (0
     /// when it waits for none).
     pub slot_creation_waiting_for: AtomicU64,
+    /// An incremental snapshot is being read.
+    pub incremental_running: AtomicBool,
+    /// Incremental snapshot rows published (this process).
+    pub incremental_rows: AtomicU64,
+    /// Incremental snapshot tables not read to the end yet.
+    pub incremental_tables_remaining: AtomicU64,
     /// How long the last completed snapshot took, in milliseconds (0: none).
     pub snapshot_duration_ms: AtomicU64,
     pub records_published: AtomicU64,
@@ -227,6 +233,9 @@ impl Metrics {
             snapshot_rows: AtomicU64::new(0),
             snapshot_tables_remaining: AtomicU64::new(0),
             slot_creation_waiting_for: AtomicU64::new(0),
+            incremental_running: AtomicBool::new(false),
+            incremental_rows: AtomicU64::new(0),
+            incremental_tables_remaining: AtomicU64::new(0),
             snapshot_duration_ms: AtomicU64::new(0),
             records_published: AtomicU64::new(0),
             published_bytes: AtomicU64::new(0),

@@ -40,6 +40,8 @@ fn offset(connector: &str, lsn: u64) -> StoredOffset {
         written_at_ms: 1_700_000_000_000,
         snapshot: None,
         accepted_gap: None,
+        incremental: None,
+        known_tables: Vec::new(),
     }
 }
 
@@ -311,6 +313,8 @@ async fn check_and_run_refuse_a_stored_offset_of_another_slot_or_timeline() {
         written_at_ms: 0,
         snapshot: None,
         accepted_gap: None,
+        incremental: None,
+        known_tables: Vec::new(),
     };
     write_offset(&topic, &stored);
     let dir = std::env::temp_dir().join(unique("offtl"));

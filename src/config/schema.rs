@@ -586,6 +586,9 @@ pub struct SnapshotConfig {
     /// Rows a reader hands on at a time (one batch). 1..=1,000,000.
     #[serde(default = "defaults::snapshot_fetch_rows")]
     pub fetch_rows: usize,
+    /// Rows per chunk of an incremental snapshot. 1..=1,000,000.
+    #[serde(default = "defaults::snapshot_chunk_rows")]
+    pub chunk_rows: usize,
 }
 
 impl Default for SnapshotConfig {
@@ -594,6 +597,7 @@ impl Default for SnapshotConfig {
             mode: None,
             parallelism: defaults::snapshot_parallelism(),
             fetch_rows: defaults::snapshot_fetch_rows(),
+            chunk_rows: defaults::snapshot_chunk_rows(),
         }
     }
 }
@@ -1260,6 +1264,9 @@ pub(crate) mod defaults {
     }
     pub(crate) fn snapshot_fetch_rows() -> usize {
         10_000
+    }
+    pub(crate) fn snapshot_chunk_rows() -> usize {
+        4_096
     }
     pub(crate) fn unavailable_value_placeholder() -> String {
         "__debezium_unavailable_value".to_owned()

@@ -211,7 +211,10 @@ fn example_toml_sets_every_key() {
             "unmapped_types"
         ]
     );
-    assert_eq!(keys("snapshot"), ["fetch_rows", "mode", "parallelism"]);
+    assert_eq!(
+        keys("snapshot"),
+        ["chunk_rows", "fetch_rows", "mode", "parallelism"]
+    );
     assert_eq!(keys("heartbeat"), ["interval", "publish", "topic"]);
     assert_eq!(
         keys("outbox"),
@@ -426,8 +429,9 @@ fn snapshot_mode_always_is_refused_with_the_alternatives() {
     let error = load_err(&minimal_with("[snapshot]\nmode = \"always\""));
     assert!(
         error.contains(
-            "test.toml:11:8: snapshot.mode: \"always\" is not supported yet: walrelay has no \
-             incremental snapshot; use initial or when_needed"
+            "test.toml:11:8: snapshot.mode: \"always\" is not supported: it would publish every \
+             table again at every start; use initial or when_needed, and `walrelay snapshot \
+             --table …`"
         ),
         "{error}"
     );

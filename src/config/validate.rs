@@ -128,8 +128,9 @@ fn snapshot(snapshot: &SnapshotConfig, out: &mut Vec<Problem>) {
     if snapshot.mode == Some(SnapshotMode::Always) {
         out.push(Problem::new(
             "snapshot.mode",
-            "\"always\" is not supported yet: walrelay has no incremental snapshot; use \
-             initial or when_needed",
+            "\"always\" is not supported: it would publish every table again at every \
+             start; use initial or when_needed, and `walrelay snapshot --table …` (an \
+             incremental snapshot beside the stream) when a table must be read again",
         ));
     }
     if !(1..=limits::SNAPSHOT_PARALLELISM).contains(&snapshot.parallelism) {
@@ -151,6 +152,17 @@ fn snapshot(snapshot: &SnapshotConfig, out: &mut Vec<Problem>) {
                  hands on at a time, e.g. 10000",
                 limits::SNAPSHOT_FETCH_ROWS,
                 snapshot.fetch_rows
+            ),
+        ));
+    }
+    if !(1..=limits::SNAPSHOT_FETCH_ROWS).contains(&snapshot.chunk_rows) {
+        out.push(Problem::new(
+            "snapshot.chunk_rows",
+            format!(
+                "must be from 1 to {} (got {}); it is the number of rows an incremental \
+                 snapshot reads per chunk, e.g. 4096",
+                limits::SNAPSHOT_FETCH_ROWS,
+                snapshot.chunk_rows
             ),
         ));
     }

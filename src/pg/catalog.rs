@@ -380,6 +380,32 @@ pub async fn emit_message(
     })
 }
 
+/// [`emit_message`], and the WAL flushed past it before this returns (a
+/// non-transactional message is otherwise sent to the walsender only when
+/// something else flushes WAL, up to `wal_writer_delay` later): it runs in a
+/// transaction that takes a transaction id, whose synchronous commit
+/// flushes. The message is written when called, not at the commit, so its
+/// LSN orders it before any transaction that commits after this returns.
+pub async fn emit_message_flushed(
+    client: &Client,
+    prefix: &str,
+    content: &str,
+) -> Result<Lsn, CatalogError> {
+    let query = |context| move |source| CatalogError::Query { context, source };
+    client
+        .batch_execute("BEGIN; SET LOCAL synchronous_commit = on")
+        .await
+        .map_err(query("beginning a watermark transaction"))?;
+    let lsn = emit_message(client, prefix, content).await;
+    let end = client
+        .batch_execute("SELECT pg_current_xact_id(); COMMIT")
+        .await
+        .map_err(query("committing a watermark transaction"));
+    let lsn = lsn?;
+    end?;
+    Ok(lsn)
+}
+
 /// The text variant of `pg_logical_emit_message` as this server declares it
 /// (`pg_logical_emit_message(boolean,text,text)` up to PostgreSQL 16, with a
 /// fourth `flush boolean` argument from 17), and whether the current role may

@@ -445,7 +445,13 @@ impl SnapshotReader {
         // parent's, so the snapshot must not publish them as the parent's
         // either. A partitioned table is read whole (its partitions are its
         // rows, and the publication streams them as the root's).
-        let partitioned = self
+        let partitioned = self.is_partitioned(relation).await?;
+        let sql = copy_sql(relation, !partitioned, order_by, split, filter)?;
+        self.copy(relation, &sql).await
+    }
+
+    async fn is_partitioned(&self, relation: &Relation) -> Result<bool, SnapshotError> {
+        Ok(self
             .client
             .query_opt(
                 "SELECT relkind = 'p' FROM pg_class WHERE oid = $1::oid",
@@ -457,17 +463,24 @@ impl SnapshotReader {
                 context: "reading pg_class.relkind",
                 source,
             })?
-            .is_some_and(|r| r.get::<_, bool>(0));
-        let sql = copy_sql(relation, !partitioned, order_by, split, filter)?;
-        let stream =
-            self.client
-                .copy_out(sql.as_str())
-                .await
-                .map_err(|source| SnapshotError::Query {
-                    table: relation_display(relation),
-                    context: "starting COPY … TO STDOUT",
-                    source,
-                })?;
+            .is_some_and(|r| r.get::<_, bool>(0)))
+    }
+
+    /// Starts `sql` (a `COPY … TO STDOUT` of `relation`'s columns).
+    async fn copy(
+        &mut self,
+        relation: &Relation,
+        sql: &str,
+    ) -> Result<SnapshotRows<'_>, SnapshotError> {
+        let stream = self
+            .client
+            .copy_out(sql)
+            .await
+            .map_err(|source| SnapshotError::Query {
+                table: relation_display(relation),
+                context: "starting COPY … TO STDOUT",
+                source,
+            })?;
         Ok(SnapshotRows {
             stream: Box::pin(stream),
             table: relation_display(relation),
@@ -534,6 +547,133 @@ impl SnapshotReader {
     /// reader's snapshot sees them (see [`table_shapes`]).
     pub async fn table_shapes(&self, oids: &[u32]) -> Result<Vec<(u32, String)>, SnapshotError> {
         table_shapes(&self.client, oids).await
+    }
+
+    /// Connects for the chunks of an incremental snapshot: no transaction
+    /// until [`SnapshotReader::read_chunk`] begins one per chunk.
+    pub async fn open_for_chunks(params: &ConnectParams) -> Result<SnapshotReader, SnapshotError> {
+        let client = catalog::connect(params)
+            .await
+            .map_err(SnapshotError::Connect)?;
+        Ok(SnapshotReader {
+            client,
+            snapshot_name: String::new(),
+        })
+    }
+
+    /// The session of this reader, for the watermarks between chunks.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// One chunk of an incremental snapshot: in a repeatable-read
+    /// transaction of its own, at most `limit` rows of `schema.name` (the
+    /// publication's columns, as [`SnapshotReader::table_relation`]) whose
+    /// `key` columns come after `after`, in key order, that satisfy
+    /// `filter`. Also returns the transactions the chunk's snapshot does not
+    /// see although they were running when it was taken (top-level xids,
+    /// low 32 bits as pgoutput sends them): a change of theirs that the
+    /// stream carries before the chunk's low watermark is newer than the
+    /// chunk's row.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn read_chunk(
+        &mut self,
+        schema: &str,
+        name: &str,
+        publication: &str,
+        key: &[String],
+        filter: Option<&str>,
+        after: Option<&[Option<String>]>,
+        limit: usize,
+    ) -> Result<Chunk, SnapshotError> {
+        let table = qualified_display(schema, name);
+        let query = |context| {
+            let table = table.clone();
+            move |source| SnapshotError::Query {
+                table,
+                context,
+                source,
+            }
+        };
+        self.client
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+            .map_err(query("beginning a chunk's transaction"))?;
+        let result = async {
+            let invisible: Vec<u32> = self
+                .client
+                .query(
+                    "SELECT (x::text::int8 % 4294967296)::int8 \
+                     FROM pg_snapshot_xip(pg_current_snapshot()) AS x",
+                    &[],
+                )
+                .await
+                .map_err(query("reading the chunk's snapshot"))?
+                .iter()
+                .map(|r| r.get::<_, i64>(0) as u32)
+                .collect();
+            let relation = self.table_relation(schema, name, Some(publication)).await?;
+            let rows = {
+                let mut read = self
+                    .read_chunk_rows(&relation, key, filter, after, limit)
+                    .await?;
+                let mut rows = Vec::new();
+                while let Some(batch) = read.next_batch(limit, usize::MAX).await? {
+                    rows.extend(batch);
+                }
+                rows
+            };
+            Ok::<_, SnapshotError>(Chunk {
+                relation,
+                rows,
+                invisible,
+            })
+        }
+        .await;
+        // Read-only: ending it cannot lose anything; a failed chunk is read
+        // again.
+        let end = self
+            .client
+            .batch_execute(if result.is_ok() { "COMMIT" } else { "ROLLBACK" })
+            .await
+            .map_err(query("ending a chunk's transaction"));
+        let chunk = result?;
+        end?;
+        Ok(chunk)
+    }
+
+    async fn read_chunk_rows(
+        &mut self,
+        relation: &Relation,
+        key: &[String],
+        filter: Option<&str>,
+        after: Option<&[Option<String>]>,
+        limit: usize,
+    ) -> Result<SnapshotRows<'_>, SnapshotError> {
+        if let Some(after) = after
+            && after.len() != key.len()
+        {
+            return Err(SnapshotError::Malformed {
+                table: relation_display(relation),
+                row: 0,
+                reason: format!(
+                    "the stored position has {} key values, the key has {} columns",
+                    after.len(),
+                    key.len()
+                ),
+            });
+        }
+        let partitioned = self.is_partitioned(relation).await?;
+        let sql = chunk_sql(
+            relation,
+            !partitioned,
+            key,
+            None,
+            filter,
+            after,
+            Some(limit),
+        )?;
+        self.copy(relation, &sql).await
     }
 
     /// Ends the snapshot transaction (`COMMIT`) and closes the connection.
@@ -688,6 +828,21 @@ pub fn copy_sql(
     split: Option<&HashSplit>,
     filter: Option<&str>,
 ) -> Result<String, SnapshotError> {
+    chunk_sql(relation, only, order_by, split, filter, None, None)
+}
+
+/// [`copy_sql`] for one chunk of an incremental snapshot: only rows whose
+/// `order_by` columns come after `after` (a row comparison, so the key must
+/// be unique and not NULL), at most `limit` of them.
+pub fn chunk_sql(
+    relation: &Relation,
+    only: bool,
+    order_by: &[String],
+    split: Option<&HashSplit>,
+    filter: Option<&str>,
+    after: Option<&[Option<String>]>,
+    limit: Option<usize>,
+) -> Result<String, SnapshotError> {
     let table = relation_display(relation);
     let known = |column: &str, what: &'static str| {
         if relation.column_index(column).is_some() {
@@ -740,14 +895,42 @@ pub fn copy_sql(
     if let Some(split) = split {
         conditions.push(split.filter_sql());
     }
+    if let Some(after) = after {
+        // Untyped literals take the key columns' types; NULL sorts nowhere.
+        let values: Vec<String> = after
+            .iter()
+            .map(|v| {
+                v.as_deref()
+                    .map_or_else(|| "NULL".to_owned(), escape_literal)
+            })
+            .collect();
+        conditions.push(format!(
+            "({}) > ({})",
+            list(&mut order_by.iter().map(String::as_str)),
+            values.join(", ")
+        ));
+    }
     if !conditions.is_empty() {
         sql.push_str(" WHERE ");
         sql.push_str(&conditions.join(" AND "));
     }
     sql.push_str(" ORDER BY ");
     sql.push_str(&list(&mut order_by.iter().map(String::as_str)));
+    if let Some(limit) = limit {
+        sql.push_str(&format!(" LIMIT {}", limit.max(1)));
+    }
     sql.push_str(") TO STDOUT");
     Ok(sql)
+}
+
+/// What [`SnapshotReader::read_chunk`] read.
+#[derive(Debug, Clone)]
+pub struct Chunk {
+    pub relation: Relation,
+    pub rows: Vec<TupleData>,
+    /// Transactions running (so not seen) when the chunk's snapshot was
+    /// taken, as pgoutput's 32-bit xids.
+    pub invisible: Vec<u32>,
 }
 
 /// The rows of one [`SnapshotReader::read`], pulled in batches.

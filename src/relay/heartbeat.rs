@@ -233,6 +233,8 @@ mod tests {
             written_at_ms: 0,
             snapshot: None,
             accepted_gap: None,
+            incremental: None,
+            known_tables: Vec::new(),
         };
         let metrics = Arc::new(Metrics::new("orders"));
         let s = Streaming::new(config, metrics, sink, router, START, template);

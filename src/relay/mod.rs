@@ -35,6 +35,7 @@
 //!   or definite (the connector stops with the explanation).
 
 mod heartbeat;
+mod incremental;
 mod session;
 mod slot_watch;
 mod snapshot;
@@ -63,6 +64,7 @@ use crate::source::lease::{Instance, Lease};
 use crate::telemetry::outage::{Outage, OutageLog, Said};
 use crate::telemetry::{self, Metrics, Role};
 
+pub use incremental::{SIGNAL_PREFIX, request_snapshot, signal_json};
 use session::Session;
 
 /// What a produced record stands for: handed to the sink with the record,
@@ -194,6 +196,10 @@ pub enum RelayError {
         /// Which event: the outbox row id when known.
         event: String,
         error: SinkError,
+        /// The producer refused it when handed it (a client-side check, e.g.
+        /// its size): nothing of it, and nothing after it, is queued, so the
+        /// records queued before it may still be delivered.
+        at_send: bool,
     },
     #[error("Kafka: {0}")]
     Sink(SinkError),
@@ -670,6 +676,7 @@ mod tests {
             lsn: Lsn(1),
             event: "record #0 of the transaction".into(),
             error: SinkError::unverified(0),
+            at_send: false,
         };
         assert!(e.is_transient(), "{e}");
         assert_eq!(e.waiting_for(), "Kafka");

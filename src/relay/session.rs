@@ -152,10 +152,13 @@ impl Started {
             return Ok(());
         };
         let refused = matches!(&e, RelayError::Delivery { error, .. } if error.kind == SinkErrorKind::Definite);
-        if refused {
+        if matches!(&e, RelayError::Delivery { error, at_send: false, .. } if error.kind == SinkErrorKind::Definite)
+        {
             // Kafka refused a record for good. Records queued behind it must
             // not reach Kafka before it (per-aggregate order): drop them now;
-            // the next session re-sends them after the refused one.
+            // the next session re-sends them after the refused one. (Refused
+            // when handed to the producer, nothing is queued behind it, and
+            // the records before it are let through.)
             self.run.sink.purge_queued();
         }
         let one_bad_change = refused
@@ -289,6 +292,7 @@ impl Session {
                 }));
             }
         }
+        let specs = super::incremental::Specs::new(&config, &captured);
         let mut offset_template = StoredOffset {
             connector: config.connector.name.clone(),
             system_id: system.system_id.clone(),
@@ -301,6 +305,8 @@ impl Session {
                 .and_then(|s| s.snapshot.clone())
                 .filter(|s| s.state == SnapshotState::Completed),
             accepted_gap: stored.as_ref().and_then(|s| s.accepted_gap.clone()),
+            incremental: stored.as_ref().and_then(|s| s.incremental.clone()),
+            known_tables: specs.names(),
         };
         let plan = startup::slot_plan(
             config.snapshot.mode,
@@ -446,6 +452,7 @@ impl Session {
                     template,
                 );
                 run.set_primary_keys(&captured);
+                run.chunk_specs = specs;
                 // Debezium's source.ts_ms of snapshot rows: the snapshot's time.
                 run.snapshot_ms =
                     crate::pg::replication::pg_us_to_unix_ms(crate::pg::replication::pg_now_us());
@@ -548,9 +555,10 @@ impl Session {
         // is exactly where we read it (nobody advanced or recreated it;
         // `start` may be past it, see offsets::compare).
         let confirmed = slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
-        let source = Source::resume(repl, &catalog, &pg.slot, start, confirmed, &pg.publication)
-            .await
-            .map_err(|e| startup::explain_stream_error(e.into(), &pg.publication, &pg.slot))?;
+        let mut source =
+            Source::resume(repl, &catalog, &pg.slot, start, confirmed, &pg.publication)
+                .await
+                .map_err(|e| startup::explain_stream_error(e.into(), &pg.publication, &pg.slot))?;
         tracing::info!(
             slot = %pg.slot, publication = %pg.publication, lsn = %start,
             system_id = %system.system_id, timeline = system.timeline,
@@ -566,6 +574,17 @@ impl Session {
             offset_template,
         );
         run.set_primary_keys(&captured);
+        // An incremental snapshot to go on with, or tables added since the
+        // offset was written.
+        if let Some(plan) = super::incremental::plan_at_start(&config, stored.as_ref(), &specs) {
+            tracing::info!(
+                id = %plan.id,
+                tables = %plan.tables.iter().filter(|t| !t.done).map(|t| t.display()).collect::<Vec<_>>().join(", "),
+                "incremental snapshot: reading beside the stream"
+            );
+            run.start_incremental(&mut source, plan);
+        }
+        run.chunk_specs = specs;
         drop(catalog);
         Ok(Some(Started {
             run,
@@ -660,6 +679,7 @@ pub(super) async fn send_offset(
             lsn,
             event: what.to_owned(),
             error,
+            at_send: true,
         })
 }
 
@@ -681,6 +701,7 @@ async fn store_offset(
         lsn,
         event: what.to_owned(),
         error,
+        at_send: false,
     };
     match tokio::time::timeout(LIMIT, acks.recv()).await {
         Ok(Some(Ack::Delivered(Token::Offset { lsn: acked }))) if acked == lsn => Ok(()),

@@ -79,6 +79,14 @@ pub(super) struct Streaming {
     pub(super) snapshot_ms: i64,
     /// Where the `[[table]]` snapshot rows stand (`source.snapshot`).
     pub(super) snapshot_marks: super::table_events::SnapshotMarks,
+    /// The configured tables' keys, for incremental snapshots.
+    pub(super) chunk_specs: super::incremental::Specs,
+    /// Incremental snapshot chunks published and not yet stored: their
+    /// high watermark, the plan with them done, and rows published so far.
+    pub(super) incremental_pending:
+        std::collections::VecDeque<(Lsn, crate::source::IncrementalPlan, u64)>,
+    /// Incremental snapshot rows published this session.
+    pub(super) incremental_rows: u64,
 }
 
 impl Streaming {
@@ -118,6 +126,9 @@ impl Streaming {
             table_records: Vec::new(),
             snapshot_ms: 0,
             snapshot_marks: Default::default(),
+            chunk_specs: Default::default(),
+            incremental_pending: Default::default(),
+            incremental_rows: 0,
         }
     }
 
@@ -199,6 +210,16 @@ impl Streaming {
                             source.confirm(self.offset_acked, false).await?;
                         }
                     }
+                    // An incremental snapshot's next chunk waits for the
+                    // last one to be stored: store it as soon as Kafka
+                    // holds it, not at the next tick.
+                    source.incremental_stored(self.offset_acked);
+                    if source
+                        .incremental_publishing()
+                        .is_some_and(|lsn| lsn <= self.checkpoint.confirmed())
+                    {
+                        self.write_offset_if_due().await?;
+                    }
                 }
                 _ = ticker.tick() => {
                     let silent_for = last_heard.elapsed();
@@ -279,7 +300,25 @@ impl Streaming {
                 lsn,
                 prefix,
                 content,
+            } if prefix == super::incremental::SIGNAL_PREFIX => {
+                self.on_signal(lsn, &content, source)
+            }
+            SourceEvent::Message {
+                lsn,
+                prefix,
+                content,
             } => self.on_message(lsn, &prefix, &content).await?,
+            SourceEvent::SnapshotChunk {
+                lsn,
+                table,
+                relation,
+                rows,
+                read,
+                plan,
+            } => {
+                self.on_snapshot_chunk(lsn, table, &relation, rows, read, plan, source)
+                    .await?
+            }
             SourceEvent::Relation(r) => {
                 self.router.on_relation(&r);
                 if let Some(warning) = self.tables.on_relation(&r, source.received())? {
@@ -448,6 +487,7 @@ impl Streaming {
                 lsn: pos.commit_lsn,
                 event: describe_record(record),
                 error,
+                at_send: true,
             })?;
         self.awaiting_reports += 1;
         Ok(())
@@ -550,6 +590,7 @@ impl Streaming {
                     lsn: commit_lsn,
                     event: describe_event(event_id.as_ref(), index),
                     error,
+                    at_send: false,
                 })
             }
             Ack::Failed {
@@ -565,6 +606,7 @@ impl Streaming {
                     lsn,
                     event: "the offset-store write".into(),
                     error,
+                    at_send: false,
                 })
             }
             Ack::Fatal(e) => Err(RelayError::Sink(e)),
@@ -585,6 +627,21 @@ impl Streaming {
     /// progress) to the offset store; its acknowledgement clears
     /// `offset_in_flight`.
     pub(super) async fn write_offset(&mut self, confirmed: Lsn) -> Result<(), RelayError> {
+        // Chunks whose high watermark the frontier has passed are in Kafka:
+        // their progress goes with this position.
+        while let Some((lsn, _, _)) = self.incremental_pending.front()
+            && *lsn <= confirmed
+        {
+            if let Some((_, plan, rows)) = self.incremental_pending.pop_front() {
+                if plan.done() {
+                    tracing::info!(
+                        id = %plan.id, rows,
+                        "incremental snapshot completed: every chunk is in Kafka"
+                    );
+                }
+                self.offset_template.incremental = Some(super::incremental::to_stored(&plan, rows));
+            }
+        }
         super::session::send_offset(
             &self.sink,
             &self.offset_template,

@@ -653,6 +653,8 @@ pub enum SnapshotMarker {
     True,
     LastInDataCollection,
     Last,
+    /// A row of an incremental snapshot (read while streaming).
+    Incremental,
 }
 
 impl SnapshotMarker {
@@ -687,6 +689,7 @@ impl SnapshotMarker {
             SnapshotMarker::True => "true",
             SnapshotMarker::LastInDataCollection => "last_in_data_collection",
             SnapshotMarker::Last => "last",
+            SnapshotMarker::Incremental => "incremental",
         }
     }
 }

@@ -29,6 +29,7 @@
 //!   it go backwards.
 //! - Knows nothing of Kafka, the router or the checkpoint.
 
+mod incremental;
 pub mod lease;
 mod snapshot;
 
@@ -45,6 +46,7 @@ use crate::pg::snapshot::SnapshotError;
 use crate::pg::wire::{ConnectParams, WireError};
 use crate::pgoutput::{self, DecodeError, LogicalMessage, Relation, RelationCache, TupleData};
 
+pub use incremental::{ChunkTable, IncrementalPlan, WATERMARK_PREFIX};
 pub use snapshot::{SnapshotTable, TableProgress};
 
 /// Where a change sits in the WAL: its transaction's commit LSN and its
@@ -138,6 +140,21 @@ pub enum SourceEvent {
         table: String,
         rows: u64,
     },
+    /// One chunk of an incremental snapshot (see
+    /// [`Source::start_incremental`]): rows of table `plan.tables[table]`
+    /// that existed when the chunk was read and that the stream has carried
+    /// no newer version of, at `lsn` (its high watermark's position: every
+    /// streamed event before it came first). `read` rows were read (before
+    /// leaving the stale ones out); `plan` is the snapshot's progress with
+    /// this chunk done.
+    SnapshotChunk {
+        lsn: Lsn,
+        table: usize,
+        relation: Arc<Relation>,
+        rows: Vec<TupleData>,
+        read: usize,
+        plan: IncrementalPlan,
+    },
     /// Every table was read. Nothing follows until the caller calls
     /// [`Source::start_streaming`]: the snapshot's records must be safe in
     /// Kafka (and the snapshot marked completed) before streaming starts.
@@ -192,6 +209,8 @@ struct Open {
 pub struct Source {
     state: State,
     assembler: Assembler,
+    /// The incremental snapshot running beside the stream, if any.
+    incremental: Option<incremental::Incremental>,
 }
 
 #[derive(Debug)]
@@ -268,6 +287,7 @@ impl Source {
         Source {
             state: State::Streaming(stream),
             assembler: Assembler::new(start),
+            incremental: None,
         }
     }
 
@@ -320,6 +340,7 @@ impl Source {
                 next_index: 0,
             },
             assembler: Assembler::new(created.consistent_point),
+            incremental: None,
         })
     }
 
@@ -375,11 +396,94 @@ impl Source {
             }
         };
         loop {
-            let event = stream.recv().await?;
+            let event = match self.incremental.as_mut().and_then(|i| i.failed.as_mut()) {
+                // A chunk that cannot be read ends the session (its progress
+                // is stored; the next session goes on from there).
+                Some(failed) => tokio::select! {
+                    e = failed => match e {
+                        Ok(e) => return Err(SourceError::Snapshot(e)),
+                        Err(_) => {
+                            // The task ended without an error: nothing to watch.
+                            if let Some(i) = self.incremental.as_mut() {
+                                i.failed = None;
+                            }
+                            continue;
+                        }
+                    },
+                    event = stream.recv() => event?,
+                },
+                None => stream.recv().await?,
+            };
             if let Some(event) = self.assembler.on_stream_event(event)? {
-                return Ok(event);
+                return self.observe(event);
             }
         }
+    }
+
+    /// Lets the incremental snapshot see `event` (see
+    /// [`incremental`](self::incremental)).
+    fn observe(&mut self, event: SourceEvent) -> Result<SourceEvent, SourceError> {
+        match self.incremental.as_mut() {
+            Some(i) => Ok(i.observe(event)?),
+            None => Ok(event),
+        }
+    }
+
+    /// Starts an incremental snapshot of `plan` beside the stream (or adds
+    /// its tables to the one running): chunk by chunk, each yielded as a
+    /// [`SourceEvent::SnapshotChunk`] at its high watermark. `connector`
+    /// names this connector's watermarks; `params` connect the chunk reader.
+    pub fn start_incremental(
+        &mut self,
+        params: &ConnectParams,
+        publication: &str,
+        connector: &str,
+        plan: IncrementalPlan,
+    ) {
+        match &mut self.incremental {
+            Some(running) if !running.plan.done() => {
+                if running.plan.id != plan.id {
+                    tracing::info!(
+                        running = %running.plan.id, added = %plan.id,
+                        "an incremental snapshot runs; its tables are added to it"
+                    );
+                }
+                running.add(plan.tables);
+            }
+            _ => {
+                self.incremental = Some(incremental::Incremental::start(
+                    params,
+                    publication,
+                    connector,
+                    plan,
+                ));
+            }
+        }
+    }
+
+    /// The relation the stream last described for `oid`, if any.
+    pub fn streamed_relation(&self, oid: u32) -> Option<Arc<Relation>> {
+        self.assembler.relations.get(oid).cloned()
+    }
+
+    /// The offset store holds every position up to `up_to`: lets the
+    /// incremental snapshot go on with its next chunk once that covers the
+    /// last one.
+    pub fn incremental_stored(&mut self, up_to: Lsn) {
+        if let Some(i) = self.incremental.as_mut() {
+            i.stored(up_to);
+        }
+    }
+
+    /// The high watermark of the incremental snapshot chunk published and
+    /// not yet stored, if any: the offset store should hold it soon.
+    pub fn incremental_publishing(&self) -> Option<Lsn> {
+        self.incremental.as_ref().and_then(|i| i.publishing())
+    }
+
+    /// The incremental snapshot's progress, while one runs.
+    pub fn incremental_plan(&self) -> Option<&IncrementalPlan> {
+        self.incremental.as_ref().map(|i| &i.plan)
     }
 
     /// The next event if it can be had without waiting (already buffered),
@@ -391,7 +495,7 @@ impl Source {
         };
         while let Some(event) = stream.try_recv()? {
             if let Some(event) = self.assembler.on_stream_event(event)? {
-                return Ok(Some(event));
+                return self.observe(event).map(Some);
             }
         }
         Ok(None)

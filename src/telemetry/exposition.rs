@@ -151,6 +151,24 @@ impl Collector for View {
         )?;
         gauge(
             &mut e,
+            "walrelay_incremental_snapshot_running",
+            "1 while an incremental snapshot is being read beside the stream.",
+            i64::from(m.incremental_running.load(Ordering::Relaxed)),
+        )?;
+        counter(
+            &mut e,
+            "walrelay_incremental_snapshot_rows",
+            "Rows published by incremental snapshot chunks.",
+            u(&m.incremental_rows),
+        )?;
+        gauge(
+            &mut e,
+            "walrelay_incremental_snapshot_tables_remaining",
+            "Tables of the incremental snapshot not read to the end yet.",
+            u(&m.incremental_tables_remaining) as i64,
+        )?;
+        gauge(
+            &mut e,
             "walrelay_slot_creation_waiting_transactions",
             "Open transactions that creating the snapshot's replication slot waits for (0: none).",
             u(&m.slot_creation_waiting_for) as i64,

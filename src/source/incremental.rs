@@ -1,0 +1,582 @@
+//! Incremental snapshots: the rows of chosen tables read in chunks *while
+//! streaming continues*, reconciled with the stream by watermarks (the
+//! DBLog method), resumable chunk by chunk.
+//!
+//! For each chunk a task of its own, on an ordinary connection:
+//! 1. writes a **low watermark** (`pg_logical_emit_message`, prefix
+//!    [`WATERMARK_PREFIX`], flushed) naming this run and chunk;
+//! 2. reads the chunk — at most `chunk_rows` rows after the last key, in key
+//!    order — in a repeatable-read transaction of its own, and notes which
+//!    transactions were running (invisible) when its snapshot was taken;
+//! 3. hands the rows over, then writes the **high watermark**.
+//!
+//! The source meanwhile watches the stream for changes of the chunk's table.
+//! When the high watermark arrives, the chunk's rows are yielded as one
+//! [`crate::source::SourceEvent::SnapshotChunk`] at the watermark's position,
+//! without the rows the stream has carried a newer version of.
+//!
+//! Invariants:
+//! - **Never stale.** A chunk row is dropped when the stream carries a change
+//!   of its key (1) between the watermarks, or (2) after the chunk was asked
+//!   for and before the low watermark, by a transaction the chunk's
+//!   snapshot did not see. Every change the chunk's snapshot did not see has
+//!   its commit after the request (then (1) or (2) drops the row) or after
+//!   the high watermark (then it follows the chunk's row, as a newer event
+//!   should). For a table whose rows never change (an outbox), only inserts
+//!   count: its rows are events, and a delete (the outbox cleanup) does not
+//!   make the event untrue.
+//! - **Ours only.** A watermark counts only if it names this connector, this
+//!   run (a random number per source) and the chunk awaited; watermarks of
+//!   an earlier run, replayed from WAL after a restart, are ignored.
+//! - **Resumable, one chunk at a time.** Each chunk event carries the plan
+//!   with the key of its last row; the next chunk is asked for only once
+//!   the caller says the offset store holds the last one
+//!   ([`Incremental::stored`]), so a crash re-sends at most the chunk in
+//!   flight.
+//! - **Bounded memory.** One chunk at a time: `chunk_rows` rows, plus the
+//!   keys the stream changed while it was in flight.
+//! - Knows nothing of Kafka, the router or the offset store.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{Op, SourceEvent};
+use crate::Lsn;
+use crate::pg::catalog;
+use crate::pg::snapshot::{Chunk, SnapshotError, SnapshotReader};
+use crate::pg::wire::ConnectParams;
+use crate::pgoutput::{Cell, Relation, TupleData};
+
+/// The prefix of the watermark messages.
+pub const WATERMARK_PREFIX: &str = "walrelay.watermark";
+
+/// One table of an incremental snapshot and how far it got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkTable {
+    pub schema: String,
+    pub name: String,
+    /// Unique, non-NULL key columns the chunks follow (a primary key).
+    pub key: Vec<String>,
+    /// Only rows satisfying this SQL condition (`walrelay snapshot --where`).
+    pub filter: Option<String>,
+    /// The table's rows never change (an outbox): only inserts reconcile.
+    pub inserts_only: bool,
+    /// The key of the last row done; `None`: from the first row.
+    pub after: Option<Vec<Option<String>>>,
+    pub done: bool,
+}
+
+impl ChunkTable {
+    /// `schema.name`.
+    pub fn display(&self) -> String {
+        format!("{}.{}", self.schema, self.name)
+    }
+}
+
+/// An incremental snapshot: its id and tables, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IncrementalPlan {
+    pub id: String,
+    pub tables: Vec<ChunkTable>,
+    /// Rows per chunk.
+    pub chunk_rows: usize,
+}
+
+impl IncrementalPlan {
+    /// Whether every table is done.
+    pub fn done(&self) -> bool {
+        self.tables.iter().all(|t| t.done)
+    }
+
+    fn current(&self) -> Option<usize> {
+        self.tables.iter().position(|t| !t.done)
+    }
+}
+
+/// Changes of the chunk's table kept from before its low watermark: a
+/// transaction the chunk's snapshot did not see commits at most
+/// milliseconds before the watermark (between its commit record and its
+/// becoming visible), so only the newest changes can be its.
+const BEFORE_KEPT: usize = 100_000;
+
+/// A key's values as text (NULL: `None`).
+type Key = Vec<Option<Bytes>>;
+
+/// What the chunk task is asked for.
+#[derive(Debug)]
+struct Request {
+    chunk: u64,
+    table: ChunkTable,
+    limit: usize,
+}
+
+/// What the chunk task read.
+#[derive(Debug)]
+struct ChunkRead {
+    chunk: u64,
+    chunk_data: Chunk,
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// Nothing asked (the plan is done).
+    Idle,
+    /// The last chunk (high watermark at this position) is published; the
+    /// next is asked for once the offset store holds it, so that a crash
+    /// re-sends at most the chunk in flight.
+    Publishing { lsn: Lsn },
+    /// Chunk asked for; its low watermark not seen yet. Changes of the
+    /// table seen meanwhile, with their transaction.
+    Requested { chunk: u64, before: Vec<(u32, Key)> },
+    /// Between the watermarks.
+    Window {
+        chunk: u64,
+        before: Vec<(u32, Key)>,
+        touched: HashSet<Key>,
+        truncated: bool,
+    },
+}
+
+/// The running incremental snapshot of a source (see the module doc).
+#[derive(Debug)]
+pub(super) struct Incremental {
+    pub(super) plan: IncrementalPlan,
+    connector: String,
+    run: u64,
+    next_chunk: u64,
+    phase: Phase,
+    /// The transaction being assembled.
+    xid: Option<u32>,
+    requests: mpsc::Sender<Request>,
+    chunks: mpsc::Receiver<ChunkRead>,
+    pub(super) failed: Option<oneshot::Receiver<SnapshotError>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Incremental {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The JSON of a watermark.
+fn watermark(connector: &str, run: u64, chunk: u64, mark: &str) -> String {
+    serde_json::json!({"connector": connector, "run": run.to_string(), "chunk": chunk, "mark": mark})
+        .to_string()
+}
+
+/// `(chunk, is_high)` of a watermark of `connector`'s `run`.
+fn parse_watermark(content: &[u8], connector: &str, run: u64) -> Option<(u64, bool)> {
+    let v: serde_json::Value = serde_json::from_slice(content).ok()?;
+    if v.get("connector")?.as_str()? != connector || v.get("run")?.as_str()? != run.to_string() {
+        return None;
+    }
+    let high = match v.get("mark")?.as_str()? {
+        "low" => false,
+        "high" => true,
+        _ => return None,
+    };
+    Some((v.get("chunk")?.as_u64()?, high))
+}
+
+/// The values of `key` in `row` of `relation`; `None` when the relation
+/// lacks a key column or the row does not carry it.
+fn key_of(relation: &Relation, row: &TupleData, key: &[String]) -> Option<Key> {
+    key.iter()
+        .map(|column| {
+            let index = relation.column_index(column)?;
+            match row.get(index)? {
+                Cell::Null => Some(None),
+                Cell::Text(b) | Cell::Binary(b) => Some(Some(b.clone())),
+                Cell::UnchangedToast => None,
+            }
+        })
+        .collect()
+}
+
+impl Incremental {
+    /// Starts the chunk task for `plan` and asks for its first chunk.
+    pub(super) fn start(
+        params: &ConnectParams,
+        publication: &str,
+        connector: &str,
+        plan: IncrementalPlan,
+    ) -> Incremental {
+        let (requests, request_rx) = mpsc::channel(1);
+        let (chunk_tx, chunks) = mpsc::channel(1);
+        let (fail_tx, failed) = oneshot::channel();
+        let run = rand_u64();
+        let task = tokio::spawn(chunk_task(
+            params.clone(),
+            publication.to_owned(),
+            connector.to_owned(),
+            run,
+            request_rx,
+            chunk_tx,
+            fail_tx,
+        ));
+        let mut incremental = Incremental {
+            plan,
+            connector: connector.to_owned(),
+            run,
+            next_chunk: 0,
+            phase: Phase::Idle,
+            xid: None,
+            requests,
+            chunks,
+            failed: Some(failed),
+            task,
+        };
+        incremental.request_next();
+        incremental
+    }
+
+    /// Adds tables to the plan (a signal while one runs); a table already in
+    /// it and not done is not added twice.
+    pub(super) fn add(&mut self, tables: Vec<ChunkTable>) {
+        for t in tables {
+            let known = self
+                .plan
+                .tables
+                .iter()
+                .any(|p| !p.done && p.schema == t.schema && p.name == t.name);
+            if !known {
+                self.plan.tables.push(t);
+            }
+        }
+        if matches!(self.phase, Phase::Idle) {
+            self.request_next();
+        }
+        // Publishing: the next chunk (of the first table not done) is asked
+        // for once the last one is stored.
+    }
+
+    fn request_next(&mut self) {
+        let Some(current) = self.plan.current() else {
+            self.phase = Phase::Idle;
+            return;
+        };
+        let chunk = self.next_chunk;
+        self.next_chunk += 1;
+        let request = Request {
+            chunk,
+            table: self.plan.tables[current].clone(),
+            limit: self.plan.chunk_rows,
+        };
+        // The task takes one request at a time and only ever gets one
+        // outstanding: the channel has room.
+        if self.requests.try_send(request).is_err() {
+            tracing::debug!("the incremental snapshot's chunk task is gone");
+        }
+        self.phase = Phase::Requested {
+            chunk,
+            before: Vec::new(),
+        };
+    }
+
+    /// Sees one event of the stream; returns the event to yield instead (a
+    /// chunk in place of its high watermark), or the event itself.
+    pub(super) fn observe(&mut self, event: SourceEvent) -> Result<SourceEvent, SnapshotError> {
+        match &event {
+            SourceEvent::Begin { xid, .. } => self.xid = Some(*xid),
+            SourceEvent::Commit { .. } => self.xid = None,
+            SourceEvent::Change(change) => self.on_change(change),
+            SourceEvent::Truncate { relations, .. } => {
+                if let Some(current) = self.plan.current() {
+                    let t = &self.plan.tables[current];
+                    let hit = relations
+                        .iter()
+                        .any(|r| r.namespace == t.schema && r.name == t.name);
+                    if hit
+                        && !t.inserts_only
+                        && let Phase::Window { truncated, .. } = &mut self.phase
+                    {
+                        *truncated = true;
+                    }
+                }
+            }
+            SourceEvent::Message {
+                lsn,
+                prefix,
+                content,
+            } if prefix == WATERMARK_PREFIX => {
+                if let Some((chunk, high)) = parse_watermark(content, &self.connector, self.run) {
+                    return self
+                        .on_watermark(chunk, high, *lsn)
+                        .map(|e| e.unwrap_or(event));
+                }
+            }
+            _ => {}
+        }
+        Ok(event)
+    }
+
+    fn on_change(&mut self, change: &super::Change) {
+        let Some(current) = self.plan.current() else {
+            return;
+        };
+        let t = &self.plan.tables[current];
+        let relation = &change.relation;
+        if relation.namespace != t.schema || relation.name != t.name {
+            return;
+        }
+        let mut keys = Vec::with_capacity(2);
+        if t.inserts_only {
+            if change.op == Op::Insert
+                && let Some(k) = change
+                    .new
+                    .as_ref()
+                    .and_then(|r| key_of(relation, r, &t.key))
+            {
+                keys.push(k);
+            }
+        } else {
+            for row in [&change.old, &change.new].into_iter().flatten() {
+                if let Some(k) = key_of(relation, row, &t.key) {
+                    keys.push(k);
+                }
+            }
+        }
+        let xid = self.xid.unwrap_or(0);
+        match &mut self.phase {
+            Phase::Requested { before, .. } => {
+                before.extend(keys.into_iter().map(|k| (xid, k)));
+                // Only transactions that committed just before the low
+                // watermark can be invisible to the chunk (see the module
+                // doc): the oldest entries of a long catch-up never matter.
+                if before.len() > BEFORE_KEPT {
+                    before.drain(..before.len() - BEFORE_KEPT);
+                }
+            }
+            Phase::Window { touched, .. } => touched.extend(keys),
+            Phase::Idle | Phase::Publishing { .. } => {}
+        }
+    }
+
+    fn on_watermark(
+        &mut self,
+        chunk: u64,
+        high: bool,
+        lsn: Lsn,
+    ) -> Result<Option<SourceEvent>, SnapshotError> {
+        match (&mut self.phase, high) {
+            (Phase::Requested { chunk: c, before }, false) if *c == chunk => {
+                let before = std::mem::take(before);
+                self.phase = Phase::Window {
+                    chunk,
+                    before,
+                    touched: HashSet::new(),
+                    truncated: false,
+                };
+                Ok(None)
+            }
+            (Phase::Window { chunk: c, .. }, true) if *c == chunk => {
+                let Phase::Window {
+                    before,
+                    touched,
+                    truncated,
+                    ..
+                } = std::mem::replace(&mut self.phase, Phase::Idle)
+                else {
+                    return Ok(None);
+                };
+                let read = self
+                    .chunks
+                    .try_recv()
+                    .map_err(|_| SnapshotError::Malformed {
+                        table: String::from("(incremental snapshot)"),
+                        row: 0,
+                        reason: format!("the high watermark of chunk {chunk} came before its rows"),
+                    })?;
+                if read.chunk != chunk {
+                    return Err(SnapshotError::Malformed {
+                        table: String::from("(incremental snapshot)"),
+                        row: 0,
+                        reason: format!("chunk {} arrived for watermark {chunk}", read.chunk),
+                    });
+                }
+                Ok(Some(self.finish_chunk(
+                    read.chunk_data,
+                    before,
+                    touched,
+                    truncated,
+                    lsn,
+                )))
+            }
+            // Another run's, an old chunk's, or out of order: not ours.
+            _ => Ok(None),
+        }
+    }
+
+    /// The chunk's event: its rows minus the stale ones; advances the plan
+    /// and asks for the next chunk.
+    fn finish_chunk(
+        &mut self,
+        chunk: Chunk,
+        before: Vec<(u32, Key)>,
+        touched: HashSet<Key>,
+        truncated: bool,
+        lsn: Lsn,
+    ) -> SourceEvent {
+        let Some(current) = self.plan.current() else {
+            return SourceEvent::Idle {
+                wal_end: Lsn::ZERO,
+                reply: false,
+            };
+        };
+        let limit = self.plan.chunk_rows;
+        let table = &mut self.plan.tables[current];
+        let invisible: HashSet<u32> = chunk.invisible.iter().copied().collect();
+        let newer: HashSet<&Key> = touched
+            .iter()
+            .chain(
+                before
+                    .iter()
+                    .filter(|(xid, _)| invisible.contains(xid))
+                    .map(|(_, k)| k),
+            )
+            .collect();
+        let read = chunk.rows.len();
+        let last = chunk
+            .rows
+            .last()
+            .and_then(|row| key_of(&chunk.relation, row, &table.key));
+        let rows: Vec<TupleData> = if truncated {
+            Vec::new()
+        } else {
+            chunk
+                .rows
+                .into_iter()
+                .filter(|row| {
+                    key_of(&chunk.relation, row, &table.key).is_none_or(|k| !newer.contains(&k))
+                })
+                .collect()
+        };
+        if let Some(last) = last {
+            table.after = Some(
+                last.iter()
+                    .map(|v| v.as_ref().map(|b| String::from_utf8_lossy(b).into_owned()))
+                    .collect(),
+            );
+        }
+        if read < limit {
+            table.done = true;
+        }
+        let event = SourceEvent::SnapshotChunk {
+            lsn,
+            table: current,
+            relation: Arc::new(chunk.relation),
+            rows,
+            read,
+            plan: self.plan.clone(),
+        };
+        self.phase = if self.plan.done() {
+            Phase::Idle
+        } else {
+            Phase::Publishing { lsn }
+        };
+        event
+    }
+
+    /// The offset store holds everything up to `up_to`: once that covers
+    /// the last chunk, the next one is asked for.
+    pub(super) fn stored(&mut self, up_to: Lsn) {
+        if let Phase::Publishing { lsn } = self.phase
+            && lsn <= up_to
+        {
+            self.request_next();
+        }
+    }
+
+    /// The high watermark of the chunk published and not yet stored.
+    pub(super) fn publishing(&self) -> Option<Lsn> {
+        match self.phase {
+            Phase::Publishing { lsn } => Some(lsn),
+            _ => None,
+        }
+    }
+}
+
+/// A random number for this run's watermarks.
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
+
+/// Reads the chunks asked for, between their watermarks (module doc).
+async fn chunk_task(
+    params: ConnectParams,
+    publication: String,
+    connector: String,
+    run: u64,
+    mut requests: mpsc::Receiver<Request>,
+    chunks: mpsc::Sender<ChunkRead>,
+    failed: oneshot::Sender<SnapshotError>,
+) {
+    let result = async {
+        let mut reader = SnapshotReader::open_for_chunks(&params).await?;
+        while let Some(request) = requests.recv().await {
+            let t = &request.table;
+            let mark = |m| watermark(&connector, run, request.chunk, m);
+            catalog::emit_message_flushed(reader.client(), WATERMARK_PREFIX, &mark("low"))
+                .await
+                .map_err(SnapshotError::Connect)?;
+            let chunk_data = reader
+                .read_chunk(
+                    &t.schema,
+                    &t.name,
+                    &publication,
+                    &t.key,
+                    t.filter.as_deref(),
+                    t.after.as_deref(),
+                    request.limit,
+                )
+                .await?;
+            if chunks
+                .send(ChunkRead {
+                    chunk: request.chunk,
+                    chunk_data,
+                })
+                .await
+                .is_err()
+            {
+                return Ok(()); // the source is gone
+            }
+            catalog::emit_message_flushed(reader.client(), WATERMARK_PREFIX, &mark("high"))
+                .await
+                .map_err(SnapshotError::Connect)?;
+        }
+        Ok::<(), SnapshotError>(())
+    }
+    .await;
+    if let Err(e) = result {
+        let _ = failed.send(e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watermarks_name_connector_run_and_chunk() {
+        let w = watermark("orders", 7, 3, "high");
+        assert_eq!(parse_watermark(w.as_bytes(), "orders", 7), Some((3, true)));
+        let w = watermark("orders", 7, 4, "low");
+        assert_eq!(parse_watermark(w.as_bytes(), "orders", 7), Some((4, false)));
+        // Another connector's, or an earlier run's (replayed after a
+        // restart), is not ours.
+        assert_eq!(parse_watermark(w.as_bytes(), "billing", 7), None);
+        assert_eq!(parse_watermark(w.as_bytes(), "orders", 8), None);
+        assert_eq!(parse_watermark(b"not json", "orders", 7), None);
+    }
+}
