@@ -14,16 +14,18 @@
 #                  [--rdkafka-debug CONTEXTS]
 #
 #   --cycles N        fault cycles (default 100, about 25 minutes)
-#   --ci              the short version for CI: 8 cycles, 1-3 s of load
-#                     between faults, broker outages of 5-10 s (~3 minutes)
+#   --ci              the short version for CI: 9 cycles (every kind once),
+#                     1-3 s of load between faults, broker outages of 5-10 s
+#                     (~4 minutes)
 #   --seed S          reproduce a run's fault schedule (default: the clock)
 #   --load MIN-MAX    seconds of load before each fault (default 2-6)
 #   --outage MIN-MAX  seconds the broker stays down (default 5-60)
 #   --out DIR         report and walrelay log (default target/soak/<time>)
 #   --faults LIST     only these kinds, comma-separated (kill-9, sigterm,
 #                     broker-stop, pg-restart-fast, pg-restart-immediate,
-#                     walsender-terminate, second-instance, promote); default
-#                     all (promote only with --pair)
+#                     walsender-terminate, second-instance,
+#                     incremental-snapshot, ddl, promote); default all
+#                     (promote only with --pair)
 #   --pair            run on a primary and a physical standby
 #                     (deploy/dev/pg_pair.sh, PostgreSQL $SOAK_PG_MAJOR, then
 #                     default 18; 17+), walrelay given both servers, which
@@ -66,7 +68,7 @@ die() { log "error: $*"; exit 2; }
 while (($#)); do
   case $1 in
     --cycles) CYCLES=${2:?}; shift 2 ;;
-    --ci) CYCLES=8; LOAD=1-3; OUTAGE=5-10; shift ;;
+    --ci) CYCLES=9; LOAD=1-3; OUTAGE=5-10; shift ;;
     --seed) SEED=${2:?}; shift 2 ;;
     --load) LOAD=${2:?}; shift 2 ;;
     --outage) OUTAGE=${2:?}; shift 2 ;;

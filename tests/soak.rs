@@ -73,6 +73,15 @@ enum Fault {
     /// update, a copy started by mistake), waits as a standby, and takes
     /// over when the first is killed (-9) a moment later.
     SecondInstance,
+    /// `walrelay snapshot --table public.outbox` (an incremental snapshot
+    /// beside the stream), then `kill -9` of walrelay a moment later, in
+    /// the middle of its chunks; the restart goes on from the last stored
+    /// chunk.
+    IncrementalSnapshot,
+    /// DDL on the outbox table under load: a column added with a volatile
+    /// default, which rewrites the table (`ALTER TABLE … ADD COLUMN …
+    /// DEFAULT random()`), during an incremental snapshot when one runs.
+    Ddl,
     /// On a primary/standby pair (`deploy/soak.sh --pair`, PostgreSQL 17+):
     /// once the standby has synchronized walrelay's failover slot, the
     /// primary crashes (`pg_ctl stop -m immediate`), the standby is
@@ -80,7 +89,7 @@ enum Fault {
     Promote,
 }
 
-const FAULTS: [Fault; 8] = [
+const FAULTS: [Fault; 10] = [
     Fault::Kill9,
     Fault::Term,
     Fault::BrokerStop,
@@ -88,6 +97,8 @@ const FAULTS: [Fault; 8] = [
     Fault::PgRestartImmediate,
     Fault::WalsenderTerminate,
     Fault::SecondInstance,
+    Fault::IncrementalSnapshot,
+    Fault::Ddl,
     Fault::Promote,
 ];
 
@@ -101,6 +112,8 @@ impl Fault {
             Fault::PgRestartImmediate => "pg-restart-immediate",
             Fault::WalsenderTerminate => "walsender-terminate",
             Fault::SecondInstance => "second-instance",
+            Fault::IncrementalSnapshot => "incremental-snapshot",
+            Fault::Ddl => "ddl",
             Fault::Promote => "promote",
         }
     }
@@ -669,6 +682,9 @@ struct Verdict {
     records: usize,
     distinct: usize,
     dup_identical: usize,
+    /// Later copies an incremental snapshot published (header
+    /// `walrelay.snapshot`): same topic, key and value, other headers.
+    snapshot_copies: usize,
     dup_differing: Vec<String>,
     phantoms: Vec<String>,
     rolled_back_seen: usize,
@@ -732,6 +748,21 @@ impl<'a, T: Fn(&str) -> String> Check<'a, T> {
             return;
         };
         if let Some(prev) = self.first.get(&id) {
+            if rec.header_str("walrelay.snapshot").is_some() {
+                // An incremental snapshot re-reads rows still in the table:
+                // its copy carries the snapshot's headers, the same event.
+                if (&prev.topic, prev.partition, &prev.key, &prev.value)
+                    == (&rec.topic, rec.partition, &rec.key, &rec.value)
+                {
+                    self.v.snapshot_copies += 1;
+                } else {
+                    self.v.dup_differing.push(format!(
+                        "{id}: snapshot copy at {at} differs from the first {}[{}]@{}",
+                        prev.topic, prev.partition, prev.offset
+                    ));
+                }
+                return;
+            }
             let same = (
                 &prev.topic,
                 prev.partition,
@@ -876,6 +907,9 @@ async fn fault_soak() {
             params.rdkafka_debug
         )
     };
+    // Small chunks, so that an incremental snapshot of the outbox spans
+    // many of them and a kill lands in the middle.
+    let extra = format!("{extra}[snapshot]\nchunk_rows = 200\n");
     let mut config = relay_config(&db, &names, "", &extra);
     if let Some(ports) = pair_ports() {
         // Both servers of the pair: walrelay follows the primary.
@@ -990,6 +1024,33 @@ async fn fault_soak() {
                 run_script(pg_script, &pg_env, &["promote"]);
                 run_script(pg_script, &pg_env, &["rebuild-standby"]);
                 detail = format!("slot synced at {synced}");
+            }
+            Fault::IncrementalSnapshot => {
+                let out = std::process::Command::new(walrelay_bin())
+                    .args(["snapshot", "--config"])
+                    .arg(&config_path)
+                    .args(["--table", "public.outbox"])
+                    .output()
+                    .expect("run walrelay snapshot");
+                assert!(
+                    out.status.success(),
+                    "walrelay snapshot: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let wait = rng.random_range(200..3000u64);
+                detail = format!("kill -9 {wait} ms after the request");
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+                sup.relay.kill9();
+                sup.restart();
+            }
+            Fault::Ddl => {
+                db.client
+                    .batch_execute(&format!(
+                        "ALTER TABLE outbox ADD COLUMN soak_ddl_{cycle} float8 DEFAULT random()"
+                    ))
+                    .await
+                    .expect("DDL on the outbox");
+                detail = "table rewritten".into();
             }
             Fault::SecondInstance => {
                 let mut first = sup.start_second();
@@ -1159,6 +1220,7 @@ async fn fault_soak() {
         records,
         distinct,
         dup_identical,
+        snapshot_copies,
         dup_differing,
         phantoms,
         rolled_back_seen,
@@ -1211,6 +1273,7 @@ async fn fault_soak() {
         report,
         "committed events {}, records in Kafka {records}, distinct events {}, lost {}, \
          order breaks {}, duplicates {duplicates} (identical {dup_identical}, differing {}), \
+         incremental snapshot copies {snapshot_copies}, \
          phantoms {} (rolled-back rows among them {rolled_back_seen}), mismatches {}",
         committed.len(),
         distinct,

@@ -333,6 +333,25 @@ impl Session {
                     startup::snapshot_privileges(&catalog, &c.table).await?;
                     startup::table_snapshot_order(&config, c)?;
                 }
+                // PostgreSQL 18 invalidates a slot inactive for longer than
+                // this; the snapshot's slot is inactive until streaming starts.
+                let idle_limit = catalog
+                    .query_one(
+                        "SELECT coalesce(current_setting('idle_replication_slot_timeout', true), '0')",
+                        &[],
+                    )
+                    .await
+                    .map(|r| r.get::<_, String>(0))
+                    .unwrap_or_else(|_| "0".into());
+                if idle_limit != "0" {
+                    tracing::warn!(
+                        idle_replication_slot_timeout = %idle_limit,
+                        "the snapshot's slot is inactive until the snapshot is in Kafka, and \
+                         idle_replication_slot_timeout = {idle_limit} lets a checkpoint invalidate \
+                         it if the snapshot takes longer; then the snapshot is taken again. Set it \
+                         to 0 or well above the snapshot's duration (postgresql.conf, then reload)"
+                    );
+                }
                 if replaces_stream_at.is_some() {
                     tracing::warn!(slot = %pg.slot, "taking a new snapshot: {why}");
                 } else {
