@@ -521,6 +521,23 @@ async fn slot_line(
                 timeline: *timeline,
                 history: history.as_deref(),
             };
+            let specs = crate::relay::incremental::Specs::new(config, captured);
+            let (incremental, added) =
+                crate::relay::incremental::plan_at_start(config, stored.as_ref(), &specs);
+            let incremental = match (incremental, added.is_empty()) {
+                (None, _) => String::new(),
+                (Some(_), false) => format!(
+                    "; run will publish the existing rows of {} (added to the configuration) by \
+                     an incremental snapshot beside the stream",
+                    added.join(", ")
+                ),
+                (Some(plan), true) => format!(
+                    "; run will go on with incremental snapshot {} ({} of {} tables done)",
+                    plan.id,
+                    plan.tables.iter().filter(|t| t.done).count(),
+                    plan.tables.len()
+                ),
+            };
             outcome(
                 startup::start_position(stored.as_ref(), slot, &server, &pg.slot, false),
                 |start| {
@@ -529,7 +546,7 @@ async fn slot_line(
                         .map(|p| format!(", in use by PID {p}"))
                         .unwrap_or_default();
                     Outcome::Ok(format!(
-                        "{} at {}, wal_status {}{active}",
+                        "{} at {}, wal_status {}{active}{incremental}",
                         pg.slot,
                         start.from,
                         slot.wal_status.as_deref().unwrap_or("?")

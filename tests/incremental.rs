@@ -226,6 +226,12 @@ async fn a_table_added_to_the_configuration_gets_its_existing_rows() {
         relay_config(&db, &names, "", ""),
         names.topic_prefix
     ));
+    // `check` says what run will do.
+    let (_, report) = check(&second);
+    assert!(
+        report.contains("run will publish the existing rows of public.outbox_b"),
+        "{report}"
+    );
     let mut relay = RelayProcess::start_with(&second, &[]);
     relay
         .wait_log("public.outbox_b was added to the configuration", START)

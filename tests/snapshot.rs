@@ -848,3 +848,29 @@ async fn slot_creation_names_the_transactions_it_waits_for() {
     let ids: HashSet<String> = got.iter().filter_map(|r| r.header_str("id")).collect();
     assert_eq!(ids, row_ids(&db).await, "every row, the committed one too");
 }
+
+/// PostgreSQL 18's `idle_replication_slot_timeout` is a server setting
+/// walrelay cannot turn off for itself, and the snapshot's slot is inactive
+/// until the snapshot is in Kafka: a snapshot started while it is set says
+/// so, with the fix. (A day: long enough to invalidate nothing here.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_warns_about_idle_replication_slot_timeout() {
+    require_kafka();
+    let major: u32 = pg_major().parse().unwrap_or(18);
+    if major < 18 {
+        return; // the setting is PostgreSQL 18's
+    }
+    let db = TestDb::new("snap_idle").await;
+    create_outbox(&db).await;
+    prefill(&db, 10, 5).await;
+    let names = Names::new("snap_idle");
+    let setting = SystemSetting::set("idle_replication_slot_timeout", "1d").await;
+    let mut relay = RelayProcess::start(&config(&db, &names, "mode = \"initial_only\""), &[]);
+    let log = relay.expect_exit(0, CATCH_UP);
+    drop(setting);
+    let warned = log
+        .lines()
+        .find(|l| l.contains("idle_replication_slot_timeout = 1d"))
+        .unwrap_or_else(|| panic!("no warning:\n{log}"));
+    assert!(warned.contains("WARN") && warned.contains("Set it to 0"), "{warned}");
+}

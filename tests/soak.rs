@@ -1044,12 +1044,19 @@ async fn fault_soak() {
                 sup.restart();
             }
             Fault::Ddl => {
-                db.client
-                    .batch_execute(&format!(
-                        "ALTER TABLE outbox ADD COLUMN soak_ddl_{cycle} float8 DEFAULT random()"
-                    ))
-                    .await
-                    .expect("DDL on the outbox");
+                // A connection of its own: an earlier fault may have ended
+                // the test's (a PostgreSQL restart, a promotion).
+                let sql = format!(
+                    "ALTER TABLE outbox ADD COLUMN IF NOT EXISTS soak_ddl_{cycle} float8 DEFAULT random()"
+                );
+                wait_for("the DDL on the outbox", Duration::from_secs(60), || {
+                    let (database, sql) = (db.name.clone(), sql.clone());
+                    async move {
+                        let client = try_connect(&database).await.ok()?;
+                        client.batch_execute(&sql).await.ok()
+                    }
+                })
+                .await;
                 detail = "table rewritten".into();
             }
             Fault::SecondInstance => {

@@ -41,14 +41,14 @@ pub(super) struct Spec {
 /// The configured tables (`schema.table`) and their [`Spec`]s, in
 /// configuration order.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Specs {
+pub(crate) struct Specs {
     pub(super) tables: Vec<(String, Spec)>,
 }
 
 impl Specs {
     /// Outbox tables chunk by their event id column (unique by design);
     /// `[[table]]` tables by `key_columns`, else their primary key.
-    pub(super) fn new(config: &Config, captured: &[TableEventTable]) -> Specs {
+    pub(crate) fn new(config: &Config, captured: &[TableEventTable]) -> Specs {
         let mut tables: Vec<(String, Spec)> = config
             .outbox
             .iter()
@@ -116,13 +116,14 @@ impl Specs {
 
 /// The plan to go on with at start: the stored incremental snapshot if it
 /// is not done, plus the tables configured since the offset was written
-/// (unless `mode = "no_data"`).
-pub(super) fn plan_at_start(
+/// (unless `mode = "no_data"`), whose names come second.
+pub(crate) fn plan_at_start(
     config: &Config,
     stored: Option<&StoredOffset>,
     specs: &Specs,
-) -> Option<IncrementalPlan> {
+) -> (Option<IncrementalPlan>, Vec<String>) {
     let chunk_rows = config.snapshot.chunk_rows;
+    let mut added_names = Vec::new();
     let mut plan = stored
         .and_then(|s| s.incremental.as_ref())
         .filter(|p| !p.done())
@@ -151,20 +152,14 @@ pub(super) fn plan_at_start(
                     .is_none_or(|p| !p.tables.iter().any(|c| &c.display() == t))
             })
             .filter_map(|t| match specs.chunk_table(&t, None) {
-                Ok(c) => {
-                    tracing::info!(
-                        table = %t,
-                        "{t} was added to the configuration: its existing rows are published \
-                         by an incremental snapshot while streaming continues"
-                    );
-                    Some(c)
-                }
+                Ok(c) => Some(c),
                 Err(why) => {
                     tracing::warn!(table = %t, "{t} was added to the configuration, but its existing rows cannot be snapshotted: {why}");
                     None
                 }
             })
             .collect();
+        added_names = added.iter().map(ChunkTable::display).collect();
         if !added.is_empty() {
             match &mut plan {
                 Some(p) => p.tables.extend(added),
@@ -178,7 +173,7 @@ pub(super) fn plan_at_start(
             }
         }
     }
-    plan
+    (plan, added_names)
 }
 
 /// The plan as the offset store keeps it.

@@ -35,7 +35,7 @@
 //!   or definite (the connector stops with the explanation).
 
 mod heartbeat;
-mod incremental;
+pub(crate) mod incremental;
 mod session;
 mod slot_watch;
 mod snapshot;

@@ -357,6 +357,8 @@ impl Session {
                 } else {
                     tracing::info!(slot = %pg.slot, "taking the initial snapshot: {why}");
                 }
+                // A full snapshot supersedes an incremental one under way.
+                offset_template.incremental = None;
                 // Stored before the slot exists: whatever happens next, the
                 // next start knows a snapshot was under way.
                 let mut marker = offset_template.clone();
@@ -595,7 +597,15 @@ impl Session {
         run.set_primary_keys(&captured);
         // An incremental snapshot to go on with, or tables added since the
         // offset was written.
-        if let Some(plan) = super::incremental::plan_at_start(&config, stored.as_ref(), &specs) {
+        let (plan, added) = super::incremental::plan_at_start(&config, stored.as_ref(), &specs);
+        for table in &added {
+            tracing::info!(
+                %table,
+                "{table} was added to the configuration: its existing rows are published by an \
+                 incremental snapshot while streaming continues"
+            );
+        }
+        if let Some(plan) = plan {
             tracing::info!(
                 id = %plan.id,
                 tables = %plan.tables.iter().filter(|t| !t.done).map(|t| t.display()).collect::<Vec<_>>().join(", "),
