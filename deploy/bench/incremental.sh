@@ -88,8 +88,12 @@ chunk_rows = $CHUNK
 TOML
 }
 
-records() { # <topic>: records in the topic (sum of high watermarks)
-  kcat -b 127.0.0.1:19092 -Q -t "$1:-1" 2>/dev/null | awk '{ n += $NF } END { print n + 0 }'
+records() { # <topic>: records in the topic (its partitions' end offsets summed)
+  local parts p
+  parts=$(kcat -b 127.0.0.1:19092 -L -t "$1" 2>/dev/null | grep -c "partition " || true)
+  for ((p = 0; p < parts; p++)); do
+    kcat -b 127.0.0.1:19092 -Q -t "$1:$p:-1" 2>/dev/null || true
+  done | awk '{ n += $NF } END { print n + 0 }'
 }
 
 peak_kb() { awk '/VmHWM/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
