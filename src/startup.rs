@@ -6,6 +6,10 @@
 //! the same words as a FAIL line. So `check` fails exactly when `run` would
 //! refuse, and says it the same way.
 //!
+//! It speaks in its own error type ([`CheckError`]) and imports nothing of
+//! `relay`: the relay turns a `CheckError` into its own error, and explains
+//! the walsender's errors itself.
+//!
 //! Nothing here changes the server. What `run` may change (create the
 //! publication, add tables to it, switch on `publish_via_partition_root`) is
 //! returned as a [`PublicationPlan`] — only after checking that the role is
@@ -22,8 +26,6 @@ use crate::Lsn;
 use crate::config::{Config, OutboxConfig, PostgresConfig, SnapshotMode, TableConfig};
 use crate::offsets::{self, SlotPosition, StartDecision, StoredOffset};
 use crate::pg::catalog::{self, CapturedTable, CatalogError, RowEstimate, SlotState};
-use crate::pg::wire::WireError;
-use crate::relay::RelayError;
 
 /// Why start-up cannot go on.
 #[derive(Debug, thiserror::Error)]
@@ -62,16 +64,6 @@ impl CheckError {
             CheckError::Setup { fix, .. } => fix.clone(),
             CheckError::Refused { hint, .. } => hint.clone(),
             CheckError::Catalog(_) => "see the error".into(),
-        }
-    }
-}
-
-impl From<CheckError> for RelayError {
-    fn from(e: CheckError) -> RelayError {
-        match e {
-            CheckError::Setup { what, fix } => RelayError::Setup { what, fix },
-            CheckError::Refused { reason, hint } => RelayError::Refused { reason, hint },
-            CheckError::Catalog(e) => RelayError::Catalog(e),
         }
     }
 }
@@ -920,79 +912,9 @@ pub async fn slot_predates_publication(
     )))
 }
 
-/// Explains a walsender error that the slot's history causes: on PostgreSQL
-/// 14–17 a slot created before its publication fails every start with
-/// `publication "…" does not exist` (the walsender reads the publication as
-/// of each change). Other errors pass through unchanged.
-pub fn explain_stream_error(e: RelayError, publication: &str, slot: &str) -> RelayError {
-    let RelayError::Wire(WireError::Server { error, .. }) = &e else {
-        return e;
-    };
-    // The server quotes the name as given, without escaping.
-    let quoted = format!("publication \"{publication}\" does not exist");
-    if !error.message.contains(&quoted) {
-        return e;
-    }
-    RelayError::Setup {
-        what: format!(
-            "the walsender stopped with '{}' although the publication exists: the replication slot was created before the publication, and PostgreSQL 14–17 read the publication as of each change, so every start fails at the first change committed before the publication existed",
-            error.message
-        ),
-        fix: format!(
-            "SELECT pg_drop_replication_slot('{slot}'); then start walrelay once with \
-             --accept-slot-position (it creates the slot after the publication and names the \
-             range it never streamed) and reconcile that range with walrelay republish (see \
-             docs/operations.md, \"Slot created before the publication\")"
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pg::wire::ServerError;
-
-    fn server_error(message: &str) -> RelayError {
-        RelayError::Wire(WireError::Server {
-            context: "streaming".into(),
-            error: Box::new(ServerError {
-                severity: "ERROR".into(),
-                code: "42704".into(),
-                message: message.into(),
-                detail: None,
-                hint: None,
-            }),
-        })
-    }
-
-    #[test]
-    fn a_missing_publication_during_streaming_is_explained() {
-        let e = explain_stream_error(
-            server_error("publication \"walrelay\" does not exist"),
-            "walrelay",
-            "orders",
-        );
-        assert!(!e.is_transient());
-        let text = e.to_string();
-        assert!(
-            text.contains("created before the publication")
-                && text.contains("SELECT pg_drop_replication_slot('orders');")
-                && text.contains("docs/operations.md"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn other_errors_pass_through() {
-        let e = explain_stream_error(
-            server_error("publication \"other\" does not exist"),
-            "w",
-            "s",
-        );
-        assert!(matches!(e, RelayError::Wire(_)), "{e}");
-        let e = explain_stream_error(server_error("out of memory"), "w", "s");
-        assert!(matches!(e, RelayError::Wire(_)), "{e}");
-    }
 
     #[test]
     fn route_columns_are_what_the_router_reads_once_each() {

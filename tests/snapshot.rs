@@ -872,5 +872,8 @@ async fn a_snapshot_warns_about_idle_replication_slot_timeout() {
         .lines()
         .find(|l| l.contains("idle_replication_slot_timeout = 1d"))
         .unwrap_or_else(|| panic!("no warning:\n{log}"));
-    assert!(warned.contains("WARN") && warned.contains("Set it to 0"), "{warned}");
+    assert!(
+        warned.contains("WARN") && warned.contains("Set it to 0"),
+        "{warned}"
+    );
 }

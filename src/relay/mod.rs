@@ -224,6 +224,44 @@ pub enum RelayError {
     LeaseLost,
 }
 
+impl From<crate::startup::CheckError> for RelayError {
+    fn from(e: crate::startup::CheckError) -> RelayError {
+        use crate::startup::CheckError;
+        match e {
+            CheckError::Setup { what, fix } => RelayError::Setup { what, fix },
+            CheckError::Refused { reason, hint } => RelayError::Refused { reason, hint },
+            CheckError::Catalog(e) => RelayError::Catalog(e),
+        }
+    }
+}
+
+/// Explains a walsender error that the slot's history causes: on PostgreSQL
+/// 14–17 a slot created before its publication fails every start with
+/// `publication "…" does not exist` (the walsender reads the publication as
+/// of each change). Other errors pass through unchanged.
+pub(crate) fn explain_stream_error(e: RelayError, publication: &str, slot: &str) -> RelayError {
+    let RelayError::Wire(WireError::Server { error, .. }) = &e else {
+        return e;
+    };
+    // The server quotes the name as given, without escaping.
+    let quoted = format!("publication \"{publication}\" does not exist");
+    if !error.message.contains(&quoted) {
+        return e;
+    }
+    RelayError::Setup {
+        what: format!(
+            "the walsender stopped with '{}' although the publication exists: the replication slot was created before the publication, and PostgreSQL 14–17 read the publication as of each change, so every start fails at the first change committed before the publication existed",
+            error.message
+        ),
+        fix: format!(
+            "SELECT pg_drop_replication_slot('{slot}'); then start walrelay once with \
+             --accept-slot-position (it creates the slot after the publication and names the \
+             range it never streamed) and reconcile that range with walrelay republish (see \
+             docs/operations.md, \"Slot created before the publication\")"
+        ),
+    }
+}
+
 impl RelayError {
     /// Whether the outer loop should retry.
     pub fn is_transient(&self) -> bool {
@@ -666,6 +704,49 @@ fn stopped_by_signal(config: &Config) -> Result<(), RelayError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pg::wire::ServerError;
+
+    fn server_error(message: &str) -> RelayError {
+        RelayError::Wire(WireError::Server {
+            context: "streaming".into(),
+            error: Box::new(ServerError {
+                severity: "ERROR".into(),
+                code: "42704".into(),
+                message: message.into(),
+                detail: None,
+                hint: None,
+            }),
+        })
+    }
+
+    #[test]
+    fn a_missing_publication_during_streaming_is_explained() {
+        let e = explain_stream_error(
+            server_error("publication \"walrelay\" does not exist"),
+            "walrelay",
+            "orders",
+        );
+        assert!(!e.is_transient());
+        let text = e.to_string();
+        assert!(
+            text.contains("created before the publication")
+                && text.contains("SELECT pg_drop_replication_slot('orders');")
+                && text.contains("docs/operations.md"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn other_errors_pass_through() {
+        let e = explain_stream_error(
+            server_error("publication \"other\" does not exist"),
+            "w",
+            "s",
+        );
+        assert!(matches!(e, RelayError::Wire(_)), "{e}");
+        let e = explain_stream_error(server_error("out of memory"), "w", "s");
+        assert!(matches!(e, RelayError::Wire(_)), "{e}");
+    }
 
     /// A record Kafka only inferred was written (see `sink::kafka`) is not
     /// confirmed: the session restarts and re-sends it, the connector runs on.

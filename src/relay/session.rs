@@ -108,7 +108,7 @@ impl Started {
                         .start_streaming(&catalog, &pg.slot, &pg.publication)
                         .await
                         .map_err(|e| {
-                            startup::explain_stream_error(e.into(), &pg.publication, &pg.slot)
+                            super::explain_stream_error(e.into(), &pg.publication, &pg.slot)
                         })?;
                     tracing::info!(
                         slot = %pg.slot, publication = %pg.publication, lsn = %consistent_point,
@@ -194,7 +194,7 @@ impl Started {
                 ),
             }
         }
-        Err(startup::explain_stream_error(
+        Err(super::explain_stream_error(
             e,
             &self.run.config.postgres.publication,
             &self.run.config.postgres.slot,
@@ -579,7 +579,7 @@ impl Session {
         let mut source =
             Source::resume(repl, &catalog, &pg.slot, start, confirmed, &pg.publication)
                 .await
-                .map_err(|e| startup::explain_stream_error(e.into(), &pg.publication, &pg.slot))?;
+                .map_err(|e| super::explain_stream_error(e.into(), &pg.publication, &pg.slot))?;
         tracing::info!(
             slot = %pg.slot, publication = %pg.publication, lsn = %start,
             system_id = %system.system_id, timeline = system.timeline,
