@@ -268,14 +268,7 @@ impl SnapshotReader {
         publication: Option<&str>,
     ) -> Result<Relation, SnapshotError> {
         let table = qualified_display(schema, name);
-        let query = |context| {
-            let table = table.clone();
-            move |source| SnapshotError::Query {
-                table,
-                context,
-                source,
-            }
-        };
+        let query = query_error(table.clone());
         let row = self
             .client
             .query_opt(
@@ -587,14 +580,7 @@ impl SnapshotReader {
         limit: usize,
     ) -> Result<Chunk, SnapshotError> {
         let table = qualified_display(schema, name);
-        let query = |context| {
-            let table = table.clone();
-            move |source| SnapshotError::Query {
-                table,
-                context,
-                source,
-            }
-        };
+        let query = query_error(table.clone());
         self.client
             .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .await
@@ -743,6 +729,20 @@ pub fn shape_changes(in_snapshot: &[(u32, String)], now: &[(u32, String)]) -> Op
     }
     (!changes.is_empty())
         .then(|| format!("DDL changed the captured tables: {}", changes.join("; ")))
+}
+
+/// `context` → (a server error → [`SnapshotError::Query`] about `table`).
+fn query_error(
+    table: String,
+) -> impl Fn(&'static str) -> Box<dyn FnOnce(tokio_postgres::Error) -> SnapshotError> {
+    move |context| {
+        let table = table.clone();
+        Box::new(move |source| SnapshotError::Query {
+            table,
+            context,
+            source,
+        })
+    }
 }
 
 fn relkind_name(relkind: &str) -> &'static str {
