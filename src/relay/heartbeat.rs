@@ -237,7 +237,8 @@ mod tests {
             known_tables: Vec::new(),
         };
         let metrics = Arc::new(Metrics::new("orders"));
-        let s = Streaming::new(config, metrics, sink, router, START, template);
+        let offsets = super::super::offset_writer::OffsetWriter::new(template, "offsets", START);
+        let s = Streaming::new(config, metrics, sink, router, START, offsets);
         (s, acks)
     }
 
@@ -266,7 +267,9 @@ mod tests {
             commit_lsn: end,
             index: 0,
         };
-        s.publish(txn, pos, &record, None).await.unwrap();
+        s.publish(txn, pos, &record, super::super::streaming::Counted::Other)
+            .await
+            .unwrap();
         s.checkpoint.commit(txn, end).unwrap();
         Token::Record {
             txn,

@@ -457,7 +457,7 @@ impl super::streaming::Streaming {
         source: &crate::source::Source,
     ) -> Result<(), super::RelayError> {
         use std::sync::atomic::Ordering;
-        if self.open.is_some() {
+        if self.checkpoint.open_txn().is_some() {
             return Err(super::RelayError::Stream {
                 lsn,
                 what: "an incremental snapshot chunk inside a transaction".into(),
@@ -498,7 +498,7 @@ impl super::streaming::Streaming {
                         Ok(()) => {
                             let mut sent = Ok(());
                             for record in records.drain(..) {
-                                sent = self.publish(txn, pos, &record, None).await;
+                                sent = self.publish(txn, pos, &record, super::streaming::Counted::Other).await;
                                 if sent.is_err() {
                                     break;
                                 }
@@ -513,7 +513,7 @@ impl super::streaming::Streaming {
                 }
                 match self.router.on_incremental_row(relation.oid, row, lsn)? {
                     crate::router::Routed::Record(record) => {
-                        self.publish(txn, pos, &record, None).await?;
+                        self.publish(txn, pos, &record, super::streaming::Counted::Other).await?;
                     }
                     other => {
                         return Err(super::RelayError::Stream {
@@ -563,7 +563,8 @@ impl super::streaming::Streaming {
             .filter(|(_, p, _)| p.id == plan.id)
             .map(|(_, _, r)| *r)
             .or_else(|| {
-                self.offset_template
+                self.offsets
+                    .template()
                     .incremental
                     .as_ref()
                     .filter(|p| p.id == plan.id)

@@ -36,6 +36,7 @@
 
 mod heartbeat;
 pub(crate) mod incremental;
+mod offset_writer;
 mod session;
 mod slot_watch;
 mod snapshot;
@@ -113,6 +114,10 @@ impl From<SourceError> for RelayError {
             SourceError::Ended => RelayError::Ended("the replication stream"),
             SourceError::Snapshot(e) => RelayError::Snapshot(e),
             SourceError::Catalog(e) => RelayError::Catalog(e),
+            e @ SourceError::SlotVanished { .. } => RelayError::Setup {
+                what: e.to_string(),
+                fix: "make sure nothing else drops walrelay's slot".into(),
+            },
             SourceError::SlotLost { slot } => RelayError::Refused {
                 reason: format!("replication slot {slot:?} became lost"),
                 hint: "see docs/operations.md, \"Lost slot\"".into(),

@@ -1,25 +1,26 @@
 //! Setting up one replication session: server checks, publication, Kafka
-//! producer and offset store, slot, the start decision, START_REPLICATION.
+//! producer and offset store, the slot plan and the order of its steps with
+//! the offset-store writes (what is done to the slot is `source::slot`'s),
+//! the start decision, START_REPLICATION.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::offset_writer::OffsetWriter;
 use super::snapshot::SnapshotEnd;
 use super::streaming::Streaming;
-use super::{Ack, RelayError, Sink, Token, connect_params, producer_properties};
+use super::{Ack, RelayError, Sink, connect_params, producer_properties};
 use crate::Lsn;
 use crate::config::{Config, SnapshotMode};
 use crate::offsets::{self, OffsetStore, SnapshotProgress, SnapshotState, StoredOffset};
 use crate::pg::catalog;
 use crate::pg::replication::ReplicationClient;
-use crate::pg::wire::WireError;
 use crate::router::Router;
-use crate::sink::kafka::{ProbeError, SinkError, SinkErrorKind, probe_cluster};
-use crate::source::{SnapshotTable, Source};
+use crate::sink::kafka::{ProbeError, SinkErrorKind, probe_cluster};
+use crate::source::{SnapshotTable, Source, slot};
 use crate::startup::{self, SlotPlan};
 use crate::telemetry::Metrics;
 
@@ -274,26 +275,12 @@ impl Session {
         // 3. Replication connection, slot, and the start decision.
         let mut repl = ReplicationClient::connect(&params).await?;
         let system = repl.identify_system().await?;
-        let existing = catalog::slot_state(&catalog, &pg.slot).await?;
-        if let Some(slot) = &existing {
-            startup::slot_shape(slot, &pg.slot, &pg.database)?;
-            if let Some(pid) = slot.active_pid {
-                // Typically our own previous walsender, until wal_sender_timeout
-                // notices we are gone: transient.
-                return Err(RelayError::Wire(WireError::Server {
-                    context: "checking the slot".into(),
-                    error: Box::new(crate::pg::wire::ServerError {
-                        severity: "ERROR".into(),
-                        code: "55006".into(),
-                        message: format!("replication slot {:?} is active for PID {pid}", pg.slot),
-                        detail: None,
-                        hint: Some("another walrelay (or a dying walsender) uses this slot".into()),
-                    }),
-                }));
-            }
+        let existing = slot::inspect(&catalog, &pg.slot).await?;
+        if let Some(existing) = &existing {
+            startup::slot_shape(existing, &pg.slot, &pg.database)?;
         }
         let specs = super::incremental::Specs::new(&config, &captured);
-        let mut offset_template = StoredOffset {
+        let offset_template = StoredOffset {
             connector: config.connector.name.clone(),
             system_id: system.system_id.clone(),
             timeline: system.timeline,
@@ -308,6 +295,8 @@ impl Session {
             incremental: stored.as_ref().and_then(|s| s.incremental.clone()),
             known_tables: specs.names(),
         };
+        let mut offsets =
+            OffsetWriter::new(offset_template, &config.kafka.offsets_topic, Lsn::ZERO);
         let plan = startup::slot_plan(
             config.snapshot.mode,
             stored.as_ref(),
@@ -315,7 +304,7 @@ impl Session {
             pg,
             self.accept_slot_position,
         )?;
-        let slot = match plan {
+        let existing_slot = match plan {
             SlotPlan::NothingToDo { why } => {
                 tracing::info!("{why}; stopping");
                 return Ok(None);
@@ -358,37 +347,36 @@ impl Session {
                     tracing::info!(slot = %pg.slot, "taking the initial snapshot: {why}");
                 }
                 // A full snapshot supersedes an incremental one under way.
-                offset_template.incremental = None;
+                let marker = offsets.template_mut();
+                marker.incremental = None;
                 // Stored before the slot exists: whatever happens next, the
                 // next start knows a snapshot was under way.
-                let mut marker = offset_template.clone();
                 marker.snapshot = Some(SnapshotProgress {
                     state: SnapshotState::Running,
                     tables_done: Vec::new(),
                     rows: 0,
                     consistent_point: None,
                 });
-                store_offset(
-                    &sink,
-                    &mut acks,
-                    &marker,
-                    Lsn::ZERO,
-                    &config.kafka.offsets_topic,
-                    "the offset-store write marking the snapshot as running",
+                offsets
+                    .store(
+                        &sink,
+                        &mut acks,
+                        Lsn::ZERO,
+                        "the offset-store write marking the snapshot as running",
+                        &config,
+                        &self.metrics,
+                    )
+                    .await?;
+                let created = slot::create_for_snapshot(
+                    &mut repl,
+                    &catalog,
+                    &params,
+                    &pg.slot,
+                    pg.failover_slot,
+                    drop_first,
+                    &self.metrics.slot_creation_waiting_for,
                 )
                 .await?;
-                if drop_first {
-                    repl.drop_slot(&pg.slot).await?;
-                    tracing::info!(slot = %pg.slot, "dropped the replication slot");
-                }
-                let created = {
-                    let creating = repl.create_slot_exporting_snapshot(&pg.slot, pg.failover_slot);
-                    report_slot_creation_waits(creating, &catalog, &params, &self.metrics).await?
-                };
-                tracing::info!(
-                    slot = %pg.slot, lsn = %created.consistent_point,
-                    "created replication slot with an exported snapshot"
-                );
                 // The marker again, now naming the slot's consistent point:
                 // where the hand-over to streaming expects the slot, for
                 // `status` and whoever reads the offset store next.
@@ -396,6 +384,7 @@ impl Session {
                     .as_ref()
                     .and_then(|s| s.snapshot.as_ref())
                     .and_then(|s| s.consistent_point.clone());
+                let marker = offsets.template_mut();
                 if let Some(progress) = marker.snapshot.as_mut() {
                     progress.consistent_point = Some(created.consistent_point.to_string());
                 }
@@ -423,32 +412,30 @@ impl Session {
                     // is taken again: the gap now ends at the new point.
                     gap.to = created.consistent_point.to_string();
                 }
-                store_offset(
-                    &sink,
-                    &mut acks,
-                    &marker,
-                    Lsn::ZERO,
-                    &config.kafka.offsets_topic,
-                    "the offset-store write of the snapshot's consistent point",
-                )
-                .await?;
+                offsets
+                    .store(
+                        &sink,
+                        &mut acks,
+                        Lsn::ZERO,
+                        "the offset-store write of the snapshot's consistent point",
+                        &config,
+                        &self.metrics,
+                    )
+                    .await?;
                 let snapshot_tables: Vec<SnapshotTable> = config
                     .outbox
                     .iter()
-                    .map(|o| SnapshotTable {
-                        schema: o.table.schema.clone(),
-                        name: o.table.name.clone(),
-                        order_by: o.snapshot_order_by.clone(),
-                        split_by: o.aggregate_id_column.clone(),
+                    .map(|o| {
+                        SnapshotTable::outbox(
+                            &o.table.schema,
+                            &o.table.name,
+                            &o.snapshot_order_by,
+                            &o.aggregate_id_column,
+                        )
                     })
                     .chain(captured.iter().map(|c| {
-                        let order = c.snapshot_order(&config.tables[c.entry]).to_vec();
-                        SnapshotTable {
-                            schema: c.table.schema.clone(),
-                            name: c.table.name.clone(),
-                            split_by: order.first().cloned().unwrap_or_default(),
-                            order_by: order,
-                        }
+                        let key = c.snapshot_order(&config.tables[c.entry]);
+                        SnapshotTable::captured(&c.table.schema, &c.table.name, key)
                     }))
                     .collect();
                 let source = Source::snapshot(
@@ -461,16 +448,13 @@ impl Session {
                     config.snapshot.fetch_rows,
                 )
                 .await?;
-                let mut template = offset_template;
-                template.snapshot = marker.snapshot;
-                template.accepted_gap = marker.accepted_gap;
                 let mut run = Streaming::new(
                     config.clone(),
                     self.metrics.clone(),
                     sink,
                     router,
                     created.consistent_point,
-                    template,
+                    offsets,
                 );
                 run.set_primary_keys(&captured);
                 run.chunk_specs = specs;
@@ -496,32 +480,13 @@ impl Session {
                 fix: "make sure nothing else drops walrelay's slot".into(),
             })?,
             SlotPlan::CreateAndStream => {
-                let at = repl.create_slot(&pg.slot, pg.failover_slot).await?;
-                tracing::info!(slot = %pg.slot, lsn = %at, "created replication slot");
-                catalog::slot_state(&catalog, &pg.slot)
-                    .await?
-                    .ok_or_else(|| RelayError::Setup {
-                        what: format!(
-                            "replication slot {:?} vanished right after it was created",
-                            pg.slot
-                        ),
-                        fix: "make sure nothing else drops walrelay's slot".into(),
-                    })?
+                slot::create(&mut repl, &catalog, &pg.slot, pg.failover_slot).await?
             }
         };
         // Past timeline 1 (a promoted standby, a restore), the history says
         // whether the stored position means the same on this timeline.
         let history = repl.timeline_history(system.timeline).await?;
-        if pg.failover_slot && slot.failover == Some(false) {
-            // PostgreSQL 17+ (the column exists): a slot from before this
-            // setting, or created with it off. Standbys copy it from now on.
-            repl.make_failover_slot(&pg.slot).await?;
-            tracing::info!(
-                slot = %pg.slot,
-                "made the replication slot a failover slot (postgres.failover_slot = true): \
-                 standbys with sync_replication_slots = on keep a copy of it"
-            );
-        }
+        slot::make_failover(&mut repl, &existing_slot, &pg.slot, pg.failover_slot).await?;
         let server = offsets::Server {
             system_id: &system.system_id,
             timeline: system.timeline,
@@ -532,7 +497,7 @@ impl Session {
         let stored = stored.filter(|s| !s.snapshot_interrupted());
         let start = startup::start_position(
             stored.as_ref(),
-            &slot,
+            &existing_slot,
             &server,
             &pg.slot,
             self.accept_slot_position,
@@ -550,7 +515,7 @@ impl Session {
                     stored.lsn,
                     start.from
                 );
-                offset_template.accepted_gap = Some(crate::offsets::AcceptedGap {
+                offsets.template_mut().accepted_gap = Some(crate::offsets::AcceptedGap {
                     from: stored.lsn.clone(),
                     to: start.from.to_string(),
                     accepted_at_ms: super::heartbeat::now_ms(),
@@ -559,15 +524,16 @@ impl Session {
             // Store the accepted position now: the frontier may not pass it
             // for a long time (an idle database), and until the store holds
             // it every ordinary restart would be refused again.
-            store_offset(
-                &sink,
-                &mut acks,
-                &offset_template,
-                start.from,
-                &config.kafka.offsets_topic,
-                "the offset-store write of the accepted slot position",
-            )
-            .await?;
+            offsets
+                .store(
+                    &sink,
+                    &mut acks,
+                    start.from,
+                    "the offset-store write of the accepted slot position",
+                    &config,
+                    &self.metrics,
+                )
+                .await?;
             tracing::info!(lsn = %start.from, "stored the accepted slot position in the offset store");
         }
         let start = start.from;
@@ -575,7 +541,7 @@ impl Session {
         // START_REPLICATION, then the check every start shares: the slot
         // is exactly where we read it (nobody advanced or recreated it;
         // `start` may be past it, see offsets::compare).
-        let confirmed = slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
+        let confirmed = existing_slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
         let mut source =
             Source::resume(repl, &catalog, &pg.slot, start, confirmed, &pg.publication)
                 .await
@@ -592,7 +558,7 @@ impl Session {
             sink,
             router,
             start,
-            offset_template,
+            offsets,
         );
         run.set_primary_keys(&captured);
         // An incremental snapshot to go on with, or tables added since the
@@ -623,124 +589,6 @@ impl Session {
             receive_timeout,
             snapshot: None,
         }))
-    }
-}
-
-/// Awaits `creating` (the creation of the snapshot's slot), saying what it
-/// waits for: PostgreSQL creates a logical slot only once every transaction
-/// that holds an xid and was open when the creation began has ended (in
-/// any database). After a few seconds, and then every half minute while it
-/// still waits, the open transactions are logged by pid with their query,
-/// and `walrelay_slot_creation_waiting_transactions` counts them.
-async fn report_slot_creation_waits<T>(
-    creating: impl std::future::Future<Output = Result<T, WireError>>,
-    catalog: &tokio_postgres::Client,
-    params: &crate::pg::wire::ConnectParams,
-    metrics: &Metrics,
-) -> Result<T, RelayError> {
-    const FIRST: Duration = Duration::from_secs(3);
-    const AGAIN: Duration = Duration::from_secs(30);
-    let started = tokio::time::Instant::now();
-    tokio::pin!(creating);
-    let mut next = started + FIRST;
-    // What was last said, and when: said again when it changes, or every
-    // AGAIN while it does not.
-    let mut reported: (Vec<i32>, Option<tokio::time::Instant>) = (Vec::new(), None);
-    let result = loop {
-        tokio::select! {
-            r = &mut creating => break r.map_err(RelayError::from),
-            _ = tokio::time::sleep_until(next) => {
-                next = tokio::time::Instant::now() + FIRST;
-                let waiting = started.elapsed().as_secs_f64();
-                let open = match catalog::slot_creation_blockers(catalog, &params.application_name, waiting).await {
-                    Ok(open) => open,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "could not list the open transactions");
-                        continue;
-                    }
-                };
-                metrics.slot_creation_waiting_for.store(open.len() as u64, Ordering::Relaxed);
-                let pids: Vec<i32> = open.iter().map(|t| t.pid).collect();
-                let said_lately = reported.1.is_some_and(|at| at.elapsed() < AGAIN);
-                if open.is_empty() || (pids == reported.0 && said_lately) {
-                    continue;
-                }
-                reported = (pids, Some(tokio::time::Instant::now()));
-                let list: Vec<String> = open.iter().map(ToString::to_string).collect();
-                tracing::warn!(
-                    waiting_secs = started.elapsed().as_secs(),
-                    transactions = open.len(),
-                    "creating the snapshot's replication slot waits for {} open transaction(s) to \
-                     end (PostgreSQL needs a point where none that began before is still running): \
-                     {}. End them (COMMIT/ROLLBACK, or SELECT pg_terminate_backend(pid)) and the \
-                     snapshot starts",
-                    open.len(),
-                    list.join("; ")
-                );
-            }
-        }
-    };
-    metrics
-        .slot_creation_waiting_for
-        .store(0, Ordering::Relaxed);
-    result
-}
-
-/// Hands `template` at `lsn` (stamped with the time now) to the sink as an
-/// offset-store record; its acknowledgement comes back as
-/// [`Token::Offset`]`{ lsn }`. The one way every offset write starts;
-/// `what` names the write in errors.
-pub(super) async fn send_offset(
-    sink: &Sink,
-    template: &StoredOffset,
-    lsn: Lsn,
-    topic: &str,
-    what: &str,
-) -> Result<(), RelayError> {
-    let mut offset = template.clone();
-    offset.lsn = lsn.to_string();
-    offset.written_at_ms =
-        crate::pg::replication::pg_us_to_unix_ms(crate::pg::replication::pg_now_us());
-    sink.send(&offset.to_record(topic), Token::Offset { lsn })
-        .await
-        .map_err(|error| RelayError::Delivery {
-            topic: topic.to_owned(),
-            lsn,
-            event: what.to_owned(),
-            error,
-            at_send: true,
-        })
-}
-
-/// Writes `template` at `lsn` to the offset store and waits for Kafka to
-/// acknowledge it, before anything else is in flight (no other delivery
-/// report may arrive meanwhile); `what` names the write in errors.
-async fn store_offset(
-    sink: &Sink,
-    acks: &mut mpsc::UnboundedReceiver<Ack>,
-    template: &StoredOffset,
-    lsn: Lsn,
-    topic: &str,
-    what: &str,
-) -> Result<(), RelayError> {
-    const LIMIT: Duration = Duration::from_secs(30);
-    send_offset(sink, template, lsn, topic, what).await?;
-    let failed = |error| RelayError::Delivery {
-        topic: topic.to_owned(),
-        lsn,
-        event: what.to_owned(),
-        error,
-        at_send: false,
-    };
-    match tokio::time::timeout(LIMIT, acks.recv()).await {
-        Ok(Some(Ack::Delivered(Token::Offset { lsn: acked }))) if acked == lsn => Ok(()),
-        Ok(Some(Ack::Failed { error, .. } | Ack::Fatal(error))) => Err(failed(error)),
-        Ok(Some(other)) => Err(RelayError::Stream {
-            lsn,
-            what: format!("unexpected delivery report while waiting for {what}: {other:?}"),
-        }),
-        Ok(None) => Err(RelayError::Ended("Kafka delivery channel")),
-        Err(_) => Err(failed(SinkError::timed_out(LIMIT))),
     }
 }
 

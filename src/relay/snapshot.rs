@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::streaming::Streaming;
+use super::streaming::{Counted, Streaming};
 use super::watchdog::KafkaWatch;
 use super::{Ack, RelayError};
 use crate::Lsn;
@@ -93,12 +93,12 @@ impl Streaming {
             if let Some(consistent_point) = read_all
                 && self.awaiting_reports == 0
                 && self.checkpoint.pending_txns() == 0
-                && self.offset_in_flight.is_none()
+                && self.offsets.in_flight().is_none()
             {
                 break Ok(consistent_point);
             }
             let full = self.checkpoint.is_full();
-            if self.checkpoint.in_flight_records() == 0 && self.offset_in_flight.is_none() {
+            if self.checkpoint.in_flight_records() == 0 && self.offsets.in_flight().is_none() {
                 kafka.nothing_awaited(&self.metrics);
             }
             tokio::select! {
@@ -119,7 +119,7 @@ impl Streaming {
                 _ = ticker.tick() => {
                     self.metrics.in_flight_records.store(self.checkpoint.in_flight_records(), Ordering::Relaxed);
                     self.metrics.in_flight_bytes.store(self.checkpoint.in_flight_bytes(), Ordering::Relaxed);
-                    if self.checkpoint.in_flight_records() > 0 || self.offset_in_flight.is_some() {
+                    if self.checkpoint.in_flight_records() > 0 || self.offsets.in_flight().is_some() {
                         kafka.warn_if_stalled(self.checkpoint.in_flight_records(), full);
                         if let Err(e) = kafka.probe(&self.config).await {
                             break Err(Some(e));
@@ -129,7 +129,7 @@ impl Streaming {
                         last_report = Instant::now();
                         rates.note(rows_read);
                         report_progress(source, rows_read, &rates, started);
-                        if let Err(e) = self.store_snapshot_progress(SnapshotState::Running, None).await {
+                        if let Err(e) = self.store_snapshot_progress().await {
                             break Err(Some(e));
                         }
                     }
@@ -163,14 +163,17 @@ impl Streaming {
                                 .await
                         }
                         SourceEvent::SnapshotTableDone { table, rows } => {
-                            let index = self.snapshot_tables.iter().position(|t| t.table == table);
-                            if let Some(t) = index.and_then(|i| self.snapshot_tables.get_mut(i)) {
+                            // `snapshot_tables` mirrors the source's progress
+                            // list, index for index.
+                            let count = self.snapshot_tables.get_mut(table);
+                            let name = count.as_ref().map_or("?", |t| t.table.as_str()).to_owned();
+                            if let Some(t) = count {
                                 t.read = true;
                             }
-                            tracing::info!(%table, rows, "snapshot: table read");
-                            match index.and_then(|i| u32::try_from(i).ok()) {
-                                Some(i) => self.table_snapshot_read(i).await,
-                                None => Ok(()),
+                            tracing::info!(table = %name, rows, "snapshot: table read");
+                            match u32::try_from(table) {
+                                Ok(i) => self.table_snapshot_read(i).await,
+                                Err(_) => Ok(()),
                             }
                         }
                         SourceEvent::SnapshotDone { consistent_point } => {
@@ -212,9 +215,19 @@ impl Streaming {
                 };
             }
         };
-        self.store_snapshot_progress(SnapshotState::Completed, Some(consistent_point))
+        // Every record is acknowledged and no write is in flight (the loop
+        // above ends only then): `completed` is the one thing awaited.
+        self.note_snapshot_progress(SnapshotState::Completed);
+        self.offsets
+            .store(
+                &self.sink,
+                acks,
+                consistent_point,
+                "the offset-store write marking the snapshot completed",
+                &self.config,
+                &self.metrics,
+            )
             .await?;
-        self.await_offset_write(acks).await?;
         self.metrics
             .snapshot_running
             .store(false, Ordering::Relaxed);
@@ -282,21 +295,23 @@ impl Streaming {
                 ),
             })?;
         count.sent += 1;
-        let table_index = u32::try_from(table).ok();
-        self.publish(txn, pos, &record, table_index).await
+        let counted = u32::try_from(table).map_or(Counted::Other, Counted::SnapshotTable);
+        self.publish(txn, pos, &record, counted).await
     }
 
-    /// Writes the snapshot's progress to the offset store unless a write is
-    /// pending (then the next tick writes). `completed_at` marks it
-    /// completed at that position.
-    async fn store_snapshot_progress(
-        &mut self,
-        state: SnapshotState,
-        completed_at: Option<Lsn>,
-    ) -> Result<(), RelayError> {
-        if self.offset_in_flight.is_some() && completed_at.is_none() {
+    /// Writes the snapshot's progress (`running`) to the offset store unless
+    /// a write is pending (then the next tick writes).
+    async fn store_snapshot_progress(&mut self) -> Result<(), RelayError> {
+        if self.offsets.in_flight().is_some() {
             return Ok(());
         }
+        self.note_snapshot_progress(SnapshotState::Running);
+        self.write_offset(Lsn::ZERO).await
+    }
+
+    /// Puts the snapshot's progress, in `state`, into what the next
+    /// offset-store write carries.
+    fn note_snapshot_progress(&mut self, state: SnapshotState) {
         let tables_done: Vec<String> = self
             .snapshot_tables
             .iter()
@@ -304,42 +319,17 @@ impl Streaming {
             .map(|t| t.table.clone())
             .collect();
         let rows = self.snapshot_tables.iter().map(|t| t.acked).sum();
-        let consistent_point = self
-            .offset_template
+        let template = self.offsets.template_mut();
+        let consistent_point = template
             .snapshot
             .as_ref()
             .and_then(|s| s.consistent_point.clone());
-        self.offset_template.snapshot = Some(SnapshotProgress {
+        template.snapshot = Some(SnapshotProgress {
             state,
             tables_done,
             rows,
             consistent_point,
         });
-        let lsn = completed_at.unwrap_or(Lsn::ZERO);
-        self.write_offset(lsn).await
-    }
-
-    /// Waits until the pending offset-store write is acknowledged.
-    async fn await_offset_write(
-        &mut self,
-        acks: &mut mpsc::UnboundedReceiver<Ack>,
-    ) -> Result<(), RelayError> {
-        const LIMIT: Duration = Duration::from_secs(60);
-        let deadline = tokio::time::Instant::now() + LIMIT;
-        while self.offset_in_flight.is_some() {
-            match tokio::time::timeout_at(deadline, acks.recv()).await {
-                Ok(Some(ack)) => {
-                    self.on_ack(ack)?;
-                }
-                Ok(None) => return Err(RelayError::Ended("Kafka delivery channel")),
-                Err(_) => {
-                    return Err(RelayError::Sink(crate::sink::kafka::SinkError::timed_out(
-                        LIMIT,
-                    )));
-                }
-            }
-        }
-        Ok(())
     }
 }
 

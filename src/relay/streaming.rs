@@ -14,11 +14,11 @@ use super::RelayError;
 use super::watchdog::KafkaWatch;
 
 use super::heartbeat::{self, Beat};
+use super::offset_writer::OffsetWriter;
 use super::{Ack, EventId, Sink, Token};
 use crate::Lsn;
 use crate::checkpoint::{Checkpoint, Limits, TxnId};
 use crate::config::Config;
-use crate::offsets::StoredOffset;
 use crate::pg::wire::WireError;
 use crate::router::{Record, Routed, Router};
 use crate::source::{Change, Op, Position, Source, SourceEvent};
@@ -28,28 +28,18 @@ use crate::telemetry::Metrics;
 /// back to it.
 const BURST: usize = 256;
 
-/// The transaction currently streaming: its checkpoint entry.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct OpenTxn {
-    pub(super) id: TxnId,
-    pub(super) commit_lsn: Lsn,
-    pub(super) xid: u32,
-    /// Commit time, milliseconds since 1970.
-    pub(super) commit_ms: i64,
-}
-
 pub(super) struct Streaming {
     pub(super) metrics: Arc<Metrics>,
     pub(super) config: Arc<Config>,
     pub(super) sink: Sink,
     pub(super) router: Router,
+    /// Transactions in flight, the open one included: the relay keeps no
+    /// second copy (the source's assembler pairs Begin and Commit, the
+    /// checkpoint holds the open transaction's entry).
     pub(super) checkpoint: Checkpoint,
-    pub(super) open: Option<OpenTxn>,
-    pub(super) offset_template: StoredOffset,
-    /// An offset-store write Kafka has not acknowledged yet.
-    pub(super) offset_in_flight: Option<Lsn>,
-    /// The newest acknowledged offset-store write: what we report.
-    pub(super) offset_acked: Lsn,
+    /// Every offset-store write, and the newest acknowledged one: what we
+    /// report.
+    pub(super) offsets: OffsetWriter,
     /// Records handed to the producer whose delivery report (success or
     /// failure) has not come back yet. Unlike the checkpoint's in-flight
     /// count, a failure settles a record here: a graceful stop waits for
@@ -91,16 +81,16 @@ pub(super) struct Streaming {
 
 impl Streaming {
     /// A session's streaming state, resuming from `start` (already confirmed
-    /// and stored); `offset_template` names this connector, cluster and slot
-    /// in the offset-store writes.
+    /// and stored); `offsets` writes this connector's offset-store records.
     pub(super) fn new(
         config: Arc<Config>,
         metrics: Arc<Metrics>,
         sink: Sink,
         router: Router,
         start: Lsn,
-        offset_template: StoredOffset,
+        mut offsets: OffsetWriter,
     ) -> Streaming {
+        offsets.starting_at(start);
         let limits = Limits {
             max_in_flight_records: config.kafka.max_in_flight_records as u64,
             max_in_flight_bytes: config.kafka.max_in_flight_bytes,
@@ -112,10 +102,7 @@ impl Streaming {
             sink,
             router,
             checkpoint: Checkpoint::new(start, limits),
-            open: None,
-            offset_template,
-            offset_in_flight: None,
-            offset_acked: start,
+            offsets,
             awaiting_reports: 0,
             warned_updates: HashSet::new(),
             warned_unclaimed: HashSet::new(),
@@ -174,7 +161,7 @@ impl Streaming {
                 last_heard = Instant::now();
             }
             let waiting =
-                self.checkpoint.in_flight_records() > 0 || self.offset_in_flight.is_some();
+                self.checkpoint.in_flight_records() > 0 || self.offsets.in_flight().is_some();
             if !waiting {
                 kafka.nothing_awaited(&self.metrics);
             }
@@ -202,18 +189,18 @@ impl Streaming {
                     let Some(ack) = ack else { return Err(RelayError::Ended("Kafka delivery channel")) };
                     kafka.acknowledged(&self.metrics);
                     if self.on_ack(ack)? {
-                        source.confirm(self.offset_acked, false).await?;
+                        source.confirm(self.offsets.acked(), false).await?;
                     }
                     // Drain what else is ready without going back to select.
                     while let Ok(ack) = acks.try_recv() {
                         if self.on_ack(ack)? {
-                            source.confirm(self.offset_acked, false).await?;
+                            source.confirm(self.offsets.acked(), false).await?;
                         }
                     }
                     // An incremental snapshot's next chunk waits for the
                     // last one to be stored: store it as soon as Kafka
                     // holds it, not at the next tick.
-                    source.incremental_stored(self.offset_acked);
+                    source.incremental_stored(self.offsets.acked());
                     if source
                         .incremental_publishing()
                         .is_some_and(|lsn| lsn <= self.checkpoint.confirmed())
@@ -228,7 +215,7 @@ impl Streaming {
                     }
                     self.write_offset_if_due().await?;
                     let ping = silent_for > status_interval * 2;
-                    source.confirm(self.offset_acked, ping).await?;
+                    source.confirm(self.offsets.acked(), ping).await?;
                     kafka.probe(&self.config).await?;
                 }
                 event = source.next(), if !full => {
@@ -251,6 +238,17 @@ impl Streaming {
         }
     }
 
+    /// The checkpoint entry of the transaction the source has open (the
+    /// source yields changes and Commits only inside Begin..Commit).
+    pub(super) fn open_txn(&self, lsn: Lsn) -> Result<TxnId, RelayError> {
+        self.checkpoint
+            .open_txn()
+            .ok_or_else(|| RelayError::Stream {
+                lsn,
+                what: "a change or Commit outside Begin..Commit".into(),
+            })
+    }
+
     async fn on_event(
         &mut self,
         event: SourceEvent,
@@ -261,30 +259,17 @@ impl Streaming {
                 self.checkpoint.keepalive(wal_end);
                 if reply {
                     self.write_offset_if_due().await?;
-                    source.confirm(self.offset_acked, false).await?;
+                    source.confirm(self.offsets.acked(), false).await?;
                 }
             }
-            SourceEvent::Begin {
-                commit_lsn,
-                xid,
-                commit_time,
-            } => {
-                let id = self.checkpoint.begin()?;
-                self.open = Some(OpenTxn {
-                    id,
-                    commit_lsn,
-                    xid,
-                    commit_ms: crate::pg::replication::pg_us_to_unix_ms(commit_time),
-                });
+            SourceEvent::Begin { .. } => {
+                self.checkpoint.begin()?;
             }
             SourceEvent::Commit {
                 commit_lsn,
                 end_lsn,
             } => {
-                let open = self.open.take().ok_or_else(|| RelayError::Stream {
-                    lsn: commit_lsn,
-                    what: "Commit without Begin".into(),
-                })?;
+                let open = self.open_txn(commit_lsn)?;
                 if let Some((error, row_id)) = self.unroutable.take() {
                     return Err(RelayError::Unroutable {
                         error: Box::new(error),
@@ -293,7 +278,7 @@ impl Streaming {
                         slot: self.config.postgres.slot.clone(),
                     });
                 }
-                self.checkpoint.commit(open.id, end_lsn)?;
+                self.checkpoint.commit(open, end_lsn)?;
                 self.metrics.transactions.fetch_add(1, Ordering::Relaxed);
             }
             SourceEvent::Message {
@@ -328,9 +313,10 @@ impl Streaming {
             SourceEvent::Change(change) => self.on_change(change).await?,
             SourceEvent::Truncate {
                 pos,
+                txn,
                 lsn,
                 relations,
-            } => self.on_truncate(pos, lsn, &relations).await?,
+            } => self.on_truncate(pos, txn, lsn, &relations).await?,
             SourceEvent::SnapshotRow { pos, .. } => {
                 return Err(RelayError::Stream {
                     lsn: pos.commit_lsn,
@@ -362,7 +348,7 @@ impl Streaming {
         if prefix != heartbeat::PREFIX {
             return Ok(());
         }
-        if self.open.is_some() {
+        if self.checkpoint.open_txn().is_some() {
             return Err(RelayError::Stream {
                 lsn,
                 what: "a heartbeat inside a transaction".into(),
@@ -382,7 +368,7 @@ impl Streaming {
                     commit_lsn: lsn,
                     index: 0,
                 };
-                self.publish(id, pos, &record, None).await?;
+                self.publish(id, pos, &record, Counted::Other).await?;
             }
         }
         self.checkpoint.commit(id, lsn)?;
@@ -390,10 +376,8 @@ impl Streaming {
     }
 
     async fn on_change(&mut self, change: Change) -> Result<(), RelayError> {
-        let open = self.open.ok_or_else(|| RelayError::Stream {
-            lsn: change.pos.commit_lsn,
-            what: "row change outside Begin..Commit".into(),
-        })?;
+        let open = self.open_txn(change.pos.commit_lsn)?;
+        let commit_lsn = change.pos.commit_lsn;
         if self.unroutable.is_some() {
             // Stopping at this transaction's Commit: publish nothing more.
             return Ok(());
@@ -414,10 +398,7 @@ impl Streaming {
             // publish nothing.
             return Ok(());
         };
-        let routed = match self
-            .router
-            .on_insert(change.relation.oid, new, open.commit_lsn)
-        {
+        let routed = match self.router.on_insert(change.relation.oid, new, commit_lsn) {
             Ok(routed) => routed,
             Err(e) => {
                 let row_id = self.router.row_id(change.relation.oid, new);
@@ -431,7 +412,7 @@ impl Streaming {
                 self.metrics.rows_unclaimed.fetch_add(1, Ordering::Relaxed);
                 if self.warned_unclaimed.insert(table.clone()) {
                     tracing::warn!(
-                        %table, lsn = %open.commit_lsn,
+                        %table, lsn = %commit_lsn,
                         "the publication publishes rows of a table that no [[outbox]] section \
                          claims; they are not published (add the table to the configuration, \
                          or remove it from the publication; logged once per table per session)"
@@ -441,20 +422,27 @@ impl Streaming {
             }
             Routed::Nothing | Routed::IgnoredUpdate { .. } => return Ok(()),
         };
-        self.publish(open.id, change.pos, &record, None).await
+        let commit_ms = crate::pg::replication::pg_us_to_unix_ms(change.txn.commit_time);
+        self.publish(open, change.pos, &record, Counted::Streamed { commit_ms })
+            .await
     }
 
     /// Hands one record of transaction `txn` at `pos` to the sink: counts it
     /// in the checkpoint first (so its delivery report always finds its
     /// transaction), then sends it with the token that brings the report
-    /// back. `snapshot_table`: the snapshot table it counts for.
+    /// back. `counted`: what its acknowledgement counts for.
     pub(super) async fn publish(
         &mut self,
         txn: TxnId,
         pos: Position,
         record: &Record,
-        snapshot_table: Option<u32>,
+        counted: Counted,
     ) -> Result<(), RelayError> {
+        let (snapshot_table, commit_ms) = match counted {
+            Counted::Streamed { commit_ms } => (None, commit_ms),
+            Counted::SnapshotTable(table) => (Some(table), 0),
+            Counted::Other => (None, 0),
+        };
         let bytes = record.size();
         self.checkpoint.record_sent(txn, bytes)?;
         self.metrics
@@ -474,10 +462,7 @@ impl Streaming {
             index: pos.index,
             event_id: record_id(record),
             snapshot_table,
-            commit_ms: match (snapshot_table, self.open) {
-                (None, Some(open)) => open.commit_ms,
-                _ => 0,
-            },
+            commit_ms,
         };
         self.sink
             .send(record, token)
@@ -564,13 +549,7 @@ impl Streaming {
                 Ok(false)
             }
             Ack::Delivered(Token::Offset { lsn }) => {
-                self.metrics.offset_written();
-                if self.offset_in_flight == Some(lsn) {
-                    self.offset_in_flight = None;
-                }
-                if lsn > self.offset_acked {
-                    self.offset_acked = lsn;
-                }
+                self.offsets.delivered(lsn, &self.metrics);
                 Ok(true)
             }
             Ack::Failed {
@@ -598,9 +577,7 @@ impl Streaming {
                 topic,
                 error,
             } => {
-                if self.offset_in_flight == Some(lsn) {
-                    self.offset_in_flight = None;
-                }
+                self.offsets.failed(lsn);
                 Err(RelayError::Delivery {
                     topic,
                     lsn,
@@ -617,7 +594,7 @@ impl Streaming {
     /// write is pending.
     async fn write_offset_if_due(&mut self) -> Result<(), RelayError> {
         let confirmed = self.checkpoint.confirmed();
-        if self.offset_in_flight.is_some() || confirmed <= self.offset_acked {
+        if self.offsets.in_flight().is_some() || confirmed <= self.offsets.acked() {
             return Ok(());
         }
         self.write_offset(confirmed).await
@@ -639,19 +616,13 @@ impl Streaming {
                         "incremental snapshot completed: every chunk is in Kafka"
                     );
                 }
-                self.offset_template.incremental = Some(super::incremental::to_stored(&plan, rows));
+                self.offsets.template_mut().incremental =
+                    Some(super::incremental::to_stored(&plan, rows));
             }
         }
-        super::session::send_offset(
-            &self.sink,
-            &self.offset_template,
-            confirmed,
-            &self.config.kafka.offsets_topic,
-            "the offset-store write",
-        )
-        .await?;
-        self.offset_in_flight = Some(confirmed);
-        Ok(())
+        self.offsets
+            .send(&self.sink, confirmed, "the offset-store write")
+            .await
     }
 
     /// Graceful stop (shutdown, or one change that cannot be published):
@@ -679,10 +650,10 @@ impl Streaming {
         let mut stream_open = true;
         let mut final_write = FinalWrite::NotYet;
         loop {
-            let settled = self.awaiting_reports == 0 && self.offset_in_flight.is_none();
+            let settled = self.awaiting_reports == 0 && self.offsets.in_flight().is_none();
             if settled {
                 match final_write {
-                    FinalWrite::NotYet if self.checkpoint.confirmed() > self.offset_acked => {
+                    FinalWrite::NotYet if self.checkpoint.confirmed() > self.offsets.acked() => {
                         match self.write_offset_if_due().await {
                             Ok(()) => final_write = FinalWrite::Sent,
                             Err(e) => {
@@ -694,7 +665,7 @@ impl Streaming {
                     }
                     _ => {
                         return Finished {
-                            position: self.offset_acked,
+                            position: self.offsets.acked(),
                             undelivered,
                             timed_out: false,
                         };
@@ -707,13 +678,13 @@ impl Streaming {
                         awaiting_reports = self.awaiting_reports,
                         "shutdown flush timeout reached; unacknowledged records will be re-sent on restart"
                     );
-                    return Finished { position: self.offset_acked, undelivered, timed_out: true };
+                    return Finished { position: self.offsets.acked(), undelivered, timed_out: true };
                 }
                 ack = acks.recv() => match ack {
-                    None => return Finished { position: self.offset_acked, undelivered, timed_out: false },
+                    None => return Finished { position: self.offsets.acked(), undelivered, timed_out: false },
                     Some(Ack::Fatal(e)) => {
                         tracing::warn!(error = %e, "the Kafka producer failed while stopping");
-                        return Finished { position: self.offset_acked, undelivered, timed_out: false };
+                        return Finished { position: self.offsets.acked(), undelivered, timed_out: false };
                     }
                     Some(ack) => {
                         let offset_write = matches!(
@@ -733,7 +704,7 @@ impl Streaming {
                     }
                 },
                 _ = ticker.tick() => {
-                    if stream_open && let Err(e) = source.confirm(self.offset_acked, false).await {
+                    if stream_open && let Err(e) = source.confirm(self.offsets.acked(), false).await {
                         tracing::debug!(error = %e, "status update while stopping failed");
                         stream_open = false;
                     }
@@ -741,7 +712,7 @@ impl Streaming {
                 request = source.next_reply_request(), if stream_open => match request {
                     Ok(Some(_)) => {
                         self.metrics.received_lsn.store(source.received().0, Ordering::Relaxed);
-                        if let Err(e) = source.confirm(self.offset_acked, false).await {
+                        if let Err(e) = source.confirm(self.offsets.acked(), false).await {
                             tracing::debug!(error = %e, "answering a keepalive while stopping failed");
                             stream_open = false;
                         }
@@ -751,6 +722,18 @@ impl Streaming {
             }
         }
     }
+}
+
+/// What a published record's acknowledgement counts for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Counted {
+    /// A streamed change committed at `commit_ms` (ms since 1970): the
+    /// commit-to-acknowledgement histogram.
+    Streamed { commit_ms: i64 },
+    /// A row of the initial snapshot's table #n: its per-table count.
+    SnapshotTable(u32),
+    /// Nothing more (heartbeats, incremental snapshot rows).
+    Other,
 }
 
 /// How a graceful stop ended.

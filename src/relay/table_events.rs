@@ -8,12 +8,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::RelayError;
-use super::streaming::{OpenTxn, Streaming};
+use super::streaming::{Counted, Streaming};
 use crate::Lsn;
 use crate::checkpoint::TxnId;
 use crate::pgoutput::{Relation, TupleData};
 use crate::router::table::{SnapshotMarker, TxnInfo};
-use crate::source::{Change, Position};
+use crate::source::{Change, Position, Txn};
 use crate::startup::TableEventTable;
 
 /// A snapshot row of a `[[table]]` table waiting to learn whether it is
@@ -74,13 +74,9 @@ impl Streaming {
     pub(super) async fn on_table_change(
         &mut self,
         change: &Change,
-        open: OpenTxn,
+        open: TxnId,
     ) -> Result<(), RelayError> {
-        let txn = TxnInfo {
-            commit_lsn: open.commit_lsn,
-            xid: open.xid,
-            commit_ms: open.commit_ms,
-        };
+        let txn = txn_info(change.pos, change.txn);
         let mut records = std::mem::take(&mut self.table_records);
         records.clear();
         let made = self.tables.on_change(change, txn, &mut records);
@@ -88,10 +84,11 @@ impl Streaming {
             Ok(()) => {
                 self.send_table_records(
                     &mut records,
-                    open.id,
-                    open.commit_lsn,
-                    change.pos.index,
-                    None,
+                    open,
+                    change.pos,
+                    Counted::Streamed {
+                        commit_ms: txn.commit_ms,
+                    },
                 )
                 .await
             }
@@ -108,18 +105,12 @@ impl Streaming {
     pub(super) async fn on_truncate(
         &mut self,
         pos: Position,
+        txn: Txn,
         lsn: Lsn,
         relations: &[Arc<Relation>],
     ) -> Result<(), RelayError> {
-        let open = self.open.ok_or_else(|| RelayError::Stream {
-            lsn: pos.commit_lsn,
-            what: "Truncate outside Begin..Commit".into(),
-        })?;
-        let txn = TxnInfo {
-            commit_lsn: open.commit_lsn,
-            xid: open.xid,
-            commit_ms: open.commit_ms,
-        };
+        let open = self.open_txn(pos.commit_lsn)?;
+        let txn = txn_info(pos, txn);
         for (k, relation) in relations.iter().enumerate() {
             let index = pos.index.saturating_add(k as u64);
             let mut records = std::mem::take(&mut self.table_records);
@@ -129,7 +120,14 @@ impl Streaming {
                 .on_truncate(relation.oid, txn, lsn, index, &mut records);
             let sent = match made {
                 Ok(()) => {
-                    self.send_table_records(&mut records, open.id, open.commit_lsn, index, None)
+                    let pos = Position {
+                        commit_lsn: pos.commit_lsn,
+                        index,
+                    };
+                    let counted = Counted::Streamed {
+                        commit_ms: txn.commit_ms,
+                    };
+                    self.send_table_records(&mut records, open, pos, counted)
                         .await
                 }
                 Err(e) => Err(e.into()),
@@ -228,14 +226,11 @@ impl Streaming {
         );
         let sent = match made {
             Ok(()) => {
-                self.send_table_records(
-                    &mut records,
-                    held.txn,
-                    held.pos.commit_lsn,
-                    held.pos.index,
-                    held.table_index,
-                )
-                .await
+                let counted = held
+                    .table_index
+                    .map_or(Counted::Other, Counted::SnapshotTable);
+                self.send_table_records(&mut records, held.txn, held.pos, counted)
+                    .await
             }
             Err(e) => Err(e.into()),
         };
@@ -249,14 +244,21 @@ impl Streaming {
         &mut self,
         records: &mut Vec<crate::router::Record>,
         txn: TxnId,
-        commit_lsn: Lsn,
-        index: u64,
-        snapshot_table: Option<u32>,
+        pos: Position,
+        counted: Counted,
     ) -> Result<(), RelayError> {
-        let pos = Position { commit_lsn, index };
         for record in records.drain(..) {
-            self.publish(txn, pos, &record, snapshot_table).await?;
+            self.publish(txn, pos, &record, counted).await?;
         }
         Ok(())
+    }
+}
+
+/// The router's view of the transaction at `pos`.
+fn txn_info(pos: Position, txn: Txn) -> TxnInfo {
+    TxnInfo {
+        commit_lsn: pos.commit_lsn,
+        xid: txn.xid,
+        commit_ms: crate::pg::replication::pg_us_to_unix_ms(txn.commit_time),
     }
 }

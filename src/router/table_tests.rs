@@ -76,6 +76,10 @@ fn change(op: Op, rel: &Relation, old: Option<TupleData>, new: Option<TupleData>
             commit_lsn: COMMIT,
             index: 3,
         },
+        txn: crate::source::Txn {
+            xid: 555,
+            commit_time: 0,
+        },
         lsn: CHANGE_AT,
         op,
         relation: Arc::new(rel.clone()),

@@ -31,6 +31,7 @@
 
 mod incremental;
 pub mod lease;
+pub mod slot;
 mod snapshot;
 
 use std::sync::Arc;
@@ -38,7 +39,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::Lsn;
-use crate::pg::catalog::{self, CatalogError};
+use crate::pg::catalog::CatalogError;
 use crate::pg::replication::{
     CreatedSlot, ReplicationClient, ReplicationMessage, ReplicationStream, StreamEvent,
 };
@@ -65,10 +66,19 @@ pub enum Op {
     Delete,
 }
 
+/// The transaction a change belongs to, as its Begin said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Txn {
+    pub xid: u32,
+    /// Commit time, microseconds since 2000-01-01 (PostgreSQL's epoch).
+    pub commit_time: i64,
+}
+
 /// One row change of a committed transaction.
 #[derive(Debug, Clone)]
 pub struct Change {
     pub pos: Position,
+    pub txn: Txn,
     /// Where the change itself is in the WAL (its message's `wal_start`);
     /// Debezium's `source.lsn`.
     pub lsn: Lsn,
@@ -101,6 +111,7 @@ pub enum SourceEvent {
     /// position (Debezium's `source.lsn`).
     Truncate {
         pos: Position,
+        txn: Txn,
         lsn: Lsn,
         relations: Vec<Arc<Relation>>,
     },
@@ -135,9 +146,10 @@ pub enum SourceEvent {
         relation: Arc<Relation>,
         row: TupleData,
     },
-    /// Every row of `table` was read (`rows` of them).
+    /// Every row of `table` (its index in [`Source::snapshot_progress`])
+    /// was read (`rows` of them).
     SnapshotTableDone {
-        table: String,
+        table: usize,
         rows: u64,
     },
     /// One chunk of an incremental snapshot (see
@@ -190,6 +202,9 @@ pub enum SourceError {
         expected: Lsn,
         found: Option<Lsn>,
     },
+    /// The slot was gone right after this instance created it.
+    #[error("replication slot {slot:?} vanished right after it was created")]
+    SlotVanished { slot: String },
     /// The slot became lost between reading it and START_REPLICATION.
     #[error("replication slot {slot:?} became lost (wal_status = 'lost')")]
     SlotLost { slot: String },
@@ -201,6 +216,7 @@ pub enum SourceError {
 #[derive(Debug, Clone, Copy)]
 struct Open {
     commit_lsn: Lsn,
+    txn: Txn,
     next_index: u64,
 }
 
@@ -240,47 +256,6 @@ enum State {
     Gone,
 }
 
-/// START_REPLICATION of `slot` from `from`, then the check both ways into
-/// streaming share (resuming, and the hand-over after a snapshot): on
-/// `catalog` (an ordinary connection), the slot's `confirmed_flush_lsn` must
-/// be exactly `confirmed`, the position this instance read it at (or
-/// created it at), and the slot not lost. (`from` may be past `confirmed`:
-/// resuming from the stored offset when the slot's position on disk lags
-/// it; the slot's position moves only with our first status update.)
-///
-/// Why exactly: PostgreSQL silently starts a slot at its own
-/// `confirmed_flush_lsn` when asked for an older position, so a slot that
-/// someone advanced, or dropped and created again under the same name (a
-/// second instance, an operator), between our reading it and our START
-/// would make the walsender skip every transaction in between without an
-/// error. Nothing else confirms this slot while we hold the lease and
-/// before our first status update, so any other value means another actor.
-async fn start_checked(
-    client: ReplicationClient,
-    catalog: &tokio_postgres::Client,
-    slot: &str,
-    from: Lsn,
-    confirmed: Lsn,
-    publication: &str,
-) -> Result<ReplicationStream, SourceError> {
-    let stream = client.start_replication(slot, from, publication).await?;
-    let now = catalog::slot_state(catalog, slot).await?;
-    if let Some(now) = &now
-        && now.wal_status.as_deref() == Some("lost")
-    {
-        return Err(SourceError::SlotLost { slot: slot.into() });
-    }
-    let found = now.and_then(|s| s.confirmed_flush_lsn);
-    if found != Some(confirmed) {
-        return Err(SourceError::SlotMoved {
-            slot: slot.into(),
-            expected: confirmed,
-            found,
-        });
-    }
-    Ok(stream)
-}
-
 impl Source {
     /// Wraps a stream that started replication at `start`.
     pub fn new(stream: ReplicationStream, start: Lsn) -> Source {
@@ -302,7 +277,8 @@ impl Source {
         confirmed: Lsn,
         publication: &str,
     ) -> Result<Source, SourceError> {
-        let stream = start_checked(client, catalog, slot, from, confirmed, publication).await?;
+        let stream =
+            slot::start_checked(client, catalog, slot, from, confirmed, publication).await?;
         Ok(Source::new(stream, from))
     }
 
@@ -370,7 +346,7 @@ impl Source {
                 "start_streaming called before the snapshot was read",
             ));
         };
-        let stream = start_checked(
+        let stream = slot::start_checked(
             client,
             catalog,
             slot,
@@ -626,7 +602,7 @@ impl Source {
                     {
                         p.done = true;
                         return Ok(SourceEvent::SnapshotTableDone {
-                            table: p.table.clone(),
+                            table,
                             rows: p.rows_read,
                         });
                     }
@@ -728,6 +704,10 @@ impl Assembler {
                 }
                 self.open = Some(Open {
                     commit_lsn: b.final_lsn,
+                    txn: Txn {
+                        xid: b.xid,
+                        commit_time: b.commit_time,
+                    },
                     next_index: 0,
                 });
                 SourceEvent::Begin {
@@ -803,6 +783,7 @@ impl Assembler {
                 open.next_index = open.next_index.saturating_add(count);
                 SourceEvent::Truncate {
                     pos,
+                    txn: open.txn,
                     lsn: at,
                     relations,
                 }
@@ -847,6 +828,7 @@ impl Assembler {
         open.next_index = open.next_index.saturating_add(1);
         Ok(SourceEvent::Change(Change {
             pos,
+            txn: open.txn,
             lsn: at,
             op,
             relation,

@@ -60,6 +60,30 @@ pub struct SnapshotTable {
 }
 
 impl SnapshotTable {
+    /// An outbox table: read in `order_by` (empty: the primary key), split
+    /// among readers by its aggregate id column, so that each aggregate's
+    /// rows are read by one reader, in order.
+    pub fn outbox(schema: &str, name: &str, order_by: &[String], aggregate_id: &str) -> Self {
+        SnapshotTable {
+            schema: schema.to_owned(),
+            name: name.to_owned(),
+            order_by: order_by.to_vec(),
+            split_by: aggregate_id.to_owned(),
+        }
+    }
+
+    /// A `[[table]]` capture: read in `key` order (its primary key or the
+    /// configured key columns), split among readers by the key's first
+    /// column, so that the rows of one key are read by one reader.
+    pub fn captured(schema: &str, name: &str, key: &[String]) -> Self {
+        SnapshotTable {
+            schema: schema.to_owned(),
+            name: name.to_owned(),
+            split_by: key.first().cloned().unwrap_or_default(),
+            order_by: key.to_vec(),
+        }
+    }
+
     /// `schema.name`.
     pub fn display(&self) -> String {
         format!("{}.{}", self.schema, self.name)
