@@ -60,6 +60,18 @@ async fn prefill(db: &TestDb, table: &str, n: usize) {
         .unwrap();
 }
 
+/// What cuts the active instance off in the middle of an incremental
+/// snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// `kill -9`, and the same instance started again.
+    Kill9,
+    /// A standby waits for the lease; the active one is killed (-9) or
+    /// stopped (SIGTERM), alternately, and the standby takes over; a new
+    /// standby is started after each.
+    Takeover,
+}
+
 /// 30,000 rows that predate the connector (`no_data`: never streamed),
 /// read by an incremental snapshot of 500-row chunks that `walrelay
 /// snapshot` asks for while 8 writers insert, with walrelay killed (-9)
@@ -68,23 +80,47 @@ async fn prefill(db: &TestDb, table: &str, n: usize) {
 /// each kill re-sends at most the chunk in flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_incremental_snapshot_beside_writers_and_kill_9_loses_nothing() {
+    incremental_snapshot_through(Cut::Kill9, "inc_kill").await;
+}
+
+/// The same with a second instance: three takeovers mid-snapshot (kill -9,
+/// SIGTERM, kill -9), each by a standby that goes on from the progress the
+/// offset store holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incremental_snapshot_through_takeovers_loses_nothing() {
+    incremental_snapshot_through(Cut::Takeover, "inc_takeover").await;
+}
+
+async fn incremental_snapshot_through(cut: Cut, name: &str) {
     const EXISTING: usize = 30_000;
     const CHUNK: usize = 500;
     const KILLS: usize = 3;
+    const ACTIVE: &str = "holding the lease: this instance is the active one";
+    const STANDBY: &str = "standby: another instance of this connector holds the lease";
     require_kafka();
-    let db = TestDb::new("inc_kill").await;
+    let db = TestDb::new(name).await;
     create_outbox(&db).await;
     prefill(&db, "outbox", EXISTING).await;
     let existing: HashSet<String> = outbox_rows(&db).await.into_keys().collect();
-    let names = Names::new("inc_kill");
-    let config = write_config(&relay_config(
+    let names = Names::new(name);
+    let text = relay_config(
         &db,
         &names,
         "",
         &format!("[snapshot]\nmode = \"no_data\"\nchunk_rows = {CHUNK}\n"),
-    ));
+    );
+    let config = write_config(&text);
     let mut relay = RelayProcess::start_with(&config, &[]);
     relay.wait_log("streaming", START).await;
+    // Each standby logs to a file of its own.
+    let mut standby = match cut {
+        Cut::Kill9 => None,
+        Cut::Takeover => {
+            let mut standby = RelayProcess::start(&text, &[]);
+            standby.wait_log(STANDBY, START).await;
+            Some(standby)
+        }
+    };
 
     let writers = {
         let name = db.name.clone();
@@ -95,7 +131,8 @@ async fn an_incremental_snapshot_beside_writers_and_kill_9_loses_nothing() {
     let said = request_snapshot(&config, "public.outbox", None);
     assert!(said.contains("requested incremental snapshot"), "{said}");
 
-    // Kill it while chunks are being published, three times.
+    // Cut the active instance off while chunks are being published, three
+    // times.
     let topic = names.topic("order");
     for kill in 0..KILLS {
         let before = consume_to_end(&[topic.as_str()])
@@ -113,10 +150,40 @@ async fn an_incremental_snapshot_beside_writers_and_kill_9_loses_nothing() {
             }
         })
         .await;
-        eprintln!("kill -9 #{} after {before}+ incremental records", kill + 1);
-        relay.kill9();
-        relay = RelayProcess::start_with(&config, &[]);
-        relay.wait_log("streaming", START).await;
+        match standby.as_mut() {
+            None => {
+                eprintln!("kill -9 #{} after {before}+ incremental records", kill + 1);
+                relay.kill9();
+                relay = RelayProcess::start_with(&config, &[]);
+                relay.wait_log("streaming", START).await;
+            }
+            Some(next) => {
+                if kill % 2 == 0 {
+                    eprintln!(
+                        "takeover #{} (kill -9) after {before}+ incremental records",
+                        kill + 1
+                    );
+                    relay.kill9();
+                } else {
+                    eprintln!(
+                        "takeover #{} (SIGTERM) after {before}+ incremental records",
+                        kill + 1
+                    );
+                    relay.signal("TERM");
+                    assert_eq!(
+                        relay.wait_exit(Duration::from_secs(60)).map(|s| s.code()),
+                        Some(Some(0)),
+                        "SIGTERM stops the active instance cleanly:\n{}",
+                        relay.log()
+                    );
+                }
+                next.wait_log(ACTIVE, CATCH_UP).await;
+                let mut fresh = RelayProcess::start(&text, &[]);
+                fresh.wait_log(STANDBY, START).await;
+                relay = std::mem::replace(next, fresh);
+                relay.wait_log("streaming", START).await;
+            }
+        }
     }
     writers.await.unwrap();
     relay
@@ -196,6 +263,9 @@ async fn an_incremental_snapshot_beside_writers_and_kill_9_loses_nothing() {
         "{status}"
     );
     assert!(relay.stop().success());
+    if let Some(mut standby) = standby {
+        assert!(standby.stop().success());
+    }
 }
 
 /// A second outbox table added to a running connector's configuration: on

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::offset_writer::OffsetWriter;
 use super::snapshot::SnapshotEnd;
-use super::streaming::Streaming;
+use super::streaming::{LoopEnd, Streaming};
 use super::{Ack, RelayError, Sink, connect_params, producer_properties};
 use crate::Lsn;
 use crate::config::{Config, SnapshotMode};
@@ -65,10 +65,31 @@ impl Started {
     /// Streams until shutdown (then stops gracefully) or an error.
     pub(super) async fn run(mut self, shutdown: &CancellationToken) -> Result<(), RelayError> {
         if let Some(job) = self.snapshot.take() {
-            let end = self
+            self.run.begin_snapshot(&self.source)?;
+            let end = match self
                 .run
-                .snapshot(&mut self.source, &mut self.acks, shutdown)
-                .await;
+                .stream(
+                    &mut self.source,
+                    &mut self.acks,
+                    self.status_interval,
+                    self.receive_timeout,
+                    shutdown,
+                )
+                .await
+            {
+                Ok(LoopEnd::SnapshotSafe) => self.run.complete_snapshot(&mut self.acks).await,
+                Ok(LoopEnd::Shutdown) => {
+                    self.run.snapshot_abandoned();
+                    tracing::info!(
+                        "stopped during the snapshot; the next start takes it again from the beginning"
+                    );
+                    Ok(SnapshotEnd::Stopped)
+                }
+                Err(e) => {
+                    self.run.snapshot_abandoned();
+                    Err(e)
+                }
+            };
             let pg = &self.run.config.postgres;
             let end = match end {
                 Ok(end) => end,
@@ -139,6 +160,8 @@ impl Started {
             )
             .await;
         drop(heartbeats);
+        // Streaming ends only on shutdown or an error (`SnapshotSafe` is
+        // the snapshot phase's end, above).
         let Err(e) = result else {
             let done = self
                 .run

@@ -1,5 +1,9 @@
 //! The snapshot phase of a session: snapshot rows in, records out, and the
 //! offset store told `completed` only once Kafka holds every one of them.
+//! The phase runs in the session's one loop ([`Streaming::stream`]: sends,
+//! acknowledgements, the stall watchdog, offset writes); this module is its
+//! share of that loop: the rows, the per-table counts, the progress, and
+//! `completed`.
 //!
 //! Invariants (beside the parent module's):
 //! - **Nothing streams before the snapshot is safe.** Streaming starts (the
@@ -20,10 +24,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use super::streaming::{Counted, Streaming};
-use super::watchdog::KafkaWatch;
 use super::{Ack, RelayError};
 use crate::Lsn;
 use crate::offsets::{SnapshotProgress, SnapshotState};
@@ -58,14 +60,24 @@ impl TableCount {
     }
 }
 
+/// The initial snapshot under way: what the session's one loop
+/// ([`Streaming::stream`]) needs besides what streaming needs.
+#[derive(Debug)]
+pub(super) struct InitialSnapshot {
+    /// The checkpoint transaction every snapshot record belongs to.
+    txn: crate::checkpoint::TxnId,
+    started: Instant,
+    last_report: Instant,
+    rows_read: u64,
+    rates: RateWindow,
+    /// Every table was read: the consistent point.
+    read_all: Option<Lsn>,
+}
+
 impl Streaming {
-    /// Publishes the snapshot `source` reads (see the module doc).
-    pub(super) async fn snapshot(
-        &mut self,
-        source: &mut Source,
-        acks: &mut mpsc::UnboundedReceiver<Ack>,
-        shutdown: &CancellationToken,
-    ) -> Result<SnapshotEnd, RelayError> {
+    /// Starts the snapshot phase: the loop then publishes the rows `source`
+    /// reads (see the module doc) until [`Streaming::snapshot_safe`].
+    pub(super) fn begin_snapshot(&mut self, source: &Source) -> Result<(), RelayError> {
         let started = Instant::now();
         let txn = self.checkpoint.begin()?;
         self.snapshot_marks = Default::default();
@@ -81,144 +93,133 @@ impl Streaming {
         self.metrics
             .snapshot_tables_remaining
             .store(self.snapshot_tables.len() as u64, Ordering::Relaxed);
-        let mut ticker = tokio::time::interval(Duration::from_secs(1));
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last_report = Instant::now();
-        // Stalls and a stuck producer, as while streaming.
-        let mut kafka = KafkaWatch::new("snapshot records");
-        let mut read_all: Option<Lsn> = None;
-        let mut rows_read: u64 = 0;
-        let mut rates = RateWindow::new(started);
-        let result = loop {
-            if let Some(consistent_point) = read_all
-                && self.awaiting_reports == 0
-                && self.checkpoint.pending_txns() == 0
-                && self.offsets.in_flight().is_none()
-            {
-                break Ok(consistent_point);
-            }
-            let full = self.checkpoint.is_full();
-            if self.checkpoint.in_flight_records() == 0 && self.offsets.in_flight().is_none() {
-                kafka.nothing_awaited(&self.metrics);
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => break Err(None),
-                ack = acks.recv() => {
-                    let Some(ack) = ack else {
-                        break Err(Some(RelayError::Ended("Kafka delivery channel")));
-                    };
-                    kafka.acknowledged(&self.metrics);
-                    let mut failed = self.on_ack(ack).err();
-                    while failed.is_none() && let Ok(ack) = acks.try_recv() {
-                        failed = self.on_ack(ack).err();
-                    }
-                    if let Some(e) = failed {
-                        break Err(Some(e));
-                    }
-                }
-                _ = ticker.tick() => {
-                    self.metrics.in_flight_records.store(self.checkpoint.in_flight_records(), Ordering::Relaxed);
-                    self.metrics.in_flight_bytes.store(self.checkpoint.in_flight_bytes(), Ordering::Relaxed);
-                    if self.checkpoint.in_flight_records() > 0 || self.offsets.in_flight().is_some() {
-                        kafka.warn_if_stalled(self.checkpoint.in_flight_records(), full);
-                        if let Err(e) = kafka.probe(&self.config).await {
-                            break Err(Some(e));
-                        }
-                    }
-                    if last_report.elapsed() >= PROGRESS_EVERY {
-                        last_report = Instant::now();
-                        rates.note(rows_read);
-                        report_progress(source, rows_read, &rates, started);
-                        if let Err(e) = self.store_snapshot_progress().await {
-                            break Err(Some(e));
-                        }
-                    }
-                }
-                event = source.next(), if !full && read_all.is_none() => {
-                    let event = match event {
-                        Ok(event) => event,
-                        Err(e) => break Err(Some(e.into())),
-                    };
-                    let handled = match event {
-                        SourceEvent::Relation(r) => {
-                            self.router.on_relation(&r);
-                            self.tables
-                                .on_relation(&r, Lsn::ZERO)
-                                .map(|warning| {
-                                    if let Some(warning) = warning {
-                                        tracing::warn!("{warning}");
-                                    }
-                                })
-                                .map_err(RelayError::from)
-                        }
-                        SourceEvent::SnapshotRow {
-                            pos,
-                            table,
-                            relation,
-                            row,
-                        } => {
-                            rows_read += 1;
-                            self.metrics.snapshot_rows.fetch_add(1, Ordering::Relaxed);
-                            self.publish_snapshot_row(txn, pos, table, &relation, &row)
-                                .await
-                        }
-                        SourceEvent::SnapshotTableDone { table, rows } => {
-                            // `snapshot_tables` mirrors the source's progress
-                            // list, index for index.
-                            let count = self.snapshot_tables.get_mut(table);
-                            let name = count.as_ref().map_or("?", |t| t.table.as_str()).to_owned();
-                            if let Some(t) = count {
-                                t.read = true;
-                            }
-                            tracing::info!(table = %name, rows, "snapshot: table read");
-                            match u32::try_from(table) {
-                                Ok(i) => self.table_snapshot_read(i).await,
-                                Err(_) => Ok(()),
-                            }
-                        }
-                        SourceEvent::SnapshotDone { consistent_point } => {
-                            read_all = Some(consistent_point);
-                            match self.finish_table_snapshot().await {
-                                Ok(()) => self.checkpoint.commit(txn, consistent_point).map_err(RelayError::from),
-                                Err(e) => Err(e),
-                            }
-                        }
-                        other => Err(RelayError::Stream {
-                            lsn: Lsn::ZERO,
-                            what: format!("unexpected event while reading the snapshot: {other:?}"),
-                        }),
-                    };
-                    if let Err(e) = handled {
-                        break Err(Some(e));
-                    }
-                }
-            }
-            self.metrics.snapshot_tables_remaining.store(
-                self.snapshot_tables.iter().filter(|t| !t.done()).count() as u64,
-                Ordering::Relaxed,
-            );
+        self.initial = Some(InitialSnapshot {
+            txn,
+            started,
+            last_report: started,
+            rows_read: 0,
+            rates: RateWindow::new(started),
+            read_all: None,
+        });
+        Ok(())
+    }
+
+    /// Whether every table was read (the source has nothing more before
+    /// streaming starts).
+    pub(super) fn snapshot_read_all(&self) -> bool {
+        self.initial.as_ref().is_some_and(|i| i.read_all.is_some())
+    }
+
+    /// Every table was read and every record acknowledged, no offset write
+    /// pending: the loop ends, and [`Streaming::complete_snapshot`] stores
+    /// `completed`. Also keeps the tables-remaining gauge current.
+    pub(super) fn snapshot_safe(&self) -> bool {
+        self.metrics.snapshot_tables_remaining.store(
+            self.snapshot_tables.iter().filter(|t| !t.done()).count() as u64,
+            Ordering::Relaxed,
+        );
+        self.snapshot_read_all()
+            && self.awaiting_reports == 0
+            && self.checkpoint.pending_txns() == 0
+            && self.offsets.in_flight().is_none()
+    }
+
+    /// The snapshot's share of a tick: progress logged and stored every
+    /// [`PROGRESS_EVERY`].
+    pub(super) async fn snapshot_tick(&mut self, source: &Source) -> Result<(), RelayError> {
+        let Some(initial) = self.initial.as_mut() else {
+            return Ok(());
         };
-        let consistent_point = match result {
-            Ok(lsn) => lsn,
-            Err(stop) => {
-                self.metrics
-                    .snapshot_running
-                    .store(false, Ordering::Relaxed);
-                return match stop {
-                    None => {
-                        tracing::info!(
-                            "stopped during the snapshot; the next start takes it again from the beginning"
-                        );
-                        Ok(SnapshotEnd::Stopped)
-                    }
-                    Some(e) => Err(e),
-                };
+        if initial.last_report.elapsed() < PROGRESS_EVERY {
+            return Ok(());
+        }
+        initial.last_report = Instant::now();
+        initial.rates.note(initial.rows_read);
+        report_progress(source, initial.rows_read, &initial.rates, initial.started);
+        self.store_snapshot_progress().await
+    }
+
+    /// One event of the snapshot phase.
+    pub(super) async fn on_snapshot_event(&mut self, event: SourceEvent) -> Result<(), RelayError> {
+        let Some(initial) = self.initial.as_mut() else {
+            return Err(RelayError::Stream {
+                lsn: Lsn::ZERO,
+                what: format!("a snapshot event while streaming: {event:?}"),
+            });
+        };
+        let txn = initial.txn;
+        match event {
+            SourceEvent::SnapshotRow {
+                pos,
+                table,
+                relation,
+                row,
+            } => {
+                initial.rows_read += 1;
+                self.metrics.snapshot_rows.fetch_add(1, Ordering::Relaxed);
+                self.publish_snapshot_row(txn, pos, table, &relation, &row)
+                    .await
             }
+            SourceEvent::SnapshotTableDone { table, rows } => {
+                // `snapshot_tables` mirrors the source's progress list, index
+                // for index.
+                let count = self.snapshot_tables.get_mut(table);
+                let name = count.as_ref().map_or("?", |t| t.table.as_str()).to_owned();
+                if let Some(t) = count {
+                    t.read = true;
+                }
+                tracing::info!(table = %name, rows, "snapshot: table read");
+                match u32::try_from(table) {
+                    Ok(i) => self.table_snapshot_read(i).await,
+                    Err(_) => Ok(()),
+                }
+            }
+            SourceEvent::SnapshotDone { consistent_point } => {
+                initial.read_all = Some(consistent_point);
+                self.finish_table_snapshot().await?;
+                self.checkpoint
+                    .commit(txn, consistent_point)
+                    .map_err(RelayError::from)
+            }
+            other => Err(RelayError::Stream {
+                lsn: Lsn::ZERO,
+                what: format!("unexpected event while reading the snapshot: {other:?}"),
+            }),
+        }
+    }
+
+    /// The snapshot phase ended without `completed` (shutdown, an error):
+    /// `running` stays stored, and the next start takes it again.
+    pub(super) fn snapshot_abandoned(&mut self) {
+        self.initial = None;
+        self.metrics
+            .snapshot_running
+            .store(false, Ordering::Relaxed);
+    }
+
+    /// After [`Streaming::snapshot_safe`]: stores `completed` with the
+    /// consistent point and waits until Kafka holds it.
+    pub(super) async fn complete_snapshot(
+        &mut self,
+        acks: &mut mpsc::UnboundedReceiver<Ack>,
+    ) -> Result<SnapshotEnd, RelayError> {
+        let Some(InitialSnapshot {
+            started,
+            rows_read,
+            read_all: Some(consistent_point),
+            ..
+        }) = self.initial.take()
+        else {
+            return Err(RelayError::Stream {
+                lsn: Lsn::ZERO,
+                what: "the snapshot completed before it was read".into(),
+            });
         };
         // Every record is acknowledged and no write is in flight (the loop
-        // above ends only then): `completed` is the one thing awaited.
+        // ends only then): `completed` is the one thing awaited.
         self.note_snapshot_progress(SnapshotState::Completed);
-        self.offsets
+        let stored = self
+            .offsets
             .store(
                 &self.sink,
                 acks,
@@ -227,10 +228,11 @@ impl Streaming {
                 &self.config,
                 &self.metrics,
             )
-            .await?;
+            .await;
         self.metrics
             .snapshot_running
             .store(false, Ordering::Relaxed);
+        stored?;
         self.metrics
             .snapshot_tables_remaining
             .store(0, Ordering::Relaxed);

@@ -77,6 +77,18 @@ pub(super) struct Streaming {
         std::collections::VecDeque<(Lsn, crate::source::IncrementalPlan, u64)>,
     /// Incremental snapshot rows published this session.
     pub(super) incremental_rows: u64,
+    /// The initial snapshot, while this session takes one.
+    pub(super) initial: Option<super::snapshot::InitialSnapshot>,
+}
+
+/// How [`Streaming::stream`] ended without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LoopEnd {
+    /// Shutdown was asked for.
+    Shutdown,
+    /// The initial snapshot is read and every record of it acknowledged:
+    /// store `completed` ([`Streaming::complete_snapshot`]), then stream.
+    SnapshotSafe,
 }
 
 impl Streaming {
@@ -116,9 +128,18 @@ impl Streaming {
             chunk_specs: Default::default(),
             incremental_pending: Default::default(),
             incremental_rows: 0,
+            initial: None,
         }
     }
 
+    /// The session's one loop, for the initial snapshot and for streaming
+    /// alike: reads the source while the in-flight limits allow, hands
+    /// records to the sink, applies acknowledgements, writes offsets, and
+    /// watches Kafka for stalls and a stuck producer. While streaming it
+    /// also reports positions to PostgreSQL and watches the replication
+    /// connection for silence; during the snapshot (the replication
+    /// connection idle) it logs and stores the snapshot's progress instead,
+    /// and ends once the snapshot is safe in Kafka.
     pub(super) async fn stream(
         &mut self,
         source: &mut Source,
@@ -126,7 +147,7 @@ impl Streaming {
         status_interval: Duration,
         receive_timeout: Duration,
         shutdown: &CancellationToken,
-    ) -> Result<(), RelayError> {
+    ) -> Result<LoopEnd, RelayError> {
         let mut ticker = tokio::time::interval(status_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut full_since: Option<Instant> = None;
@@ -138,8 +159,16 @@ impl Streaming {
         // keepalive); after `receive_timeout` the connection is dead.
         let mut last_heard = Instant::now();
         // Stalls and a stuck producer (see super::watchdog).
-        let mut kafka = KafkaWatch::new("records");
+        let mut kafka = KafkaWatch::new(if self.initial.is_some() {
+            "snapshot records"
+        } else {
+            "records"
+        });
         loop {
+            let snapshotting = self.initial.is_some();
+            if snapshotting && self.snapshot_safe() {
+                return Ok(LoopEnd::SnapshotSafe);
+            }
             let full = self.checkpoint.is_full();
             match (full, full_since) {
                 (true, None) => {
@@ -156,8 +185,9 @@ impl Streaming {
                 }
                 _ => {}
             }
-            if full {
-                // We are not reading: silence is ours, not the server's.
+            if full || snapshotting {
+                // We are not reading the replication connection: silence is
+                // ours, not the server's.
                 last_heard = Instant::now();
             }
             let waiting =
@@ -178,13 +208,14 @@ impl Streaming {
                 kafka.warn_if_stalled(self.checkpoint.in_flight_records(), full);
             }
             if shutdown.is_cancelled() {
-                return Ok(());
+                return Ok(LoopEnd::Shutdown);
             }
+            let readable = !full && !self.snapshot_read_all();
             // Unbiased on purpose: under a backlog both the stream and the
             // acks are always ready, and a fixed order would starve one
             // (reads, or acks and with them the status updates).
             tokio::select! {
-                _ = shutdown.cancelled() => return Ok(()),
+                _ = shutdown.cancelled() => return Ok(LoopEnd::Shutdown),
                 ack = acks.recv() => {
                     let Some(ack) = ack else { return Err(RelayError::Ended("Kafka delivery channel")) };
                     kafka.acknowledged(&self.metrics);
@@ -209,16 +240,20 @@ impl Streaming {
                     }
                 }
                 _ = ticker.tick() => {
-                    let silent_for = last_heard.elapsed();
-                    if silent_for > receive_timeout {
-                        return Err(RelayError::Wire(WireError::Silent { silent_for }));
+                    if snapshotting {
+                        self.snapshot_tick(source).await?;
+                    } else {
+                        let silent_for = last_heard.elapsed();
+                        if silent_for > receive_timeout {
+                            return Err(RelayError::Wire(WireError::Silent { silent_for }));
+                        }
+                        self.write_offset_if_due().await?;
+                        let ping = silent_for > status_interval * 2;
+                        source.confirm(self.offsets.acked(), ping).await?;
                     }
-                    self.write_offset_if_due().await?;
-                    let ping = silent_for > status_interval * 2;
-                    source.confirm(self.offsets.acked(), ping).await?;
                     kafka.probe(&self.config).await?;
                 }
-                event = source.next(), if !full => {
+                event = source.next(), if readable => {
                     last_heard = Instant::now();
                     self.on_event(event?, source).await?;
                     // Handle what else is already buffered without a trip
@@ -317,18 +352,9 @@ impl Streaming {
                 lsn,
                 relations,
             } => self.on_truncate(pos, txn, lsn, &relations).await?,
-            SourceEvent::SnapshotRow { pos, .. } => {
-                return Err(RelayError::Stream {
-                    lsn: pos.commit_lsn,
-                    what: "a snapshot row while streaming".into(),
-                });
-            }
-            SourceEvent::SnapshotTableDone { .. } | SourceEvent::SnapshotDone { .. } => {
-                return Err(RelayError::Stream {
-                    lsn: source.received(),
-                    what: "a snapshot event while streaming".into(),
-                });
-            }
+            event @ (SourceEvent::SnapshotRow { .. }
+            | SourceEvent::SnapshotTableDone { .. }
+            | SourceEvent::SnapshotDone { .. }) => self.on_snapshot_event(event).await?,
         }
         Ok(())
     }
