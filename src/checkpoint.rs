@@ -211,6 +211,9 @@ impl Entry {
 /// The acknowledgement frontier; see the [module documentation](self).
 pub struct Checkpoint {
     confirmed: Lsn,
+    /// The end of the newest committed transaction (or a keepalive's
+    /// `wal_end` with nothing pending): everything up to it was sent.
+    committed: Lsn,
     limits: Limits,
     /// Transactions not yet confirmed, oldest first; the open one, if any, last.
     queue: VecDeque<Entry>,
@@ -243,6 +246,7 @@ impl Checkpoint {
     pub fn new(start: Lsn, limits: Limits) -> Self {
         Checkpoint {
             confirmed: start,
+            committed: start,
             limits,
             queue: VecDeque::new(),
             front_slot: 0,
@@ -298,6 +302,7 @@ impl Checkpoint {
     /// `end_lsn`.
     pub fn commit(&mut self, txn: TxnId, end_lsn: Lsn) -> Result<(), CheckpointError> {
         self.require_open(txn, "commit")?;
+        self.committed = self.committed.max(end_lsn);
         if let Some(entry) = self.queue.back_mut() {
             entry.phase = Phase::Closed {
                 end_lsn: Some(end_lsn),
@@ -348,6 +353,7 @@ impl Checkpoint {
     pub fn keepalive(&mut self, wal_end: Lsn) {
         if self.queue.is_empty() {
             self.confirmed = self.confirmed.max(wal_end);
+            self.committed = self.committed.max(wal_end);
         }
     }
 
@@ -367,6 +373,15 @@ impl Checkpoint {
     /// The position that may be confirmed to PostgreSQL (after storing it).
     pub fn confirmed(&self) -> Lsn {
         self.confirmed
+    }
+
+    /// The end of the newest committed transaction, or the newest keepalive
+    /// position reached with nothing pending: every record of everything up
+    /// to it was sent, though not necessarily acknowledged. What a Kafka
+    /// transaction holding all of them may store (`exactly_once`), when no
+    /// transaction is open.
+    pub fn committed(&self) -> Lsn {
+        self.committed.max(self.confirmed)
     }
 
     /// Records handed to the producer and not yet acknowledged.
@@ -526,6 +541,37 @@ mod tests {
         assert_eq!(cp.pending_txns(), 0);
         assert_eq!(cp.in_flight_records(), 0);
         assert_eq!(cp.in_flight_bytes(), 0);
+        Ok(())
+    }
+
+    /// `committed` is the newest commit (everything up to it sent),
+    /// acknowledged or not, and never inside an open transaction.
+    #[test]
+    fn committed_is_the_newest_commit_sent_not_yet_acked() -> TestResult {
+        let mut cp = at(100);
+        assert_eq!(cp.committed(), Lsn(100));
+        let a = txn_with(&mut cp, 2)?;
+        assert_eq!(
+            cp.committed(),
+            Lsn(100),
+            "an open transaction is not committed"
+        );
+        cp.commit(a, Lsn(200))?;
+        assert_eq!((cp.committed(), cp.confirmed()), (Lsn(200), Lsn(100)));
+        let b = txn_with(&mut cp, 1)?;
+        cp.keepalive(Lsn(900));
+        assert_eq!(
+            cp.committed(),
+            Lsn(200),
+            "a keepalive with records pending moves nothing"
+        );
+        cp.commit(b, Lsn(300))?;
+        cp.ack(a, 10)?;
+        cp.ack(a, 10)?;
+        cp.ack(b, 10)?;
+        assert_eq!((cp.committed(), cp.confirmed()), (Lsn(300), Lsn(300)));
+        cp.keepalive(Lsn(400));
+        assert_eq!(cp.committed(), Lsn(400));
         Ok(())
     }
 

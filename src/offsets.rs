@@ -667,6 +667,11 @@ impl OffsetStore {
             format!("walrelay-offsets-reader-{}", self.connector),
         )
         .set("enable.auto.commit", "false")
+        // Only what committed Kafka transactions hold (`exactly_once` writes
+        // each position inside the transaction of the records it covers; an
+        // aborted one must never be a start position). Records written
+        // outside transactions (`at_least_once`) are read all the same.
+        .set("isolation.level", "read_committed")
         // Tells us when a partition is read to its end.
         .set("enable.partition.eof", "true")
         // Large fetches: the default 1 MiB per partition makes a big topic a

@@ -680,6 +680,42 @@ fn plural(n: usize, what: &str) -> String {
     }
 }
 
+/// `delivery = "exactly_once"`: whether the principal may use Kafka
+/// transactions, tried with `<transactional id>.check` (registering the
+/// connector's own id would fence the running instance; a prefixed ACL on
+/// the id covers both).
+async fn check_transactions(config: &Config, props: &[(String, String)], report: &mut Report) {
+    let id = crate::relay::transactional_id(config);
+    let probe_id = format!("{id}.check");
+    let tried = {
+        let props = props.to_vec();
+        let probe_id = probe_id.clone();
+        tokio::task::spawn_blocking(move || {
+            crate::sink::kafka::probe_transactions(&props, &probe_id, Duration::from_secs(10))
+        })
+        .await
+    };
+    match tried {
+        Ok(Ok(())) => report.push(
+            "transactions",
+            Outcome::Ok(format!(
+                "delivery = exactly_once: the brokers accept transactional id {probe_id} (run \
+                 uses {id}; consumers must read with isolation.level=read_committed)"
+            )),
+        ),
+        Ok(Err(e)) => {
+            let (problem, fix) = e.message.rsplit_once("; ").unwrap_or((
+                e.message.as_str(),
+                "check that the brokers support transactions (Kafka 0.11+) and that their \
+                 transaction coordinator works: on a cluster with fewer brokers than \
+                 transaction.state.log.replication.factor (3 by default) it never does",
+            ));
+            report.push("transactions", fail(problem, fix));
+        }
+        Err(e) => report.push("transactions", fail(e.to_string(), "report this as a bug")),
+    }
+}
+
 /// Kafka reachability and the stored offset. Returns `Some(stored)` when the
 /// offset store could be read.
 async fn check_kafka(
@@ -743,6 +779,9 @@ async fn check_kafka(
             report.push("kafka", fail(e.to_string(), "report this as a bug"));
             return None;
         }
+    }
+    if config.kafka.delivery == crate::config::Delivery::ExactlyOnce {
+        check_transactions(config, &props, report).await;
     }
     let store = OffsetStore::new(&props, &config.kafka.offsets_topic, &config.connector.name);
     match store.verify_topic(Duration::from_secs(10)).await {

@@ -126,6 +126,15 @@ pub struct Metrics {
     backpressure_us: AtomicU64,
     /// Commit → Kafka acknowledgement, per record.
     pub commit_to_ack: Histogram,
+    /// `exactly_once`: Kafka transactions committed, aborted, and aborted
+    /// because a newer producer fenced this one.
+    pub kafka_transactions_committed: AtomicU64,
+    pub kafka_transactions_aborted: AtomicU64,
+    pub kafka_transactions_fenced: AtomicU64,
+    /// `exactly_once`: records per committed Kafka transaction.
+    pub kafka_transaction_records: Histogram,
+    /// `exactly_once`: a Kafka transaction's first record to its commit.
+    pub kafka_transaction_seconds: Histogram,
     /// Records handed to the producer, by topic.
     pub records_by_topic: Family<Vec<(&'static str, String)>, Counter>,
     /// Session errors by class and cause.
@@ -216,6 +225,23 @@ const COMMIT_TO_ACK_BUCKETS: [f64; 16] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
 ];
 
+/// Buckets of `walrelay_kafka_transaction_records`: 1 to a million.
+const TRANSACTION_RECORDS_BUCKETS: [f64; 13] = [
+    1.0,
+    10.0,
+    100.0,
+    500.0,
+    1_000.0,
+    2_500.0,
+    5_000.0,
+    10_000.0,
+    25_000.0,
+    50_000.0,
+    100_000.0,
+    250_000.0,
+    1_000_000.0,
+];
+
 impl Metrics {
     /// Metrics labelled with the connector's name.
     pub fn new(connector: &str) -> Self {
@@ -259,6 +285,11 @@ impl Metrics {
             offset_written_ms: AtomicU64::new(0),
             backpressure_us: AtomicU64::new(0),
             commit_to_ack: Histogram::new(COMMIT_TO_ACK_BUCKETS),
+            kafka_transactions_committed: AtomicU64::new(0),
+            kafka_transactions_aborted: AtomicU64::new(0),
+            kafka_transactions_fenced: AtomicU64::new(0),
+            kafka_transaction_records: Histogram::new(TRANSACTION_RECORDS_BUCKETS),
+            kafka_transaction_seconds: Histogram::new(COMMIT_TO_ACK_BUCKETS),
             records_by_topic: Family::default(),
             session_errors_by_cause: Family::default(),
             slot_polled_ms: AtomicU64::new(0),
@@ -289,6 +320,27 @@ impl Metrics {
     pub fn record_acked(&self) {
         self.last_ack_ms
             .store(self.now_ms().saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// `exactly_once`: a Kafka transaction of `records` records (and
+    /// `bytes` bytes) committed, `open_for` after its first record.
+    pub fn kafka_transaction_committed(&self, records: u64, _bytes: u64, open_for: Duration) {
+        self.kafka_transactions_committed
+            .fetch_add(1, Ordering::Relaxed);
+        self.kafka_transaction_records.observe(records as f64);
+        self.kafka_transaction_seconds
+            .observe(open_for.as_secs_f64());
+    }
+
+    /// `exactly_once`: a Kafka transaction aborted (`fenced`: because a
+    /// newer producer with this connector's transactional id fenced it).
+    pub fn kafka_transaction_aborted(&self, fenced: bool) {
+        self.kafka_transactions_aborted
+            .fetch_add(1, Ordering::Relaxed);
+        if fenced {
+            self.kafka_transactions_fenced
+                .fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Kafka acknowledged an offset-store write now.

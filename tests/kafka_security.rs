@@ -374,3 +374,82 @@ async fn a_missing_topic_write_acl_names_the_topic_and_the_acl() {
         "nothing reached the topic"
     );
 }
+
+/// `delivery = "exactly_once"` for the ACL-restricted user, whose ACLs add
+/// only what docs/security.md lists for it: WRITE and DESCRIBE on the
+/// transactional ids with the prefix `walrelay-<connector.name>`. `check`
+/// says transactions work (tried with `<id>.check`, which that prefix
+/// covers), and `run` streams end to end in transactions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exactly_once_with_the_documented_acls_streams_end_to_end() {
+    require_kafka();
+    let k = SecuredKafka::from_env();
+    let db = TestDb::new("keos").await;
+    db.create_outbox("outbox").await;
+    let mut names = Names::new("keos");
+    // kafka.sh grants walrelay-acl the transactional ids walrelay-acl-*.
+    names.connector = format!("acl-{}", names.connector);
+    names.topic_prefix = format!("{ACL_TOPIC_PREFIX}{}", names.connector);
+    create_topics(&[&names.topic("order"), &names.topic("invoice")]).await;
+    let keys = format!(
+        "{}\noffsets_topic = \"{ACL_OFFSETS_PREFIX}{}\"\ndelivery = \"exactly_once\"",
+        sasl_keys(&k, ACL_USER, ACL_PASSWORD),
+        names.connector
+    );
+    let config = secured_config(&db, &names, &k.sasl_ssl, &keys);
+    let (code, out) = check_config(&config);
+    assert!(
+        out.contains(&format!(
+            "the brokers accept transactional id walrelay-{}.check",
+            names.connector
+        )),
+        "{out}"
+    );
+    assert_eq!(code, Some(0), "{out}");
+    stream_and_verify(
+        &db,
+        &names,
+        &config,
+        2_000,
+        "exactly_once: transactional producer ready",
+    )
+    .await;
+}
+
+/// A user without any `TransactionalId` ACL: `check` fails naming the ACL to
+/// grant, and `run` stops with a definite error that says the same, before
+/// anything is published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exactly_once_without_a_transactional_id_acl_names_the_acl() {
+    require_kafka();
+    let k = SecuredKafka::from_env();
+    let db = TestDb::new("knotxn").await;
+    db.create_outbox("outbox").await;
+    let mut names = Names::new("knotxn");
+    names.topic_prefix = format!("{ACL_TOPIC_PREFIX}{}", names.connector);
+    create_topics(&[&names.topic("order")]).await;
+    let keys = format!(
+        "{}\noffsets_topic = \"{ACL_OFFSETS_PREFIX}{}\"\ndelivery = \"exactly_once\"",
+        sasl_keys(&k, NOWRITE_USER, NOWRITE_PASSWORD),
+        names.connector
+    );
+    let config = secured_config(&db, &names, &k.sasl_ssl, &keys);
+    let (code, out) = check_config(&config);
+    assert_ne!(code, Some(0), "{out}");
+    assert!(
+        out.contains("TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+            || out.contains("Transactional Id authorization failed"),
+        "{out}"
+    );
+    assert!(
+        out.contains("--transactional-id"),
+        "names the ACL to grant:\n{out}"
+    );
+    let mut relay = RelayProcess::start(&config, &[]);
+    let log = relay.expect_exit(1, Duration::from_secs(90));
+    assert!(
+        log.contains("--transactional-id"),
+        "names the ACL to grant:\n{log}"
+    );
+    assert!(!log.contains(NOWRITE_PASSWORD), "{log}");
+}

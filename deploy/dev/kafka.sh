@@ -106,7 +106,9 @@ LOCK_FILE="$REPO_ROOT/.state/$STATE_NAME.lock"
 TLS_DIR="$STATE_DIR/tls"
 # Written once the SCRAM users and ACLs exist (they live in the metadata log
 # under DATA_DIR, so the marker does too and `down` removes both).
-SECURITY_MARKER="$DATA_DIR/walrelay-security-v1"
+# v2: walrelay-acl may also use transactional ids (exactly_once); a state
+# provisioned as v1 gets the new ACL on the next `up`.
+SECURITY_MARKER="$DATA_DIR/walrelay-security-v2"
 
 # Dev-only credentials (a throwaway broker on loopback).
 SCRAM_USER=walrelay
@@ -118,6 +120,10 @@ NOWRITE_PASSWORD=walrelay-dev-nowrite
 # walrelay-acl may use topics whose names start with these prefixes only.
 ACL_TOPIC_PREFIX=acl-events-
 ACL_OFFSETS_PREFIX=acl-offsets-
+# ... and transactional ids with this prefix (walrelay-<connector.name>; the
+# tests' connectors of walrelay-acl are named acl-…). walrelay-nowrite may use
+# none: the test of a missing TransactionalId ACL.
+ACL_TXN_PREFIX=walrelay-acl-
 CLIENT_KEY_PASSWORD=walrelay-dev-keypass
 # The mutual-TLS client's principal (the certificate subject, Kafka's default
 # SSL principal mapping).
@@ -144,6 +150,7 @@ print_env() {
     echo "export WALRELAY_KAFKA_NOWRITE_PASSWORD=$NOWRITE_PASSWORD"
     echo "export WALRELAY_KAFKA_ACL_TOPIC_PREFIX=$ACL_TOPIC_PREFIX"
     echo "export WALRELAY_KAFKA_ACL_OFFSETS_PREFIX=$ACL_OFFSETS_PREFIX"
+    echo "export WALRELAY_KAFKA_ACL_TXN_PREFIX=$ACL_TXN_PREFIX"
     echo "export WALRELAY_KAFKA_CLIENT_KEY_PASSWORD=$CLIENT_KEY_PASSWORD"
 }
 
@@ -418,6 +425,10 @@ provision_security() {
     admin_tool "${acl[@]}" --allow-principal "User:$ACL_USER" --topic "$ACL_TOPIC_PREFIX" \
         --operation Write --operation Describe \
         || die "could not create the event-topic ACLs"
+    # exactly_once: WRITE and DESCRIBE on the transactional ids.
+    admin_tool "${acl[@]}" --allow-principal "User:$ACL_USER" \
+        --transactional-id "$ACL_TXN_PREFIX" --operation Write --operation Describe \
+        || die "could not create the transactional-id ACLs"
     # walrelay-nowrite: everything but WRITE on the event topics.
     admin_tool "${acl[@]}" --allow-principal "User:$NOWRITE_USER" --topic "$ACL_TOPIC_PREFIX" \
         --operation Describe \

@@ -60,10 +60,11 @@ pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
 pub use schema::{
     BinaryHandlingMode, ColumnFilter, ColumnMask, Compression, ConnectorConfig,
-    DecimalHandlingMode, HASH_ALGORITHMS, HealthConfig, HeartbeatConfig, IntervalHandlingMode,
-    KafkaConfig, LogConfig, LogFormat, OnUpdate, OutboxConfig, PostgresConfig, SaslMechanism,
-    SecurityProtocol, SkippedOperations, SnapshotConfig, SnapshotMode, SslMode, TableConfig,
-    TableDefaults, TimePrecisionMode, UnmappedTypes, glob_match, is_secret_property,
+    DecimalHandlingMode, Delivery, HASH_ALGORITHMS, HealthConfig, HeartbeatConfig,
+    IntervalHandlingMode, KafkaConfig, LogConfig, LogFormat, OnUpdate, OutboxConfig,
+    PostgresConfig, SaslMechanism, SecurityProtocol, SkippedOperations, SnapshotConfig,
+    SnapshotMode, SslMode, TableConfig, TableDefaults, TimePrecisionMode, UnmappedTypes,
+    glob_match, is_secret_property,
 };
 pub use template::{
     Segment, TableRef, TopicTemplate, is_topic_char, sanitized_topic_name, topic_name_problem,

@@ -92,8 +92,13 @@ pub(crate) fn librdkafka_property(key: &str, value: &str) -> Result<(), String> 
             )),
         },
         "transactional.id" => Err(
-            "walrelay does not use Kafka transactions, and a transactional producer rejects \
-             records sent outside one; remove the key"
+            "walrelay sets the transactional id itself with kafka.delivery = \"exactly_once\" \
+             (walrelay-<connector.name>, the same for every instance so that a new active one \
+             fences the last); remove the key"
+                .to_owned(),
+        ),
+        "transaction.timeout.ms" => Err(
+            "set it with kafka.transaction_timeout (e.g. \"60s\") instead; remove this key"
                 .to_owned(),
         ),
         _ => Ok(()),

@@ -154,6 +154,17 @@ impl SslMode {
     }
 }
 
+/// `[kafka] delivery`: what a consumer sees after a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// Every event at least once; a restart may re-send a tail.
+    #[default]
+    AtLeastOnce,
+    /// Every event once, for `read_committed` consumers (Kafka transactions).
+    ExactlyOnce,
+}
+
 /// Compression codec for produced records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -303,6 +314,40 @@ pub struct KafkaConfig {
     /// Compacted topic holding the offset store.
     #[serde(default = "defaults::offsets_topic")]
     pub offsets_topic: String,
+    /// `at_least_once` (default): a restart may re-send a tail of events,
+    /// which consumers de-duplicate by id. `exactly_once`: records go to
+    /// Kafka in transactions that also hold the offset-store record of
+    /// their position, so consumers reading with
+    /// `isolation.level=read_committed` see every event once.
+    #[serde(default)]
+    pub delivery: Delivery,
+    /// `exactly_once`: records per Kafka transaction, at most (a transaction
+    /// is committed at the first PostgreSQL commit past any bound; one
+    /// PostgreSQL transaction is never split).
+    #[serde(default = "defaults::transaction_max_records")]
+    pub transaction_max_records: usize,
+    /// `exactly_once`: bytes per Kafka transaction, at most (as above).
+    #[serde(
+        default = "defaults::transaction_max_bytes",
+        deserialize_with = "units::byte_size"
+    )]
+    pub transaction_max_bytes: u64,
+    /// `exactly_once`: how long a Kafka transaction stays open, at most
+    /// (as above): the latency it adds.
+    #[serde(
+        default = "defaults::transaction_max_time",
+        deserialize_with = "units::duration"
+    )]
+    pub transaction_max_time: Duration,
+    /// `exactly_once`: librdkafka's `transaction.timeout.ms`: the broker
+    /// aborts a transaction open longer (capped by the broker's
+    /// `transaction.max.timeout.ms`, 15 minutes by default). One PostgreSQL
+    /// transaction, and the initial snapshot, must reach Kafka within it.
+    #[serde(
+        default = "defaults::transaction_timeout",
+        deserialize_with = "units::duration"
+    )]
+    pub transaction_timeout: Duration,
     /// How to talk to the brokers: `plaintext`, `ssl`, `sasl_plaintext` or
     /// `sasl_ssl`. Unset: librdkafka's default (plaintext) unless
     /// `[kafka.librdkafka]` sets `security.protocol`.
@@ -479,6 +524,11 @@ impl fmt::Debug for KafkaConfig {
             .field("max_in_flight_bytes", &self.max_in_flight_bytes)
             .field("shutdown_flush_timeout", &self.shutdown_flush_timeout)
             .field("offsets_topic", &self.offsets_topic)
+            .field("delivery", &self.delivery)
+            .field("transaction_max_records", &self.transaction_max_records)
+            .field("transaction_max_bytes", &self.transaction_max_bytes)
+            .field("transaction_max_time", &self.transaction_max_time)
+            .field("transaction_timeout", &self.transaction_timeout)
             .field("security_protocol", &self.security_protocol)
             .field("sasl_mechanism", &self.sasl_mechanism)
             .field("sasl_username", &self.sasl_username)
@@ -1237,6 +1287,18 @@ pub(crate) mod defaults {
     }
     pub(crate) fn shutdown_flush_timeout() -> Duration {
         Duration::from_secs(10)
+    }
+    pub(crate) fn transaction_max_records() -> usize {
+        20_000
+    }
+    pub(crate) fn transaction_max_bytes() -> u64 {
+        32 << 20
+    }
+    pub(crate) fn transaction_max_time() -> Duration {
+        Duration::from_millis(100)
+    }
+    pub(crate) fn transaction_timeout() -> Duration {
+        Duration::from_secs(60)
     }
     pub(crate) fn offsets_topic() -> String {
         "walrelay.offsets".to_owned()

@@ -378,6 +378,11 @@ fn defaults_apply_to_every_optional_key() {
     assert_eq!(kafka.shutdown_flush_timeout, Duration::from_secs(10));
     assert_eq!(kafka.offsets_topic, "walrelay.offsets");
     assert!(kafka.librdkafka.is_empty());
+    assert_eq!(kafka.delivery, Delivery::AtLeastOnce);
+    assert_eq!(kafka.transaction_max_records, 20_000);
+    assert_eq!(kafka.transaction_max_bytes, 32 << 20);
+    assert_eq!(kafka.transaction_max_time, Duration::from_millis(100));
+    assert_eq!(kafka.transaction_timeout, Duration::from_secs(60));
 
     assert!(config.health.is_none());
 
@@ -695,7 +700,12 @@ fn librdkafka_properties_that_weaken_guarantees_are_rejected_with_a_reason() {
         ("max.in.flight", "many", "1 to 5"),
         ("retries", "0", "retries > 0"),
         ("message.send.max.retries", "0", "retries > 0"),
-        ("transactional.id", "x", "transactions"),
+        ("transactional.id", "x", "exactly_once"),
+        (
+            "transaction.timeout.ms",
+            "1000",
+            "kafka.transaction_timeout",
+        ),
         ("ACKS", "1", "acks=all"),
     ];
     for (key, value, reason) in rejected {
@@ -1588,6 +1598,75 @@ fn numbers_and_durations_are_bounded_and_the_error_gives_the_range() {
         "connect_timeout = \"10m\"\nstatus_interval = \"10m\"\nreconnect_backoff_initial = \"1h\"\nreconnect_backoff_max = \"1h\"\nmax_message_size = \"1GiB\"",
     ))
     .unwrap();
+}
+
+/// `delivery` takes the two names; the transaction bounds are checked
+/// (whatever `delivery` is) with their ranges, and a transaction may not be
+/// meant to stay open as long as the broker lets it live.
+#[test]
+fn exactly_once_and_its_transaction_bounds() {
+    let config = load(&with_kafka(
+        "delivery = \"exactly_once\"\ntransaction_max_records = 500\n\
+         transaction_max_bytes = \"1MiB\"\ntransaction_max_time = \"250ms\"\n\
+         transaction_timeout = \"15m\"",
+    ))
+    .unwrap();
+    let kafka = &config.kafka;
+    assert_eq!(kafka.delivery, Delivery::ExactlyOnce);
+    assert_eq!(kafka.transaction_max_records, 500);
+    assert_eq!(kafka.transaction_max_bytes, 1 << 20);
+    assert_eq!(kafka.transaction_max_time, Duration::from_millis(250));
+    assert_eq!(kafka.transaction_timeout, Duration::from_secs(900));
+    let properties = crate::relay::producer_properties(&config);
+    let get = |k: &str| {
+        properties
+            .iter()
+            .rev()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(get("transactional.id"), Some("walrelay-orders"));
+    assert_eq!(get("transaction.timeout.ms"), Some("900000"));
+    assert_eq!(get("message.timeout.ms"), Some("900000"));
+    let at_least_once = crate::relay::producer_properties(&load(MINIMAL).unwrap());
+    assert!(!at_least_once.iter().any(|(k, _)| k == "transactional.id"));
+
+    for (keys, expected) in [
+        (
+            "delivery = \"once\"",
+            "kafka.delivery: unknown variant `once`",
+        ),
+        (
+            "transaction_max_records = 0",
+            "kafka.transaction_max_records: must be greater than 0 and at most 10000000 (got 0)",
+        ),
+        (
+            "transaction_max_bytes = \"17GiB\"",
+            "kafka.transaction_max_bytes: must be greater than 0 and at most 16GiB",
+        ),
+        (
+            "transaction_max_time = \"0s\"",
+            "kafka.transaction_max_time: must be longer than 0 and at most 1m (got 0s)",
+        ),
+        (
+            "transaction_timeout = \"2h\"",
+            "kafka.transaction_timeout: must be longer than 0 and at most 1h (got 2h)",
+        ),
+        (
+            "transaction_timeout = \"500ms\"",
+            "kafka.transaction_timeout: must be at least 1s (got 500ms)",
+        ),
+        (
+            "transaction_max_time = \"30s\"\ntransaction_timeout = \"30s\"",
+            "kafka.transaction_max_time: must be shorter than kafka.transaction_timeout (30s)",
+        ),
+    ] {
+        let error = load_err(&with_kafka(keys));
+        assert!(
+            error.contains(expected),
+            "{keys}: expected {expected:?} in:\n{error}"
+        );
+    }
 }
 
 #[test]

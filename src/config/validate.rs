@@ -36,6 +36,13 @@ pub(crate) mod limits {
     pub(crate) const MAX_IN_FLIGHT_RECORDS: usize = 10_000_000;
     pub(crate) const MAX_IN_FLIGHT_BYTES: u64 = 16 << 30;
     pub(crate) const SHUTDOWN_FLUSH_TIMEOUT: Duration = Duration::from_secs(3600);
+    /// Records and bytes of one Kafka transaction (`exactly_once`).
+    pub(crate) const TRANSACTION_MAX_RECORDS: usize = 10_000_000;
+    pub(crate) const TRANSACTION_MAX_BYTES: u64 = 16 << 30;
+    /// How long a Kafka transaction may collect records.
+    pub(crate) const TRANSACTION_MAX_TIME: Duration = Duration::from_secs(60);
+    /// librdkafka's `transaction.timeout.ms` (the broker caps it lower).
+    pub(crate) const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(3600);
     /// Snapshot readers per table, each a PostgreSQL connection.
     pub(crate) const SNAPSHOT_PARALLELISM: u32 = 16;
     /// Rows per snapshot batch.
@@ -45,6 +52,70 @@ pub(crate) mod limits {
     pub(crate) const HEARTBEAT_MIN: Duration = Duration::from_millis(100);
     /// … and at most this far (longer is no longer a heartbeat).
     pub(crate) const HEARTBEAT_MAX: Duration = Duration::from_secs(3600);
+}
+
+/// `kafka.transaction_*`: checked whatever `delivery` is, so that a value
+/// that would be refused later is refused now.
+fn transactions(kafka: &KafkaConfig, out: &mut Vec<Problem>) {
+    if !(1..=limits::TRANSACTION_MAX_RECORDS).contains(&kafka.transaction_max_records) {
+        out.push(Problem::new(
+            "kafka.transaction_max_records",
+            format!(
+                "must be greater than 0 and at most {} (got {}); it bounds the records of one \
+                 Kafka transaction, e.g. 20000",
+                limits::TRANSACTION_MAX_RECORDS,
+                kafka.transaction_max_records
+            ),
+        ));
+    }
+    if !(1..=limits::TRANSACTION_MAX_BYTES).contains(&kafka.transaction_max_bytes) {
+        out.push(Problem::new(
+            "kafka.transaction_max_bytes",
+            format!(
+                "must be greater than 0 and at most 16GiB (got {} bytes); it bounds the bytes \
+                 of one Kafka transaction, e.g. \"32MiB\"",
+                kafka.transaction_max_bytes
+            ),
+        ));
+    }
+    DurationRule {
+        key: "kafka.transaction_max_time",
+        value: kafka.transaction_max_time,
+        zero_allowed: false,
+        max: limits::TRANSACTION_MAX_TIME,
+        example: "100ms",
+    }
+    .check(out);
+    DurationRule {
+        key: "kafka.transaction_timeout",
+        value: kafka.transaction_timeout,
+        zero_allowed: false,
+        max: limits::TRANSACTION_TIMEOUT,
+        example: "60s",
+    }
+    .check(out);
+    if !kafka.transaction_timeout.is_zero() && kafka.transaction_timeout < Duration::from_secs(1) {
+        out.push(Problem::new(
+            "kafka.transaction_timeout",
+            format!(
+                "must be at least 1s (got {}): Kafka counts it in whole milliseconds and a \
+                 transaction needs time to commit, e.g. \"60s\"",
+                format_duration(kafka.transaction_timeout)
+            ),
+        ));
+    } else if !kafka.transaction_timeout.is_zero()
+        && kafka.transaction_max_time >= kafka.transaction_timeout
+    {
+        out.push(Problem::new(
+            "kafka.transaction_max_time",
+            format!(
+                "must be shorter than kafka.transaction_timeout ({}), or every transaction \
+                 would be aborted by the broker (got {}), e.g. \"100ms\"",
+                format_duration(kafka.transaction_timeout),
+                format_duration(kafka.transaction_max_time)
+            ),
+        ));
+    }
 }
 
 /// Every problem in `config`, in no particular order.
@@ -447,6 +518,7 @@ fn kafka(kafka: &KafkaConfig, out: &mut Vec<Problem>) {
     if let Some(why) = topic_name_problem(&kafka.offsets_topic) {
         out.push(Problem::new("kafka.offsets_topic", why));
     }
+    transactions(kafka, out);
     librdkafka_map(&kafka.librdkafka, out);
     security(kafka, out);
 }

@@ -573,7 +573,9 @@ impl super::streaming::Streaming {
             .unwrap_or(0);
         self.incremental_pending
             .push_back((lsn, plan, stored_rows + published));
-        Ok(())
+        // `exactly_once`: a commit here carries this chunk's progress with
+        // its rows (pushed just above), never one without the other.
+        self.at_commit_point().await
     }
 }
 

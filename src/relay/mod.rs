@@ -494,9 +494,30 @@ pub fn producer_properties(config: &Config) -> Vec<(String, String)> {
                 .to_string(),
         ),
     ];
+    if k.delivery == crate::config::Delivery::ExactlyOnce {
+        // One id for every instance of the connector: the active one's
+        // `init_transactions` fences the producer of the one before.
+        props.push(("transactional.id".to_owned(), transactional_id(config)));
+        let timeout = k.transaction_timeout.as_millis().to_string();
+        props.push(("transaction.timeout.ms".to_owned(), timeout.clone()));
+        // A transactional producer's records may not outlive its
+        // transaction (librdkafka refuses 0 = infinite here); a record that
+        // times out fails its whole transaction, which is aborted and sent
+        // again: nothing of it is ever visible, so no order breaks.
+        if let Some(p) = props.iter_mut().find(|(k, _)| k == "message.timeout.ms") {
+            p.1 = timeout;
+        }
+    }
     // The config's list last, so its raw map can still tune these.
     props.extend(k.producer_properties());
     props
+}
+
+/// `exactly_once`: the connector's Kafka transactional id,
+/// `walrelay-<connector.name>` (ACLs: `TransactionalId` with that name or
+/// prefix; docs/security.md).
+pub fn transactional_id(config: &Config) -> String {
+    format!("walrelay-{}", config.connector.name)
 }
 
 /// Aborts a background task when dropped.

@@ -17,13 +17,24 @@
 //!   snapshot marker written at `0/0` moves nothing).
 //! - **A failed write ends the session** (the caller turns the report into
 //!   an error); nothing it carried is reported to PostgreSQL.
+//! - **`exactly_once`: a position is stored only with what it covers.**
+//!   Records go to Kafka in transactions; the offset-store record of a
+//!   position is the last record of the transaction holding everything up
+//!   to it, and `acked` moves only when that transaction is committed
+//!   ([`OffsetWriter::commit`]): `read_committed` readers (the next
+//!   session, consumers) see the records and their position together or
+//!   not at all. A delivery report of an offset record moves nothing.
+//!   Committed only where no PostgreSQL transaction is partly in it (the
+//!   caller's rule), so that a restart from the stored position re-sends
+//!   no committed record. A failed commit is aborted: nothing of it is
+//!   visible, and the next session re-sends it from `acked`.
 //! - **Waiting has one rule,** the streaming loop's: while Kafka does not
 //!   answer, wait and say so ([`KafkaWatch`]); a producer that delivers
 //!   nothing while the cluster answers a fresh client ends the session
 //!   (transient: a new session, a new producer). No fixed time limit that
 //!   would end a session in the middle of a broker's restart.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
@@ -34,6 +45,37 @@ use crate::config::Config;
 use crate::offsets::StoredOffset;
 use crate::telemetry::Metrics;
 
+/// `exactly_once`: the bounds of one Kafka transaction
+/// (`kafka.transaction_*`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TransactionLimits {
+    pub(super) max_records: u64,
+    pub(super) max_bytes: u64,
+    pub(super) max_time: Duration,
+    /// How long a commit or an abort may take.
+    pub(super) timeout: Duration,
+}
+
+impl TransactionLimits {
+    pub(super) fn of(config: &Config) -> Option<TransactionLimits> {
+        let k = &config.kafka;
+        (k.delivery == crate::config::Delivery::ExactlyOnce).then_some(TransactionLimits {
+            max_records: k.transaction_max_records as u64,
+            max_bytes: k.transaction_max_bytes,
+            max_time: k.transaction_max_time,
+            timeout: k.transaction_timeout,
+        })
+    }
+}
+
+/// The Kafka transaction being filled.
+#[derive(Debug, Clone, Copy)]
+struct OpenTransaction {
+    records: u64,
+    bytes: u64,
+    opened: Instant,
+}
+
 /// See the module doc.
 #[derive(Debug)]
 pub(super) struct OffsetWriter {
@@ -43,6 +85,8 @@ pub(super) struct OffsetWriter {
     topic: String,
     in_flight: Option<Lsn>,
     acked: Lsn,
+    /// `exactly_once`: the bounds, and the transaction being filled.
+    transactions: Option<(TransactionLimits, Option<OpenTransaction>)>,
 }
 
 impl OffsetWriter {
@@ -54,7 +98,138 @@ impl OffsetWriter {
             topic: topic.to_owned(),
             in_flight: None,
             acked,
+            transactions: None,
         }
+    }
+
+    /// `exactly_once`: every record goes in a Kafka transaction bounded by
+    /// `limits`, committed with the offset record of its position.
+    pub(super) fn transactional(mut self, limits: Option<TransactionLimits>) -> OffsetWriter {
+        self.transactions = limits.map(|l| (l, None));
+        self
+    }
+
+    /// Whether records go in Kafka transactions (`exactly_once`).
+    pub(super) fn exactly_once(&self) -> bool {
+        self.transactions.is_some()
+    }
+
+    /// Whether a Kafka transaction is open (records sent, not committed).
+    pub(super) fn transaction_open(&self) -> bool {
+        matches!(self.transactions, Some((_, Some(_))))
+    }
+
+    /// Before a record of `bytes` is sent: opens a Kafka transaction when
+    /// none is (`exactly_once`) and counts the record in it.
+    pub(super) fn before_send(&mut self, sink: &Sink, bytes: usize) -> Result<(), RelayError> {
+        let Some((_, open)) = self.transactions.as_mut() else {
+            return Ok(());
+        };
+        let txn = match open {
+            Some(txn) => txn,
+            None => {
+                sink.begin_transaction().map_err(RelayError::Sink)?;
+                open.insert(OpenTransaction {
+                    records: 0,
+                    bytes: 0,
+                    opened: Instant::now(),
+                })
+            }
+        };
+        txn.records += 1;
+        txn.bytes = txn.bytes.saturating_add(bytes as u64);
+        Ok(())
+    }
+
+    /// Whether the open Kafka transaction reached a bound (records, bytes
+    /// or time) and should be committed at the next point where no
+    /// PostgreSQL transaction is partly in it.
+    pub(super) fn transaction_due(&self) -> bool {
+        match &self.transactions {
+            Some((limits, Some(txn))) => {
+                txn.records >= limits.max_records
+                    || txn.bytes >= limits.max_bytes
+                    || txn.opened.elapsed() >= limits.max_time
+            }
+            _ => false,
+        }
+    }
+
+    /// When the open Kafka transaction reaches its time bound, if one is
+    /// open.
+    pub(super) fn transaction_deadline(&self) -> Option<tokio::time::Instant> {
+        match &self.transactions {
+            Some((limits, Some(txn))) => Some((txn.opened + limits.max_time).into()),
+            _ => None,
+        }
+    }
+
+    /// `exactly_once`: sends the offset record of `lsn` (opening a
+    /// transaction if none is open) and commits the transaction: its records
+    /// and `lsn` become visible together, and `acked` moves to `lsn`. On a
+    /// failure the transaction is aborted (best effort: a fenced producer
+    /// cannot) and nothing moves.
+    pub(super) async fn commit(
+        &mut self,
+        sink: &Sink,
+        lsn: Lsn,
+        what: &str,
+        metrics: &Metrics,
+    ) -> Result<(), RelayError> {
+        let Some((limits, _)) = self.transactions else {
+            return Err(RelayError::Stream {
+                lsn,
+                what: format!("{what}: a Kafka transaction commit without exactly_once"),
+            });
+        };
+        self.send(sink, lsn, what).await?;
+        let opened = match &mut self.transactions {
+            Some((_, open)) => open.take(),
+            None => None,
+        };
+        let records = opened.map_or(0, |t| t.records);
+        let bytes = opened.map_or(0, |t| t.bytes);
+        let started = opened.map_or_else(Instant::now, |t| t.opened);
+        self.in_flight = None;
+        match sink.commit_transaction(limits.timeout).await {
+            Ok(()) => {
+                self.acked = self.acked.max(lsn);
+                metrics.kafka_transaction_committed(records, bytes, started.elapsed());
+                Ok(())
+            }
+            Err(error) => {
+                metrics.kafka_transaction_aborted(error.is_fenced());
+                if !error.is_fenced()
+                    && let Err(e) = sink.abort_transaction(limits.timeout).await
+                {
+                    tracing::debug!(error = %e, "aborting the failed Kafka transaction failed too");
+                }
+                Err(RelayError::Delivery {
+                    topic: self.topic.clone(),
+                    lsn,
+                    event: format!("the Kafka transaction of {records} records ending at {lsn}"),
+                    error,
+                    at_send: false,
+                })
+            }
+        }
+    }
+
+    /// `exactly_once`: aborts the open Kafka transaction, if any (a stop in
+    /// the middle of a PostgreSQL transaction): none of its records becomes
+    /// visible; the next session sends them again from `acked`.
+    pub(super) async fn abort(&mut self, sink: &Sink, metrics: &Metrics) -> Result<(), RelayError> {
+        let Some((limits, open)) = self.transactions.as_mut() else {
+            return Ok(());
+        };
+        if open.take().is_none() {
+            return Ok(());
+        }
+        self.in_flight = None;
+        metrics.kafka_transaction_aborted(false);
+        sink.abort_transaction(limits.timeout)
+            .await
+            .map_err(RelayError::Sink)
     }
 
     /// The session streams from `start`, a position safe to report before
@@ -103,7 +278,9 @@ impl OffsetWriter {
         offset.lsn = lsn.to_string();
         offset.written_at_ms =
             crate::pg::replication::pg_us_to_unix_ms(crate::pg::replication::pg_now_us());
-        sink.send(&offset.to_record(&self.topic), Token::Offset { lsn })
+        let record = offset.to_record(&self.topic);
+        self.before_send(sink, record.size())?;
+        sink.send(&record, Token::Offset { lsn })
             .await
             .map_err(|error| RelayError::Delivery {
                 topic: self.topic.clone(),
@@ -119,6 +296,11 @@ impl OffsetWriter {
     /// Kafka acknowledged the write at `lsn`.
     pub(super) fn delivered(&mut self, lsn: Lsn, metrics: &Metrics) {
         metrics.offset_written();
+        if self.transactions.is_some() {
+            // Visible only once its transaction is committed: `commit`
+            // moves `acked`.
+            return;
+        }
         if self.in_flight == Some(lsn) {
             self.in_flight = None;
         }
@@ -145,16 +327,23 @@ impl OffsetWriter {
         config: &Config,
         metrics: &Metrics,
     ) -> Result<(), RelayError> {
-        self.send(sink, lsn, what).await?;
+        if self.transactions.is_some() {
+            // Committed (with whatever the open transaction holds) before
+            // its delivery report is taken below.
+            self.commit(sink, lsn, what, metrics).await?;
+        } else {
+            self.send(sink, lsn, what).await?;
+        }
         let mut watch = KafkaWatch::new("an offset-store write");
         let mut ticker = tokio::time::interval(Duration::from_secs(1));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        while self.in_flight.is_some() {
+        loop {
             tokio::select! {
                 ack = acks.recv() => match ack {
-                    Some(Ack::Delivered(Token::Offset { lsn: acked })) if Some(acked) == self.in_flight => {
+                    Some(Ack::Delivered(Token::Offset { lsn: acked })) if acked == lsn => {
                         watch.acknowledged(metrics);
                         self.delivered(acked, metrics);
+                        return Ok(());
                     }
                     Some(Ack::Failed { token: Token::Offset { lsn: failed }, topic, error }) => {
                         self.failed(failed);
@@ -181,7 +370,6 @@ impl OffsetWriter {
                 }
             }
         }
-        Ok(())
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::offset_writer::OffsetWriter;
+use super::offset_writer::{OffsetWriter, TransactionLimits};
 use super::snapshot::SnapshotEnd;
 use super::streaming::{LoopEnd, Streaming};
 use super::{Ack, RelayError, Sink, connect_params, producer_properties};
@@ -284,6 +284,20 @@ impl Session {
             Err(ProbeError::Refused(e)) => return Err(RelayError::Sink(e)),
             Err(ProbeError::Unreachable(why)) => tracing::debug!("Kafka probe: {why}"),
         }
+        let transactions = TransactionLimits::of(&config);
+        if let Some(limits) = transactions {
+            // Before the offset store is read: registering the transactional
+            // id fences the previous producer and aborts its open
+            // transaction, whose records and position a `read_committed`
+            // reader would otherwise wait for (up to transaction_timeout).
+            sink.init_transactions(limits.timeout)
+                .await
+                .map_err(RelayError::Sink)?;
+            tracing::info!(
+                transactional_id = %super::transactional_id(&config),
+                "exactly_once: transactional producer ready (any earlier producer of this connector is fenced)"
+            );
+        }
         let store = OffsetStore::new(
             &properties,
             &config.kafka.offsets_topic,
@@ -319,7 +333,8 @@ impl Session {
             known_tables: specs.names(),
         };
         let mut offsets =
-            OffsetWriter::new(offset_template, &config.kafka.offsets_topic, Lsn::ZERO);
+            OffsetWriter::new(offset_template, &config.kafka.offsets_topic, Lsn::ZERO)
+                .transactional(transactions);
         let plan = startup::slot_plan(
             config.snapshot.mode,
             stored.as_ref(),

@@ -303,8 +303,10 @@ impl Streaming {
 
     /// Writes the snapshot's progress (`running`) to the offset store unless
     /// a write is pending (then the next tick writes).
+    /// (`exactly_once`: never; the whole snapshot is one Kafka transaction,
+    /// and a write inside it would be visible only with `completed`.)
     async fn store_snapshot_progress(&mut self) -> Result<(), RelayError> {
-        if self.offsets.in_flight().is_some() {
+        if self.offsets.in_flight().is_some() || self.offsets.exactly_once() {
             return Ok(());
         }
         self.note_snapshot_progress(SnapshotState::Running);

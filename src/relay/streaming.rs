@@ -211,6 +211,13 @@ impl Streaming {
                 return Ok(LoopEnd::Shutdown);
             }
             let readable = !full && !self.snapshot_read_all();
+            // `exactly_once`: the open Kafka transaction's time bound, when
+            // it may be committed at once (no PostgreSQL transaction partly
+            // in it); otherwise its PostgreSQL transaction's Commit commits it.
+            let commit_at = self
+                .offsets
+                .transaction_deadline()
+                .filter(|_| self.checkpoint.open_txn().is_none() && self.initial.is_none());
             // Unbiased on purpose: under a backlog both the stream and the
             // acks are always ready, and a fixed order would starve one
             // (reads, or acks and with them the status updates).
@@ -232,12 +239,19 @@ impl Streaming {
                     // last one to be stored: store it as soon as Kafka
                     // holds it, not at the next tick.
                     source.incremental_stored(self.offsets.acked());
-                    if source
-                        .incremental_publishing()
-                        .is_some_and(|lsn| lsn <= self.checkpoint.confirmed())
-                    {
-                        self.write_offset_if_due().await?;
+                    if let Some(lsn) = source.incremental_publishing() {
+                        if self.offsets.exactly_once() {
+                            if lsn <= self.checkpoint.committed() {
+                                self.commit_transaction_now().await?;
+                                source.incremental_stored(self.offsets.acked());
+                            }
+                        } else if lsn <= self.checkpoint.confirmed() {
+                            self.write_offset_if_due().await?;
+                        }
                     }
+                }
+                _ = sleep_until_some(commit_at) => {
+                    self.write_offset_if_due().await?;
                 }
                 _ = ticker.tick() => {
                     if snapshotting {
@@ -315,6 +329,7 @@ impl Streaming {
                 }
                 self.checkpoint.commit(open, end_lsn)?;
                 self.metrics.transactions.fetch_add(1, Ordering::Relaxed);
+                self.at_commit_point().await?;
             }
             SourceEvent::Message {
                 lsn,
@@ -398,7 +413,7 @@ impl Streaming {
             }
         }
         self.checkpoint.commit(id, lsn)?;
-        Ok(())
+        self.at_commit_point().await
     }
 
     async fn on_change(&mut self, change: Change) -> Result<(), RelayError> {
@@ -471,6 +486,7 @@ impl Streaming {
         };
         let bytes = record.size();
         self.checkpoint.record_sent(txn, bytes)?;
+        self.offsets.before_send(&self.sink, bytes)?;
         self.metrics
             .records_published
             .fetch_add(1, Ordering::Relaxed);
@@ -617,8 +633,21 @@ impl Streaming {
     }
 
     /// Writes the confirmed position to the offset store if it moved and no
-    /// write is pending.
+    /// write is pending. `exactly_once`: commits the Kafka transaction, with
+    /// the position it covers, once it reached a bound (or, with no
+    /// transaction open, stores a newer keepalive position in one of its
+    /// own), where no PostgreSQL transaction is partly in it.
     async fn write_offset_if_due(&mut self) -> Result<(), RelayError> {
+        if self.offsets.exactly_once() {
+            let due = self.offsets.transaction_due()
+                || (!self.offsets.transaction_open()
+                    && self.checkpoint.committed() > self.offsets.acked());
+            return if due {
+                self.commit_transaction_now().await
+            } else {
+                Ok(())
+            };
+        }
         let confirmed = self.checkpoint.confirmed();
         if self.offsets.in_flight().is_some() || confirmed <= self.offsets.acked() {
             return Ok(());
@@ -626,9 +655,35 @@ impl Streaming {
         self.write_offset(confirmed).await
     }
 
+    /// After a PostgreSQL transaction (or a heartbeat, or an incremental
+    /// snapshot chunk) entered the checkpoint whole: `exactly_once` may
+    /// commit its Kafka transaction here.
+    pub(super) async fn at_commit_point(&mut self) -> Result<(), RelayError> {
+        if self.offsets.exactly_once() && self.offsets.transaction_due() {
+            self.commit_transaction_now().await?;
+        }
+        Ok(())
+    }
+
+    /// `exactly_once`: commits the Kafka transaction now, with the offset
+    /// record of everything it holds (the checkpoint's newest commit),
+    /// unless a PostgreSQL transaction or the initial snapshot is partly in
+    /// it (then the next commit point does).
+    pub(super) async fn commit_transaction_now(&mut self) -> Result<(), RelayError> {
+        if self.checkpoint.open_txn().is_some() || self.initial.is_some() {
+            return Ok(());
+        }
+        let at = self.checkpoint.committed();
+        if !self.offsets.transaction_open() && at <= self.offsets.acked() {
+            return Ok(());
+        }
+        self.write_offset(at).await
+    }
+
     /// Writes `confirmed` (with the template's identity and snapshot
-    /// progress) to the offset store; its acknowledgement clears
-    /// `offset_in_flight`.
+    /// progress) to the offset store: `at_least_once`, sends it (its
+    /// acknowledgement clears the write in flight); `exactly_once`, commits
+    /// it with the Kafka transaction that holds everything up to it.
     pub(super) async fn write_offset(&mut self, confirmed: Lsn) -> Result<(), RelayError> {
         // Chunks whose high watermark the frontier has passed are in Kafka:
         // their progress goes with this position.
@@ -645,6 +700,17 @@ impl Streaming {
                 self.offsets.template_mut().incremental =
                     Some(super::incremental::to_stored(&plan, rows));
             }
+        }
+        if self.offsets.exactly_once() {
+            return self
+                .offsets
+                .commit(
+                    &self.sink,
+                    confirmed,
+                    "the offset-store write",
+                    &self.metrics,
+                )
+                .await;
         }
         self.offsets
             .send(&self.sink, confirmed, "the offset-store write")
@@ -677,6 +743,24 @@ impl Streaming {
         let mut final_write = FinalWrite::NotYet;
         loop {
             let settled = self.awaiting_reports == 0 && self.offsets.in_flight().is_none();
+            if settled && self.offsets.exactly_once() {
+                // A PostgreSQL transaction partly sent cannot be committed
+                // (the next session sends it whole): abort what the open
+                // Kafka transaction holds. Otherwise commit it.
+                let ended = if self.checkpoint.open_txn().is_some() || self.initial.is_some() {
+                    self.offsets.abort(&self.sink, &self.metrics).await
+                } else {
+                    self.commit_transaction_now().await
+                };
+                if let Err(e) = ended {
+                    tracing::warn!(error = %e, "could not end the last Kafka transaction; the next session sends its records again");
+                }
+                return Finished {
+                    position: self.offsets.acked(),
+                    undelivered,
+                    timed_out: false,
+                };
+            }
             if settled {
                 match final_write {
                     FinalWrite::NotYet if self.checkpoint.confirmed() > self.offsets.acked() => {
@@ -747,6 +831,14 @@ impl Streaming {
                 },
             }
         }
+    }
+}
+
+/// Sleeps until `at`; forever when `None`.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

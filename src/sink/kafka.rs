@@ -134,6 +134,34 @@ impl SinkError {
         }
     }
 
+    /// A failed transaction call. A fenced producer (another producer
+    /// with the same transactional id registered since: a new instance of
+    /// this connector) is transient here, like any lost transaction: the
+    /// next session re-sends from the last committed position, or finds
+    /// itself the standby.
+    fn transaction(e: &KafkaError) -> SinkError {
+        let mut error = SinkError::from_kafka(e);
+        if error.is_fenced() {
+            error.kind = SinkErrorKind::Transient;
+            error.message = format!(
+                "{}: another producer with this connector's transactional id took over (a new \
+                 instance of the connector); this one's open transaction is aborted",
+                error.message
+            );
+        }
+        error
+    }
+
+    /// Whether the producer was fenced by a newer one with its
+    /// transactional id.
+    pub fn is_fenced(&self) -> bool {
+        use RDKafkaErrorCode::*;
+        matches!(
+            self.code,
+            Some(ProducerFenced | InvalidProducerEpoch | Fenced)
+        )
+    }
+
     /// A success report that carries no offset (see the module doc).
     pub(crate) fn unverified(partition: i32) -> SinkError {
         SinkError {
@@ -187,6 +215,14 @@ fn describe(e: &KafkaError, code: Option<RDKafkaErrorCode>, topic: Option<&str>)
              one topic (Kafka 2.8 and later) or IDEMPOTENT_WRITE on the cluster: grant \
              kafka-acls.sh --add --allow-principal User:<walrelay's user> --operation \
              IdempotentWrite --cluster (docs/security.md)"
+                .to_owned()
+        }
+        Some(TransactionalIdAuthorizationFailed) => {
+            " (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); delivery = \"exactly_once\" needs WRITE \
+             and DESCRIBE on the connector's transactional id walrelay-<connector.name>: grant \
+             kafka-acls.sh --bootstrap-server <brokers> --add --allow-principal User:<walrelay's \
+             user> --operation Write --operation Describe --transactional-id \
+             walrelay-<connector.name> --resource-pattern-type prefixed (docs/security.md)"
                 .to_owned()
         }
         Some(UnknownTopicOrPartition | UnknownTopic) => {
@@ -465,7 +501,7 @@ pub fn check_producer_properties(properties: &[(String, String)]) -> Result<(), 
 /// The producer side of the connector. `T` is the caller's token for a
 /// record: opaque here, handed back with the record's [`Ack`].
 pub struct KafkaSink<T: Send + Sync + 'static> {
-    producer: ThreadedProducer<AckContext<T>>,
+    producer: Arc<ThreadedProducer<AckContext<T>>>,
 }
 
 impl<T: Send + Sync + 'static> std::fmt::Debug for KafkaSink<T> {
@@ -511,7 +547,12 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
                 ),
                 code: e.rdkafka_error_code(),
             })?;
-        Ok((KafkaSink { producer }, rx))
+        Ok((
+            KafkaSink {
+                producer: Arc::new(producer),
+            },
+            rx,
+        ))
     }
 
     /// Enqueues one record. When librdkafka's queue is full, waits (yielding
@@ -548,6 +589,56 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
                 Err((e, _)) => return Err(SinkError::from_kafka(&e)),
             }
         }
+    }
+
+    /// Transactional producers only (`transactional.id` set): registers
+    /// the transactional id with its coordinator, which **fences** every
+    /// earlier producer with the same id (their open transaction is
+    /// aborted, their next send or commit fails as fenced). Once per
+    /// producer, before [`KafkaSink::begin_transaction`].
+    pub async fn init_transactions(&self, timeout: Duration) -> Result<(), SinkError> {
+        self.blocking(move |p| p.init_transactions(timeout)).await
+    }
+
+    /// Opens a Kafka transaction: every record sent until the commit or
+    /// abort belongs to it. Local (no request to a broker).
+    pub fn begin_transaction(&self) -> Result<(), SinkError> {
+        self.producer
+            .begin_transaction()
+            .map_err(|e| SinkError::transaction(&e))
+    }
+
+    /// Sends what is queued and commits the open transaction: its records
+    /// become visible to `read_committed` consumers at once, all of them or
+    /// (on an error) none. An error leaves the transaction to be aborted (by
+    /// [`KafkaSink::abort_transaction`], or by the next producer's
+    /// [`KafkaSink::init_transactions`]).
+    pub async fn commit_transaction(&self, timeout: Duration) -> Result<(), SinkError> {
+        self.blocking(move |p| p.commit_transaction(timeout)).await
+    }
+
+    /// Aborts the open transaction: none of its records becomes visible to
+    /// `read_committed` consumers.
+    pub async fn abort_transaction(&self, timeout: Duration) -> Result<(), SinkError> {
+        self.blocking(move |p| p.abort_transaction(timeout)).await
+    }
+
+    /// Runs a blocking librdkafka call off the async threads.
+    async fn blocking(
+        &self,
+        call: impl FnOnce(&ThreadedProducer<AckContext<T>>) -> rdkafka::error::KafkaResult<()>
+        + Send
+        + 'static,
+    ) -> Result<(), SinkError> {
+        let producer = self.producer.clone();
+        tokio::task::spawn_blocking(move || call(&producer))
+            .await
+            .map_err(|e| SinkError {
+                kind: SinkErrorKind::Transient,
+                message: format!("the Kafka transaction call did not complete: {e}"),
+                code: None,
+            })?
+            .map_err(|e| SinkError::transaction(&e))
     }
 
     /// Drops every record still waiting in librdkafka's queue (not yet sent
@@ -874,6 +965,29 @@ pub fn cluster_answers(properties: &[(String, String)], timeout: Duration) -> bo
                 .flat_map(|t| t.partitions())
                 .all(|p| p.leader() >= 0)
     })
+}
+
+/// `check` with `exactly_once`: whether the cluster lets this principal
+/// use Kafka transactions, tried with `transactional_id` (not the
+/// connector's own: registering that would fence the running instance).
+/// Registers the id (`init_transactions`, which needs WRITE on the
+/// `TransactionalId` and a working transaction coordinator) and aborts
+/// nothing: no transaction is begun.
+pub fn probe_transactions(
+    properties: &[(String, String)],
+    transactional_id: &str,
+    timeout: Duration,
+) -> Result<(), SinkError> {
+    let mut cfg = ClientConfig::new();
+    for (k, v) in properties {
+        cfg.set(k, v);
+    }
+    cfg.set("transactional.id", transactional_id);
+    cfg.set_log_level(RDKafkaLogLevel::Emerg);
+    let producer: BaseProducer = cfg.create().map_err(|e| SinkError::from_kafka(&e))?;
+    producer
+        .init_transactions(timeout)
+        .map_err(|e| SinkError::transaction(&e))
 }
 
 #[cfg(test)]

@@ -41,6 +41,16 @@ pub fn render(metrics: &Arc<Metrics>) -> String {
         metrics.commit_to_ack.clone(),
     );
     registry.register(
+        "walrelay_kafka_transaction_records",
+        "exactly_once: records per committed Kafka transaction (the offset-store record included)",
+        metrics.kafka_transaction_records.clone(),
+    );
+    registry.register(
+        "walrelay_kafka_transaction_seconds",
+        "exactly_once: from a Kafka transaction's first record to its commit",
+        metrics.kafka_transaction_seconds.clone(),
+    );
+    registry.register(
         "walrelay_records_published_by_topic",
         "Records handed to the Kafka producer, by topic",
         metrics.records_by_topic.clone(),
@@ -103,6 +113,24 @@ impl Collector for View {
             ];
             prometheus_client::metrics::info::Info::new(labels).encode(metric)?;
         }
+        counter(
+            &mut e,
+            "walrelay_kafka_transactions_committed",
+            "exactly_once: Kafka transactions committed (each holds its position's offset-store record).",
+            u(&m.kafka_transactions_committed),
+        )?;
+        counter(
+            &mut e,
+            "walrelay_kafka_transactions_aborted",
+            "exactly_once: Kafka transactions aborted (none of their records is visible to read_committed consumers; sent again).",
+            u(&m.kafka_transactions_aborted),
+        )?;
+        counter(
+            &mut e,
+            "walrelay_kafka_transactions_fenced",
+            "exactly_once: Kafka transactions aborted because a newer producer with this connector's transactional id fenced this one (another instance took over).",
+            u(&m.kafka_transactions_fenced),
+        )?;
         gauge(
             &mut e,
             "walrelay_streaming",

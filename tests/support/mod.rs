@@ -996,6 +996,87 @@ pub fn consume_to_end(topics: &[&str]) -> Vec<Consumed> {
     out
 }
 
+/// What a `read_committed` consumer reads of `topics` now: every record of
+/// a committed Kafka transaction (or written outside one), never one of an
+/// aborted or open transaction. Reads each partition to its end as such a
+/// consumer sees it (partition EOF: the last stable offset), since its last
+/// offsets may be transaction markers that no consumer is ever handed (or,
+/// on a busy partition, to the first record past where it ended when the
+/// read began).
+pub fn consume_committed(topics: &[&str]) -> Vec<Consumed> {
+    topics
+        .iter()
+        .flat_map(|topic| consume_committed_topic(topic))
+        .collect()
+}
+
+/// [`consume_committed`] of one topic (partition EOF names no topic).
+fn consume_committed_topic(topic: &str) -> Vec<Consumed> {
+    use rdkafka::error::KafkaError;
+    use rdkafka::{Offset, TopicPartitionList};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("group.id", unique("test_committed_reader"))
+        .set("enable.auto.commit", "false")
+        .set("allow.auto.create.topics", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .create()
+        .unwrap_or_else(|e| kafka_unreachable(&e));
+    let mut tpl = TopicPartitionList::new();
+    // Partition -> high watermark when the read began.
+    let mut open = std::collections::HashMap::new();
+    let md = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .unwrap_or_else(|e| kafka_unreachable(&e));
+    for t in md
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic && t.error().is_none())
+    {
+        for p in t.partitions() {
+            let (low, high) = watermarks(&consumer, topic, p.id());
+            if high > low {
+                tpl.add_partition_offset(topic, p.id(), Offset::Offset(low))
+                    .expect("assign");
+                open.insert(p.id(), high);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if open.is_empty() {
+        return out;
+    }
+    consumer.assign(&tpl).expect("assign");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !open.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "reading {topic} to the end took over 120 s"
+        );
+        match consumer.poll(Duration::from_millis(200)) {
+            None => {}
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                open.remove(&p);
+            }
+            Some(Err(e)) => panic!("consumer error: {e}"),
+            Some(Ok(m)) => {
+                // Past where the partition ended when the read began: done,
+                // even while transactions keep committing (then no end of
+                // partition may come for a while).
+                if open
+                    .get(&m.partition())
+                    .is_some_and(|high| m.offset() + 1 >= *high)
+                {
+                    open.remove(&m.partition());
+                }
+                out.push(Consumed::from_message(&m));
+            }
+        }
+    }
+    out
+}
+
 /// Runs `deploy/dev/kafka.sh <command>` (stop/start), panicking on failure.
 pub fn kafka_script(command: &str) {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/dev/kafka.sh");
