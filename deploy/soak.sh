@@ -11,7 +11,7 @@
 #
 #   deploy/soak.sh [--cycles N] [--ci] [--seed S] [--load MIN-MAX]
 #                  [--outage MIN-MAX] [--out DIR] [--faults LIST] [--pair]
-#                  [--rdkafka-debug CONTEXTS]
+#                  [--exactly-once] [--rdkafka-debug CONTEXTS]
 #
 #   --cycles N        fault cycles (default 100, about 25 minutes)
 #   --ci              the short version for CI: 9 cycles (every kind once),
@@ -30,6 +30,9 @@
 #                     (deploy/dev/pg_pair.sh, PostgreSQL $SOAK_PG_MAJOR, then
 #                     default 18; 17+), walrelay given both servers, which
 #                     adds the `promote` fault
+#   --exactly-once    walrelay with [kafka] delivery = "exactly_once", Kafka
+#                     read as a read_committed consumer, and any duplicate
+#                     a failure (at_least_once: identical duplicates pass)
 #   --rdkafka-debug C librdkafka debug contexts for walrelay (e.g. broker,eos)
 #
 # It stops and restarts the services it uses, so it never uses the shared
@@ -58,6 +61,7 @@ OUT=""
 FAULTS=all
 RDKAFKA_DEBUG=""
 PAIR=0
+EXACTLY_ONCE=0
 PG=${SOAK_PG_MAJOR:-}
 KPORT=${SOAK_KAFKA_PORT:-29092}
 
@@ -76,6 +80,7 @@ while (($#)); do
     --faults) FAULTS=${2:?}; shift 2 ;;
     --rdkafka-debug) RDKAFKA_DEBUG=${2:?}; shift 2 ;;
     --pair) PAIR=1; shift ;;
+    --exactly-once) EXACTLY_ONCE=1; shift ;;
     -h|--help) usage ;;
     *) log "unknown argument '$1'"; usage ;;
   esac
@@ -166,6 +171,7 @@ log "soak: $CYCLES cycles, PostgreSQL $PG on $WALRELAY_PG_PORT, Kafka on $WALREL
 rc=0
 WALRELAY_SOAK=1 WALRELAY_SOAK_CYCLES=$CYCLES WALRELAY_SOAK_SEED=$SEED \
   WALRELAY_SOAK_FAULTS=$FAULTS WALRELAY_SOAK_RDKAFKA_DEBUG=$RDKAFKA_DEBUG \
+  WALRELAY_SOAK_EXACTLY_ONCE=$EXACTLY_ONCE \
   WALRELAY_SOAK_CATCH_UP_SECS=${WALRELAY_SOAK_CATCH_UP_SECS:-180} \
   WALRELAY_SOAK_LOAD=$LOAD WALRELAY_SOAK_OUTAGE=$OUTAGE WALRELAY_SOAK_OUT=$OUT \
   WALRELAY_TEST_LOG=$WALRELAY_LOG_FILTER \

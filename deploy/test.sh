@@ -129,6 +129,11 @@ deploy/bench/run.sh --smoke --walrelay "${CARGO_TARGET_DIR:-$ROOT/target}/debug/
 # them down again, so the matrix below finds PostgreSQL 16 as before.
 log "fault soak, CI length (deploy/soak.sh --ci)"
 deploy/soak.sh --ci
+# The same with delivery = "exactly_once": the faults that re-send a tail
+# under at_least_once, and not one duplicate may reach a read_committed reader.
+log "fault soak, exactly_once (deploy/soak.sh --exactly-once, 6 cycles)"
+deploy/soak.sh --exactly-once --cycles 6 --load 1-3 --outage 5-10 \
+  --faults kill-9,sigterm,broker-stop,pg-restart-immediate,second-instance
 
 # Tests that depend on the server version run against every supported major.
 for m in $EXTRA_MAJORS; do

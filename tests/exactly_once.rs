@@ -219,3 +219,107 @@ async fn kills_during_the_initial_snapshot_commit_it_once() {
     );
     assert!(relay.stop().success());
 }
+
+/// Table change events (`[[table]]`) and published heartbeats go through
+/// the same transactions: 3,000 inserts and 3,000 updates of a captured
+/// table from 4 writers, with heartbeats published every 200 ms, walrelay
+/// killed (-9) three times: a `read_committed` reader sees every change
+/// event once (by `walrelay.event_id`) and the heartbeats' records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn table_events_and_heartbeats_commit_once_through_kills() {
+    require_kafka();
+    let db = TestDb::new("eos_tables").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE accounts (id int PRIMARY KEY, balance int NOT NULL);
+             ALTER TABLE accounts OWNER TO walrelay",
+        )
+        .await
+        .unwrap();
+    let names = Names::new("eos_tables");
+    let prefix = format!("{}_cdc", names.connector);
+    let config = connector_config(
+        &db,
+        &names,
+        &format!(
+            "[table_defaults]\ntopic_prefix = \"{prefix}\"\n[[table]]\nname = \"public.accounts\"\n\
+             [heartbeat]\ninterval = \"200ms\"\npublish = true\n"
+        ),
+    )
+    .replace("[kafka]\n", "[kafka]\ndelivery = \"exactly_once\"\n");
+    let mut relay = RelayProcess::start(&config, &[]);
+    let config_path = relay.config_path.clone();
+    relay.wait_log("streaming", START).await;
+    // Each writer inserts its own ids, then updates each once.
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let name = db.name.clone();
+            tokio::spawn(async move {
+                let client = pg_connect(&name).await;
+                for i in 0..750 {
+                    let id = w * 1000 + i;
+                    client
+                        .batch_execute(&format!("INSERT INTO accounts VALUES ({id}, 0)"))
+                        .await
+                        .unwrap();
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                for i in 0..750 {
+                    let id = w * 1000 + i;
+                    client
+                        .batch_execute(&format!("UPDATE accounts SET balance = 1 WHERE id = {id}"))
+                        .await
+                        .unwrap();
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            })
+        })
+        .collect();
+    for kill in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        eprintln!("kill -9 #{}", kill + 1);
+        relay.kill9();
+        relay = RelayProcess::start_with(&config_path, &[]);
+        relay.wait_log("streaming", START).await;
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    let topic = format!("{prefix}.public.accounts");
+    let heartbeats = format!("__debezium-heartbeat.{prefix}");
+    let events = wait_for("every change committed in Kafka", CATCH_UP, || {
+        let topic = topic.clone();
+        async move {
+            let got = consume_committed(&[topic.as_str()]);
+            (got.iter().filter(|r| r.value.is_some()).count() >= 6_000).then_some(got)
+        }
+    })
+    .await;
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut ops: HashMap<String, usize> = HashMap::new();
+    for e in &events {
+        let id = e
+            .header_str("walrelay.event_id")
+            .unwrap_or_else(|| panic!("a change event without walrelay.event_id: {e:?}"));
+        *seen.entry(id).or_default() += 1;
+        let value: serde_json::Value =
+            serde_json::from_slice(e.value.as_deref().unwrap_or(b"null")).unwrap();
+        *ops.entry(value["op"].as_str().unwrap_or("?").to_owned())
+            .or_default() += 1;
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    assert!(twice.is_empty(), "change events committed twice: {twice:?}");
+    assert_eq!(ops.get("c"), Some(&3_000), "{ops:?}");
+    assert_eq!(ops.get("u"), Some(&3_000), "{ops:?}");
+    let beats = consume_committed(&[heartbeats.as_str()]);
+    assert!(
+        !beats.is_empty(),
+        "published heartbeats reach Kafka in the transactions"
+    );
+    eprintln!(
+        "exactly_once: {} change events once each after 3 kills, {} heartbeat records",
+        events.len(),
+        beats.len()
+    );
+    assert!(relay.stop().success());
+}

@@ -137,6 +137,8 @@ struct Params {
     faults: Vec<Fault>,
     /// librdkafka `debug` contexts for walrelay's producer (evidence).
     rdkafka_debug: String,
+    /// `delivery = "exactly_once"`: any duplicate fails the soak.
+    exactly_once: bool,
     /// Stall deadline per cycle.
     catch_up: Duration,
 }
@@ -203,6 +205,7 @@ impl Params {
                     .collect(),
             },
             rdkafka_debug: env_or("WALRELAY_SOAK_RDKAFKA_DEBUG", ""),
+            exactly_once: env_or("WALRELAY_SOAK_EXACTLY_ONCE", "0") == "1",
             catch_up: Duration::from_secs(
                 env_or(
                     "WALRELAY_SOAK_CATCH_UP_SECS",
@@ -524,12 +527,16 @@ impl Supervised {
 // Kafka
 // ---------------------------------------------------------------------------
 
+/// A consumer as `read_committed` readers see the topics (librdkafka's
+/// default, said explicitly): records of aborted transactions never come.
 fn reader(group: &str) -> BaseConsumer {
     ClientConfig::new()
         .set("bootstrap.servers", kafka_brokers())
         .set("group.id", unique(group))
         .set("enable.auto.commit", "false")
         .set("allow.auto.create.topics", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
         .create()
         .expect("Kafka consumer")
 }
@@ -560,43 +567,54 @@ fn high_watermarks(
     Some(out)
 }
 
-/// Reads every record below `ends` and hands it to `f`.
+/// Reads every record below `ends` and hands it to `f`, one topic at a
+/// time (an end of partition names no topic). A partition is done at its
+/// end as the reader sees it (the last offsets may be transaction markers,
+/// which no consumer is handed) or at a record at or past `ends`.
 fn read_all(
     consumer: &BaseConsumer,
     ends: &BTreeMap<(String, i32), i64>,
     mut f: impl FnMut(Consumed),
 ) {
+    use rdkafka::error::KafkaError;
     use rdkafka::{Offset, TopicPartitionList};
-    let mut tpl = TopicPartitionList::new();
-    let mut left: HashMap<(String, i32), i64> = HashMap::new();
-    for ((topic, p), high) in ends {
-        if *high > 0 {
-            tpl.add_partition_offset(topic, *p, Offset::Beginning)
-                .expect("assign");
-            left.insert((topic.clone(), *p), *high);
-        }
-    }
-    if left.is_empty() {
-        return;
-    }
-    consumer.assign(&tpl).expect("assign");
+    let topics: std::collections::BTreeSet<&String> = ends.keys().map(|(t, _)| t).collect();
     let deadline = Instant::now() + Duration::from_secs(900);
-    while !left.is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "reading the soak's topics took over 15 minutes"
-        );
-        let Some(m) = consumer.poll(Duration::from_millis(200)) else {
-            continue;
-        };
-        let m = m.unwrap_or_else(|e| panic!("consumer error: {e}"));
-        let key = (m.topic().to_owned(), m.partition());
-        if let Some(high) = left.get(&key)
-            && m.offset() + 1 >= *high
-        {
-            left.remove(&key);
+    for topic in topics {
+        let mut tpl = TopicPartitionList::new();
+        let mut left: HashMap<i32, i64> = HashMap::new();
+        for ((t, p), high) in ends {
+            if t == topic && *high > 0 {
+                tpl.add_partition_offset(topic, *p, Offset::Beginning)
+                    .expect("assign");
+                left.insert(*p, *high);
+            }
         }
-        f(Consumed::from_message(&m));
+        if left.is_empty() {
+            continue;
+        }
+        consumer.assign(&tpl).expect("assign");
+        while !left.is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "reading the soak's topics took over 15 minutes"
+            );
+            let m = match consumer.poll(Duration::from_millis(200)) {
+                None => continue,
+                Some(Err(KafkaError::PartitionEOF(p))) => {
+                    left.remove(&p);
+                    continue;
+                }
+                Some(m) => m.unwrap_or_else(|e| panic!("consumer error: {e}")),
+            };
+            if left
+                .get(&m.partition())
+                .is_some_and(|high| m.offset() + 1 >= *high)
+            {
+                left.remove(&m.partition());
+            }
+            f(Consumed::from_message(&m));
+        }
     }
 }
 
@@ -911,6 +929,9 @@ async fn fault_soak() {
     // many of them and a kill lands in the middle.
     let extra = format!("{extra}[snapshot]\nchunk_rows = 200\n");
     let mut config = relay_config(&db, &names, "", &extra);
+    if params.exactly_once {
+        config = config.replace("[kafka]\n", "[kafka]\ndelivery = \"exactly_once\"\n");
+    }
     if let Some(ports) = pair_ports() {
         // Both servers of the pair: walrelay follows the primary.
         let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
@@ -1359,7 +1380,9 @@ async fn fault_soak() {
         );
     }
     let _ = writeln!(report, "walrelay log: {}", sup.relay.log_path.display());
+    // exactly_once: a read_committed reader sees each event once.
     let failed = !lost_text.is_empty()
+        || (params.exactly_once && duplicates > 0)
         || !order_breaks.is_empty()
         || !dup_differing.is_empty()
         || !phantoms.is_empty()
@@ -1367,9 +1390,14 @@ async fn fault_soak() {
         || stall.is_some()
         || committed.is_empty();
     let summary = format!(
-        "SOAK {}: cycles={} committed={} in_kafka={} lost={} order_breaks={} duplicates={} \
+        "SOAK {}: delivery={} cycles={} committed={} in_kafka={} lost={} order_breaks={} duplicates={} \
          differing={} phantoms={} kills={} dup_per_kill={:.1} unexpected_exits={}",
         if failed { "FAIL" } else { "PASS" },
+        if params.exactly_once {
+            "exactly_once"
+        } else {
+            "at_least_once"
+        },
         cycles.len(),
         committed.len(),
         distinct,
