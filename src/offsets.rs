@@ -29,8 +29,8 @@ use rdkafka::ClientConfig;
 use rdkafka::Offset;
 use rdkafka::TopicPartitionList;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use serde::{Deserialize, Serialize};
@@ -486,6 +486,23 @@ impl StallDeadline {
     }
 }
 
+/// The offset reader's client context: librdkafka's errors go to the log,
+/// except the end of a partition, which a `read_committed` reader also
+/// reports as a client error when a partition ends in a transaction marker
+/// (the read loop handles the end itself; it is not an error).
+struct ReaderContext;
+
+impl ClientContext for ReaderContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
+            return;
+        }
+        tracing::error!("librdkafka: {error}: {reason}");
+    }
+}
+
+impl ConsumerContext for ReaderContext {}
+
 /// Reads and prepares the offset topic.
 #[derive(Debug, Clone)]
 pub struct OffsetStore {
@@ -681,7 +698,9 @@ impl OffsetStore {
         .set("queued.max.messages.kbytes", "262144")
         // At the end, do not wait the default 500 ms for more data.
         .set("fetch.wait.max.ms", "100");
-        let consumer: BaseConsumer = cfg.create().map_err(|e| err(e.to_string()))?;
+        let consumer: BaseConsumer<ReaderContext> = cfg
+            .create_with_context(ReaderContext)
+            .map_err(|e| err(e.to_string()))?;
         let md = consumer
             .fetch_metadata(Some(&self.topic), stall)
             .map_err(|e| err(format!("metadata: {e}")))?;

@@ -557,6 +557,44 @@ pub enum SlotPlan {
     NothingToDo { why: String },
 }
 
+/// Before a snapshot is taken again because the slot is lost: refused when
+/// the lost slot was the last snapshot's, invalidated by PostgreSQL 18's
+/// `idle_replication_slot_timeout` before streaming began (the offset store
+/// holds the snapshot `completed` and no position past its consistent
+/// point), and the setting (`idle_limit`, as `SHOW` prints it) is still on:
+/// a snapshot's slot stays inactive until the snapshot is in Kafka, so the
+/// next one would be invalidated the same way, again and again.
+pub fn snapshot_outlived_idle_timeout(
+    stored: Option<&StoredOffset>,
+    slot: Option<&SlotState>,
+    slot_name: &str,
+    idle_limit: &str,
+) -> Result<(), CheckError> {
+    let idle_on = !matches!(idle_limit.trim(), "" | "0");
+    let by_idle_timeout =
+        slot.is_some_and(|s| s.invalidation_reason.as_deref() == Some("idle_timeout"));
+    let never_streamed = stored.is_some_and(|s| {
+        s.snapshot.as_ref().is_some_and(|p| {
+            p.state == crate::offsets::SnapshotState::Completed
+                && p.consistent_point.as_deref() == Some(s.lsn.as_str())
+        })
+    });
+    if idle_on && by_idle_timeout && never_streamed {
+        return Err(CheckError::setup(
+            format!(
+                "replication slot {slot_name:?} was invalidated by idle_replication_slot_timeout \
+                 ({idle_limit}) before streaming from its snapshot began: a snapshot's slot stays \
+                 inactive until every snapshot row is in Kafka, and this snapshot took longer, so \
+                 taking it again would end the same way"
+            ),
+            "set idle_replication_slot_timeout = 0, or well above how long the snapshot takes \
+             (its `snapshot progress` log lines), in postgresql.conf and reload \
+             (SELECT pg_reload_conf()); the next start takes the snapshot again",
+        ));
+    }
+    Ok(())
+}
+
 /// Decides [`SlotPlan`] from the snapshot mode (`None`: unset), the stored
 /// offset and the slot. Refused: a mode that asks for a snapshot with a slot
 /// walrelay did not create for it (a snapshot can only be aligned with a
@@ -954,7 +992,50 @@ mod tests {
             confirmed_flush_lsn: Some(Lsn(0x200)),
             wal_status: Some(wal_status.into()),
             failover: None,
+            invalidation_reason: None,
         }
+    }
+
+    /// Refused only for the slot of a snapshot never streamed from, lost to
+    /// the idle timeout, with the timeout still on.
+    #[test]
+    fn a_snapshot_lost_to_the_idle_timeout_is_not_taken_again_blindly() {
+        use crate::offsets::{SnapshotProgress, SnapshotState};
+        let mut lost = slot("lost");
+        lost.invalidation_reason = Some("idle_timeout".into());
+        let mut just_snapshotted = stored(Some(SnapshotState::Completed));
+        just_snapshotted.lsn = "0/200".into();
+        just_snapshotted.snapshot = Some(SnapshotProgress {
+            state: SnapshotState::Completed,
+            tables_done: Vec::new(),
+            rows: 10,
+            consistent_point: Some("0/200".into()),
+        });
+        let refused =
+            snapshot_outlived_idle_timeout(Some(&just_snapshotted), Some(&lost), "s", "1min")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            refused.contains("idle_replication_slot_timeout (1min)"),
+            "{refused}"
+        );
+        assert!(refused.contains("pg_reload_conf"), "{refused}");
+        // The timeout turned off since: taken again.
+        assert!(
+            snapshot_outlived_idle_timeout(Some(&just_snapshotted), Some(&lost), "s", "0").is_ok()
+        );
+        // Streamed past the consistent point (then down for long): taken again.
+        let mut streamed = just_snapshotted.clone();
+        streamed.lsn = "0/300".into();
+        assert!(snapshot_outlived_idle_timeout(Some(&streamed), Some(&lost), "s", "1min").is_ok());
+        // Lost for another reason: taken again.
+        let mut removed = lost.clone();
+        removed.invalidation_reason = Some("wal_removed".into());
+        assert!(
+            snapshot_outlived_idle_timeout(Some(&just_snapshotted), Some(&removed), "s", "1min")
+                .is_ok()
+        );
+        assert!(snapshot_outlived_idle_timeout(None, Some(&lost), "s", "1min").is_ok());
     }
 
     fn stored(snapshot: Option<crate::offsets::SnapshotState>) -> StoredOffset {
@@ -1101,6 +1182,7 @@ mod tests {
             confirmed_flush_lsn: None,
             wal_status: None,
             failover: None,
+            invalidation_reason: None,
         };
         let e = slot_shape(&slot, "s", "d").unwrap_err();
         assert!(e.problem().contains("using plugin test_decoding"), "{e}");

@@ -8,7 +8,9 @@
 //! The server gets `max_slot_wal_keep_size = '64MB'` for the length of the
 //! test (reset afterwards, also on failure): no other test may run beside
 //! it (cargo runs test binaries one at a time; deploy/test.sh runs it after
-//! the broker-outage tests it runs in the background).
+//! the broker-outage tests it runs in the background). The same holds for
+//! PostgreSQL 18's `idle_replication_slot_timeout` below; the two tests of
+//! this file take turns (`SERVER_WIDE`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -20,9 +22,14 @@ use std::time::Duration;
 
 use support::*;
 
+/// The tests of this file change server-wide settings that invalidate
+/// slots: one at a time.
+static SERVER_WIDE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_slot_recovered_by_the_runbook_loses_nothing_while_writers_commit() {
     require_kafka();
+    let _turn = SERVER_WIDE.lock().await;
     let _keep = SystemSetting::set("max_slot_wal_keep_size", "64MB").await;
     let db = TestDb::new("lostslot").await;
     db.create_outbox("outbox").await;
@@ -74,4 +81,84 @@ async fn a_lost_slot_recovered_by_the_runbook_loses_nothing_while_writers_commit
     );
 
     runbook::recover(&db, &names, &relay.config_path, writers, true).await;
+}
+
+/// PostgreSQL 18: a snapshot's slot is inactive until the snapshot is in
+/// Kafka, so `idle_replication_slot_timeout` can invalidate it before
+/// streaming starts. With `mode = "when_needed"` walrelay would then take
+/// the snapshot again, and lose its slot again, for ever. It refuses
+/// instead, naming the setting and the fix; once the setting is off, the
+/// next start takes the snapshot again and streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_snapshot_slot_lost_to_the_idle_timeout_is_not_retaken_in_a_loop() {
+    require_kafka();
+    let major: u32 = pg_major().parse().unwrap_or(18);
+    if major < 18 {
+        return; // the setting is PostgreSQL 18's
+    }
+    let _turn = SERVER_WIDE.lock().await;
+    let db = TestDb::new("idleslot").await;
+    db.create_outbox("outbox").await;
+    db.client
+        .batch_execute(
+            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+             SELECT gen_random_uuid(), 'order', 'agg-' || g, 'Created', '{}'
+             FROM generate_series(1, 20) g",
+        )
+        .await
+        .unwrap();
+    let names = Names::new("idleslot");
+    // The snapshot is taken and stored `completed`; nothing streams from it.
+    let snapshot = relay_config(&db, &names, "", "[snapshot]\nmode = \"initial_only\"\n");
+    let mut relay = RelayProcess::start(&snapshot, &[]);
+    relay.expect_exit(0, Duration::from_secs(120));
+
+    // The incident: the slot stays inactive past the timeout, and a
+    // checkpoint invalidates it.
+    let admin = pg_connect("postgres").await;
+    {
+        let _timeout = SystemSetting::set("idle_replication_slot_timeout", "1s").await;
+        wait_for(
+            "the idle slot to be invalidated",
+            Duration::from_secs(60),
+            || async {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                admin.batch_execute("CHECKPOINT").await.unwrap();
+                let reason: Option<String> = db
+                    .client
+                    .query_opt(
+                        "SELECT invalidation_reason::text FROM pg_replication_slots \
+                     WHERE slot_name = $1",
+                        &[&names.slot],
+                    )
+                    .await
+                    .unwrap()
+                    .and_then(|r| r.get(0));
+                (reason.as_deref() == Some("idle_timeout")).then_some(())
+            },
+        )
+        .await;
+        // With the timeout still on, `when_needed` refuses to go round again.
+        let when_needed = snapshot.replace("initial_only", "when_needed");
+        let path = relay.config_path.clone();
+        std::fs::write(&path, &when_needed).unwrap();
+        // The log is appended to: only this run's lines from here on.
+        std::fs::write(&relay.log_path, "").unwrap();
+        let mut refused = RelayProcess::start_with(&path, &[]);
+        let log = refused.expect_exit(1, Duration::from_secs(120));
+        assert!(
+            log.contains("was invalidated by idle_replication_slot_timeout (1s)")
+                && log.contains("pg_reload_conf"),
+            "{log}"
+        );
+        assert!(
+            !log.contains("created replication slot"),
+            "the slot was not taken again:\n{log}"
+        );
+    }
+    // The setting off (reset above): the next start takes the snapshot again.
+    let mut again = RelayProcess::start_with(&relay.config_path, &[]);
+    again.wait_log("taking a new snapshot", START).await;
+    again.wait_log("streaming", START).await;
+    assert!(again.stop().success(), "{}", again.log());
 }

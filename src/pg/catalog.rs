@@ -89,6 +89,10 @@ pub struct SlotState {
     pub wal_status: Option<String>,
     /// PostgreSQL 17+: whether it is a failover slot (`None` before 17).
     pub failover: Option<bool>,
+    /// PostgreSQL 17+: why the slot was invalidated (`wal_removed`,
+    /// `rows_removed`, `wal_level_insufficient`, 18's `idle_timeout`);
+    /// `None` when it was not, or before 17.
+    pub invalidation_reason: Option<String>,
 }
 
 /// Connects a plain (non-replication) session.
@@ -333,7 +337,8 @@ pub async fn slot_state(client: &Client, slot: &str) -> Result<Option<SlotState>
         .query_opt(
             "SELECT plugin::text, slot_type::text, database::text, active_pid, \
                     restart_lsn::text, confirmed_flush_lsn::text, wal_status::text, \
-                    (to_jsonb(s) ->> 'failover')::bool \
+                    (to_jsonb(s) ->> 'failover')::bool, \
+                    to_jsonb(s) ->> 'invalidation_reason' \
              FROM pg_replication_slots s WHERE slot_name = $1",
             &[&slot],
         )
@@ -351,6 +356,7 @@ pub async fn slot_state(client: &Client, slot: &str) -> Result<Option<SlotState>
         confirmed_flush_lsn: lsn(r.get(5)),
         wal_status: r.get(6),
         failover: r.get(7),
+        invalidation_reason: r.get(8),
     }))
 }
 

@@ -370,6 +370,14 @@ impl Session {
                     .await
                     .map(|r| r.get::<_, String>(0))
                     .unwrap_or_else(|_| "0".into());
+                if drop_first {
+                    startup::snapshot_outlived_idle_timeout(
+                        stored.as_ref(),
+                        existing.as_ref(),
+                        &pg.slot,
+                        &idle_limit,
+                    )?;
+                }
                 if idle_limit != "0" {
                     tracing::warn!(
                         idle_replication_slot_timeout = %idle_limit,
