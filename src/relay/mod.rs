@@ -40,6 +40,7 @@ mod offset_writer;
 mod session;
 mod slot_watch;
 mod snapshot;
+mod stop;
 mod streaming;
 mod table_events;
 mod watchdog;

@@ -637,7 +637,7 @@ impl Streaming {
     /// the position it covers, once it reached a bound (or, with no
     /// transaction open, stores a newer keepalive position in one of its
     /// own), where no PostgreSQL transaction is partly in it.
-    async fn write_offset_if_due(&mut self) -> Result<(), RelayError> {
+    pub(super) async fn write_offset_if_due(&mut self) -> Result<(), RelayError> {
         if self.offsets.exactly_once() {
             let due = self.offsets.transaction_due()
                 || (!self.offsets.transaction_open()
@@ -716,122 +716,6 @@ impl Streaming {
             .send(&self.sink, confirmed, "the offset-store write")
             .await
     }
-
-    /// Graceful stop (shutdown, or one change that cannot be published):
-    /// waits, at most `shutdown_flush_timeout`, until every record handed to
-    /// the producer has its delivery report, stores the confirmed position
-    /// and returns what may be reported to PostgreSQL.
-    ///
-    /// Meanwhile it keeps the walsender content: keepalives that ask for a
-    /// reply get one, and a status update goes out every `status_interval`,
-    /// so a long flush does not run into `wal_sender_timeout`. Changes that
-    /// arrive are dropped unread: nothing after this point is published, and
-    /// the frontier does not move on keepalives (a dropped transaction below
-    /// a keepalive's `wal_end` must not be confirmed), so they are streamed
-    /// again by the next session.
-    pub(super) async fn finish(
-        &mut self,
-        source: &mut Source,
-        acks: &mut mpsc::UnboundedReceiver<Ack>,
-        status_interval: Duration,
-    ) -> Finished {
-        let deadline = tokio::time::Instant::now() + self.config.kafka.shutdown_flush_timeout;
-        let mut ticker = tokio::time::interval(status_interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut undelivered: u64 = 0;
-        let mut stream_open = true;
-        let mut final_write = FinalWrite::NotYet;
-        loop {
-            let settled = self.awaiting_reports == 0 && self.offsets.in_flight().is_none();
-            if settled && self.offsets.exactly_once() {
-                // A PostgreSQL transaction partly sent cannot be committed
-                // (the next session sends it whole): abort what the open
-                // Kafka transaction holds. Otherwise commit it.
-                let ended = if self.checkpoint.open_txn().is_some() || self.initial.is_some() {
-                    self.offsets.abort(&self.sink, &self.metrics).await
-                } else {
-                    self.commit_transaction_now().await
-                };
-                if let Err(e) = ended {
-                    tracing::warn!(error = %e, "could not end the last Kafka transaction; the next session sends its records again");
-                }
-                return Finished {
-                    position: self.offsets.acked(),
-                    undelivered,
-                    timed_out: false,
-                };
-            }
-            if settled {
-                match final_write {
-                    FinalWrite::NotYet if self.checkpoint.confirmed() > self.offsets.acked() => {
-                        match self.write_offset_if_due().await {
-                            Ok(()) => final_write = FinalWrite::Sent,
-                            Err(e) => {
-                                tracing::warn!(error = %e, "could not store the final offset");
-                                final_write = FinalWrite::Failed;
-                            }
-                        }
-                        continue;
-                    }
-                    _ => {
-                        return Finished {
-                            position: self.offsets.acked(),
-                            undelivered,
-                            timed_out: false,
-                        };
-                    }
-                }
-            }
-            tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => {
-                    tracing::warn!(
-                        awaiting_reports = self.awaiting_reports,
-                        "shutdown flush timeout reached; unacknowledged records will be re-sent on restart"
-                    );
-                    return Finished { position: self.offsets.acked(), undelivered, timed_out: true };
-                }
-                ack = acks.recv() => match ack {
-                    None => return Finished { position: self.offsets.acked(), undelivered, timed_out: false },
-                    Some(Ack::Fatal(e)) => {
-                        tracing::warn!(error = %e, "the Kafka producer failed while stopping");
-                        return Finished { position: self.offsets.acked(), undelivered, timed_out: false };
-                    }
-                    Some(ack) => {
-                        let offset_write = matches!(
-                            ack,
-                            Ack::Delivered(Token::Offset { .. }) | Ack::Failed { token: Token::Offset { .. }, .. }
-                        );
-                        match self.on_ack(ack) {
-                            Ok(_) => {}
-                            // The failure is already logged; the record is
-                            // re-sent by the next session.
-                            Err(_) if !offset_write => undelivered += 1,
-                            Err(e) => {
-                                tracing::warn!(error = %e, "could not store the final offset");
-                                final_write = FinalWrite::Failed;
-                            }
-                        }
-                    }
-                },
-                _ = ticker.tick() => {
-                    if stream_open && let Err(e) = source.confirm(self.offsets.acked(), false).await {
-                        tracing::debug!(error = %e, "status update while stopping failed");
-                        stream_open = false;
-                    }
-                }
-                request = source.next_reply_request(), if stream_open => match request {
-                    Ok(Some(_)) => {
-                        self.metrics.received_lsn.store(source.received().0, Ordering::Relaxed);
-                        if let Err(e) = source.confirm(self.offsets.acked(), false).await {
-                            tracing::debug!(error = %e, "answering a keepalive while stopping failed");
-                            stream_open = false;
-                        }
-                    }
-                    Ok(None) | Err(_) => stream_open = false,
-                },
-            }
-        }
-    }
 }
 
 /// Sleeps until `at`; forever when `None`.
@@ -852,25 +736,6 @@ pub(super) enum Counted {
     SnapshotTable(u32),
     /// Nothing more (heartbeats, incremental snapshot rows).
     Other,
-}
-
-/// How a graceful stop ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Finished {
-    /// The stored (acknowledged) position: what may be reported.
-    pub(super) position: Lsn,
-    /// Records whose delivery failed while stopping (purged after a refused
-    /// record, or failed): not confirmed, re-sent by the next session.
-    pub(super) undelivered: u64,
-    /// Kafka did not report on everything within `shutdown_flush_timeout`.
-    pub(super) timed_out: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FinalWrite {
-    NotYet,
-    Sent,
-    Failed,
 }
 
 /// The record's event id (its `id` header), if it has one.
