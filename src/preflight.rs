@@ -111,6 +111,14 @@ pub async fn check(config: &Config) -> Report {
                 .map(|row| row.get::<_, Option<String>>(0).unwrap_or_default());
             let mode = pg.sslmode.as_str();
             let outcome = match tls {
+                // Encrypted, but nobody checked whom to: a man in the middle
+                // passes (prefer and require verify no certificate).
+                Some(version) if !pg.sslmode.verifies_certificate() => Outcome::Warn(format!(
+                    "connected to {} over TLS ({version}), but sslmode = {mode} checks no \
+                     certificate: the server is not authenticated; set postgres.sslmode = \
+                     \"verify-full\" (with postgres.sslrootcert for a private CA)",
+                    params.address()
+                )),
                 Some(version) => Outcome::Ok(format!(
                     "connected to {} over TLS ({version}, sslmode = {mode})",
                     params.address()
@@ -746,13 +754,22 @@ async fn check_kafka(
             } else {
                 String::new()
             };
-            report.push(
-                "kafka",
-                Outcome::Ok(format!(
-                    "{brokers} answered ({} broker(s)) {probe}{tls}",
-                    probe.brokers
-                )),
+            let answered = format!(
+                "{brokers} answered ({} broker(s)) {probe}{tls}",
+                probe.brokers
             );
+            // Plaintext: neither encrypted nor authenticated, said the way
+            // an unverified PostgreSQL connection is.
+            let outcome = if probe.protocol.ends_with("ssl") {
+                Outcome::Ok(answered)
+            } else {
+                Outcome::Warn(format!(
+                    "{answered}; WITHOUT TLS: records and credentials cross the network in the \
+                     clear and the brokers are not authenticated; set kafka.security_protocol = \
+                     \"ssl\" or \"sasl_ssl\" unless the network is trusted"
+                ))
+            };
+            report.push("kafka", outcome);
         }
         Ok(Err(ProbeError::Refused(e))) => {
             // The error carries its own fix after the last "; ".

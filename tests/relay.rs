@@ -471,11 +471,18 @@ async fn check_reports_each_problem_with_its_fix() {
         ),
         "{text}"
     );
-    assert!(text.contains("ok    kafka"), "{text}");
-    assert!(text.contains("ok    wal_level"), "{text}");
-    // sslmode = "prefer" (the default) and a server with TLS: encrypted.
+    // A plaintext broker answers, and is said to be plaintext.
     assert!(
-        text.contains("ok    postgres connection") && text.contains("over TLS (TLSv1."),
+        text.contains("warn  kafka") && text.contains("WITHOUT TLS: records and credentials"),
+        "{text}"
+    );
+    assert!(text.contains("ok    wal_level"), "{text}");
+    // sslmode = "prefer" (the default) and a server with TLS: encrypted,
+    // but nothing authenticated the server; said the same way.
+    assert!(
+        text.contains("warn  postgres connection")
+            && text.contains("over TLS (TLSv1.")
+            && text.contains("sslmode = prefer checks no certificate"),
         "{text}"
     );
 

@@ -1460,6 +1460,7 @@ fn with_postgres(keys: &str) -> String {
 #[test]
 fn sslmode_takes_libpq_names_and_defaults_to_prefer() {
     assert_eq!(load(MINIMAL).unwrap().postgres.sslmode, SslMode::Prefer);
+    let ca = existing_file();
     for (name, mode) in [
         ("disable", SslMode::Disable),
         ("prefer", SslMode::Prefer),
@@ -1467,7 +1468,13 @@ fn sslmode_takes_libpq_names_and_defaults_to_prefer() {
         ("verify-ca", SslMode::VerifyCa),
         ("verify-full", SslMode::VerifyFull),
     ] {
-        let config = load(&with_postgres(&format!("sslmode = \"{name}\""))).unwrap();
+        // verify-ca needs its CA (sslmode_verify_ca_needs_sslrootcert).
+        let root = if mode == SslMode::VerifyCa {
+            format!("\nsslrootcert = \"{ca}\"")
+        } else {
+            String::new()
+        };
+        let config = load(&with_postgres(&format!("sslmode = \"{name}\"{root}"))).unwrap();
         assert_eq!(config.postgres.sslmode, mode, "{name}");
         assert_eq!(mode.as_str(), name);
     }
@@ -1477,6 +1484,76 @@ fn sslmode_takes_libpq_names_and_defaults_to_prefer() {
         error.contains("verify-full"),
         "lists the accepted values: {error}"
     );
+}
+
+/// A connection string or user info in a host is refused without the
+/// value: it may hold a password, which would then reach logs, `check`,
+/// `/healthz` and `status`.
+#[test]
+fn hosts_with_credentials_are_refused_without_repeating_them() {
+    for host in [
+        "postgres://walrelay:S3cretPW@db/shop",
+        "postgresql://db",
+        "walrelay:S3cretPW@db",
+    ] {
+        let error = load_err(&MINIMAL.replace(
+            "database = \"app\"",
+            &format!("database = \"app\"\nhost = \"{host}\""),
+        ));
+        assert!(
+            error.contains("postgres.host: looks like a connection string"),
+            "{error}"
+        );
+        assert!(
+            !error.contains("S3cretPW") && !error.contains(host),
+            "{error}"
+        );
+    }
+    for brokers in ["user:S3cretPW@kafka:9092", "k1:9092,user:S3cretPW@k2:9092"] {
+        let error = load_err(&MINIMAL.replace(
+            "brokers = \"127.0.0.1:9092\"",
+            &format!("brokers = \"{brokers}\""),
+        ));
+        assert!(
+            error.contains("kafka.brokers: an entry holds user info"),
+            "{error}"
+        );
+        assert!(!error.contains("S3cretPW"), "{error}");
+        assert!(!error.contains("IPv6"), "no wrong diagnosis: {error}");
+    }
+}
+
+/// libpq refuses verify-ca without a root certificate: against the system
+/// store and without host-name checks, any publicly issued certificate for
+/// any host passes. So does walrelay, naming both ways out.
+#[test]
+fn sslmode_verify_ca_needs_sslrootcert() {
+    let error = load_err(&with_postgres("sslmode = \"verify-ca\""));
+    assert!(
+        error.contains("postgres.sslmode: \"verify-ca\" needs postgres.sslrootcert"),
+        "{error}"
+    );
+    assert!(error.contains("verify-full"), "{error}");
+    // verify-full with the system store checks the host name: accepted.
+    load(&with_postgres("sslmode = \"verify-full\"")).unwrap();
+}
+
+/// The same on the Kafka side: no host-name check needs a pinned CA.
+#[test]
+fn kafka_without_host_name_checks_needs_a_pinned_ca() {
+    let error = load_err(&kafka_with(
+        "security_protocol = \"ssl\"\nssl_verify_hostname = false",
+    ));
+    assert!(
+        error.contains("kafka.ssl_verify_hostname: false needs kafka.ssl_ca"),
+        "{error}"
+    );
+    let file = existing_file();
+    load(&kafka_with(&format!(
+        "security_protocol = \"ssl\"\nssl_verify_hostname = false\nssl_ca = \"{file}\""
+    )))
+    .unwrap();
+    load(&kafka_with("security_protocol = \"ssl\"")).unwrap();
 }
 
 #[test]

@@ -257,7 +257,17 @@ fn connector_name(name: &str, out: &mut Vec<Problem>) {
 }
 
 fn postgres(pg: &PostgresConfig, out: &mut Vec<Problem>) {
-    if pg.host.trim().is_empty() {
+    if pg.host.contains("://") || pg.host.contains('@') {
+        // Not quoted: a connection string may hold a password, and this
+        // value would reach logs, `check`, `/healthz` and `status`.
+        out.push(Problem::new(
+            "postgres.host",
+            "looks like a connection string or holds user info (\"postgres://user:password@host\" \
+             or \"user@host\"), which may carry a password, so it is not repeated here; give the \
+             host name only, and the rest in postgres.user, postgres.password (or \
+             \"${file:/run/secrets/pg_password}\"), postgres.port and postgres.database",
+        ));
+    } else if pg.host.trim().is_empty() {
         out.push(Problem::new(
             "postgres.host",
             "is empty; set a host name, an IP address, or a Unix socket directory such as \
@@ -366,6 +376,19 @@ fn postgres(pg: &PostgresConfig, out: &mut Vec<Problem>) {
             ),
         ));
     }
+    if pg.sslmode == SslMode::VerifyCa && pg.sslrootcert.is_none() {
+        // libpq refuses this too: the system store trusts every public CA,
+        // and verify-ca checks no host name, so any certificate any public
+        // CA issued for any host would pass.
+        out.push(Problem::new(
+            "postgres.sslmode",
+            "\"verify-ca\" needs postgres.sslrootcert: without it the server is verified against \
+             the system's trust store and no host name is checked, so any certificate a public CA \
+             issued for any host would pass; set postgres.sslrootcert to the PEM file of the CA \
+             that signed the server's certificate, or use sslmode = \"verify-full\" (which also \
+             checks the host name)",
+        ));
+    }
     if let Some(path) = &pg.sslrootcert {
         if !pg.sslmode.verifies_certificate() {
             out.push(Problem::new(
@@ -459,6 +482,17 @@ fn kafka(kafka: &KafkaConfig, out: &mut Vec<Problem>) {
         ));
     } else {
         for broker in kafka.brokers.split(',').map(str::trim) {
+            if broker.contains('@') {
+                // Not quoted: user info may hold a password.
+                out.push(Problem::new(
+                    "kafka.brokers",
+                    "an entry holds user info (\"user:password@host:9092\"), which may carry a \
+                     password, so it is not repeated here; give host:port only, and the \
+                     credentials in kafka.sasl_username and kafka.sasl_password (with \
+                     kafka.security_protocol and kafka.sasl_mechanism)",
+                ));
+                break;
+            }
             if broker.is_empty() {
                 out.push(Problem::new(
                     "kafka.brokers",
@@ -657,6 +691,14 @@ fn security(kafka: &KafkaConfig, out: &mut Vec<Problem>) {
     }
     if kafka.ssl_verify_hostname.is_some() && !tls {
         out.push(Problem::new("kafka.ssl_verify_hostname", need(needs_tls)));
+    } else if kafka.ssl_verify_hostname == Some(false) && kafka.ssl_ca.is_none() {
+        out.push(Problem::new(
+            "kafka.ssl_verify_hostname",
+            "false needs kafka.ssl_ca: without host-name checks and with the system's trust \
+             store, any certificate a public CA issued for any host would pass; pin kafka.ssl_ca \
+             to the PEM file of the private CA that signed the brokers' certificates, or remove \
+             the key",
+        ));
     }
     if tls {
         match (&kafka.ssl_certificate, &kafka.ssl_key) {

@@ -9,7 +9,9 @@
 //! | `verify-full` | yes | against the CA | yes (DNS name or IP) | error |
 //!
 //! The CA is `postgres.sslrootcert` (PEM), or the system's trust store when
-//! it is not set. As in libpq, Unix-socket connections never use TLS.
+//! it is not set (`verify-full` only: configuration validation refuses
+//! `verify-ca` without it, as libpq does, since no host name is checked).
+//! As in libpq, Unix-socket connections never use TLS.
 //!
 //! A client certificate (`postgres.sslcert` + `postgres.sslkey`, the key
 //! optionally encrypted with `postgres.sslpassword`) is presented when the
