@@ -2048,6 +2048,10 @@ fn client_certificate_keys_come_together_over_tls() {
     let key = dir.join("client.key");
     std::fs::write(&cert, "PEM").unwrap();
     std::fs::write(&key, "PEM").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     let password = dir.join("key_password");
     std::fs::write(&password, "key-s3cret-Vb2\n").unwrap();
     let (cert, key, password) = (cert.display(), key.display(), password.display());
@@ -2111,6 +2115,45 @@ fn existing_file() -> String {
     concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml").to_owned()
 }
 
+/// A file only its owner may read (what a private key must be).
+fn private_file(name: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = secret_dir(name).join("client.key");
+    std::fs::write(&path, "PEM").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path.display().to_string()
+}
+
+/// A private key the group or others may read is refused, as libpq refuses
+/// it, with the chmod to run; 0600 is accepted.
+#[test]
+fn private_keys_readable_by_others_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let key = private_file("loosekey");
+    let cert = existing_file();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let error = load_err(&with_postgres(&format!(
+        "sslmode = \"verify-full\"\nsslcert = \"{cert}\"\nsslkey = \"{key}\""
+    )));
+    assert!(error.contains("postgres.sslkey"), "{error}");
+    assert!(
+        error.contains("(mode 0644)") && error.contains(&format!("chmod 600 {key}")),
+        "{error}"
+    );
+    let error = load_err(&kafka_with(&format!(
+        "security_protocol = \"ssl\"\nssl_certificate = \"{cert}\"\nssl_key = \"{key}\""
+    )));
+    assert!(
+        error.contains("kafka.ssl_key") && error.contains("chmod 600"),
+        "{error}"
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    load(&with_postgres(&format!(
+        "sslmode = \"verify-full\"\nsslcert = \"{cert}\"\nsslkey = \"{key}\""
+    )))
+    .unwrap();
+}
+
 /// `MINIMAL` with `[kafka]` keys inserted after `brokers`.
 fn kafka_with(keys: &str) -> String {
     MINIMAL.replace(
@@ -2147,16 +2190,17 @@ fn typed_sasl_ssl_settings_become_librdkafka_properties() {
 #[test]
 fn typed_mutual_tls_settings_become_librdkafka_properties() {
     let file = existing_file();
+    let key = private_file("mtlskey");
     let config = load(&kafka_with(&format!(
         "security_protocol = \"ssl\"\nssl_ca = \"{file}\"\nssl_certificate = \"{file}\"\n\
-         ssl_key = \"{file}\"\nssl_key_password = \"${{WALRELAY_KAFKA_PASSWORD}}\"\n\
+         ssl_key = \"{key}\"\nssl_key_password = \"${{WALRELAY_KAFKA_PASSWORD}}\"\n\
          ssl_verify_hostname = false",
     )))
     .unwrap();
     let props: HashMap<_, _> = config.kafka.producer_properties().into_iter().collect();
     assert_eq!(props["security.protocol"], "ssl");
     assert_eq!(props["ssl.certificate.location"], file);
-    assert_eq!(props["ssl.key.location"], file);
+    assert_eq!(props["ssl.key.location"], key);
     assert_eq!(props["ssl.key.password"], KAFKA_PASSWORD);
     assert_eq!(props["ssl.endpoint.identification.algorithm"], "none");
     assert!(!props.contains_key("sasl.mechanisms"));
@@ -2339,8 +2383,9 @@ fn kafka_secrets_come_from_files_too() {
     let props: HashMap<_, _> = config.kafka.producer_properties().into_iter().collect();
     assert_eq!(props["sasl.password"], "from-a-file-Zq9");
     let file = existing_file();
+    let key = private_file("filekey");
     let config = load(&kafka_with(&format!(
-        "security_protocol = \"ssl\"\nssl_certificate = \"{file}\"\nssl_key = \"{file}\"\n\
+        "security_protocol = \"ssl\"\nssl_certificate = \"{file}\"\nssl_key = \"{key}\"\n\
          ssl_key_password = \"${{file:{}}}\"",
         key_password.display()
     )))

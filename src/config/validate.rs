@@ -469,8 +469,31 @@ fn client_certificate(pg: &PostgresConfig, out: &mut Vec<Problem>) {
                     path.display()
                 ),
             ));
+        } else if key == "postgres.sslkey"
+            && let Some(why) = private_key_problem(path)
+        {
+            out.push(Problem::new(key, why));
         }
     }
+}
+
+/// libpq's rule for a private key file: no access for others, and none for
+/// the group unless root owns it (`0600`, or `0640` owned by root, at most).
+/// A key anyone on the host can read is not private: refused, with the
+/// `chmod` to run.
+fn private_key_problem(path: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    let mode = meta.mode() & 0o777;
+    let allowed = if meta.uid() == 0 { 0o037 } else { 0o077 };
+    (mode & allowed != 0).then(|| {
+        format!(
+            "{} is readable by the group or by others (mode {mode:04o}); a private key must not \
+             be: run chmod 600 {} (as libpq requires)",
+            path.display(),
+            path.display()
+        )
+    })
 }
 
 fn kafka(kafka: &KafkaConfig, out: &mut Vec<Problem>) {
@@ -684,6 +707,10 @@ fn security(kafka: &KafkaConfig, out: &mut Vec<Problem>) {
                     path.display()
                 ),
             ));
+        } else if key == "kafka.ssl_key"
+            && let Some(why) = private_key_problem(path)
+        {
+            out.push(Problem::new(key, why));
         }
     }
     if kafka.ssl_key_password.is_some() && !tls {
