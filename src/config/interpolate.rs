@@ -211,6 +211,19 @@ fn read_secret_file(path: &str) -> Result<String, InterpolateError> {
     if !Path::new(path).is_absolute() {
         return Err(InterpolateError::FileRelative { path: owned() });
     }
+    // Checked before opening: opening a FIFO waits for a writer, forever
+    // (and a device may never end).
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() => {
+            return Err(InterpolateError::FileUnreadable {
+                path: owned(),
+                cause: "not a regular file (a directory, a FIFO or a device); a secret must be a \
+                        file"
+                    .to_owned(),
+            });
+        }
+        _ => {}
+    }
     let mut bytes = Vec::new();
     std::fs::File::open(path)
         .and_then(|file| file.take(MAX_SECRET_FILE_BYTES + 1).read_to_end(&mut bytes))

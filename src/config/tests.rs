@@ -2002,9 +2002,17 @@ fn a_secret_file_that_cannot_be_used_is_named_with_its_key_never_its_content() {
     std::fs::write(&binary, [content.as_bytes(), &[0xff, 0xfe]].concat()).unwrap();
     let huge = dir.join("huge");
     std::fs::write(&huge, content.repeat(3000)).unwrap();
+    // A FIFO nobody writes to: opening it would wait forever.
+    let fifo = dir.join("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo");
     let cases = [
         (missing.display().to_string(), "cannot read secret file"),
-        (dir.display().to_string(), "cannot read secret file"),
+        (dir.display().to_string(), "not a regular file"),
+        (fifo.display().to_string(), "not a regular file"),
         (empty.display().to_string(), "is empty"),
         (binary.display().to_string(), "is not valid UTF-8"),
         (huge.display().to_string(), "is larger than 65536 bytes"),
