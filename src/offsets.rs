@@ -710,11 +710,20 @@ impl OffsetStore {
             .filter(|t| t.name() == self.topic)
             .flat_map(|t| t.partitions().iter().map(|p| p.id()))
             .collect();
+        // The high watermarks, as a read_uncommitted client sees them: a
+        // read_committed one is told the last stable offset instead, which
+        // stops short of any record behind another producer's open
+        // transaction (this connector's newest offset among them).
+        let marks: BaseConsumer<ReaderContext> = self
+            .config()
+            .set("isolation.level", "read_uncommitted")
+            .create_with_context(ReaderContext)
+            .map_err(|e| err(e.to_string()))?;
         let mut tpl = TopicPartitionList::new();
         // (partition, end offset, offset reached, done)
         let mut parts: Vec<(i32, i64, i64, bool)> = Vec::new();
         for p in partitions {
-            let (low, high) = consumer
+            let (low, high) = marks
                 .fetch_watermarks(&self.topic, p, stall)
                 .map_err(|e| err(format!("watermarks of partition {p}: {e}")))?;
             if high > low {
@@ -752,10 +761,28 @@ impl OffsetStore {
             let msg = match consumer.poll(Duration::from_millis(100)) {
                 None => continue,
                 Some(Err(KafkaError::PartitionEOF(p))) => {
+                    // The end a read_committed reader sees is the last
+                    // stable offset: below the high watermark while any
+                    // producer's transaction on the partition is open (an
+                    // exactly_once connector sharing the topic). Records
+                    // behind it (this connector's newest offset among them)
+                    // come only once that transaction ends: done only at
+                    // the high watermark taken at the start.
+                    let position = consumer
+                        .position()
+                        .ok()
+                        .and_then(|tpl| {
+                            tpl.find_partition(&self.topic, p)
+                                .and_then(|e| e.offset().to_raw())
+                        })
+                        .unwrap_or(-1);
                     if let Some(part) = parts.iter_mut().find(|x| x.0 == p) {
-                        part.3 = true;
+                        part.2 = part.2.max(position);
+                        if part.2 >= part.1 {
+                            part.3 = true;
+                            deadline.progressed(Instant::now());
+                        }
                     }
-                    deadline.progressed(Instant::now());
                     continue;
                 }
                 Some(Err(e)) => return Err(err(e.to_string())),

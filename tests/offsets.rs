@@ -364,3 +364,72 @@ async fn check_and_run_refuse_a_stored_offset_of_another_slot_or_timeline() {
     let (code, text) = walrelay_check(&path);
     assert_eq!(code, Some(0), "{text}");
 }
+
+/// An offsets topic shared with an `exactly_once` connector: while its
+/// transaction on the partition is open, a `read_committed` reader sees the
+/// partition end at the transaction's start (the last stable offset), and
+/// this connector's newer offset written behind it is not there yet. The
+/// store waits for the transaction to end and returns the newest offset,
+/// never the stale one before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_transaction_on_a_shared_topic_never_yields_a_stale_offset() {
+    require_kafka();
+    let topic = unique("offsets_shared");
+    admin()
+        .create_topics(
+            &[NewTopic::new(&topic, 1, TopicReplication::Fixed(1))],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await
+        .expect("create topic")
+        .into_iter()
+        .for_each(|r| {
+            r.expect("topic created");
+        });
+    write_offset(&topic, &offset("conn_a", 100));
+    // Another connector's transaction, left open.
+    let other: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("transactional.id", unique("other_connector"))
+        .create()
+        .expect("transactional producer");
+    other
+        .init_transactions(Duration::from_secs(30))
+        .expect("init");
+    other.begin_transaction().expect("begin");
+    let theirs = serde_json::to_vec(&offset("conn_b", 7)).unwrap();
+    other
+        .send(
+            BaseRecord::<str, [u8]>::to(&topic)
+                .key("conn_b")
+                .payload(theirs.as_slice()),
+        )
+        .map_err(|(e, _)| e)
+        .expect("send");
+    other.flush(Duration::from_secs(30)).expect("flush");
+    // Ours, newer, behind it.
+    write_offset(&topic, &offset("conn_a", 200));
+    let ends = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(2));
+        other
+            .abort_transaction(Duration::from_secs(30))
+            .expect("abort");
+    });
+    let started = Instant::now();
+    let loaded =
+        tokio::task::spawn_blocking(move || store(&topic, "conn_a").load(Duration::from_secs(10)))
+            .await
+            .unwrap()
+            .expect("load")
+            .expect("an offset");
+    ends.join().unwrap();
+    assert_eq!(
+        loaded.lsn,
+        walrelay::Lsn(200).to_string(),
+        "the newest offset, not the one before the open transaction"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "it waited for the transaction to end"
+    );
+}

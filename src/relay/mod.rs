@@ -508,6 +508,14 @@ pub fn producer_properties(config: &Config) -> Vec<(String, String)> {
         if let Some(p) = props.iter_mut().find(|(k, _)| k == "message.timeout.ms") {
             p.1 = timeout;
         }
+        // Right after a commit the coordinator is still writing the
+        // transaction's markers, and the next transaction's first send is
+        // answered CONCURRENT_TRANSACTIONS, retried after retry.backoff.ms:
+        // librdkafka's 100 ms put a floor under every transaction. 20 ms,
+        // as the Java producer uses for this case (KAFKA-5477); still
+        // exponential up to retry.backoff.max.ms, and the raw map may
+        // change it.
+        props.push(("retry.backoff.ms".to_owned(), "20".to_owned()));
     }
     // The config's list last, so its raw map can still tune these.
     props.extend(k.producer_properties());

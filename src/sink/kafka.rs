@@ -614,6 +614,21 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
     /// [`KafkaSink::abort_transaction`], or by the next producer's
     /// [`KafkaSink::init_transactions`]).
     pub async fn commit_transaction(&self, timeout: Duration) -> Result<(), SinkError> {
+        // rdkafka's commit first flushes, polling the producer's event
+        // queue in steps of 100 ms; with the ThreadedProducer's own thread
+        // serving that queue each step sleeps its full 100 ms, a floor
+        // under every transaction. Wait for the outstanding records here
+        // instead (librdkafka's flush with no wait only checks, and sends
+        // what lingers), so that the commit's own flush finds none.
+        let deadline = tokio::time::Instant::now() + timeout;
+        while let Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)) =
+            self.producer.flush(Duration::ZERO)
+        {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(SinkError::timed_out(timeout));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         self.blocking(move |p| p.commit_transaction(timeout)).await
     }
 
