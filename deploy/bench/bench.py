@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""walrelay benchmark harness: R (pg_recvlogical ceiling), D (Debezium), W (walrelay).
+"""walrelay benchmark harness: R (pg_recvlogical ceiling), D (Debezium), W (walrelay), X (walrelay,
+exactly_once).
 
 Run it through deploy/bench/run.sh, which starts PostgreSQL and Kafka, resolves
 the Kafka Connect + Debezium classpath and exports BENCH_* / WALRELAY_* env
@@ -17,7 +18,14 @@ Per transaction size K and run i:
      Routing is verified against the database.
   4. W: walrelay run --config; same measurement and verification as D.
      "not yet" while target/release/walrelay is missing or does not deliver.
-     The order of R, D, W rotates from run to run.
+  X: walrelay as W with [kafka] delivery = "exactly_once" (selected with --contenders). End offsets
+     also count transaction markers, so they only say when to look: once they grew by >= N and
+     stood still for QUIET_S, every record since the start is read back read_committed (kcat) and
+     counted; all N rows' ids exactly once, or the run fails. Drain time = first record's
+     LogAppendTime .. the moment its transaction's offset-store record (the last record of each
+     Kafka transaction, on wrbench.offsets, X's own offset topic) reached a read_committed consumer
+     that follows that topic during the run: when the last record became visible.
+     The order of R, D, W (X) rotates from run to run.
   Each contender's slot is dropped right after its measurement.
 Snapshot pass (--snapshot): N rows written while no slot of the database exists, then per run
   C: psql COPY (SELECT * FROM public.outbox ORDER BY id) TO STDOUT into /dev/null, start .. exit;
@@ -33,10 +41,14 @@ Table-events pass (--tables): public.bench_table (10 columns of mixed types, wor
      to wrbench.public.bench_table;
   W: walrelay with a [[table]] section (topic_prefix "wrbench") to the same topic.
   D and W must deliver N records; samples are checked as Debezium update events.
+Latency pass (--latency): commit -> LogAppendTime for D and W; for X commit -> the moment a
+  read_committed consumer (kcat, one per partition, following them during the run) received the
+  record, i.e. after its Kafka transaction committed. X runs in the throughput and latency passes only.
 Then the medians over runs go into Markdown tables.
 """
 
 import argparse
+import bisect
 import datetime as dt
 import json
 import math
@@ -50,7 +62,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
+from collections import Counter
 from pathlib import Path
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -114,6 +128,13 @@ CONNECT_JVM = CONNECT_HEAP + [
 
 POLL_S = 0.1          # Kafka end-offset poll interval (one `kcat -Q`, ~6 ms CPU)
 R_POLL_S = 0.005      # pg_recvlogical: output file size + wait4 poll interval
+# Contender X (delivery = "exactly_once"): its offset store, the last record of each of its Kafka
+# transactions. A topic of its own (kafka.offsets_topic; W keeps walrelay's default,
+# walrelay.offsets): a read_committed reader of a partition gets nothing past the first open
+# transaction of ANY producer on it, and other connectors (the project's tests) run exactly_once
+# transactions on walrelay.offsets; X's commits seen there arrived tens of ms, at times seconds, late.
+OFFSETS_TOPIC = "wrbench.offsets"
+QUIET_S = 0.5         # X: end offsets still this long (> transaction_max_time, 100 ms) before counting
 
 DOCS = REPO / "docs" / "benchmarks.md"
 DOCS_BEGIN = "<!-- bench:results:begin (written by deploy/bench/run.sh; edit outside these markers) -->"
@@ -460,10 +481,14 @@ def delta(offs, base):
     return sum(offs[k] - base[k] for k in base)
 
 
-def consume(topic, partition, start, count=None, fmt="%T\\t%k\\t%h\\t%s\\n"):
-    """Records of one partition from offset start (to the end, or count records)."""
+def consume(topic, partition, start, count=None, fmt="%T\\t%k\\t%h\\t%s\\n", committed=False):
+    """Records of one partition from offset start (to the end, or count records). committed:
+    isolation.level=read_committed said explicitly (contender X; librdkafka's default too): only
+    records of committed transactions, and the end is the last stable offset."""
     cmd = ["kcat", "-b", BROKERS, "-C", "-q", "-e", "-t", topic, "-p", str(partition), "-o", str(start),
            "-f", fmt]
+    if committed:
+        cmd += ["-X", "isolation.level=read_committed"]
     if count is not None:
         cmd += ["-c", str(count)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -480,18 +505,21 @@ def parse_headers(h):
     return out
 
 
-def verify_routing(parts, base, end, expected):
+def verify_routing(parts, base, end, expected, got=None, committed=False):
     """Checks that what arrived since `base` is the outbox backlog routed as the EventRouter
     routes it: topic = outbox.event.<aggregatetype>, key = aggregateid, header id = row id,
     value carrying the row's payload. Samples up to 5 records per partition and looks each
-    one up in the database by its id header. Returns a short description; raises on mismatch."""
-    got = delta(end, base)
+    one up in the database by its id header. Returns a short description; raises on mismatch.
+    X: got = the records counted read_committed (end offsets also count transaction markers),
+    and the samples are read read_committed."""
+    if got is None:
+        got = delta(end, base)
     if got < expected:
         raise BenchError(f"only {got} of {expected} records arrived")
     samples = []
     for (topic, p), b in sorted(base.items()):
         if end[(topic, p)] > b:
-            for rec in consume(topic, p, b, count=5):
+            for rec in consume(topic, p, b, count=5, committed=committed):
                 samples.append((topic, rec))
     if not samples:
         raise BenchError("no records to verify")
@@ -872,10 +900,15 @@ def start_connect(ctx, d, slot, poll_ms, snapshot_mode="no_data", mode=None):
     return p, connect_log
 
 
-def start_walrelay(ctx, d, slot, name, snapshot_mode=None, sasl_ssl=False, mode=None):
+def start_walrelay(ctx, d, slot, name, snapshot_mode=None, sasl_ssl=False, mode=None, exactly_once=False,
+                   health_port=None):
     """Streaming (the slot exists, made by the harness), or with snapshot_mode the snapshot
     pass: walrelay creates the slot itself (its snapshot is the one the slot exports).
     sasl_ssl: over the SASL_SSL listener (contender S) instead of PLAINTEXT.
+    exactly_once: `delivery = "exactly_once"` in [kafka] (contender X; the transaction_* keys at
+    their defaults), and offsets_topic = OFFSETS_TOPIC (see there). health_port: a [health]
+    section listening on 127.0.0.1:<port> (X: /metrics is read once, after the drain, for the
+    transaction counters).
     mode: TABLE_MODE replaces the [[outbox]] section by a [[table]] section for mode's table
     (topic prefix "wrbench", as Debezium's topic.prefix) and uses mode's publication."""
     mode = mode or OUTBOX_MODE
@@ -903,6 +936,15 @@ def start_walrelay(ctx, d, slot, name, snapshot_mode=None, sasl_ssl=False, mode=
                 f'sasl_username = "{SASL_SSL["user"]}"\nsasl_password = "${{BENCH_KAFKA_PASSWORD}}"\n'
                 f'ssl_ca = "{SASL_SSL["tls_dir"]}/ca.pem"\n')
         cfg.write_text(text.replace("[kafka]\n", "[kafka]\n" + keys, 1))
+    if exactly_once:
+        text = cfg.read_text()
+        if "[kafka]\n" not in text:
+            raise BenchError("walrelay.toml.in: no [kafka] section for delivery = \"exactly_once\"")
+        keys = f'delivery = "exactly_once"\noffsets_topic = "{OFFSETS_TOPIC}"\n'
+        cfg.write_text(text.replace("[kafka]\n", "[kafka]\n" + keys, 1))
+    if health_port:
+        with open(cfg, "a") as f:
+            f.write(f'\n[health]\nlisten = "127.0.0.1:{health_port}"\n')
     if snapshot_mode:
         with open(cfg, "a") as f:
             f.write(f'\n[snapshot]\nmode = "{snapshot_mode}"\n')
@@ -968,6 +1010,294 @@ def run_kafka_contender(ctx, contender, slot, k, run, n, mode=None):
     return res
 
 
+# --------------------------------------------------------------------------------------
+# Contender X: walrelay with delivery = "exactly_once". Its records reach Kafka in transactions;
+# each committed transaction adds a commit marker to every partition it wrote to and aborted
+# records keep their offsets, so end offsets are not record counts, and a record counts only once
+# a read_committed consumer can see it (its transaction committed).
+
+def parse_lsn(text):
+    """'16/B374D848' -> int."""
+    hi, _, lo = text.partition("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+class KafkaTail:
+    """A read_committed kcat consumer following one partition from offset `start` during a run
+    (-u: unbuffered), its output read as it arrives: (wall time the line arrived, line) per
+    record. A record reaches it once its transaction is committed (the broker serves a
+    read_committed fetch only up to the last stable offset)."""
+
+    def __init__(self, ctx, d, topic, partition, start, fmt):
+        # A client.id unique to this process: the marker that lets a later run stop it if this
+        # harness dies (see spawn), never another kcat.
+        self.marker = f"client.id=wrbench-tail-{ctx.stamp}-{uuid.uuid4().hex[:8]}"
+        cmd = ["kcat", "-b", BROKERS, "-C", "-u", "-q", "-X", "isolation.level=read_committed",
+               "-X", self.marker, "-t", topic, "-p", str(partition), "-o", str(start), "-f", fmt]
+        self.errf = open(d / f"tail-{topic}-{partition}.log", "w")
+        self.p = spawn(cmd, self.marker, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.errf)
+        self.lines, self.lock = [], threading.Lock()
+        self.thread = threading.Thread(target=self._read, args=(self.p.stdout.fileno(),), daemon=True)
+        self.thread.start()
+
+    def _read(self, fd):
+        buf = b""
+        while True:
+            b = os.read(fd, 1 << 16)
+            if not b:
+                return
+            t = time.time()
+            buf += b
+            *done, buf = buf.split(b"\n")
+            if done:
+                with self.lock:
+                    self.lines.extend((t, line.decode(errors="replace")) for line in done if line)
+
+    def count(self):
+        with self.lock:
+            return len(self.lines)
+
+    def snapshot(self):
+        with self.lock:
+            return list(self.lines)
+
+    def stop(self):
+        stop_process(self.p, grace_s=5)
+        self.thread.join(5)
+        self.p.stdout.close()
+        self.errf.close()
+
+
+class OffsetsTail:
+    """X's commits as a read_committed consumer sees them: a KafkaTail of X's offset topic
+    (OFFSETS_TOPIC, one partition) from its end before X starts. Every Kafka transaction of X ends with the
+    offset-store record of the position it covers (JSON, `lsn` = the end LSN of the last
+    PostgreSQL transaction in it), so the arrival of that record is the moment the transaction's
+    records became visible. If the topic does not exist yet (a fresh broker, X's first run), the
+    tail starts from offset 0 as soon as walrelay has created it; commits it reads
+    late then are early ones, never the last one a drain waits for."""
+
+    def __init__(self, ctx, d, connector):
+        self.ctx, self.d, self.connector, self.tail = ctx, d, connector, None
+        self.base = end_offsets({OFFSETS_TOPIC: [0]})[(OFFSETS_TOPIC, 0)] if self._exists() else 0
+
+    @staticmethod
+    def _exists():
+        out = subprocess.run(["kcat", "-b", BROKERS, "-L", "-J"], capture_output=True, text=True, timeout=30)
+        if out.returncode != 0:
+            return False
+        return any(t["topic"] == OFFSETS_TOPIC and t.get("partitions") for t in json.loads(out.stdout)["topics"])
+
+    def ensure_started(self):
+        if self.tail is None and (self.base > 0 or self._exists()):
+            self.tail = KafkaTail(self.ctx, self.d, OFFSETS_TOPIC, 0, self.base, "%k\\t%s\\n")
+        return self.tail is not None
+
+    def commits(self):
+        """[(arrival wall time, stored lsn)] of this connector's offset records, in order."""
+        out = []
+        for t, line in (self.tail.snapshot() if self.tail else []):
+            key, _, value = line.partition("\t")
+            if key != self.connector:
+                continue
+            try:
+                out.append((t, parse_lsn(json.loads(value)["lsn"])))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return out
+
+    def stop(self):
+        if self.tail:
+            self.tail.stop()
+
+
+def covering_commit(commits, lsn, positions=None):
+    """The arrival time of the first offset record with a stored position past `lsn` (a record's
+    walrelay.lsn = its transaction's commit LSN; a stored position = the end LSN of the last
+    whole transaction covered), i.e. the commit that made the record visible; None if not seen."""
+    if positions is None:
+        positions = [c[1] for c in commits]
+    i = bisect.bisect_right(positions, lsn)
+    return commits[i][0] if i < len(commits) else None
+
+
+def scrape_metrics(port):
+    """walrelay's transaction counters and histograms from its /metrics (X only): {name: value}."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    except OSError as e:
+        log(f"  X: could not read /metrics: {e}")
+        return {}
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"(walrelay_kafka_transaction\w*?)(?:_total)?(?:\{[^}]*\})? (\S+)$", line)
+        if m and not m.group(1).endswith("_bucket"):
+            out[m.group(1)] = float(m.group(2))
+    return out
+
+
+def metrics_note(m):
+    if not m:
+        return "no metrics"
+    c = m.get("walrelay_kafka_transactions_committed", 0)
+    note = (f"{c:.0f} Kafka transactions committed, {m.get('walrelay_kafka_transactions_aborted', 0):.0f} "
+            f"aborted, {m.get('walrelay_kafka_transactions_fenced', 0):.0f} fenced")
+    rc, rs = m.get("walrelay_kafka_transaction_records_count"), m.get("walrelay_kafka_transaction_records_sum")
+    sc, ss = m.get("walrelay_kafka_transaction_seconds_count"), m.get("walrelay_kafka_transaction_seconds_sum")
+    if rc:
+        note += f", {rs / rc:,.0f} records each on average"
+    if sc:
+        note += f", open {1000 * ss / sc:.0f} ms on average"
+    return note
+
+
+def log_problems(path):
+    """walrelay's log lines at WARN or ERROR level (X: said in the run's verification note), but
+    for librdkafka's "PartitionEOF" error, which W logs just the same at every start (the offset
+    store's read reaching the end of its topic)."""
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    return [l.strip() for l in lines if re.search(r"\b(WARN|ERROR)\b", l) and "PartitionEOF" not in l]
+
+
+def read_committed_records(parts, base):
+    """Every record since `base`, read read_committed: [(topic, partition, LogAppendTime ms,
+    headers dict)]. The end of each partition is its last stable offset."""
+    out = []
+    for (topic, p), b in sorted(base.items()):
+        for rec in consume(topic, p, b, fmt="%T\\t%h\\n", committed=True):
+            out.append((topic, p, int(rec[0]), parse_headers(rec[1] if len(rec) > 1 else "")))
+    return out
+
+
+def check_exactly_once(ids, expected_ids, what):
+    """ids: the `id` headers read; expected_ids: the rows' ids. Returns (note, duplicates); raises
+    if a row is missing or a record names no row."""
+    seen = Counter(ids)
+    dups = sum(v - 1 for v in seen.values() if v > 1)
+    missing = [i for i in expected_ids if i not in seen]
+    extra = [i for i in seen if i not in expected_ids]
+    if missing:
+        raise BenchError(f"{what}: {len(missing)} of {len(expected_ids)} rows never became visible "
+                         f"read_committed (e.g. {missing[0]})")
+    if extra:
+        raise BenchError(f"{what}: {len(extra)} records name no row of the backlog (e.g. {extra[0]})")
+    if dups:
+        return f"EXACTLY-ONCE VIOLATED: {dups} duplicate records", dups
+    return f"every row's id exactly once", 0
+
+
+def watch_committed(ctx, p, parts, base, n, t0, first_timeout_s, stall_timeout_s, log_path, neighbours,
+                    otail):
+    """X's watch_kafka: the end offsets (polled as for W) count records, transaction markers and
+    aborted records alike, so reaching base + n only means "maybe done". Once they have grown by
+    >= n and stood still for QUIET_S (no transaction in progress: X commits at least every
+    transaction_max_time while it has records), CPU, RSS and the neighbours are sampled and every
+    record since `base` is read back read_committed and counted; fewer than n: go on polling.
+    Nothing is read back while X drains."""
+    t_first = cpu_before_first = None
+    last_count, last_change = 0, time.monotonic()
+    counted_at = None  # the offsets at the last read-back that found fewer than n
+    cpu_prev = 0.0
+    while True:
+        otail.ensure_started()
+        if p.poll() is not None:
+            forget(p)
+            raise BenchError(f"walrelay (exactly_once) exited with code {p.returncode} before delivering "
+                             f"({last_count}/{n} offsets): {log_tail(log_path)} (log: {rel(log_path)})")
+        cpu_now = proc_cpu_s(p.pid)
+        offs = end_offsets(parts)
+        now = time.monotonic()
+        count = delta(offs, base)
+        if count > 0 and t_first is None:
+            t_first, cpu_before_first = now, cpu_prev
+            neighbours.at_first()
+        if count != last_count:
+            last_count, last_change = count, now
+        if count >= n and now - last_change >= QUIET_S and offs != counted_at:
+            neighbours.sample()
+            cpu_done, rss_kb = proc_cpu_s(p.pid), proc_hwm_kb(p.pid)
+            recs = read_committed_records(parts, base)
+            if len(recs) >= n:
+                return dict(t_detected=now, t_first=t_first, cpu_before_first=cpu_before_first,
+                            cpu_done=cpu_done, rss_kb=rss_kb, offsets=offs, records=recs)
+            log(f"  X: end offsets grew by {count}, but only {len(recs)} of {n} records are committed; "
+                f"waiting")
+            counted_at = offs
+        if count == 0 and now - t0 > first_timeout_s:
+            raise BenchError(f"walrelay (exactly_once): no record in Kafka {first_timeout_s:.0f}s after start; "
+                             f"log: {rel(log_path)}")
+        if count > 0 and now - last_change > stall_timeout_s:
+            raise BenchError(f"walrelay (exactly_once): end offsets stuck at base + {count} (n = {n}) for "
+                             f"{stall_timeout_s:.0f}s; log: {rel(log_path)}")
+        cpu_prev = cpu_now if cpu_now is not None else cpu_prev
+        time.sleep(POLL_S)
+
+
+def run_exactly_once(ctx, slot, k, run, n):
+    """X in the throughput pass. Drain = the first record's LogAppendTime .. the arrival, at a
+    read_committed consumer of walrelay's offset topic, of the offset record committed with the
+    backlog's last record (the records' visibility to read_committed consumers, not their append).
+    Verified: all n rows' ids exactly once, read_committed, plus verify_routing's samples."""
+    parts = ctx.parts
+    d = ctx.rundir / f"k{k}-run{run}-X"
+    d.mkdir()
+    base = end_offsets(parts)
+    outages = len(OUTAGES)
+    name = f"wrbench-{ctx.stamp}-k{k}-run{run}-x"
+    log(f"  X: {rel(ctx.walrelay)} run, delivery = \"exactly_once\"")
+    otail = OffsetsTail(ctx, d, name)
+    port = free_port()
+    t0, t0_wall = time.monotonic(), time.time()
+    p, plog = start_walrelay(ctx, d, slot, name, exactly_once=True, health_port=port)
+    neighbours = Neighbours(slot, broker=True)
+    metrics = {}
+    try:
+        w = watch_committed(ctx, p, parts, base, n, t0, 120, 90, plog, neighbours, otail)
+        metrics = scrape_metrics(port)
+    finally:
+        code, _ = stop_process(p)
+        otail.stop()
+    recs = w["records"]
+    first_ms = min(r[2] for r in recs)
+    last_ms = max(r[2] for r in recs)
+    max_lsn = max(parse_lsn(r[3]["walrelay.lsn"]) for r in recs)
+    commits = otail.commits()
+    t_visible = covering_commit(commits, max_lsn)
+    if t_visible is None:
+        raise BenchError(f"X: the commit of the backlog's last transaction (commit LSN past "
+                         f"{max_lsn >> 32:X}/{max_lsn & 0xFFFFFFFF:X}) never reached the {OFFSETS_TOPIC} tail "
+                         f"({len(commits)} commits seen); log: {rel(plog)}")
+    expected_ids = set(filter(None, psql("SELECT id FROM public.outbox").splitlines()))
+    once, dups = check_exactly_once([r[3].get("id") for r in recs], expected_ids, "X")
+    verified = verify_routing(parts, base, w["offsets"], n, got=len(recs), committed=True)
+    drain = t_visible - first_ms / 1000.0
+    problems = log_problems(plog)
+    verified = (f"{len(recs):,} records read read_committed, {once}; {verified.split('; ')[0]}; "
+                f"{metrics_note(metrics)}; last commit visible {1000 * t_visible - last_ms:.0f} ms after "
+                f"the last append")
+    if problems:
+        verified += f"; walrelay logged {len(problems)} WARN/ERROR line(s), first: {problems[0][:200]}"
+    if len(OUTAGES) > outages:
+        verified += "; DISTURBED: the broker did not answer for a while during this run"
+    res = result("X", k, run, n)
+    res.update(wall_s=t_visible - t0_wall, first_s=first_ms / 1000.0 - t0_wall, drain_s=drain,
+               rows_per_s=n / drain if drain > 0 else None, cpu_total_s=w["cpu_done"],
+               cpu_drain_s=w["cpu_done"] - (w["cpu_before_first"] or 0.0), rss_kb=w["rss_kb"],
+               verified=verified, append_drain_s=(last_ms - first_ms) / 1000.0, duplicates=dups,
+               commits_seen=len(commits), metrics=metrics, log_problems=problems[:20])
+    res.update(neighbours.drain_s())
+    log(f"  X: {n} rows in {drain:.3f}s = {fmt(res['rows_per_s'], ',.0f')} rows/s to the last commit "
+        f"(appends span {res['append_drain_s']:.3f}s; first record {res['first_s']:.1f}s after start), "
+        f"CPU {res['cpu_total_s']:.2f}s ({res['cpu_drain_s']:.2f}s while draining), RSS "
+        f"{res['rss_kb'] / 1024:.0f} MiB; {verified}")
+    if code not in (0, 143, -15):
+        log(f"  X: note: exited with code {code} after SIGTERM")
+    return res
+
+
 def walrelay_missing_reason(ctx):
     if not ctx.walrelay.exists():
         return f"{rel(ctx.walrelay)} does not exist"
@@ -986,7 +1316,7 @@ def throughput(ctx):
         for run in range(1, ctx.args.runs + 1):
             log(f"== K={k} run {run}/{ctx.args.runs}: backlog of {ctx.args.rows} rows")
             psql("TRUNCATE public.outbox")
-            use = [c for c in contenders if not (c in "WS" and ctx.w_reason)]
+            use = [c for c in contenders if not (c in "WSX" and ctx.w_reason)]
             slots = {c: f"{SLOT_PREFIX}{c.lower()}_k{k}_r{run}" for c in use}
             for s in slots.values():
                 create_slot(s)
@@ -1007,22 +1337,25 @@ def throughput(ctx):
             # always gets the freshly written, just-checkpointed backlog first.
             rot = (run - 1) % len(contenders)
             for c in contenders[rot:] + contenders[:rot]:
-                if c in "WS" and ctx.w_reason:
+                if c in "WSX" and ctx.w_reason:
                     results.append(result(c, k, run, n, status=f"not yet ({ctx.w_reason})"))
                     continue
                 try:
                     if c == "R":
                         r = run_r(ctx, slots[c], k, run, n, end_lsn)
+                    elif c == "X":
+                        r = run_exactly_once(ctx, slots[c], k, run, n)
                     else:
                         r = run_kafka_contender(ctx, c, slots[c], k, run, n)
                 except BenchError as e:
-                    if c not in "WS":
+                    if c not in "WSX":
                         raise
                     log(f"  {c}: not yet: {e}")
                     r = result(c, k, run, n, status=f"not yet ({e})")
                     if ctx.args.require_walrelay:
                         raise
-                    ctx.w_reason = ctx.w_reason or str(e)
+                    if c != "X":  # X failing says nothing about W: keep running both
+                        ctx.w_reason = ctx.w_reason or str(e)
                 finally:
                     drop_slot(slots[c])
                 results.append(r)
@@ -1056,7 +1389,7 @@ def tables(ctx):
     exactly as throughput() does for the outbox backlog."""
     tables_setup(ctx)
     results = []
-    contenders = [c for c in ctx.contenders if c != "S"]  # S is an outbox-pass contender only
+    contenders = [c for c in ctx.contenders if c not in "SX"]  # S, X: outbox-pass contenders only
     blocks_of = lambda k: TABLE_ROWS // k  # noqa: E731 - ids 1 .. blocks*k are updated
     for k in ctx.tables_txn_sizes:
         if blocks_of(k) < 1:
@@ -1119,7 +1452,7 @@ def latency_variants(ctx):
     for c in ctx.contenders:
         if c == "D":
             out += [("D", c, ms) for ms in ctx.dbz_latency_poll_ms]
-        elif c in ("R", "W"):
+        elif c in ("R", "W", "X"):
             out.append((c, c, None))
     return out
 
@@ -1222,12 +1555,110 @@ def latency_r(ctx, d, slot, rate, secs, warmup):
     return lat, tps, cpu_s, window_s, rss_kb
 
 
+def latency_x(ctx, d, slot, rate, secs, warmup):
+    """X's latency: commit -> the moment a read_committed consumer received the record, i.e. after
+    its Kafka transaction committed. One KafkaTail per partition of the two topics, from their end
+    offsets before X starts, runs through the whole pass (its arrival times are the measurement);
+    the rest is as for W: 16 warm-up rows, then the offered load, only rows created after the
+    warm-up count. Also computed from the same records, for the report: the append latency
+    (LogAppendTime − created_at, W's measure) and the arrival of the offset record that committed
+    each record (what the throughput pass uses for X's last commit), as a cross-check.
+    Returns (latencies ms, tps, cpu_s, window_s, rss_kb, disturbed, extra fields)."""
+    base0 = end_offsets(ctx.parts)
+    outages = len(OUTAGES)
+    name = f"wrbench-{ctx.stamp}-latency-x"
+    otail = OffsetsTail(ctx, d, name)
+    port = free_port()
+    tails, p, metrics = {}, None, {}
+    try:
+        p, plog = start_walrelay(ctx, d, slot, name, exactly_once=True, health_port=port)
+        for (topic, part), b in sorted(base0.items()):
+            tails[(topic, part)] = KafkaTail(ctx, d, topic, part, b, "%T\\t%h\\n")
+
+        def received():
+            otail.ensure_started()
+            if p.poll() is not None:
+                forget(p)
+                raise BenchError(f"walrelay (exactly_once) exited with code {p.returncode}: {log_tail(plog)} "
+                                 f"(log: {rel(plog)})")
+            return sum(t.count() for t in tails.values())
+
+        warm = 4 * ctx.args.writers
+        pgbench(1, ctx.args.writers, transactions=4)
+        wait_for("X: warm-up rows visible to a read_committed consumer", lambda: received() >= warm, 240)
+        time.sleep(1.0)
+        since0 = psql("SELECT clock_timestamp()")
+        since = psql(f"SELECT '{since0}'::timestamptz + interval '{warmup} seconds'")
+        mark = {}
+
+        def at_window_start(t_start):
+            time.sleep(max(0.0, t_start + warmup - time.monotonic()))
+            mark["cpu0"], mark["t0"] = proc_cpu_s(p.pid), time.monotonic()
+
+        _, tps = pgbench(1, ctx.args.writers, rate=rate, seconds=warmup + secs, log_path=d / "pgbench.log",
+                         while_running=at_window_start)
+        n_all = int(psql(f"SELECT count(*) FROM public.outbox WHERE created_at > '{since0}'"))
+        wait_for(f"X: all {n_all} rows visible to a read_committed consumer",
+                 lambda: received() >= warm + n_all, 240)
+        cpu_s, window_s = proc_cpu_s(p.pid) - mark["cpu0"], time.monotonic() - mark["t0"]
+        rss_kb = proc_hwm_kb(p.pid)
+        metrics = scrape_metrics(port)
+    finally:
+        if p is not None:
+            stop_process(p)
+        for t in tails.values():
+            t.stop()
+        otail.stop()
+    created = {}
+    for line in psql(f"SELECT id, (extract(epoch FROM created_at) * 1000000)::bigint FROM public.outbox "
+                     f"WHERE created_at > '{since}'").splitlines():
+        rid, us = line.split("|")
+        created[rid] = int(us)
+    all_ids = set(filter(None, psql("SELECT id FROM public.outbox").splitlines()))
+    commits = otail.commits()
+    positions = [c[1] for c in commits]
+    seen_ids, lat, lat_append, lat_commit = [], [], [], []
+    first = set()
+    for tail in tails.values():
+        for t, line in tail.snapshot():
+            ts, _, headers = line.partition("\t")
+            h = parse_headers(headers)
+            rid = h.get("id")
+            seen_ids.append(rid)
+            if rid not in created or rid in first:
+                continue
+            first.add(rid)
+            c_ms = created[rid] / 1000.0
+            lat.append(t * 1000.0 - c_ms)
+            lat_append.append(int(ts) - c_ms)
+            tc = covering_commit(commits, parse_lsn(h["walrelay.lsn"]), positions)
+            if tc is not None:
+                lat_commit.append(tc * 1000.0 - c_ms)
+    once, dups = check_exactly_once(seen_ids, all_ids, "latency X")
+    if len(lat) != len(created):
+        raise BenchError(f"latency X: {len(created) - len(lat)} rows written during the window never became "
+                         f"visible read_committed")
+    problems = log_problems(plog)
+    lat_append.sort()
+    lat_commit.sort()
+    extra = dict(append_p50=percentile(lat_append, 50), append_p99=percentile(lat_append, 99),
+                 commit_p50=percentile(lat_commit, 50), commit_p99=percentile(lat_commit, 99),
+                 commit_n=len(lat_commit), duplicates=dups, metrics=metrics, log_problems=problems[:20],
+                 note=f"{len(seen_ids):,} records read read_committed, {once}; {metrics_note(metrics)}")
+    log(f"  X: append latency (LogAppendTime − created_at, as W's) p50 {extra['append_p50']:.1f} ms, "
+        f"p99 {extra['append_p99']:.1f} ms; commit seen on {OFFSETS_TOPIC} p50 "
+        f"{fmt(extra['commit_p50'], '.1f', '?')} ms, p99 {fmt(extra['commit_p99'], '.1f', '?')} ms "
+        f"({len(lat_commit)} rows); {extra['note']}"
+        + (f"; walrelay logged {len(problems)} WARN/ERROR line(s), first: {problems[0][:200]}" if problems else ""))
+    return lat, tps, cpu_s, window_s, rss_kb, len(OUTAGES) > outages, extra
+
+
 def latency(ctx):
     out = []
     rate, secs, warmup = ctx.args.latency_rate, ctx.args.latency_seconds, ctx.args.latency_warmup_seconds
     for label, c, poll_ms in latency_variants(ctx):
-        if c == "W" and ctx.w_reason:
-            out.append(dict(contender="W", poll_ms=None, status=f"not yet ({ctx.w_reason})"))
+        if c in ("W", "X") and ctx.w_reason:
+            out.append(dict(contender=c, poll_ms=None, status=f"not yet ({ctx.w_reason})"))
             continue
         what = f" (poll.interval.ms={poll_ms})" if poll_ms is not None else ""
         log(f"== latency {c}{what}: {rate} rows/s (1-row transactions) for {warmup}s warm-up + {secs}s")
@@ -1242,6 +1673,21 @@ def latency(ctx):
             finally:
                 drop_slot(slot)
             out.append(latency_result(ctx, d, c, None, what, lat, tps, cpu_s, window_s, rss_kb, False))
+            continue
+        if c == "X":
+            try:
+                lat, tps, cpu_s, window_s, rss_kb, disturbed, extra = latency_x(ctx, d, slot, rate, secs, warmup)
+            except BenchError as e:
+                if ctx.args.require_walrelay:
+                    raise
+                log(f"  X: not yet: {e}")
+                out.append(dict(contender="X", poll_ms=None, status=f"not yet ({e})"))
+                continue
+            finally:
+                drop_slot(slot)
+            res = latency_result(ctx, d, c, None, what, lat, tps, cpu_s, window_s, rss_kb, disturbed)
+            res.update(extra)
+            out.append(res)
             continue
         p = None
         try:
@@ -1328,8 +1774,9 @@ SNAPSHOT_K = 10                   # fill transaction size (any K leaves the same
 
 def snapshot_contenders(ctx):
     # The ceiling of this pass is C (COPY); --contenders R selects it, as it selects R above.
-    # S (walrelay over SASL_SSL) is a throughput-pass contender only.
-    return [{"R": "C"}.get(c, c) for c in ctx.contenders if c != "S"]
+    # S (walrelay over SASL_SSL) is a throughput-pass contender only, X (exactly_once) one of the
+    # throughput and latency passes.
+    return [{"R": "C"}.get(c, c) for c in ctx.contenders if c not in "SX"]
 
 
 def snapshot_fill(ctx):
@@ -1641,12 +2088,17 @@ def headline(summary, lat, snap_summary=(), snap_n=None):
             parts.append(f"over SASL_SSL (S) walrelay drains at {fmt(sec.get('x_w'), '.2f', '?')}× its "
                          f"PLAINTEXT rate (W), using {sec['cpu_drain_per_m'] / w['cpu_drain_per_m']:.2f}× "
                          f"W's CPU per event (drain)")
+        xo = by.get((k, "X"))
+        if xo and xo["status"] == "ok" and w and w["status"] == "ok":
+            parts.append(f"with delivery = \"exactly_once\" (X) walrelay drains at **{fmt(xo.get('x_w'), '.2f', '?')}× "
+                         f"its at-least-once rate (W)** to the last commit, using "
+                         f"{xo['cpu_drain_per_m'] / w['cpu_drain_per_m']:.2f}× W's CPU per event (drain)")
         if parts:
             out.append(f"- K={k}: " + "; ".join(parts) + ".")
     ok = [l for l in lat if l["status"] == "ok"]
     if ok:
         bits = []
-        order = {"R": 0, "W": 1, "D": 2}
+        order = {"R": 0, "W": 1, "X": 2, "D": 3}
         for l in sorted(ok, key=lambda l: (order.get(l["contender"], 3), l.get("poll_ms") or 0)):
             who = f"D (poll.interval.ms={l['poll_ms']})" if l["contender"] == "D" else l["contender"]
             bits.append(f"{who} p50 {l['p50']:.0f} ms / p99 {l['p99']:.0f} ms")
@@ -1658,7 +2110,8 @@ def headline(summary, lat, snap_summary=(), snap_n=None):
 
 
 NAMES = {"R": "R  pg_recvlogical (ceiling)", "D": "D  Debezium + EventRouter", "W": "W  walrelay",
-         "S": "S  walrelay over SASL_SSL (SCRAM-SHA-512, TLS)"}
+         "S": "S  walrelay over SASL_SSL (SCRAM-SHA-512, TLS)",
+         "X": "X  walrelay, delivery = \"exactly_once\" (read_committed)"}
 SNAP_NAMES = {"C": "C  COPY … ORDER BY id (ceiling)", "D": "D  Debezium snapshot.mode=initial + EventRouter",
               "W": f"W  walrelay [snapshot] {SNAPSHOT_MODE_W}"}
 
@@ -1781,7 +2234,7 @@ def report(ctx, results, lat, info, started, finished, snaps=(), tres=()):
       f"walrelay: {info['walrelay']} (git {info['git']}).")
     w("")
     snap_summary = summarize_snapshot(snaps, snapshot_contenders(ctx)) if snaps else []
-    table_contenders = [c for c in ctx.contenders if c != "S"]
+    table_contenders = [c for c in ctx.contenders if c not in "SX"]
     tsummary = summarize(tres, table_contenders, ctx.tables_txn_sizes) if tres else []
     head = headline(summarize(results, ctx.contenders, ctx.txn_sizes) if results else [], lat,
                     snap_summary, ctx.snap_fill and ctx.snap_fill["n"])
@@ -1814,6 +2267,12 @@ def report(ctx, results, lat, info, started, finished, snaps=(), tres=()):
           f"is matched by its `id` header. R (no Kafka side): the arrival of the row's Insert message on "
           f"pg_recvlogical's stdout − created_at, the walsender's own delay under the same load (the "
           f"floor for any connector on this machine).")
+        if any(l["contender"] == "X" for l in lat):
+            w("")
+            w("X (exactly_once): latency = the moment a read_committed consumer (kcat, one per partition, "
+              "following them during the run) received the record − created_at: its Kafka transaction had "
+              "committed. Its append latency (LogAppendTime − created_at, W's measure) and the arrival of the "
+              f"offset record its transaction committed with (on {OFFSETS_TOPIC}) are below the table.")
         w("")
         w("| contender | offered rows/s | achieved rows/s | records | p50 ms | p90 ms | p99 ms | p99.9 ms "
           "| max ms | CPU % of one core (window) | peak RSS MiB |")
@@ -1831,6 +2290,13 @@ def report(ctx, results, lat, info, started, finished, snaps=(), tres=()):
               f"| {l['p50']:.0f} | {l['p90']:.0f} | {l['p99']:.0f} | {l['p999']:.0f} | {l['max']:.0f} "
               f"| {l['cpu_pct']:.0f} | {l['rss_kb'] / 1024:,.0f} |")
         w("")
+        for l in lat:
+            if l["contender"] == "X" and l["status"] == "ok":
+                w(f"X: append latency p50 {l['append_p50']:.0f} ms / p99 {l['append_p99']:.0f} ms; commit seen on "
+                  f"{OFFSETS_TOPIC} p50 {fmt(l['commit_p50'], '.0f', '?')} ms / p99 {fmt(l['commit_p99'], '.0f', '?')} "
+                  f"ms; {l['note']}" + (f"; walrelay logged {len(l['log_problems'])} WARN/ERROR line(s)"
+                                        if l["log_problems"] else "") + ".")
+                w("")
     if snaps:
         f = ctx.snap_fill
         w(f"Snapshot: {f['n']:,} outbox rows ({f['table_bytes'] / 1e6:,.0f} MB table; the same rows as the "
@@ -1923,9 +2389,11 @@ def parse_args(argv):
     ap.add_argument("--runs", type=int, default=3, help="runs per K; the table shows medians (default 3)")
     ap.add_argument("--writers", type=int, default=4, help="concurrent pgbench writers (default 4)")
     ap.add_argument("--contenders", default="R D W",
-                    help='subset of "R D W S" (default "R D W"); S = walrelay over the dev broker\'s '
-                         'SASL_SSL listener (throughput pass only), to compare with W')
-    ap.add_argument("--latency", action="store_true", help="also run the latency pass (R, D and W)")
+                    help='subset of "R D W S X" (default "R D W"); S = walrelay over the dev broker\'s '
+                         'SASL_SSL listener (throughput pass only), to compare with W; X = walrelay with '
+                         '[kafka] delivery = "exactly_once" (throughput and latency passes), counted and '
+                         'timed as a read_committed consumer sees its records')
+    ap.add_argument("--latency", action="store_true", help="also run the latency pass (R, D, W, X)")
     ap.add_argument("--latency-only", action="store_true", help="only the latency pass")
     ap.add_argument("--latency-rate", type=int, default=2000, help="offered rows/s (default 2000)")
     ap.add_argument("--latency-seconds", type=int, default=60, help="measured duration of the load (default 60)")
@@ -1994,10 +2462,10 @@ def main(argv):
         a if re.fullmatch(r"[\w./=:-]+", a) else f"'{a}'" for a in argv))
     ctx.txn_sizes = [int(x) for x in args.txn_sizes.split()]
     ctx.tables_txn_sizes = [int(x) for x in args.tables_txn_sizes.split()]
-    ctx.contenders = [c for c in "RDWS" if c in args.contenders.upper().split()]
+    ctx.contenders = [c for c in "RDWSX" if c in args.contenders.upper().split()]
     ctx.dbz_latency_poll_ms = [int(x) for x in args.dbz_latency_poll_ms.split()]
     ctx.walrelay = Path(args.walrelay)
-    ctx.w_reason = walrelay_missing_reason(ctx) if {"W", "S"} & set(ctx.contenders) else None
+    ctx.w_reason = walrelay_missing_reason(ctx) if {"W", "S", "X"} & set(ctx.contenders) else None
     if "S" in ctx.contenders and not (SASL_SSL["brokers"] and SASL_SSL["password"]):
         print("bench: error: contender S needs the SASL_SSL listener: WALRELAY_KAFKA_SASL_SSL_BROKERS etc. "
               "(deploy/dev/kafka.sh up prints them; restart a broker started by an older kafka.sh)",

@@ -5,6 +5,9 @@
 #   R  the ceiling: pg_recvlogical (pgoutput) draining the slot to a file
 #   D  Debezium's PostgreSQL connector + Outbox Event Router on Kafka Connect
 #   W  walrelay (target/release/walrelay; "not yet" until it exists and runs)
+#   X  (only when asked for: --contenders "W X") walrelay as W with [kafka]
+#      delivery = "exactly_once", counted and timed as a read_committed consumer
+#      sees its records (throughput and latency passes)
 # and prints a Markdown table (rows/s, ratio to R, CPU-s per million events,
 # peak RSS, machine, versions). With --snapshot also the initial snapshot of
 # rows that predate every slot: C (COPY … ORDER BY id to /dev/null, the
@@ -14,7 +17,7 @@
 # Usage:
 #   deploy/bench/run.sh [--rows N] [--txn-sizes "1 10"] [--runs 3] [--writers 4]
 #                       [--latency] [--latency-only] [--latency-rate 2000]
-#                       [--latency-seconds 60] [--contenders "R D W"]
+#                       [--latency-seconds 60] [--contenders "R D W"]  (of R D W S X)
 #                       [--snapshot] [--snapshot-only] [--snapshot-rows 200000]
 #                       [--smoke] [--no-docs] [--keep] [--walrelay PATH]
 #                       [--require-walrelay] [--dbz-...]
