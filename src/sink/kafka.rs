@@ -818,6 +818,18 @@ pub fn probe_cluster(
         }
         let last_error = match attempt {
             Ok(metadata) => {
+                // rdkafka queues librdkafka's log lines (log.queue) and
+                // `poll` serves them: the SSLVERIFY line of the handshake
+                // that carried this metadata may still be waiting. Serve the
+                // queue a little longer before saying "not verified".
+                if protocol.ends_with("ssl") {
+                    let until = std::time::Instant::now() + Duration::from_secs(1);
+                    while !watch.certificate_verified.load(Ordering::Relaxed)
+                        && std::time::Instant::now() < until
+                    {
+                        producer.poll(Duration::from_millis(20));
+                    }
+                }
                 return Ok(ProbeReport {
                     brokers: metadata.brokers().len(),
                     sasl_mechanism: protocol
