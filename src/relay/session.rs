@@ -62,21 +62,25 @@ pub(super) struct SnapshotJob {
 }
 
 impl Started {
+    /// The session's one loop ([`Streaming::stream`]), for the snapshot
+    /// phase and for streaming alike.
+    async fn stream(&mut self, shutdown: &CancellationToken) -> Result<LoopEnd, RelayError> {
+        self.run
+            .stream(
+                &mut self.source,
+                &mut self.acks,
+                self.status_interval,
+                self.receive_timeout,
+                shutdown,
+            )
+            .await
+    }
+
     /// Streams until shutdown (then stops gracefully) or an error.
     pub(super) async fn run(mut self, shutdown: &CancellationToken) -> Result<(), RelayError> {
         if let Some(job) = self.snapshot.take() {
             self.run.begin_snapshot(&self.source)?;
-            let end = match self
-                .run
-                .stream(
-                    &mut self.source,
-                    &mut self.acks,
-                    self.status_interval,
-                    self.receive_timeout,
-                    shutdown,
-                )
-                .await
-            {
+            let end = match self.stream(shutdown).await {
                 Ok(LoopEnd::SnapshotSafe) => self.run.complete_snapshot(&mut self.acks).await,
                 Ok(LoopEnd::Shutdown) => {
                     self.run.snapshot_abandoned();
@@ -149,16 +153,7 @@ impl Started {
                 self.run.metrics.clone(),
             )))
         });
-        let result = self
-            .run
-            .stream(
-                &mut self.source,
-                &mut self.acks,
-                self.status_interval,
-                self.receive_timeout,
-                shutdown,
-            )
-            .await;
+        let result = self.stream(shutdown).await;
         drop(heartbeats);
         // Streaming ends only on shutdown or an error (`SnapshotSafe` is
         // the snapshot phase's end, above).
