@@ -41,7 +41,8 @@ CREATE TABLE outbox (
   aggregatetype text NOT NULL,
   aggregateid   text NOT NULL,
   type          text NOT NULL,
-  payload       jsonb
+  payload       jsonb,
+  created_at    timestamptz NOT NULL DEFAULT now()  -- for a lost slot's recovery
 );
 SQL
 

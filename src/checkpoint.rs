@@ -55,6 +55,16 @@
 //!    predecessor, whose completion then confirms the folded `end_lsn` too. So while
 //!    Kafka is down the queue holds at most one entry per in-flight record, plus
 //!    the open transaction.
+//! 7. **The commit time travels with its position.** A transaction closed with
+//!    [`commit_at`](Checkpoint::commit_at) carries its commit time;
+//!    [`confirmed_commit_ms`](Checkpoint::confirmed_commit_ms) is the newest commit
+//!    time among the transactions at or below `confirmed()` (folds keep the newer),
+//!    [`committed_commit_ms`](Checkpoint::committed_commit_ms) the same for
+//!    `committed()`. A keepalive moves the positions but not the times: a time is
+//!    never newer than the commit of a transaction at or below its position, so
+//!    every transaction after that position committed at or after it (up to the
+//!    server clock's own steps). The lost-slot procedure selects rows to
+//!    re-publish by it.
 //!
 //! # What the caller must do
 //!
@@ -200,6 +210,8 @@ struct Entry {
     phase: Phase,
     records: u64,
     bytes: u64,
+    /// Commit time (Unix ms) of the newest transaction of the entry that has one.
+    commit_ms: Option<i64>,
 }
 
 impl Entry {
@@ -214,6 +226,10 @@ pub struct Checkpoint {
     /// The end of the newest committed transaction (or a keepalive's
     /// `wal_end` with nothing pending): everything up to it was sent.
     committed: Lsn,
+    /// Newest commit time at or below `confirmed` (invariant 7).
+    confirmed_commit_ms: Option<i64>,
+    /// Newest commit time at or below `committed`.
+    committed_commit_ms: Option<i64>,
     limits: Limits,
     /// Transactions not yet confirmed, oldest first; the open one, if any, last.
     queue: VecDeque<Entry>,
@@ -247,6 +263,8 @@ impl Checkpoint {
         Checkpoint {
             confirmed: start,
             committed: start,
+            confirmed_commit_ms: None,
+            committed_commit_ms: None,
             limits,
             queue: VecDeque::new(),
             front_slot: 0,
@@ -271,6 +289,7 @@ impl Checkpoint {
             phase: Phase::Open,
             records: 0,
             bytes: 0,
+            commit_ms: None,
         });
         Ok(txn)
     }
@@ -301,12 +320,26 @@ impl Checkpoint {
     /// `Commit` of the open transaction `txn`: no more records; it ends at
     /// `end_lsn`.
     pub fn commit(&mut self, txn: TxnId, end_lsn: Lsn) -> Result<(), CheckpointError> {
+        self.commit_at(txn, end_lsn, None)
+    }
+
+    /// [`commit`](Checkpoint::commit) of a transaction that committed at
+    /// `commit_ms` (Unix ms; `None`: not a PostgreSQL transaction, e.g. a
+    /// heartbeat): the time goes with `end_lsn` (invariant 7).
+    pub fn commit_at(
+        &mut self,
+        txn: TxnId,
+        end_lsn: Lsn,
+        commit_ms: Option<i64>,
+    ) -> Result<(), CheckpointError> {
         self.require_open(txn, "commit")?;
         self.committed = self.committed.max(end_lsn);
+        self.committed_commit_ms = self.committed_commit_ms.max(commit_ms);
         if let Some(entry) = self.queue.back_mut() {
             entry.phase = Phase::Closed {
                 end_lsn: Some(end_lsn),
             };
+            entry.commit_ms = entry.commit_ms.max(commit_ms);
         }
         self.settle();
         Ok(())
@@ -384,6 +417,18 @@ impl Checkpoint {
         self.committed.max(self.confirmed)
     }
 
+    /// Commit time (Unix ms) of the newest transaction at or below
+    /// [`confirmed`](Checkpoint::confirmed) that was closed with one, since
+    /// this checkpoint began (invariant 7).
+    pub fn confirmed_commit_ms(&self) -> Option<i64> {
+        self.confirmed_commit_ms
+    }
+
+    /// The same for [`committed`](Checkpoint::committed).
+    pub fn committed_commit_ms(&self) -> Option<i64> {
+        self.committed_commit_ms.max(self.confirmed_commit_ms)
+    }
+
     /// Records handed to the producer and not yet acknowledged.
     pub fn in_flight_records(&self) -> u64 {
         self.in_flight_records
@@ -451,6 +496,7 @@ impl Checkpoint {
         while self.queue.len() >= 2 && self.queue.back().is_some_and(Entry::is_complete) {
             let Some(Entry {
                 phase: Phase::Closed { end_lsn: folded },
+                commit_ms: folded_ms,
                 ..
             }) = self.queue.pop_back()
             else {
@@ -459,11 +505,13 @@ impl Checkpoint {
             // The predecessor is closed: only the newest entry can be open.
             if let Some(Entry {
                 phase: Phase::Closed { end_lsn },
+                commit_ms,
                 ..
             }) = self.queue.back_mut()
             {
                 // `None < Some(_)`, so an abandoned predecessor takes the folded LSN.
                 *end_lsn = (*end_lsn).max(folded);
+                *commit_ms = (*commit_ms).max(folded_ms);
             }
         }
         while self.queue.front().is_some_and(Entry::is_complete) {
@@ -471,10 +519,12 @@ impl Checkpoint {
                 phase: Phase::Closed {
                     end_lsn: Some(end_lsn),
                 },
+                commit_ms,
                 ..
             }) = self.queue.pop_front()
             {
                 self.confirmed = self.confirmed.max(end_lsn);
+                self.confirmed_commit_ms = self.confirmed_commit_ms.max(commit_ms);
             }
             self.front_slot += 1;
         }
@@ -513,6 +563,32 @@ mod tests {
     }
 
     // Invariant 1: confirm only the contiguous fully-acked prefix.
+
+    // Invariant 7: the commit time goes with the position.
+
+    #[test]
+    fn commit_time_follows_the_frontier_through_folds_not_keepalives() -> TestResult {
+        let mut cp = at(100);
+        let a = txn_with(&mut cp, 1)?;
+        cp.commit_at(a, Lsn(200), Some(1_000))?;
+        // Complete at once, behind `a`: folded into it.
+        let b = cp.begin()?;
+        cp.commit_at(b, Lsn(300), Some(2_000))?;
+        assert_eq!(cp.confirmed_commit_ms(), None);
+        assert_eq!(cp.committed_commit_ms(), Some(2_000));
+        cp.ack(a, 10)?;
+        assert_eq!(cp.confirmed(), Lsn(300));
+        assert_eq!(cp.confirmed_commit_ms(), Some(2_000));
+        // An idle keepalive moves the position, never the time.
+        cp.keepalive(Lsn(900));
+        assert_eq!(cp.confirmed(), Lsn(900));
+        assert_eq!(cp.confirmed_commit_ms(), Some(2_000));
+        // A heartbeat (no commit time) keeps the newest one.
+        let h = cp.begin()?;
+        cp.commit(h, Lsn(950))?;
+        assert_eq!(cp.confirmed_commit_ms(), Some(2_000));
+        Ok(())
+    }
 
     #[test]
     fn out_of_order_acks_across_three_txns() -> TestResult {

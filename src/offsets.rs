@@ -77,6 +77,17 @@ pub struct StoredOffset {
     pub lsn: String,
     /// Unix milliseconds of the write.
     pub written_at_ms: i64,
+    /// Commit time (Unix ms, the server's clock) of the newest transaction
+    /// at or below `lsn` that this connector streamed — or, before it
+    /// streamed any on this slot, walrelay's clock just before it created
+    /// the slot. Every transaction after `lsn` committed at or after it (up
+    /// to clock steps): after a lost slot, the outbox rows to re-publish are
+    /// those committed since this time ("Lost slot" in
+    /// docs/operations.md). `written_at_ms` is no such bound: a lagging
+    /// connector writes offsets of transactions committed long before.
+    /// Absent in offsets written before walrelay stored it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub committed_at_ms: Option<i64>,
     /// The initial snapshot, when this connector took one. Absent in offsets
     /// of connectors that never snapshotted (and in offsets written before
     /// walrelay had snapshots): they stream, nothing to resume.
@@ -176,6 +187,11 @@ pub struct AcceptedGap {
     pub to: String,
     /// Unix milliseconds of the acceptance.
     pub accepted_at_ms: i64,
+    /// `committed_at_ms` of the stored offset at `from`: the range's
+    /// transactions committed at or after it, so the rows to reconcile are
+    /// those committed since (absent when that offset did not carry it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_committed_at_ms: Option<i64>,
 }
 
 /// Where the initial snapshot stands, as stored with the offset.
@@ -885,6 +901,7 @@ mod tests {
             slot: "s".into(),
             lsn: lsn.into(),
             written_at_ms: 0,
+            committed_at_ms: None,
             snapshot: None,
             accepted_gap: None,
             incremental: None,

@@ -87,6 +87,42 @@ fn outcome<T>(result: Result<T, CheckError>, ok: impl FnOnce(T) -> Outcome) -> O
     }
 }
 
+/// Streaming needs no read grant on the tables, but the recovery from a
+/// lost slot does (`walrelay republish` reads the outbox tables, `walrelay
+/// snapshot` any table): a role that lacks it would fail in the middle of
+/// an incident, so say so now.
+async fn recovery_reads<'a>(
+    client: &tokio_postgres::Client,
+    tables: impl Iterator<Item = &'a crate::pg::catalog::CapturedTable>,
+) -> Outcome {
+    let mut missing = Vec::new();
+    let mut grants = Vec::new();
+    for table in tables {
+        match startup::missing_read_grants(client, table).await {
+            Ok(None) => {}
+            Ok(Some(m)) => {
+                missing.extend(m.missing);
+                grants.extend(m.grants);
+            }
+            Err(e) => return fail(e.problem(), e.fix()),
+        }
+    }
+    if missing.is_empty() {
+        return Outcome::Ok(
+            "the role may read every configured table (walrelay republish and walrelay \
+             snapshot, the lost-slot recovery, need it)"
+                .into(),
+        );
+    }
+    Outcome::Warn(format!(
+        "the role lacks {}: streaming does not need it, but the recovery from a lost slot does \
+         (walrelay republish and walrelay snapshot read the tables), and would fail in the \
+         middle of an incident; grant it now: {}",
+        missing.join(", "),
+        grants.join(" ")
+    ))
+}
+
 pub async fn check(config: &Config) -> Report {
     let mut report = Report::default();
     report.push(
@@ -301,6 +337,18 @@ pub async fn check(config: &Config) -> Report {
             Outcome::Warn("not checked until the outbox tables are right".into()),
         );
     }
+
+    report.push(
+        "recovery reads",
+        recovery_reads(
+            &client,
+            routes
+                .iter()
+                .map(|(_, t)| t)
+                .chain(captured.iter().map(|c| &c.table)),
+        )
+        .await,
+    );
 
     // `stored` is None when Kafka could not be read: `run` would wait for it.
     let tables: Vec<_> = routes.iter().map(|(o, t)| (*o, t)).collect();

@@ -710,12 +710,23 @@ pub fn slot_plan(
     }
 }
 
-/// The role may read `table` for the snapshot: `USAGE` on its schema and
-/// `SELECT` on it (a partitioned table is read through its root, so the
-/// partitions need nothing). Streaming needs neither (pgoutput reads WAL,
-/// not the table), so this is checked only when a snapshot is planned; the
-/// fix is the exact `GRANT` to run.
-pub async fn snapshot_privileges(client: &Client, table: &CapturedTable) -> Result<(), CheckError> {
+/// What the role lacks to read `table` (`USAGE` on its schema, `SELECT` on
+/// it), with the `GRANT`s that fix it.
+#[derive(Debug)]
+pub struct MissingReadGrants {
+    pub user: String,
+    /// e.g. `SELECT on public.outbox`.
+    pub missing: Vec<String>,
+    /// The exact statements to run.
+    pub grants: Vec<String>,
+}
+
+/// Whether the role may read `table` (a partitioned table is read through
+/// its root, so the partitions need nothing): `None` when it may.
+pub async fn missing_read_grants(
+    client: &Client,
+    table: &CapturedTable,
+) -> Result<Option<MissingReadGrants>, CheckError> {
     let row = client
         .query_one(
             "SELECT current_user::text, has_schema_privilege(c.relnamespace, 'USAGE'), \
@@ -741,20 +752,32 @@ pub async fn snapshot_privileges(client: &Client, table: &CapturedTable) -> Resu
         missing.push(format!("SELECT on {}.{}", table.schema, table.name));
         grants.push(format!("GRANT SELECT ON {schema}.{name} TO {role};"));
     }
-    if missing.is_empty() {
+    Ok((!missing.is_empty()).then_some(MissingReadGrants {
+        user,
+        missing,
+        grants,
+    }))
+}
+
+/// The role may read `table` for the snapshot. Streaming needs no read
+/// grant (pgoutput reads WAL, not the table), so this is checked only when
+/// a snapshot is planned; the fix is the exact `GRANT` to run.
+pub async fn snapshot_privileges(client: &Client, table: &CapturedTable) -> Result<(), CheckError> {
+    let Some(m) = missing_read_grants(client, table).await? else {
         return Ok(());
-    }
+    };
     Err(CheckError::setup(
         format!(
-            "role {user} lacks {}, which the initial snapshot needs to read outbox table {}.{}",
-            missing.join(" and "),
+            "role {} lacks {}, which the initial snapshot needs to read outbox table {}.{}",
+            m.user,
+            m.missing.join(" and "),
             table.schema,
             table.name
         ),
         format!(
             "run as the table's owner or a superuser: {} (or set [snapshot] mode = \"no_data\" \
              to stream without a snapshot)",
-            grants.join(" ")
+            m.grants.join(" ")
         ),
     ))
 }
@@ -1046,6 +1069,7 @@ mod tests {
             slot: "s".into(),
             lsn: "0/200".into(),
             written_at_ms: 0,
+            committed_at_ms: None,
             snapshot: snapshot.map(|state| crate::offsets::SnapshotProgress {
                 state,
                 tables_done: Vec::new(),

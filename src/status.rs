@@ -118,6 +118,10 @@ pub struct StoredStatus {
     pub written_at_ms: i64,
     /// Seconds since it was written (by this machine's clock).
     pub age_seconds: f64,
+    /// Commit time (Unix ms) of the newest transaction at or below `lsn`:
+    /// every later transaction committed at or after it. What a lost slot's
+    /// reconciliation selects rows by (`written_at_ms` is no such bound).
+    pub committed_at_ms: Option<i64>,
     /// `running` or `completed` when this connector took a snapshot.
     pub snapshot: Option<String>,
     /// The last range accepted as never streamed: what to reconcile.
@@ -312,6 +316,17 @@ async fn read_publication(
     }))
 }
 
+/// Unix milliseconds as RFC 3339 UTC, e.g. `2026-12-03T07:10:00.123Z`.
+fn unix_ms_text(ms: i64) -> String {
+    let time = u64::try_from(ms)
+        .ok()
+        .and_then(|ms| std::time::UNIX_EPOCH.checked_add(Duration::from_millis(ms)));
+    match time {
+        Some(t) => humantime_serde::re::humantime::format_rfc3339_millis(t).to_string(),
+        None => format!("{ms} ms since 1970"),
+    }
+}
+
 fn stored_status(s: &offsets::StoredOffset) -> StoredStatus {
     let now_ms = now_ms();
     StoredStatus {
@@ -321,6 +336,7 @@ fn stored_status(s: &offsets::StoredOffset) -> StoredStatus {
         timeline: s.timeline,
         written_at_ms: s.written_at_ms,
         age_seconds: now_ms.saturating_sub(s.written_at_ms) as f64 / 1000.0,
+        committed_at_ms: s.committed_at_ms,
         snapshot: s.snapshot.as_ref().map(|p| {
             let state = format!("{:?}", p.state).to_lowercase();
             match &p.consistent_point {
@@ -541,6 +557,13 @@ impl fmt::Display for Status {
                     "stored offset        {} (slot {}, timeline {}), written {:.0} s ago",
                     s.lsn, s.slot, s.timeline, s.age_seconds
                 )?;
+                if let Some(at) = s.committed_at_ms {
+                    writeln!(
+                        f,
+                        "  committed at       {}: every later transaction committed after it",
+                        unix_ms_text(at)
+                    )?;
+                }
                 if let Some(snapshot) = &s.snapshot {
                     writeln!(f, "  snapshot           {snapshot}")?;
                 }
@@ -548,10 +571,17 @@ impl fmt::Display for Status {
                     writeln!(f, "  incremental        {incremental}")?;
                 }
                 if let Some(gap) = &s.accepted_gap {
+                    let since = gap.from_committed_at_ms.map_or_else(String::new, |at| {
+                        format!(
+                            " (the outbox rows committed since {}, less your longest transaction)",
+                            unix_ms_text(at)
+                        )
+                    });
                     writeln!(
                         f,
                         "  accepted gap       changes committed between {} and {} were never \
-                         streamed (accepted {:.0} s ago): reconcile them with walrelay republish",
+                         streamed (accepted {:.0} s ago): reconcile them{since} with walrelay \
+                         republish",
                         gap.from,
                         gap.to,
                         (now_ms().saturating_sub(gap.accepted_at_ms) as f64 / 1000.0)
@@ -717,6 +747,7 @@ mod tests {
             timeline: 1,
             written_at_ms: 0,
             age_seconds: 1.0,
+            committed_at_ms: None,
             snapshot: None,
             accepted_gap: None,
             incremental: None,
@@ -725,6 +756,46 @@ mod tests {
             problems(&s).iter().any(|p| p.contains("does not exist")),
             "{:?}",
             problems(&s)
+        );
+    }
+
+    #[test]
+    fn the_stored_commit_time_and_the_gap_to_reconcile_are_shown_in_utc() {
+        let mut s = status(Ok(Some(slot("reserved"))));
+        s.stored_offset = Ok(Some(StoredStatus {
+            lsn: "0/3000000".into(),
+            slot: "s".into(),
+            system_id: "1".into(),
+            timeline: 1,
+            written_at_ms: 1_764_547_260_000,
+            age_seconds: 1.0,
+            committed_at_ms: Some(1_764_547_200_123),
+            snapshot: None,
+            accepted_gap: Some(offsets::AcceptedGap {
+                from: "0/2000000".into(),
+                to: "0/3000000".into(),
+                accepted_at_ms: 0,
+                from_committed_at_ms: Some(1_764_540_000_000),
+            }),
+            incremental: None,
+        }));
+        let text = s.to_string();
+        assert!(
+            text.contains("  committed at       2025-12-01T00:00:00.123Z: every later transaction"),
+            "{text}"
+        );
+        assert!(
+            text.contains("reconcile them (the outbox rows committed since 2025-11-30T22:00:00.000Z, less your longest transaction)"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&s).unwrap_or_default();
+        assert_eq!(
+            json["stored_offset"]["committed_at_ms"],
+            1_764_547_200_123_i64
+        );
+        assert_eq!(
+            json["stored_offset"]["accepted_gap"]["from_committed_at_ms"],
+            1_764_540_000_000_i64
         );
     }
 

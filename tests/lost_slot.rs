@@ -80,7 +80,126 @@ async fn a_lost_slot_recovered_by_the_runbook_loses_nothing_while_writers_commit
         "{log}"
     );
 
-    runbook::recover(&db, &names, &relay.config_path, writers, true).await;
+    runbook::recover(&db, &names, &relay.config_path, writers, true, "10 minutes").await;
+}
+
+/// Issue 24: slots are typically lost *while* walrelay drains a backlog,
+/// writing offsets every second for transactions committed long before.
+/// The runbook must select the rows to re-publish by the stored
+/// offset's commit time, not by when the offset was written: here a broker
+/// quota makes walrelay lag by many seconds (scaled down from the minutes
+/// of a real incident, with the runbook's margin scaled down alike), the
+/// slot is lost while it runs, and the rows a `written_at`-based filter
+/// would miss are shown to exist — then the runbook recovers every one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slot_lost_while_walrelay_lags_is_reconciled_from_the_stored_commit_time() {
+    require_kafka();
+    let _turn = SERVER_WIDE.lock().await;
+    let _keep = SystemSetting::set("max_slot_wal_keep_size", "64MB").await;
+    let db = TestDb::new("lagslot").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("lagslot");
+    // The broker lets this connector's producer write 5 kB/s (a few dozen
+    // compressed records a second) while the writers commit hundreds. Small
+    // batches keep each request's throttle short: Kafka keeps acknowledging,
+    // slowly, as it does for a connector that merely lags.
+    let quota = ProduceQuota::set(&names.connector, 5_000);
+    let client_id = format!(
+        "[kafka.librdkafka]\n\"client.id\" = \"{}\"\n\"batch.num.messages\" = \"50\"\n",
+        names.connector
+    );
+    let mut relay = RelayProcess::start(&relay_config(&db, &names, "", &client_id), &[]);
+    relay.wait_log("streaming", START).await;
+    let writers = Writers::start(&db);
+    const LAG_MS: i64 = 15_000;
+    let admin = pg_connect("postgres").await;
+    wait_for(
+        "the stored offset to lag its write by 15 s",
+        Duration::from_secs(180),
+        || async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let (_, out, _) = runbook::walrelay(&[
+                "status",
+                "--config",
+                relay.config_path.to_str().unwrap(),
+                "--json",
+            ]);
+            let status: serde_json::Value = serde_json::from_str(&out).ok()?;
+            let s = &status["stored_offset"];
+            let written = s["written_at_ms"].as_i64()?;
+            let committed = s["committed_at_ms"].as_i64()?;
+            (committed < written - LAG_MS).then_some(())
+        },
+    )
+    .await;
+
+    // The incident: while walrelay runs, far more WAL than the slot may
+    // keep is written; a checkpoint invalidates the slot, and walrelay
+    // stops, naming it.
+    let filler = TestDb::new("lagslot_filler").await;
+    wait_for("the slot to be lost", Duration::from_secs(180), || async {
+        filler
+            .client
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS filler (pad text); \
+                 INSERT INTO filler SELECT repeat(md5(g::text), 32) FROM generate_series(1, 40000) g; \
+                 SELECT pg_switch_wal();",
+            )
+            .await
+            .unwrap();
+        admin.batch_execute("CHECKPOINT").await.unwrap();
+        let status: Option<String> = db
+            .client
+            .query_opt(
+                "SELECT wal_status::text FROM pg_replication_slots WHERE slot_name = $1",
+                &[&names.slot],
+            )
+            .await
+            .unwrap()
+            .and_then(|r| r.get(0));
+        (status.as_deref() == Some("lost")).then_some(())
+    })
+    .await;
+    let log = relay.expect_exit(1, START);
+    assert!(log.contains("is lost (wal_status = 'lost')"), "{log}");
+    // The operator finds the cause (the quota) and lifts it.
+    quota.lift();
+
+    // What a filter on the write time would have missed: rows that
+    // committed before `written_at − margin` and are not in Kafka.
+    let stored = runbook::stored_offset(&relay.config_path);
+    let written_at_ms = stored["written_at_ms"].as_i64().unwrap();
+    let committed_at_ms = stored["committed_at_ms"].as_i64().unwrap();
+    assert!(committed_at_ms < written_at_ms - LAG_MS, "{stored}");
+    let in_kafka: std::collections::HashSet<String> =
+        consume_to_end(&[&names.topic("order"), &names.topic("invoice")])
+            .iter()
+            .filter_map(|c| c.header_str("id"))
+            .collect();
+    let old_filter_misses: Vec<String> = db
+        .client
+        .query(
+            "SELECT id::text FROM outbox \
+             WHERE created_at < to_timestamp($1::bigint / 1000.0) - interval '2 seconds'",
+            &[&written_at_ms],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .filter(|id| !in_kafka.contains(id))
+        .collect();
+    assert!(
+        !old_filter_misses.is_empty(),
+        "the scenario must hold rows a written_at filter misses"
+    );
+    eprintln!(
+        "stored offset written {} ms after its commit; a written_at filter would miss {} rows",
+        written_at_ms - committed_at_ms,
+        old_filter_misses.len()
+    );
+
+    runbook::recover(&db, &names, &relay.config_path, writers, true, "2 seconds").await;
 }
 
 /// PostgreSQL 18: a snapshot's slot is inactive until the snapshot is in

@@ -384,7 +384,8 @@ async fn check_and_run_refuse(config: &str, needle: &str) {
 
 /// Each grant of docs/security.md, missing alone: `check` and `run` name it
 /// with the statement that adds it. The snapshot's SELECT and schema USAGE
-/// are needed only when a snapshot is planned (`no_data` streams without).
+/// are needed only when a snapshot is planned (`no_data` streams without;
+/// `check` still warns, since `republish` needs them after a lost slot).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_names_each_missing_grant_with_the_statement_to_run() {
     let no_replication = TestRole::new("walrelay_norepl", "LOGIN").await;
@@ -448,6 +449,18 @@ async fn check_names_each_missing_grant_with_the_statement_to_run() {
     write_file(path.parent().unwrap(), "walrelay.toml", &config_no_data);
     let (code, report) = check_all(&path);
     assert_eq!(code, Some(0), "no snapshot, no SELECT needed:\n{report}");
+    // Yet the lost-slot recovery reads the table: said now, with the grant,
+    // not in the middle of an incident.
+    assert!(
+        report.contains(
+            "warn  recovery reads: the role lacks SELECT on public.outbox: streaming does not \
+             need it, but the recovery from a lost slot does"
+        ) && report.contains(&format!(
+            "grant it now: GRANT SELECT ON \"public\".\"outbox\" TO \"{}\";",
+            no_select.name
+        )),
+        "{report}"
+    );
 
     // USAGE on the outbox table's schema (and SELECT, both named).
     let names = Names::new("pglpmissing");

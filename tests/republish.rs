@@ -38,7 +38,15 @@ async fn a_dropped_slot_recovered_by_the_runbook_loses_nothing_while_writers_com
         .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    runbook::recover(&db, &names, &relay.config_path, writers, false).await;
+    runbook::recover(
+        &db,
+        &names,
+        &relay.config_path,
+        writers,
+        false,
+        "10 minutes",
+    )
+    .await;
 }
 
 /// `--dry-run` prints what would be published and publishes nothing; a

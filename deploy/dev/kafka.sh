@@ -3,6 +3,7 @@
 # on 127.0.0.1:19092, run straight from jars resolved out of Maven Central.
 #
 # Usage: [KAFKA_PORT=<port>] deploy/dev/kafka.sh up|down|start|stop|restart|status|env
+#        [KAFKA_PORT=<port>] deploy/dev/kafka.sh quota <client-id> <bytes-per-second|none>
 #
 #   up       resolve jars (first time), format storage (first time), start
 #            the broker if it is not running, wait until it answers a
@@ -14,6 +15,9 @@
 #   start    start it again on the same data (same as `up`).
 #   restart  stop + start, data kept.
 #   status   exit 0 iff the broker answers metadata.
+#   quota    throttle one client id's produce rate on the running broker (a
+#            Kafka client quota, `producer_byte_rate`), or lift it (`none`):
+#            makes a connector lag behind its database for real, in tests.
 #   env      print the `export ...` lines (does not check anything).
 #
 # KAFKA_PORT (default 19092) runs a second, independent broker beside the
@@ -743,7 +747,26 @@ usage() {
     exit 2
 }
 
+cmd_quota() {
+    local client=$1 rate=$2 change
+    [[ -n "$client" && ( "$rate" == none || "$rate" =~ ^[0-9]+$ ) ]] || usage
+    cmd_status >/dev/null || die "kafka is not running on $BROKERS"
+    if [[ "$rate" == none ]]; then
+        change=(--delete-config producer_byte_rate)
+    else
+        change=(--add-config "producer_byte_rate=$rate")
+    fi
+    admin_tool kafka.admin.ConfigCommand --bootstrap-server "$BROKERS" --alter \
+        "${change[@]}" --entity-type clients --entity-name "$client" \
+        || die "could not set the quota of client id $client"
+    log "client id $client: producer_byte_rate=$rate"
+}
+
 main() {
+    if [[ $# -eq 3 && "$1" == quota ]]; then
+        cmd_quota "$2" "$3"
+        return
+    fi
     [[ $# -eq 1 ]] || usage
     case "$1" in
         up | start) cmd_up ;;

@@ -108,7 +108,10 @@ impl<'a> Stream<'a> {
                 self.unacked[i] += 1;
                 self.outstanding.push((i, bytes));
             } else {
-                check(self.cp.commit(self.ids[i], Lsn(*end_lsn)))?;
+                // Commit times grow with the stream, as PostgreSQL's do:
+                // the model uses the end LSN as the time.
+                let time = Some(*end_lsn as i64);
+                check(self.cp.commit_at(self.ids[i], Lsn(*end_lsn), time))?;
                 self.open = false;
             }
             Ok(true)
@@ -182,6 +185,14 @@ impl<'a> Stream<'a> {
             .unwrap_or(0);
         let expected = self.case.start.max(self.idle_floor).max(prefix_end);
         prop_assert_eq!(confirmed, Lsn(expected));
+
+        // The commit time goes with the position: the newest of the
+        // complete prefix, and of everything committed.
+        let prefix_len = (0..txns.len()).take_while(|&i| complete(i)).count();
+        let prefix_time = (prefix_len > 0).then_some(prefix_end as i64);
+        prop_assert_eq!(self.cp.confirmed_commit_ms(), prefix_time);
+        let committed_time = (committed > 0).then(|| txns[committed - 1].0 as i64);
+        prop_assert_eq!(self.cp.committed_commit_ms(), committed_time);
 
         // Accounting.
         let bytes: usize = self.outstanding.iter().map(|(_, b)| b).sum();

@@ -231,6 +231,7 @@ mod tests {
             slot: "s".into(),
             lsn: String::new(),
             written_at_ms: 0,
+            committed_at_ms: None,
             snapshot: None,
             accepted_gap: None,
             incremental: None,

@@ -319,6 +319,7 @@ impl Session {
             slot: pg.slot.clone(),
             lsn: String::new(),
             written_at_ms: 0,
+            committed_at_ms: stored.as_ref().and_then(|s| s.committed_at_ms),
             snapshot: stored
                 .as_ref()
                 .and_then(|s| s.snapshot.clone())
@@ -408,6 +409,8 @@ impl Session {
                         &self.metrics,
                     )
                     .await?;
+                // Every transaction the new slot streams commits after this.
+                let before_slot = super::heartbeat::now_ms();
                 let created = slot::create_for_snapshot(
                     &mut repl,
                     &catalog,
@@ -426,6 +429,7 @@ impl Session {
                     .and_then(|s| s.snapshot.as_ref())
                     .and_then(|s| s.consistent_point.clone());
                 let marker = offsets.template_mut();
+                let stream_committed_at = marker.committed_at_ms.replace(before_slot);
                 if let Some(progress) = marker.snapshot.as_mut() {
                     progress.consistent_point = Some(created.consistent_point.to_string());
                 }
@@ -445,6 +449,7 @@ impl Session {
                         from,
                         to: created.consistent_point.to_string(),
                         accepted_at_ms: super::heartbeat::now_ms(),
+                        from_committed_at_ms: stream_committed_at,
                     });
                 } else if let Some(gap) = marker.accepted_gap.as_mut()
                     && previous_point.is_some_and(|p| p == gap.to)
@@ -521,6 +526,8 @@ impl Session {
                 fix: "make sure nothing else drops walrelay's slot".into(),
             })?,
             SlotPlan::CreateAndStream => {
+                // Every transaction the new slot streams commits after this.
+                offsets.template_mut().committed_at_ms = Some(super::heartbeat::now_ms());
                 slot::create(&mut repl, &catalog, &pg.slot, pg.failover_slot).await?
             }
         };
@@ -560,6 +567,7 @@ impl Session {
                     from: stored.lsn.clone(),
                     to: start.from.to_string(),
                     accepted_at_ms: super::heartbeat::now_ms(),
+                    from_committed_at_ms: stored.committed_at_ms,
                 });
             }
             // Store the accepted position now: the frontier may not pass it

@@ -317,6 +317,7 @@ impl Streaming {
             SourceEvent::Commit {
                 commit_lsn,
                 end_lsn,
+                commit_time,
             } => {
                 let open = self.open_txn(commit_lsn)?;
                 if let Some((error, row_id)) = self.unroutable.take() {
@@ -327,7 +328,8 @@ impl Streaming {
                         slot: self.config.postgres.slot.clone(),
                     });
                 }
-                self.checkpoint.commit(open, end_lsn)?;
+                let commit_ms = crate::pg::replication::pg_us_to_unix_ms(commit_time);
+                self.checkpoint.commit_at(open, end_lsn, Some(commit_ms))?;
                 self.metrics.transactions.fetch_add(1, Ordering::Relaxed);
                 self.at_commit_point().await?;
             }
@@ -700,6 +702,17 @@ impl Streaming {
                 self.offsets.template_mut().incremental =
                     Some(super::incremental::to_stored(&plan, rows));
             }
+        }
+        // The commit time that goes with the position: `exactly_once`
+        // stores what its Kafka transaction holds (everything committed),
+        // `at_least_once` what Kafka acknowledged.
+        let commit_ms = if self.offsets.exactly_once() {
+            self.checkpoint.committed_commit_ms()
+        } else {
+            self.checkpoint.confirmed_commit_ms()
+        };
+        if commit_ms.is_some() {
+            self.offsets.template_mut().committed_at_ms = commit_ms;
         }
         if self.offsets.exactly_once() {
             return self

@@ -120,6 +120,8 @@ pub enum SourceEvent {
     Commit {
         commit_lsn: Lsn,
         end_lsn: Lsn,
+        /// The transaction's commit time, microseconds since 2000-01-01.
+        commit_time: i64,
     },
     /// A non-transactional logical decoding message
     /// (`pg_logical_emit_message(false, …)`), outside any transaction: a WAL
@@ -724,6 +726,7 @@ impl Assembler {
                 SourceEvent::Commit {
                     commit_lsn: open.commit_lsn,
                     end_lsn: c.end_lsn,
+                    commit_time: open.txn.commit_time,
                 }
             }
             LogicalMessage::Relation(r) => SourceEvent::Relation(self.relations.insert(r)),

@@ -118,6 +118,7 @@ fn a_transaction_comes_out_in_order_with_one_position_per_change() {
             SourceEvent::Commit {
                 commit_lsn,
                 end_lsn,
+                ..
             } => format!("C {commit_lsn} {end_lsn}"),
             other => format!("{other:?}"),
         })

@@ -1077,11 +1077,12 @@ fn consume_committed_topic(topic: &str) -> Vec<Consumed> {
     out
 }
 
-/// Runs `deploy/dev/kafka.sh <command>` (stop/start), panicking on failure.
+/// Runs `deploy/dev/kafka.sh <command>` (`stop`, `start`, `quota <client>
+/// <rate>`), panicking on failure.
 pub fn kafka_script(command: &str) {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/dev/kafka.sh");
     let status = std::process::Command::new(script)
-        .arg(command)
+        .args(command.split_whitespace())
         .stdout(std::process::Stdio::null())
         .status()
         .expect("run deploy/dev/kafka.sh");
@@ -1212,6 +1213,26 @@ pub async fn set_topic_config(topic: &str, key: &str, value: &str) {
 /// Sets a server setting with ALTER SYSTEM (reloaded) and resets it when
 /// dropped, also when the test fails. Only for settings that cannot hurt
 /// tests running beside it (test binaries run one at a time).
+/// A Kafka client quota on one client id's produce rate (bytes/s), lifted
+/// when dropped (also on failure).
+pub struct ProduceQuota(String);
+
+impl ProduceQuota {
+    pub fn set(client_id: &str, bytes_per_second: u64) -> ProduceQuota {
+        kafka_script(&format!("quota {client_id} {bytes_per_second}"));
+        ProduceQuota(client_id.to_owned())
+    }
+
+    /// Lifts it now.
+    pub fn lift(self) {}
+}
+
+impl Drop for ProduceQuota {
+    fn drop(&mut self) {
+        kafka_script(&format!("quota {} none", self.0));
+    }
+}
+
 pub struct SystemSetting(&'static str);
 
 impl SystemSetting {

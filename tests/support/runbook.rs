@@ -22,20 +22,36 @@ pub fn walrelay(args: &[&str]) -> (Option<i32>, String, String) {
     )
 }
 
-/// The runbook's steps after the incident; `drop_slot`: step 2 (a lost
-/// slot must be dropped; a dropped one is gone already).
-pub async fn recover(db: &TestDb, names: &Names, config: &Path, writers: Writers, drop_slot: bool) {
-    let config_arg = config.to_str().unwrap().to_owned();
-    // 1. Note the stored offset and when it was written.
-    let (code, out, err) = walrelay(&["status", "--config", &config_arg, "--json"]);
+/// The stored offset as `walrelay status --json` shows it (exit 1: the
+/// slot is dropped or lost).
+pub fn stored_offset(config: &Path) -> serde_json::Value {
+    let config_arg = config.to_str().unwrap();
+    let (code, out, err) = walrelay(&["status", "--config", config_arg, "--json"]);
     assert_eq!(
         code,
         Some(1),
         "a dropped or lost slot is a problem:\n{out}{err}"
     );
     let status: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let written_at_ms = status["stored_offset"]["written_at_ms"].as_i64().unwrap();
-    let stored_lsn = status["stored_offset"]["lsn"].as_str().unwrap().to_owned();
+    status["stored_offset"].clone()
+}
+
+/// The runbook's steps after the incident; `drop_slot`: step 2 (a lost
+/// slot must be dropped; a dropped one is gone already); `margin`: the
+/// runbook's "longest transaction" margin, as an SQL interval.
+pub async fn recover(
+    db: &TestDb,
+    names: &Names,
+    config: &Path,
+    writers: Writers,
+    drop_slot: bool,
+    margin: &str,
+) {
+    let config_arg = config.to_str().unwrap().to_owned();
+    // 1. Note the stored offset and the commit time that goes with it.
+    let stored = stored_offset(config);
+    let committed_at_ms = stored["committed_at_ms"].as_i64().unwrap();
+    let stored_lsn = stored["lsn"].as_str().unwrap().to_owned();
 
     // 2. Drop the lost slot.
     if drop_slot {
@@ -62,12 +78,16 @@ pub async fn recover(db: &TestDb, names: &Names, config: &Path, writers: Writers
         )),
         "status keeps naming the range:\n{text}"
     );
+    assert!(
+        text.contains("(the outbox rows committed since "),
+        "status names the commit time to reconcile from:\n{text}"
+    );
 
-    // 4. Reconcile: republish the rows committed since the stored offset
-    // was written (with the runbook's margin for transactions that began
+    // 4. Reconcile: republish the rows committed since the stored offset's
+    // commit time (with the runbook's margin for transactions that began
     // earlier), while the writers still commit.
     let filter =
-        format!("created_at >= to_timestamp({written_at_ms} / 1000.0) - interval '10 minutes'");
+        format!("created_at >= to_timestamp({committed_at_ms} / 1000.0) - interval '{margin}'");
     let (code, out, err) = walrelay(&["republish", "--config", &config_arg, "--where", &filter]);
     assert_eq!(code, Some(0), "republish:\n{out}{err}");
     assert!(out.contains("republished "), "{out}");
