@@ -471,8 +471,8 @@ impl Bound {
                 &columns.join(", "),
                 lsn,
                 &format!(
-                    "the topic template {:?} makes the invalid topic {scratch:?} from this row: \
-                     {problem}",
+                    "the topic template {:?} makes an invalid topic name from this row's \
+                     values (not shown: row data stays out of logs): {problem}",
                     c.topic.as_str()
                 ),
                 "the row itself cannot be changed (WAL is immutable): change the [[outbox]] \

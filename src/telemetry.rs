@@ -135,8 +135,11 @@ pub struct Metrics {
     pub kafka_transaction_records: Histogram,
     /// `exactly_once`: a Kafka transaction's first record to its commit.
     pub kafka_transaction_seconds: Histogram,
-    /// Records handed to the producer, by topic.
+    /// Records handed to the producer, by topic (a bounded label set:
+    /// `relay::topic_metric`).
     pub records_by_topic: Family<Vec<(&'static str, String)>, Counter>,
+    /// The topic names that have a `records_by_topic` series of their own.
+    named_topics: Mutex<std::collections::HashSet<String>>,
     /// Session errors by class and cause.
     pub session_errors_by_cause: Family<Vec<(&'static str, &'static str)>, Counter>,
     /// Milliseconds since `started` of the last successful slot read, plus
@@ -291,6 +294,7 @@ impl Metrics {
             kafka_transaction_records: Histogram::new(TRANSACTION_RECORDS_BUCKETS),
             kafka_transaction_seconds: Histogram::new(COMMIT_TO_ACK_BUCKETS),
             records_by_topic: Family::default(),
+            named_topics: Mutex::default(),
             session_errors_by_cause: Family::default(),
             slot_polled_ms: AtomicU64::new(0),
             slot_wal_status: Mutex::new(String::new()),
@@ -483,6 +487,24 @@ pub fn unix_ms() -> i64 {
 pub const STALL: Duration = Duration::from_secs(10);
 
 impl Metrics {
+    /// The `records_by_topic` label of a topic that is not made from row
+    /// identifiers: its own name while fewer than
+    /// `relay::topic_metric::MAX_NAMED_TOPICS` names have one, else
+    /// `"other"`.
+    pub fn topic_label(&self, topic: &str) -> String {
+        let Ok(mut named) = self.named_topics.lock() else {
+            return crate::relay::topic_metric::OTHER.to_owned();
+        };
+        if named.contains(topic) {
+            return topic.to_owned();
+        }
+        if named.len() < crate::relay::topic_metric::MAX_NAMED_TOPICS {
+            named.insert(topic.to_owned());
+            return topic.to_owned();
+        }
+        crate::relay::topic_metric::OTHER.to_owned()
+    }
+
     /// Kafka made progress (or nothing waits for it) now.
     pub fn kafka_progress(&self) {
         let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);

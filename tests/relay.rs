@@ -915,3 +915,79 @@ async fn streams_over_verified_tls_and_refuses_an_unknown_ca() {
     assert_eq!(ids_of(&got), ["00000000-0000-4000-8000-0000000000f1"]);
     assert!(relay.stop().success(), "{}", relay.log());
 }
+
+/// Issue 24: row values stay out of the log, `/healthz` and `/metrics`
+/// (docs/security.md: errors name only table, column, LSN and id). A topic
+/// template on the aggregate id makes one topic per aggregate: its records
+/// are counted under the template, not one series per aggregate, and a row
+/// that cannot be routed is named without its values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row_values_stay_out_of_the_log_healthz_and_metrics() {
+    require_kafka();
+    let db = TestDb::new("rowdata").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("rowdata");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let template = format!("{}.{{aggregatetype}}.{{aggregateid}}", names.topic_prefix);
+    let config = connector_config(
+        &db,
+        &names,
+        &format!(
+            "[[outbox]]\ntable = \"public.outbox\"\ntopic = \"{template}\"\n\
+             header_columns = [\"type\"]\n\n[health]\nlisten = \"{addr}\"\n"
+        ),
+    );
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", START).await;
+    for i in 0..5 {
+        insert(
+            &db,
+            &format!(
+                "INSERT INTO outbox VALUES (gen_random_uuid(), 'order', 'SECRETAGG{i}', \
+                 'SECRETTYPE', '{{\"card\": \"SECRETPAYLOAD\"}}')"
+            ),
+        )
+        .await;
+    }
+    let topics: Vec<String> = (0..5)
+        .map(|i| format!("{}.order.SECRETAGG{i}", names.topic_prefix))
+        .collect();
+    let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+    consume(&topic_refs, 5, Duration::from_secs(60), Duration::ZERO);
+
+    let metrics = wait_for("the records in /metrics", Duration::from_secs(30), || {
+        let m = http_get(&addr, "/metrics");
+        let series = format!(
+            "walrelay_records_published_by_topic_total{{connector=\"{}\",topic=\"{template}\"}} 5\n",
+            names.connector
+        );
+        async move { m.contains(&series).then_some(m) }
+    })
+    .await;
+    assert!(!metrics.contains("SECRET"), "{metrics}");
+    let health = http_get(&addr, "/healthz");
+    assert!(!health.contains("SECRET"), "{health}");
+
+    // A row whose values make an invalid topic stops the connector, named
+    // by table, column, LSN and id only.
+    let bad = "00000000-0000-4000-8000-0000000000bb";
+    insert(
+        &db,
+        &format!(
+            "INSERT INTO outbox VALUES ('{bad}', 'SECRET TYPE', 'SECRETAGG9', 'SECRETTYPE', \
+             '{{\"card\": \"SECRETPAYLOAD\"}}')"
+        ),
+    )
+    .await;
+    let log = relay.expect_exit(1, Duration::from_secs(30));
+    assert!(
+        log.contains("public.outbox") && log.contains(bad) && log.contains("commit LSN"),
+        "{log}"
+    );
+    assert!(!log.contains("SECRET"), "{log}");
+}

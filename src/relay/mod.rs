@@ -43,6 +43,7 @@ mod snapshot;
 mod stop;
 mod streaming;
 mod table_events;
+pub(crate) mod topic_metric;
 mod watchdog;
 
 use std::sync::Arc;

@@ -46,12 +46,8 @@ pub(super) struct Streaming {
     /// this to reach zero, not for acks that will never come.
     pub(super) awaiting_reports: u64,
     pub(super) warned_updates: HashSet<String>,
-    /// `walrelay_records_published_by_topic`'s counter per topic, so that
-    /// counting a record allocates nothing once its topic was seen.
-    pub(super) topic_counters:
-        std::collections::HashMap<String, prometheus_client::metrics::counter::Counter>,
-    /// The last record's topic and its counter.
-    pub(super) last_topic: Option<(Arc<str>, prometheus_client::metrics::counter::Counter)>,
+    /// `walrelay_records_published_by_topic`'s counters.
+    pub(super) topic_counters: super::topic_metric::TopicCounters,
     /// Tables whose unclaimed rows were logged this session.
     pub(super) warned_unclaimed: HashSet<String>,
     /// A row of the open transaction that cannot be routed: the session
@@ -109,6 +105,7 @@ impl Streaming {
         };
         Streaming {
             tables: crate::router::table::TableRouter::new(&config),
+            topic_counters: super::topic_metric::TopicCounters::new(&config, metrics.clone()),
             metrics,
             config,
             sink,
@@ -119,8 +116,6 @@ impl Streaming {
             warned_updates: HashSet::new(),
             warned_unclaimed: HashSet::new(),
             unroutable: None,
-            topic_counters: std::collections::HashMap::new(),
-            last_topic: None,
             snapshot_tables: Vec::new(),
             table_records: Vec::new(),
             snapshot_ms: 0,
@@ -498,7 +493,7 @@ impl Streaming {
         self.metrics
             .published_lsn
             .store(pos.commit_lsn.0, Ordering::Relaxed);
-        self.count_topic(&record.topic);
+        self.topic_counters.count(&record.topic);
         let token = Token::Record {
             txn,
             bytes,
@@ -512,7 +507,7 @@ impl Streaming {
             .send(record, token)
             .await
             .map_err(|error| RelayError::Delivery {
-                topic: record.topic.to_string(),
+                topic: self.topic_counters.shown(&record.topic),
                 lsn: pos.commit_lsn,
                 event: describe_record(record),
                 error,
@@ -520,30 +515,6 @@ impl Streaming {
             })?;
         self.awaiting_reports += 1;
         Ok(())
-    }
-
-    fn count_topic(&mut self, topic: &Arc<str>) {
-        // A router shares one name among its topic's records: most records
-        // find their counter by pointer, without hashing the name.
-        if let Some((last, counter)) = &self.last_topic
-            && Arc::ptr_eq(last, topic)
-        {
-            counter.inc();
-            return;
-        }
-        if let Some(counter) = self.topic_counters.get(&**topic) {
-            counter.inc();
-            self.last_topic = Some((topic.clone(), counter.clone()));
-            return;
-        }
-        let counter = self
-            .metrics
-            .records_by_topic
-            .get_or_create(&vec![("topic", topic.to_string())])
-            .clone();
-        counter.inc();
-        self.last_topic = Some((topic.clone(), counter.clone()));
-        self.topic_counters.insert(topic.to_string(), counter);
     }
 
     fn on_update(&mut self, change: &Change) -> Result<(), RelayError> {
@@ -609,7 +580,7 @@ impl Streaming {
             } => {
                 self.awaiting_reports = self.awaiting_reports.saturating_sub(1);
                 Err(RelayError::Delivery {
-                    topic,
+                    topic: self.topic_counters.shown(&topic),
                     lsn: commit_lsn,
                     event: describe_event(event_id.as_ref(), index),
                     error,

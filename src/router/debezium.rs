@@ -107,9 +107,13 @@ pub struct Mapping {
 #[error("{0}")]
 pub struct ValueError(pub String);
 
+/// Names the type and the value's length, never the value: errors reach
+/// logs, `/healthz` and `status`, where row data does not belong.
 fn bad(what: &str, text: &[u8]) -> ValueError {
-    let shown = String::from_utf8_lossy(&text[..text.len().min(64)]).into_owned();
-    ValueError(format!("{what}: {shown:?} is not valid"))
+    ValueError(format!(
+        "{what}: a value of {} bytes is not valid (row values are not logged)",
+        text.len()
+    ))
 }
 
 /// PostgreSQL's name of a built-in type, for error messages.

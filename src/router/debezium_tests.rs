@@ -33,6 +33,22 @@ fn error(oid: Oid, typmod: i32, text: &str) -> ValueError {
         .expect_err("expected an error")
 }
 
+/// Issue 24: a value that cannot be written is named by its type and
+/// length, never quoted (errors reach logs, `/healthz` and `status`).
+#[test]
+fn a_bad_value_is_not_quoted_in_its_error() {
+    for (oid, text) in [
+        (23, "12SECRET"),
+        (16, "SECRET"),
+        (700, "SECRET.5"),
+        (1082, "SECRET-01-01"),
+    ] {
+        let e = error(oid, -1, text);
+        assert!(!e.to_string().contains("SECRET"), "{e}");
+        assert!(e.to_string().contains("bytes is not valid"), "{e}");
+    }
+}
+
 /// numeric(p,s) typmod: ((p << 16) | s) + 4.
 fn numeric(p: i32, s: i32) -> i32 {
     ((p << 16) | s) + 4
