@@ -106,6 +106,11 @@ enum Command {
         /// Print the records (topic, key, id) instead of publishing them.
         #[arg(long)]
         dry_run: bool,
+        /// Cancel the read when one statement runs longer than this (e.g.
+        /// "30m", "2h"): the COPY of the rows streams as fast as Kafka
+        /// acknowledges them, so raise it for a large range.
+        #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = parse_duration)]
+        statement_timeout: std::time::Duration,
     },
     /// Ask the running connector for an incremental snapshot of one table
     /// (a backfill, or re-reading a table): read in chunks while streaming
@@ -148,6 +153,15 @@ impl Command {
 }
 
 /// Writes a line to stderr; a closed stderr loses it instead of panicking.
+/// A command-line duration such as `30m` or `2h` (nonzero).
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    match humantime_serde::re::humantime::parse_duration(text.trim()) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err("must be more than 0, e.g. 30m".into()),
+        Err(e) => Err(format!("{e}; write e.g. 30m or 2h")),
+    }
+}
+
 fn shout(text: &str) {
     let _ = writeln!(std::io::stderr(), "{text}");
 }
@@ -275,12 +289,14 @@ fn main() -> ExitCode {
                 table,
                 filter,
                 dry_run,
+                statement_timeout,
                 ..
             } => {
                 let request = walrelay::republish::Request {
                     table,
                     filter,
                     dry_run,
+                    statement_timeout,
                 };
                 let printed = walrelay::republish::republish(&config, &request, |record| {
                     let text = |b: &Option<bytes::Bytes>| {

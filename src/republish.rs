@@ -17,6 +17,11 @@
 //!   only after every record is acknowledged; a refused record stops it with
 //!   the row's id, exit 1, and what was acknowledged before it is said.
 //! - It never touches the slot or the offset store.
+//! - **`--where` is trusted, read-only SQL that stays a condition.** It
+//!   runs in a `READ ONLY` transaction under `statement_timeout`, and
+//!   `pg::filter` refuses a condition that could close its parentheses
+//!   (and so select another table's rows, or run a statement of its own);
+//!   it may read other tables only to choose among the outbox table's rows.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -52,6 +57,9 @@ pub struct Request {
     pub filter: String,
     /// Print the records instead of publishing them.
     pub dry_run: bool,
+    /// The longest any one statement may run (the COPY of the rows
+    /// included, which streams as fast as Kafka acknowledges).
+    pub statement_timeout: Duration,
 }
 
 /// What was republished.
@@ -135,6 +143,8 @@ pub async fn republish(
                 .into(),
         ));
     }
+    crate::pg::filter::check(&request.filter)
+        .map_err(|why| RepublishError::Usage(format!("--where is refused: {why}")))?;
     let outbox = pick(config, request.table.as_deref())?;
     let params = connect_params(config);
     let client = catalog::connect(&params)
@@ -144,6 +154,10 @@ pub async fn republish(
         .await
         .map_err(|e| RepublishError::Postgres(format!("{}; {}", e.problem(), e.fix())))?;
     let mut reader = SnapshotReader::open_now(&params)
+        .await
+        .map_err(|e| RepublishError::Postgres(e.to_string()))?;
+    reader
+        .limit_statements(request.statement_timeout)
         .await
         .map_err(|e| RepublishError::Postgres(e.to_string()))?;
     let relation = reader

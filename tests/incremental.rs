@@ -512,6 +512,25 @@ async fn table_events_stay_fresh_under_concurrent_updates() {
         reads
     };
     let before = reads_by_id(&topic);
+    // A condition that could leave its parentheses is refused before any
+    // signal is written (issue 24).
+    let refused = std::process::Command::new(walrelay_bin())
+        .args(["snapshot", "--config"])
+        .arg(&config)
+        .args([
+            "--table",
+            "public.items",
+            "--where",
+            "false) UNION ALL SELECT * FROM pg_roles --",
+        ])
+        .output()
+        .expect("run walrelay snapshot");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{err}");
+    assert!(
+        err.contains("is refused") && err.contains("closes more"),
+        "{err}"
+    );
     request_snapshot(&config, "public.items", Some("id <= 50"));
     let selected: Vec<i64> = table.keys().copied().filter(|id| *id <= 50).collect();
     let after = wait_for("the filtered snapshot", CATCH_UP, || {

@@ -105,4 +105,47 @@ async fn republish_dry_run_and_bad_input() {
     ]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("not an [[outbox]] table"), "{err}");
+
+    // Issue 24: the condition cannot leave its parentheses to publish
+    // another table's rows as outbox events (with or without a comment
+    // swallowing the rest), nor run a statement of its own.
+    db.client
+        .batch_execute(
+            "CREATE TABLE secrets AS SELECT * FROM outbox LIMIT 0; \
+             INSERT INTO secrets (id, aggregatetype, aggregateid, type, payload) \
+             VALUES (gen_random_uuid(), 'order', 'SECRET', 'Leaked', '{}')",
+        )
+        .await
+        .unwrap();
+    for (filter, why) in [
+        ("false) UNION ALL SELECT * FROM secrets --", "closes more"),
+        (
+            "false) UNION ALL SELECT * FROM secrets WHERE (true",
+            "closes more",
+        ),
+        ("true; DELETE FROM outbox", "';'"),
+    ] {
+        let (code, out, err) = walrelay(&["republish", "--config", config_arg, "--where", filter]);
+        assert_eq!(code, Some(2), "{filter}: {out}{err}");
+        assert!(
+            err.contains("--where is refused") && err.contains(why),
+            "{filter}: {err}"
+        );
+    }
+    assert!(consume_to_end(&[&names.topic("order"), &names.topic("invoice")]).is_empty());
+    assert_eq!(outbox_rows(&db).await.len(), rows.len());
+
+    // A condition that runs too long is cancelled, and says so.
+    let (code, out, err) = walrelay(&[
+        "republish",
+        "--config",
+        config_arg,
+        "--where",
+        "pg_sleep(2) IS NOT NULL",
+        "--statement-timeout",
+        "500ms",
+        "--dry-run",
+    ]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(err.contains("statement timeout"), "{err}");
 }

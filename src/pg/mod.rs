@@ -7,6 +7,7 @@
 //! slot exported, in [`snapshot`].
 
 pub mod catalog;
+pub mod filter;
 pub mod replication;
 pub mod snapshot;
 pub mod tls;

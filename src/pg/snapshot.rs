@@ -43,6 +43,7 @@
 //! moved on: a retry starts the snapshot over with a new slot.
 
 use std::pin::Pin;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
@@ -119,6 +120,10 @@ pub enum SnapshotError {
         what: &'static str,
         columns: String,
     },
+    /// An operator's row condition that could leave its parentheses
+    /// (`pg::filter`).
+    #[error("the row condition for table {table} is refused: {why}")]
+    BadFilter { table: String, why: String },
     /// A hash split with no parts or an index outside them.
     #[error(
         "hash split part {index} of {parts} is not valid: parts must be 1 or more and index below parts"
@@ -152,6 +157,7 @@ impl SnapshotError {
             | SnapshotError::NoOrder { .. }
             | SnapshotError::UnknownColumn { .. }
             | SnapshotError::InvalidSplit { .. }
+            | SnapshotError::BadFilter { .. }
             | SnapshotError::Malformed { .. } => false,
         }
     }
@@ -242,6 +248,23 @@ impl SnapshotReader {
             client,
             snapshot_name: String::new(),
         })
+    }
+
+    /// Cancels any one statement of this reader's transaction that runs
+    /// longer than `timeout` (an operator's condition that scans far more
+    /// than meant, or hangs on a lock).
+    pub async fn limit_statements(&self, timeout: Duration) -> Result<(), SnapshotError> {
+        self.client
+            .batch_execute(&format!(
+                "SET LOCAL statement_timeout = {}",
+                timeout.as_millis().max(1)
+            ))
+            .await
+            .map_err(|source| SnapshotError::Query {
+                table: String::from("(none)"),
+                context: "setting statement_timeout",
+                source,
+            })
     }
 
     /// The imported snapshot's name.
@@ -890,6 +913,10 @@ pub fn chunk_sql(
     );
     let mut conditions = Vec::new();
     if let Some(filter) = filter {
+        super::filter::check(filter).map_err(|why| SnapshotError::BadFilter {
+            table: table.clone(),
+            why,
+        })?;
         conditions.push(format!("({filter})"));
     }
     if let Some(split) = split {

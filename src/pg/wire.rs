@@ -56,6 +56,9 @@ pub const SESSION_PARAMETERS: &[(&str, &str)] = &[
     ("bytea_output", "hex"),
     ("IntervalStyle", "postgres"),
     ("extra_float_digits", "3"),
+    // Operator-written conditions (`pg::filter`) are checked under this
+    // lexer rule: a backslash in '…' is an ordinary character.
+    ("standard_conforming_strings", "on"),
     // A role's or database's timeouts must not cancel a snapshot's COPY,
     // end the replication connection idling in its exported snapshot's
     // transaction, or close an idle catalog connection.

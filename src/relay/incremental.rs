@@ -101,6 +101,10 @@ impl Specs {
                  in chunks by a unique key; set key_columns"
             ));
         }
+        if let Some(filter) = &filter {
+            crate::pg::filter::check(filter)
+                .map_err(|why| format!("the condition for {table} is refused: {why}"))?;
+        }
         let (schema, name) = table.split_once('.').unwrap_or(("public", table));
         Ok(ChunkTable {
             schema: schema.to_owned(),
