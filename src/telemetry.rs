@@ -102,6 +102,10 @@ pub struct Metrics {
     pub rows_unclaimed: AtomicU64,
     pub sessions_started: AtomicU64,
     pub session_errors: AtomicU64,
+    /// Sessions that reached streaming (or the snapshot), then ended by an
+    /// error: the restarts that re-send the unconfirmed tail. Failed
+    /// connection attempts are in `session_errors` only.
+    pub streaming_session_errors: AtomicU64,
     pub confirmed_lsn: AtomicU64,
     pub received_lsn: AtomicU64,
     /// Commit LSN of the newest transaction with a record handed to Kafka.
@@ -271,6 +275,7 @@ impl Metrics {
             rows_unclaimed: AtomicU64::new(0),
             sessions_started: AtomicU64::new(0),
             session_errors: AtomicU64::new(0),
+            streaming_session_errors: AtomicU64::new(0),
             confirmed_lsn: AtomicU64::new(0),
             received_lsn: AtomicU64::new(0),
             published_lsn: AtomicU64::new(0),
@@ -774,6 +779,8 @@ mod tests {
             "walrelay_commit_to_ack_seconds_bucket{connector=\"c1\",le=\"0.025\"} 1\n",
             "walrelay_commit_to_ack_seconds_count{connector=\"c1\"} 1\n",
             "walrelay_session_errors_total{connector=\"c1\"} 1\n",
+            // A failed attempt is not a streaming session that ended.
+            "walrelay_streaming_session_errors_total{connector=\"c1\"} 0\n",
             "walrelay_session_errors_by_cause_total{connector=\"c1\",class=\"transient\",cause=\"kafka\"} 1\n",
             "walrelay_heartbeat_round_trip_seconds{connector=\"c1\"} 0.0025\n",
             "walrelay_heartbeats_received_total{connector=\"c1\"} 1\n",

@@ -99,7 +99,8 @@ async fn an_accepted_slot_position_is_stored_at_once() {
 
 /// While Kafka is unreachable no session can start, yet the slot's gauges
 /// keep following the slot (lag grows as WAL is written) and their age
-/// stays small.
+/// stays small. The failed attempts are session errors, but no streaming
+/// session ended: they are not restarts (alert `WalrelayRestarting`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slot_gauges_stay_fresh_while_kafka_is_unreachable() {
     let db = TestDb::new("gauges").await;
@@ -143,6 +144,16 @@ async fn slot_gauges_stay_fresh_while_kafka_is_unreachable() {
     assert!(
         metrics.contains("status=\"reserved\"} 1"),
         "wal_status is known: {metrics}"
+    );
+    let metrics = wait_for("a failed session attempt to be counted", START, || {
+        let m = http_get(&addr, "/metrics");
+        async move { (sample(&m, "walrelay_session_errors_total")? >= 1.0).then_some(m) }
+    })
+    .await;
+    assert_eq!(
+        sample(&metrics, "walrelay_streaming_session_errors_total"),
+        Some(0.0),
+        "{metrics}"
     );
 }
 
