@@ -18,7 +18,8 @@
 //! - `walrelay_slot_wal_status`: 1 for the current `wal_status`.
 //! - `walrelay_slot_poll_age_seconds`: how old those readings are. The slot is
 //!   read every 5 s for the life of the connector, also while no session
-//!   runs (Kafka down); a growing age means PostgreSQL is not answering.
+//!   runs (Kafka down); a growing age means the slot cannot be read (the
+//!   watcher's log warning says why: `crate::relay`'s `slot_watch`).
 //!
 //! Heartbeats (`[heartbeat]`, see `crate::relay` and docs/operations.md):
 //! - `walrelay_heartbeat_age_seconds`: time since this connector's last
