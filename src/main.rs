@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use walrelay::config::{self, Config};
 use walrelay::relay::{self, RunOptions};
+use walrelay::status::{HealthProbe, HealthUrl};
 use walrelay::telemetry::{Lossy, log_filter, use_ansi};
 
 /// Shown after every `--help`.
@@ -137,6 +138,16 @@ enum Command {
         /// One JSON object on stdout instead of the table.
         #[arg(long)]
         json: bool,
+        /// Ask the instance at this URL for its health
+        /// (http://HOST:PORT[/PATH], PATH /healthz by default) instead of
+        /// the configuration's [health] listen address on this host: for
+        /// running status from another host.
+        #[arg(long, value_name = "URL", conflicts_with = "no_health")]
+        health_url: Option<HealthUrl>,
+        /// Ask no instance for its health (e.g. from a host that cannot
+        /// reach one); the slot, offset and instances are still shown.
+        #[arg(long)]
+        no_health: bool,
     },
 }
 
@@ -358,8 +369,18 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            Command::Status { json, .. } => {
-                let status = walrelay::status::status(&config).await;
+            Command::Status {
+                json,
+                health_url,
+                no_health,
+                ..
+            } => {
+                let health = match (health_url, no_health) {
+                    (Some(url), _) => HealthProbe::Url(url),
+                    (None, true) => HealthProbe::Off,
+                    (None, false) => HealthProbe::Configured,
+                };
+                let status = walrelay::status::status(&config, &health).await;
                 if json {
                     match serde_json::to_string_pretty(&status) {
                         Ok(text) => say(&format!("{text}\n")),

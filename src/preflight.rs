@@ -9,6 +9,10 @@
 //! depend on an unreachable service are reported as skipped (with the reason
 //! already given by the failed connection check), so one problem yields one
 //! clear line rather than a cascade.
+//!
+//! Reaching Kafka and reading the offset store ([`reach_kafka`],
+//! [`read_offset_store`]) are shared with `walrelay status`, so both say a
+//! broker refusing connections at once and in the same words.
 
 use std::fmt;
 use std::time::Duration;
@@ -772,6 +776,98 @@ async fn check_transactions(config: &Config, props: &[(String, String)], report:
     }
 }
 
+/// Why Kafka or the offset store could not be read: the words of `check`'s
+/// FAIL line, which `status` prints too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KafkaFailure {
+    pub problem: String,
+    pub fix: String,
+}
+
+impl KafkaFailure {
+    fn new(problem: impl Into<String>, fix: impl Into<String>) -> KafkaFailure {
+        KafkaFailure {
+            problem: problem.into(),
+            fix: fix.into(),
+        }
+    }
+}
+
+/// Reaches the brokers with the producer's properties ([`probe_cluster`]):
+/// fails at once, with librdkafka's reason, when every broker refuses the
+/// connection or walrelay's credentials, else after 10 s without an answer.
+pub(crate) async fn reach_kafka(
+    props: &[(String, String)],
+) -> Result<crate::sink::kafka::ProbeReport, KafkaFailure> {
+    let reach = {
+        let props = props.to_vec();
+        tokio::task::spawn_blocking(move || probe_cluster(&props, Duration::from_secs(10))).await
+    };
+    match reach {
+        Ok(Ok(probe)) => Ok(probe),
+        Ok(Err(ProbeError::Refused(e))) => {
+            // The error carries its own fix after the last "; ".
+            let (problem, fix) = e
+                .message
+                .rsplit_once("; ")
+                .unwrap_or((e.message.as_str(), "see docs/security.md"));
+            Err(KafkaFailure::new(problem, fix))
+        }
+        Ok(Err(ProbeError::Unreachable(e))) => Err(KafkaFailure::new(
+            e,
+            "check kafka.brokers and that the brokers are up and reachable from here",
+        )),
+        Err(e) => Err(KafkaFailure::new(e.to_string(), "report this as a bug")),
+    }
+}
+
+/// What the offset store holds for this connector.
+#[derive(Debug)]
+pub(crate) enum StoredRead {
+    /// The offsets topic does not exist yet (`run` creates it).
+    NoTopic,
+    /// The topic holds nothing for this connector.
+    Nothing,
+    At(Box<offsets::StoredOffset>),
+}
+
+impl StoredRead {
+    pub(crate) fn into_offset(self) -> Option<offsets::StoredOffset> {
+        match self {
+            StoredRead::At(s) => Some(*s),
+            StoredRead::NoTopic | StoredRead::Nothing => None,
+        }
+    }
+}
+
+/// Reads the offset store as `run` will ([`OffsetStore`]), after checking
+/// the topic is compacted; call it once [`reach_kafka`] succeeded.
+pub(crate) async fn read_offset_store(
+    config: &Config,
+    props: &[(String, String)],
+) -> Result<StoredRead, KafkaFailure> {
+    let store = OffsetStore::new(props, &config.kafka.offsets_topic, &config.connector.name);
+    match store.verify_topic(Duration::from_secs(10)).await {
+        Ok(true) => {}
+        Ok(false) => return Ok(StoredRead::NoTopic),
+        Err(e) => {
+            return Err(KafkaFailure::new(
+                e.to_string(),
+                "see docs/operations.md, \"Offset store\"",
+            ));
+        }
+    }
+    match tokio::task::spawn_blocking(move || store.load(Duration::from_secs(10))).await {
+        Ok(Ok(Some(s))) => Ok(StoredRead::At(Box::new(s))),
+        Ok(Ok(None)) => Ok(StoredRead::Nothing),
+        Ok(Err(e)) => Err(KafkaFailure::new(
+            e.to_string(),
+            "check that the connector may read the offsets topic",
+        )),
+        Err(e) => Err(KafkaFailure::new(e.to_string(), "report this as a bug")),
+    }
+}
+
 /// Kafka reachability and the stored offset. Returns `Some(stored)` when the
 /// offset store could be read.
 async fn check_kafka(
@@ -780,130 +876,64 @@ async fn check_kafka(
 ) -> Option<Option<offsets::StoredOffset>> {
     let props = producer_properties(config);
     let brokers = config.kafka.bootstrap_servers();
-    let reach = {
-        let props = props.clone();
-        tokio::task::spawn_blocking(move || probe_cluster(&props, Duration::from_secs(10))).await
+    let probe = match reach_kafka(&props).await {
+        Ok(probe) => probe,
+        Err(f) => {
+            report.push("kafka", fail(f.problem, f.fix));
+            return None;
+        }
     };
-    match reach {
-        Ok(Ok(probe)) => {
-            // librdkafka does not say which TLS version it negotiated; a
-            // handshake of our own with the same settings does.
-            let tls = if probe.protocol.ends_with("ssl") {
-                let props = props.clone();
-                match tokio::task::spawn_blocking(move || {
-                    tls_handshake(&props, Duration::from_secs(10))
-                })
-                .await
-                {
-                    Ok(Ok(negotiated)) => format!("; negotiated {negotiated}"),
-                    Ok(Err(why)) => format!("; TLS version unknown ({why})"),
-                    Err(e) => format!("; TLS version unknown ({e})"),
-                }
-            } else {
-                String::new()
-            };
-            let answered = format!(
-                "{brokers} answered ({} broker(s)) {probe}{tls}",
-                probe.brokers
-            );
-            // Plaintext: neither encrypted nor authenticated, said the way
-            // an unverified PostgreSQL connection is.
-            let outcome = if probe.protocol.ends_with("ssl") {
-                Outcome::Ok(answered)
-            } else {
-                Outcome::Warn(format!(
-                    "{answered}; WITHOUT TLS: records and credentials cross the network in the \
-                     clear and the brokers are not authenticated; set kafka.security_protocol = \
-                     \"ssl\" or \"sasl_ssl\" unless the network is trusted"
-                ))
-            };
-            report.push("kafka", outcome);
+    // librdkafka does not say which TLS version it negotiated; a handshake
+    // of our own with the same settings does.
+    let tls = if probe.protocol.ends_with("ssl") {
+        let props = props.clone();
+        match tokio::task::spawn_blocking(move || tls_handshake(&props, Duration::from_secs(10)))
+            .await
+        {
+            Ok(Ok(negotiated)) => format!("; negotiated {negotiated}"),
+            Ok(Err(why)) => format!("; TLS version unknown ({why})"),
+            Err(e) => format!("; TLS version unknown ({e})"),
         }
-        Ok(Err(ProbeError::Refused(e))) => {
-            // The error carries its own fix after the last "; ".
-            let (problem, fix) = e
-                .message
-                .rsplit_once("; ")
-                .map_or((e.message.as_str(), "see docs/security.md"), |(p, f)| {
-                    (p, f)
-                });
-            report.push("kafka", fail(problem, fix));
-            return None;
-        }
-        Ok(Err(ProbeError::Unreachable(e))) => {
-            report.push(
-                "kafka",
-                fail(
-                    e,
-                    "check kafka.brokers and that the brokers are up and reachable from here",
-                ),
-            );
-            return None;
-        }
-        Err(e) => {
-            report.push("kafka", fail(e.to_string(), "report this as a bug"));
-            return None;
-        }
-    }
+    } else {
+        String::new()
+    };
+    let answered = format!(
+        "{brokers} answered ({} broker(s)) {probe}{tls}",
+        probe.brokers
+    );
+    // Plaintext: neither encrypted nor authenticated, said the way an
+    // unverified PostgreSQL connection is.
+    let outcome = if probe.protocol.ends_with("ssl") {
+        Outcome::Ok(answered)
+    } else {
+        Outcome::Warn(format!(
+            "{answered}; WITHOUT TLS: records and credentials cross the network in the clear \
+             and the brokers are not authenticated; set kafka.security_protocol = \"ssl\" or \
+             \"sasl_ssl\" unless the network is trusted"
+        ))
+    };
+    report.push("kafka", outcome);
     if config.kafka.delivery == crate::config::Delivery::ExactlyOnce {
         check_transactions(config, &props, report).await;
     }
-    let store = OffsetStore::new(&props, &config.kafka.offsets_topic, &config.connector.name);
-    match store.verify_topic(Duration::from_secs(10)).await {
-        Ok(true) => {}
-        Ok(false) => {
-            report.push(
-                "offset store",
-                Outcome::Ok(format!(
-                    "{} does not exist yet; run will create it (compacted)",
-                    config.kafka.offsets_topic
-                )),
-            );
-            return Some(None);
-        }
-        Err(e) => {
-            report.push(
-                "offset store",
-                fail(e.to_string(), "see docs/operations.md, \"Offset store\""),
-            );
-            return None;
-        }
-    }
-    let loaded = tokio::task::spawn_blocking(move || store.load(Duration::from_secs(10))).await;
-    match loaded {
-        Ok(Ok(Some(s))) => {
-            report.push(
-                "offset store",
-                Outcome::Ok(format!(
-                    "{} holds {} for slot {}",
-                    config.kafka.offsets_topic, s.lsn, s.slot
-                )),
-            );
-            Some(Some(s))
-        }
-        Ok(Ok(None)) => {
-            report.push(
-                "offset store",
-                Outcome::Ok(format!(
-                    "no offset stored yet in {}",
-                    config.kafka.offsets_topic
-                )),
-            );
-            Some(None)
-        }
-        Ok(Err(e)) => {
-            report.push(
-                "offset store",
-                fail(
-                    e.to_string(),
-                    "check that the connector may read the offsets topic",
-                ),
-            );
-            None
-        }
-        Err(e) => {
-            report.push("offset store", fail(e.to_string(), "report this as a bug"));
-            None
-        }
-    }
+    let topic = &config.kafka.offsets_topic;
+    let (outcome, stored) = match read_offset_store(config, &props).await {
+        Ok(StoredRead::NoTopic) => (
+            Outcome::Ok(format!(
+                "{topic} does not exist yet; run will create it (compacted)"
+            )),
+            Some(None),
+        ),
+        Ok(StoredRead::Nothing) => (
+            Outcome::Ok(format!("no offset stored yet in {topic}")),
+            Some(None),
+        ),
+        Ok(StoredRead::At(s)) => (
+            Outcome::Ok(format!("{topic} holds {} for slot {}", s.lsn, s.slot)),
+            Some(Some(*s)),
+        ),
+        Err(f) => (fail(f.problem, f.fix), None),
+    };
+    report.push("offset store", outcome);
+    stored
 }

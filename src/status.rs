@@ -7,12 +7,17 @@
 //! offset and its age, the difference between the two with what `run` would
 //! do about it (the decision function `run` uses, [`offsets::compare`]), the
 //! publication's tables, the instances (who holds the lease, who waits as a
-//! standby: `crate::source::lease`), and — when `[health]` is configured —
-//! the running instance's `/healthz`.
+//! standby: `crate::source::lease`), and an instance's `/healthz`
+//! ([`HealthProbe`]: by default the `[health] listen` address of the
+//! configuration, on this host; `--health-url` for one elsewhere;
+//! `--no-health` for none).
 //!
 //! Invariants:
 //! - Every part is read on its own: PostgreSQL down still shows the stored
 //!   offset, Kafka down still shows the slot; an unreadable part says why.
+//!   Kafka is reached the way `check` reaches it ([`crate::preflight`]), so
+//!   brokers refusing connections are said at once with librdkafka's
+//!   reason, not after a timeout.
 //! - [`Status::problems`] lists what needs a person (a missing, lost or
 //!   `unreserved` slot, a slot ahead of the stored offset, an unreachable
 //!   service, an unhealthy instance); the command exits 1 when it is not
@@ -20,21 +25,103 @@
 //! - Nothing secret is printed: no password, no connection string.
 
 use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::Lsn;
 use crate::config::Config;
-use crate::offsets::{self, OffsetStore, StartDecision};
+use crate::offsets::{self, StartDecision};
 use crate::pg::catalog;
 use crate::pg::replication::ReplicationClient;
+use crate::preflight::{reach_kafka, read_offset_store};
 use crate::relay::{connect_params, producer_properties};
 use crate::source::lease::Peer;
 use crate::telemetry::unix_ms as now_ms;
 
-/// How long each service may take to answer.
-const TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an instance may take to answer `GET /healthz`.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Whose `/healthz` `status` asks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum HealthProbe {
+    /// The configuration's `[health] listen` address, on this host (an
+    /// unspecified address, `0.0.0.0` or `::`, is asked on loopback); none
+    /// without a `[health]` section.
+    #[default]
+    Configured,
+    /// An instance anywhere (`--health-url`).
+    Url(HealthUrl),
+    /// None (`--no-health`): e.g. from a host that cannot reach any.
+    Off,
+}
+
+/// `http://HOST:PORT[/PATH]`: where to `GET` an instance's health, `PATH`
+/// being `/healthz` unless given (a proxy's path, say).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthUrl {
+    /// `HOST:PORT` (`[v6]:PORT` for an IPv6 address).
+    pub address: String,
+    pub path: String,
+}
+
+impl HealthUrl {
+    /// The `[health] listen` address as seen from this host.
+    fn local(listen: SocketAddr) -> HealthUrl {
+        let mut addr = listen;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(if addr.is_ipv4() {
+                std::net::Ipv4Addr::LOCALHOST.into()
+            } else {
+                std::net::Ipv6Addr::LOCALHOST.into()
+            });
+        }
+        HealthUrl {
+            address: addr.to_string(),
+            path: "/healthz".to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for HealthUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "http://{}{}", self.address, self.path)
+    }
+}
+
+impl FromStr for HealthUrl {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<HealthUrl, String> {
+        let example = "e.g. http://10.0.3.17:9187";
+        let rest = s.strip_prefix("http://").ok_or_else(|| {
+            format!("{s:?} is not an http:// URL (/healthz is plain HTTP), {example}")
+        })?;
+        let (address, path) = rest
+            .find(['/', '?', '#'])
+            .map_or((rest, ""), |at| rest.split_at(at));
+        let path = match path {
+            "" | "/" => "/healthz",
+            p if p.starts_with('/') => p,
+            _ => return Err(format!("{s:?}: the path must start with '/', {example}")),
+        };
+        let port = address
+            .rsplit_once(':')
+            .filter(|(host, _)| !host.is_empty() && (!host.contains(':') || host.starts_with('[')))
+            .and_then(|(_, port)| port.parse::<u16>().ok());
+        if port.is_none() || address.contains('@') || path.contains(char::is_whitespace) {
+            return Err(format!(
+                "{s:?}: expected http://HOST:PORT[/PATH], {example}"
+            ));
+        }
+        Ok(HealthUrl {
+            address: address.to_owned(),
+            path: path.to_owned(),
+        })
+    }
+}
 
 /// One part of the status: its readings, or why they could not be read.
 /// In JSON: the readings, or `{"error": "…"}`.
@@ -81,7 +168,8 @@ pub struct Status {
     /// Who holds the lease (the active instance) and who waits for it.
     #[serde(serialize_with = "part")]
     pub instances: Part<InstancesStatus>,
-    /// `None` without a `[health]` section.
+    /// `None` when no instance was asked (no `[health]` section, or
+    /// `--no-health`).
     #[serde(serialize_with = "optional_part")]
     pub instance: Option<Part<InstanceStatus>>,
     /// What needs a person; empty when all is well.
@@ -159,13 +247,17 @@ pub struct InstancesStatus {
 /// The running instance's `/healthz`.
 #[derive(Debug, Serialize)]
 pub struct InstanceStatus {
+    /// `HOST:PORT` asked.
     pub address: String,
+    /// The URL asked.
+    pub url: String,
     pub healthy: bool,
     pub says: String,
 }
 
-/// Reads everything; never fails as a whole.
-pub async fn status(config: &Config) -> Status {
+/// Reads everything; never fails as a whole. `health` says whose
+/// `/healthz` to ask.
+pub async fn status(config: &Config, health: &HealthProbe) -> Status {
     let pg = &config.postgres;
     let params = connect_params(config);
     // The slot first, the stored offset after: a running instance stores a
@@ -217,9 +309,12 @@ pub async fn status(config: &Config) -> Status {
         ),
         _ => None,
     };
-    let instance = match &config.health {
-        Some(health) => Some(healthz(&health.listen.to_string()).await),
-        None => None,
+    let instance = match (health, &config.health) {
+        (HealthProbe::Url(url), _) => Some(healthz(url, false).await),
+        (HealthProbe::Configured, Some(section)) => {
+            Some(healthz(&HealthUrl::local(section.listen), true).await)
+        }
+        (HealthProbe::Configured, None) | (HealthProbe::Off, _) => None,
     };
 
     let mut status = Status {
@@ -237,18 +332,16 @@ pub async fn status(config: &Config) -> Status {
     status
 }
 
+/// The stored offset, read as `check` reads it: the brokers first, so that
+/// refused connections are said at once.
 async fn read_stored(config: &Config) -> Part<Option<offsets::StoredOffset>> {
     let props = producer_properties(config);
-    let store = OffsetStore::new(&props, &config.kafka.offsets_topic, &config.connector.name);
-    match store.verify_topic(TIMEOUT).await {
-        Ok(true) => {}
-        Ok(false) => return Ok(None),
-        Err(e) => return Err(format!("Kafka: {e}")),
-    }
-    match tokio::task::spawn_blocking(move || store.load(TIMEOUT)).await {
-        Ok(loaded) => loaded.map_err(|e| format!("Kafka: {e}")),
-        Err(e) => Err(format!("reading the offset store: {e}")),
-    }
+    let kafka = |f: crate::preflight::KafkaFailure| format!("Kafka: {}", f.problem);
+    reach_kafka(&props).await.map_err(kafka)?;
+    read_offset_store(config, &props)
+        .await
+        .map(crate::preflight::StoredRead::into_offset)
+        .map_err(kafka)
 }
 
 /// Reads the slot's row with its sizes (`check` reports them too).
@@ -385,22 +478,39 @@ fn compare(
     })
 }
 
-/// `GET /healthz` on the instance's `[health] listen` address.
-async fn healthz(address: &str) -> Part<InstanceStatus> {
+/// `GET` on `url`; `local`: the configuration's `[health] listen` on
+/// this host, which an error explains.
+async fn healthz(url: &HealthUrl, local: bool) -> Part<InstanceStatus> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = &url.address;
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(address).await?;
         stream
-            .write_all(b"GET /healthz HTTP/1.0\r\nHost: walrelay\r\n\r\n")
+            .write_all(format!("GET {} HTTP/1.0\r\nHost: {address}\r\n\r\n", url.path).as_bytes())
             .await?;
         let mut answer = Vec::new();
         stream.take(64 * 1024).read_to_end(&mut answer).await?;
         Ok::<_, std::io::Error>(String::from_utf8_lossy(&answer).into_owned())
     };
-    let answer = match tokio::time::timeout(Duration::from_secs(3), exchange).await {
+    let explain = |e: String| {
+        if local {
+            format!(
+                "{e} ([health] listen, asked on this host; for an instance on another host: \
+                 --health-url http://HOST:PORT, or --no-health)"
+            )
+        } else {
+            e
+        }
+    };
+    let answer = match tokio::time::timeout(HEALTH_TIMEOUT, exchange).await {
         Ok(Ok(answer)) => answer,
-        Ok(Err(e)) => return Err(format!("no instance answers on {address}: {e}")),
-        Err(_) => return Err(format!("no answer from {address} within 3 s")),
+        Ok(Err(e)) => return Err(explain(format!("no instance answers on {url}: {e}"))),
+        Err(_) => {
+            return Err(explain(format!(
+                "no answer from {url} within {} s",
+                HEALTH_TIMEOUT.as_secs()
+            )));
+        }
     };
     let healthy = answer
         .split_whitespace()
@@ -412,7 +522,8 @@ async fn healthz(address: &str) -> Part<InstanceStatus> {
         .trim()
         .to_owned();
     Ok(InstanceStatus {
-        address: address.to_owned(),
+        address: address.clone(),
+        url: url.to_string(),
         healthy,
         says,
     })
@@ -644,12 +755,15 @@ impl fmt::Display for Status {
             )?,
         }
         match &self.instance {
-            None => writeln!(f, "instance             no [health] section: not asked")?,
+            None => writeln!(
+                f,
+                "instance             not asked (no [health] section, or --no-health)"
+            )?,
             Some(Err(e)) => writeln!(f, "instance             {e}")?,
             Some(Ok(i)) => writeln!(
                 f,
-                "instance             {} /healthz: {} {}",
-                i.address,
+                "instance             {}: {} {}",
+                i.url,
                 if i.healthy { "healthy" } else { "UNHEALTHY" },
                 i.says
             )?,
@@ -796,6 +910,67 @@ mod tests {
         assert_eq!(
             json["stored_offset"]["accepted_gap"]["from_committed_at_ms"],
             1_764_540_000_000_i64
+        );
+    }
+
+    #[test]
+    fn health_urls_name_an_instance_anywhere() {
+        let url = |s: &str| s.parse::<HealthUrl>();
+        let ok = |s: &str, address: &str, path: &str| {
+            assert_eq!(
+                url(s),
+                Ok(HealthUrl {
+                    address: address.into(),
+                    path: path.into()
+                }),
+                "{s}"
+            );
+        };
+        ok("http://10.0.3.17:9187", "10.0.3.17:9187", "/healthz");
+        ok("http://orders-7d9f:9187/", "orders-7d9f:9187", "/healthz");
+        ok("http://[::1]:9187/healthz", "[::1]:9187", "/healthz");
+        ok(
+            "http://127.0.0.1:8001/api/v1/namespaces/shop/pods/orders-x:9187/proxy/healthz",
+            "127.0.0.1:8001",
+            "/api/v1/namespaces/shop/pods/orders-x:9187/proxy/healthz",
+        );
+        assert_eq!(
+            url("http://10.0.3.17:9187").unwrap().to_string(),
+            "http://10.0.3.17:9187/healthz"
+        );
+        for bad in [
+            "10.0.3.17:9187",
+            "https://10.0.3.17:9187",
+            "http://10.0.3.17",
+            "http://10.0.3.17:port",
+            "http://:9187",
+            "http://::1:9187",
+            "http://user@host:9187",
+            "http://host:9187?x",
+            "http://host:99999",
+        ] {
+            let e = url(bad).unwrap_err();
+            assert!(e.contains(bad) && e.contains("http://"), "{bad}: {e}");
+        }
+    }
+
+    /// `[health] listen` on all interfaces is asked on loopback.
+    #[test]
+    fn the_configured_listen_address_is_asked_on_this_host() {
+        let local = |listen: &str| HealthUrl::local(listen.parse().unwrap()).to_string();
+        assert_eq!(local("0.0.0.0:9187"), "http://127.0.0.1:9187/healthz");
+        assert_eq!(local("[::]:9187"), "http://[::1]:9187/healthz");
+        assert_eq!(local("10.0.3.17:9187"), "http://10.0.3.17:9187/healthz");
+    }
+
+    #[test]
+    fn an_instance_not_asked_is_no_problem() {
+        let s = status(Ok(Some(slot("reserved"))));
+        assert!(s.problems.is_empty(), "{:?}", s.problems);
+        assert!(
+            s.to_string()
+                .contains("instance             not asked (no [health] section, or --no-health)"),
+            "{s}"
         );
     }
 

@@ -18,7 +18,8 @@
 //! - `walrelay_slot_wal_status`: 1 for the current `wal_status`.
 //! - `walrelay_slot_poll_age_seconds`: how old those readings are. The slot is
 //!   read every 5 s for the life of the connector, also while no session
-//!   runs (Kafka down); a growing age means PostgreSQL is not answering.
+//!   runs (Kafka down); a growing age means the slot cannot be read (the
+//!   watcher's log warning says why: `crate::relay`'s `slot_watch`).
 //!
 //! Heartbeats (`[heartbeat]`, see `crate::relay` and docs/operations.md):
 //! - `walrelay_heartbeat_age_seconds`: time since this connector's last
@@ -102,6 +103,10 @@ pub struct Metrics {
     pub rows_unclaimed: AtomicU64,
     pub sessions_started: AtomicU64,
     pub session_errors: AtomicU64,
+    /// Sessions that reached streaming (or the snapshot), then ended by an
+    /// error: the restarts that re-send the unconfirmed tail. Failed
+    /// connection attempts are in `session_errors` only.
+    pub streaming_session_errors: AtomicU64,
     pub confirmed_lsn: AtomicU64,
     pub received_lsn: AtomicU64,
     /// Commit LSN of the newest transaction with a record handed to Kafka.
@@ -274,6 +279,7 @@ impl Metrics {
             rows_unclaimed: AtomicU64::new(0),
             sessions_started: AtomicU64::new(0),
             session_errors: AtomicU64::new(0),
+            streaming_session_errors: AtomicU64::new(0),
             confirmed_lsn: AtomicU64::new(0),
             received_lsn: AtomicU64::new(0),
             published_lsn: AtomicU64::new(0),
@@ -796,6 +802,8 @@ mod tests {
             "walrelay_commit_to_ack_seconds_bucket{connector=\"c1\",le=\"0.025\"} 1\n",
             "walrelay_commit_to_ack_seconds_count{connector=\"c1\"} 1\n",
             "walrelay_session_errors_total{connector=\"c1\"} 1\n",
+            // A failed attempt is not a streaming session that ended.
+            "walrelay_streaming_session_errors_total{connector=\"c1\"} 0\n",
             "walrelay_session_errors_by_cause_total{connector=\"c1\",class=\"transient\",cause=\"kafka\"} 1\n",
             "walrelay_heartbeat_round_trip_seconds{connector=\"c1\"} 0.0025\n",
             "walrelay_heartbeats_received_total{connector=\"c1\"} 1\n",

@@ -5,9 +5,12 @@
 //! rule of `deploy/prometheus/alerts.yaml` reads must evaluate without an
 //! error and return series; then a record that Kafka cannot take (its topic
 //! does not exist and may not be auto-created) drives the Kafka-stalled, the
-//! unhealthy and the slot-lag alerts to firing. The rules are loaded with
-//! their durations shrunk to seconds and the lag threshold to 0 bytes, the
-//! expressions otherwise as shipped.
+//! unhealthy and the slot-lag alerts to firing, and killing walrelay drives
+//! `WalrelayDown` for its target. The scrape job is named as the annotation
+//! discovery of deploy/kubernetes names it (`kubernetes-pods`), not
+//! "walrelay": no rule may depend on the job's name to work. The rules are
+//! loaded with their durations shrunk to seconds and the lag threshold to 0
+//! bytes, the expressions otherwise as shipped.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -74,7 +77,7 @@ fn start_prometheus(target: &str) -> Prometheus {
         format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
              rule_files: [alerts.yaml]\n\
-             scrape_configs:\n  - job_name: walrelay\n    static_configs:\n      - targets: ['{target}']\n"
+             scrape_configs:\n  - job_name: kubernetes-pods\n    static_configs:\n      - targets: ['{target}']\n"
         ),
     )
     .unwrap();
@@ -186,7 +189,16 @@ fn alert_selectors(rules: &str) -> Vec<(String, String)> {
     out
 }
 
+/// The firing alerts' names.
 fn firing(prometheus: &Prometheus) -> Vec<String> {
+    firing_labels(prometheus)
+        .iter()
+        .map(|labels| labels["alertname"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The firing alerts' labels.
+fn firing_labels(prometheus: &Prometheus) -> Vec<Value> {
     api(prometheus, "/api/v1/alerts")
         .map(|d| {
             d["alerts"]
@@ -194,7 +206,7 @@ fn firing(prometheus: &Prometheus) -> Vec<String> {
                 .unwrap()
                 .iter()
                 .filter(|a| a["state"] == "firing")
-                .map(|a| a["labels"]["alertname"].as_str().unwrap().to_owned())
+                .map(|a| a["labels"].clone())
                 .collect()
         })
         .unwrap_or_default()
@@ -272,6 +284,14 @@ async fn dashboard_and_alert_expressions_work_against_a_real_prometheus() {
     .await;
     // A few more scrapes, so rates have two samples.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    // The terminated walsender ended one streaming session (the reconnect
+    // attempts that found the slot still active, if any, are not counted).
+    assert_eq!(
+        series(&prometheus, "walrelay_streaming_session_errors_total == 1"),
+        Ok(1),
+        "{}",
+        http_get(&listen, "/metrics")
+    );
 
     let mut problems = Vec::new();
     for (panel, expr) in dashboard_exprs(&names.connector) {
@@ -323,5 +343,19 @@ async fn dashboard_and_alert_expressions_work_against_a_real_prometheus() {
         },
     )
     .await;
+
+    // walrelay gone: its target, found by the metrics it served before, not
+    // by the job's name.
     relay.kill9();
+    wait_for(
+        "WalrelayDown to fire for the target",
+        Duration::from_secs(60),
+        || async {
+            firing_labels(&prometheus)
+                .iter()
+                .any(|l| l["alertname"] == "WalrelayDown" && l["instance"] == listen.as_str())
+                .then_some(())
+        },
+    )
+    .await;
 }

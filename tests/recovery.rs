@@ -99,7 +99,8 @@ async fn an_accepted_slot_position_is_stored_at_once() {
 
 /// While Kafka is unreachable no session can start, yet the slot's gauges
 /// keep following the slot (lag grows as WAL is written) and their age
-/// stays small.
+/// stays small. The failed attempts are session errors, but no streaming
+/// session ended: they are not restarts (alert `WalrelayRestarting`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slot_gauges_stay_fresh_while_kafka_is_unreachable() {
     let db = TestDb::new("gauges").await;
@@ -144,6 +145,109 @@ async fn slot_gauges_stay_fresh_while_kafka_is_unreachable() {
         metrics.contains("status=\"reserved\"} 1"),
         "wal_status is known: {metrics}"
     );
+    let metrics = wait_for("a failed session attempt to be counted", START, || {
+        let m = http_get(&addr, "/metrics");
+        async move { (sample(&m, "walrelay_session_errors_total")? >= 1.0).then_some(m) }
+    })
+    .await;
+    assert_eq!(
+        sample(&metrics, "walrelay_streaming_session_errors_total"),
+        Some(0.0),
+        "{metrics}"
+    );
+}
+
+/// Sessions PostgreSQL has counted for `db` (`pg_stat_database.sessions`,
+/// PostgreSQL 14+): every connection made to it, ended ones included.
+async fn sessions(db: &TestDb) -> i64 {
+    db.client
+        .query_one(
+            "SELECT sessions FROM pg_stat_database WHERE datname = current_database()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// The slot watcher's query fails on every connection while connecting
+/// works (here walrelay's role may not read `pg_stat_replication_slots`, as
+/// after a revoked statistics view): it says so once as a warning, naming
+/// what failed, backs off instead of reconnecting in a tight loop, and says
+/// once that it recovered when the grant is back; the connector streams
+/// throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_watcher_that_cannot_read_warns_once_backs_off_and_recovers() {
+    require_kafka();
+    let db = TestDb::new("watchdenied").await;
+    db.create_outbox("outbox").await;
+    // Only in this test's database: each database has its own pg_catalog.
+    db.client
+        .batch_execute("REVOKE SELECT ON pg_catalog.pg_stat_replication_slots FROM PUBLIC")
+        .await
+        .unwrap();
+    let names = Names::new("watchdenied");
+    let addr = free_local_addr();
+    let mut relay = RelayProcess::start(
+        &relay_config(&db, &names, "", &format!("[health]\nlisten = \"{addr}\"")),
+        &[],
+    );
+    relay.wait_log("streaming", START).await;
+    relay
+        .wait_log("slot watcher cannot read the slot", START)
+        .await;
+    let warnings = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains(" WARN ") && l.contains("slot watcher"))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let said = warnings(&relay.log());
+    assert_eq!(said.len(), 1, "{said:#?}");
+    assert!(
+        said[0].contains("permission denied for view pg_stat_replication_slots")
+            && said[0].contains("walrelay_slot_* gauges keep their last values"),
+        "{}",
+        said[0]
+    );
+
+    // Backing off (100 ms doubling to 2 s in the test configuration): a
+    // handful of connections in 6 s (3 here), where reconnecting at once made
+    // dozens (45).
+    let before = sessions(&db).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let made = sessions(&db).await - before;
+    assert!(made <= 10, "{made} sessions in 6 s:\n{}", relay.log());
+    assert_eq!(
+        warnings(&relay.log()).len(),
+        1,
+        "said once:\n{}",
+        relay.log()
+    );
+    let metrics = http_get(&addr, "/metrics");
+    assert!(
+        sample(&metrics, "walrelay_slot_poll_age_seconds").is_none(),
+        "never read: no age\n{metrics}"
+    );
+    assert!(metrics.contains("walrelay_healthy{connector"), "{metrics}");
+    assert_eq!(sample(&metrics, "walrelay_healthy"), Some(1.0), "{metrics}");
+
+    db.client
+        .batch_execute("GRANT SELECT ON pg_catalog.pg_stat_replication_slots TO walrelay")
+        .await
+        .unwrap();
+    relay.wait_log("slot watcher recovered", START).await;
+    let metrics = http_get(&addr, "/metrics");
+    assert!(
+        sample(&metrics, "walrelay_slot_poll_age_seconds").is_some_and(|age| age < 10.0),
+        "{metrics}"
+    );
+    assert!(
+        sample(&metrics, "walrelay_slot_lag_bytes").is_some(),
+        "{metrics}"
+    );
+    assert_eq!(warnings(&relay.log()).len(), 1, "{}", relay.log());
+    assert!(relay.stop().success(), "{}", relay.log());
 }
 
 /// A TCP proxy whose existing connections can be frozen: bytes stop flowing

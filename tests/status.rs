@@ -1,6 +1,8 @@
 //! `walrelay status` against the real services: what it says about a
 //! streaming connector, a stopped one, a dropped slot and a recreated slot
-//! ahead of the stored offset, and with Kafka out of reach (issue 11).
+//! ahead of the stored offset, and with Kafka out of reach (issue 11); and
+//! run from another host, where `[health] listen` is not this host's
+//! (issue 24).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -14,11 +16,14 @@ use support::*;
 /// Runs `walrelay status` (with `--json` when asked); returns the exit code
 /// and stdout.
 fn status(config: &std::path::Path, json: bool) -> (Option<i32>, String) {
+    status_with(config, if json { &["--json"] } else { &[] })
+}
+
+/// Runs `walrelay status` with `args`; returns the exit code and stdout.
+fn status_with(config: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
+    let json = args.contains(&"--json");
     let mut command = std::process::Command::new(walrelay_bin());
-    command.arg("status").arg("--config").arg(config);
-    if json {
-        command.arg("--json");
-    }
+    command.arg("status").arg("--config").arg(config).args(args);
     let out = command
         .env("NO_COLOR", "1")
         .stdin(std::process::Stdio::null())
@@ -96,6 +101,38 @@ async fn status_tells_streaming_stopped_dropped_and_recreated_slots_apart() {
         "{json:#}"
     );
 
+    // 1b. From another host: the file's [health] listen (here an address
+    // nobody listens on) is not where the instance answers. Asked there by
+    // default, it is a problem that names the way out; --health-url asks
+    // the instance where it is; --no-health asks none.
+    let elsewhere = write_config(
+        &std::fs::read_to_string(&config)
+            .unwrap()
+            .replace(&addr, &free_local_addr()),
+    );
+    let (code, text) = status(&elsewhere, false);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("PROBLEM  instance: no instance answers on http://")
+            && text.contains("--health-url http://HOST:PORT, or --no-health"),
+        "{text}"
+    );
+    let (code, text) = status_with(&elsewhere, &["--health-url", &format!("http://{addr}")]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains(&format!(
+            "instance             http://{addr}/healthz: healthy"
+        )),
+        "{text}"
+    );
+    let (code, out) = status_with(&elsewhere, &["--no-health", "--json"]);
+    let json: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(code, Some(0), "{json:#}");
+    assert!(json["instance"].is_null(), "{json:#}");
+    assert!(json["slot"]["active_pid"].is_i64(), "{json:#}");
+    let (code, _) = status_with(&elsewhere, &["--health-url", &addr]);
+    assert_eq!(code, Some(2), "not a URL: a usage error");
+
     // 2. Stopped: the slot is inactive and nobody answers /healthz.
     assert!(relay.stop().success(), "{}", relay.log());
     let (code, json) = status_json(&config);
@@ -137,17 +174,26 @@ async fn status_tells_streaming_stopped_dropped_and_recreated_slots_apart() {
         "{text}"
     );
 
-    // 4. Kafka out of reach: the slot is still shown, the offset store
-    // unreadable is a problem.
+    // 4. Kafka refusing connections: the slot is still shown, the offset
+    // store unreadable is a problem, said at once with librdkafka's reason
+    // as `check` says it (it took the 10 s metadata timeout, and said
+    // "timed out").
     let unreachable = write_config(
         &std::fs::read_to_string(&config)
             .unwrap()
             .replace(&kafka_brokers(), "127.0.0.1:1"),
     );
+    let started = std::time::Instant::now();
     let (code, json) = status_json(&unreachable);
+    let took = started.elapsed();
     assert_eq!(code, Some(1), "{json:#}");
     assert!(json["slot"]["confirmed_flush_lsn"].is_string(), "{json:#}");
-    assert!(json["stored_offset"]["error"].is_string(), "{json:#}");
+    let error = json["stored_offset"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("no broker accepted a connection") && error.contains("Connection refused"),
+        "{json:#}"
+    );
+    assert!(took < Duration::from_secs(8), "took {took:?}");
     db.client
         .execute("SELECT pg_drop_replication_slot($1)", &[&names.slot])
         .await

@@ -676,6 +676,11 @@ pub async fn run(
                         _ = lost.cancelled() => Err(RelayError::LeaseLost),
                     };
                     metrics.streaming.store(false, Ordering::Relaxed);
+                    if r.is_err() {
+                        metrics
+                            .streaming_session_errors
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
                     r
                 }
                 Err(e) => Err(e),

@@ -3,14 +3,25 @@
 //! Slot lag, retained WAL, `safe_wal_size` and `wal_status` matter most when
 //! no session streams — Kafka down, a session refused — because that is when
 //! the slot holds WAL back. So the watcher runs for the life of the
-//! connector on its own catalog connection (reconnecting with the relay's
-//! backoff), not inside a session, and records when it last read the slot:
-//! `walrelay_slot_poll_age_seconds` tells a stale gauge from a fresh one.
+//! connector on its own catalog connection, not inside a session, and
+//! records when it last read the slot: `walrelay_slot_poll_age_seconds`
+//! tells a stale gauge from a fresh one.
 //!
-//! It only observes: nothing here feeds back into the data path.
+//! Invariants:
+//! - It only observes: nothing here feeds back into the data path, and no
+//!   failure of its own stops the connector.
+//! - A failed read (connect, server version, the slot query, a query that
+//!   hangs) is retried on a new connection after a wait that doubles from
+//!   `postgres.reconnect_backoff_initial` to `reconnect_backoff_max` while
+//!   reads keep failing, and starts over after a read succeeds — never in a
+//!   tight loop, also when connecting succeeds and the query fails every
+//!   time (a server in recovery, a revoked statistics view).
+//! - The log says a failure once, at `warn`, naming the step and the error;
+//!   again only when the error changes; and `recovered` once, at `info`,
+//!   when a read succeeds again ([`Failures`]).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::pg::catalog;
 use crate::pg::wire::ConnectParams;
@@ -43,6 +54,66 @@ fn slot_sql(server_version: i32) -> String {
     )
 }
 
+/// The watcher's failures, as the log and the backoff see them (pure: the
+/// clock is passed in).
+#[derive(Debug)]
+struct Failures {
+    initial: Duration,
+    max: Duration,
+    /// The wait after the next failure.
+    next: Duration,
+    /// The failure last said, and when the failures began.
+    said: Option<(String, Instant)>,
+}
+
+/// What a failure means for the log.
+#[derive(Debug, PartialEq, Eq)]
+enum Said {
+    /// The first failure, or a different error than the one said: warn.
+    New,
+    /// The same error again: nothing new.
+    Again,
+}
+
+impl Failures {
+    fn new(initial: Duration, max: Duration) -> Failures {
+        Failures {
+            initial,
+            max,
+            next: initial,
+            said: None,
+        }
+    }
+
+    /// A read failed with `error` at `now`: whether that is news, and how
+    /// long to wait before the next attempt.
+    fn failed(&mut self, error: &str, now: Instant) -> (Said, Duration) {
+        let wait = self.next;
+        self.next = (self.next * 2).min(self.max);
+        let said = match &mut self.said {
+            Some((last, _)) if last == error => Said::Again,
+            Some((last, _)) => {
+                error.clone_into(last);
+                Said::New
+            }
+            None => {
+                self.said = Some((error.to_owned(), now));
+                Said::New
+            }
+        };
+        (said, wait)
+    }
+
+    /// A read succeeded at `now`: how long reads had failed, when they had
+    /// (say "recovered" once).
+    fn succeeded(&mut self, now: Instant) -> Option<Duration> {
+        self.next = self.initial;
+        self.said
+            .take()
+            .map(|(_, since)| now.saturating_duration_since(since))
+    }
+}
+
 /// Reads the slot into `metrics` every [`POLL_INTERVAL`] until aborted.
 pub(super) async fn watch(
     params: ConnectParams,
@@ -51,78 +122,147 @@ pub(super) async fn watch(
     backoff_initial: Duration,
     backoff_max: Duration,
 ) {
-    let mut backoff = backoff_initial;
-    let mut warned_down = false;
+    let mut failures = Failures::new(backoff_initial, backoff_max);
     loop {
-        let client = match catalog::connect(&params).await {
-            Ok(c) => c,
-            Err(e) => {
-                if !warned_down {
-                    tracing::debug!(error = %e, "slot watcher cannot connect; slot gauges go stale");
-                    warned_down = true;
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(backoff_max);
-                continue;
-            }
-        };
-        backoff = backoff_initial;
-        warned_down = false;
-        let sql = match catalog::server_version(&client).await {
-            Ok(v) => slot_sql(v),
-            Err(e) => {
-                tracing::debug!(error = %e, "slot watcher cannot read the server version");
-                tokio::time::sleep(backoff).await;
-                continue;
-            }
-        };
-        let mut warned_status = String::new();
-        loop {
-            // A query that hangs (a half-open connection) must not freeze
-            // the gauges' age silently: give up and reconnect.
-            let read =
-                tokio::time::timeout(QUERY_TIMEOUT, client.query_opt(sql.as_str(), &[&slot])).await;
-            let Ok(result) = read else {
-                tracing::debug!("slot query timed out; reconnecting the slot watcher");
-                break;
-            };
-            match result {
-                Ok(Some(row)) => {
-                    let get = |i: usize| row.get::<_, Option<i64>>(i);
-                    metrics.slot_lag_bytes.set(get(0));
-                    metrics.slot_retained_bytes.set(get(1));
-                    metrics.slot_safe_wal_bytes.set(get(2));
-                    let reason: Option<String> = row.get(4);
-                    metrics.set_invalidation_reason(reason.as_deref().unwrap_or_default());
-                    let stats: Option<Vec<u64>> = (5..13)
-                        .map(|i| get(i).and_then(|v| u64::try_from(v).ok()))
-                        .collect();
-                    metrics.set_slot_stats(stats.and_then(|v| v.try_into().ok()));
-                    let status: Option<String> = row.get(3);
-                    let status = status.unwrap_or_default();
-                    if (status == "unreserved" || status == "lost") && status != warned_status {
-                        tracing::warn!(%slot, wal_status = %status, "the slot is about to lose (or lost) WAL it needs; see docs/operations.md");
-                    }
-                    warned_status.clone_from(&status);
-                    metrics.set_wal_status(&status);
-                    metrics.slot_polled();
-                }
-                Ok(None) => {
-                    // Not created yet, or dropped: the gauges are unknown.
-                    metrics.slot_lag_bytes.set(None);
-                    metrics.slot_retained_bytes.set(None);
-                    metrics.slot_safe_wal_bytes.set(None);
-                    metrics.set_invalidation_reason("");
-                    metrics.set_slot_stats(None);
-                    metrics.set_wal_status("");
-                    metrics.slot_polled();
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "slot query failed; reconnecting the slot watcher");
-                    break;
-                }
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
+        let failure = read_until_failure(&params, &slot, &metrics, &mut failures).await;
+        let (said, retry_in) = failures.failed(&failure, Instant::now());
+        if said == Said::New {
+            tracing::warn!(
+                %slot, error = %failure, ?retry_in,
+                "slot watcher cannot read the slot: the walrelay_slot_* gauges keep their last \
+                 values until it can; retrying with backoff up to {backoff_max:?} (said again \
+                 only if the error changes)"
+            );
+        } else {
+            tracing::debug!(%slot, error = %failure, ?retry_in, "slot watcher: still failing");
         }
+        tokio::time::sleep(retry_in).await;
+    }
+}
+
+/// Connects and reads the slot every [`POLL_INTERVAL`] until something
+/// fails; returns what failed.
+async fn read_until_failure(
+    params: &ConnectParams,
+    slot: &str,
+    metrics: &Metrics,
+    failures: &mut Failures,
+) -> String {
+    let client = match catalog::connect(params).await {
+        Ok(c) => c,
+        Err(e) => return e.to_string(),
+    };
+    let sql = match catalog::server_version(&client).await {
+        Ok(v) => slot_sql(v),
+        Err(e) => return e.to_string(),
+    };
+    let mut warned_status = String::new();
+    loop {
+        // A query that hangs (a half-open connection) must not freeze the
+        // gauges' age silently: give up and reconnect.
+        let read =
+            tokio::time::timeout(QUERY_TIMEOUT, client.query_opt(sql.as_str(), &[&slot])).await;
+        let row = match read {
+            Err(_) => {
+                return format!(
+                    "the slot query got no answer within {QUERY_TIMEOUT:?} (reconnecting)"
+                );
+            }
+            Ok(Err(source)) => {
+                return catalog::CatalogError::Query {
+                    context: "reading the slot from pg_replication_slots and \
+                              pg_stat_replication_slots",
+                    source,
+                }
+                .to_string();
+            }
+            Ok(Ok(row)) => row,
+        };
+        match row {
+            Some(row) => {
+                let get = |i: usize| row.get::<_, Option<i64>>(i);
+                metrics.slot_lag_bytes.set(get(0));
+                metrics.slot_retained_bytes.set(get(1));
+                metrics.slot_safe_wal_bytes.set(get(2));
+                let reason: Option<String> = row.get(4);
+                metrics.set_invalidation_reason(reason.as_deref().unwrap_or_default());
+                let stats: Option<Vec<u64>> = (5..13)
+                    .map(|i| get(i).and_then(|v| u64::try_from(v).ok()))
+                    .collect();
+                metrics.set_slot_stats(stats.and_then(|v| v.try_into().ok()));
+                let status: Option<String> = row.get(3);
+                let status = status.unwrap_or_default();
+                if (status == "unreserved" || status == "lost") && status != warned_status {
+                    tracing::warn!(%slot, wal_status = %status, "the slot is about to lose (or lost) WAL it needs; see docs/operations.md");
+                }
+                warned_status.clone_from(&status);
+                metrics.set_wal_status(&status);
+            }
+            None => {
+                // Not created yet, or dropped: the gauges are unknown.
+                metrics.slot_lag_bytes.set(None);
+                metrics.slot_retained_bytes.set(None);
+                metrics.slot_safe_wal_bytes.set(None);
+                metrics.set_invalidation_reason("");
+                metrics.set_slot_stats(None);
+                metrics.set_wal_status("");
+            }
+        }
+        metrics.slot_polled();
+        if let Some(after) = failures.succeeded(Instant::now()) {
+            tracing::info!(
+                %slot, failing_secs = after.as_secs(),
+                "slot watcher recovered: read the slot again after {} s of failures",
+                after.as_secs()
+            );
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    /// A query that fails at once on every connection (a server in
+    /// recovery, a revoked view) waits 1, 2, 4 … 30 s between attempts and
+    /// is said once; another error is said again; a read that succeeds is
+    /// said once and starts the waits over.
+    #[test]
+    fn failures_back_off_and_are_said_once_per_error() {
+        let t0 = Instant::now();
+        let mut f = Failures::new(S, 30 * S);
+        let denied = "permission denied for view pg_stat_replication_slots";
+        let mut waits = Vec::new();
+        let mut said = Vec::new();
+        let mut now = t0;
+        for _ in 0..8 {
+            let (s, wait) = f.failed(denied, now);
+            said.push(s);
+            waits.push(wait.as_secs());
+            now += wait;
+        }
+        assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30, 30]);
+        assert_eq!(said[0], Said::New);
+        assert!(said[1..].iter().all(|s| *s == Said::Again), "{said:?}");
+        // The error changes: said again, the backoff goes on.
+        assert_eq!(f.failed("connection refused", now), (Said::New, 30 * S));
+        assert_eq!(f.failed("connection refused", now), (Said::Again, 30 * S));
+        // Recovered: said once, with how long it failed.
+        assert_eq!(f.succeeded(t0 + 200 * S), Some(200 * S));
+        assert_eq!(f.succeeded(t0 + 205 * S), None);
+        // A new failure is news again, and waits from the start.
+        assert_eq!(f.failed(denied, t0 + 210 * S), (Said::New, S));
+        assert_eq!(f.failed(denied, t0 + 211 * S), (Said::Again, 2 * S));
+    }
+
+    #[test]
+    fn a_clock_that_goes_backwards_does_not_panic() {
+        let t0 = Instant::now() + 10 * S;
+        let mut f = Failures::new(S, 30 * S);
+        f.failed("x", t0);
+        assert_eq!(f.succeeded(t0 - 5 * S), Some(Duration::ZERO));
     }
 }

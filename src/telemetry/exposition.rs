@@ -259,6 +259,12 @@ impl Collector for View {
         )?;
         counter(
             &mut e,
+            "walrelay_streaming_session_errors",
+            "Sessions that reached streaming (or the snapshot) and then ended by an error; failed connection attempts are not counted.",
+            u(&m.streaming_session_errors),
+        )?;
+        counter(
+            &mut e,
             "walrelay_backpressure_seconds",
             "Time the replication stream was not read because the in-flight limits were reached (Kafka slower than PostgreSQL).",
             m.backpressure_seconds(),
