@@ -175,17 +175,15 @@ async fn status_tells_streaming_stopped_dropped_and_recreated_slots_apart() {
     );
 
     // 4. Kafka refusing connections: the slot is still shown, the offset
-    // store unreadable is a problem, said at once with librdkafka's reason
-    // as `check` says it (it took the 10 s metadata timeout, and said
-    // "timed out").
+    // store unreadable is a problem, said with librdkafka's reason as
+    // `check` says it (it used to wait out the 10 s metadata timeout and
+    // say "timed out"; no timed assertion here: the reason tells).
     let unreachable = write_config(
         &std::fs::read_to_string(&config)
             .unwrap()
             .replace(&kafka_brokers(), "127.0.0.1:1"),
     );
-    let started = std::time::Instant::now();
     let (code, json) = status_json(&unreachable);
-    let took = started.elapsed();
     assert_eq!(code, Some(1), "{json:#}");
     assert!(json["slot"]["confirmed_flush_lsn"].is_string(), "{json:#}");
     let error = json["stored_offset"]["error"].as_str().unwrap_or_default();
@@ -193,7 +191,6 @@ async fn status_tells_streaming_stopped_dropped_and_recreated_slots_apart() {
         error.contains("no broker accepted a connection") && error.contains("Connection refused"),
         "{json:#}"
     );
-    assert!(took < Duration::from_secs(8), "took {took:?}");
     db.client
         .execute("SELECT pg_drop_replication_slot($1)", &[&names.slot])
         .await
