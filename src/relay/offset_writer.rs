@@ -28,6 +28,12 @@
 //!   caller's rule), so that a restart from the stored position re-sends
 //!   no committed record. A failed commit is aborted: nothing of it is
 //!   visible, and the next session re-sends it from `acked`.
+//! - **`exactly_once`: `transaction_max_time` bounds when a record becomes
+//!   visible, not when its commit begins.** A transaction's commit begins
+//!   [`CommitTime::lead`] before the bound: the recent commits' duration
+//!   plus four times its deviation (TCP's retransmission-timeout estimate),
+//!   at most half the bound. So a record handed to the producer as its
+//!   transaction opens is usually committed by the bound.
 //! - **Waiting has one rule,** the streaming loop's: while Kafka does not
 //!   answer, wait and say so ([`KafkaWatch`]); a producer that delivers
 //!   nothing while the cluster answers a fresh client ends the session
@@ -68,6 +74,40 @@ impl TransactionLimits {
     }
 }
 
+/// `exactly_once`: how long commits take (from the offset record's send to
+/// `EndTxn`'s answer), smoothed as TCP smooths round trips (RFC 6298).
+#[derive(Debug, Clone, Copy, Default)]
+struct CommitTime {
+    /// Smoothed duration and mean deviation, in seconds; `None` before the
+    /// first commit.
+    smoothed: Option<(f64, f64)>,
+}
+
+impl CommitTime {
+    fn observe(&mut self, took: Duration) {
+        let sample = took.as_secs_f64();
+        self.smoothed = Some(match self.smoothed {
+            None => (sample, sample / 2.0),
+            Some((mean, dev)) => (
+                0.875 * mean + 0.125 * sample,
+                0.75 * dev + 0.25 * (mean - sample).abs(),
+            ),
+        });
+    }
+
+    /// How long before the time bound a commit begins: duration + 4 ×
+    /// deviation, at most half of `max_time` (a slow broker must not turn
+    /// every transaction into a tiny one).
+    fn lead(&self, max_time: Duration) -> Duration {
+        let Some((mean, dev)) = self.smoothed else {
+            return Duration::ZERO;
+        };
+        Duration::try_from_secs_f64(mean + 4.0 * dev)
+            .unwrap_or(Duration::ZERO)
+            .min(max_time / 2)
+    }
+}
+
 /// The Kafka transaction being filled.
 #[derive(Debug, Clone, Copy)]
 struct OpenTransaction {
@@ -87,6 +127,8 @@ pub(super) struct OffsetWriter {
     acked: Lsn,
     /// `exactly_once`: the bounds, and the transaction being filled.
     transactions: Option<(TransactionLimits, Option<OpenTransaction>)>,
+    /// `exactly_once`: how long commits take.
+    commit_time: CommitTime,
 }
 
 impl OffsetWriter {
@@ -99,6 +141,7 @@ impl OffsetWriter {
             in_flight: None,
             acked,
             transactions: None,
+            commit_time: CommitTime::default(),
         }
     }
 
@@ -141,27 +184,32 @@ impl OffsetWriter {
         Ok(())
     }
 
-    /// Whether the open Kafka transaction reached a bound (records, bytes
-    /// or time) and should be committed at the next point where no
-    /// PostgreSQL transaction is partly in it.
+    /// Whether the open Kafka transaction reached a bound (records, bytes,
+    /// or time less the commit's lead) and should be committed at the next
+    /// point where no PostgreSQL transaction is partly in it.
     pub(super) fn transaction_due(&self) -> bool {
         match &self.transactions {
             Some((limits, Some(txn))) => {
                 txn.records >= limits.max_records
                     || txn.bytes >= limits.max_bytes
-                    || txn.opened.elapsed() >= limits.max_time
+                    || txn.opened.elapsed() >= self.time_bound(limits)
             }
             _ => false,
         }
     }
 
-    /// When the open Kafka transaction reaches its time bound, if one is
-    /// open.
+    /// When the open Kafka transaction's commit should begin for its time
+    /// bound, if one is open.
     pub(super) fn transaction_deadline(&self) -> Option<tokio::time::Instant> {
         match &self.transactions {
-            Some((limits, Some(txn))) => Some((txn.opened + limits.max_time).into()),
+            Some((limits, Some(txn))) => Some((txn.opened + self.time_bound(limits)).into()),
             _ => None,
         }
+    }
+
+    /// How long after its first record a transaction's commit begins.
+    fn time_bound(&self, limits: &TransactionLimits) -> Duration {
+        limits.max_time - self.commit_time.lead(limits.max_time)
     }
 
     /// `exactly_once`: sends the offset record of `lsn` (opening a
@@ -182,6 +230,7 @@ impl OffsetWriter {
                 what: format!("{what}: a Kafka transaction commit without exactly_once"),
             });
         };
+        let commit_began = Instant::now();
         self.send(sink, lsn, what).await?;
         let opened = match &mut self.transactions {
             Some((_, open)) => open.take(),
@@ -194,6 +243,7 @@ impl OffsetWriter {
         match sink.commit_transaction(limits.timeout).await {
             Ok(()) => {
                 self.acked = self.acked.max(lsn);
+                self.commit_time.observe(commit_began.elapsed());
                 metrics.kafka_transaction_committed(records, bytes, started.elapsed());
                 Ok(())
             }
@@ -378,6 +428,32 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+
+    #[test]
+    fn a_commit_begins_its_recent_duration_and_deviation_before_the_bound() {
+        let bound = Duration::from_millis(100);
+        let mut t = CommitTime::default();
+        assert_eq!(t.lead(bound), Duration::ZERO, "no commit seen yet");
+        for _ in 0..50 {
+            t.observe(Duration::from_millis(10));
+        }
+        let steady = t.lead(bound);
+        assert!(
+            steady >= Duration::from_millis(10) && steady < Duration::from_millis(12),
+            "{steady:?}"
+        );
+        // Jitter widens the lead; a slow broker is capped at half the bound.
+        t.observe(Duration::from_millis(30));
+        assert!(
+            t.lead(bound) > steady + Duration::from_millis(10),
+            "{:?}",
+            t.lead(bound)
+        );
+        for _ in 0..50 {
+            t.observe(Duration::from_secs(2));
+        }
+        assert_eq!(t.lead(bound), bound / 2);
+    }
 
     fn writer() -> (
         OffsetWriter,
