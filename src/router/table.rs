@@ -823,6 +823,16 @@ impl Ctx<'_> {
     }
 
     fn row(&mut self, row: Option<&TupleData>) -> Result<(), TableEventError> {
+        self.row_with(row, None)
+    }
+
+    /// [`row`](Self::row), taking a column's value from `fallback` where
+    /// `row` has it as unchanged TOAST and `fallback` has it.
+    fn row_with(
+        &mut self,
+        row: Option<&TupleData>,
+        fallback: Option<&TupleData>,
+    ) -> Result<(), TableEventError> {
         let Some(row) = row else {
             self.buf.extend_from_slice(b"null");
             return Ok(());
@@ -838,11 +848,15 @@ impl Ctx<'_> {
             }
             first = false;
             self.buf.extend_from_slice(&column.name_json);
+            let mut cell = row.get(i);
+            if let (Some(Cell::UnchangedToast), Some(Cell::Text(_) | Cell::Binary(_))) =
+                (cell, fallback.and_then(|f| f.get(i)))
+            {
+                cell = fallback.and_then(|f| f.get(i));
+            }
             match &column.mask {
-                None => Self::cell(self.bound, self.buf, self.scratch, i, row.get(i)),
-                Some(mask) => {
-                    Self::masked_cell(self.bound, mask, self.buf, self.scratch, i, row.get(i))
-                }
+                None => Self::cell(self.bound, self.buf, self.scratch, i, cell),
+                Some(mask) => Self::masked_cell(self.bound, mask, self.buf, self.scratch, i, cell),
             }
             .map_err(|(i, why)| self.err(i, why))?;
         }
@@ -882,7 +896,9 @@ impl Ctx<'_> {
         self.buf.extend_from_slice(b"{\"before\":");
         self.row(before)?;
         self.buf.extend_from_slice(b",\"after\":");
-        self.row(after)?;
+        // An unchanged TOASTed value is not in the new row; under REPLICA
+        // IDENTITY FULL the old row carries it (Debezium writes it so).
+        self.row_with(after, before)?;
         let (ts_ms, snapshot, txid, lsn) = match source {
             Source::Stream { txn, lsn } => (txn.commit_ms, "false", Some(txn.xid), lsn),
             Source::Snapshot { lsn, ts_ms, marker } => (ts_ms, marker.as_str(), None, lsn),

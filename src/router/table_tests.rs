@@ -191,6 +191,34 @@ fn update_under_full_identity_carries_the_whole_old_row() {
     );
 }
 
+/// Issue 27: under REPLICA IDENTITY FULL the old row holds an unchanged
+/// TOASTed value the new row lacks: `after` takes it (as Debezium does),
+/// not the placeholder.
+#[test]
+fn full_identity_fills_unchanged_toast_in_after_from_the_old_row() {
+    let rel = customers(b'f');
+    let mut r = router(TABLE, &rel);
+    r.set_primary_key("public", "customers", vec!["id".into()]);
+    r.on_relation(&rel, Lsn(1)).unwrap();
+    let mut out = Vec::new();
+    let old = row(vec![t("1"), t("Ann"), t("12.50"), t("a long note")]);
+    let new = row(vec![t("1"), t("Bo"), t("12.50"), Cell::UnchangedToast]);
+    r.on_change(
+        &change(Op::Update, &rel, Some(old), Some(new)),
+        TXN,
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(
+        text(&out[0].value).unwrap(),
+        envelope(
+            r#"{"id":1,"name":"Ann","balance":"BOI=","note":"a long note"}"#,
+            r#"{"id":1,"name":"Bo","balance":"BOI=","note":"a long note"}"#,
+            'u'
+        )
+    );
+}
+
 #[test]
 fn full_identity_without_a_known_primary_key_has_a_null_key() {
     // pgoutput flags every column of a REPLICA IDENTITY FULL table as key:
