@@ -560,6 +560,32 @@ fn heartbeat_problems_name_the_key_and_the_fix() {
     }
 }
 
+/// Issue 24: an invalid connector.name is reported as itself — not first as
+/// the heartbeat topic derived from it (a consequence, without a line in
+/// the file), with or without heartbeats; likewise an invalid
+/// table_defaults.topic_prefix, tables or not.
+#[test]
+fn an_invalid_topic_prefix_is_reported_under_its_own_key_only() {
+    for extra in ["", "[heartbeat]\ninterval = \"10s\"\npublish = true"] {
+        let text = minimal_with(extra).replace("name = \"orders\"", "name = \"orders service\"");
+        let error = load_err(&text);
+        assert!(
+            error.starts_with("test.toml:3:8: connector.name: \"orders service\" is not a valid"),
+            "{error}"
+        );
+        assert!(!error.contains("heartbeat"), "{error}");
+    }
+    let error = load_err(&minimal_with(
+        "[table_defaults]\ntopic_prefix = \"shop floor\"\n[heartbeat]\ninterval = \"10s\"\npublish = true",
+    ));
+    assert!(
+        error.starts_with("test.toml:11:16: table_defaults.topic_prefix: is the prefix of"),
+        "{error}"
+    );
+    assert!(error.contains("character ' ' is not allowed"), "{error}");
+    assert!(!error.contains("heartbeat.topic"), "{error}");
+}
+
 #[test]
 fn a_default_heartbeat_topic_too_long_for_kafka_names_the_key() {
     let extra = format!(

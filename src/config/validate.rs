@@ -172,7 +172,11 @@ fn heartbeat(
         ));
     }
     let topic = hb.topic_for(topic_prefix);
-    if let Some(why) = topic_name_problem(&topic) {
+    if hb.topic.is_none() && topic_name_problem(topic_prefix).is_some() {
+        // The default topic only inherits the prefix's problem, which is
+        // reported under the prefix's own key (connector.name or
+        // table_defaults.topic_prefix): the cause, not this consequence.
+    } else if let Some(why) = topic_name_problem(&topic) {
         let why = if hb.topic.is_some() {
             why
         } else {
@@ -889,19 +893,19 @@ const TABLE_PLACEHOLDERS: [&str; 3] = ["prefix", "schema", "table"];
 
 fn tables(config: &Config, out: &mut Vec<Problem>) {
     table_defaults(&config.table_defaults, out);
-    if !config.tables.is_empty() {
-        let prefix = config.topic_prefix();
-        if let Some(why) = topic_name_problem(prefix) {
-            let key = if config.table_defaults.topic_prefix.is_some() {
-                "table_defaults.topic_prefix"
-            } else {
-                "connector.name"
-            };
-            out.push(Problem::new(
-                key,
-                format!("is the topic prefix of table events, and {why}; set table_defaults.topic_prefix"),
-            ));
-        }
+    // The prefix of table events' topics and of the default heartbeat topic.
+    // Unset, it is connector.name, whose own rule (connector_name) keeps it
+    // to characters topic names allow.
+    if let Some(prefix) = &config.table_defaults.topic_prefix
+        && let Some(why) = topic_name_problem(prefix)
+    {
+        out.push(Problem::new(
+            "table_defaults.topic_prefix",
+            format!(
+                "is the prefix of the table events' topics and of the default heartbeat topic, \
+                 and {why}"
+            ),
+        ));
     }
     let mut seen: BTreeMap<&super::TableRef, usize> = BTreeMap::new();
     for (i, table) in config.tables.iter().enumerate() {
