@@ -25,8 +25,11 @@
 //!   line index built once. Files over [`MAX_FILE_BYTES`] are not read.
 //!
 //! `${NAME}` in `postgres.host`, `postgres.user`, `postgres.password`,
-//! `postgres.database`, `kafka.brokers`, `kafka.sasl_username`,
-//! `kafka.sasl_password`, `kafka.ssl_key_password` and `[kafka.librdkafka]`
+//! `postgres.database`, `postgres.sslpassword`, the file paths
+//! (`postgres.sslrootcert`, `postgres.sslcert`, `postgres.sslkey`,
+//! `kafka.ssl_ca`, `kafka.ssl_certificate`, `kafka.ssl_key`),
+//! `kafka.brokers`, `kafka.sasl_username`, `kafka.sasl_password`,
+//! `kafka.ssl_key_password`, the mask salts and `[kafka.librdkafka]`
 //! values is replaced by environment variable `NAME`; `$${` stands for a
 //! literal `${`. `${file:/absolute/path}` is replaced by a file's content (one
 //! trailing newline removed) in the keys that hold secrets only:
@@ -48,7 +51,7 @@ mod validate;
 mod tests;
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
@@ -262,6 +265,16 @@ impl Config {
         ] {
             substitute(key, value, false, env, &mut problems);
         }
+        for (key, path) in [
+            ("postgres.sslrootcert", &mut pg.sslrootcert),
+            ("postgres.sslcert", &mut pg.sslcert),
+            ("postgres.sslkey", &mut pg.sslkey),
+            ("kafka.ssl_ca", &mut self.kafka.ssl_ca),
+            ("kafka.ssl_certificate", &mut self.kafka.ssl_certificate),
+            ("kafka.ssl_key", &mut self.kafka.ssl_key),
+        ] {
+            substitute_path(key, path, env, &mut problems);
+        }
         substitute_secret("postgres.password", &mut pg.password, env, &mut problems);
         substitute_secret(
             "postgres.sslpassword",
@@ -323,6 +336,22 @@ fn substitute(
         Ok(Some(resolved)) => *value = resolved,
         Err(e) => problems.push(Problem::new(key, e.describe(secret))),
     }
+}
+
+/// Interpolates path-valued `key` (`${VAR}` only: a path is not a secret),
+/// as the librdkafka properties the Kafka ones stand for are.
+fn substitute_path(
+    key: &str,
+    value: &mut Option<PathBuf>,
+    env: EnvLookup<'_>,
+    problems: &mut Vec<Problem>,
+) {
+    // Paths come from TOML strings, so they are UTF-8.
+    let Some(mut text) = value.as_ref().and_then(|p| p.to_str()).map(str::to_owned) else {
+        return;
+    };
+    substitute(key, &mut text, false, env, problems);
+    *value = Some(PathBuf::from(text));
 }
 
 /// Interpolates secret `key` (`${VAR}` and `${file:...}`), keeping the

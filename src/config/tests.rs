@@ -2142,6 +2142,64 @@ fn private_file(name: &str) -> String {
     path.display().to_string()
 }
 
+/// Issue 24: `${VAR}` in a file path was taken literally (a file named
+/// `${CERTS}/ca.pem`), while the librdkafka properties the Kafka paths stand
+/// for expand it. Paths expand it like the other per-environment keys, with
+/// the same errors; `${file:...}` stays for secrets.
+#[test]
+fn file_paths_take_environment_variables() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = secret_dir("paths");
+    for name in ["ca.pem", "client.pem", "client.key"] {
+        std::fs::write(dir.join(name), "PEM").unwrap();
+        std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let certs = dir.display().to_string();
+    let env = |name: &str| match name {
+        "CERTS" => Ok(certs.clone()),
+        _ => Err(VarError::NotPresent),
+    };
+    let text = with_postgres(
+        "sslmode = \"verify-full\"\nsslrootcert = \"${CERTS}/ca.pem\"\n\
+         sslcert = \"${CERTS}/client.pem\"\nsslkey = \"${CERTS}/client.key\"",
+    )
+    .replace(
+        "[kafka]",
+        "[kafka]\nsecurity_protocol = \"ssl\"\nssl_ca = \"${CERTS}/ca.pem\"\n\
+         ssl_certificate = \"${CERTS}/client.pem\"\nssl_key = \"${CERTS}/client.key\"",
+    );
+    let config = Config::from_str_with_env(&text, "test.toml", &env).unwrap();
+    let path = |name: &str| Some(dir.join(name));
+    assert_eq!(config.postgres.sslrootcert, path("ca.pem"));
+    assert_eq!(config.postgres.sslcert, path("client.pem"));
+    assert_eq!(config.postgres.sslkey, path("client.key"));
+    assert_eq!(config.kafka.ssl_ca, path("ca.pem"));
+    assert_eq!(config.kafka.ssl_certificate, path("client.pem"));
+    assert_eq!(config.kafka.ssl_key, path("client.key"));
+
+    let error = load_err(&text);
+    for key in [
+        "postgres.sslrootcert",
+        "postgres.sslkey",
+        "kafka.ssl_ca",
+        "kafka.ssl_key",
+    ] {
+        assert!(
+            error.contains(&format!("{key}: environment variable CERTS is not set")),
+            "{error}"
+        );
+    }
+    let error = load_err(&with_postgres(
+        "sslmode = \"verify-full\"\nsslrootcert = \"${file:/run/secrets/ca}\"",
+    ));
+    assert!(
+        error.contains(
+            "postgres.sslrootcert: \"${file:...}\" is allowed only in keys that hold secrets"
+        ),
+        "{error}"
+    );
+}
+
 /// A private key the group or others may read is refused, as libpq refuses
 /// it, with the chmod to run; 0600 is accepted.
 #[test]
