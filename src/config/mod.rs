@@ -39,6 +39,7 @@
 //! ([`is_secret_property`]). The salts are secrets too.
 //! Interpolation runs after parsing, so errors keep their line numbers.
 
+mod duplicate_key;
 mod error;
 mod interpolate;
 mod producer;
@@ -183,10 +184,15 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         let syntax_error = |e: toml::de::Error| ConfigError::Invalid {
             origin: origin.to_owned(),
-            problems: vec![Problem {
-                key: None,
-                location: e.span().map(|s| Location::at(text, s.start)),
-                message: format!("TOML syntax error: {}", e.message().trim_end()),
+            problems: vec![match e.span() {
+                Some(span) if e.message().starts_with("duplicate key") => {
+                    duplicate_key::duplicate_key(text, span.start)
+                }
+                span => Problem {
+                    key: None,
+                    location: span.map(|s| Location::at(text, s.start)),
+                    message: format!("TOML syntax error: {}", e.message().trim_end()),
+                },
             }],
         };
         let root = toml::de::DeTable::parse(text).map_err(syntax_error)?;

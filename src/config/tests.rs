@@ -2142,6 +2142,59 @@ fn private_file(name: &str) -> String {
     path.display().to_string()
 }
 
+/// Issue 24: a key or section given twice was "TOML syntax error: duplicate
+/// key" with a line only. The error names the key path, as every other
+/// error does, and the line of the first one, never the value.
+#[test]
+fn a_duplicate_key_is_named_with_both_lines() {
+    for (text, expected) in [
+        (
+            MINIMAL.replace(
+                "database = \"app\"",
+                "database = \"app\"\nport = 1\nport = 2",
+            ),
+            "test.toml:7:1: postgres.port: is set twice (first on line 6); keep one of the two",
+        ),
+        (
+            MINIMAL.replace(
+                "database = \"app\"",
+                "database = \"app\"\npassword = \"s3cret-1\"\n  password   = \"s3cret-2\"",
+            ),
+            "test.toml:7:3: postgres.password: is set twice (first on line 6)",
+        ),
+        (
+            minimal_with("[postgres]\nport = 1"),
+            "test.toml:10:2: postgres: [postgres] appears twice (first on line 4); write its keys \
+             in one section",
+        ),
+        (
+            minimal_with("[kafka.librdkafka]\n\"linger.ms\" = 1\n# a comment\n\"linger.ms\" = 2"),
+            "test.toml:13:1: kafka.librdkafka.\"linger.ms\": is set twice (first on line 11)",
+        ),
+        (
+            minimal_with("[[outbox]]\ntable = \"a\"\ntable = \"b\""),
+            "test.toml:12:1: outbox[1].table: is set twice (first on line 11)",
+        ),
+        (
+            format!(
+                "{TABLES_ONLY}[[table]]\nname = \"t\"\n[[table.column_mask]]\ncolumns = [\"a\"]\n\
+                 with_chars = 1\n[[table]]\nname = \"u\"\n[[table.column_mask]]\n\
+                 with_chars = 1\n[[table.column_mask]]\ncolumns = [\"b\"]\ncolumns = [\"c\"]\n"
+            ),
+            "table[1].column_mask[1].columns: is set twice",
+        ),
+        (
+            minimal_with("[kafka.librdkafka]\n\"a\" = 1\n[[kafka.librdkafka]]"),
+            "kafka.librdkafka: [[kafka.librdkafka]] here and [kafka.librdkafka] on line 10 define \
+             kafka.librdkafka twice",
+        ),
+    ] {
+        let error = load_err(&text);
+        assert!(error.contains(expected), "{expected:?} not in:\n{error}");
+        assert!(!error.contains("s3cret"), "{error}");
+    }
+}
+
 /// Issue 24: `${VAR}` in a file path was taken literally (a file named
 /// `${CERTS}/ca.pem`), while the librdkafka properties the Kafka paths stand
 /// for expand it. Paths expand it like the other per-environment keys, with
