@@ -2142,6 +2142,36 @@ fn private_file(name: &str) -> String {
     path.display().to_string()
 }
 
+/// Issue 24: librdkafka reads `security.protocol` in any case, and its
+/// documentation (like Java's) spells it `SASL_SSL`; so does walrelay.
+/// Anything else is refused naming the key and the accepted values.
+#[test]
+fn security_protocol_is_read_in_any_case() {
+    let sasl = "\nsasl_mechanism = \"SCRAM-SHA-512\"\nsasl_username = \"u\"\nsasl_password = \"p\"";
+    for (written, protocol) in [
+        ("PLAINTEXT", SecurityProtocol::Plaintext),
+        ("SSL", SecurityProtocol::Ssl),
+        ("Sasl_Plaintext", SecurityProtocol::SaslPlaintext),
+        ("SASL_SSL", SecurityProtocol::SaslSsl),
+        ("sasl_ssl", SecurityProtocol::SaslSsl),
+    ] {
+        let extra = if protocol.uses_sasl() { sasl } else { "" };
+        let config = load(&kafka_with(&format!(
+            "security_protocol = \"{written}\"{extra}"
+        )))
+        .unwrap_or_else(|e| panic!("{written}: {e}"));
+        assert_eq!(config.kafka.security_protocol, Some(protocol), "{written}");
+        let props: HashMap<_, _> = config.kafka.producer_properties().into_iter().collect();
+        assert_eq!(props["security.protocol"], protocol.as_str());
+    }
+    let error = load_err(&kafka_with("security_protocol = \"SASL-SSL\""));
+    assert!(
+        error.contains("kafka.security_protocol: unknown variant `SASL-SSL`, expected one of"),
+        "{error}"
+    );
+    assert!(error.contains("`sasl_ssl`"), "{error}");
+}
+
 /// Issue 24: a key or section given twice was "TOML syntax error: duplicate
 /// key" with a line only. The error names the key path, as every other
 /// error does, and the line of the first one, never the value.
