@@ -6,6 +6,9 @@
 //! An unset variable is an error: a silently empty password or broker list is
 //! worse than a refusal to start.
 //!
+//! In secret keys ([`Files::Allowed`]) a variable set to the empty string is
+//! an error, as an empty secret file is: a secret is never empty by accident.
+//!
 //! `${file:/run/secrets/pg_password}` is replaced by the content of that file
 //! (the way Kubernetes and Docker mount secrets), in secret keys only
 //! ([`Files::Allowed`]); elsewhere it is an error. Rules:
@@ -33,7 +36,8 @@ pub const MAX_SECRET_FILE_BYTES: u64 = 64 << 10;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Files {
     /// A key that holds a secret (`postgres.password`, `postgres.sslpassword`,
-    /// secret librdkafka properties): files are read.
+    /// secret librdkafka properties): files are read, and an empty variable
+    /// is refused as an empty file is.
     Allowed,
     /// Any other key: `${file:...}` is refused.
     Refused,
@@ -46,6 +50,10 @@ pub(crate) enum InterpolateError {
         var: String,
     },
     NotUnicode {
+        var: String,
+    },
+    /// A variable set to the empty string, in a secret key.
+    EmptySecret {
         var: String,
     },
     Unterminated,
@@ -89,6 +97,11 @@ impl InterpolateError {
                     short(var)
                 )
             }
+            InterpolateError::EmptySecret { var } => format!(
+                "environment variable {} is set but empty; a secret cannot be empty (check \
+                 what sets it, or remove the key)",
+                short(var)
+            ),
             InterpolateError::Unterminated => {
                 "\"${\" is not closed by \"}\"; write ${NAME}, or $${ for a literal \"${\""
                     .to_owned()
@@ -182,6 +195,11 @@ pub(crate) fn interpolate_with(
                 });
             } else {
                 match env(name) {
+                    Ok(value) if value.is_empty() && files == Files::Allowed => {
+                        return Err(InterpolateError::EmptySecret {
+                            var: name.to_owned(),
+                        });
+                    }
                     Ok(value) => out.push_str(&value),
                     Err(VarError::NotPresent) => {
                         return Err(InterpolateError::Unset {

@@ -2142,6 +2142,48 @@ fn private_file(name: &str) -> String {
     path.display().to_string()
 }
 
+/// Issue 24: an empty `${file:...}` secret was refused but an empty
+/// `${VAR}` one accepted (and a server that asks for no password then
+/// hides the mistake until it does). Both are refused, naming the key and
+/// the variable; an empty variable elsewhere is used as is.
+#[test]
+fn an_empty_variable_in_a_secret_key_is_refused() {
+    let env = |name: &str| match name {
+        "EMPTY" => Ok(String::new()),
+        _ => fake_env(name),
+    };
+    let load_env = |text: &str| Config::from_str_with_env(text, "test.toml", &env);
+    for (text, key) in [
+        (with_password("${EMPTY}"), "postgres.password"),
+        (with_password("x${EMPTY}"), "postgres.password"),
+        (
+            kafka_with(
+                "security_protocol = \"sasl_ssl\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n\
+                 sasl_username = \"u\"\nsasl_password = \"${EMPTY}\"",
+            ),
+            "kafka.sasl_password",
+        ),
+        (
+            minimal_with("[kafka.librdkafka]\n\"sasl.password\" = \"${EMPTY}\""),
+            "kafka.librdkafka.\"sasl.password\"",
+        ),
+    ] {
+        let error = load_env(&text).unwrap_err().to_string();
+        assert!(
+            error.contains(&format!(
+                "{key}: environment variable EMPTY is set but empty; a secret cannot be empty"
+            )),
+            "{error}"
+        );
+    }
+    // Not a secret: as before, used as is (here: a client id).
+    let config = load_env(&minimal_with(
+        "[kafka.librdkafka]\n\"client.id\" = \"w${EMPTY}\"",
+    ))
+    .unwrap();
+    assert_eq!(config.kafka.librdkafka["client.id"], "w");
+}
+
 /// Issue 24: librdkafka reads `security.protocol` in any case, and its
 /// documentation (like Java's) spells it `SASL_SSL`; so does walrelay.
 /// Anything else is refused naming the key and the accepted values.
