@@ -301,6 +301,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // `check` lists them in its report instead.
+    if !matches!(cli.command, Command::Check { .. }) {
+        for warning in config.warnings() {
+            tracing::warn!("{warning}");
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -490,16 +490,30 @@ impl Origin {
         }
     }
 
-    pub(crate) fn error(&self, mut problems: Vec<Problem>) -> ConfigError {
+    /// `problems` placed at the line and column of their keys, in file order.
+    fn place(&self, mut problems: Vec<Problem>) -> Vec<Problem> {
         for problem in &mut problems {
             if problem.location.is_none() {
                 problem.location = problem.key.as_deref().and_then(|k| self.location_of(k));
             }
         }
         problems.sort_by_key(|p| p.location);
+        problems
+    }
+
+    /// `problems` placed and rendered one per line, as in an error: for
+    /// warnings.
+    pub(crate) fn render(&self, problems: Vec<Problem>) -> Vec<String> {
+        self.place(problems)
+            .iter()
+            .map(|p| p.render(&self.name))
+            .collect()
+    }
+
+    pub(crate) fn error(&self, problems: Vec<Problem>) -> ConfigError {
         ConfigError::Invalid {
             origin: self.name.clone(),
-            problems,
+            problems: self.place(problems),
         }
     }
 }

@@ -105,6 +105,9 @@ pub struct Config {
     /// `[log]`; the defaults when the section is absent.
     pub log: LogConfig,
     origin: Origin,
+    /// What loading found worth a warning but not a refusal, rendered as
+    /// problems are (`file:line:column: key: …`).
+    warnings: Vec<String>,
 }
 
 /// The file's shape; [`Config`] adds where it came from.
@@ -218,12 +221,14 @@ impl Config {
                 name: origin.to_owned(),
                 locations: map.locations(),
             },
+            warnings: Vec::new(),
         };
-        let problems = config.interpolate(env);
-        if !problems.is_empty() {
-            return Err(config.origin.error(problems));
+        let found = config.interpolate(env);
+        if !found.problems.is_empty() {
+            return Err(config.origin.error(found.problems));
         }
         config.validate()?;
+        config.warnings = config.origin.render(found.warnings);
         Ok(config)
     }
 
@@ -259,9 +264,17 @@ impl Config {
         &self.origin.name
     }
 
-    /// Substitutes `${VAR}` in the keys that allow it; returns the problems.
-    fn interpolate(&mut self, env: EnvLookup<'_>) -> Vec<Problem> {
-        let mut problems = Vec::new();
+    /// What loading found worth a warning (a secret file others may read),
+    /// one line each, placed and keyed as errors are. `run` and the other
+    /// commands log them; `check` lists them.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Substitutes `${VAR}` in the keys that allow it; returns the problems
+    /// and warnings.
+    fn interpolate(&mut self, env: EnvLookup<'_>) -> Findings {
+        let mut found = Findings::default();
         let pg = &mut self.postgres;
         for (key, value) in [
             ("postgres.host", &mut pg.host),
@@ -269,7 +282,7 @@ impl Config {
             ("postgres.database", &mut pg.database),
             ("kafka.brokers", &mut self.kafka.brokers),
         ] {
-            substitute(key, value, false, env, &mut problems);
+            substitute(key, value, false, env, &mut found);
         }
         for (key, path) in [
             ("postgres.sslrootcert", &mut pg.sslrootcert),
@@ -279,41 +292,36 @@ impl Config {
             ("kafka.ssl_certificate", &mut self.kafka.ssl_certificate),
             ("kafka.ssl_key", &mut self.kafka.ssl_key),
         ] {
-            substitute_path(key, path, env, &mut problems);
+            substitute_path(key, path, env, &mut found);
         }
-        substitute_secret("postgres.password", &mut pg.password, env, &mut problems);
-        substitute_secret(
-            "postgres.sslpassword",
-            &mut pg.sslpassword,
-            env,
-            &mut problems,
-        );
+        substitute_secret("postgres.password", &mut pg.password, env, &mut found);
+        substitute_secret("postgres.sslpassword", &mut pg.sslpassword, env, &mut found);
         if let Some(username) = &mut self.kafka.sasl_username {
-            substitute("kafka.sasl_username", username, false, env, &mut problems);
+            substitute("kafka.sasl_username", username, false, env, &mut found);
         }
         substitute_secret(
             "kafka.sasl_password",
             &mut self.kafka.sasl_password,
             env,
-            &mut problems,
+            &mut found,
         );
         substitute_secret(
             "kafka.ssl_key_password",
             &mut self.kafka.ssl_key_password,
             env,
-            &mut problems,
+            &mut found,
         );
         for (key, value) in &mut self.kafka.librdkafka {
             let path = error::join_key("kafka.librdkafka", key);
-            substitute(&path, value, is_secret_property(key), env, &mut problems);
+            substitute(&path, value, is_secret_property(key), env, &mut found);
         }
         for (i, table) in self.tables.iter_mut().enumerate() {
             for (j, mask) in table.column_mask.iter_mut().enumerate() {
                 let key = format!("table[{i}].column_mask[{j}].salt");
-                substitute_secret(&key, &mut mask.salt, env, &mut problems);
+                substitute_secret(&key, &mut mask.salt, env, &mut found);
             }
         }
-        problems
+        found
     }
 }
 
@@ -323,6 +331,32 @@ pub fn librdkafka_key_path(property: &str) -> String {
     error::join_key("kafka.librdkafka", property)
 }
 
+/// What interpolation found: problems (the file is refused) and warnings
+/// (it is used, and the operator told).
+#[derive(Default)]
+struct Findings {
+    problems: Vec<Problem>,
+    warnings: Vec<Problem>,
+}
+
+impl Findings {
+    /// Records the outcome of interpolating `key`; returns the new value.
+    fn note(
+        &mut self,
+        key: &str,
+        secret: bool,
+        result: Result<Option<String>, interpolate::InterpolateError>,
+        warnings: Vec<String>,
+    ) -> Option<String> {
+        self.warnings
+            .extend(warnings.into_iter().map(|w| Problem::new(key, w)));
+        result
+            .map_err(|e| self.problems.push(Problem::new(key, e.describe(secret))))
+            .ok()
+            .flatten()
+    }
+}
+
 /// Interpolates `value` of `key`; a `secret` key also takes `${file:...}`
 /// and its errors never repeat the value.
 fn substitute(
@@ -330,17 +364,17 @@ fn substitute(
     value: &mut String,
     secret: bool,
     env: EnvLookup<'_>,
-    problems: &mut Vec<Problem>,
+    found: &mut Findings,
 ) {
     let files = if secret {
         Files::Allowed
     } else {
         Files::Refused
     };
-    match interpolate_with(value, env, files) {
-        Ok(None) => {}
-        Ok(Some(resolved)) => *value = resolved,
-        Err(e) => problems.push(Problem::new(key, e.describe(secret))),
+    let mut warnings = Vec::new();
+    let result = interpolate_with(value, env, files, &mut warnings);
+    if let Some(resolved) = found.note(key, secret, result, warnings) {
+        *value = resolved;
     }
 }
 
@@ -350,13 +384,13 @@ fn substitute_path(
     key: &str,
     value: &mut Option<PathBuf>,
     env: EnvLookup<'_>,
-    problems: &mut Vec<Problem>,
+    found: &mut Findings,
 ) {
     // Paths come from TOML strings, so they are UTF-8.
     let Some(mut text) = value.as_ref().and_then(|p| p.to_str()).map(str::to_owned) else {
         return;
     };
-    substitute(key, &mut text, false, env, problems);
+    substitute(key, &mut text, false, env, found);
     *value = Some(PathBuf::from(text));
 }
 
@@ -366,13 +400,13 @@ fn substitute_secret(
     key: &str,
     value: &mut Option<SecretString>,
     env: EnvLookup<'_>,
-    problems: &mut Vec<Problem>,
+    found: &mut Findings,
 ) {
     let Some(secret) = value else { return };
-    match interpolate_with(secret.expose_secret(), env, Files::Allowed) {
-        Ok(None) => {}
-        Ok(Some(resolved)) => *secret = SecretString::from(resolved),
-        Err(e) => problems.push(Problem::new(key, e.describe(true))),
+    let mut warnings = Vec::new();
+    let result = interpolate_with(secret.expose_secret(), env, Files::Allowed, &mut warnings);
+    if let Some(resolved) = found.note(key, true, result, warnings) {
+        *secret = SecretString::from(resolved);
     }
 }
 

@@ -2142,6 +2142,45 @@ fn private_file(name: &str) -> String {
     path.display().to_string()
 }
 
+/// Issue 24 (item 3): a `${file:...}` secret the group or others may read is
+/// used, with a warning naming the key, the file and the chmod — never its
+/// content; private key files are refused by the same rule. A file only its
+/// owner reads gives no warning.
+#[test]
+fn a_secret_file_others_may_read_is_warned_about() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = secret_dir("loose");
+    let file = dir.join("pg_password");
+    std::fs::write(&file, format!("{PASSWORD}\n")).unwrap();
+    let text = with_password(&format!("${{file:{}}}", file.display()));
+
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let config = load(&text).unwrap();
+    assert_eq!(
+        config.postgres.password.as_ref().unwrap().expose_secret(),
+        PASSWORD
+    );
+    let warnings = config.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with(&format!(
+            "test.toml:6:12: postgres.password: secret file \"{}\" is readable by the group or \
+             by others (mode 0644)",
+            file.display()
+        )),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings[0].contains(&format!("run chmod 600 {}", file.display())),
+        "{warnings:?}"
+    );
+    assert!(!warnings[0].contains(PASSWORD), "{warnings:?}");
+
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(load(&text).unwrap().warnings().is_empty());
+    assert!(load(MINIMAL).unwrap().warnings().is_empty());
+}
+
 /// Issue 24: an empty `${file:...}` secret was refused but an empty
 /// `${VAR}` one accepted (and a server that asks for no password then
 /// hides the mistake until it does). Both are refused, naming the key and

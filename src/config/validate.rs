@@ -483,14 +483,20 @@ fn client_certificate(pg: &PostgresConfig, out: &mut Vec<Problem>) {
 
 /// libpq's rule for a private key file: no access for others, and none for
 /// the group unless root owns it (`0600`, or `0640` owned by root, at most).
-/// A key anyone on the host can read is not private: refused, with the
-/// `chmod` to run.
-fn private_key_problem(path: &std::path::Path) -> Option<String> {
+/// Returns the file's mode when it allows more. The same rule judges secret
+/// files (`${file:...}`, see `interpolate`).
+pub(super) fn readable_by_others(meta: &std::fs::Metadata) -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).ok()?;
     let mode = meta.mode() & 0o777;
     let allowed = if meta.uid() == 0 { 0o037 } else { 0o077 };
-    (mode & allowed != 0).then(|| {
+    (mode & allowed != 0).then_some(mode)
+}
+
+/// A private key anyone on the host can read is not private: refused, with
+/// the `chmod` to run ([`readable_by_others`]).
+fn private_key_problem(path: &std::path::Path) -> Option<String> {
+    let meta = std::fs::metadata(path).ok()?;
+    readable_by_others(&meta).map(|mode| {
         format!(
             "{} is readable by the group or by others (mode {mode:04o}); a private key must not \
              be: run chmod 600 {} (as libpq requires)",
