@@ -80,8 +80,15 @@ enum Command {
         /// The TOML configuration file.
         #[arg(long, short)]
         config: PathBuf,
-        /// Start even though the slot is ahead of the stored offset (only after
-        /// reconciling the gap; see docs/operations.md).
+        /// Start once although the stored offset does not fit the slot (the slot
+        /// is ahead of it, or the offset names another system, slot or
+        /// timeline): the slot's position becomes the stored offset. A lost
+        /// slot is not accepted: drop it first.
+        ///
+        /// Follow the steps of the refusal (docs/operations.md): for a slot
+        /// ahead of the stored offset, start with this first, then re-publish
+        /// the range it names (walrelay republish); reconciling first would
+        /// miss what commits in between.
         #[arg(long)]
         accept_slot_position: bool,
     },

@@ -131,6 +131,32 @@ fn help_names_walrelay_log_and_the_exit_codes() {
     }
 }
 
+/// Issue 24 (item 16): `run --help` said to use --accept-slot-position
+/// "only after reconciling the gap", the opposite of the runbook for a slot
+/// ahead of the stored offset (start first, then re-publish the range it
+/// names), and named only that one case.
+#[test]
+fn run_help_says_what_accept_slot_position_overrides_and_in_which_order() {
+    let out = std::process::Command::new(walrelay_bin())
+        .args(["run", "--help"])
+        .output()
+        .expect("walrelay run --help");
+    let help = String::from_utf8_lossy(&out.stdout);
+    let (_, text) = help
+        .split_once("--accept-slot-position")
+        .expect("the option is listed");
+    let text = text.split("-h, --help").next().unwrap_or_default();
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    for expected in [
+        "the slot is ahead of it, or the offset names another system, slot or timeline",
+        "A lost slot is not accepted: drop it first",
+        "start with this first, then re-publish the range it names",
+    ] {
+        assert!(text.contains(expected), "{expected:?} not in: {text}");
+    }
+    assert!(!text.contains("only after reconciling"), "{text}");
+}
+
 #[test]
 fn a_bad_walrelay_log_is_refused_with_exit_2_naming_it() {
     let config = unreachable_config();
