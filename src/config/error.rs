@@ -424,7 +424,8 @@ impl<'t> SourceMap<'t> {
 /// Replaces Rust type names in serde messages with what an operator writes.
 fn plain_types(message: &str) -> String {
     [
-        ("expected u16", "expected an integer from 0 to 65535"),
+        // postgres.port is the only u16 (0 is refused by validation).
+        ("expected u16", "expected a port number from 1 to 65535"),
         ("expected usize", "expected a whole number, 0 or more"),
         ("expected u64", "expected a whole number, 0 or more"),
     ]

@@ -1015,7 +1015,7 @@ fn unknown_keys_and_type_errors_report_file_line_and_column() {
     );
     let error = load_err(&MINIMAL.replace("[postgres]", "[postgres]\nport = 70000"));
     assert!(
-        error.starts_with("test.toml:5:8: postgres.port: invalid value: integer `70000`, expected an integer from 0 to 65535"),
+        error.starts_with("test.toml:5:8: postgres.port: invalid value: integer `70000`, expected a port number from 1 to 65535"),
         "{error}"
     );
     let error = load_err(&MINIMAL.replace("[[outbox]]", "[unknown]\n[[outbox]]"));
