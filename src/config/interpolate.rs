@@ -124,9 +124,9 @@ impl InterpolateError {
             }
             InterpolateError::FileNotAllowed => {
                 "\"${file:...}\" is allowed only in keys that hold secrets \
-                 (postgres.password, postgres.sslpassword, secret [kafka.librdkafka] properties \
-                 such as sasl.password); use ${NAME} \
-                 (an environment variable) here"
+                 (postgres.password, postgres.sslpassword, kafka.sasl_password, \
+                 kafka.ssl_key_password, column mask salts, secret [kafka.librdkafka] properties \
+                 such as sasl.password); use ${NAME} (an environment variable) here"
                     .to_owned()
             }
             InterpolateError::FileRelative { path } => format!(

@@ -246,6 +246,130 @@ fn configuration_reference_documents_every_key() {
     );
 }
 
+/// (section, key) of the keys config/example.toml names that expand
+/// `${VAR}`, and of those that also read `${file:...}` (the secrets), found
+/// by trying each: the line is set to a reference that cannot resolve and
+/// the error says how it was read.
+type KeySet = std::collections::BTreeSet<(String, String)>;
+
+fn interpolating_keys() -> (KeySet, KeySet) {
+    let text = std::fs::read_to_string(config_dir().join("example.toml")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let (mut vars, mut secrets) = (KeySet::new(), KeySet::new());
+    let mut section = String::new();
+    for (i, line) in lines.iter().enumerate() {
+        let line = line.trim();
+        if let Some(header) = line.strip_prefix('[') {
+            section = header.trim_matches(['[', ']']).to_owned();
+            continue;
+        }
+        let Some((key, _)) = line.trim_start_matches('#').trim_start().split_once('=') else {
+            continue;
+        };
+        let key = key.trim();
+        if key.is_empty() || !key.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+            continue;
+        }
+        let with = |value: &str| {
+            let mut variant = lines.clone();
+            let line = format!("{key} = \"{value}\"");
+            variant[i] = &line;
+            match load(&variant.join("\n")) {
+                Ok(_) => String::new(),
+                Err(e) => e.to_string(),
+            }
+        };
+        let entry = (section.clone(), key.to_owned());
+        if with("${WALRELAY_DOC_PROBE}")
+            .contains("environment variable WALRELAY_DOC_PROBE is not set")
+        {
+            vars.insert(entry.clone());
+        }
+        if with("${file:/nonexistent/walrelay-doc-probe}").contains("cannot read secret file") {
+            secrets.insert(entry);
+        }
+    }
+    (vars, secrets)
+}
+
+/// The backquoted key paths in the first `|`-column of the table rows, or
+/// the whole text, of the paragraph of `doc` that starts with `start`, with
+/// array indices dropped (`table[i].column_mask[j].salt` →
+/// `table.column_mask.salt`).
+fn keys_in_paragraph(
+    doc: &str,
+    start: &str,
+    first_column: bool,
+) -> std::collections::BTreeSet<String> {
+    let at = doc
+        .find(start)
+        .unwrap_or_else(|| panic!("{start:?} not found"));
+    let rest = &doc[at..];
+    let paragraph = &rest[..rest.find("\n\n").unwrap_or(rest.len())];
+    let paragraph = if rest[..paragraph.len()].ends_with(':') {
+        // The table follows the introducing sentence.
+        let table = &rest[paragraph.len() + 2..];
+        &table[..table.find("\n\n").unwrap_or(table.len())]
+    } else {
+        paragraph
+    };
+    let mut out = std::collections::BTreeSet::new();
+    for line in paragraph.lines() {
+        let text = if first_column {
+            line.split('|').nth(1).unwrap_or_default()
+        } else {
+            line
+        };
+        for token in text.split('`').skip(1).step_by(2) {
+            if token.starts_with('[') || !token.contains('.') {
+                continue;
+            }
+            let mut key = String::new();
+            let mut depth = 0;
+            for c in token.chars() {
+                match c {
+                    '[' => depth += 1,
+                    ']' => depth -= 1,
+                    c if depth == 0 => key.push(c),
+                    _ => {}
+                }
+            }
+            out.insert(key);
+        }
+    }
+    out
+}
+
+/// Issue 24 (item 16): the reference's lists of the keys that take `${VAR}`
+/// and of the secret keys that take `${file:...}` (and security.md's) match
+/// what the code does with each key of config/example.toml, tried one by
+/// one (the lists had lost the mask salt, and the certificate paths).
+#[test]
+fn the_lists_of_interpolating_and_secret_keys_match_the_code() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let reference = std::fs::read_to_string(root.join("docs/configuration.md")).unwrap();
+    let security = std::fs::read_to_string(root.join("docs/security.md")).unwrap();
+    let (vars, secrets) = interpolating_keys();
+    let path = |(section, key): &(String, String)| format!("{section}.{key}");
+    let vars: std::collections::BTreeSet<String> = vars.iter().map(path).collect();
+    let secrets: std::collections::BTreeSet<String> = secrets.iter().map(path).collect();
+    assert!(vars.contains("postgres.host") && secrets.contains("postgres.password"));
+    assert!(!secrets.contains("postgres.host") && !vars.contains("postgres.slot"));
+
+    let table = keys_in_paragraph(&reference, "**Environment variables.**", true);
+    assert_eq!(table, vars, "the ${{VAR}} table of docs/configuration.md");
+    let files = keys_in_paragraph(&reference, "Those keys are", false);
+    assert_eq!(
+        files, secrets,
+        "the ${{file:}} keys of docs/configuration.md"
+    );
+    for (doc, start) in [(&reference, "**Secrets.**"), (&security, "Secret keys are")] {
+        let listed = keys_in_paragraph(doc, start, false);
+        let missing: Vec<_> = secrets.difference(&listed).collect();
+        assert!(missing.is_empty(), "{start:?} lacks {missing:?}");
+    }
+}
+
 /// Issue 24 (item 16): the documentation and examples never set a setting
 /// that has a typed `[kafka]` key as a `[kafka.librdkafka]` property (the
 /// sidecar example did, for TLS and SASL; the reference for a `${file:...}`
