@@ -64,7 +64,8 @@ pub mod outage;
 mod process;
 mod root_span;
 
-pub use root_span::{InConnectorSpan, ROOT_SPAN_TARGET, RootSpan};
+use root_span::ROOT_SPAN_TARGET;
+pub use root_span::{InConnectorSpan, RootSpan};
 
 /// Counters and gauges shared by the relay and the HTTP endpoint.
 #[derive(Debug)]

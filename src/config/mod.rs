@@ -350,10 +350,13 @@ impl Findings {
     ) -> Option<String> {
         self.warnings
             .extend(warnings.into_iter().map(|w| Problem::new(key, w)));
-        result
-            .map_err(|e| self.problems.push(Problem::new(key, e.describe(secret))))
-            .ok()
-            .flatten()
+        match result {
+            Ok(value) => value,
+            Err(e) => {
+                self.problems.push(Problem::new(key, e.describe(secret)));
+                None
+            }
+        }
     }
 }
 

@@ -150,8 +150,8 @@ fn the_schema_walk_finds_every_kind_of_key() {
 /// (section, key) pairs config/example.toml names: set, or commented out
 /// (`# sslkey = …`) where a value cannot be given (a file that must exist, a
 /// key that excludes another). A `[section.key]` header names `key` too.
-fn keys_in_example(text: &str) -> std::collections::BTreeSet<(String, String)> {
-    let mut out = std::collections::BTreeSet::new();
+fn keys_in_example(text: &str) -> KeySet {
+    let mut out = KeySet::new();
     let mut section = String::new();
     for line in text.lines().map(str::trim) {
         if let Some(header) = line.strip_prefix('[') {
@@ -246,12 +246,13 @@ fn configuration_reference_documents_every_key() {
     );
 }
 
-/// (section, key) of the keys config/example.toml names that expand
-/// `${VAR}`, and of those that also read `${file:...}` (the secrets), found
-/// by trying each: the line is set to a reference that cannot resolve and
-/// the error says how it was read.
+/// (section, key) pairs, sections as TOML headers write them.
 type KeySet = std::collections::BTreeSet<(String, String)>;
 
+/// The keys config/example.toml names that expand `${VAR}`, and those that
+/// also read `${file:...}` (the secrets), found by trying each: the line is
+/// set to a reference that cannot resolve and the error says how it was
+/// read.
 fn interpolating_keys() -> (KeySet, KeySet) {
     let text = std::fs::read_to_string(config_dir().join("example.toml")).unwrap();
     let lines: Vec<&str> = text.lines().collect();

@@ -28,7 +28,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 /// The target of the root span. `log_filter` always enables it; no event
 /// is logged with it.
-pub const ROOT_SPAN_TARGET: &str = "walrelay::connector";
+pub(crate) const ROOT_SPAN_TARGET: &str = "walrelay::connector";
 
 /// The connector's span, shared between the log formatter (set up first)
 /// and the command (which opens the span once logging works).
