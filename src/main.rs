@@ -11,6 +11,9 @@
 //! - Exit codes: 0 stopped on request (or `check` passed), 1 stopped on an
 //!   error (or a `check` failed), 2 bad configuration, `WALRELAY_LOG` or
 //!   usage (clap's own code for usage errors).
+//! - Once the configuration is loaded, every line names the connector: the
+//!   command runs inside its span (`telemetry::RootSpan`), and the binary's
+//!   own text lines start `walrelay: connector=<name>: `.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -22,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use walrelay::config::{self, Config};
 use walrelay::relay::{self, RunOptions};
 use walrelay::status::{HealthProbe, HealthUrl};
-use walrelay::telemetry::{Lossy, log_filter, use_ansi};
+use walrelay::telemetry::{Lossy, RootSpan, log_filter, use_ansi};
 
 /// Shown after every `--help`.
 const AFTER_HELP: &str = "\
@@ -78,8 +81,15 @@ enum Command {
         /// The TOML configuration file.
         #[arg(long, short)]
         config: PathBuf,
-        /// Start even though the slot is ahead of the stored offset (only after
-        /// reconciling the gap; see docs/operations.md).
+        /// Start once although the stored offset does not fit the slot (the slot
+        /// is ahead of it, or the offset names another system, slot or
+        /// timeline): the slot's position becomes the stored offset. A lost
+        /// slot is not accepted: drop it first.
+        ///
+        /// Follow the steps of the refusal (docs/operations.md): for a slot
+        /// ahead of the stored offset, start with this first, then re-publish
+        /// the range it names (walrelay republish); reconciling first would
+        /// miss what commits in between.
         #[arg(long)]
         accept_slot_position: bool,
     },
@@ -185,10 +195,15 @@ fn say(text: &str) {
     let _ = out.flush();
 }
 
-/// Sets up logging on stderr. A refused `WALRELAY_LOG` is returned as the
-/// one-line reason, with logging set up at the default level so that the
-/// reason is written in the chosen format.
-fn init_tracing(format: config::LogFormat) -> Result<(), String> {
+/// Sets up logging on stderr, every line inside the span of `connector`
+/// (when the configuration loaded). Returns that span, for the caller to
+/// enter, and a refused `WALRELAY_LOG` as the one-line reason, with logging
+/// set up at the default level so that the reason is written in the chosen
+/// format.
+fn init_tracing(
+    format: config::LogFormat,
+    connector: Option<&str>,
+) -> (tracing::Span, Result<(), String>) {
     use std::io::IsTerminal;
     let value = match std::env::var("WALRELAY_LOG") {
         Ok(v) => Ok(Some(v)),
@@ -199,33 +214,79 @@ fn init_tracing(format: config::LogFormat) -> Result<(), String> {
     };
     let (filter, refused) = match value.and_then(|v| log_filter(v.as_deref())) {
         Ok(filter) => (filter, None),
-        Err(problem) => (log_filter(None)?, Some(problem)),
+        Err(problem) => match log_filter(None) {
+            Ok(filter) => (filter, Some(problem)),
+            Err(e) => return (tracing::Span::none(), Err(e)),
+        },
     };
     let ansi = use_ansi(
         std::io::stderr().is_terminal(),
         std::env::var_os("NO_COLOR").as_deref(),
     );
+    let root = RootSpan::default();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
         .log_internal_errors(false)
         .with_writer(|| Lossy(std::io::stderr()));
     match format {
-        config::LogFormat::Text => builder.init(),
-        config::LogFormat::Json => builder.json().init(),
+        config::LogFormat::Text => builder.map_event_format(|f| root.format(f)).init(),
+        config::LogFormat::Json => builder.json().map_event_format(|f| root.format(f)).init(),
     }
-    refused.map_or(Ok(()), Err)
+    let span = connector.map_or_else(tracing::Span::none, |name| root.open(name));
+    (span, refused.map_or(Ok(()), Err))
 }
 
-/// Says why walrelay cannot go on, once: a `walrelay: …` line in text mode
-/// (the last line of the log), an `ERROR` event in JSON mode, so that every
-/// line of a JSON log parses.
-fn fatal(format: config::LogFormat, what: &str, error: &str) {
-    match format {
-        config::LogFormat::Text if what.is_empty() => shout(&format!("walrelay: {error}")),
-        config::LogFormat::Text => shout(&format!("walrelay: {what}\n{error}")),
-        config::LogFormat::Json if what.is_empty() => tracing::error!(error, "walrelay stopped"),
-        config::LogFormat::Json => tracing::error!(error, "walrelay: {what}"),
+/// How the binary's own messages are written: in the log's format, naming
+/// the connector once the configuration is known.
+struct Messages {
+    format: config::LogFormat,
+    /// `connector.name`, when the configuration loaded.
+    connector: Option<String>,
+}
+
+impl Messages {
+    /// `walrelay: ` or, with a connector, `walrelay: connector=<name>: `: the
+    /// start of a text line, naming the connector as the log lines do.
+    fn prefix(&self) -> String {
+        match &self.connector {
+            Some(name) => format!("walrelay: connector={name}: "),
+            None => "walrelay: ".to_owned(),
+        }
+    }
+
+    /// Says why walrelay cannot go on, once: a `walrelay: …` line in text
+    /// mode (the last line of the log), an `ERROR` event in JSON mode, so
+    /// that every line of a JSON log parses.
+    fn fatal(&self, what: &str, error: &str) {
+        let prefix = self.prefix();
+        match self.format {
+            config::LogFormat::Text if what.is_empty() => shout(&format!("{prefix}{error}")),
+            config::LogFormat::Text => shout(&format!("{prefix}{what}\n{error}")),
+            config::LogFormat::Json if what.is_empty() => {
+                tracing::error!(error, "walrelay stopped")
+            }
+            config::LogFormat::Json => tracing::error!(error, "walrelay: {what}"),
+        }
+    }
+
+    /// The connector stopped on `e`: one line, with what it is about as
+    /// fields in JSON mode.
+    fn stopped(&self, e: &relay::RelayError) {
+        let about = e.about();
+        match self.format {
+            config::LogFormat::Text => shout(&format!("{}{e}", self.prefix())),
+            config::LogFormat::Json => tracing::error!(
+                error = %e,
+                table = about.table,
+                column = about.column,
+                lsn = about.lsn.map(tracing::field::display),
+                end_lsn = about.end_lsn.map(tracing::field::display),
+                event_id = about.event,
+                topic = about.topic,
+                "walrelay stopped"
+            ),
+        }
     }
 }
 
@@ -251,24 +312,40 @@ fn main() -> ExitCode {
         .or_else(|| loaded.as_ref().ok().map(|c| c.log.format))
         .or_else(|| config::log_format_in(path))
         .unwrap_or_default();
-    if let Err(problem) = init_tracing(format) {
-        fatal(format, "", &problem);
+    let messages = Messages {
+        format,
+        connector: loaded.as_ref().ok().map(|c| c.connector.name.clone()),
+    };
+    let (root, refused) = init_tracing(format, messages.connector.as_deref());
+    // Every line from here on is in the connector's span: this thread runs
+    // the whole command, tokio's tasks included (a current-thread runtime),
+    // and lines from other threads are formatted inside the same span
+    // (telemetry::RootSpan).
+    let _in_root = root.enter();
+    if let Err(problem) = refused {
+        messages.fatal("", &problem);
         return ExitCode::from(2);
     }
     let config = match loaded {
         Ok(c) => c,
         Err(e) => {
-            fatal(format, "invalid configuration", &e);
+            messages.fatal("invalid configuration", &e);
             return ExitCode::from(2);
         }
     };
+    // `check` lists them in its report instead.
+    if !matches!(cli.command, Command::Check { .. }) {
+        for warning in config.warnings() {
+            tracing::warn!("{warning}");
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
         Err(e) => {
-            fatal(format, "", &format!("cannot start the async runtime: {e}"));
+            messages.fatal("", &format!("cannot start the async runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
@@ -291,7 +368,7 @@ fn main() -> ExitCode {
                 {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
-                        stopped(format, &e);
+                        messages.stopped(&e);
                         ExitCode::FAILURE
                     }
                 }
@@ -344,11 +421,11 @@ fn main() -> ExitCode {
                         ExitCode::SUCCESS
                     }
                     Err(e @ walrelay::republish::RepublishError::Usage(_)) => {
-                        fatal(format, "", &e.to_string());
+                        messages.fatal("", &e.to_string());
                         ExitCode::from(2)
                     }
                     Err(e) => {
-                        fatal(format, "", &e.to_string());
+                        messages.fatal("", &e.to_string());
                         ExitCode::FAILURE
                     }
                 }
@@ -364,7 +441,7 @@ fn main() -> ExitCode {
                         ExitCode::SUCCESS
                     }
                     Err(e) => {
-                        fatal(format, "", &e);
+                        messages.fatal("", &e);
                         ExitCode::FAILURE
                     }
                 }
@@ -385,7 +462,7 @@ fn main() -> ExitCode {
                     match serde_json::to_string_pretty(&status) {
                         Ok(text) => say(&format!("{text}\n")),
                         Err(e) => {
-                            fatal(format, "", &format!("cannot write the status as JSON: {e}"))
+                            messages.fatal("", &format!("cannot write the status as JSON: {e}"))
                         }
                     }
                 } else {
@@ -408,25 +485,6 @@ fn main() -> ExitCode {
             }
         }
     })
-}
-
-/// The connector stopped on `e`: one line, with what it is about as fields
-/// in JSON mode.
-fn stopped(format: config::LogFormat, e: &relay::RelayError) {
-    let about = e.about();
-    match format {
-        config::LogFormat::Text => shout(&format!("walrelay: {e}")),
-        config::LogFormat::Json => tracing::error!(
-            error = %e,
-            table = about.table,
-            column = about.column,
-            lsn = about.lsn.map(tracing::field::display),
-            end_lsn = about.end_lsn.map(tracing::field::display),
-            event_id = about.event,
-            topic = about.topic,
-            "walrelay stopped"
-        ),
-    }
 }
 
 /// Cancels `token` on the first SIGINT or SIGTERM — before logging it, so

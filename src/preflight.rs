@@ -133,6 +133,9 @@ pub async fn check(config: &Config) -> Report {
         "config",
         Outcome::Ok(format!("{} is valid", config.origin())),
     );
+    for warning in config.warnings() {
+        report.push("config", Outcome::Warn(warning.clone()));
+    }
     let pg = &config.postgres;
     let params = connect_params(config);
 

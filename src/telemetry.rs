@@ -49,6 +49,7 @@
 //! - ANSI colours only on a terminal, never with `NO_COLOR` set.
 //! - A `WALRELAY_LOG` that would hide the logs by mistake is refused, naming
 //!   the variable and the problem (the binary exits 2, like a bad config).
+//! - Every line carries the connector's name ([`RootSpan`]).
 
 use std::io;
 use std::sync::Mutex;
@@ -62,6 +63,10 @@ use std::time::{Duration, Instant};
 pub mod exposition;
 pub mod outage;
 mod process;
+mod root_span;
+
+use root_span::ROOT_SPAN_TARGET;
+pub use root_span::{InConnectorSpan, RootSpan};
 
 /// Counters and gauges shared by the relay and the HTTP endpoint.
 #[derive(Debug)]
@@ -449,11 +454,15 @@ pub const DEFAULT_LOG_FILTER: &str = "info";
 /// that do not parse, and bare words that are neither a level nor a walrelay
 /// target (`debg`, `inof`): tracing would read those as a target name and
 /// silently show no log at all. The error is one line naming the variable.
+/// Whatever it says, the filter enables the connector's [`RootSpan`].
 pub fn log_filter(value: Option<&str>) -> Result<tracing_subscriber::EnvFilter, String> {
-    use tracing_subscriber::filter::LevelFilter;
+    use tracing_subscriber::filter::{Directive, LevelFilter};
+    let root: Directive = format!("{ROOT_SPAN_TARGET}=error")
+        .parse()
+        .map_err(|e| format!("the root span's log directive: {e}"))?;
     let text = value.map(str::trim).filter(|v| !v.is_empty());
     let Some(text) = text else {
-        return Ok(tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
+        return Ok(tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER).add_directive(root));
     };
     let refuse = |problem: String| {
         format!(
@@ -473,6 +482,7 @@ pub fn log_filter(value: Option<&str>) -> Result<tracing_subscriber::EnvFilter, 
     }
     tracing_subscriber::EnvFilter::builder()
         .parse(text)
+        .map(|filter| filter.add_directive(root))
         .map_err(|e| refuse(e.to_string()))
 }
 

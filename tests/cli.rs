@@ -131,6 +131,32 @@ fn help_names_walrelay_log_and_the_exit_codes() {
     }
 }
 
+/// Issue 24 (item 16): `run --help` said to use --accept-slot-position
+/// "only after reconciling the gap", the opposite of the runbook for a slot
+/// ahead of the stored offset (start first, then re-publish the range it
+/// names), and named only that one case.
+#[test]
+fn run_help_says_what_accept_slot_position_overrides_and_in_which_order() {
+    let out = std::process::Command::new(walrelay_bin())
+        .args(["run", "--help"])
+        .output()
+        .expect("walrelay run --help");
+    let help = String::from_utf8_lossy(&out.stdout);
+    let (_, text) = help
+        .split_once("--accept-slot-position")
+        .expect("the option is listed");
+    let text = text.split("-h, --help").next().unwrap_or_default();
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    for expected in [
+        "the slot is ahead of it, or the offset names another system, slot or timeline",
+        "A lost slot is not accepted: drop it first",
+        "start with this first, then re-publish the range it names",
+    ] {
+        assert!(text.contains(expected), "{expected:?} not in: {text}");
+    }
+    assert!(!text.contains("only after reconciling"), "{text}");
+}
+
 #[test]
 fn a_bad_walrelay_log_is_refused_with_exit_2_naming_it() {
     let config = unreachable_config();
@@ -141,7 +167,8 @@ fn a_bad_walrelay_log_is_refused_with_exit_2_naming_it() {
         );
         assert_eq!(code, Some(2), "WALRELAY_LOG={bad:?}; stderr:\n{stderr}");
         assert!(
-            stderr.starts_with("walrelay: WALRELAY_LOG=") && stderr.contains(bad),
+            stderr.starts_with("walrelay: connector=cli_unreachable: WALRELAY_LOG=")
+                && stderr.contains(bad),
             "WALRELAY_LOG={bad:?}; stderr:\n{stderr}"
         );
         assert_eq!(stderr.lines().count(), 1, "one clear line:\n{stderr}");
@@ -369,6 +396,85 @@ async fn the_stopping_error_is_one_line_with_table_and_lsn_fields() {
                 seen.lines().last().unwrap().starts_with("walrelay: "),
                 "{seen}"
             );
+        }
+    }
+}
+
+/// Issue 24 (item 14): several sidecars share one log pipeline, so every line
+/// names its connector — text and JSON, `run`, `check`, `status` and
+/// `republish`, lines from spawned tasks and from librdkafka's own threads
+/// (its debug log, through the log callback) included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_log_line_names_the_connector() {
+    require_kafka();
+    let db = TestDb::new("clinamed").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("clinamed");
+    let name = &names.connector;
+    // librdkafka's debug lines reach the log at trace level, from its threads.
+    let filter = "debug,walrelay::sink=trace";
+    let carries_name = |json: bool, line: &str| {
+        if !json {
+            return line.contains(&format!("connector={name}"));
+        }
+        let value: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        value["spans"]
+            .as_array()
+            .is_some_and(|spans| spans.iter().any(|s| s["connector"] == name.as_str()))
+    };
+    for json in [false, true] {
+        let log = if json { "[log]\nformat = \"json\"" } else { "" };
+        let config = write_config(&relay_config(
+            &db,
+            &names,
+            "",
+            &format!("{log}\n[kafka.librdkafka]\n\"debug\" = \"broker\"\n"),
+        ));
+        let (mut child, stderr) = spawn_run(&config, filter);
+        let mut stderr = BufReader::new(stderr);
+        let mut seen = read_until(&mut stderr, "streaming", START).await;
+        sigterm(&child);
+        let code = exit_code(&mut child, STOP, "after SIGTERM").await;
+        assert_eq!(code, Some(0), "{seen}");
+        tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut seen)
+            .await
+            .expect("read stderr");
+        assert!(
+            seen.lines().any(|l| l.contains("librdkafka: ")),
+            "no line from librdkafka's threads (json: {json}):\n{seen}"
+        );
+        for line in seen.lines() {
+            assert!(
+                carries_name(json, line),
+                "run (json: {json}): a line without connector {name}: {line}"
+            );
+        }
+
+        let path = config.to_str().unwrap();
+        for args in [
+            &["check", "--config", path][..],
+            &["status", "--config", path],
+            &[
+                "republish",
+                "--config",
+                path,
+                "--where",
+                "true",
+                "--dry-run",
+            ],
+        ] {
+            let (_, stderr) = run_to_exit(args, &[("WALRELAY_LOG", filter)]);
+            assert!(
+                !stderr.trim().is_empty(),
+                "{args:?} logged nothing at {filter}"
+            );
+            for line in stderr.lines() {
+                assert!(
+                    carries_name(json, line),
+                    "{args:?} (json: {json}): a line without connector {name}: {line}\n{stderr}"
+                );
+            }
         }
     }
 }

@@ -89,7 +89,13 @@ async fn republish_dry_run_and_bad_input() {
         "no such column = 1",
     ]);
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("walrelay: PostgreSQL"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "walrelay: connector={}: PostgreSQL",
+            names.connector
+        )),
+        "{err}"
+    );
 
     let (code, _, err) = walrelay(&["republish", "--config", config_arg, "--where", " "]);
     assert_eq!(code, Some(2), "{err}");

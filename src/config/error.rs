@@ -424,7 +424,8 @@ impl<'t> SourceMap<'t> {
 /// Replaces Rust type names in serde messages with what an operator writes.
 fn plain_types(message: &str) -> String {
     [
-        ("expected u16", "expected an integer from 0 to 65535"),
+        // postgres.port is the only u16 (0 is refused by validation).
+        ("expected u16", "expected a port number from 1 to 65535"),
         ("expected usize", "expected a whole number, 0 or more"),
         ("expected u64", "expected a whole number, 0 or more"),
     ]
@@ -490,16 +491,30 @@ impl Origin {
         }
     }
 
-    pub(crate) fn error(&self, mut problems: Vec<Problem>) -> ConfigError {
+    /// `problems` placed at the line and column of their keys, in file order.
+    fn place(&self, mut problems: Vec<Problem>) -> Vec<Problem> {
         for problem in &mut problems {
             if problem.location.is_none() {
                 problem.location = problem.key.as_deref().and_then(|k| self.location_of(k));
             }
         }
         problems.sort_by_key(|p| p.location);
+        problems
+    }
+
+    /// `problems` placed and rendered one per line, as in an error: for
+    /// warnings.
+    pub(crate) fn render(&self, problems: Vec<Problem>) -> Vec<String> {
+        self.place(problems)
+            .iter()
+            .map(|p| p.render(&self.name))
+            .collect()
+    }
+
+    pub(crate) fn error(&self, problems: Vec<Problem>) -> ConfigError {
         ConfigError::Invalid {
             origin: self.name.clone(),
-            problems,
+            problems: self.place(problems),
         }
     }
 }

@@ -6,6 +6,9 @@
 //! An unset variable is an error: a silently empty password or broker list is
 //! worse than a refusal to start.
 //!
+//! In secret keys ([`Files::Allowed`]) a variable set to the empty string is
+//! an error, as an empty secret file is: a secret is never empty by accident.
+//!
 //! `${file:/run/secrets/pg_password}` is replaced by the content of that file
 //! (the way Kubernetes and Docker mount secrets), in secret keys only
 //! ([`Files::Allowed`]); elsewhere it is an error. Rules:
@@ -14,13 +17,18 @@
 //! - one trailing line ending (`\n` or `\r\n`) is removed, nothing else;
 //! - a missing, unreadable, empty, non-UTF-8 or oversized (over
 //!   [`MAX_SECRET_FILE_BYTES`]) file is an error that names the path and the
-//!   cause, never the content.
+//!   cause, never the content;
+//! - a file the group or others may read (by libpq's rule for key files:
+//!   `0600`, or `0640` when root owns it, at most) is read, with a warning
+//!   that names it and the `chmod` (a refusal would break the many mounts
+//!   that are `0644` today).
 
 use std::env::VarError;
 use std::io::Read;
 use std::path::Path;
 
 use super::error::{MAX_VALUE_CHARS, shorten};
+use super::validate::readable_by_others;
 
 /// Looks up one environment variable; `std::env::var` in production.
 pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Result<String, VarError>;
@@ -33,7 +41,8 @@ pub const MAX_SECRET_FILE_BYTES: u64 = 64 << 10;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Files {
     /// A key that holds a secret (`postgres.password`, `postgres.sslpassword`,
-    /// secret librdkafka properties): files are read.
+    /// secret librdkafka properties): files are read, and an empty variable
+    /// is refused as an empty file is.
     Allowed,
     /// Any other key: `${file:...}` is refused.
     Refused,
@@ -46,6 +55,10 @@ pub(crate) enum InterpolateError {
         var: String,
     },
     NotUnicode {
+        var: String,
+    },
+    /// A variable set to the empty string, in a secret key.
+    EmptySecret {
         var: String,
     },
     Unterminated,
@@ -89,6 +102,11 @@ impl InterpolateError {
                     short(var)
                 )
             }
+            InterpolateError::EmptySecret { var } => format!(
+                "environment variable {} is set but empty; a secret cannot be empty (check \
+                 what sets it, or remove the key)",
+                short(var)
+            ),
             InterpolateError::Unterminated => {
                 "\"${\" is not closed by \"}\"; write ${NAME}, or $${ for a literal \"${\""
                     .to_owned()
@@ -106,9 +124,9 @@ impl InterpolateError {
             }
             InterpolateError::FileNotAllowed => {
                 "\"${file:...}\" is allowed only in keys that hold secrets \
-                 (postgres.password, postgres.sslpassword, secret [kafka.librdkafka] properties \
-                 such as sasl.password); use ${NAME} \
-                 (an environment variable) here"
+                 (postgres.password, postgres.sslpassword, kafka.sasl_password, \
+                 kafka.ssl_key_password, column mask salts, secret [kafka.librdkafka] properties \
+                 such as sasl.password); use ${NAME} (an environment variable) here"
                     .to_owned()
             }
             InterpolateError::FileRelative { path } => format!(
@@ -147,15 +165,17 @@ pub(crate) fn interpolate(
     input: &str,
     env: EnvLookup<'_>,
 ) -> Result<Option<String>, InterpolateError> {
-    interpolate_with(input, env, Files::Refused)
+    interpolate_with(input, env, Files::Refused, &mut Vec::new())
 }
 
 /// Interpolates `input`, reading `${file:...}` references when `files`
-/// allows them; `Ok(None)` when it contains no `$`.
+/// allows them; `Ok(None)` when it contains no `$`. Adds to `warnings` what
+/// is worth saying but not refusing (a secret file others may read).
 pub(crate) fn interpolate_with(
     input: &str,
     env: EnvLookup<'_>,
     files: Files,
+    warnings: &mut Vec<String>,
 ) -> Result<Option<String>, InterpolateError> {
     if !input.contains('$') {
         return Ok(None);
@@ -175,13 +195,18 @@ pub(crate) fn interpolate_with(
                 if files == Files::Refused {
                     return Err(InterpolateError::FileNotAllowed);
                 }
-                out.push_str(&read_secret_file(path)?);
+                out.push_str(&read_secret_file(path, warnings)?);
             } else if !is_var_name(name) {
                 return Err(InterpolateError::InvalidName {
                     name: name.to_owned(),
                 });
             } else {
                 match env(name) {
+                    Ok(value) if value.is_empty() && files == Files::Allowed => {
+                        return Err(InterpolateError::EmptySecret {
+                            var: name.to_owned(),
+                        });
+                    }
                     Ok(value) => out.push_str(&value),
                     Err(VarError::NotPresent) => {
                         return Err(InterpolateError::Unset {
@@ -205,8 +230,9 @@ pub(crate) fn interpolate_with(
     Ok(Some(out))
 }
 
-/// The content of secret file `path` without one trailing line ending.
-fn read_secret_file(path: &str) -> Result<String, InterpolateError> {
+/// The content of secret file `path` without one trailing line ending; a
+/// warning when the group or others may read it.
+fn read_secret_file(path: &str, warnings: &mut Vec<String>) -> Result<String, InterpolateError> {
     let owned = || path.to_owned();
     if !Path::new(path).is_absolute() {
         return Err(InterpolateError::FileRelative { path: owned() });
@@ -222,7 +248,19 @@ fn read_secret_file(path: &str) -> Result<String, InterpolateError> {
                     .to_owned(),
             });
         }
-        _ => {}
+        Ok(meta) => {
+            if let Some(mode) = readable_by_others(&meta) {
+                warnings.push(format!(
+                    "secret file {} is readable by the group or by others (mode {mode:04o}); \
+                     a secret should be readable by walrelay's user only: run chmod 600 {} \
+                     (0640 is enough when root owns it, as with a Kubernetes Secret mounted \
+                     with defaultMode: 0440)",
+                    quote_path(path),
+                    shorten(path, MAX_VALUE_CHARS)
+                ));
+            }
+        }
+        Err(_) => {}
     }
     let mut bytes = Vec::new();
     std::fs::File::open(path)

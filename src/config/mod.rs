@@ -25,8 +25,11 @@
 //!   line index built once. Files over [`MAX_FILE_BYTES`] are not read.
 //!
 //! `${NAME}` in `postgres.host`, `postgres.user`, `postgres.password`,
-//! `postgres.database`, `kafka.brokers`, `kafka.sasl_username`,
-//! `kafka.sasl_password`, `kafka.ssl_key_password` and `[kafka.librdkafka]`
+//! `postgres.database`, `postgres.sslpassword`, the file paths
+//! (`postgres.sslrootcert`, `postgres.sslcert`, `postgres.sslkey`,
+//! `kafka.ssl_ca`, `kafka.ssl_certificate`, `kafka.ssl_key`),
+//! `kafka.brokers`, `kafka.sasl_username`, `kafka.sasl_password`,
+//! `kafka.ssl_key_password`, the mask salts and `[kafka.librdkafka]`
 //! values is replaced by environment variable `NAME`; `$${` stands for a
 //! literal `${`. `${file:/absolute/path}` is replaced by a file's content (one
 //! trailing newline removed) in the keys that hold secrets only:
@@ -36,6 +39,7 @@
 //! ([`is_secret_property`]). The salts are secrets too.
 //! Interpolation runs after parsing, so errors keep their line numbers.
 
+mod duplicate_key;
 mod error;
 mod interpolate;
 mod producer;
@@ -48,7 +52,7 @@ mod validate;
 mod tests;
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
@@ -101,6 +105,9 @@ pub struct Config {
     /// `[log]`; the defaults when the section is absent.
     pub log: LogConfig,
     origin: Origin,
+    /// What loading found worth a warning but not a refusal, rendered as
+    /// problems are (`file:line:column: key: …`).
+    warnings: Vec<String>,
 }
 
 /// The file's shape; [`Config`] adds where it came from.
@@ -180,10 +187,15 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         let syntax_error = |e: toml::de::Error| ConfigError::Invalid {
             origin: origin.to_owned(),
-            problems: vec![Problem {
-                key: None,
-                location: e.span().map(|s| Location::at(text, s.start)),
-                message: format!("TOML syntax error: {}", e.message().trim_end()),
+            problems: vec![match e.span() {
+                Some(span) if e.message().starts_with("duplicate key") => {
+                    duplicate_key::duplicate_key(text, span.start)
+                }
+                span => Problem {
+                    key: None,
+                    location: span.map(|s| Location::at(text, s.start)),
+                    message: format!("TOML syntax error: {}", e.message().trim_end()),
+                },
             }],
         };
         let root = toml::de::DeTable::parse(text).map_err(syntax_error)?;
@@ -209,12 +221,14 @@ impl Config {
                 name: origin.to_owned(),
                 locations: map.locations(),
             },
+            warnings: Vec::new(),
         };
-        let problems = config.interpolate(env);
-        if !problems.is_empty() {
-            return Err(config.origin.error(problems));
+        let found = config.interpolate(env);
+        if !found.problems.is_empty() {
+            return Err(config.origin.error(found.problems));
         }
         config.validate()?;
+        config.warnings = config.origin.render(found.warnings);
         Ok(config)
     }
 
@@ -250,9 +264,17 @@ impl Config {
         &self.origin.name
     }
 
-    /// Substitutes `${VAR}` in the keys that allow it; returns the problems.
-    fn interpolate(&mut self, env: EnvLookup<'_>) -> Vec<Problem> {
-        let mut problems = Vec::new();
+    /// What loading found worth a warning (a secret file others may read),
+    /// one line each, placed and keyed as errors are. `run` and the other
+    /// commands log them; `check` lists them.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Substitutes `${VAR}` in the keys that allow it; returns the problems
+    /// and warnings.
+    fn interpolate(&mut self, env: EnvLookup<'_>) -> Findings {
+        let mut found = Findings::default();
         let pg = &mut self.postgres;
         for (key, value) in [
             ("postgres.host", &mut pg.host),
@@ -260,41 +282,46 @@ impl Config {
             ("postgres.database", &mut pg.database),
             ("kafka.brokers", &mut self.kafka.brokers),
         ] {
-            substitute(key, value, false, env, &mut problems);
+            substitute(key, value, false, env, &mut found);
         }
-        substitute_secret("postgres.password", &mut pg.password, env, &mut problems);
-        substitute_secret(
-            "postgres.sslpassword",
-            &mut pg.sslpassword,
-            env,
-            &mut problems,
-        );
+        for (key, path) in [
+            ("postgres.sslrootcert", &mut pg.sslrootcert),
+            ("postgres.sslcert", &mut pg.sslcert),
+            ("postgres.sslkey", &mut pg.sslkey),
+            ("kafka.ssl_ca", &mut self.kafka.ssl_ca),
+            ("kafka.ssl_certificate", &mut self.kafka.ssl_certificate),
+            ("kafka.ssl_key", &mut self.kafka.ssl_key),
+        ] {
+            substitute_path(key, path, env, &mut found);
+        }
+        substitute_secret("postgres.password", &mut pg.password, env, &mut found);
+        substitute_secret("postgres.sslpassword", &mut pg.sslpassword, env, &mut found);
         if let Some(username) = &mut self.kafka.sasl_username {
-            substitute("kafka.sasl_username", username, false, env, &mut problems);
+            substitute("kafka.sasl_username", username, false, env, &mut found);
         }
         substitute_secret(
             "kafka.sasl_password",
             &mut self.kafka.sasl_password,
             env,
-            &mut problems,
+            &mut found,
         );
         substitute_secret(
             "kafka.ssl_key_password",
             &mut self.kafka.ssl_key_password,
             env,
-            &mut problems,
+            &mut found,
         );
         for (key, value) in &mut self.kafka.librdkafka {
             let path = error::join_key("kafka.librdkafka", key);
-            substitute(&path, value, is_secret_property(key), env, &mut problems);
+            substitute(&path, value, is_secret_property(key), env, &mut found);
         }
         for (i, table) in self.tables.iter_mut().enumerate() {
             for (j, mask) in table.column_mask.iter_mut().enumerate() {
                 let key = format!("table[{i}].column_mask[{j}].salt");
-                substitute_secret(&key, &mut mask.salt, env, &mut problems);
+                substitute_secret(&key, &mut mask.salt, env, &mut found);
             }
         }
-        problems
+        found
     }
 }
 
@@ -304,6 +331,35 @@ pub fn librdkafka_key_path(property: &str) -> String {
     error::join_key("kafka.librdkafka", property)
 }
 
+/// What interpolation found: problems (the file is refused) and warnings
+/// (it is used, and the operator told).
+#[derive(Default)]
+struct Findings {
+    problems: Vec<Problem>,
+    warnings: Vec<Problem>,
+}
+
+impl Findings {
+    /// Records the outcome of interpolating `key`; returns the new value.
+    fn note(
+        &mut self,
+        key: &str,
+        secret: bool,
+        result: Result<Option<String>, interpolate::InterpolateError>,
+        warnings: Vec<String>,
+    ) -> Option<String> {
+        self.warnings
+            .extend(warnings.into_iter().map(|w| Problem::new(key, w)));
+        match result {
+            Ok(value) => value,
+            Err(e) => {
+                self.problems.push(Problem::new(key, e.describe(secret)));
+                None
+            }
+        }
+    }
+}
+
 /// Interpolates `value` of `key`; a `secret` key also takes `${file:...}`
 /// and its errors never repeat the value.
 fn substitute(
@@ -311,18 +367,34 @@ fn substitute(
     value: &mut String,
     secret: bool,
     env: EnvLookup<'_>,
-    problems: &mut Vec<Problem>,
+    found: &mut Findings,
 ) {
     let files = if secret {
         Files::Allowed
     } else {
         Files::Refused
     };
-    match interpolate_with(value, env, files) {
-        Ok(None) => {}
-        Ok(Some(resolved)) => *value = resolved,
-        Err(e) => problems.push(Problem::new(key, e.describe(secret))),
+    let mut warnings = Vec::new();
+    let result = interpolate_with(value, env, files, &mut warnings);
+    if let Some(resolved) = found.note(key, secret, result, warnings) {
+        *value = resolved;
     }
+}
+
+/// Interpolates path-valued `key` (`${VAR}` only: a path is not a secret),
+/// as the librdkafka properties the Kafka ones stand for are.
+fn substitute_path(
+    key: &str,
+    value: &mut Option<PathBuf>,
+    env: EnvLookup<'_>,
+    found: &mut Findings,
+) {
+    // Paths come from TOML strings, so they are UTF-8.
+    let Some(mut text) = value.as_ref().and_then(|p| p.to_str()).map(str::to_owned) else {
+        return;
+    };
+    substitute(key, &mut text, false, env, found);
+    *value = Some(PathBuf::from(text));
 }
 
 /// Interpolates secret `key` (`${VAR}` and `${file:...}`), keeping the
@@ -331,13 +403,13 @@ fn substitute_secret(
     key: &str,
     value: &mut Option<SecretString>,
     env: EnvLookup<'_>,
-    problems: &mut Vec<Problem>,
+    found: &mut Findings,
 ) {
     let Some(secret) = value else { return };
-    match interpolate_with(secret.expose_secret(), env, Files::Allowed) {
-        Ok(None) => {}
-        Ok(Some(resolved)) => *secret = SecretString::from(resolved),
-        Err(e) => problems.push(Problem::new(key, e.describe(true))),
+    let mut warnings = Vec::new();
+    let result = interpolate_with(secret.expose_secret(), env, Files::Allowed, &mut warnings);
+    if let Some(resolved) = found.note(key, true, result, warnings) {
+        *secret = SecretString::from(resolved);
     }
 }
 

@@ -196,9 +196,9 @@ impl Compression {
 }
 
 /// `kafka.security_protocol`: how walrelay talks to the brokers (librdkafka
-/// `security.protocol`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// `security.protocol`). Read in any case, as librdkafka reads it
+/// (`SASL_SSL`, the spelling of its documentation and of Java clients).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SecurityProtocol {
     /// No TLS, no authentication.
     Plaintext,
@@ -211,8 +211,22 @@ pub enum SecurityProtocol {
     SaslSsl,
 }
 
+impl<'de> Deserialize<'de> for SecurityProtocol {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        const NAMES: &[&str] = &["plaintext", "ssl", "sasl_plaintext", "sasl_ssl"];
+        let text = String::deserialize(d)?;
+        match text.to_ascii_lowercase().as_str() {
+            "plaintext" => Ok(SecurityProtocol::Plaintext),
+            "ssl" => Ok(SecurityProtocol::Ssl),
+            "sasl_plaintext" => Ok(SecurityProtocol::SaslPlaintext),
+            "sasl_ssl" => Ok(SecurityProtocol::SaslSsl),
+            _ => Err(serde::de::Error::unknown_variant(&text, NAMES)),
+        }
+    }
+}
+
 impl SecurityProtocol {
-    /// The name as written in the file and as librdkafka reads it.
+    /// The name as librdkafka reads it (the file may use any case).
     pub fn as_str(self) -> &'static str {
         match self {
             SecurityProtocol::Plaintext => "plaintext",

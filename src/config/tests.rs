@@ -12,6 +12,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use secrecy::ExposeSecret;
 
+mod keys;
+
 use super::interpolate::{InterpolateError, interpolate};
 use super::producer::librdkafka_property;
 use super::*;
@@ -121,145 +123,299 @@ fn the_kubernetes_sidecar_config_loads() {
     );
 }
 
+/// The walk of the schema finds keys at every depth, arrays of tables and
+/// free-form maps included (so the two tests below are not vacuous).
 #[test]
-fn example_toml_sets_every_key() {
-    // Keys of the schema; a key added to the code but not to
-    // config/example.toml fails here.
+fn the_schema_walk_finds_every_kind_of_key() {
+    let keys: Vec<String> = keys::schema_keys().iter().map(|k| k.path()).collect();
+    for expected in [
+        "connector.name",
+        "postgres.sslkey",
+        "kafka.librdkafka",
+        "health.listen",
+        "outbox[].table",
+        "table[].column_mask[].salt",
+        "table_defaults.column_include_list",
+        "heartbeat.topic",
+        "log.format",
+    ] {
+        assert!(
+            keys.iter().any(|k| k == expected),
+            "{expected} not in {keys:#?}"
+        );
+    }
+    assert!(keys.len() > 80, "{keys:#?}");
+}
+
+/// (section, key) pairs config/example.toml names: set, or commented out
+/// (`# sslkey = …`) where a value cannot be given (a file that must exist, a
+/// key that excludes another). A `[section.key]` header names `key` too.
+fn keys_in_example(text: &str) -> KeySet {
+    let mut out = KeySet::new();
+    let mut section = String::new();
+    for line in text.lines().map(str::trim) {
+        if let Some(header) = line.strip_prefix('[') {
+            section = header.trim_matches(['[', ']']).to_owned();
+            let (parent, name) = section.rsplit_once('.').unwrap_or(("", &section));
+            out.insert((parent.to_owned(), name.to_owned()));
+            continue;
+        }
+        let line = line.trim_start_matches('#').trim_start();
+        if let Some((key, _)) = line.split_once('=') {
+            let key = key.trim();
+            if !key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+                out.insert((section.clone(), key.to_owned()));
+            }
+        }
+    }
+    out
+}
+
+/// Every key of the schema (derived from the structs, not listed by hand)
+/// is in config/example.toml, which docs/configuration.md says names every
+/// key.
+#[test]
+fn example_toml_names_every_key_of_the_schema() {
     let text = std::fs::read_to_string(config_dir().join("example.toml")).unwrap();
-    let table: toml::Table = toml::from_str(&text).unwrap();
-    let keys = |section: &str| -> Vec<String> {
-        let value = &table[section];
-        let table = match value {
-            toml::Value::Array(items) => items[0].as_table().unwrap(),
-            other => other.as_table().unwrap(),
-        };
-        let mut keys: Vec<_> = table.keys().cloned().collect();
-        keys.sort();
-        keys
-    };
-    assert_eq!(keys("connector"), ["name"]);
-    assert_eq!(
-        keys("postgres"),
-        [
-            "connect_timeout",
-            "create_publication",
-            "create_slot",
-            "database",
-            "failover_slot",
-            "host",
-            "max_message_size",
-            "password",
-            "port",
-            "publication",
-            "reconnect_backoff_initial",
-            "reconnect_backoff_max",
-            "slot",
-            "sslmode",
-            "status_interval",
-            "user"
-        ]
-    );
-    assert_eq!(
-        keys("kafka"),
-        [
-            "brokers",
-            "compression",
-            "librdkafka",
-            "linger",
-            "max_in_flight_bytes",
-            "max_in_flight_records",
-            "offsets_topic",
-            "sasl_mechanism",
-            "sasl_password",
-            "sasl_username",
-            "security_protocol",
-            "shutdown_flush_timeout",
-            "ssl_verify_hostname"
-        ]
-    );
-    assert_eq!(keys("health"), ["listen"]);
-    assert_eq!(
-        keys("table_defaults"),
-        [
-            "binary_handling_mode",
-            "column_exclude_list",
-            "decimal_handling_mode",
-            "interval_handling_mode",
-            "skipped_operations",
-            "time_precision_mode",
-            "tombstones_on_delete",
-            "topic_prefix",
-            "unavailable_value_placeholder",
-            "unmapped_types"
-        ]
-    );
-    assert_eq!(
-        keys("table"),
-        [
-            "binary_handling_mode",
-            "column_exclude_list",
-            "column_mask",
-            "decimal_handling_mode",
-            "interval_handling_mode",
-            "key_columns",
-            "name",
-            "skipped_operations",
-            "time_precision_mode",
-            "tombstones_on_delete",
-            "topic",
-            "unavailable_value_placeholder",
-            "unmapped_types"
-        ]
-    );
-    assert_eq!(
-        keys("snapshot"),
-        ["chunk_rows", "fetch_rows", "mode", "parallelism"]
-    );
-    assert_eq!(keys("heartbeat"), ["interval", "publish", "topic"]);
-    assert_eq!(
-        keys("outbox"),
-        [
-            "aggregate_id_column",
-            "aggregate_type_column",
-            "header_columns",
-            "id_column",
-            "on_update",
-            "payload_column",
-            "snapshot_order_by",
-            "table",
-            "timestamp_column",
-            "tombstone_on_empty_payload",
-            "topic",
-            "type_column"
-        ]
+    let named = keys_in_example(&text);
+    let missing: Vec<String> = keys::schema_keys()
+        .iter()
+        .filter(|k| !named.contains(&(k.section(), k.name().to_owned())))
+        .map(|k| k.path())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "config/example.toml does not name {missing:?} (set it, or write it commented out with \
+         a comment why)"
     );
 }
 
+/// The lines of `doc` under the heading that names `section` (`[postgres]`,
+/// `[[outbox]]`, `[[table.column_mask]]`), up to the next heading of the
+/// same or a higher level; the whole document for the top level.
+fn doc_part<'a>(doc: &'a str, section: &str) -> Vec<&'a str> {
+    let lines: Vec<&str> = doc.lines().collect();
+    if section.is_empty() {
+        return lines;
+    }
+    let level = |line: &str| line.chars().take_while(|&c| c == '#').count();
+    let names = |line: &str| {
+        level(line) > 0
+            && (line.contains(&format!("`[{section}]`"))
+                || line.contains(&format!("`[[{section}]]`")))
+    };
+    let Some(start) = lines.iter().position(|l| names(l)) else {
+        return Vec::new();
+    };
+    let depth = level(lines[start]);
+    lines[start..]
+        .iter()
+        .enumerate()
+        .take_while(|&(i, l)| i == 0 || !(1..=depth).contains(&level(l)))
+        .map(|(_, l)| *l)
+        .collect()
+}
+
+/// Every key of the schema (derived from the structs) has a row in its
+/// section of docs/configuration.md, or (a table of its own) a heading.
 #[test]
 fn configuration_reference_documents_every_key() {
     let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md");
     let doc = std::fs::read_to_string(doc_path).unwrap();
-    let text = std::fs::read_to_string(config_dir().join("example.toml")).unwrap();
-    let table: toml::Table = toml::from_str(&text).unwrap();
-    for (section, value) in &table {
-        let keys = match value {
-            toml::Value::Array(items) => items[0].as_table().unwrap(),
-            other => other.as_table().unwrap(),
+    let mut missing = Vec::new();
+    for key in keys::schema_keys() {
+        let part = doc_part(&doc, &key.section());
+        let row = format!("| `{}` |", key.name());
+        let own = if key.section().is_empty() {
+            key.name().to_owned()
+        } else {
+            format!("{}.{}", key.section(), key.name())
         };
-        assert!(
-            doc.contains(&format!("`[{section}]`")) || doc.contains(&format!("`[[{section}]]`"))
-        );
-        for key in keys.keys() {
-            if key == "librdkafka" {
-                assert!(doc.contains("### `[kafka.librdkafka]`"));
-                continue;
-            }
-            assert!(
-                doc.contains(&format!("| `{key}` |")),
-                "docs/configuration.md has no row for {section}.{key}"
-            );
+        let heading = |l: &&str| {
+            l.starts_with('#')
+                && (l.contains(&format!("`[{own}]`")) || l.contains(&format!("`[[{own}]]`")))
+        };
+        if !part.iter().any(|l| l.starts_with(&row) || heading(l)) {
+            missing.push(key.path());
         }
     }
+    assert!(
+        missing.is_empty(),
+        "docs/configuration.md documents no {missing:?} (a `| `key` |` row under the section's \
+         heading)"
+    );
+}
+
+/// (section, key) pairs, sections as TOML headers write them.
+type KeySet = std::collections::BTreeSet<(String, String)>;
+
+/// The keys config/example.toml names that expand `${VAR}`, and those that
+/// also read `${file:...}` (the secrets), found by trying each: the line is
+/// set to a reference that cannot resolve and the error says how it was
+/// read.
+fn interpolating_keys() -> (KeySet, KeySet) {
+    let text = std::fs::read_to_string(config_dir().join("example.toml")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let (mut vars, mut secrets) = (KeySet::new(), KeySet::new());
+    let mut section = String::new();
+    for (i, line) in lines.iter().enumerate() {
+        let line = line.trim();
+        if let Some(header) = line.strip_prefix('[') {
+            section = header.trim_matches(['[', ']']).to_owned();
+            continue;
+        }
+        let Some((key, _)) = line.trim_start_matches('#').trim_start().split_once('=') else {
+            continue;
+        };
+        let key = key.trim();
+        if key.is_empty() || !key.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+            continue;
+        }
+        let with = |value: &str| {
+            let mut variant = lines.clone();
+            let line = format!("{key} = \"{value}\"");
+            variant[i] = &line;
+            match load(&variant.join("\n")) {
+                Ok(_) => String::new(),
+                Err(e) => e.to_string(),
+            }
+        };
+        let entry = (section.clone(), key.to_owned());
+        if with("${WALRELAY_DOC_PROBE}")
+            .contains("environment variable WALRELAY_DOC_PROBE is not set")
+        {
+            vars.insert(entry.clone());
+        }
+        if with("${file:/nonexistent/walrelay-doc-probe}").contains("cannot read secret file") {
+            secrets.insert(entry);
+        }
+    }
+    (vars, secrets)
+}
+
+/// The backquoted key paths in the first `|`-column of the table rows, or
+/// the whole text, of the paragraph of `doc` that starts with `start`, with
+/// array indices dropped (`table[i].column_mask[j].salt` →
+/// `table.column_mask.salt`).
+fn keys_in_paragraph(
+    doc: &str,
+    start: &str,
+    first_column: bool,
+) -> std::collections::BTreeSet<String> {
+    let at = doc
+        .find(start)
+        .unwrap_or_else(|| panic!("{start:?} not found"));
+    let rest = &doc[at..];
+    let paragraph = &rest[..rest.find("\n\n").unwrap_or(rest.len())];
+    let paragraph = if rest[..paragraph.len()].ends_with(':') {
+        // The table follows the introducing sentence.
+        let table = &rest[paragraph.len() + 2..];
+        &table[..table.find("\n\n").unwrap_or(table.len())]
+    } else {
+        paragraph
+    };
+    let mut out = std::collections::BTreeSet::new();
+    for line in paragraph.lines() {
+        let text = if first_column {
+            line.split('|').nth(1).unwrap_or_default()
+        } else {
+            line
+        };
+        for token in text.split('`').skip(1).step_by(2) {
+            if token.starts_with('[') || !token.contains('.') {
+                continue;
+            }
+            let mut key = String::new();
+            let mut depth = 0;
+            for c in token.chars() {
+                match c {
+                    '[' => depth += 1,
+                    ']' => depth -= 1,
+                    c if depth == 0 => key.push(c),
+                    _ => {}
+                }
+            }
+            out.insert(key);
+        }
+    }
+    out
+}
+
+/// Issue 24 (item 16): the reference's lists of the keys that take `${VAR}`
+/// and of the secret keys that take `${file:...}` (and security.md's) match
+/// what the code does with each key of config/example.toml, tried one by
+/// one (the lists had lost the mask salt, and the certificate paths).
+#[test]
+fn the_lists_of_interpolating_and_secret_keys_match_the_code() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let reference = std::fs::read_to_string(root.join("docs/configuration.md")).unwrap();
+    let security = std::fs::read_to_string(root.join("docs/security.md")).unwrap();
+    let (vars, secrets) = interpolating_keys();
+    let path = |(section, key): &(String, String)| format!("{section}.{key}");
+    let vars: std::collections::BTreeSet<String> = vars.iter().map(path).collect();
+    let secrets: std::collections::BTreeSet<String> = secrets.iter().map(path).collect();
+    assert!(vars.contains("postgres.host") && secrets.contains("postgres.password"));
+    assert!(!secrets.contains("postgres.host") && !vars.contains("postgres.slot"));
+
+    let table = keys_in_paragraph(&reference, "**Environment variables.**", true);
+    assert_eq!(table, vars, "the ${{VAR}} table of docs/configuration.md");
+    let files = keys_in_paragraph(&reference, "Those keys are", false);
+    assert_eq!(
+        files, secrets,
+        "the ${{file:}} keys of docs/configuration.md"
+    );
+    for (doc, start) in [(&reference, "**Secrets.**"), (&security, "Secret keys are")] {
+        let listed = keys_in_paragraph(doc, start, false);
+        let missing: Vec<_> = secrets.difference(&listed).collect();
+        assert!(missing.is_empty(), "{start:?} lacks {missing:?}");
+    }
+}
+
+/// Issue 24 (item 16): the documentation and examples never set a setting
+/// that has a typed `[kafka]` key as a `[kafka.librdkafka]` property (the
+/// sidecar example did, for TLS and SASL; the reference for a `${file:...}`
+/// password): the typed keys are checked at load, and setting both is an
+/// error.
+#[test]
+fn no_example_sets_a_typed_security_setting_through_librdkafka() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md")];
+    let mut dirs = vec![root.join("docs"), root.join("deploy"), root.join("config")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                // config/invalid/ shows mistakes on purpose; deploy/dev holds
+                // the dev services' own (Java) settings.
+                if !path.ends_with("invalid") && !path.ends_with("dev") {
+                    dirs.push(path);
+                }
+            } else if path
+                .extension()
+                .is_some_and(|e| ["md", "toml", "yaml", "in", "sh"].iter().any(|x| e == *x))
+            {
+                files.push(path);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (typed, properties) in schema::SECURITY_KEYS {
+            for property in *properties {
+                for (n, line) in text.lines().enumerate() {
+                    if line.contains(&format!("\"{property}\" =")) {
+                        found.push(format!(
+                            "{}:{}: {property} (use {typed})",
+                            file.display(),
+                            n + 1
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
 }
 
 #[test]
@@ -574,6 +730,32 @@ fn heartbeat_problems_name_the_key_and_the_fix() {
         assert!(error.contains(&format!("{key}: ")), "{extra}: {error}");
         assert!(error.contains(words), "{extra}: {error}");
     }
+}
+
+/// Issue 24: an invalid connector.name is reported as itself — not first as
+/// the heartbeat topic derived from it (a consequence, without a line in
+/// the file), with or without heartbeats; likewise an invalid
+/// table_defaults.topic_prefix, tables or not.
+#[test]
+fn an_invalid_topic_prefix_is_reported_under_its_own_key_only() {
+    for extra in ["", "[heartbeat]\ninterval = \"10s\"\npublish = true"] {
+        let text = minimal_with(extra).replace("name = \"orders\"", "name = \"orders service\"");
+        let error = load_err(&text);
+        assert!(
+            error.starts_with("test.toml:3:8: connector.name: \"orders service\" is not a valid"),
+            "{error}"
+        );
+        assert!(!error.contains("heartbeat"), "{error}");
+    }
+    let error = load_err(&minimal_with(
+        "[table_defaults]\ntopic_prefix = \"shop floor\"\n[heartbeat]\ninterval = \"10s\"\npublish = true",
+    ));
+    assert!(
+        error.starts_with("test.toml:11:16: table_defaults.topic_prefix: is the prefix of"),
+        "{error}"
+    );
+    assert!(error.contains("character ' ' is not allowed"), "{error}");
+    assert!(!error.contains("heartbeat.topic"), "{error}");
 }
 
 #[test]
@@ -1005,7 +1187,7 @@ fn unknown_keys_and_type_errors_report_file_line_and_column() {
     );
     let error = load_err(&MINIMAL.replace("[postgres]", "[postgres]\nport = 70000"));
     assert!(
-        error.starts_with("test.toml:5:8: postgres.port: invalid value: integer `70000`, expected an integer from 0 to 65535"),
+        error.starts_with("test.toml:5:8: postgres.port: invalid value: integer `70000`, expected a port number from 1 to 65535"),
         "{error}"
     );
     let error = load_err(&MINIMAL.replace("[[outbox]]", "[unknown]\n[[outbox]]"));
@@ -2130,6 +2312,228 @@ fn private_file(name: &str) -> String {
     std::fs::write(&path, "PEM").unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     path.display().to_string()
+}
+
+/// Issue 24 (item 3): a `${file:...}` secret the group or others may read is
+/// used, with a warning naming the key, the file and the chmod — never its
+/// content; private key files are refused by the same rule. A file only its
+/// owner reads gives no warning.
+#[test]
+fn a_secret_file_others_may_read_is_warned_about() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = secret_dir("loose");
+    let file = dir.join("pg_password");
+    std::fs::write(&file, format!("{PASSWORD}\n")).unwrap();
+    let text = with_password(&format!("${{file:{}}}", file.display()));
+
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let config = load(&text).unwrap();
+    assert_eq!(
+        config.postgres.password.as_ref().unwrap().expose_secret(),
+        PASSWORD
+    );
+    let warnings = config.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with(&format!(
+            "test.toml:6:12: postgres.password: secret file \"{}\" is readable by the group or \
+             by others (mode 0644)",
+            file.display()
+        )),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings[0].contains(&format!("run chmod 600 {}", file.display())),
+        "{warnings:?}"
+    );
+    assert!(!warnings[0].contains(PASSWORD), "{warnings:?}");
+
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(load(&text).unwrap().warnings().is_empty());
+    assert!(load(MINIMAL).unwrap().warnings().is_empty());
+}
+
+/// Issue 24: an empty `${file:...}` secret was refused but an empty
+/// `${VAR}` one accepted (and a server that asks for no password then
+/// hides the mistake until it does). Both are refused, naming the key and
+/// the variable; an empty variable elsewhere is used as is.
+#[test]
+fn an_empty_variable_in_a_secret_key_is_refused() {
+    let env = |name: &str| match name {
+        "EMPTY" => Ok(String::new()),
+        _ => fake_env(name),
+    };
+    let load_env = |text: &str| Config::from_str_with_env(text, "test.toml", &env);
+    for (text, key) in [
+        (with_password("${EMPTY}"), "postgres.password"),
+        (with_password("x${EMPTY}"), "postgres.password"),
+        (
+            kafka_with(
+                "security_protocol = \"sasl_ssl\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n\
+                 sasl_username = \"u\"\nsasl_password = \"${EMPTY}\"",
+            ),
+            "kafka.sasl_password",
+        ),
+        (
+            minimal_with("[kafka.librdkafka]\n\"sasl.password\" = \"${EMPTY}\""),
+            "kafka.librdkafka.\"sasl.password\"",
+        ),
+    ] {
+        let error = load_env(&text).unwrap_err().to_string();
+        assert!(
+            error.contains(&format!(
+                "{key}: environment variable EMPTY is set but empty; a secret cannot be empty"
+            )),
+            "{error}"
+        );
+    }
+    // Not a secret: as before, used as is (here: a client id).
+    let config = load_env(&minimal_with(
+        "[kafka.librdkafka]\n\"client.id\" = \"w${EMPTY}\"",
+    ))
+    .unwrap();
+    assert_eq!(config.kafka.librdkafka["client.id"], "w");
+}
+
+/// Issue 24: librdkafka reads `security.protocol` in any case, and its
+/// documentation (like Java's) spells it `SASL_SSL`; so does walrelay.
+/// Anything else is refused naming the key and the accepted values.
+#[test]
+fn security_protocol_is_read_in_any_case() {
+    let sasl = "\nsasl_mechanism = \"SCRAM-SHA-512\"\nsasl_username = \"u\"\nsasl_password = \"p\"";
+    for (written, protocol) in [
+        ("PLAINTEXT", SecurityProtocol::Plaintext),
+        ("SSL", SecurityProtocol::Ssl),
+        ("Sasl_Plaintext", SecurityProtocol::SaslPlaintext),
+        ("SASL_SSL", SecurityProtocol::SaslSsl),
+        ("sasl_ssl", SecurityProtocol::SaslSsl),
+    ] {
+        let extra = if protocol.uses_sasl() { sasl } else { "" };
+        let config = load(&kafka_with(&format!(
+            "security_protocol = \"{written}\"{extra}"
+        )))
+        .unwrap_or_else(|e| panic!("{written}: {e}"));
+        assert_eq!(config.kafka.security_protocol, Some(protocol), "{written}");
+        let props: HashMap<_, _> = config.kafka.producer_properties().into_iter().collect();
+        assert_eq!(props["security.protocol"], protocol.as_str());
+    }
+    let error = load_err(&kafka_with("security_protocol = \"SASL-SSL\""));
+    assert!(
+        error.contains("kafka.security_protocol: unknown variant `SASL-SSL`, expected one of"),
+        "{error}"
+    );
+    assert!(error.contains("`sasl_ssl`"), "{error}");
+}
+
+/// Issue 24: a key or section given twice was "TOML syntax error: duplicate
+/// key" with a line only. The error names the key path, as every other
+/// error does, and the line of the first one, never the value.
+#[test]
+fn a_duplicate_key_is_named_with_both_lines() {
+    for (text, expected) in [
+        (
+            MINIMAL.replace(
+                "database = \"app\"",
+                "database = \"app\"\nport = 1\nport = 2",
+            ),
+            "test.toml:7:1: postgres.port: is set twice (first on line 6); keep one of the two",
+        ),
+        (
+            MINIMAL.replace(
+                "database = \"app\"",
+                "database = \"app\"\npassword = \"s3cret-1\"\n  password   = \"s3cret-2\"",
+            ),
+            "test.toml:7:3: postgres.password: is set twice (first on line 6)",
+        ),
+        (
+            minimal_with("[postgres]\nport = 1"),
+            "test.toml:10:2: postgres: [postgres] appears twice (first on line 4); write its keys \
+             in one section",
+        ),
+        (
+            minimal_with("[kafka.librdkafka]\n\"linger.ms\" = 1\n# a comment\n\"linger.ms\" = 2"),
+            "test.toml:13:1: kafka.librdkafka.\"linger.ms\": is set twice (first on line 11)",
+        ),
+        (
+            minimal_with("[[outbox]]\ntable = \"a\"\ntable = \"b\""),
+            "test.toml:12:1: outbox[1].table: is set twice (first on line 11)",
+        ),
+        (
+            format!(
+                "{TABLES_ONLY}[[table]]\nname = \"t\"\n[[table.column_mask]]\ncolumns = [\"a\"]\n\
+                 with_chars = 1\n[[table]]\nname = \"u\"\n[[table.column_mask]]\n\
+                 with_chars = 1\n[[table.column_mask]]\ncolumns = [\"b\"]\ncolumns = [\"c\"]\n"
+            ),
+            "table[1].column_mask[1].columns: is set twice",
+        ),
+        (
+            minimal_with("[kafka.librdkafka]\n\"a\" = 1\n[[kafka.librdkafka]]"),
+            "kafka.librdkafka: [[kafka.librdkafka]] here and [kafka.librdkafka] on line 10 define \
+             kafka.librdkafka twice",
+        ),
+    ] {
+        let error = load_err(&text);
+        assert!(error.contains(expected), "{expected:?} not in:\n{error}");
+        assert!(!error.contains("s3cret"), "{error}");
+    }
+}
+
+/// Issue 24: `${VAR}` in a file path was taken literally (a file named
+/// `${CERTS}/ca.pem`), while the librdkafka properties the Kafka paths stand
+/// for expand it. Paths expand it like the other per-environment keys, with
+/// the same errors; `${file:...}` stays for secrets.
+#[test]
+fn file_paths_take_environment_variables() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = secret_dir("paths");
+    for name in ["ca.pem", "client.pem", "client.key"] {
+        std::fs::write(dir.join(name), "PEM").unwrap();
+        std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let certs = dir.display().to_string();
+    let env = |name: &str| match name {
+        "CERTS" => Ok(certs.clone()),
+        _ => Err(VarError::NotPresent),
+    };
+    let text = with_postgres(
+        "sslmode = \"verify-full\"\nsslrootcert = \"${CERTS}/ca.pem\"\n\
+         sslcert = \"${CERTS}/client.pem\"\nsslkey = \"${CERTS}/client.key\"",
+    )
+    .replace(
+        "[kafka]",
+        "[kafka]\nsecurity_protocol = \"ssl\"\nssl_ca = \"${CERTS}/ca.pem\"\n\
+         ssl_certificate = \"${CERTS}/client.pem\"\nssl_key = \"${CERTS}/client.key\"",
+    );
+    let config = Config::from_str_with_env(&text, "test.toml", &env).unwrap();
+    let path = |name: &str| Some(dir.join(name));
+    assert_eq!(config.postgres.sslrootcert, path("ca.pem"));
+    assert_eq!(config.postgres.sslcert, path("client.pem"));
+    assert_eq!(config.postgres.sslkey, path("client.key"));
+    assert_eq!(config.kafka.ssl_ca, path("ca.pem"));
+    assert_eq!(config.kafka.ssl_certificate, path("client.pem"));
+    assert_eq!(config.kafka.ssl_key, path("client.key"));
+
+    let error = load_err(&text);
+    for key in [
+        "postgres.sslrootcert",
+        "postgres.sslkey",
+        "kafka.ssl_ca",
+        "kafka.ssl_key",
+    ] {
+        assert!(
+            error.contains(&format!("{key}: environment variable CERTS is not set")),
+            "{error}"
+        );
+    }
+    let error = load_err(&with_postgres(
+        "sslmode = \"verify-full\"\nsslrootcert = \"${file:/run/secrets/ca}\"",
+    ));
+    assert!(
+        error.contains(
+            "postgres.sslrootcert: \"${file:...}\" is allowed only in keys that hold secrets"
+        ),
+        "{error}"
+    );
 }
 
 /// A private key the group or others may read is refused, as libpq refuses

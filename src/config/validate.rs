@@ -172,7 +172,11 @@ fn heartbeat(
         ));
     }
     let topic = hb.topic_for(topic_prefix);
-    if let Some(why) = topic_name_problem(&topic) {
+    if hb.topic.is_none() && topic_name_problem(topic_prefix).is_some() {
+        // The default topic only inherits the prefix's problem, which is
+        // reported under the prefix's own key (connector.name or
+        // table_defaults.topic_prefix): the cause, not this consequence.
+    } else if let Some(why) = topic_name_problem(&topic) {
         let why = if hb.topic.is_some() {
             why
         } else {
@@ -479,14 +483,20 @@ fn client_certificate(pg: &PostgresConfig, out: &mut Vec<Problem>) {
 
 /// libpq's rule for a private key file: no access for others, and none for
 /// the group unless root owns it (`0600`, or `0640` owned by root, at most).
-/// A key anyone on the host can read is not private: refused, with the
-/// `chmod` to run.
-fn private_key_problem(path: &std::path::Path) -> Option<String> {
+/// Returns the file's mode when it allows more. The same rule judges secret
+/// files (`${file:...}`, see `interpolate`).
+pub(super) fn readable_by_others(meta: &std::fs::Metadata) -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).ok()?;
     let mode = meta.mode() & 0o777;
     let allowed = if meta.uid() == 0 { 0o037 } else { 0o077 };
-    (mode & allowed != 0).then(|| {
+    (mode & allowed != 0).then_some(mode)
+}
+
+/// A private key anyone on the host can read is not private: refused, with
+/// the `chmod` to run ([`readable_by_others`]).
+fn private_key_problem(path: &std::path::Path) -> Option<String> {
+    let meta = std::fs::metadata(path).ok()?;
+    readable_by_others(&meta).map(|mode| {
         format!(
             "{} is readable by the group or by others (mode {mode:04o}); a private key must not \
              be: run chmod 600 {} (as libpq requires)",
@@ -889,19 +899,19 @@ const TABLE_PLACEHOLDERS: [&str; 3] = ["prefix", "schema", "table"];
 
 fn tables(config: &Config, out: &mut Vec<Problem>) {
     table_defaults(&config.table_defaults, out);
-    if !config.tables.is_empty() {
-        let prefix = config.topic_prefix();
-        if let Some(why) = topic_name_problem(prefix) {
-            let key = if config.table_defaults.topic_prefix.is_some() {
-                "table_defaults.topic_prefix"
-            } else {
-                "connector.name"
-            };
-            out.push(Problem::new(
-                key,
-                format!("is the topic prefix of table events, and {why}; set table_defaults.topic_prefix"),
-            ));
-        }
+    // The prefix of table events' topics and of the default heartbeat topic.
+    // Unset, it is connector.name, whose own rule (connector_name) keeps it
+    // to characters topic names allow.
+    if let Some(prefix) = &config.table_defaults.topic_prefix
+        && let Some(why) = topic_name_problem(prefix)
+    {
+        out.push(Problem::new(
+            "table_defaults.topic_prefix",
+            format!(
+                "is the prefix of the table events' topics and of the default heartbeat topic, \
+                 and {why}"
+            ),
+        ));
     }
     let mut seen: BTreeMap<&super::TableRef, usize> = BTreeMap::new();
     for (i, table) in config.tables.iter().enumerate() {

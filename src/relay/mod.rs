@@ -444,21 +444,26 @@ const LIBRDKAFKA_QUEUE_MAX: u64 = 2_147_483_647;
 pub fn check_producer_config(config: &Config) -> Result<(), ConfigError> {
     let properties = producer_properties(config);
     crate::sink::kafka::check_producer_properties(&properties).map_err(|e| {
-        let typed = e.property.as_deref().and_then(KafkaConfig::typed_key_of);
-        let key = match (e.property.as_deref(), typed) {
-            (Some(p), _) if config.kafka.librdkafka.contains_key(p) => librdkafka_key_path(p),
-            (_, Some(typed)) => typed.to_owned(),
-            (property, None) => match property {
-                Some("bootstrap.servers") => "kafka.brokers".to_owned(),
-                Some("compression.type") => "kafka.compression".to_owned(),
-                Some("linger.ms") => "kafka.linger".to_owned(),
-                Some("queue.buffering.max.messages") => "kafka.max_in_flight_records".to_owned(),
-                Some("queue.buffering.max.kbytes") => "kafka.max_in_flight_bytes".to_owned(),
-                Some("client.id") => "connector.name".to_owned(),
-                _ => "kafka.librdkafka".to_owned(),
-            },
+        let Some(property) = e.property.as_deref() else {
+            return config.error_at("kafka.librdkafka", e.message);
         };
-        config.error_at(&key, e.message)
+        if config.kafka.librdkafka.contains_key(property) {
+            return config.error_at(&librdkafka_key_path(property), e.message);
+        }
+        if let Some(typed) = KafkaConfig::typed_key_of(property) {
+            let message = format!("{} ({typed} is librdkafka's {property})", e.message);
+            return config.error_at(typed, message);
+        }
+        let key = match property {
+            "bootstrap.servers" => "kafka.brokers",
+            "compression.type" => "kafka.compression",
+            "linger.ms" => "kafka.linger",
+            "queue.buffering.max.messages" => "kafka.max_in_flight_records",
+            "queue.buffering.max.kbytes" => "kafka.max_in_flight_bytes",
+            "client.id" => "connector.name",
+            _ => "kafka.librdkafka",
+        };
+        config.error_at(key, e.message)
     })
 }
 
@@ -895,6 +900,37 @@ mod tests {
                 && error.contains("must be in the range 1..1000000"),
             "{error}"
         );
+        // A TLS file librdkafka cannot load: under the typed key that names
+        // it, not [kafka.librdkafka], which the user did not write.
+        let not_pem = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+        let key_file =
+            std::env::temp_dir().join(format!("walrelay-junk-{}.key", std::process::id()));
+        std::fs::write(&key_file, "not a key").unwrap();
+        std::fs::set_permissions(
+            &key_file,
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
+        let with_key = format!("\nssl_key = \"{}\"", key_file.display());
+        for (key, property, more) in [
+            ("ssl_ca", "ssl.ca.location", ""),
+            (
+                "ssl_certificate",
+                "ssl.certificate.location",
+                with_key.as_str(),
+            ),
+        ] {
+            let error = refused(&format!(
+                "security_protocol = \"ssl\"\n{key} = \"{not_pem}\"{more}"
+            ));
+            let at = key.len() + 4;
+            assert!(
+                error.starts_with(&format!("c.toml:10:{at}: kafka.{key}: librdkafka refuses"))
+                    && error.contains(&format!("{property} failed"))
+                    && error.contains(&format!("(kafka.{key} is librdkafka's {property})")),
+                "{error}"
+            );
+        }
         let error = refused("linger = \"2s\"\n[kafka.librdkafka]\n\"message.timeout.ms\" = 1000");
         assert!(
             error.starts_with("c.toml:11:24: kafka.librdkafka.\"message.timeout.ms\": librdkafka refuses the producer configuration: ")

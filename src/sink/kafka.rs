@@ -433,13 +433,15 @@ impl PropertyError {
                 }
             }
             // Checks across properties ("`message.timeout.ms` must be greater
-            // than `linger.ms`") name them in backquotes.
+            // than `linger.ms`") name them in backquotes; a file librdkafka
+            // cannot load is named bare ("ssl.ca.location failed: …").
             other => {
                 let text = redact_secrets(&other.to_string(), properties);
                 let property = text
                     .split('`')
                     .nth(1)
                     .filter(|p| properties.iter().any(|(k, _)| k == p))
+                    .or_else(|| first_property_in(&text, properties))
                     .map(str::to_owned);
                 PropertyError {
                     property,
@@ -452,6 +454,23 @@ impl PropertyError {
             }
         }
     }
+}
+
+/// The property of `properties` whose name occurs first in `text` as a
+/// word of its own (`ssl.ca.location` in "ssl.ca.location failed: …").
+fn first_property_in<'a>(text: &str, properties: &'a [(String, String)]) -> Option<&'a str> {
+    let name_char = |c: char| c.is_ascii_alphanumeric() || c == '.' || c == '_';
+    properties
+        .iter()
+        .filter_map(|(k, _)| {
+            text.match_indices(k.as_str())
+                .find(|&(at, _)| {
+                    !text[..at].ends_with(name_char) && !text[at + k.len()..].starts_with(name_char)
+                })
+                .map(|(at, _)| (at, k.as_str()))
+        })
+        .min()
+        .map(|(_, k)| k)
 }
 
 /// `text` with the value of every secret property replaced by `[REDACTED]`.

@@ -1151,7 +1151,8 @@ pub fn failures(report: &str) -> Vec<String> {
 }
 
 /// `walrelay run` on `path` exits 1 (within `START`) and its error line
-/// (`walrelay: …`) says `needle`; returns that line.
+/// (`walrelay: connector=<name>: …`) says `needle`; returns that line
+/// after `walrelay: `.
 pub fn run_refuses(path: &std::path::Path, needle: &str) -> String {
     let mut run = RelayProcess::start_with(path, &[]);
     let log = run.expect_exit(1, START);
