@@ -809,8 +809,12 @@ pub enum TimePrecisionMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BinaryHandlingMode {
-    /// Base64 (what Debezium's `bytes` writes through the JSON converter).
+    /// Base64 text: what Debezium's default `bytes` writes through the JSON
+    /// converter (an unchanged TOASTed value: the placeholder's bytes).
     #[default]
+    Bytes,
+    /// Base64 text, as Debezium's `base64` mode writes it (an unchanged
+    /// TOASTed value: `null`).
     Base64,
     /// Lower-case hexadecimal.
     Hex,

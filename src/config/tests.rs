@@ -2834,7 +2834,7 @@ fn tables_alone_are_enough_and_take_debezium_defaults() {
     assert!(d.tombstones_on_delete);
     assert_eq!(d.decimal_handling_mode, DecimalHandlingMode::Precise);
     assert_eq!(d.time_precision_mode, TimePrecisionMode::Adaptive);
-    assert_eq!(d.binary_handling_mode, BinaryHandlingMode::Base64);
+    assert_eq!(d.binary_handling_mode, BinaryHandlingMode::Bytes);
     assert_eq!(
         d.unavailable_value_placeholder,
         "__debezium_unavailable_value"

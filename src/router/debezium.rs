@@ -223,7 +223,7 @@ fn scalar(oid: Oid, typmod: i32, modes: Modes) -> Option<Kind> {
         // varchar, uuid, json, jsonb, ltree-less built-ins written as strings.
         18 | 19 | 25 | 142 | 650 | 869 | 829 | 774 | 1042 | 1043 | 2950 | 114 | 3802 => Kind::Text,
         17 => match modes.binary {
-            BinaryHandlingMode::Base64 => Kind::BytesBase64,
+            BinaryHandlingMode::Bytes | BinaryHandlingMode::Base64 => Kind::BytesBase64,
             BinaryHandlingMode::Hex => Kind::BytesHex,
         },
         1082 => Kind::Date,
@@ -278,7 +278,7 @@ pub fn write_value(
 pub enum Unchanged {
     /// The placeholder as a string (scalars; `bytea` in `hex` mode).
     String,
-    /// The placeholder's bytes, base64 (`bytea` in `base64` mode).
+    /// The placeholder's bytes, base64 (`bytea` in `bytes` mode).
     Bytes,
     /// A one-element array of the placeholder (`text[]`, `varchar[]`,
     /// `bpchar[]`, `json[]`, `jsonb[]`).
@@ -289,7 +289,8 @@ pub enum Unchanged {
     /// A one-element array of `UUID.nameUUIDFromBytes(placeholder)`, the
     /// name-based (version 3, MD5) UUID of its bytes (`uuid[]`).
     UuidList,
-    /// `null`: the value is lost (every other array: `bool[]`, `int2[]`,
+    /// `null`: the value is lost (`bytea` in `base64` mode; every other
+    /// array: `bool[]`, `int2[]`,
     /// `float4[]`, `float8[]`, `timestamp[]`, `timestamptz[]`, enum arrays;
     /// `date[]` in `connect` time mode).
     Null,
@@ -302,6 +303,9 @@ impl Unchanged {
     pub fn of(oid: Oid, mapping: Mapping, modes: Modes) -> Unchanged {
         if !mapping.array {
             return match mapping.kind {
+                // Debezium's `base64` mode loses the value; `bytes` writes
+                // the placeholder's bytes.
+                Kind::BytesBase64 if modes.binary == BinaryHandlingMode::Base64 => Unchanged::Null,
                 Kind::BytesBase64 => Unchanged::Bytes,
                 _ => Unchanged::String,
             };

@@ -327,6 +327,13 @@ fn unchanged_toast_placeholder_takes_the_column_representation() {
         "\"X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==\""
     );
     assert_eq!(placeholder(17, hex), format!("\"{p}\""));
+    // Issue 27: Debezium's `base64` mode writes null (its `bytes` mode, the
+    // default, the bytes above).
+    let base64 = Modes {
+        binary: BinaryHandlingMode::Base64,
+        ..Modes::default()
+    };
+    assert_eq!(placeholder(17, base64), "null");
     for text_array in [1009, 1015, 1014, 199, 3807] {
         assert_eq!(placeholder(text_array, modes()), format!("[\"{p}\"]"));
     }
