@@ -94,6 +94,18 @@ if [[ ${WALRELAY_KAFKA_VERSION:-} != "$WALRELAY_CONNECT_VERSION" ]]; then
     log "warning: broker is Kafka ${WALRELAY_KAFKA_VERSION:-?} but $POM pins connect-runtime $WALRELAY_CONNECT_VERSION"
 fi
 
+# ---- the binary ------------------------------------------------------------------
+# Unless a binary is named (--walrelay, WALRELAY_BIN), bench.py runs
+# target/release/walrelay: build it from this tree first, so a measurement
+# never runs a binary older than the code it is reported for.
+case " $* " in
+    *" --walrelay "* | *" --walrelay="*) ;;
+    *) if [[ -z "${WALRELAY_BIN:-}" ]]; then
+           log "building target/release/walrelay from this tree"
+           (cd "$REPO_ROOT" && cargo build --release --locked >&2) || die "cargo build --release failed"
+       fi ;;
+esac
+
 # ---- run -------------------------------------------------------------------------
 mkdir -p "$REPO_ROOT/.state/bench"
 exec 9>"$REPO_ROOT/.state/bench/.lock"
