@@ -51,6 +51,9 @@
 //! took effect in walrelay's records, so that options both sides ignored
 //! could not pass.
 //!
+//! Outbox records are compared with Debezium's Outbox Event Router in
+//! [`outbox`] (one more Connect run, ~7 s).
+//!
 //! Needs the Connect + Debezium classpath from `deploy/dev/connect.sh up`
 //! (`WALRELAY_CONNECT_LIBS`, or the default directory that script resolves
 //! into); without it the test fails naming the command — never a skip.
@@ -58,6 +61,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
+
+#[path = "debezium_compat/outbox.rs"]
+mod outbox;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
