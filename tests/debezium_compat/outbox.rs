@@ -337,10 +337,11 @@ transforms.outbox.table.fields.additional.placement=type:header:type
     },
 ];
 
-/// Headers every record of a side carries (besides `walrelay.snapshot`
-/// on walrelay's snapshot rows, and `type` with the expand setup's
-/// additional placement).
+/// The headers of each walrelay record (and `walrelay.snapshot` on
+/// snapshot rows): `type` is `header_columns`' default.
 const WALRELAY_HEADERS: &[&str] = &["id", "type", "walrelay.lsn"];
+/// The headers of each Debezium 3.6.1 record (and `type` with the expand
+/// setup's `table.fields.additional.placement=type:header:type`).
 const DEBEZIUM_HEADERS: &[&str] = &[
     "__debezium.context.connectorLogicalName",
     "__debezium.context.taskId",
