@@ -51,6 +51,9 @@
 //! took effect in walrelay's records, so that options both sides ignored
 //! could not pass.
 //!
+//! Outbox records are compared with Debezium's Outbox Event Router in
+//! [`outbox`] (one more Connect run, ~7 s).
+//!
 //! Needs the Connect + Debezium classpath from `deploy/dev/connect.sh up`
 //! (`WALRELAY_CONNECT_LIBS`, or the default directory that script resolves
 //! into); without it the test fails naming the command — never a skip.
@@ -58,6 +61,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
+
+#[path = "debezium_compat/outbox.rs"]
+mod outbox;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -424,18 +430,26 @@ fn connect_libs() -> (PathBuf, String) {
     (libs, version)
 }
 
-/// A Kafka Connect standalone worker running Debezium's PostgreSQL
-/// connector; killed when dropped.
+/// A Kafka Connect standalone worker running one or more Debezium
+/// PostgreSQL connectors (one properties text each); killed when dropped.
 struct Connect {
     child: std::process::Child,
     log: PathBuf,
 }
 
 impl Connect {
-    fn start(dir: &Path, libs: &Path, worker: &str, connector: &str) -> Connect {
+    fn start(dir: &Path, libs: &Path, worker: &str, connectors: &[String]) -> Connect {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         std::fs::write(dir.join("worker.properties"), worker).unwrap();
-        std::fs::write(dir.join("connector.properties"), connector).unwrap();
+        let connectors: Vec<PathBuf> = connectors
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let path = dir.join(format!("connector{i}.properties"));
+                std::fs::write(&path, c).unwrap();
+                path
+            })
+            .collect();
         let log = dir.join("connect.log");
         let out = std::fs::File::create(dir.join("jvm.out")).unwrap();
         eprintln!("Kafka Connect log: {}", log.display());
@@ -462,7 +476,7 @@ impl Connect {
             .arg(format!("{}/*", libs.display()))
             .arg("org.apache.kafka.connect.cli.ConnectStandalone")
             .arg(dir.join("worker.properties"))
-            .arg(dir.join("connector.properties"))
+            .args(&connectors)
             .stdin(std::process::Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
@@ -1153,7 +1167,7 @@ poll.interval.ms=100
         db = db.name,
         pub = names.publication,
     );
-    let mut connect = Connect::start(&dir, &libs, &worker, &connector);
+    let mut connect = Connect::start(&dir, &libs, &worker, &[connector]);
 
     let config = connector_config(
         &db,

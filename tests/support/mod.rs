@@ -1198,6 +1198,22 @@ pub async fn create_topic_with_config(topic: &str, config: &[(&str, &str)]) {
     }
 }
 
+/// Creates `topics`, each with `partitions` partitions.
+pub async fn create_topics(topics: &[String], partitions: i32) {
+    use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+    let new: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(1)))
+        .collect();
+    for r in kafka_admin()
+        .create_topics(&new, &AdminOptions::new())
+        .await
+        .expect("create topics")
+    {
+        r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+    }
+}
+
 /// Changes one setting of `topic`.
 pub async fn set_topic_config(topic: &str, key: &str, value: &str) {
     use rdkafka::admin::{AdminOptions, AlterConfig, ResourceSpecifier};

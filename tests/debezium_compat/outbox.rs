@@ -1,0 +1,705 @@
+//! Issue 24 item 17: walrelay's outbox records against Debezium's Outbox
+//! Event Router (`io.debezium.transforms.outbox.EventRouter` on the
+//! PostgreSQL connector, its default options), on the same rows of a table
+//! with Debezium's default outbox columns, under the converters outbox
+//! deployments run it with. One Kafka Connect worker runs four connectors,
+//! one per converter setup ([`SETUPS`]); every topic has [`PARTITIONS`]
+//! partitions on both sides.
+//!
+//! Invariants checked (docs/compatibility.md, "Outbox records"):
+//! - With `StringConverter` for key and value, Debezium's records are
+//!   walrelay's byte for byte: the same topic (EventRouter's default route
+//!   `outbox.event.<aggregatetype>` = walrelay's default template; walrelay's
+//!   is given a prefix here so that both share one broker), key, value (a
+//!   NULL payload: a tombstone on both sides), partition, and `id` header;
+//!   each aggregate's records in the same order.
+//! - Every record of every side is on the partition Kafka's murmur2 gives its
+//!   key bytes ([`partition_of`]), so a different key encoding is a different
+//!   partition — shown, not assumed, under the JSON converters.
+//! - With `JsonConverter` (`schemas.enable=false`), and with it enabled (the
+//!   converter's default, as in Kafka's `connect-standalone.properties`),
+//!   Debezium's keys and values are exactly what [`Converters::expected`]
+//!   says; with `table.expand.json.payload=true` an object payload is its
+//!   JSON re-written, compared parsed.
+//! - Headers: Debezium writes `id` (the same bytes as walrelay's: the header
+//!   converter, `SimpleHeaderConverter`, writes the uuid's text) and its
+//!   `__debezium.context.*` headers; walrelay `id`, `type` (equal to
+//!   Debezium's with `table.fields.additional.placement=type:header:type`),
+//!   `walrelay.lsn`, and `walrelay.snapshot` on snapshot rows. Exactly those.
+//!
+//! The rows: a snapshot of four, 40 aggregates over two aggregate types with
+//! two events each, non-ASCII and non-BMP text, quotes and backslashes,
+//! control characters in a key, an empty key, a NULL payload, a 192 KB
+//! payload, scalar and array payloads, an insert deleted in its own
+//! transaction (published by both), an update and a delete (ignored by both).
+
+use super::*;
+
+use support::Consumed;
+
+/// Partitions of every outbox topic, on both sides.
+const PARTITIONS: i32 = 4;
+
+/// Kafka's `Utils.murmur2`, which the Java producer's default partitioner
+/// and librdkafka's `murmur2_random` (walrelay's) apply to the key bytes.
+fn murmur2(data: &[u8]) -> u32 {
+    const M: u32 = 0x5bd1_e995;
+    let mut h: u32 = 0x9747_b28c ^ data.len() as u32;
+    let chunks = data.chunks_exact(4);
+    let tail = chunks.remainder();
+    for c in chunks {
+        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> 24;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M) ^ k;
+    }
+    if tail.len() >= 3 {
+        h ^= u32::from(tail[2]) << 16;
+    }
+    if tail.len() >= 2 {
+        h ^= u32::from(tail[1]) << 8;
+    }
+    if !tail.is_empty() {
+        h ^= u32::from(tail[0]);
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^ (h >> 15)
+}
+
+/// The partition a keyed record gets among [`PARTITIONS`]: Java's
+/// `toPositive(murmur2(key)) % partitions`.
+fn partition_of(key: &[u8]) -> i32 {
+    ((murmur2(key) & 0x7fff_ffff) % PARTITIONS as u32) as i32
+}
+
+#[test]
+fn murmur2_is_kafkas() {
+    // Kafka's own UtilsTest vectors.
+    for (s, h) in [
+        ("21", -973_932_308),
+        ("foobar", -790_332_482),
+        ("a-little-bit-long-string", -985_981_536),
+        ("a-little-bit-longer-string", -1_486_304_829),
+        (
+            "lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+            -58_897_971,
+        ),
+        ("abc", 479_470_107),
+    ] {
+        assert_eq!(murmur2(s.as_bytes()) as i32, h, "{s}");
+    }
+}
+
+/// `s` as a JSON string the way Kafka Connect's JsonConverter (Jackson)
+/// writes it: `"` and `\` escaped, control characters as `\t`, `\n`, `\r`,
+/// `\b`, `\f` or `\u00XX`, each character outside the BMP as its two UTF-16
+/// halves (`\uD83D\uDE00`, upper-case hex), everything else as UTF-8.
+fn jackson_string(s: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::from('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if u32::from(c) < 0x20 => write!(out, "\\u{:04X}", u32::from(c)).unwrap(),
+            c if u32::from(c) > 0xFFFF => {
+                for half in c.encode_utf16(&mut [0; 2]) {
+                    write!(out, "\\u{half:04X}").unwrap();
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[test]
+fn jackson_strings() {
+    assert_eq!(
+        jackson_string("Zoë-😀 \"a\\b\"\t\r\u{1}"),
+        r#""Zoë-\uD83D\uDE00 \"a\\b\"\t\r\u0001""#
+    );
+}
+
+/// Debezium's default outbox columns, as its documentation lists them.
+const OUTBOX: &str = "CREATE TABLE outbox (
+    id uuid PRIMARY KEY,
+    aggregatetype varchar(255) NOT NULL,
+    aggregateid varchar(255) NOT NULL,
+    type varchar(255) NOT NULL,
+    payload jsonb);
+  ALTER TABLE outbox OWNER TO walrelay;";
+
+/// Rows in the table before either connector starts (`{order}` and
+/// `{customer}` stand for the two aggregate types).
+const SNAPSHOT: &str = "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+    SELECT gen_random_uuid(), '{order}', 'snap-' || g, 'OrderCreated', jsonb_build_object('n', g)
+    FROM generate_series(1, 4) g";
+const SNAPSHOT_RECORDS: usize = 4;
+
+/// The transactions after both snapshots.
+const STREAMED: &[&str] = &[
+    // 40 aggregates, two events each, over two topics.
+    "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+     SELECT gen_random_uuid(), CASE WHEN g % 2 = 0 THEN '{order}' ELSE '{customer}' END,
+            'agg-' || g, 'Created', jsonb_build_object('seq', 1, 'agg', g)
+     FROM generate_series(1, 40) g",
+    "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+     SELECT gen_random_uuid(), CASE WHEN g % 2 = 0 THEN '{order}' ELSE '{customer}' END,
+            'agg-' || g, 'Changed', jsonb_build_object('seq', 2, 'agg', g, 'f', g * 1.5)
+     FROM generate_series(1, 20) g",
+    "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+     SELECT gen_random_uuid(), CASE WHEN g % 2 = 0 THEN '{order}' ELSE '{customer}' END,
+            'agg-' || g, 'Changed', jsonb_build_object('seq', 2, 'agg', g, 'f', g * 1.5)
+     FROM generate_series(21, 40) g",
+    r#"INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES
+     (gen_random_uuid(), '{order}', 'Zoë-😀-日本', 'Unicode',
+      '{"name": "Zoë 😀 日本", "esc": "\u00e9\n\t\"q\" \\ /"}'),
+     (gen_random_uuid(), '{order}', 'say "hi" \ back', 'Quoted', '{"q": "say \"hi\" \\ back"}'),
+     (gen_random_uuid(), '{order}', E'ctl\t\r\x01end', 'Scalar', '"just a string"'),
+     (gen_random_uuid(), '{customer}', 'agg-1', 'Deleted', NULL),
+     (gen_random_uuid(), '{customer}', 'big', 'Large',
+      (SELECT jsonb_build_object('blob', string_agg(md5(g::text), ''))
+       FROM generate_series(1, 6000) g)),
+     (gen_random_uuid(), '{order}', 'agg-2', 'Array', '[1, 2.5, "x", null, {"k": []}]'),
+     (gen_random_uuid(), '{order}', 'agg-4', 'Number', '42'),
+     (gen_random_uuid(), '{order}', 'agg-6', 'Shapes',
+      '{"a": null, "b": [], "c": [{"x": 1}, {"x": 2}], "d": true, "e": {}, "f": 1.0,
+        "g": {"h": null, "i": [], "j": "k"}}'),
+     (gen_random_uuid(), '{customer}', '', 'EmptyKey', '{}')"#,
+    // The outbox pattern's clean-up: published by both all the same.
+    "BEGIN;
+     INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES
+       ('00000000-0000-0000-0000-0000000000aa', '{order}', 'agg-8', 'CleanedUp', '{\"gone\": true}');
+     DELETE FROM outbox WHERE id = '00000000-0000-0000-0000-0000000000aa';
+     COMMIT",
+    // Neither publishes anything for these.
+    "UPDATE outbox SET type = 'Updated' WHERE aggregateid = 'snap-1'",
+    "DELETE FROM outbox WHERE aggregateid = 'snap-2'",
+    "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES
+     (gen_random_uuid(), '{order}', 'agg-2', 'Last', '{\"last\": true}')",
+];
+const STREAMED_RECORDS: usize = 40 + 40 + 9 + 1 + 1;
+
+/// How Kafka Connect writes the EventRouter's records.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Converters {
+    /// `StringConverter` for key and value.
+    String,
+    /// `JsonConverter` with `schemas.enable=false` for key and value.
+    Json,
+    /// The same with the EventRouter's `table.expand.json.payload=true`.
+    JsonExpanded,
+    /// `JsonConverter` with its default `schemas.enable=true`, as Kafka's
+    /// `config/connect-standalone.properties` sets it for the worker.
+    JsonSchemas,
+}
+
+/// What a Debezium value must be.
+#[derive(Debug, PartialEq)]
+enum ExpectedValue {
+    Bytes(Option<Vec<u8>>),
+    /// Compared parsed (the expanded payload's bytes are Jackson's).
+    Json(Value),
+}
+
+impl Converters {
+    /// Debezium's key and value under these converters for walrelay's
+    /// record (key = the aggregate id's text, value = the payload's, None
+    /// for a NULL payload).
+    fn expected(self, key: &[u8], value: Option<&[u8]>) -> (Vec<u8>, ExpectedValue) {
+        let text = |b: &[u8]| String::from_utf8(b.to_vec()).expect("UTF-8");
+        let json_string = |v: Option<&[u8]>| {
+            ExpectedValue::Bytes(Some(
+                v.map_or("null".to_owned(), |v| jackson_string(&text(v)))
+                    .into_bytes(),
+            ))
+        };
+        let quoted = jackson_string(&text(key)).into_bytes();
+        match self {
+            Converters::String => (key.to_vec(), ExpectedValue::Bytes(value.map(<[u8]>::to_vec))),
+            Converters::Json => (quoted, json_string(value)),
+            Converters::JsonExpanded => {
+                let object = value.and_then(|v| match serde_json::from_slice(v) {
+                    Ok(Value::Object(m)) => Some(Value::Object(m)),
+                    _ => None,
+                });
+                match object {
+                    Some(mut o) => {
+                        drop_null_and_empty_arrays(&mut o);
+                        (quoted, ExpectedValue::Json(o))
+                    }
+                    None => (quoted, json_string(value)),
+                }
+            }
+            Converters::JsonSchemas => (
+                format!(
+                    r#"{{"schema":{{"type":"string","optional":false}},"payload":{}}}"#,
+                    jackson_string(&text(key))
+                )
+                .into_bytes(),
+                ExpectedValue::Bytes(Some(
+                    format!(
+                        r#"{{"schema":{{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1}},"payload":{}}}"#,
+                        value.map_or("null".to_owned(), |v| jackson_string(&text(v)))
+                    )
+                    .into_bytes(),
+                )),
+            ),
+        }
+    }
+
+    /// The aggregate id in a Debezium key.
+    fn aggregate(self, key: &[u8]) -> String {
+        let json = || -> Value {
+            serde_json::from_slice(key).unwrap_or_else(|e| {
+                panic!(
+                    "{self:?}: key is not JSON ({e}): {}",
+                    String::from_utf8_lossy(key)
+                )
+            })
+        };
+        let id = match self {
+            Converters::String => Some(String::from_utf8_lossy(key).into_owned()),
+            Converters::Json | Converters::JsonExpanded => json().as_str().map(str::to_owned),
+            Converters::JsonSchemas => json()["payload"].as_str().map(str::to_owned),
+        };
+        id.unwrap_or_else(|| panic!("{self:?}: no aggregate id in key {key:?}"))
+    }
+}
+
+/// `table.expand.json.payload` builds a Connect schema from the payload's
+/// JSON: members whose value is `null` or `[]` (no type to infer) are not
+/// in it, at any depth.
+fn drop_null_and_empty_arrays(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, v| !(v.is_null() || v.as_array().is_some_and(Vec::is_empty)));
+            m.values_mut().for_each(drop_null_and_empty_arrays);
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_null_and_empty_arrays),
+        _ => {}
+    }
+}
+
+/// One Debezium connector: its name (also in its topics' prefix), how its
+/// worker writes records, and its properties beyond the shared ones.
+struct Setup {
+    name: &'static str,
+    converters: Converters,
+    properties: &'static str,
+}
+
+/// One Connect worker runs them all (one JVM start for all four). The
+/// worker's own converters are `connect-standalone.properties`'s: the
+/// `JsonConverter` with schemas; the others override them per connector.
+const SETUPS: &[Setup] = &[
+    Setup {
+        name: "string",
+        converters: Converters::String,
+        properties: "key.converter=org.apache.kafka.connect.storage.StringConverter
+value.converter=org.apache.kafka.connect.storage.StringConverter
+",
+    },
+    Setup {
+        name: "json",
+        converters: Converters::Json,
+        properties: "key.converter=org.apache.kafka.connect.json.JsonConverter
+key.converter.schemas.enable=false
+value.converter=org.apache.kafka.connect.json.JsonConverter
+value.converter.schemas.enable=false
+",
+    },
+    Setup {
+        name: "expand",
+        converters: Converters::JsonExpanded,
+        properties: "key.converter=org.apache.kafka.connect.json.JsonConverter
+key.converter.schemas.enable=false
+value.converter=org.apache.kafka.connect.json.JsonConverter
+value.converter.schemas.enable=false
+transforms.outbox.table.expand.json.payload=true
+transforms.outbox.table.fields.additional.placement=type:header:type
+",
+    },
+    Setup {
+        name: "schemas",
+        converters: Converters::JsonSchemas,
+        properties: "",
+    },
+];
+
+/// The headers of each walrelay record (and `walrelay.snapshot` on
+/// snapshot rows): `type` is `header_columns`' default.
+const WALRELAY_HEADERS: &[&str] = &["id", "type", "walrelay.lsn"];
+/// The headers of each Debezium 3.6.1 record (and `type` with the expand
+/// setup's `table.fields.additional.placement=type:header:type`).
+const DEBEZIUM_HEADERS: &[&str] = &[
+    "__debezium.context.connectorLogicalName",
+    "__debezium.context.taskId",
+    "__debezium.context.connectorName",
+    "__debezium.context.runId",
+    "id",
+];
+
+/// A side's records: (topic without the side's prefix, aggregate id) →
+/// the aggregate's records in offset order.
+type ByAggregate = BTreeMap<(String, String), Vec<Consumed>>;
+
+fn by_aggregate(
+    recs: Vec<Consumed>,
+    prefix: &str,
+    aggregate: impl Fn(&[u8]) -> String,
+) -> ByAggregate {
+    let mut m = ByAggregate::new();
+    for r in recs {
+        let topic = r
+            .topic
+            .strip_prefix(prefix)
+            .unwrap_or_else(|| panic!("{} does not start with {prefix}", r.topic))
+            .to_owned();
+        let key = r
+            .key
+            .as_deref()
+            .unwrap_or_else(|| panic!("a record without a key: {r:?}"));
+        m.entry((topic, aggregate(key))).or_default().push(r);
+    }
+    for recs in m.values_mut() {
+        recs.sort_by_key(|r| (r.partition, r.offset));
+    }
+    m
+}
+
+fn header_names(r: &Consumed) -> Vec<&str> {
+    let mut names: Vec<&str> = r.headers.iter().map(|(k, _)| k.as_str()).collect();
+    names.sort_unstable();
+    names
+}
+
+fn sorted<'a>(names: &[&'a str], extra: Option<&'a str>) -> Vec<&'a str> {
+    let mut v: Vec<&str> = names.iter().copied().chain(extra).collect();
+    v.sort_unstable();
+    v
+}
+
+/// Compares one Debezium setup's records with walrelay's; returns every
+/// difference, and how many aggregates are on another partition than
+/// walrelay's.
+fn compare_setup(setup: &Setup, w: &ByAggregate, d: &ByAggregate) -> (Vec<String>, usize) {
+    let mut out = Vec::new();
+    let mut moved = std::collections::BTreeSet::new();
+    let name = setup.name;
+    let aggregates: std::collections::BTreeSet<&(String, String)> =
+        w.keys().chain(d.keys()).collect();
+    for agg in aggregates {
+        let (ws, ds) = (
+            w.get(agg).map_or(&[][..], Vec::as_slice),
+            d.get(agg).map_or(&[][..], Vec::as_slice),
+        );
+        if ws.len() != ds.len() {
+            out.push(format!(
+                "{agg:?}: walrelay wrote {} records, Debezium ({name}) {}",
+                ws.len(),
+                ds.len()
+            ));
+            continue;
+        }
+        for (i, (a, b)) in ws.iter().zip(ds).enumerate() {
+            let at = format!("{agg:?} record {i} ({name})");
+            let key = a.key.as_deref().unwrap_or_default();
+            let (want_key, want_value) = setup.converters.expected(key, a.value.as_deref());
+            if b.key.as_deref() != Some(&want_key[..]) {
+                out.push(format!(
+                    "{at}: key {:?}, expected {:?}",
+                    b.key.as_deref().map(String::from_utf8_lossy),
+                    String::from_utf8_lossy(&want_key)
+                ));
+            }
+            let got_value = match &want_value {
+                ExpectedValue::Bytes(_) => ExpectedValue::Bytes(b.value.clone()),
+                ExpectedValue::Json(_) => ExpectedValue::Json(
+                    b.value
+                        .as_deref()
+                        .and_then(|v| serde_json::from_slice(v).ok())
+                        .unwrap_or(Value::Null),
+                ),
+            };
+            if got_value != want_value {
+                let show = |v: &ExpectedValue| match v {
+                    ExpectedValue::Bytes(Some(b)) if b.len() > 400 => {
+                        format!("<{} bytes>", b.len())
+                    }
+                    ExpectedValue::Bytes(b) => {
+                        format!("{:?}", b.as_deref().map(String::from_utf8_lossy))
+                    }
+                    ExpectedValue::Json(j) => j.to_string(),
+                };
+                out.push(format!(
+                    "{at}: value {}, expected {}",
+                    show(&got_value),
+                    show(&want_value)
+                ));
+            }
+            if a.partition != partition_of(key) {
+                out.push(format!(
+                    "{at}: walrelay's partition {}, murmur2 gives {}",
+                    a.partition,
+                    partition_of(key)
+                ));
+            }
+            if b.partition != partition_of(&want_key) {
+                out.push(format!(
+                    "{at}: Debezium's partition {}, murmur2 gives {}",
+                    b.partition,
+                    partition_of(&want_key)
+                ));
+            }
+            if a.partition != b.partition {
+                moved.insert(agg);
+            }
+            if a.header("id").is_none() || a.header("id") != b.header("id") {
+                out.push(format!(
+                    "{at}: id header: walrelay {:?}, Debezium {:?}",
+                    a.header_str("id"),
+                    b.header_str("id")
+                ));
+            }
+            let placed = (setup.converters == Converters::JsonExpanded).then_some("type");
+            if placed.is_some() && a.header("type") != b.header("type") {
+                out.push(format!(
+                    "{at}: type header: walrelay {:?}, Debezium {:?}",
+                    a.header_str("type"),
+                    b.header_str("type")
+                ));
+            }
+            if header_names(b) != sorted(DEBEZIUM_HEADERS, placed) {
+                out.push(format!("{at}: Debezium's headers {:?}", header_names(b)));
+            }
+        }
+    }
+    (out, moved.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn walrelay_and_debezium_write_the_same_outbox_records() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    require_kafka();
+    let started = Instant::now();
+    let (libs, debezium_version) = connect_libs();
+    let db = TestDb::new("wr_dbz_outbox").await;
+    let names = Names::new("wr_do");
+    let tag = &names.connector;
+    // The aggregate types name the topics: unique to this run, so that
+    // Debezium's default route can be used as it is.
+    let (order, customer) = (format!("Order_{tag}"), format!("Customer_{tag}"));
+    let fill = |sql: &str| {
+        sql.replace("{order}", &order)
+            .replace("{customer}", &customer)
+    };
+    db.client.batch_execute(OUTBOX).await.expect("outbox table");
+    db.client
+        .batch_execute(&fill(SNAPSHOT))
+        .await
+        .expect("snapshot rows");
+    db.client
+        .batch_execute(&format!(
+            "CREATE PUBLICATION {pub} FOR TABLE outbox;
+             ALTER PUBLICATION {pub} OWNER TO walrelay;",
+            pub = names.publication
+        ))
+        .await
+        .expect("publication");
+
+    // Topic prefixes: none for the StringConverter setup (EventRouter's
+    // default route), one per other setup and for walrelay.
+    let w_prefix = format!("{tag}_w.");
+    let prefix = |setup: &str| match setup {
+        "string" => String::new(),
+        s => format!("{tag}_{s}."),
+    };
+    let topics_of = |prefix: &str| -> Vec<String> {
+        [&order, &customer]
+            .iter()
+            .map(|t| format!("{prefix}outbox.event.{t}"))
+            .collect()
+    };
+    let prefixes: Vec<String> = std::iter::once(w_prefix.clone())
+        .chain(SETUPS.iter().map(|s| prefix(s.name)))
+        .collect();
+    let all_topics: Vec<String> = prefixes.iter().flat_map(|p| topics_of(p)).collect();
+    create_topics(&all_topics, PARTITIONS).await;
+
+    let dir = std::env::temp_dir().join(unique("walrelay_dbz_outbox"));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Kafka Connect 4.1 has no default converter: these two lines are those
+    // of Kafka's config/connect-standalone.properties.
+    let worker = format!(
+        "bootstrap.servers={brokers}
+key.converter=org.apache.kafka.connect.json.JsonConverter
+value.converter=org.apache.kafka.connect.json.JsonConverter
+offset.storage.file.filename={offsets}
+offset.flush.interval.ms=1000
+listeners=http://{rest}
+rest.advertised.host.name=127.0.0.1
+plugin.discovery=service_load
+",
+        brokers = kafka_brokers(),
+        offsets = dir.join("offsets.dat").display(),
+        rest = free_local_addr(),
+    );
+    let slot = |setup: &str| format!("{}_{setup}", names.slot);
+    // The EventRouter with its defaults; besides the converters, only the
+    // route's prefix (not for "string") and what names things are set.
+    let connectors: Vec<String> = SETUPS
+        .iter()
+        .map(|s| {
+            let route = match prefix(s.name) {
+                p if p.is_empty() => String::new(),
+                p => format!(
+                    "transforms.outbox.route.topic.replacement={p}outbox.event.${{routedByValue}}\n"
+                ),
+            };
+            format!(
+                "name={tag}_{name}
+connector.class=io.debezium.connector.postgresql.PostgresConnector
+tasks.max=1
+database.hostname=127.0.0.1
+database.port={port}
+database.user=walrelay
+database.password=walrelay
+database.dbname={db}
+topic.prefix={tag}_{name}
+plugin.name=pgoutput
+slot.name={slot}
+publication.name={pub}
+publication.autocreate.mode=disabled
+snapshot.mode=initial
+table.include.list=public\\\\.outbox
+poll.interval.ms=100
+transforms=outbox
+transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
+{route}{properties}",
+                name = s.name,
+                port = pg_port(),
+                db = db.name,
+                slot = slot(s.name),
+                pub = names.publication,
+                properties = s.properties,
+            )
+        })
+        .collect();
+    let mut connect = Connect::start(&dir, &libs, &worker, &connectors);
+
+    // walrelay's defaults, its topic template prefixed.
+    let config = connector_config(
+        &db,
+        &names,
+        &format!(
+            "[[outbox]]\ntable = \"public.outbox\"\ntopic = \"{w_prefix}{}\"\n",
+            walrelay::config::TopicTemplate::DEFAULT
+        ),
+    );
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("snapshot completed", CATCH_UP).await;
+
+    let count = |prefix: &str| {
+        let topics = topics_of(prefix);
+        let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+        consume_to_end(&refs).len()
+    };
+    // Every Debezium slot exists (so every later change is in it) and every
+    // snapshot is in Kafka.
+    wait_for("Debezium's snapshots", DEBEZIUM_READY, || {
+        connect.assert_alive();
+        let snapshotted = SETUPS
+            .iter()
+            .all(|s| count(&prefix(s.name)) >= SNAPSHOT_RECORDS);
+        let db = &db;
+        async move {
+            for s in SETUPS {
+                db.confirmed_flush(&slot(s.name)).await?;
+            }
+            snapshotted.then_some(())
+        }
+    })
+    .await;
+    eprintln!("snapshots done after {:?}", started.elapsed());
+
+    for tx in STREAMED {
+        db.client.batch_execute(&fill(tx)).await.expect(tx);
+    }
+    let total = SNAPSHOT_RECORDS + STREAMED_RECORDS;
+    for p in &prefixes {
+        wait_for(
+            &format!("{total} records in {p}outbox.event.*"),
+            CATCH_UP,
+            || {
+                connect.assert_alive();
+                let n = count(p);
+                async move { (n >= total).then_some(()) }
+            },
+        )
+        .await;
+    }
+    eprintln!("caught up after {:?}", started.elapsed());
+
+    let read = |prefix: &str| {
+        let topics = topics_of(prefix);
+        let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+        consume_to_end(&refs)
+    };
+    let mut differences = Vec::new();
+    let walrelay_records = read(&w_prefix);
+    if walrelay_records.len() != total {
+        differences.push(format!(
+            "walrelay wrote {} records, not {total}",
+            walrelay_records.len()
+        ));
+    }
+    for r in &walrelay_records {
+        let snapshot = r.header("walrelay.snapshot").map(|_| "walrelay.snapshot");
+        if header_names(r) != sorted(WALRELAY_HEADERS, snapshot) {
+            differences.push(format!("walrelay's headers {:?}: {r:?}", header_names(r)));
+        }
+    }
+    let w = by_aggregate(walrelay_records, &w_prefix, |k| {
+        String::from_utf8_lossy(k).into_owned()
+    });
+    for setup in SETUPS {
+        let d = by_aggregate(read(&prefix(setup.name)), &prefix(setup.name), |k| {
+            setup.converters.aggregate(k)
+        });
+        let (diffs, moved) = compare_setup(setup, &w, &d);
+        differences.extend(diffs);
+        // The same key bytes, the same partitions; quoted keys, others.
+        let expect_moved = setup.converters != Converters::String;
+        if (moved > 0) != expect_moved {
+            differences.push(format!(
+                "{}: {moved} of {} aggregates on another partition than walrelay's",
+                setup.name,
+                w.len()
+            ));
+        }
+        eprintln!(
+            "{}: {moved} of {} aggregates on another partition",
+            setup.name,
+            w.len()
+        );
+    }
+    assert!(
+        differences.is_empty(),
+        "walrelay and Debezium {debezium_version}'s EventRouter differ in {} places:\n{}",
+        differences.len(),
+        differences.join("\n")
+    );
+    assert_eq!(relay.stop().code(), Some(0), "{}", relay.log());
+    eprintln!("compared in {:?}", started.elapsed());
+}
