@@ -1250,6 +1250,9 @@ pub async fn table_event_tables(
     config: &Config,
 ) -> Result<Vec<TableEventTable>, CheckError> {
     let mut out: Vec<TableEventTable> = Vec::new();
+    // Columns without a mapping under `unmapped_types = "fail"`, of every
+    // table: one error names them all, not the first table's only.
+    let mut unmapped_columns: Vec<String> = Vec::new();
     let mut listed: std::collections::HashMap<String, Vec<(u32, String, char)>> =
         std::collections::HashMap::new();
     // Validation compiled these already; an error here cannot happen.
@@ -1309,9 +1312,14 @@ pub async fn table_event_tables(
                 !key_columns.iter().any(|k| k == column)
                     && !t.includes(default_columns.as_ref(), schema, &name, column)
             };
-            let (type_aliases, columns, as_text) =
-                column_types(client, &table, unmapped, left_out).await?;
+            let (type_aliases, columns, without_mapping) =
+                column_types(client, &table, left_out).await?;
             let display = format!("{schema}.{name}");
+            if unmapped == crate::config::UnmappedTypes::Fail && !without_mapping.is_empty() {
+                unmapped_columns.extend(without_mapping.iter().map(|c| format!("{display}.{c}")));
+                continue;
+            }
+            let as_text = without_mapping;
             crate::router::table::check_columns(t, entry, &display, &columns)
                 .map_err(|(problem, fix)| CheckError::setup(problem, fix))?;
             out.push(TableEventTable {
@@ -1323,6 +1331,22 @@ pub async fn table_event_tables(
                 as_text,
             });
         }
+    }
+    if !unmapped_columns.is_empty() {
+        let (s, have) = if unmapped_columns.len() == 1 {
+            ("", "has a type")
+        } else {
+            ("s", "have types")
+        };
+        return Err(CheckError::setup(
+            format!(
+                "column{s} {} {have} that table events do not map to a Debezium representation",
+                unmapped_columns.join(", ")
+            ),
+            "change the column's type to a mapped one (docs/compatibility.md lists them), set \
+             unmapped_types = \"text\" (in [table_defaults] or the table's [[table]]) to write \
+             such values as their PostgreSQL text form, or remove the table from [[table]]",
+        ));
     }
     Ok(out)
 }
@@ -1354,17 +1378,13 @@ const TEXT_ARRAY_OID: u32 = 1009;
 /// declared types, and its columns written as their text form.
 type ColumnTypes = (Vec<(u32, u32, i32)>, Vec<(String, u32)>, Vec<String>);
 
-/// Checks that every column of `table` that is written (not `left_out` of
-/// `before`/`after` and the key) has a type the table events map (under
-/// `unmapped_types = "fail"`, an error naming the table and every column of
-/// a type without a mapping, with its type), and returns the
-/// aliases of its user-defined enum and domain types, its columns with
-/// their declared types, and (under `"text"`) the columns written as their
-/// text form, as `column (type)`.
+/// The aliases of `table`'s user-defined enum and domain types, its
+/// columns with their declared types, and the columns that are written
+/// (not `left_out` of `before`/`after` and the key) but have a type the
+/// table events do not map, as `column (type)`.
 async fn column_types(
     client: &Client,
     table: &CapturedTable,
-    unmapped: crate::config::UnmappedTypes,
     left_out: impl Fn(&str) -> bool,
 ) -> Result<ColumnTypes, CheckError> {
     use crate::router::debezium::Mapping;
@@ -1405,25 +1425,6 @@ async fn column_types(
             aliases.push((oid, written_as, written_typmod));
         }
         columns.push((name, oid));
-    }
-    if !without_mapping.is_empty() && unmapped == crate::config::UnmappedTypes::Fail {
-        let (s, have) = if without_mapping.len() == 1 {
-            ("", "has a type")
-        } else {
-            ("s", "have types")
-        };
-        return Err(CheckError::setup(
-            format!(
-                "column{s} {} of table {}.{} {have} that table events do not map to a Debezium \
-                 representation",
-                without_mapping.join(", "),
-                table.schema,
-                table.name
-            ),
-            "change the column's type to a mapped one (docs/compatibility.md lists them), set \
-             unmapped_types = \"text\" (in [table_defaults] or the table's [[table]]) to write \
-             such values as their PostgreSQL text form, or remove the table from [[table]]",
-        ));
     }
     Ok((aliases, columns, without_mapping))
 }

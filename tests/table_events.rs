@@ -457,7 +457,9 @@ async fn an_unmapped_column_type_is_refused_by_check_and_run_naming_it() {
             "CREATE TABLE priced (id int4 PRIMARY KEY, price money, qty int4, tags tsvector);
              ALTER TABLE priced OWNER TO walrelay;
              CREATE TABLE keyless (a text);
-             ALTER TABLE keyless OWNER TO walrelay;",
+             ALTER TABLE keyless OWNER TO walrelay;
+             CREATE TABLE shapes (id int4 PRIMARY KEY, spot point);
+             ALTER TABLE shapes OWNER TO walrelay;",
         )
         .await
         .expect("tables");
@@ -469,11 +471,15 @@ async fn an_unmapped_column_type_is_refused_by_check_and_run_naming_it() {
 name = "public.keyless"
 [[table]]
 name = "public.priced"
+[[table]]
+name = "public.shapes"
 "#,
     );
-    // Every such column is named, with its type, and the way out.
-    let needle = "columns price (money), tags (tsvector) of table public.priced have types that \
-                  table events do not map to a Debezium representation";
+    // Every such column of every table is named, with its type, and the
+    // way out (issue 27: not only the first table's).
+    let needle = "columns public.priced.price (money), public.priced.tags (tsvector), \
+                  public.shapes.spot (point) have types that table events do not map to a \
+                  Debezium representation";
     let fix = "set unmapped_types = \"text\"";
     let dir = std::env::temp_dir().join(unique("walrelay_test"));
     std::fs::create_dir_all(&dir).unwrap();
@@ -490,7 +496,9 @@ name = "public.priced"
     // Without the unmapped table, check lists each captured table and its key.
     std::fs::write(
         &path,
-        config.replace("[[table]]\nname = \"public.priced\"\n", ""),
+        config
+            .replace("[[table]]\nname = \"public.priced\"\n", "")
+            .replace("[[table]]\nname = \"public.shapes\"\n", ""),
     )
     .unwrap();
     let (code, report) = check(&path);
