@@ -26,23 +26,9 @@ use support::*;
 /// slots: one at a time.
 static SERVER_WIDE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_lost_slot_recovered_by_the_runbook_loses_nothing_while_writers_commit() {
-    require_kafka();
-    let _turn = SERVER_WIDE.lock().await;
-    let _keep = SystemSetting::set("max_slot_wal_keep_size", "64MB").await;
-    let db = TestDb::new("lostslot").await;
-    db.create_outbox("outbox").await;
-    let names = Names::new("lostslot");
-    let mut relay = RelayProcess::start(&relay_config(&db, &names, "", ""), &[]);
-    relay.wait_log("streaming", START).await;
-    let writers = Writers::start(&db);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-
-    // The incident: walrelay is stopped while far more WAL than the slot
-    // may keep is written; a checkpoint then invalidates the slot.
-    assert!(relay.stop().success(), "{}", relay.log());
-    let admin = pg_connect("postgres").await;
+/// Writes far more WAL than `max_slot_wal_keep_size` lets the slot keep,
+/// with checkpoints, until PostgreSQL marks `names.slot` lost.
+async fn lose_slot(db: &TestDb, names: &Names, admin: &tokio_postgres::Client) {
     let filler = TestDb::new("lostslot_filler").await;
     wait_for("the slot to be lost", Duration::from_secs(180), || async {
         filler
@@ -67,6 +53,26 @@ async fn a_lost_slot_recovered_by_the_runbook_loses_nothing_while_writers_commit
         (status.as_deref() == Some("lost")).then_some(())
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_slot_recovered_by_the_runbook_loses_nothing_while_writers_commit() {
+    require_kafka();
+    let _turn = SERVER_WIDE.lock().await;
+    let _keep = SystemSetting::set("max_slot_wal_keep_size", "64MB").await;
+    let db = TestDb::new("lostslot").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("lostslot");
+    let mut relay = RelayProcess::start(&relay_config(&db, &names, "", ""), &[]);
+    relay.wait_log("streaming", START).await;
+    let writers = Writers::start(&db);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // The incident: walrelay is stopped while far more WAL than the slot
+    // may keep is written; a checkpoint then invalidates the slot.
+    assert!(relay.stop().success(), "{}", relay.log());
+    let admin = pg_connect("postgres").await;
+    lose_slot(&db, &names, &admin).await;
 
     // walrelay refuses, naming the SQL to run and the runbook section.
     let mut refused = RelayProcess::start_with(&relay.config_path, &[]);
@@ -136,30 +142,7 @@ async fn a_slot_lost_while_walrelay_lags_is_reconciled_from_the_stored_commit_ti
     // The incident: while walrelay runs, far more WAL than the slot may
     // keep is written; a checkpoint invalidates the slot, and walrelay
     // stops, naming it.
-    let filler = TestDb::new("lagslot_filler").await;
-    wait_for("the slot to be lost", Duration::from_secs(180), || async {
-        filler
-            .client
-            .batch_execute(
-                "CREATE TABLE IF NOT EXISTS filler (pad text); \
-                 INSERT INTO filler SELECT repeat(md5(g::text), 32) FROM generate_series(1, 40000) g; \
-                 SELECT pg_switch_wal();",
-            )
-            .await
-            .unwrap();
-        admin.batch_execute("CHECKPOINT").await.unwrap();
-        let status: Option<String> = db
-            .client
-            .query_opt(
-                "SELECT wal_status::text FROM pg_replication_slots WHERE slot_name = $1",
-                &[&names.slot],
-            )
-            .await
-            .unwrap()
-            .and_then(|r| r.get(0));
-        (status.as_deref() == Some("lost")).then_some(())
-    })
-    .await;
+    lose_slot(&db, &names, &admin).await;
     let log = relay.expect_exit(1, START);
     assert!(log.contains("is lost (wal_status = 'lost')"), "{log}");
     // The operator finds the cause (the quota) and lifts it.

@@ -540,12 +540,7 @@ async fn health_and_metrics_show_streaming_and_slot_lag() {
     let db = TestDb::new("health").await;
     db.create_outbox("outbox").await;
     let names = Names::new("health");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = free_local_addr();
     let mut relay = RelayProcess::start(
         &relay_config(&db, &names, "", &format!("[health]\nlisten = \"{addr}\"")),
         &[],
@@ -927,12 +922,7 @@ async fn row_values_stay_out_of_the_log_healthz_and_metrics() {
     let db = TestDb::new("rowdata").await;
     db.create_outbox("outbox").await;
     let names = Names::new("rowdata");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = free_local_addr();
     let template = format!("{}.{{aggregatetype}}.{{aggregateid}}", names.topic_prefix);
     let config = connector_config(
         &db,
