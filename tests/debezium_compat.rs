@@ -29,7 +29,8 @@
 //! representation unchanged (text, jsonb, bytea, nine kinds of arrays),
 //! deletes (with tombstones), a primary-key change, a truncate of two tables, a table
 //! without a primary key (`key_columns` / `message.key.columns`, REPLICA
-//! IDENTITY FULL), a REPLICA IDENTITY FULL table with a key, columns added,
+//! IDENTITY FULL), a REPLICA IDENTITY FULL table with a key (an update leaving its
+//! TOASTed column unchanged: after takes it from the old row), columns added,
 //! dropped and retyped mid-stream, and a snapshot of pre-existing rows (including the all-types,
 //! edge and TOASTed rows).
 //!
@@ -39,7 +40,8 @@
 //! `column.include.list` (four columns of toast_t, TOASTed ones among
 //! them; walrelay given the same regular expressions in `[table_defaults]`);
 //! and
-//! `decimal.handling.mode=double`, `tombstones.on.delete=false`, another
+//! `decimal.handling.mode=double`, `binary.handling.mode=base64` (an
+//! unchanged TOASTed bytea is null), `tombstones.on.delete=false`, another
 //! `unavailable.value.placeholder`, `skipped.operations=none`,
 //! `column.exclude.list` (a key column among them), the hash masks v1 and
 //! v2 (three algorithms; non-ASCII and non-BMP text; `varchar(10)`,
@@ -194,8 +196,9 @@ const TABLES: &str = "CREATE TYPE mood AS ENUM ('happy', 'sad');
   ALTER TABLE toast_t OWNER TO walrelay;
   CREATE TABLE nopk_t (code text NOT NULL, qty int4);
   ALTER TABLE nopk_t REPLICA IDENTITY FULL;
-  CREATE TABLE full_t (id int4 PRIMARY KEY, v text);
+  CREATE TABLE full_t (id int4 PRIMARY KEY, v text, big text);
   ALTER TABLE full_t REPLICA IDENTITY FULL;
+  ALTER TABLE full_t ALTER COLUMN big SET STORAGE EXTERNAL;
   -- REPLICA IDENTITY DEFAULT with a NOT NULL column outside the key: what
   -- a delete's before holds for it.
   CREATE TABLE trunc_t (id int4 PRIMARY KEY, note text NOT NULL DEFAULT 'n');
@@ -287,7 +290,7 @@ fn prefill() -> String {
          {};
          {};
          INSERT INTO nopk_t VALUES ('pre', 0);
-         INSERT INTO full_t VALUES (1, 'x');
+         INSERT INTO full_t VALUES (1, 'x', {BIG});
          INSERT INTO trunc_t VALUES (1);
          {};",
         all_types_row(10),
@@ -948,6 +951,7 @@ async fn walrelay_and_debezium_agree_under_double_decimals_no_tombstones_column_
  {
     compare_with_debezium(Run {
         debezium: r"decimal.handling.mode=double
+binary.handling.mode=base64
 tombstones.on.delete=false
 unavailable.value.placeholder=__gone
 skipped.operations=none
@@ -961,6 +965,7 @@ column.mask.hash.SHA-1.with.salt.s4lt=public\\.types_t\\.c_qchar
 column.mask.hash.v2.SHA3-512.with.salt.other=public\\.types_t\\.c_char5
 ",
         walrelay_defaults: r#"decimal_handling_mode = "double"
+binary_handling_mode = "base64"
 tombstones_on_delete = false
 unavailable_value_placeholder = "__gone"
 skipped_operations = "none"
