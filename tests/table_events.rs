@@ -529,6 +529,7 @@ name = "public.shapes"
     // written: the table is captured without it ...
     let priced = config
         .replace("[[table]]\nname = \"public.keyless\"\n", "")
+        .replace("[[table]]\nname = \"public.shapes\"\n", "")
         .replace(
             "name = \"public.priced\"\n",
             "name = \"public.priced\"\ncolumn_exclude_list = [\"price\", \"tags\"]\n",
@@ -548,7 +549,7 @@ name = "public.shapes"
     let (code, report) = check(&path);
     assert_eq!(code, Some(1), "{report}");
     assert!(
-        report.contains("column price (money) of table public.priced has a type"),
+        report.contains("column public.priced.price (money) has a type"),
         "{report}"
     );
     db.client
