@@ -267,7 +267,7 @@ pub async fn check(config: &Config) -> Report {
             let default_columns = config.table_defaults.column_filter().ok().flatten();
             for c in &captured {
                 let entry = &config.tables[c.entry];
-                let key_columns = entry.key_or(&c.primary_key);
+                let key_columns = c.key(entry);
                 let key = if key_columns.is_empty() {
                     "no primary key: null keys (set key_columns)".to_owned()
                 } else {
@@ -300,7 +300,7 @@ pub async fn check(config: &Config) -> Report {
                                 k,
                             )
                     })
-                    .map(String::as_str)
+                    .copied()
                     .collect();
                 let outcome = if exposed.is_empty() {
                     Outcome::Ok(detail)

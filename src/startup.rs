@@ -1221,6 +1221,10 @@ pub struct TableEventTable {
     pub table: CapturedTable,
     /// Its primary key's columns (empty: none).
     pub primary_key: Vec<String>,
+    /// Its `REPLICA IDENTITY` and the columns a delete's old row holds
+    /// ([`catalog::replica_identity`]).
+    pub replica_identity: u8,
+    pub identity: Vec<String>,
     /// User-defined types of its columns and what they are written as:
     /// `(type oid, written as type oid, type modifier)` — an enum as
     /// `text`, an array of enums as `text[]`, a domain as its base type.
@@ -1233,6 +1237,16 @@ pub struct TableEventTable {
 }
 
 impl TableEventTable {
+    /// The columns keying its events ([`crate::router::table::key_columns`]).
+    pub fn key<'c>(&'c self, config: &'c TableConfig) -> Vec<&'c str> {
+        crate::router::table::key_columns(
+            config,
+            self.replica_identity,
+            &self.identity,
+            &self.primary_key,
+        )
+    }
+
     /// The columns the snapshot reads it in: `key_columns`, else the
     /// primary key.
     pub fn snapshot_order<'c>(&'c self, config: &'c TableConfig) -> &'c [String] {
@@ -1302,14 +1316,31 @@ pub async fn table_event_tables(
                 ));
             }
             let primary_key = catalog::primary_key(client, table.oid).await?;
+            let (replica_identity, identity) = catalog::replica_identity(client, table.oid).await?;
             let unmapped = t
                 .unmapped_types
                 .unwrap_or(config.table_defaults.unmapped_types);
-            let key_columns = t.key_or(&primary_key);
+            let key_columns =
+                crate::router::table::key_columns(t, replica_identity, &identity, &primary_key);
+            let identity_names: Vec<&str> = identity.iter().map(String::as_str).collect();
+            let skipped = t
+                .skipped_operations
+                .unwrap_or(config.table_defaults.skipped_operations);
+            if let Some((_, problem, fix)) = crate::router::table::key_outside_identity(
+                &key_columns,
+                replica_identity,
+                &identity_names,
+                skipped,
+            ) {
+                return Err(CheckError::setup(
+                    format!("table {schema}.{name} (table[{entry}]): {problem}"),
+                    fix,
+                ));
+            }
             // A column left out of before/after (and not in the key) is
             // never written: its type does not matter.
             let left_out = |column: &str| {
-                !key_columns.iter().any(|k| k == column)
+                !key_columns.contains(&column)
                     && !t.includes(default_columns.as_ref(), schema, &name, column)
             };
             let (type_aliases, columns, without_mapping) =
@@ -1326,6 +1357,8 @@ pub async fn table_event_tables(
                 entry,
                 table,
                 primary_key,
+                replica_identity,
+                identity,
                 type_aliases,
                 columns: columns.into_iter().map(|(name, _)| name).collect(),
                 as_text,

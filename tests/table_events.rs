@@ -537,12 +537,13 @@ name = "public.shapes"
     std::fs::write(&path, &priced).unwrap();
     let (code, report) = check(&path);
     assert_eq!(code, Some(0), "{report}");
-    // ... unless it is a key column, which the key always writes.
+    // ... unless it is a key column, which the key always writes (deletes
+    // skipped: a key outside the replica identity is refused otherwise).
     std::fs::write(
         &path,
         priced.replace(
             "column_exclude_list",
-            "key_columns = [\"price\"]\ncolumn_exclude_list",
+            "key_columns = [\"price\"]\nskipped_operations = \"d\"\ncolumn_exclude_list",
         ),
     )
     .unwrap();
@@ -859,10 +860,11 @@ name = "public.accounts"
         "{report}"
     );
     assert_eq!(code, Some(0), "{report}");
-    // A masked key column is said to stay in the clear in the key.
+    // A masked key column is said to stay in the clear in the key (deletes
+    // skipped: a key outside the replica identity is refused otherwise).
     std::fs::write(
         &path,
-        config("key_columns = [\"email\"]\n[[table.column_mask]]\ncolumns = [\"email\"]\nwith_chars = 4"),
+        config("key_columns = [\"email\"]\nskipped_operations = \"d\"\n[[table.column_mask]]\ncolumns = [\"email\"]\nwith_chars = 4"),
     )
     .unwrap();
     let (_, report) = check(&path);
@@ -1289,5 +1291,103 @@ async fn catalog_names_are_kept_and_topic_names_sanitized_as_debezium_does() {
         "{}",
         relay.log()
     );
+    assert_eq!(relay.stop().code(), Some(0), "{}", relay.log());
+}
+
+/// REPLICA IDENTITY USING INDEX on a column that is not the primary key
+/// (issue 27 item 2): a delete's old row holds the index columns only, so
+/// walrelay keys the table's events by them — the delete and its tombstone
+/// carry the row's key, on the row's partition, and a change of the indexed
+/// column is delete + tombstone + create. Keying such a table by a column
+/// outside the identity would key deletes by null: `check` and `run`
+/// refuse it, naming the column and the fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_identity_using_index_keys_events_by_the_index_columns() {
+    require_kafka();
+    let db = TestDb::new("wr_table_ident").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE accounts (id int4 PRIMARY KEY, email text NOT NULL, v int4);
+             CREATE UNIQUE INDEX accounts_email ON accounts (email);
+             ALTER TABLE accounts REPLICA IDENTITY USING INDEX accounts_email;
+             ALTER TABLE accounts OWNER TO walrelay;
+             INSERT INTO accounts VALUES (1, 'a@x', 1);",
+        )
+        .await
+        .expect("table");
+
+    // Keyed by the primary key, outside the identity: refused before any row.
+    let names = Names::new("wr_ti_bad");
+    let bad = table_config(
+        &db,
+        &names,
+        Some(&format!("{}_cdc", names.connector)),
+        "[[table]]\nname = \"public.accounts\"\nkey_columns = [\"id\"]\n",
+    );
+    let dir = std::env::temp_dir().join(unique("wr_ti_bad"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("walrelay.toml");
+    std::fs::write(&path, &bad).unwrap();
+    let needle = "key column id is not in the table's replica identity (email), so PostgreSQL \
+                  leaves it out of a delete's old row: deletes would be keyed by null";
+    let (code, report) = check(&path);
+    assert_eq!(code, Some(1), "{report}");
+    assert!(
+        report.contains(needle) && report.contains("REPLICA IDENTITY FULL"),
+        "{report}"
+    );
+    let mut run = RelayProcess::start_with(&path, &[]);
+    let log = run.expect_exit(1, Duration::from_secs(60));
+    assert!(log.contains(needle), "{log}");
+
+    let names = Names::new("wr_ti");
+    let prefix = format!("{}_cdc", names.connector);
+    let config = table_config(
+        &db,
+        &names,
+        Some(&prefix),
+        "[[table]]\nname = \"public.accounts\"\n",
+    );
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("snapshot completed", CATCH_UP).await;
+    db.client
+        .batch_execute(
+            "UPDATE accounts SET v = 2 WHERE id = 1;
+             UPDATE accounts SET email = 'b@x' WHERE id = 1;
+             DELETE FROM accounts WHERE id = 1;",
+        )
+        .await
+        .expect("changes");
+    let topic = format!("{prefix}.public.accounts");
+    // r, u, then the email change (d + tombstone + c), then d + tombstone.
+    let got = wait_records(&topic, 7).await;
+    let shape: Vec<(Value, Option<String>)> = got
+        .iter()
+        .map(|e| {
+            (
+                e.key.clone().unwrap_or(Value::Null),
+                e.value
+                    .as_ref()
+                    .map(|v| v["op"].as_str().unwrap().to_owned()),
+            )
+        })
+        .collect();
+    let k = |e: &str| json!({ "email": e });
+    let d = |op: &str| Some(op.to_owned());
+    // One partition per key: per key, records are in order.
+    let for_key = |key: &Value| -> Vec<Option<String>> {
+        shape
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, op)| op.clone())
+            .collect()
+    };
+    assert_eq!(
+        for_key(&k("a@x")),
+        vec![d("r"), d("u"), d("d"), None],
+        "{got:?}"
+    );
+    assert_eq!(for_key(&k("b@x")), vec![d("c"), d("d"), None], "{got:?}");
+    assert_eq!(shape.len(), 7, "no record keyed otherwise: {got:?}");
     assert_eq!(relay.stop().code(), Some(0), "{}", relay.log());
 }

@@ -590,6 +590,41 @@ pub async fn primary_key(client: &Client, oid: u32) -> Result<Vec<String>, Catal
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
+/// The table's `REPLICA IDENTITY` (`pg_class.relreplident`: `b'd'`
+/// default, `b'i'` index, `b'f'` full, `b'n'` nothing) and the columns it
+/// holds in a delete's old row, in index order: the primary key's under
+/// DEFAULT, the index's under USING INDEX, none under FULL (every column)
+/// and NOTHING.
+pub async fn replica_identity(
+    client: &Client,
+    oid: u32,
+) -> Result<(u8, Vec<String>), CatalogError> {
+    let query = |context| move |source| CatalogError::Query { context, source };
+    let identity = client
+        .query_opt(
+            "SELECT relreplident::text FROM pg_class WHERE oid = $1::oid",
+            &[&oid],
+        )
+        .await
+        .map_err(query("reading the replica identity"))?
+        .and_then(|r| r.get::<_, Option<String>>(0))
+        .and_then(|s| s.bytes().next())
+        .unwrap_or(b'd');
+    let rows = client
+        .query(
+            "SELECT a.attname::text FROM pg_index i \
+             CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+             WHERE i.indrelid = $1::oid AND CASE $2::text \
+                   WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END \
+             ORDER BY k.ord",
+            &[&oid, &(identity as char).to_string()],
+        )
+        .await
+        .map_err(query("reading the replica identity index"))?;
+    Ok((identity, rows.iter().map(|r| r.get(0)).collect()))
+}
+
 /// The captured tables `(schema, name)`: oid, relkind and all partitions, in
 /// the order given. A table that does not exist is an error naming it.
 /// The router uses the partitions to map a leaf relation pgoutput reports

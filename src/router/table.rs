@@ -26,8 +26,12 @@
 //! columns unmasked, as Debezium's does.
 //!
 //! Key: the primary key's columns (told by [`TableRouter::set_primary_key`]
-//! from the catalog, else the relation's replica-identity columns), or the
-//! configured `key_columns`, as a JSON object; none → a null key.
+//! from the catalog, else the relation's replica-identity columns), the
+//! replica identity index's columns under REPLICA IDENTITY USING INDEX (a
+//! delete's old row holds nothing else), or the configured `key_columns`,
+//! as a JSON object; none → a null key. A key column outside a (non-FULL)
+//! replica identity is refused unless deletes are skipped: deletes would be
+//! keyed by null.
 //!
 //! Invariants:
 //! - **Stable identity.** A record depends only on the change (its row, its
@@ -229,7 +233,8 @@ impl TableRouter {
     }
 
     /// Tells the primary key of `schema.name` (from the catalog): the key
-    /// of its events unless `key_columns` is set. Without it the relation's
+    /// of its events unless `key_columns` is set or the table has REPLICA
+    /// IDENTITY USING INDEX ([`key_columns`]). Without it the relation's
     /// replica-identity columns are used (the primary key under REPLICA
     /// IDENTITY DEFAULT).
     pub fn set_primary_key(&mut self, schema: &str, name: &str, columns: Vec<String>) {
@@ -348,30 +353,42 @@ impl TableRouter {
                 unchanged: Unchanged::of(c.type_oid, mapping, entry.modes),
             });
         }
-        let key = if !entry.config.key_columns.is_empty() {
-            let mut positions = Vec::new();
-            for k in &entry.config.key_columns {
-                positions.push(rel.column_index(k).ok_or_else(|| {
-                    err(
-                        k,
-                        "key_columns names a column the table does not have".into(),
-                        "fix key_columns of this [[table]] section",
-                    )
-                })?);
-            }
-            Some(positions)
-        } else if let Some(pk) = self
+        // The key: `key_columns`, the identity index's columns, or the
+        // primary key (see [`key_columns`]); a router the catalog told
+        // nothing takes the replica identity's columns for the primary key.
+        let identity: Vec<&str> = rel.key_columns().map(|(_, c)| c.name.as_str()).collect();
+        let primary_key: Vec<&str> = match self
             .primary_keys
             .get(&(rel.namespace.clone(), rel.name.clone()))
         {
-            let positions: Option<Vec<usize>> = pk.iter().map(|k| rel.column_index(k)).collect();
-            positions.filter(|p| !p.is_empty())
-        } else if rel.replica_identity != b'f' {
-            let positions: Vec<usize> = rel.key_columns().map(|(i, _)| i).collect();
-            (!positions.is_empty()).then_some(positions)
-        } else {
-            None
+            Some(pk) => pk.iter().map(String::as_str).collect(),
+            None if rel.replica_identity != b'f' => identity.clone(),
+            None => Vec::new(),
         };
+        let names = key_columns(&entry.config, rel.replica_identity, &identity, &primary_key);
+        let mut key = Vec::with_capacity(names.len());
+        for name in &names {
+            match rel.column_index(name) {
+                Some(i) => key.push(i),
+                None if entry.config.key_columns.is_empty() => {
+                    key.clear();
+                    break;
+                }
+                None => {
+                    return Err(err(
+                        name,
+                        "key_columns names a column the table does not have".into(),
+                        "fix key_columns of this [[table]] section",
+                    ));
+                }
+            }
+        }
+        if let Some((column, reason, fix)) =
+            key_outside_identity(&names, rel.replica_identity, &identity, entry.skipped)
+        {
+            return Err(err(column, reason, fix));
+        }
+        let key = (!key.is_empty()).then_some(key);
         if let Some(&i) = unwritable
             .iter()
             .find(|i| key.as_ref().is_some_and(|k| k.contains(i)))
@@ -974,6 +991,55 @@ fn unmaskable(entry: usize, column: &str, oid: Oid) -> (String, String) {
              column_exclude_list"
         ),
     )
+}
+
+/// The columns keying `[[table]]` `config`'s events, by name: `key_columns`,
+/// else under REPLICA IDENTITY USING INDEX (`replica_identity` `b'i'`) the
+/// index's columns (`identity`; a delete's old row holds nothing else),
+/// else the `primary_key`. The one rule `check`, `run` and the router share.
+pub fn key_columns<'a, S: AsRef<str>>(
+    config: &'a TableConfig,
+    replica_identity: u8,
+    identity: &'a [S],
+    primary_key: &'a [S],
+) -> Vec<&'a str> {
+    if !config.key_columns.is_empty() {
+        config.key_columns.iter().map(String::as_str).collect()
+    } else if replica_identity == b'i' {
+        identity.iter().map(AsRef::as_ref).collect()
+    } else {
+        primary_key.iter().map(AsRef::as_ref).collect()
+    }
+}
+
+/// A key column PostgreSQL leaves out of old rows (it is not in the
+/// table's `identity`, the replica identity's columns, and the identity is
+/// not FULL) would key deletes by null — a tombstone compaction never pairs
+/// with the row, on another partition — and hide a change of the key:
+/// `(column, problem, fix)`, unless deletes are skipped. A table without
+/// an identity has no updates or deletes to publish (PostgreSQL refuses
+/// them), so any key serves it.
+pub fn key_outside_identity<'k>(
+    key: &[&'k str],
+    replica_identity: u8,
+    identity: &[&str],
+    skipped: SkippedOperations,
+) -> Option<(&'k str, String, &'static str)> {
+    if replica_identity == b'f' || identity.is_empty() || skipped.skips(b'd') {
+        return None;
+    }
+    let column = key.iter().find(|k| !identity.contains(k))?;
+    Some((
+        column,
+        format!(
+            "key column {column} is not in the table's replica identity ({}), so PostgreSQL \
+             leaves it out of a delete's old row: deletes would be keyed by null",
+            identity.join(", ")
+        ),
+        "set REPLICA IDENTITY FULL on the table (ALTER TABLE … REPLICA IDENTITY FULL: old \
+         rows then hold every column), key by the replica identity's columns (key_columns), \
+         or skip deletes (skipped_operations)",
+    ))
 }
 
 /// Checks the column lists and masks of `table[entry]` (`config`) against

@@ -329,6 +329,90 @@ fn key_columns_key_a_table_without_primary_key() {
     );
 }
 
+/// REPLICA IDENTITY USING INDEX on `name` (not the primary key): a
+/// delete's old row holds `name` only, so events are keyed by it — never
+/// by a null id — and a change of `name` is delete + tombstone + create.
+#[test]
+fn replica_identity_using_index_keys_events_by_the_index_columns() {
+    let mut rel = customers(b'i');
+    rel.columns[0].flags = 0;
+    rel.columns[1].flags = 1;
+    let mut r = TableRouter::new(&config(TABLE));
+    r.set_primary_key("public", "customers", vec!["id".into()]);
+    r.on_relation(&rel, Lsn(1)).unwrap();
+    let mut out = Vec::new();
+    let old_key = row(vec![Cell::Null, t("Ann"), Cell::Null, Cell::Null]);
+    r.on_change(
+        &change(Op::Delete, &rel, Some(old_key), None),
+        TXN,
+        &mut out,
+    )
+    .unwrap();
+    let keys: Vec<_> = out.iter().map(|r| text(&r.key)).collect();
+    assert_eq!(
+        keys,
+        vec![
+            Some(r#"{"name":"Ann"}"#.into()),
+            Some(r#"{"name":"Ann"}"#.into())
+        ],
+        "delete and tombstone keyed by the identity index's column"
+    );
+    assert_eq!(out[1].value, None);
+
+    out.clear();
+    let old_key = row(vec![Cell::Null, t("Ann"), Cell::Null, Cell::Null]);
+    let new = row(vec![t("1"), t("Bea"), t("1.00"), Cell::Null]);
+    r.on_change(
+        &change(Op::Update, &rel, Some(old_key), Some(new)),
+        TXN,
+        &mut out,
+    )
+    .unwrap();
+    let shape: Vec<_> = out
+        .iter()
+        .map(|r| (text(&r.key).unwrap(), r.value.is_some()))
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            (r#"{"name":"Ann"}"#.to_owned(), true),
+            (r#"{"name":"Ann"}"#.to_owned(), false),
+            (r#"{"name":"Bea"}"#.to_owned(), true),
+        ],
+        "an identity change is delete + tombstone + create"
+    );
+}
+
+/// A key column outside a non-FULL replica identity would key deletes by
+/// null: refused, naming the column and the identity, unless deletes are
+/// skipped; FULL holds every column.
+#[test]
+fn a_key_column_outside_the_replica_identity_is_refused_unless_deletes_are_skipped() {
+    let mut rel = customers(b'd');
+    let with_key = format!("{TABLE}\nkey_columns = [\"name\"]");
+    let err = TableRouter::new(&config(&with_key))
+        .on_relation(&rel, Lsn(1))
+        .unwrap_err();
+    assert_eq!(err.column, "name");
+    assert!(
+        err.reason
+            .contains("not in the table's replica identity (id)")
+            && err.fix.contains("REPLICA IDENTITY FULL"),
+        "{err:?}"
+    );
+    let skipping = format!("{with_key}\nskipped_operations = \"d\"");
+    TableRouter::new(&config(&skipping))
+        .on_relation(&rel, Lsn(1))
+        .unwrap();
+    rel.replica_identity = b'f';
+    for c in &mut rel.columns {
+        c.flags = 1;
+    }
+    TableRouter::new(&config(&with_key))
+        .on_relation(&rel, Lsn(1))
+        .unwrap();
+}
+
 #[test]
 fn a_table_without_any_key_has_null_keys() {
     let mut rel = customers(b'd');
@@ -559,14 +643,16 @@ fn enums_and_domains_are_written_as_the_type_the_catalog_names() {
 
 #[test]
 fn an_old_tuple_without_the_key_is_an_update_not_a_key_change() {
-    // REPLICA IDENTITY USING INDEX on (name): the old tuple has the index
-    // columns only, so it cannot show a primary-key change.
+    // REPLICA IDENTITY USING INDEX on (name), keyed by id with deletes
+    // skipped (else refused): the old tuple has the index columns only, so
+    // it cannot show a change of the key.
     let mut rel = customers(b'i');
     rel.columns[0].flags = 0;
     rel.columns[1].flags = 1;
-    let mut r = router(TABLE, &rel);
-    r.set_primary_key("public", "customers", vec!["id".into()]);
-    r.on_relation(&rel, Lsn(1)).unwrap();
+    let mut r = router(
+        &format!("{TABLE}\nkey_columns = [\"id\"]\nskipped_operations = \"d\""),
+        &rel,
+    );
     let mut out = Vec::new();
     let old = row(vec![Cell::Null, t("Ann"), Cell::Null, Cell::Null]);
     let new = row(vec![t("1"), t("Bo"), t("1.00"), Cell::Null]);
