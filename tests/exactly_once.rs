@@ -33,38 +33,6 @@ fn eos_config(db: &TestDb, names: &Names, kafka_extra: &str, extra: &str) -> Str
     )
 }
 
-/// Waits until a `read_committed` reader holds every outbox row, then
-/// checks each one arrived exactly once, identical, in commit order per
-/// aggregate. Returns the number of records.
-async fn verify_exactly_once(db: &TestDb, names: &Names) -> usize {
-    let rows = outbox_rows(db).await;
-    let topics = [names.topic("order"), names.topic("invoice")];
-    let consumed = wait_for("every row committed in Kafka", CATCH_UP, || {
-        let rows = &rows;
-        let topics = &topics;
-        async move {
-            let got = consume_committed(&[topics[0].as_str(), topics[1].as_str()]);
-            let ids: std::collections::HashSet<String> =
-                got.iter().filter_map(|r| r.header_str("id")).collect();
-            rows.keys().all(|id| ids.contains(id)).then_some(got)
-        }
-    })
-    .await;
-    let duplicates = verify_outbox_delivery(names, &rows, &consumed);
-    if duplicates > 0 {
-        let mut seen: HashMap<String, usize> = HashMap::new();
-        for r in &consumed {
-            *seen.entry(r.header_str("id").unwrap()).or_default() += 1;
-        }
-        let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(5).collect();
-        panic!(
-            "{duplicates} duplicates reached a read_committed consumer (e.g. {twice:?}); \
-             exactly_once commits each event once"
-        );
-    }
-    consumed.len()
-}
-
 /// 20,000 events from 8 writers, walrelay killed (-9) six times at random
 /// moments and started again: a `read_committed` consumer sees each once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

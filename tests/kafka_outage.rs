@@ -1,6 +1,8 @@
 //! Kafka going away: at start (walrelay waits and says so), for 20 s under
-//! load (walrelay waits, resumes, loses nothing), and for longer than
-//! librdkafka's old 300 s delivery timeout (per-aggregate order kept, issue 8).
+//! load (walrelay waits, resumes, loses nothing), for longer than
+//! librdkafka's old 300 s delivery timeout (per-aggregate order kept, issue 8),
+//! and, with `delivery = "exactly_once"`, for longer than the transaction
+//! timeout (every event committed once).
 //!
 //! These tests stop and start the broker named by `WALRELAY_KAFKA_BROKERS`
 //! through `deploy/dev/kafka.sh`, which acts on the broker of `KAFKA_PORT`
@@ -280,4 +282,78 @@ async fn keeps_order_through_an_outage_longer_than_the_old_delivery_timeout() {
         "records failed locally during the outage instead of waiting for the broker:\n{log}"
     );
     assert!(relay.stop().success(), "{log}");
+}
+
+/// `delivery = "exactly_once"` through a broker outage longer than
+/// `transaction_timeout` (5 s here) while writers commit: the transaction
+/// open when the broker went away cannot commit (its records time out, or
+/// the coordinator aborts it), and walrelay re-sends from the last committed
+/// position — it never exits — and a `read_committed` consumer sees every
+/// event once, in commit order per aggregate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exactly_once_outlives_an_outage_longer_than_the_transaction_timeout() {
+    let _broker = outage_guard().await;
+    require_kafka();
+    let db = TestDb::new("eos_outage").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("eos_outage");
+    let _guard = RestartKafka;
+    let config = relay_config(&db, &names, "", "").replace(
+        "[kafka]\n",
+        "[kafka]\ndelivery = \"exactly_once\"\ntransaction_timeout = \"5s\"\n",
+    );
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", Duration::from_secs(120)).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let batches = Arc::new(AtomicUsize::new(0));
+    let writer = keep_writing(db.name.clone(), stop.clone(), batches.clone());
+    wait_for("two batches of writes", Duration::from_secs(120), || {
+        let b = batches.load(Ordering::SeqCst);
+        async move { (b >= 2).then_some(()) }
+    })
+    .await;
+
+    kafka_script("stop");
+    // Three transaction timeouts, writers committing throughout.
+    let back_at = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < back_at {
+        assert!(
+            relay.is_running(),
+            "walrelay exited during the Kafka outage:\n{}",
+            relay.log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    kafka_script("start");
+    let after = batches.load(Ordering::SeqCst) + 2;
+    wait_for("writes after the outage", Duration::from_secs(300), || {
+        let b = batches.load(Ordering::SeqCst);
+        async move { (b >= after).then_some(()) }
+    })
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    writer.await.expect("writers");
+
+    let records = verify_exactly_once(&db, &names).await;
+    let end = db.current_wal_lsn().await;
+    db.wait_confirmed(
+        &names.slot,
+        end,
+        "the slot to confirm every event committed through the outage",
+        Duration::from_secs(240),
+    )
+    .await;
+    assert!(
+        relay.is_running(),
+        "walrelay must still run after the outage:\n{}",
+        relay.log()
+    );
+    assert!(
+        relay.log().contains("waiting for Kafka; will retry"),
+        "the open transaction failed and was retried:\n{}",
+        relay.log()
+    );
+    assert!(records > 0);
+    assert!(relay.stop().success(), "{}", relay.log());
 }

@@ -145,7 +145,10 @@ impl SinkError {
             error.kind = SinkErrorKind::Transient;
             error.message = format!(
                 "{}: another producer with this connector's transactional id took over (a new \
-                 instance of the connector); this one's open transaction is aborted",
+                 instance of the connector), or the broker aborted the open transaction (open \
+                 longer than kafka.transaction_timeout, e.g. through a broker outage); its \
+                 records are never visible to read_committed consumers; the active instance sends them \
+                 again from the last committed position",
                 error.message
             );
         }
