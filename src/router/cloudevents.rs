@@ -120,6 +120,9 @@ impl Names {
 /// transaction: `(commit time in PostgreSQL microseconds, text)`.
 pub(super) type TimeCache = RefCell<(i64, Bytes)>;
 
+/// Resolves a column name to its index, or fails with `(table, column)`.
+pub(super) type FindColumn<'a> = dyn Fn(&str) -> Result<usize, (String, String)> + 'a;
+
 /// Whether `media` (a `datacontenttype`) declares JSON: `application/json`,
 /// `text/json` or any `+json` suffix (JSON event format, section 3.1).
 fn is_json_media(media: &str) -> bool {
@@ -140,7 +143,7 @@ impl CloudEvents {
         type_column: &str,
         payload: usize,
         rel: &Relation,
-        find: &dyn Fn(&str) -> Result<usize, (String, String)>,
+        find: &FindColumn<'_>,
     ) -> Result<CloudEvents, (String, String)> {
         let payload_oid = rel.columns.get(payload).map_or(0, |c| c.type_oid);
         let content_type = match config.datacontenttype.as_deref() {

@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::pgoutput::{Column, TupleData};
 use crate::router::{Routed, Router};
 
-#[path = "../../tests/support/cloudevents.rs"]
+#[path = "../../tests/support/ce_reader.rs"]
 mod sdk;
 
 const LSN: Lsn = Lsn(0x1_0000_0A00);
@@ -451,4 +451,51 @@ proptest::proptest! {
             proptest::prop_assert_eq!(back, us);
         }
     }
+}
+
+/// The SDK reader is not vacuous: what is not a valid CloudEvent fails.
+#[test]
+fn the_sdk_reader_refuses_what_is_not_a_cloudevent() {
+    let good: Vec<(String, Vec<u8>)> = [
+        ("ce_specversion", "1.0"),
+        ("ce_id", "1"),
+        ("ce_source", "/o"),
+        ("ce_type", "T"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+    .collect();
+    sdk::read_event(&good, Some(b"x"));
+    type Headers = Vec<(String, Vec<u8>)>;
+    let refused = |change: &dyn Fn(&mut Headers)| {
+        let mut headers = good.clone();
+        change(&mut headers);
+        std::panic::catch_unwind(|| sdk::read_event(&headers, Some(b"x"))).is_err()
+    };
+    assert!(refused(
+        &|h| h.push(("ce_time".into(), b"yesterday".to_vec()))
+    ));
+    assert!(refused(&|h| h.retain(|(k, _)| k != "ce_source")));
+    assert!(refused(&|h| h[1].1.clear()), "empty id");
+    assert!(refused(&|h| h[0].1 = b"2.0".to_vec()));
+    assert!(refused(
+        &|h| h.push(("ce_dataschema".into(), b"relative".to_vec()))
+    ));
+    assert!(refused(
+        &|h| h.push(("ce_schema_version".into(), b"1".to_vec()))
+    ));
+    assert!(refused(
+        &|h| h.push(("ce_averyveryverylongextension".into(), b"1".to_vec()))
+    ));
+    let structured = vec![(
+        "content-type".to_owned(),
+        STRUCTURED_CONTENT_TYPE.as_bytes().to_vec(),
+    )];
+    assert!(
+        std::panic::catch_unwind(|| sdk::read_event(
+            &structured,
+            Some(b"{\"specversion\":\"1.0\"}")
+        ))
+        .is_err()
+    );
 }
