@@ -124,6 +124,29 @@ fn media_type_problem(text: &str) -> Option<&'static str> {
 /// Checks the CloudEvents and trace-context keys of `outbox[i]`.
 pub(super) fn check(outbox: &OutboxConfig, at: &dyn Fn(&str) -> String, out: &mut Vec<Problem>) {
     let ce = &outbox.cloudevents;
+    // A header column must not pose as a header walrelay writes.
+    for (j, column) in outbox.header_columns.iter().enumerate() {
+        let lower = column.to_ascii_lowercase();
+        let trace =
+            outbox.trace_context_column.is_some() && TRACE_ATTRIBUTES.contains(&lower.as_str());
+        let cloudevents = outbox.format == OutboxFormat::CloudEvents
+            && (lower.starts_with("ce_") || lower == "content-type");
+        if trace || cloudevents {
+            out.push(Problem::new(
+                at(&format!("header_columns[{j}]")),
+                format!(
+                    "a header named {} would stand beside (and contradict) the one walrelay \
+                     writes for {}; remove it from header_columns",
+                    quoted(column),
+                    if trace {
+                        "trace_context_column"
+                    } else {
+                        "format = \"cloudevents\""
+                    }
+                ),
+            ));
+        }
+    }
     if outbox.format != OutboxFormat::CloudEvents {
         let set = ce.source.is_some()
             || ce.dataschema.is_some()
@@ -303,6 +326,13 @@ mod tests {
              source = \"/o\"\nextensions = { traceparent = \"t\" }",
         );
         assert!(err.contains("filled from trace_context_column"), "{err}");
+        let err = load_err(
+            "format = \"cloudevents\"\nheader_columns = [\"type\", \"ce_id\"]\n\
+             [outbox.cloudevents]\nsource = \"/o\"",
+        );
+        assert!(err.contains("outbox[0].header_columns[1]:"), "{err}");
+        let err = load_err("trace_context_column = \"t\"\nheader_columns = [\"traceparent\"]");
+        assert!(err.contains("outbox[0].header_columns[0]:"), "{err}");
         let err = load_err("[outbox.cloudevents]\nsource = \"/o\"");
         assert!(err.contains("format is \"raw\""), "{err}");
         let err = load_err("format = \"json\"");

@@ -202,14 +202,15 @@ impl CloudEvents {
         record: &mut Record,
     ) -> Result<(), super::RouteError> {
         let c = &bound.route.config;
-        let id = record
+        // The `id` header (always first) holds the id column's bytes.
+        let id_bytes = record
             .headers
             .first()
             .map(|(_, v)| v.clone())
             .unwrap_or_default();
-        let id = non_empty_text(bound, &id, &c.id_column, lsn, "id")?;
-        let ty = bound.required(row, self.type_column.0, &self.type_column.1, lsn)?;
-        let ty = non_empty_text(bound, &ty, &self.type_column.1, lsn, "type")?;
+        let id = non_empty_text(bound, &id_bytes, &c.id_column, lsn, "id")?;
+        let ty_bytes = bound.required(row, self.type_column.0, &self.type_column.1, lsn)?;
+        let ty = non_empty_text(bound, &ty_bytes, &self.type_column.1, lsn, "type")?;
         let key = record.key.clone().unwrap_or_default();
         let subject = utf8(bound, &key, &c.aggregate_id_column, lsn, "subject")?;
         let dataschema = match &self.dataschema {
@@ -246,9 +247,9 @@ impl CloudEvents {
             let h = &mut record.headers;
             h.reserve(8 + extensions.len());
             h.push((n.specversion.clone(), Bytes::from_static(b"1.0")));
-            h.push((n.id.clone(), Bytes::copy_from_slice(id.as_bytes())));
+            h.push((n.id.clone(), id_bytes.clone()));
             h.push((n.source.clone(), self.source.clone()));
-            h.push((n.ty.clone(), Bytes::copy_from_slice(ty.as_bytes())));
+            h.push((n.ty.clone(), ty_bytes.clone()));
             if !subject.is_empty() {
                 h.push((n.subject.clone(), key.clone()));
             }
