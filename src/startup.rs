@@ -219,8 +219,23 @@ pub async fn outbox_table(
     } else {
         String::new()
     };
+    let format = match outbox.format {
+        crate::config::OutboxFormat::Raw => String::new(),
+        crate::config::OutboxFormat::CloudEvents => format!(
+            ", CloudEvents ({})",
+            match outbox.cloudevents.mode {
+                crate::config::CloudEventsMode::Binary => "binary",
+                crate::config::CloudEventsMode::Structured => "structured",
+            }
+        ),
+    };
+    let trace = outbox
+        .trace_context_column
+        .as_deref()
+        .map(|c| format!(", trace context from {c}"))
+        .unwrap_or_default();
     let detail = format!(
-        "{} columns, payload {payload_type}{partitions}",
+        "{} columns, payload {payload_type}{partitions}{format}{trace}",
         columns.len()
     );
     Ok((table, detail))

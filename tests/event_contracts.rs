@@ -121,6 +121,14 @@ extensions = {{ schemaversion = "schema_version" }}
 "#
         ),
     );
+    let (code, report) = check(&write_config(&config));
+    assert_eq!(code, Some(0), "{report}");
+    assert!(
+        report
+            .contains("payload jsonb, CloudEvents (binary), trace context from tracingspancontext")
+            && report.contains("payload jsonb, CloudEvents (structured), trace context"),
+        "{report}"
+    );
     let mut relay = RelayProcess::start(&config, &[]);
     relay.wait_log("streaming", START).await;
 
