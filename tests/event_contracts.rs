@@ -321,3 +321,70 @@ async fn check_and_run_name_a_missing_cloudevents_column() {
     );
     run_refuses(&path, "schema_version");
 }
+
+/// The raw format (Debezium's record) with a trace context column: the
+/// writer's `traceparent` travels as a header, nothing else changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_outbox_records_carry_the_writers_trace_context() {
+    require_kafka();
+    let db = TestDb::new("trace").await;
+    create_outbox(&db, "outbox").await;
+    let names = Names::new("trace");
+    let mut relay = RelayProcess::start(
+        &relay_config(
+            &db,
+            &names,
+            "trace_context_column = \"tracingspancontext\"",
+            "",
+        ),
+        &[],
+    );
+    relay.wait_log("streaming", START).await;
+    let id = |n: u8| format!("00000000-0000-4000-8000-00000000000{n}");
+    sql(
+        &db,
+        &format!(
+            "{}; {}; {}",
+            insert(
+                "outbox",
+                &id(1),
+                "a",
+                "'{\"n\": 1}'",
+                &format!("'{PARENT}'")
+            ),
+            insert(
+                "outbox",
+                &id(2),
+                "a",
+                "'{\"n\": 2}'",
+                &format!("E'#c\\ntraceparent={PARENT}\\n'")
+            ),
+            insert("outbox", &id(3), "a", "'{\"n\": 3}'", "NULL"),
+        ),
+    )
+    .await;
+    let records = consume(
+        &[&names.topic("order")],
+        3,
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+    );
+    assert_eq!(records.len(), 3, "{records:?}");
+    for (n, traced) in [(1, true), (2, true), (3, false)] {
+        let rec = by_id(&records, &id(n));
+        let names: Vec<&str> = rec.headers.iter().map(|(k, _)| k.as_str()).collect();
+        let mut want = vec!["id", "type", "walrelay.lsn"];
+        if traced {
+            want.push("traceparent");
+        }
+        assert_eq!(names, want, "row {n}");
+        if traced {
+            assert_eq!(rec.header_str("traceparent").as_deref(), Some(PARENT));
+        }
+        assert_eq!(
+            rec.value.as_deref(),
+            Some(format!("{{\"n\": {n}}}").as_bytes())
+        );
+    }
+    assert!(relay.stop().success());
+}
