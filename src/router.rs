@@ -204,9 +204,13 @@ impl Router {
     /// without trace headers) since the last call, and the first table one
     /// was in; `None` when there were none. The relay counts and logs them.
     pub fn take_invalid_trace_contexts(&self) -> Option<(u64, String)> {
+        // Called once per transaction: one read when there is nothing.
+        if self.invalid_traces.get() == 0 {
+            return None;
+        }
         let n = self.invalid_traces.replace(0);
         let table = self.invalid_trace_table.borrow_mut().take();
-        (n > 0).then(|| (n, table.unwrap_or_default()))
+        Some((n, table.unwrap_or_default()))
     }
 
     /// Claims the partitions `(schema, name)` of the captured table
