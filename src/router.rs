@@ -4,7 +4,10 @@
 //! working: topic `outbox.event.{aggregatetype}`, key = aggregate id, header
 //! `id` = the row's id column, value = the payload column's bytes unchanged.
 //! We add header `walrelay.lsn` (the transaction's commit LSN) for positional
-//! de-duplication.
+//! de-duplication. Opt-in per route: `format = "cloudevents"` makes each
+//! record a CloudEvent ([`cloudevents`]), `trace_context_column` adds the
+//! writer's W3C trace context headers ([`trace`]); with both off a record is
+//! built as before, one `None` test per option aside.
 //!
 //! Invariants:
 //! - **Stable identity.** A record depends only on the row and its commit LSN,
@@ -135,6 +138,9 @@ struct Bound {
     trace: Option<usize>,
     /// `format = "cloudevents"`: the attribute mapping.
     cloudevents: Option<Box<CloudEvents>>,
+    /// Headers a record has beyond `header_columns`, at most: `id` and
+    /// `walrelay.lsn`, plus the options' (so the vector grows once).
+    extra_headers: usize,
     id_header: Arc<str>,
     lsn_header: Arc<str>,
     /// Topics this binding has made (and checked) so far.
@@ -435,6 +441,9 @@ fn bind(route: Arc<Route>, rel: &Relation) -> Result<Bound, (String, String)> {
         topic_columns,
         headers,
         timestamp,
+        extra_headers: 2
+            + if trace.is_some() { 2 } else { 0 }
+            + cloudevents.as_ref().map_or(0, |ce| ce.max_headers()),
         trace,
         cloudevents,
         id_header: Arc::from("id"),
@@ -590,7 +599,7 @@ impl Bound {
             }
         };
 
-        let mut headers = Vec::with_capacity(self.headers.len() + 2);
+        let mut headers = Vec::with_capacity(self.headers.len() + self.extra_headers);
         headers.push((self.id_header.clone(), id));
         for (name, idx) in &self.headers {
             if let Some(Cell::Text(b) | Cell::Binary(b)) = row.get(*idx) {

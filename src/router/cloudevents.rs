@@ -190,6 +190,13 @@ impl CloudEvents {
         })
     }
 
+    /// The most headers [`CloudEvents::apply`] adds to a record.
+    pub(super) fn max_headers(&self) -> usize {
+        // specversion, id, source, type, subject, time, dataschema,
+        // traceparent, tracestate, content-type.
+        10 + self.extensions.len()
+    }
+
     /// Turns the raw-format `record` of `row` into its CloudEvent: adds the
     /// attributes, and in structured mode replaces the value.
     pub(super) fn apply(
