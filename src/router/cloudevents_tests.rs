@@ -499,3 +499,59 @@ fn the_sdk_reader_refuses_what_is_not_a_cloudevent() {
         .is_err()
     );
 }
+
+proptest::proptest! {
+    /// Whatever text the columns hold, a structured event is valid JSON the
+    /// SDK reads back to the same attributes and data (the hand-written
+    /// JSON escaping is exact).
+    #[test]
+    fn structured_events_round_trip_any_text(
+        id in "[^\u{0}]{1,40}",
+        ty in "[^\u{0}]{1,40}",
+        subject in "[^\u{0}]{0,40}",
+        payload in "[^\u{0}]{0,200}",
+        extension in "[^\u{0}]{0,20}",
+    ) {
+        let r = router_with(
+            &format!(
+                "{CE}[outbox.cloudevents]\nmode = \"structured\"\nsource = \"/o\"\n\
+                 extensions = {{ schemaversion = \"schema_uri\" }}\n"
+            ),
+            25,
+        );
+        let mut row = order(text(&payload));
+        row.0[0] = text(&id);
+        row.0[2] = text(&subject);
+        row.0[3] = text(&ty);
+        row.0[6] = text(&extension);
+        let rec = route(&r, &row, Some(COMMIT));
+        let ev = event(&rec);
+        proptest::prop_assert_eq!(ev.id(), id.as_str());
+        proptest::prop_assert_eq!(ev.ty(), ty.as_str());
+        proptest::prop_assert_eq!(ev.subject(), Some(subject.as_str()).filter(|s| !s.is_empty()));
+        proptest::prop_assert_eq!(ev.data(), Some(&Data::String(payload.clone())));
+        proptest::prop_assert_eq!(
+            ev.extension("schemaversion"),
+            Some(&ExtensionValue::String(extension.clone()))
+        );
+    }
+
+    #[test]
+    fn trace_context_parsing_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..120)) {
+        let _ = super::super::trace::parse(&bytes);
+    }
+
+    #[test]
+    fn every_well_formed_traceparent_is_accepted(
+        trace_id in "[0-9a-f]{32}",
+        parent_id in "[0-9a-f]{16}",
+        flags in "[0-9a-f]{2}",
+    ) {
+        let parent = format!("00-{trace_id}-{parent_id}-{flags}");
+        let zero = |s: &str| s.bytes().all(|b| b == b'0');
+        proptest::prop_assert_eq!(
+            super::super::trace::valid_traceparent(&parent),
+            !zero(&trace_id) && !zero(&parent_id)
+        );
+    }
+}
