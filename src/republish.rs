@@ -206,7 +206,8 @@ pub async fn republish(
             .map_err(|e| RepublishError::Postgres(e.to_string()))?
         {
             for row in batch {
-                let Routed::Record(record) = router.on_insert(relation.oid, &row, Lsn::ZERO)?
+                let Routed::Record(record) =
+                    router.on_insert(relation.oid, &row, Lsn::ZERO, None)?
                 else {
                     continue;
                 };

@@ -4,7 +4,10 @@
 //! working: topic `outbox.event.{aggregatetype}`, key = aggregate id, header
 //! `id` = the row's id column, value = the payload column's bytes unchanged.
 //! We add header `walrelay.lsn` (the transaction's commit LSN) for positional
-//! de-duplication.
+//! de-duplication. Opt-in per route: `format = "cloudevents"` makes each
+//! record a CloudEvent ([`cloudevents`]), `trace_context_column` adds the
+//! writer's W3C trace context headers ([`trace`]); with both off a record is
+//! built as before, one `None` test per option aside.
 //!
 //! Invariants:
 //! - **Stable identity.** A record depends only on the row and its commit LSN,
@@ -22,20 +25,25 @@
 //! - Deletes are ignored (insert-then-delete in one transaction is the usual
 //!   outbox pattern); updates follow the configured [`OnUpdate`] policy.
 
-use std::cell::RefCell;
+use std::cell::{Cell as Counter, RefCell};
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::Lsn;
-use crate::config::{OnUpdate, OutboxConfig, Segment, topic_name_problem};
+use crate::config::{OnUpdate, OutboxConfig, OutboxFormat, Segment, topic_name_problem};
 use crate::pgoutput::{Cell, Oid, Relation, TupleData};
 
 pub mod arena;
+pub mod cloudevents;
 pub mod debezium;
 pub mod mask;
 pub mod table;
+pub mod trace;
+
+use cloudevents::{CloudEvents, TimeCache};
+use trace::Parsed;
 
 /// Header marking a record made from the initial snapshot (value `true`).
 pub const SNAPSHOT_HEADER: &str = "walrelay.snapshot";
@@ -126,6 +134,13 @@ struct Bound {
     topic_columns: HashMap<String, usize>,
     headers: Vec<(Arc<str>, usize)>,
     timestamp: Option<usize>,
+    /// `trace_context_column`'s index.
+    trace: Option<usize>,
+    /// `format = "cloudevents"`: the attribute mapping.
+    cloudevents: Option<Box<CloudEvents>>,
+    /// Headers a record has beyond `header_columns`, at most: `id` and
+    /// `walrelay.lsn`, plus the options' (so the vector grows once).
+    extra_headers: usize,
     id_header: Arc<str>,
     lsn_header: Arc<str>,
     /// Topics this binding has made (and checked) so far.
@@ -161,6 +176,14 @@ pub struct Router {
     lsn_text: RefCell<(Lsn, Bytes)>,
     /// `walrelay.snapshot`, shared by every snapshot record.
     snapshot_header: Arc<str>,
+    /// The CloudEvents `time` of the transaction being routed.
+    time_text: TimeCache,
+    /// Trace context values found invalid (and left out) since the last
+    /// [`Router::take_invalid_trace_contexts`], and the first table.
+    invalid_traces: Counter<u64>,
+    invalid_trace_table: RefCell<Option<String>>,
+    /// `traceparent` and `tracestate`.
+    trace_headers: (Arc<str>, Arc<str>),
 }
 
 impl Router {
@@ -176,7 +199,24 @@ impl Router {
             unclaimed: HashMap::new(),
             lsn_text: RefCell::new((Lsn::ZERO, Bytes::new())),
             snapshot_header: Arc::from(SNAPSHOT_HEADER),
+            time_text: RefCell::new((0, Bytes::new())),
+            invalid_traces: Counter::new(0),
+            invalid_trace_table: RefCell::new(None),
+            trace_headers: (Arc::from("traceparent"), Arc::from("tracestate")),
         }
+    }
+
+    /// How many trace context values were invalid (their rows published
+    /// without trace headers) since the last call, and the first table one
+    /// was in; `None` when there were none. The relay counts and logs them.
+    pub fn take_invalid_trace_contexts(&self) -> Option<(u64, String)> {
+        // Called once per transaction: one read when there is nothing.
+        if self.invalid_traces.get() == 0 {
+            return None;
+        }
+        let n = self.invalid_traces.replace(0);
+        let table = self.invalid_trace_table.borrow_mut().take();
+        Some((n, table.unwrap_or_default()))
     }
 
     /// Claims the partitions `(schema, name)` of the captured table
@@ -221,12 +261,16 @@ impl Router {
         }
     }
 
-    /// Routes an inserted row.
+    /// Routes an inserted row of the transaction that committed at
+    /// `commit_lsn`, at `commit_time` (PostgreSQL microseconds since
+    /// 2000-01-01; `None` for rows read rather than streamed: snapshots,
+    /// republish).
     pub fn on_insert(
         &self,
         rel: Oid,
         row: &TupleData,
         commit_lsn: Lsn,
+        commit_time: Option<i64>,
     ) -> Result<Routed, RouteError> {
         let bound = match self.bound.get(&rel) {
             None => {
@@ -250,7 +294,13 @@ impl Router {
             Some(Ok(b)) => b,
         };
         bound
-            .record(row, commit_lsn, self.lsn_text(commit_lsn))
+            .record(
+                row,
+                commit_lsn,
+                self.lsn_text(commit_lsn),
+                self,
+                commit_time,
+            )
             .map(Routed::Record)
     }
 
@@ -272,7 +322,7 @@ impl Router {
         row: &TupleData,
         consistent_point: Lsn,
     ) -> Result<Routed, RouteError> {
-        let mut routed = self.on_insert(rel, row, consistent_point).map_err(|mut e| {
+        let mut routed = self.on_insert(rel, row, consistent_point, None).map_err(|mut e| {
             // The streaming advice (skip the transaction, advance the slot)
             // does not apply: the next start reads the same row again.
             e.fix = format!(
@@ -367,6 +417,20 @@ fn bind(route: Arc<Route>, rel: &Relation) -> Result<Bound, (String, String)> {
         Some(col) if !col.is_empty() => Some(find(col)?),
         _ => None,
     };
+    let trace = match c.trace_context_column.as_deref() {
+        Some(col) => Some(find(col)?),
+        None => None,
+    };
+    let cloudevents = match c.format {
+        OutboxFormat::Raw => None,
+        OutboxFormat::CloudEvents => Some(Box::new(CloudEvents::bind(
+            &c.cloudevents,
+            &c.type_column,
+            payload,
+            rel,
+            &find,
+        )?)),
+    };
     Ok(Bound {
         route,
         display,
@@ -377,6 +441,11 @@ fn bind(route: Arc<Route>, rel: &Relation) -> Result<Bound, (String, String)> {
         topic_columns,
         headers,
         timestamp,
+        extra_headers: 2
+            + if trace.is_some() { 2 } else { 0 }
+            + cloudevents.as_ref().map_or(0, |ce| ce.max_headers()),
+        trace,
+        cloudevents,
         id_header: Arc::from("id"),
         lsn_header: Arc::from("walrelay.lsn"),
         topics: RefCell::default(),
@@ -488,7 +557,14 @@ impl Bound {
         Ok(topic)
     }
 
-    fn record(&self, row: &TupleData, lsn: Lsn, lsn_text: Bytes) -> Result<Record, RouteError> {
+    fn record(
+        &self,
+        row: &TupleData,
+        lsn: Lsn,
+        lsn_text: Bytes,
+        router: &Router,
+        commit_time: Option<i64>,
+    ) -> Result<Record, RouteError> {
         let c = &self.route.config;
         let id = self.required(row, self.id, &c.id_column, lsn)?;
         let key = self.required(row, self.aggregate_id, &c.aggregate_id_column, lsn)?;
@@ -523,7 +599,7 @@ impl Bound {
             }
         };
 
-        let mut headers = Vec::with_capacity(self.headers.len() + 2);
+        let mut headers = Vec::with_capacity(self.headers.len() + self.extra_headers);
         headers.push((self.id_header.clone(), id));
         for (name, idx) in &self.headers {
             if let Some(Cell::Text(b) | Cell::Binary(b)) = row.get(*idx) {
@@ -547,13 +623,58 @@ impl Bound {
             },
         };
 
-        Ok(Record {
+        let mut record = Record {
             topic,
             key: Some(key),
             value,
             headers,
             timestamp_ms,
-        })
+        };
+        // The options below cost the default format one test each.
+        let trace = match self.trace {
+            None => None,
+            Some(idx) => self.trace_context(row, idx, router, &mut record),
+        };
+        if let Some(ce) = &self.cloudevents {
+            let time = commit_time.and_then(|t| cloudevents::time_text(&router.time_text, t));
+            ce.apply(self, row, lsn, time, trace.as_ref(), &mut record)?;
+        }
+        Ok(record)
+    }
+
+    /// Adds the `traceparent` (and `tracestate`) headers from the trace
+    /// context column; an invalid value adds none and is counted, never
+    /// stops the connector (a trace is diagnostics, not the event).
+    fn trace_context(
+        &self,
+        row: &TupleData,
+        idx: usize,
+        router: &Router,
+        record: &mut Record,
+    ) -> Option<trace::TraceContext> {
+        let Some(Cell::Text(value) | Cell::Binary(value)) = row.get(idx) else {
+            return None;
+        };
+        let (parsed, tracestate_dropped) = trace::parse(value);
+        let invalid = tracestate_dropped || parsed == Parsed::Invalid;
+        if invalid {
+            router.invalid_traces.set(router.invalid_traces.get() + 1);
+            let mut table = router.invalid_trace_table.borrow_mut();
+            if table.is_none() {
+                *table = Some(self.display.clone());
+            }
+        }
+        let Parsed::Valid(trace) = parsed else {
+            return None;
+        };
+        let (parent, state) = &router.trace_headers;
+        record
+            .headers
+            .push((parent.clone(), trace.traceparent.clone()));
+        if let Some(value) = &trace.tracestate {
+            record.headers.push((state.clone(), value.clone()));
+        }
+        Some(trace)
     }
 }
 

@@ -135,7 +135,9 @@ const PAYLOAD_TYPES: &[&str] = &["jsonb", "json", "text", "bytea"];
 
 /// The columns an `[[outbox]]` route reads from each row (what the router
 /// binds): id, aggregate id, payload, topic template columns, header
-/// columns and the timestamp column, without duplicates.
+/// columns, the timestamp and trace context columns, and with
+/// `format = "cloudevents"` the type, `dataschema` and extension columns,
+/// without duplicates.
 pub fn route_columns(outbox: &OutboxConfig) -> Vec<&str> {
     let mut columns: Vec<&str> = vec![
         &outbox.id_column,
@@ -145,6 +147,13 @@ pub fn route_columns(outbox: &OutboxConfig) -> Vec<&str> {
     columns.extend(outbox.topic.columns());
     columns.extend(outbox.header_columns.iter().map(String::as_str));
     columns.extend(outbox.timestamp_column.as_deref().filter(|c| !c.is_empty()));
+    columns.extend(outbox.trace_context_column.as_deref());
+    if outbox.format == crate::config::OutboxFormat::CloudEvents {
+        let ce = &outbox.cloudevents;
+        columns.push(&outbox.type_column);
+        columns.extend(ce.dataschema_column.as_deref());
+        columns.extend(ce.extensions.values().map(String::as_str));
+    }
     let mut seen = Vec::with_capacity(columns.len());
     for c in columns {
         if !seen.contains(&c) {
@@ -210,8 +219,23 @@ pub async fn outbox_table(
     } else {
         String::new()
     };
+    let format = match outbox.format {
+        crate::config::OutboxFormat::Raw => String::new(),
+        crate::config::OutboxFormat::CloudEvents => format!(
+            ", CloudEvents ({})",
+            match outbox.cloudevents.mode {
+                crate::config::CloudEventsMode::Binary => "binary",
+                crate::config::CloudEventsMode::Structured => "structured",
+            }
+        ),
+    };
+    let trace = outbox
+        .trace_context_column
+        .as_deref()
+        .map(|c| format!(", trace context from {c}"))
+        .unwrap_or_default();
     let detail = format!(
-        "{} columns, payload {payload_type}{partitions}",
+        "{} columns, payload {payload_type}{partitions}{format}{trace}",
         columns.len()
     );
     Ok((table, detail))

@@ -106,6 +106,8 @@ pub struct Metrics {
     pub transactions: AtomicU64,
     pub updates_ignored: AtomicU64,
     pub rows_unclaimed: AtomicU64,
+    /// Trace context column values that were not a valid W3C trace context.
+    pub trace_contexts_invalid: AtomicU64,
     pub sessions_started: AtomicU64,
     pub session_errors: AtomicU64,
     /// Sessions that reached streaming (or the snapshot), then ended by an
@@ -282,6 +284,7 @@ impl Metrics {
             transactions: AtomicU64::new(0),
             updates_ignored: AtomicU64::new(0),
             rows_unclaimed: AtomicU64::new(0),
+            trace_contexts_invalid: AtomicU64::new(0),
             sessions_started: AtomicU64::new(0),
             session_errors: AtomicU64::new(0),
             streaming_session_errors: AtomicU64::new(0),

@@ -39,6 +39,7 @@
 //! ([`is_secret_property`]). The salts are secrets too.
 //! Interpolation runs after parsing, so errors keep their line numbers.
 
+mod cloudevents;
 mod duplicate_key;
 mod error;
 mod interpolate;
@@ -60,12 +61,13 @@ use serde::Deserialize;
 use error::{Origin, SourceMap};
 use interpolate::{Files, interpolate_with};
 
+pub use cloudevents::{CORE_ATTRIBUTES, absolute_uri_problem};
 pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
 pub use schema::{
-    BinaryHandlingMode, ColumnFilter, ColumnMask, Compression, ConnectorConfig,
-    DecimalHandlingMode, Delivery, HASH_ALGORITHMS, HealthConfig, HeartbeatConfig,
-    IntervalHandlingMode, KafkaConfig, LogConfig, LogFormat, OnUpdate, OutboxConfig,
+    BinaryHandlingMode, CloudEventsConfig, CloudEventsMode, ColumnFilter, ColumnMask, Compression,
+    ConnectorConfig, DecimalHandlingMode, Delivery, HASH_ALGORITHMS, HealthConfig, HeartbeatConfig,
+    IntervalHandlingMode, KafkaConfig, LogConfig, LogFormat, OnUpdate, OutboxConfig, OutboxFormat,
     PostgresConfig, SaslMechanism, SecurityProtocol, SkippedOperations, SnapshotConfig,
     SnapshotMode, SslMode, TableConfig, TableDefaults, TimePrecisionMode, UnmappedTypes,
     glob_match, is_secret_property,

@@ -756,6 +756,71 @@ pub struct OutboxConfig {
     /// snapshot events); empty means the table's primary key.
     #[serde(default)]
     pub snapshot_order_by: Vec<String>,
+    /// How a row becomes a record: the payload as is (`raw`), or a
+    /// CloudEvent (`cloudevents`, configured in `cloudevents`).
+    #[serde(default)]
+    pub format: OutboxFormat,
+    /// `[outbox.cloudevents]`: the CloudEvents attributes, read when
+    /// `format = "cloudevents"`.
+    #[serde(default)]
+    pub cloudevents: CloudEventsConfig,
+    /// A column holding the W3C trace context of the transaction that wrote
+    /// the row (a `traceparent` value, or Debezium's `tracingspancontext`
+    /// Java-properties text); becomes the `traceparent` (and `tracestate`)
+    /// header. `None`/`""`: no trace headers.
+    #[serde(default, deserialize_with = "units::optional_name")]
+    pub trace_context_column: Option<String>,
+}
+
+/// `outbox.format`: the shape of an outbox record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutboxFormat {
+    /// The payload as the value, unchanged (Debezium's Outbox Event Router).
+    #[default]
+    Raw,
+    /// A CloudEvents 1.0 event in the Kafka protocol binding.
+    CloudEvents,
+}
+
+/// `outbox.cloudevents.mode`: the Kafka protocol binding's content mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CloudEventsMode {
+    /// Attributes in `ce_*` headers, the payload as the value.
+    #[default]
+    Binary,
+    /// The whole event as `application/cloudevents+json` in the value.
+    Structured,
+}
+
+/// `[outbox.cloudevents]`: how an outbox row maps to CloudEvents
+/// attributes (`id`, `type` and `subject` come from the id, type and
+/// aggregate id columns; `time` is the commit time).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CloudEventsConfig {
+    /// Binary or structured content mode.
+    #[serde(default)]
+    pub mode: CloudEventsMode,
+    /// The `source` attribute (a URI-reference). Required with
+    /// `format = "cloudevents"`.
+    #[serde(default, deserialize_with = "units::optional_name")]
+    pub source: Option<String>,
+    /// A fixed `dataschema` attribute (an absolute URI).
+    #[serde(default, deserialize_with = "units::optional_name")]
+    pub dataschema: Option<String>,
+    /// A column whose value is the `dataschema` attribute (an absolute URI;
+    /// NULL leaves it out). Excludes `dataschema`.
+    #[serde(default, deserialize_with = "units::optional_name")]
+    pub dataschema_column: Option<String>,
+    /// The `datacontenttype` attribute (`content-type` header in binary
+    /// mode); default from the payload column's type.
+    #[serde(default, deserialize_with = "units::optional_name")]
+    pub datacontenttype: Option<String>,
+    /// Extension attributes: attribute name → column.
+    #[serde(default)]
+    pub extensions: BTreeMap<String, String>,
 }
 
 impl OutboxConfig {

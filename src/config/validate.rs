@@ -861,6 +861,18 @@ fn outboxes(outboxes: &[OutboxConfig], tables: bool, out: &mut Vec<Problem>) {
         if let Some(column) = &outbox.timestamp_column {
             identifier(&at("timestamp_column"), column, out);
         }
+        if let Some(column) = &outbox.trace_context_column {
+            identifier(&at("trace_context_column"), column, out);
+        }
+        if let Some(column) = &outbox.cloudevents.dataschema_column {
+            identifier(&at("cloudevents.dataschema_column"), column, out);
+        }
+        for (name, column) in &outbox.cloudevents.extensions {
+            if !column.is_empty() {
+                identifier(&at(&format!("cloudevents.extensions.{name}")), column, out);
+            }
+        }
+        super::cloudevents::check(outbox, &at, out);
         let mut listed = HashSet::new();
         for (j, column) in outbox.header_columns.iter().enumerate() {
             let key = at(&format!("header_columns[{j}]"));

@@ -169,6 +169,7 @@ impl Streaming {
                     t.read = true;
                 }
                 tracing::info!(table = %name, rows, "snapshot: table read");
+                self.note_invalid_trace_contexts();
                 match u32::try_from(table) {
                     Ok(i) => self.table_snapshot_read(i).await,
                     Err(_) => Ok(()),

@@ -50,6 +50,8 @@ pub(super) struct Streaming {
     pub(super) topic_counters: super::topic_metric::TopicCounters,
     /// Tables whose unclaimed rows were logged this session.
     pub(super) warned_unclaimed: HashSet<String>,
+    /// Whether invalid trace contexts were logged this session.
+    pub(super) warned_trace_context: bool,
     /// A row of the open transaction that cannot be routed: the session
     /// reads on to the transaction's Commit (publishing nothing more) so
     /// that the error can name the end LSN that skips it, then stops.
@@ -115,6 +117,7 @@ impl Streaming {
             awaiting_reports: 0,
             warned_updates: HashSet::new(),
             warned_unclaimed: HashSet::new(),
+            warned_trace_context: false,
             unroutable: None,
             snapshot_tables: Vec::new(),
             table_records: Vec::new(),
@@ -436,7 +439,12 @@ impl Streaming {
             // publish nothing.
             return Ok(());
         };
-        let routed = match self.router.on_insert(change.relation.oid, new, commit_lsn) {
+        let routed = match self.router.on_insert(
+            change.relation.oid,
+            new,
+            commit_lsn,
+            Some(change.txn.commit_time),
+        ) {
             Ok(routed) => routed,
             Err(e) => {
                 let row_id = self.router.row_id(change.relation.oid, new);
@@ -632,10 +640,30 @@ impl Streaming {
     /// snapshot chunk) entered the checkpoint whole: `exactly_once` may
     /// commit its Kafka transaction here.
     pub(super) async fn at_commit_point(&mut self) -> Result<(), RelayError> {
+        self.note_invalid_trace_contexts();
         if self.offsets.exactly_once() && self.offsets.transaction_due() {
             self.commit_transaction_now().await?;
         }
         Ok(())
+    }
+
+    /// Counts the trace context values the router found invalid (and left
+    /// out) and logs the first table once per session.
+    pub(super) fn note_invalid_trace_contexts(&mut self) {
+        if let Some((n, table)) = self.router.take_invalid_trace_contexts() {
+            self.metrics
+                .trace_contexts_invalid
+                .fetch_add(n, Ordering::Relaxed);
+            if !self.warned_trace_context {
+                self.warned_trace_context = true;
+                tracing::warn!(
+                    %table, rows = n,
+                    "outbox rows carry a trace context that is not a valid W3C traceparent \
+                     (or tracestate); they are published without it (metric \
+                     walrelay_trace_contexts_invalid_total; logged once per session)"
+                );
+            }
+        }
     }
 
     /// `exactly_once`: commits the Kafka transaction now, with the offset

@@ -81,7 +81,7 @@ fn router(extra: &str) -> Router {
 #[test]
 fn routes_like_debeziums_outbox_event_router() {
     let r = router("");
-    let Ok(Routed::Record(rec)) = r.on_insert(42, &order_row(), LSN) else {
+    let Ok(Routed::Record(rec)) = r.on_insert(42, &order_row(), LSN, None) else {
         panic!("not routed")
     };
     assert_eq!(&*rec.topic, "outbox.event.order");
@@ -106,8 +106,8 @@ fn routes_like_debeziums_outbox_event_router() {
 fn same_row_same_record() {
     let r = router("");
     assert_eq!(
-        r.on_insert(42, &order_row(), LSN),
-        r.on_insert(42, &order_row(), LSN)
+        r.on_insert(42, &order_row(), LSN, None),
+        r.on_insert(42, &order_row(), LSN, None)
     );
 }
 
@@ -116,7 +116,7 @@ fn header_columns_template_and_timestamp() {
     let r = router(
         "topic = \"events.{aggregatetype}.{type}\"\nheader_columns = [\"type\"]\ntimestamp_column = \"created_at\"",
     );
-    let Ok(Routed::Record(rec)) = r.on_insert(42, &order_row(), LSN) else {
+    let Ok(Routed::Record(rec)) = r.on_insert(42, &order_row(), LSN, None) else {
         panic!("not routed")
     };
     assert_eq!(&*rec.topic, "events.order.OrderCreated");
@@ -133,7 +133,9 @@ fn null_aggregate_id_names_table_column_and_lsn() {
     let r = router("");
     let mut bad = order_row();
     bad.0[2] = Cell::Null;
-    let err = r.on_insert(42, &bad, LSN).expect_err("must not route");
+    let err = r
+        .on_insert(42, &bad, LSN, None)
+        .expect_err("must not route");
     assert_eq!(
         (err.table.as_str(), err.column.as_str(), err.lsn),
         ("public.outbox", "aggregateid", LSN)
@@ -161,7 +163,9 @@ fn an_unroutable_snapshot_row_is_told_to_fix_the_row() {
     assert!(msg.contains("read by the snapshot"), "{msg}");
     assert!(msg.contains("UPDATE it"), "{msg}");
     assert!(!msg.contains("skip its transaction"), "{msg}");
-    let streamed = r.on_insert(42, &bad, LSN).expect_err("must not route");
+    let streamed = r
+        .on_insert(42, &bad, LSN, None)
+        .expect_err("must not route");
     assert!(streamed.to_string().contains("skip its transaction"));
 }
 
@@ -170,7 +174,10 @@ fn null_id_is_an_error() {
     let r = router("");
     let mut bad = order_row();
     bad.0[0] = Cell::Null;
-    assert_eq!(r.on_insert(42, &bad, LSN).expect_err("error").column, "id");
+    assert_eq!(
+        r.on_insert(42, &bad, LSN, None).expect_err("error").column,
+        "id"
+    );
 }
 
 #[test]
@@ -179,7 +186,7 @@ fn missing_configured_column_is_an_error_on_the_first_row() {
     let mut cols = debezium_columns();
     cols.retain(|c| c.name != "aggregateid");
     r.on_relation(&relation(cols));
-    let err = r.on_insert(42, &order_row(), LSN).expect_err("error");
+    let err = r.on_insert(42, &order_row(), LSN, None).expect_err("error");
     assert_eq!(err.column, "aggregateid");
     assert!(err.reason.contains("no such column"));
 }
@@ -193,7 +200,7 @@ fn records_of_one_topic_share_its_name() {
     let topic = |aggregate_type: &str| {
         let mut row = order_row();
         row.0[1] = text(aggregate_type);
-        r.on_insert(42, &row, LSN).map(|routed| match routed {
+        r.on_insert(42, &row, LSN, None).map(|routed| match routed {
             Routed::Record(rec) => rec.topic,
             other => panic!("not routed: {other:?}"),
         })
@@ -227,7 +234,7 @@ fn invalid_topic_from_row_values_is_an_error() {
     let r = router("");
     let mut bad = order_row();
     bad.0[1] = text("has space SECRET-VALUE");
-    let err = r.on_insert(42, &bad, LSN).expect_err("error");
+    let err = r.on_insert(42, &bad, LSN, None).expect_err("error");
     assert!(err.reason.contains("invalid"), "{err}");
     // Issue 24: row values stay out of errors (logs, /healthz, status).
     assert!(!err.to_string().contains("SECRET"), "{err}");
@@ -253,19 +260,19 @@ fn null_payload_is_a_tombstone_and_empty_payload_follows_the_option() {
     let r = router("");
     let mut null_payload = order_row();
     null_payload.0[4] = Cell::Null;
-    let Ok(Routed::Record(rec)) = r.on_insert(42, &null_payload, LSN) else {
+    let Ok(Routed::Record(rec)) = r.on_insert(42, &null_payload, LSN, None) else {
         panic!()
     };
     assert_eq!(rec.value, None);
 
     let mut empty = order_row();
     empty.0[4] = text("");
-    let Ok(Routed::Record(rec)) = r.on_insert(42, &empty, LSN) else {
+    let Ok(Routed::Record(rec)) = r.on_insert(42, &empty, LSN, None) else {
         panic!()
     };
     assert_eq!(rec.value.as_deref(), Some(&b""[..]));
     let r = router("tombstone_on_empty_payload = true");
-    let Ok(Routed::Record(rec)) = r.on_insert(42, &empty, LSN) else {
+    let Ok(Routed::Record(rec)) = r.on_insert(42, &empty, LSN, None) else {
         panic!()
     };
     assert_eq!(rec.value, None);
@@ -279,12 +286,12 @@ fn bytea_payload_is_decoded_from_hex() {
     r.on_relation(&relation(cols));
     let mut bytes_row = order_row();
     bytes_row.0[4] = text("\\x00ff10");
-    let Ok(Routed::Record(rec)) = r.on_insert(42, &bytes_row, LSN) else {
+    let Ok(Routed::Record(rec)) = r.on_insert(42, &bytes_row, LSN, None) else {
         panic!()
     };
     assert_eq!(rec.value.as_deref(), Some(&[0x00, 0xff, 0x10][..]));
     bytes_row.0[4] = text("\\x0");
-    assert!(r.on_insert(42, &bytes_row, LSN).is_err());
+    assert!(r.on_insert(42, &bytes_row, LSN, None).is_err());
 }
 
 /// Other published tables publish nothing, but are reported (see
@@ -298,12 +305,15 @@ fn other_tables_and_unknown_relations_publish_nothing() {
     other.name = "orders".into();
     r.on_relation(&other);
     assert_eq!(
-        r.on_insert(7, &order_row(), LSN),
+        r.on_insert(7, &order_row(), LSN, None),
         Ok(Routed::Unclaimed {
             table: "public.orders".into()
         })
     );
-    assert_eq!(r.on_insert(999, &order_row(), LSN), Ok(Routed::Nothing));
+    assert_eq!(
+        r.on_insert(999, &order_row(), LSN, None),
+        Ok(Routed::Nothing)
+    );
 }
 
 #[test]
@@ -411,7 +421,7 @@ fn an_infinite_timestamp_stops_routing_with_a_clear_reason() {
     let r = router("timestamp_column = \"created_at\"");
     let mut row = order_row();
     row.0[5] = text("infinity");
-    let err = match r.on_insert(42, &row, LSN) {
+    let err = match r.on_insert(42, &row, LSN, None) {
         Err(e) => e,
         Ok(other) => panic!("routed {other:?}"),
     };
@@ -466,7 +476,7 @@ proptest::proptest! {
 fn lsn_header_follows_the_transaction() {
     let r = router("");
     let lsn_of = |lsn: Lsn| {
-        let Ok(Routed::Record(rec)) = r.on_insert(42, &order_row(), lsn) else {
+        let Ok(Routed::Record(rec)) = r.on_insert(42, &order_row(), lsn, None) else {
             panic!("not routed")
         };
         rec.headers
@@ -496,7 +506,7 @@ fn a_partition_of_a_captured_table_is_routed_as_the_table() {
     leaf.oid = 77;
     leaf.name = "outbox_2026_11".into();
     r.on_relation(&leaf);
-    match r.on_insert(77, &order_row(), LSN).unwrap() {
+    match r.on_insert(77, &order_row(), LSN, None).unwrap() {
         Routed::Record(rec) => assert_eq!(rec.key.as_deref(), Some(&b"order-17"[..])),
         other => panic!("a partition's row must be routed, got {other:?}"),
     }
@@ -512,7 +522,7 @@ fn a_row_no_route_claims_is_reported_as_unclaimed() {
     other.name = "outbox_copy".into();
     r.on_relation(&other);
     assert_eq!(
-        r.on_insert(99, &order_row(), LSN).unwrap(),
+        r.on_insert(99, &order_row(), LSN, None).unwrap(),
         Routed::Unclaimed {
             table: "public.outbox_copy".into()
         }
@@ -522,7 +532,7 @@ fn a_row_no_route_claims_is_reported_as_unclaimed() {
     claimed.oid = 99;
     r.on_relation(&claimed);
     assert!(matches!(
-        r.on_insert(99, &order_row(), LSN).unwrap(),
+        r.on_insert(99, &order_row(), LSN, None).unwrap(),
         Routed::Record(_)
     ));
 }

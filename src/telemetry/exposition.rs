@@ -247,6 +247,12 @@ impl Collector for View {
         )?;
         counter(
             &mut e,
+            "walrelay_trace_contexts_invalid",
+            "Outbox rows whose trace_context_column held no valid W3C trace context: published without trace headers.",
+            u(&m.trace_contexts_invalid),
+        )?;
+        counter(
+            &mut e,
             "walrelay_sessions_started",
             "Replication sessions that reached streaming.",
             u(&m.sessions_started),

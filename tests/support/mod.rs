@@ -10,6 +10,7 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod ce_reader;
 pub mod ledger;
 
 use std::sync::atomic::{AtomicU32, Ordering};
