@@ -32,7 +32,9 @@
 //! IDENTITY FULL), a REPLICA IDENTITY FULL table with a key (an update leaving its
 //! TOASTed column unchanged: after takes it from the old row), columns added,
 //! dropped and retyped mid-stream, and a snapshot of pre-existing rows (including the all-types,
-//! edge and TOASTed rows).
+//! edge and TOASTed rows); and issue 27's special values and types
+//! (`values_t`, [`values`]), whose columns Debezium leaves out are left out
+//! by walrelay's `column_exclude_list`, so their absence is compared too.
 //!
 //! Three comparisons, one at a time (each runs a JVM): Debezium's default
 //! options; `decimal.handling.mode=string`, `time.precision.mode=connect`,
@@ -66,6 +68,8 @@ mod support;
 
 #[path = "debezium_compat/outbox.rs"]
 mod outbox;
+#[path = "debezium_compat/values.rs"]
+mod values;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -144,6 +148,14 @@ const DELIBERATE: &[(&str, &str, &str)] = &[
     // Debezium 3.6.1 streams `name` columns as null (its snapshot has the
     // value); walrelay writes the value in both.
     ("after.c_name", "cu", "`name` columns in streamed changes"),
+    // values_t: Debezium's snapshot reads an infinity date through the JDBC
+    // driver (a day number cut to 32 bits), its stream from PostgreSQL's.
+    ("after.d_inf", "r", "`infinity` dates in snapshot rows"),
+    ("after.d_ninf", "r", "`infinity` dates in snapshot rows"),
+    // Nested arrays; Debezium: a null per row, or Java object names.
+    ("after.a_2d", "*", "arrays of several dimensions"),
+    ("after.a_2d_text", "*", "arrays of several dimensions"),
+    ("after.a_3d", "*", "arrays of several dimensions"),
 ];
 
 const TABLES: &str = "CREATE TYPE mood AS ENUM ('happy', 'sad');
@@ -292,10 +304,13 @@ fn prefill() -> String {
          INSERT INTO nopk_t VALUES ('pre', 0);
          INSERT INTO full_t VALUES (1, 'x', {BIG});
          INSERT INTO trunc_t VALUES (1);
-         {};",
+         {};
+         {}; {};",
         all_types_row(10),
         edge_row(11),
-        toast_row(1)
+        toast_row(1),
+        values::row(1, true),
+        values::row(2, false),
     )
 }
 
@@ -341,6 +356,7 @@ fn changes() -> Vec<String> {
         // A column dropped and one retyped mid-stream.
         "ALTER TABLE types_t DROP COLUMN c_varchar, ALTER COLUMN c_int2 TYPE int8;".into(),
         "UPDATE types_t SET extra = 9, c_int2 = 9007199254740993 WHERE id = 2;".into(),
+        format!("{}; {};", values::row(3, true), values::row(4, false)),
     ]
 }
 
@@ -359,8 +375,9 @@ const EXPECTED: &[(&str, usize, usize, usize)] = &[
     ("public.full_t", 3, 1, 1),
     ("public.trunc_t", 3, 1, 1),
     ("public.toast_t", 4, 0, 0),
+    ("public.values_t", 4, 0, 0),
 ];
-const SNAPSHOT_ROWS: usize = 8;
+const SNAPSHOT_ROWS: usize = 10;
 
 /// Records expected in a table's topic, from its [`EXPECTED`] counts.
 fn expected(counts: (usize, usize, usize), run: &Run) -> usize {
@@ -880,6 +897,10 @@ const DEFAULT_TABLES: &str = r#"
 name = "public.nopk_t"
 key_columns = ["code"]
 [[table]]
+name = "public.values_t"
+# Debezium leaves these out (types it does not map): so does the list.
+column_exclude_list = ["c_line", "c_lseg", "c_box", "c_path", "c_polygon", "c_circle", "c_pair", "a_interval", "a_money"]
+[[table]]
 name = "public.*"
 "#;
 
@@ -905,18 +926,22 @@ async fn walrelay_and_debezium_agree_under_string_decimals_connect_times_hex_byt
 time.precision.mode=connect
 binary.handling.mode=hex
 interval.handling.mode=string
-column.include.list=public\\.(types_t|nopk_t|full_t|trunc_t)\\..*,public\\.toast_t\\.(id|v|j|a_int4)
+column.include.list=public\\.(types_t|nopk_t|full_t|trunc_t|values_t)\\..*,public\\.toast_t\\.(id|v|j|a_int4)
 ",
         walrelay_defaults: r#"decimal_handling_mode = "string"
 time_precision_mode = "connect"
 binary_handling_mode = "hex"
 interval_handling_mode = "string"
-column_include_list = ['public\.(types_t|nopk_t|full_t|trunc_t)\..*', 'public\.toast_t\.(id|v|j|a_int4)']
+column_include_list = ['public\.(types_t|nopk_t|full_t|trunc_t|values_t)\..*', 'public\.toast_t\.(id|v|j|a_int4)']
 "#,
         walrelay_tables: r#"
 [[table]]
 name = "public.nopk_t"
 key_columns = ["code"]
+[[table]]
+name = "public.values_t"
+# Debezium leaves these out (types it does not map): so does the list.
+column_exclude_list = ["c_line", "c_lseg", "c_box", "c_path", "c_polygon", "c_circle", "c_pair", "a_interval", "a_money"]
 [[table]]
 name = "public.*"
 "#,
@@ -1016,6 +1041,10 @@ key_columns = ["code"]
 columns = ["code"]
 with_chars = 4
 [[table]]
+name = "public.values_t"
+# Debezium leaves these out (types it does not map): so does the list.
+column_exclude_list = ["c_line", "c_lseg", "c_box", "c_path", "c_polygon", "c_circle", "c_pair", "a_interval", "a_money"]
+[[table]]
 name = "public.*"
 "#,
         tombstones: false,
@@ -1110,12 +1139,16 @@ async fn compare_with_debezium(run: Run) {
     let db = TestDb::new("wr_dbz_compat").await;
     let names = Names::new("wr_dc");
     db.client.batch_execute(TABLES).await.expect("tables");
+    db.client
+        .batch_execute(values::TABLES)
+        .await
+        .expect("values_t");
     db.client.batch_execute(&prefill()).await.expect("prefill");
     // One publication for both: walrelay finds it complete, Debezium uses it
     // as it is (publication.autocreate.mode=disabled).
     db.client
         .batch_execute(&format!(
-            "CREATE PUBLICATION {pub} FOR TABLE types_t, nopk_t, full_t, trunc_t, toast_t;
+            "CREATE PUBLICATION {pub} FOR TABLE types_t, nopk_t, full_t, trunc_t, toast_t, values_t;
              ALTER PUBLICATION {pub} OWNER TO walrelay;",
             pub = names.publication
         ))
@@ -1163,7 +1196,7 @@ slot.name={d_slot}
 publication.name={pub}
 publication.autocreate.mode=disabled
 snapshot.mode=initial
-table.include.list=public\\\\.types_t,public\\\\.nopk_t,public\\\\.full_t,public\\\\.trunc_t,public\\\\.toast_t
+table.include.list=public\\\\.types_t,public\\\\.nopk_t,public\\\\.full_t,public\\\\.trunc_t,public\\\\.toast_t,public\\\\.values_t
 message.key.columns=public.nopk_t:code
 poll.interval.ms=100
 {debezium_options}",
