@@ -26,7 +26,8 @@
 //! The changes cover issue 10's list: a table with every mapped type plus
 //! NULLs and edge values (numeric/float specials, negative intervals, times
 //! before 1970, escapes), updates that leave TOASTed columns of every
-//! representation unchanged (text, jsonb, bytea, nine kinds of arrays),
+//! representation unchanged (text, jsonb, bytea, fourteen kinds of arrays,
+//! `hstore`, `tsvector`, `varbit`, `citext`),
 //! deletes (with tombstones), a primary-key change, a truncate of two tables, a table
 //! without a primary key (`key_columns` / `message.key.columns`, REPLICA
 //! IDENTITY FULL), a REPLICA IDENTITY FULL table with a key (an update leaving its
@@ -158,7 +159,8 @@ const DELIBERATE: &[(&str, &str, &str)] = &[
     ("after.a_3d", "*", "arrays of several dimensions"),
 ];
 
-const TABLES: &str = "CREATE TYPE mood AS ENUM ('happy', 'sad');
+const TABLES: &str = "CREATE EXTENSION hstore; CREATE EXTENSION citext; CREATE EXTENSION ltree;
+  CREATE TYPE mood AS ENUM ('happy', 'sad');
   CREATE DOMAIN posint AS int4 CHECK (VALUE > 0);
   CREATE TABLE types_t (
     id int4 PRIMARY KEY,
@@ -189,7 +191,10 @@ const TABLES: &str = "CREATE TYPE mood AS ENUM ('happy', 'sad');
   CREATE TABLE toast_t (id int4 PRIMARY KEY, v int4, t text, j jsonb, b bytea,
     a_text text[], a_varchar varchar[], a_jsonb jsonb[], a_int2 int2[], a_int4 int4[],
     a_int8 int8[], a_bool bool[], a_f8 float8[], a_date date[], a_tstz timestamptz[],
-    a_uuid uuid[], a_mood mood[]);
+    a_uuid uuid[], a_mood mood[],
+    -- Issue 27's types that can be TOASTed.
+    a_num numeric[], a_bytea bytea[], a_inet inet[], a_time time[], a_timetz timetz[],
+    h hstore, tsv tsvector, vb varbit, ct citext);
   ALTER TABLE toast_t ALTER COLUMN t SET STORAGE EXTERNAL,
     ALTER COLUMN j SET STORAGE EXTERNAL,
     ALTER COLUMN b SET STORAGE EXTERNAL,
@@ -204,7 +209,16 @@ const TABLES: &str = "CREATE TYPE mood AS ENUM ('happy', 'sad');
     ALTER COLUMN a_date SET STORAGE EXTERNAL,
     ALTER COLUMN a_tstz SET STORAGE EXTERNAL,
     ALTER COLUMN a_uuid SET STORAGE EXTERNAL,
-    ALTER COLUMN a_mood SET STORAGE EXTERNAL;
+    ALTER COLUMN a_mood SET STORAGE EXTERNAL,
+    ALTER COLUMN a_num SET STORAGE EXTERNAL,
+    ALTER COLUMN a_bytea SET STORAGE EXTERNAL,
+    ALTER COLUMN a_inet SET STORAGE EXTERNAL,
+    ALTER COLUMN a_time SET STORAGE EXTERNAL,
+    ALTER COLUMN a_timetz SET STORAGE EXTERNAL,
+    ALTER COLUMN h SET STORAGE EXTERNAL,
+    ALTER COLUMN tsv SET STORAGE EXTERNAL,
+    ALTER COLUMN vb SET STORAGE EXTERNAL,
+    ALTER COLUMN ct SET STORAGE EXTERNAL;
   ALTER TABLE toast_t OWNER TO walrelay;
   CREATE TABLE nopk_t (code text NOT NULL, qty int4);
   ALTER TABLE nopk_t REPLICA IDENTITY FULL;
@@ -270,7 +284,12 @@ fn toast_row(id: i32) -> String {
     format!(
         "INSERT INTO toast_t VALUES ({id}, 0, {BIG},
          (SELECT jsonb_agg(md5(g::text)) FROM generate_series(1, 200) g), {BIG}::bytea,
-         {md5s}, {md5s}::varchar[], {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
+         {md5s}, {md5s}::varchar[], {}, {}, {}, {}, {}, {}, {}, {}, {}, {},
+         {}, {}, {}, {}, {},
+         (SELECT hstore(array_agg(md5(g::text)), array_agg(g::text)) FROM generate_series(1, 200) g),
+         (SELECT string_agg(md5(g::text), ' ') FROM generate_series(1, 200) g)::tsvector,
+         (SELECT string_agg((g % 3 / 2)::text, '') FROM generate_series(1, 20000) g)::varbit,
+         {BIG}::citext)",
         series(200, "jsonb_build_object('k', md5(g::text))", "jsonb"),
         series(2000, "g % 30000", "int2"),
         series(2000, "g", "int4"),
@@ -289,6 +308,11 @@ fn toast_row(id: i32) -> String {
             "CASE WHEN g % 2 = 0 THEN 'happy' ELSE 'sad' END",
             "mood"
         ),
+        series(1000, "g / 7.0", "numeric"),
+        series(300, "md5(g::text)::bytea", "bytea"),
+        series(500, "'10.0.0.0'::inet + g", "inet"),
+        series(1000, "time '00:00' + g * interval '1 s'", "time"),
+        series(1000, "timetz '00:00+02' + g * interval '1 s'", "timetz"),
     )
 }
 
@@ -926,13 +950,13 @@ async fn walrelay_and_debezium_agree_under_string_decimals_connect_times_hex_byt
 time.precision.mode=connect
 binary.handling.mode=hex
 interval.handling.mode=string
-column.include.list=public\\.(types_t|nopk_t|full_t|trunc_t|values_t)\\..*,public\\.toast_t\\.(id|v|j|a_int4)
+column.include.list=public\\.(types_t|nopk_t|full_t|trunc_t|values_t)\\..*,public\\.toast_t\\.(id|v|j|a_int4|a_bytea)
 ",
         walrelay_defaults: r#"decimal_handling_mode = "string"
 time_precision_mode = "connect"
 binary_handling_mode = "hex"
 interval_handling_mode = "string"
-column_include_list = ['public\.(types_t|nopk_t|full_t|trunc_t|values_t)\..*', 'public\.toast_t\.(id|v|j|a_int4)']
+column_include_list = ['public\.(types_t|nopk_t|full_t|trunc_t|values_t)\..*', 'public\.toast_t\.(id|v|j|a_int4|a_bytea)']
 "#,
         walrelay_tables: r#"
 [[table]]
@@ -963,7 +987,7 @@ fn toast_t_columns_included(prefix: &str) {
     for v in values {
         let mut columns: Vec<&String> = v["after"].as_object().expect("after").keys().collect();
         columns.sort();
-        assert_eq!(columns, ["a_int4", "id", "j", "v"], "{v}");
+        assert_eq!(columns, ["a_bytea", "a_int4", "id", "j", "v"], "{v}");
     }
 }
 

@@ -378,8 +378,13 @@ pub enum Unchanged {
     /// A one-element array of `UUID.nameUUIDFromBytes(placeholder)`, the
     /// name-based (version 3, MD5) UUID of its bytes (`uuid[]`).
     UuidList,
-    /// `null`: the value is lost (`bytea` in `base64` mode; every other
-    /// array: `bool[]`, `int2[]`,
+    /// A one-element array of the placeholder's bytes, base64 (`bytea[]`).
+    BytesList,
+    /// A string holding the JSON object `{"<placeholder>":"<placeholder>"}`
+    /// (`hstore`).
+    HstoreJson,
+    /// `null`: the value is lost (`bytea` in `base64` mode; `bit(n)`,
+    /// `varbit`; every other array: `bool[]`, `int2[]`,
     /// `float4[]`, `float8[]`, `timestamp[]`, `timestamptz[]`, enum arrays;
     /// `date[]` in `connect` time mode).
     Null,
@@ -396,10 +401,18 @@ impl Unchanged {
                 // the placeholder's bytes.
                 Kind::BytesBase64 if modes.binary == BinaryHandlingMode::Base64 => Unchanged::Null,
                 Kind::BytesBase64 => Unchanged::Bytes,
+                Kind::Bits => Unchanged::Null,
+                Kind::Hstore => Unchanged::HstoreJson,
                 _ => Unchanged::String,
             };
         }
         match oid {
+            // `base64` mode loses it, as for a `bytea`.
+            1001 if mapping.kind == Kind::BytesBase64
+                && modes.binary != BinaryHandlingMode::Base64 =>
+            {
+                Unchanged::BytesList
+            }
             1009 | 1015 | 1014 | 199 | 3807 => Unchanged::TextList,
             1007 | 1016 => Unchanged::ByteNumbers,
             1182 if modes.time == TimePrecisionMode::Adaptive => Unchanged::ByteNumbers,
@@ -423,6 +436,20 @@ pub fn write_placeholder(out: &mut Vec<u8>, unchanged: Unchanged, placeholder: &
             out.push(b'[');
             json_str(out, placeholder);
             out.push(b']');
+        }
+        Unchanged::BytesList => {
+            out.extend_from_slice(b"[\"");
+            base64(out, placeholder.as_bytes());
+            out.extend_from_slice(b"\"]");
+        }
+        Unchanged::HstoreJson => {
+            let mut object = Vec::with_capacity(2 * placeholder.len() + 8);
+            object.push(b'{');
+            jackson_str(&mut object, placeholder);
+            object.push(b':');
+            jackson_str(&mut object, placeholder);
+            object.push(b'}');
+            json_str(out, &String::from_utf8_lossy(&object));
         }
         Unchanged::ByteNumbers => {
             out.push(b'[');
@@ -1026,6 +1053,23 @@ fn write_array(
     Ok(())
 }
 
+/// A `numeric` array element as Debezium 3.6.1 writes it in a
+/// `VariableScaleDecimal`: without the fraction's trailing zeros (`1.50`
+/// has scale 1, `100.00` scale 0; never a negative scale). Its `string`
+/// mode keeps the text.
+fn jdbc_numeric(text: &[u8]) -> &[u8] {
+    let Some(point) = text.iter().position(|&b| b == b'.') else {
+        return text;
+    };
+    let frac = &text[point + 1..];
+    let kept = frac.len() - frac.iter().rev().take_while(|&&b| b == b'0').count();
+    if kept == 0 {
+        &text[..point]
+    } else {
+        &text[..point + 1 + kept]
+    }
+}
+
 /// PostgreSQL's arrays have at most 6 dimensions (MAXDIM).
 const MAX_DIMENSIONS: usize = 6;
 
@@ -1172,6 +1216,9 @@ fn write_element(
         ) => {
             *lost = true;
             out.extend_from_slice(b"null");
+        }
+        (Kind::Decimal { scale: None }, _) => {
+            write_scalar(out, kind, jdbc_numeric(elem), scratch, strict)?
         }
         _ => write_scalar(out, kind, elem, scratch, strict)?,
     }

@@ -331,13 +331,29 @@ fn arrays_of_numeric_time_timetz_inet_and_bytea() {
         json(1231, numeric(6, 2), "{1.50,-2.25}"),
         r#"["AJY=","/x8="]"#
     );
-    // NaN or an infinity anywhere: the whole column is null, in every mode.
-    assert_eq!(json(1231, -1, "{NaN,0}"), "null");
-    assert_eq!(json(1231, numeric(6, 2), "{1,Infinity}"), "null");
+    // Variable-scale elements lose their fraction's trailing zeros (never
+    // a negative scale); string mode keeps the text.
     let string = Modes {
         decimal: DecimalHandlingMode::String,
         ..modes()
     };
+    assert_eq!(
+        json_with(1231, -1, string, "{1.00000,1.50,0.00001000,100.00,0.000}"),
+        r#"["1.00000","1.50","0.00001000","100.00","0.000"]"#
+    );
+    assert_eq!(
+        json(
+            1231,
+            -1,
+            "{1.00000000000000000000,1.50,0.00001000,1.0000500,100.00,0.000,-3.10}"
+        ),
+        r#"[{"scale":0,"value":"AQ=="},{"scale":1,"value":"Dw=="},{"scale":5,"value":"AQ=="},{"scale":5,"value":"AYal"},{"scale":0,"value":"ZA=="},{"scale":0,"value":"AA=="},{"scale":1,"value":"4Q=="}]"#
+    );
+    // Scalars keep their text's scale.
+    assert_eq!(json_with(1700, -1, string, "1.00000"), r#""1.00000""#);
+    // NaN or an infinity anywhere: the whole column is null, in every mode.
+    assert_eq!(json(1231, -1, "{NaN,0}"), "null");
+    assert_eq!(json(1231, numeric(6, 2), "{1,Infinity}"), "null");
     assert_eq!(json_with(1231, -1, string, "{1.50,-2}"), r#"["1.50","-2"]"#);
     assert_eq!(json_with(1231, -1, string, "{NaN}"), "null");
     assert_eq!(
@@ -626,6 +642,24 @@ fn unchanged_toast_placeholder_takes_the_column_representation() {
     let mut out = Vec::new();
     write_placeholder(&mut out, Unchanged::ByteNumbers, "é");
     assert_eq!(out, b"[-61,-87]");
+    // Issue 27's types, as Debezium 3.6.1 wrote them: bytea[] a list of the
+    // bytes, hstore an object of the placeholder, bit strings null.
+    assert_eq!(
+        placeholder(1001, modes()),
+        "[\"X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==\"]"
+    );
+    let mapping = Mapping::of(HSTORE, -1, modes()).unwrap();
+    let mut out = Vec::new();
+    write_placeholder(&mut out, Unchanged::of(16_555, mapping, modes()), p);
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        format!(r#""{{\"{p}\":\"{p}\"}}""#)
+    );
+    let varbit = Mapping::of(1562, -1, modes()).unwrap();
+    assert_eq!(Unchanged::of(1562, varbit, modes()), Unchanged::Null);
+    for same in [1231, 1041, 1183, 1270] {
+        assert_eq!(placeholder(same, modes()), "null", "array type {same}");
+    }
 }
 
 #[test]
