@@ -1430,6 +1430,8 @@ pub fn table_snapshot_order(config: &Config, table: &TableEventTable) -> Result<
 /// written as (Debezium writes enum values as strings).
 const TEXT_OID: u32 = 25;
 const TEXT_ARRAY_OID: u32 = 1009;
+/// Types created after initdb (extensions', users') have oids from here on.
+const FIRST_NORMAL_OID: u32 = 16384;
 
 /// The aliases of a table's user-defined types, its columns with their
 /// declared types, and its columns written as their text form.
@@ -1449,7 +1451,7 @@ async fn column_types(
         .query(
             "SELECT a.attname::text, a.atttypid, a.atttypmod, \
                     format_type(a.atttypid, a.atttypmod), t.typtype::text, t.typbasetype, \
-                    t.typtypmod, coalesce(e.typtype::text, '') \
+                    t.typtypmod, coalesce(e.typtype::text, ''), t.typname::text \
              FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
              LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A' \
              WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped \
@@ -1469,9 +1471,21 @@ async fn column_types(
         let type_name: String = r.get(3);
         let (typtype, base, base_typmod): (String, u32, i32) = (r.get(4), r.get(5), r.get(6));
         let elem_typtype: String = r.get(7);
+        let typname: String = r.get(8);
         let (written_as, written_typmod) = match (typtype.as_str(), elem_typtype.as_str()) {
             ("e", _) => (TEXT_OID, -1),
             (_, "e") => (TEXT_ARRAY_OID, -1),
+            // Extension types, found by name (their oids differ per
+            // database): `citext` and `ltree` are strings, `hstore` is
+            // Debezium's JSON form, as Debezium writes them.
+            ("b", _)
+                if oid >= FIRST_NORMAL_OID && matches!(typname.as_str(), "citext" | "ltree") =>
+            {
+                (TEXT_OID, -1)
+            }
+            ("b", _) if oid >= FIRST_NORMAL_OID && typname == "hstore" => {
+                (crate::router::debezium::HSTORE, -1)
+            }
             ("d", _) => (base, if typmod >= 0 { typmod } else { base_typmod }),
             _ => (oid, typmod),
         };

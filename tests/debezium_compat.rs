@@ -26,13 +26,16 @@
 //! The changes cover issue 10's list: a table with every mapped type plus
 //! NULLs and edge values (numeric/float specials, negative intervals, times
 //! before 1970, escapes), updates that leave TOASTed columns of every
-//! representation unchanged (text, jsonb, bytea, nine kinds of arrays),
+//! representation unchanged (text, jsonb, bytea, fourteen kinds of arrays,
+//! `hstore`, `tsvector`, `varbit`, `citext`),
 //! deletes (with tombstones), a primary-key change, a truncate of two tables, a table
 //! without a primary key (`key_columns` / `message.key.columns`, REPLICA
 //! IDENTITY FULL), a REPLICA IDENTITY FULL table with a key (an update leaving its
 //! TOASTed column unchanged: after takes it from the old row), columns added,
 //! dropped and retyped mid-stream, and a snapshot of pre-existing rows (including the all-types,
-//! edge and TOASTed rows).
+//! edge and TOASTed rows); and issue 27's special values and types
+//! (`values_t`, [`values`]), whose columns Debezium leaves out are left out
+//! by walrelay's `column_exclude_list`, so their absence is compared too.
 //!
 //! Three comparisons, one at a time (each runs a JVM): Debezium's default
 //! options; `decimal.handling.mode=string`, `time.precision.mode=connect`,
@@ -66,6 +69,8 @@ mod support;
 
 #[path = "debezium_compat/outbox.rs"]
 mod outbox;
+#[path = "debezium_compat/values.rs"]
+mod values;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -144,9 +149,18 @@ const DELIBERATE: &[(&str, &str, &str)] = &[
     // Debezium 3.6.1 streams `name` columns as null (its snapshot has the
     // value); walrelay writes the value in both.
     ("after.c_name", "cu", "`name` columns in streamed changes"),
+    // values_t: Debezium's snapshot reads an infinity date through the JDBC
+    // driver (a day number cut to 32 bits), its stream from PostgreSQL's.
+    ("after.d_inf", "r", "`infinity` dates in snapshot rows"),
+    ("after.d_ninf", "r", "`infinity` dates in snapshot rows"),
+    // Nested arrays; Debezium: a null per row, or Java object names.
+    ("after.a_2d", "*", "arrays of several dimensions"),
+    ("after.a_2d_text", "*", "arrays of several dimensions"),
+    ("after.a_3d", "*", "arrays of several dimensions"),
 ];
 
-const TABLES: &str = "CREATE TYPE mood AS ENUM ('happy', 'sad');
+const TABLES: &str = "CREATE EXTENSION hstore; CREATE EXTENSION citext; CREATE EXTENSION ltree;
+  CREATE TYPE mood AS ENUM ('happy', 'sad');
   CREATE DOMAIN posint AS int4 CHECK (VALUE > 0);
   CREATE TABLE types_t (
     id int4 PRIMARY KEY,
@@ -177,7 +191,10 @@ const TABLES: &str = "CREATE TYPE mood AS ENUM ('happy', 'sad');
   CREATE TABLE toast_t (id int4 PRIMARY KEY, v int4, t text, j jsonb, b bytea,
     a_text text[], a_varchar varchar[], a_jsonb jsonb[], a_int2 int2[], a_int4 int4[],
     a_int8 int8[], a_bool bool[], a_f8 float8[], a_date date[], a_tstz timestamptz[],
-    a_uuid uuid[], a_mood mood[]);
+    a_uuid uuid[], a_mood mood[],
+    -- Issue 27's types that can be TOASTed.
+    a_num numeric[], a_bytea bytea[], a_inet inet[], a_time time[], a_timetz timetz[],
+    h hstore, tsv tsvector, vb varbit, ct citext);
   ALTER TABLE toast_t ALTER COLUMN t SET STORAGE EXTERNAL,
     ALTER COLUMN j SET STORAGE EXTERNAL,
     ALTER COLUMN b SET STORAGE EXTERNAL,
@@ -192,7 +209,16 @@ const TABLES: &str = "CREATE TYPE mood AS ENUM ('happy', 'sad');
     ALTER COLUMN a_date SET STORAGE EXTERNAL,
     ALTER COLUMN a_tstz SET STORAGE EXTERNAL,
     ALTER COLUMN a_uuid SET STORAGE EXTERNAL,
-    ALTER COLUMN a_mood SET STORAGE EXTERNAL;
+    ALTER COLUMN a_mood SET STORAGE EXTERNAL,
+    ALTER COLUMN a_num SET STORAGE EXTERNAL,
+    ALTER COLUMN a_bytea SET STORAGE EXTERNAL,
+    ALTER COLUMN a_inet SET STORAGE EXTERNAL,
+    ALTER COLUMN a_time SET STORAGE EXTERNAL,
+    ALTER COLUMN a_timetz SET STORAGE EXTERNAL,
+    ALTER COLUMN h SET STORAGE EXTERNAL,
+    ALTER COLUMN tsv SET STORAGE EXTERNAL,
+    ALTER COLUMN vb SET STORAGE EXTERNAL,
+    ALTER COLUMN ct SET STORAGE EXTERNAL;
   ALTER TABLE toast_t OWNER TO walrelay;
   CREATE TABLE nopk_t (code text NOT NULL, qty int4);
   ALTER TABLE nopk_t REPLICA IDENTITY FULL;
@@ -258,7 +284,12 @@ fn toast_row(id: i32) -> String {
     format!(
         "INSERT INTO toast_t VALUES ({id}, 0, {BIG},
          (SELECT jsonb_agg(md5(g::text)) FROM generate_series(1, 200) g), {BIG}::bytea,
-         {md5s}, {md5s}::varchar[], {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
+         {md5s}, {md5s}::varchar[], {}, {}, {}, {}, {}, {}, {}, {}, {}, {},
+         {}, {}, {}, {}, {},
+         (SELECT hstore(array_agg(md5(g::text)), array_agg(g::text)) FROM generate_series(1, 200) g),
+         (SELECT string_agg(md5(g::text), ' ') FROM generate_series(1, 200) g)::tsvector,
+         (SELECT string_agg((g % 3 / 2)::text, '') FROM generate_series(1, 20000) g)::varbit,
+         {BIG}::citext)",
         series(200, "jsonb_build_object('k', md5(g::text))", "jsonb"),
         series(2000, "g % 30000", "int2"),
         series(2000, "g", "int4"),
@@ -277,6 +308,11 @@ fn toast_row(id: i32) -> String {
             "CASE WHEN g % 2 = 0 THEN 'happy' ELSE 'sad' END",
             "mood"
         ),
+        series(1000, "g / 7.0", "numeric"),
+        series(300, "md5(g::text)::bytea", "bytea"),
+        series(500, "'10.0.0.0'::inet + g", "inet"),
+        series(1000, "time '00:00' + g * interval '1 s'", "time"),
+        series(1000, "timetz '00:00+02' + g * interval '1 s'", "timetz"),
     )
 }
 
@@ -292,10 +328,13 @@ fn prefill() -> String {
          INSERT INTO nopk_t VALUES ('pre', 0);
          INSERT INTO full_t VALUES (1, 'x', {BIG});
          INSERT INTO trunc_t VALUES (1);
-         {};",
+         {};
+         {}; {};",
         all_types_row(10),
         edge_row(11),
-        toast_row(1)
+        toast_row(1),
+        values::row(1, true),
+        values::row(2, false),
     )
 }
 
@@ -341,6 +380,7 @@ fn changes() -> Vec<String> {
         // A column dropped and one retyped mid-stream.
         "ALTER TABLE types_t DROP COLUMN c_varchar, ALTER COLUMN c_int2 TYPE int8;".into(),
         "UPDATE types_t SET extra = 9, c_int2 = 9007199254740993 WHERE id = 2;".into(),
+        format!("{}; {};", values::row(3, true), values::row(4, false)),
     ]
 }
 
@@ -359,8 +399,9 @@ const EXPECTED: &[(&str, usize, usize, usize)] = &[
     ("public.full_t", 3, 1, 1),
     ("public.trunc_t", 3, 1, 1),
     ("public.toast_t", 4, 0, 0),
+    ("public.values_t", 4, 0, 0),
 ];
-const SNAPSHOT_ROWS: usize = 8;
+const SNAPSHOT_ROWS: usize = 10;
 
 /// Records expected in a table's topic, from its [`EXPECTED`] counts.
 fn expected(counts: (usize, usize, usize), run: &Run) -> usize {
@@ -880,6 +921,10 @@ const DEFAULT_TABLES: &str = r#"
 name = "public.nopk_t"
 key_columns = ["code"]
 [[table]]
+name = "public.values_t"
+# Debezium leaves these out (types it does not map): so does the list.
+column_exclude_list = ["c_line", "c_lseg", "c_box", "c_path", "c_polygon", "c_circle", "c_pair", "a_interval", "a_money"]
+[[table]]
 name = "public.*"
 "#;
 
@@ -905,18 +950,22 @@ async fn walrelay_and_debezium_agree_under_string_decimals_connect_times_hex_byt
 time.precision.mode=connect
 binary.handling.mode=hex
 interval.handling.mode=string
-column.include.list=public\\.(types_t|nopk_t|full_t|trunc_t)\\..*,public\\.toast_t\\.(id|v|j|a_int4)
+column.include.list=public\\.(types_t|nopk_t|full_t|trunc_t|values_t)\\..*,public\\.toast_t\\.(id|v|j|a_int4|a_bytea)
 ",
         walrelay_defaults: r#"decimal_handling_mode = "string"
 time_precision_mode = "connect"
 binary_handling_mode = "hex"
 interval_handling_mode = "string"
-column_include_list = ['public\.(types_t|nopk_t|full_t|trunc_t)\..*', 'public\.toast_t\.(id|v|j|a_int4)']
+column_include_list = ['public\.(types_t|nopk_t|full_t|trunc_t|values_t)\..*', 'public\.toast_t\.(id|v|j|a_int4|a_bytea)']
 "#,
         walrelay_tables: r#"
 [[table]]
 name = "public.nopk_t"
 key_columns = ["code"]
+[[table]]
+name = "public.values_t"
+# Debezium leaves these out (types it does not map): so does the list.
+column_exclude_list = ["c_line", "c_lseg", "c_box", "c_path", "c_polygon", "c_circle", "c_pair", "a_interval", "a_money"]
 [[table]]
 name = "public.*"
 "#,
@@ -938,7 +987,7 @@ fn toast_t_columns_included(prefix: &str) {
     for v in values {
         let mut columns: Vec<&String> = v["after"].as_object().expect("after").keys().collect();
         columns.sort();
-        assert_eq!(columns, ["a_int4", "id", "j", "v"], "{v}");
+        assert_eq!(columns, ["a_bytea", "a_int4", "id", "j", "v"], "{v}");
     }
 }
 
@@ -1015,6 +1064,10 @@ key_columns = ["code"]
 [[table.column_mask]]
 columns = ["code"]
 with_chars = 4
+[[table]]
+name = "public.values_t"
+# Debezium leaves these out (types it does not map): so does the list.
+column_exclude_list = ["c_line", "c_lseg", "c_box", "c_path", "c_polygon", "c_circle", "c_pair", "a_interval", "a_money"]
 [[table]]
 name = "public.*"
 "#,
@@ -1110,12 +1163,16 @@ async fn compare_with_debezium(run: Run) {
     let db = TestDb::new("wr_dbz_compat").await;
     let names = Names::new("wr_dc");
     db.client.batch_execute(TABLES).await.expect("tables");
+    db.client
+        .batch_execute(values::TABLES)
+        .await
+        .expect("values_t");
     db.client.batch_execute(&prefill()).await.expect("prefill");
     // One publication for both: walrelay finds it complete, Debezium uses it
     // as it is (publication.autocreate.mode=disabled).
     db.client
         .batch_execute(&format!(
-            "CREATE PUBLICATION {pub} FOR TABLE types_t, nopk_t, full_t, trunc_t, toast_t;
+            "CREATE PUBLICATION {pub} FOR TABLE types_t, nopk_t, full_t, trunc_t, toast_t, values_t;
              ALTER PUBLICATION {pub} OWNER TO walrelay;",
             pub = names.publication
         ))
@@ -1163,7 +1220,7 @@ slot.name={d_slot}
 publication.name={pub}
 publication.autocreate.mode=disabled
 snapshot.mode=initial
-table.include.list=public\\\\.types_t,public\\\\.nopk_t,public\\\\.full_t,public\\\\.trunc_t,public\\\\.toast_t
+table.include.list=public\\\\.types_t,public\\\\.nopk_t,public\\\\.full_t,public\\\\.trunc_t,public\\\\.toast_t,public\\\\.values_t
 message.key.columns=public.nopk_t:code
 poll.interval.ms=100
 {debezium_options}",

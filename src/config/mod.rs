@@ -69,8 +69,8 @@ pub use schema::{
     ConnectorConfig, DecimalHandlingMode, Delivery, HASH_ALGORITHMS, HealthConfig, HeartbeatConfig,
     IntervalHandlingMode, KafkaConfig, LogConfig, LogFormat, OnUpdate, OutboxConfig, OutboxFormat,
     PostgresConfig, SaslMechanism, SecurityProtocol, SkippedOperations, SnapshotConfig,
-    SnapshotMode, SslMode, TableConfig, TableDefaults, TimePrecisionMode, UnmappedTypes,
-    glob_match, is_secret_property,
+    SnapshotMode, SpecialValues, SslMode, TableConfig, TableDefaults, TimePrecisionMode,
+    UnmappedTypes, glob_match, is_secret_property,
 };
 pub use template::{
     Segment, TableRef, TopicTemplate, is_topic_char, sanitized_topic_name, topic_name_problem,

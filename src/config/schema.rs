@@ -909,6 +909,21 @@ pub enum UnmappedTypes {
     Text,
 }
 
+/// `table_defaults.special_values`: what becomes of a valid value that has
+/// no exact Debezium form — an `infinity` date or timestamp, a timestamp or
+/// interval past what Debezium's numbers hold, an array with bounds other
+/// than 1 or of several dimensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpecialValues {
+    /// Write what Debezium 3.6.1 writes for it, or walrelay's documented
+    /// form where Debezium's loses it (docs/compatibility.md).
+    #[default]
+    Write,
+    /// Stop the connector, naming table, column and LSN.
+    Fail,
+}
+
 /// `[table_defaults]`: settings shared by every `[[table]]` entry, named after
 /// the Debezium connector options they mirror (`topic.prefix` →
 /// `topic_prefix`, `decimal.handling.mode` → `decimal_handling_mode`, …).
@@ -960,6 +975,10 @@ pub struct TableDefaults {
     /// (`fail`, the default) or written as its text form (`text`).
     #[serde(default)]
     pub unmapped_types: UnmappedTypes,
+    /// A valid value without an exact Debezium form: written as Debezium
+    /// writes it (`write`, the default) or stopping the connector (`fail`).
+    #[serde(default)]
+    pub special_values: SpecialValues,
 }
 
 impl TableDefaults {
@@ -1030,6 +1049,7 @@ impl Default for TableDefaults {
             column_include_list: Vec::new(),
             column_exclude_list: Vec::new(),
             unmapped_types: UnmappedTypes::default(),
+            special_values: SpecialValues::default(),
         }
     }
 }
@@ -1200,6 +1220,9 @@ pub struct TableConfig {
     /// Overrides `table_defaults.unmapped_types`.
     #[serde(default)]
     pub unmapped_types: Option<UnmappedTypes>,
+    /// Overrides `table_defaults.special_values`.
+    #[serde(default)]
+    pub special_values: Option<SpecialValues>,
     /// Overrides `table_defaults.skipped_operations`.
     #[serde(default)]
     pub skipped_operations: Option<SkippedOperations>,

@@ -3033,6 +3033,29 @@ fn a_mask_salt_comes_from_the_environment_and_stays_secret() {
     assert!(e.contains("table[0].column_mask[0].salt: is empty"), "{e}");
 }
 
+/// Issue 27: `special_values` is `write` (the default) or `fail`, per
+/// table too; anything else names the key and the two choices.
+#[test]
+fn special_values_is_write_or_fail_and_a_table_may_override_it() {
+    let config = load(&format!("{TABLES_ONLY}[[table]]\nname = \"t\"\n")).unwrap();
+    assert_eq!(config.table_defaults.special_values, SpecialValues::Write);
+    let config = load(&format!(
+        "{TABLES_ONLY}[table_defaults]\nspecial_values = \"fail\"\n[[table]]\nname = \"t\"\n\
+         [[table]]\nname = \"u\"\nspecial_values = \"write\"\n"
+    ))
+    .unwrap();
+    assert_eq!(config.table_defaults.special_values, SpecialValues::Fail);
+    assert_eq!(config.tables[0].special_values, None);
+    assert_eq!(config.tables[1].special_values, Some(SpecialValues::Write));
+    let e = load_err(&format!(
+        "{TABLES_ONLY}[[table]]\nname = \"t\"\nspecial_values = \"stop\"\n"
+    ));
+    assert!(
+        e.contains("special_values") && e.contains("`write`") && e.contains("`fail`"),
+        "{e}"
+    );
+}
+
 #[test]
 fn unmapped_types_is_fail_or_text_and_a_table_may_override_it() {
     let config = load(&format!(

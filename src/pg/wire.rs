@@ -56,6 +56,8 @@ pub const SESSION_PARAMETERS: &[(&str, &str)] = &[
     ("bytea_output", "hex"),
     ("IntervalStyle", "postgres"),
     ("extra_float_digits", "3"),
+    // `money` as `$1,234.56` whatever the server's locale.
+    ("lc_monetary", "C"),
     // Operator-written conditions (`pg::filter`) are checked under this
     // lexer rule: a backslash in '…' is an ordinary character.
     ("standard_conforming_strings", "on"),

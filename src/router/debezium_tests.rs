@@ -172,7 +172,7 @@ fn dates_are_days_since_the_epoch() {
     assert_eq!(json(1082, -1, "1970-01-01"), "0");
     assert_eq!(json(1082, -1, "2024-01-01"), "19723");
     assert_eq!(json(1082, -1, "1969-12-31"), "-1");
-    assert!(error(1082, -1, "infinity").0.contains("date"));
+    assert!(error(1082, -1, "tomorrow").0.contains("date"));
 }
 
 #[test]
@@ -210,7 +210,7 @@ fn timestamps_are_epoch_millis_or_micros_by_precision() {
         json_with(1114, -1, connect, "2024-01-01 00:00:00.123456"),
         "1704067200123"
     );
-    assert!(error(1114, -1, "infinity").0.contains("timestamp"));
+    assert!(error(1114, -1, "tomorrow").0.contains("timestamp"));
 }
 
 #[test]
@@ -296,12 +296,295 @@ fn one_dimensional_arrays_are_json_arrays_of_their_elements() {
         json(1185, -1, r#"{"2024-01-01 00:00:00.5+00",NULL}"#),
         r#"["2024-01-01T00:00:00.500000Z",null]"#
     );
-    assert!(
-        error(1007, -1, "{{1,2},{3,4}}")
-            .0
-            .contains("multi-dimensional")
+    // Issue 27: other bounds are dropped (Debezium 3.6.1), several
+    // dimensions nest (Debezium writes no value for them).
+    assert_eq!(json(1007, -1, "[0:2]={7,8,9}"), "[7,8,9]");
+    assert_eq!(json(1007, -1, "[-1:0]={1,2}"), "[1,2]");
+    assert_eq!(json(1007, -1, "{{1,2},{3,4}}"), "[[1,2],[3,4]]");
+    assert_eq!(
+        json(1009, -1, r#"[0:1][1:1]={{"a,b"},{NULL}}"#),
+        r#"[["a,b"],[null]]"#
     );
-    assert!(error(1007, -1, "[0:1]={1,2}").0.contains("array"));
+    assert_eq!(json(1016, -1, "{{{1}}}"), "[[[1]]]");
+    for bad in [
+        "[0:1]{1,2}",
+        "[x]={1}",
+        "{{1,2}",
+        "{1,2}}",
+        "{{{{{{{1}}}}}}}",
+        "{1,{2}",
+        "{1\"2}",
+    ] {
+        let _ = error(1007, -1, bad);
+    }
+}
+
+/// Issue 27: the arrays once refused, as Debezium 3.6.1 wrote them in
+/// tests/debezium_compat.rs.
+#[test]
+fn arrays_of_numeric_time_timetz_inet_and_bytea() {
+    assert_eq!(
+        json(1231, -1, "{1.5,-2,NULL}"),
+        r#"[{"scale":1,"value":"Dw=="},{"scale":0,"value":"/g=="},null]"#
+    );
+    assert_eq!(
+        json(1231, numeric(6, 2), "{1.50,-2.25}"),
+        r#"["AJY=","/x8="]"#
+    );
+    // Variable-scale elements lose their fraction's trailing zeros (never
+    // a negative scale); string mode keeps the text.
+    let string = Modes {
+        decimal: DecimalHandlingMode::String,
+        ..modes()
+    };
+    assert_eq!(
+        json_with(1231, -1, string, "{1.00000,1.50,0.00001000,100.00,0.000}"),
+        r#"["1.00000","1.50","0.00001000","100.00","0.000"]"#
+    );
+    assert_eq!(
+        json(
+            1231,
+            -1,
+            "{1.00000000000000000000,1.50,0.00001000,1.0000500,100.00,0.000,-3.10}"
+        ),
+        r#"[{"scale":0,"value":"AQ=="},{"scale":1,"value":"Dw=="},{"scale":5,"value":"AQ=="},{"scale":5,"value":"AYal"},{"scale":0,"value":"ZA=="},{"scale":0,"value":"AA=="},{"scale":1,"value":"4Q=="}]"#
+    );
+    // Scalars keep their text's scale.
+    assert_eq!(json_with(1700, -1, string, "1.00000"), r#""1.00000""#);
+    // NaN or an infinity anywhere: the whole column is null, in every mode.
+    assert_eq!(json(1231, -1, "{NaN,0}"), "null");
+    assert_eq!(json(1231, numeric(6, 2), "{1,Infinity}"), "null");
+    assert_eq!(json_with(1231, -1, string, "{1.50,-2}"), r#"["1.50","-2"]"#);
+    assert_eq!(json_with(1231, -1, string, "{NaN}"), "null");
+    assert_eq!(
+        json(1183, -1, "{13:45:10.5,00:00:00,24:00:00}"),
+        "[49510500000,0,0]"
+    );
+    assert_eq!(
+        json(1270, -1, "{10:00:00+02,00:00:00-03:30}"),
+        r#"["08:00:00Z","03:30:00Z"]"#
+    );
+    assert_eq!(
+        json(1041, -1, "{192.168.0.1/24,::1,NULL}"),
+        r#"["192.168.0.1/24","::1",null]"#
+    );
+    assert_eq!(
+        json(1001, -1, r#"{"\\x0102",NULL,"\\x"}"#),
+        r#"["AQI=",null,""]"#
+    );
+    let hex = Modes {
+        binary: BinaryHandlingMode::Hex,
+        ..modes()
+    };
+    assert_eq!(json_with(1001, -1, hex, r#"{"\\x0102"}"#), r#"["0102"]"#);
+}
+
+/// Issue 27: infinities and the extremes, as Debezium 3.6.1 wrote them.
+#[test]
+fn special_values_are_written_as_debezium_writes_them() {
+    // Dates: the stream's numbers; in arrays, the JDBC driver's.
+    assert_eq!(json(1082, -1, "infinity"), "-2147472692");
+    assert_eq!(json(1082, -1, "-infinity"), "-2147472691");
+    assert_eq!(
+        json(1182, -1, "{infinity,-infinity,NULL}"),
+        "[-622191234,-625821272,null]"
+    );
+    assert_eq!(json(1082, -1, "5874897-12-31"), "2145042905");
+    // Timestamps: the JDBC driver's infinity milliseconds (as µs, or ms).
+    assert_eq!(json(1114, -1, "infinity"), "9223372036825200000");
+    assert_eq!(json(1114, -1, "-infinity"), "-9223372036832400000");
+    assert_eq!(json(1114, 3, "infinity"), "9223372036825200");
+    assert_eq!(json(1114, 3, "-infinity"), "-9223372036832400");
+    assert_eq!(
+        json(1115, -1, "{infinity,-infinity}"),
+        "[9223372036825200000,-9223372036832400000]"
+    );
+    // Past 64-bit microseconds: saturated seconds plus wrapped micros.
+    assert_eq!(
+        json(1114, -1, "294276-12-31 23:59:59.999999"),
+        "-9223372036853775810"
+    );
+    assert_eq!(
+        json(1114, 3, "294276-12-31 23:59:59.999999"),
+        "9224318015999999"
+    );
+    assert_eq!(
+        json(1114, -1, "4713-01-01 00:00:00 BC"),
+        "-210863520000000000"
+    );
+    // timestamptz: strings; Java's signed years.
+    assert_eq!(json(1184, -1, "infinity"), r#""infinity""#);
+    assert_eq!(json(1184, -1, "-infinity"), r#""-infinity""#);
+    assert_eq!(
+        json(1184, -1, "294276-12-31 23:59:59.999999+00"),
+        r#""+294276-12-31T23:59:59.999999Z""#
+    );
+    assert_eq!(
+        json(1184, -1, "0002-01-01 00:00:00+00 BC"),
+        r#""-0001-01-01T00:00:00.000000Z""#
+    );
+    assert_eq!(
+        json(1185, -1, "{infinity,-infinity}"),
+        r#"["infinity","+292269055-12-02T23:00:00.000000Z"]"#
+    );
+    assert_eq!(
+        json(1185, 0, "{-infinity}"),
+        r#"["+292269055-12-02T23:00:00Z"]"#
+    );
+    // Intervals: infinity is zero; beyond 64 bits, saturated.
+    assert_eq!(json(1186, -1, "infinity"), "0");
+    assert_eq!(json(1186, -1, "-infinity"), "0");
+    let max = "178956970 years 7 mons 2147483647 days 2562047788:00:54.775806";
+    let min = "-178956970 years -8 mons -2147483648 days -2562047788:00:54.775807";
+    assert_eq!(json(1186, -1, max), "9223372036854775807");
+    assert_eq!(json(1186, -1, min), "-9223372036854775808");
+    assert_eq!(
+        json(
+            1186,
+            -1,
+            "178956970 years 7 mons 2147483647 days 596523:14:07.999999"
+        ),
+        "9223372036854775807"
+    );
+    let string = Modes {
+        interval: IntervalHandlingMode::String,
+        ..modes()
+    };
+    assert_eq!(
+        json_with(1186, -1, string, "infinity"),
+        r#""P0Y0M0DT0H0M0S""#
+    );
+    assert_eq!(
+        json_with(1186, -1, string, max),
+        r#""P178956970Y7M2147483647DT2562047788H0M54.775806S""#
+    );
+}
+
+/// `special_values = "fail"`: each of those values stops the connector,
+/// naming the setting; `unmapped_types = "text"` still writes its text.
+#[test]
+fn special_values_fail_refuses_them() {
+    let fail = Modes {
+        special: SpecialValues::Fail,
+        ..modes()
+    };
+    for (oid, typmod, value) in [
+        (1082, -1, "infinity"),
+        (1182, -1, "{-infinity}"),
+        (1114, -1, "infinity"),
+        (1114, -1, "294276-12-31 23:59:59.999999"),
+        (1184, -1, "-infinity"),
+        (1185, -1, "{-infinity}"),
+        (1186, -1, "infinity"),
+        (
+            1186,
+            -1,
+            "178956970 years 7 mons 2147483647 days 2562047788:00:54.775806",
+        ),
+        (1007, -1, "[0:2]={7,8,9}"),
+        (1007, -1, "{{1}}"),
+    ] {
+        let mapping = Mapping::of(oid, typmod, fail).unwrap();
+        let e = write_value(&mut Vec::new(), mapping, value.as_bytes(), &mut Vec::new())
+            .expect_err(value);
+        assert!(e.0.contains("special_values"), "{value}: {e}");
+        let text = Modes {
+            unmapped: UnmappedTypes::Text,
+            ..fail
+        };
+        assert_eq!(
+            json_with(oid, typmod, text, value),
+            serde_json::to_string(value).unwrap()
+        );
+    }
+    // Ordinary values pass.
+    assert_eq!(json_with(1082, -1, fail, "1970-01-02"), "1");
+    assert_eq!(json_with(1007, -1, fail, "{1,2}"), "[1,2]");
+}
+
+/// Issue 27: the types once refused, as Debezium 3.6.1 wrote them.
+#[test]
+fn money_bits_hstore_point_ranges_tsvector() {
+    assert_eq!(json(790, -1, "$1,234.56"), r#""AeJA""#);
+    assert_eq!(
+        json(790, -1, "-$92,233,720,368,547,758.08"),
+        r#""gAAAAAAAAAA=""#
+    );
+    let string = Modes {
+        decimal: DecimalHandlingMode::String,
+        ..modes()
+    };
+    assert_eq!(json_with(790, -1, string, "-$1,234.56"), r#""-1234.56""#);
+    let double = Modes {
+        decimal: DecimalHandlingMode::Double,
+        ..modes()
+    };
+    assert_eq!(json_with(790, -1, double, "$1,234.56"), "1234.56");
+    for bad in [
+        "1,234.56",
+        "$",
+        "$1e5",
+        "-$-1",
+        "€1",
+        "$99999999999999999999999999999999999",
+    ] {
+        let _ = error(790, -1, bad);
+    }
+    // bit(1) a boolean; longer bit strings their little-endian bytes.
+    assert_eq!(json(1560, 1, "1"), "true");
+    assert_eq!(json(1560, 1, "0"), "false");
+    assert_eq!(json(1560, 10, "1010000011"), r#""gwI=""#);
+    assert_eq!(json(1560, 10, "0000000001"), r#""AQ==""#);
+    assert_eq!(json(1560, 10, "0000000000"), r#""""#);
+    assert_eq!(json(1562, -1, "101"), r#""BQ==""#);
+    assert_eq!(json(1562, -1, ""), r#""""#);
+    assert_eq!(json(1562, -1, "1111111111111111"), r#""//8=""#);
+    assert_eq!(
+        json(1562, -1, "1000000000000000000000000000000"),
+        r#""AAAAQA==""#
+    );
+    let _ = error(1562, -1, "102");
+    let _ = error(1560, 1, "2");
+    // hstore: a JSON string of an object, keys in Java HashMap order.
+    assert_eq!(
+        json(HSTORE, -1, r#""a"=>"1", "b c"=>NULL"#),
+        r#""{\"a\":\"1\",\"b c\":null}""#
+    );
+    assert_eq!(json(HSTORE, -1, ""), r#""{}""#);
+    assert_eq!(
+        json(HSTORE, -1, r#""c"=>"1", "ab"=>"2", "ba"=>"x\\\"y""#),
+        r#""{\"ab\":\"2\",\"c\":\"1\",\"ba\":\"x\\\\\\\"y\"}""#
+    );
+    assert_eq!(
+        json(HSTORE, -1, "\"k\"=>\"\u{1}\""),
+        r#""{\"k\":\"\\u0001\"}""#
+    );
+    for bad in [
+        r#""a"=>"#,
+        r#""a""#,
+        r#""a"=>"1","b"=>"2""#,
+        r#"a=>1"#,
+        r#""a"=>"1", "#,
+    ] {
+        let _ = error(HSTORE, -1, bad);
+    }
+    // More than 12 keys: the map grows to 32 buckets.
+    let many: Vec<String> = (0..13).map(|i| format!("\"k{i}\"=>\"{i}\"")).collect();
+    let v: serde_json::Value = serde_json::from_str(&json(HSTORE, -1, &many.join(", "))).unwrap();
+    let inner: serde_json::Value = serde_json::from_str(v.as_str().unwrap()).unwrap();
+    assert_eq!(inner.as_object().unwrap().len(), 13);
+    // point: Debezium's Point struct.
+    assert_eq!(
+        json(600, -1, "(1.5,-2)"),
+        r#"{"x":1.5,"y":-2.0,"wkb":"AQEAAAAAAAAAAAD4PwAAAAAAAADA","srid":null}"#
+    );
+    for bad in ["(1.5)", "1,2", "(a,b)", "(1,2"] {
+        let _ = error(600, -1, bad);
+    }
+    // Ranges and tsvector: their text.
+    for oid in [3904, 3906, 3908, 3910, 3912, 3926, 3614] {
+        assert_eq!(json(oid, -1, "[1,10)"), r#""[1,10)""#);
+    }
 }
 
 #[test]
@@ -359,11 +642,31 @@ fn unchanged_toast_placeholder_takes_the_column_representation() {
     let mut out = Vec::new();
     write_placeholder(&mut out, Unchanged::ByteNumbers, "é");
     assert_eq!(out, b"[-61,-87]");
+    // Issue 27's types, as Debezium 3.6.1 wrote them: bytea[] a list of the
+    // bytes, hstore an object of the placeholder, bit strings null.
+    assert_eq!(
+        placeholder(1001, modes()),
+        "[\"X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==\"]"
+    );
+    let mapping = Mapping::of(HSTORE, -1, modes()).unwrap();
+    let mut out = Vec::new();
+    write_placeholder(&mut out, Unchanged::of(16_555, mapping, modes()), p);
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        format!(r#""{{\"{p}\":\"{p}\"}}""#)
+    );
+    let varbit = Mapping::of(1562, -1, modes()).unwrap();
+    assert_eq!(Unchanged::of(1562, varbit, modes()), Unchanged::Null);
+    for same in [1231, 1041, 1183, 1270] {
+        assert_eq!(placeholder(same, modes()), "null", "array type {same}");
+    }
 }
 
 #[test]
 fn unmapped_types_are_refused() {
-    for oid in [790, 1560, 600, 3904, 16_400, 1231] {
+    // line, lseg, box, path, polygon, circle, interval[], money[], a
+    // composite's oid: Debezium 3.6.1 leaves such columns out.
+    for oid in [628, 601, 603, 602, 604, 718, 1187, 791, 16_400] {
         assert_eq!(Mapping::of(oid, -1, modes()), None, "type {oid}");
     }
 }
@@ -371,7 +674,8 @@ fn unmapped_types_are_refused() {
 #[test]
 fn hostile_text_never_panics() {
     let kinds = [
-        20, 16, 700, 701, 1700, 25, 17, 1082, 1083, 1114, 1184, 1266, 1186, 1007, 1009,
+        20, 16, 700, 701, 1700, 25, 17, 1082, 1083, 1114, 1184, 1266, 1186, 1007, 1009, 790, 1560,
+        1562, 600, HSTORE, 1231, 1183, 1001,
     ];
     let inputs: [&[u8]; 12] = [
         b"",
@@ -403,7 +707,8 @@ proptest::proptest! {
         text in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
         oid in proptest::sample::select(vec![
             20_u32, 16, 700, 701, 1700, 25, 17, 1082, 1083, 1114, 1184, 1266, 1186,
-            1007, 1009, 1000, 1022, 1182, 1185,
+            1007, 1009, 1000, 1022, 1182, 1185, 790, 1560, 1562, 600, HSTORE, 1231, 1183,
+            1270, 1001,
         ]),
         typmod in proptest::sample::select(vec![-1_i32, 3, 6, (10 << 16 | 2) + 4]),
     ) {
@@ -436,8 +741,8 @@ fn unmapped_types_text_writes_the_text_form() {
         unmapped: UnmappedTypes::Text,
         ..modes()
     };
-    // money, point, int4range, tsvector, numeric[], a composite's oid.
-    for oid in [790, 600, 3904, 3614, 1231, 16_500] {
+    // line, circle, interval[], money[], a composite's oid.
+    for oid in [628, 718, 1187, 791, 16_500] {
         assert_eq!(Mapping::of(oid, -1, modes()), None, "oid {oid}");
         assert!(!Mapping::is_mapped(oid, -1), "oid {oid}");
         assert_eq!(
@@ -446,7 +751,7 @@ fn unmapped_types_text_writes_the_text_form() {
             "oid {oid}"
         );
     }
-    assert_eq!(json_with(790, -1, text, "$1,234.50"), r#""$1,234.50""#);
+    assert_eq!(json_with(718, -1, text, "<(1,2),3>"), r#""<(1,2),3>""#);
     assert_eq!(
         json_with(2249, -1, text, r#"(1,"x ""y""")"#),
         r#""(1,\"x \"\"y\"\"\")""#
@@ -457,13 +762,7 @@ fn unmapped_types_text_writes_the_text_form() {
     assert_eq!(json_with(1007, -1, text, "{1,NULL}"), "[1,null]");
     // Values the mapping cannot write: the text form under "text", an
     // error otherwise.
-    for (oid, value) in [
-        (1007, "{{1,2},{3,4}}"),
-        (1007, "[2:3]={1,2}"),
-        (1114, "infinity"),
-        (1082, "-infinity"),
-        (1115, "{infinity}"),
-    ] {
+    for (oid, value) in [(1007, "{1,x}"), (1114, "not a time"), (1082, "2024-13-01")] {
         let _ = error(oid, -1, value);
         assert_eq!(
             json_with(oid, -1, text, value),

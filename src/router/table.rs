@@ -188,6 +188,7 @@ impl TableRouter {
                     binary: t.binary_handling_mode.unwrap_or(d.binary_handling_mode),
                     interval: t.interval_handling_mode.unwrap_or(d.interval_handling_mode),
                     unmapped: t.unmapped_types.unwrap_or(d.unmapped_types),
+                    special: t.special_values.unwrap_or(d.special_values),
                 },
                 tombstones: t.tombstones_on_delete.unwrap_or(d.tombstones_on_delete),
                 placeholder: t
@@ -743,11 +744,12 @@ impl Ctx<'_> {
                 .unwrap_or_else(|| format!("#{column}")),
             lsn: self.lsn,
             reason,
-            fix: "a value its type's mapping cannot write (an infinity date or timestamp, an \
-                  array of several dimensions) is written as its text form under \
-                  unmapped_types = \"text\" for this table; otherwise check the value's type \
-                  and the session settings (DateStyle ISO), and report it as a bug if the value \
-                  is valid"
+            fix: "a value refused by special_values = \"fail\" (an infinity date, timestamp \
+                  or interval, one past 64-bit microseconds, an array with other bounds or of \
+                  several dimensions) is written as Debezium writes it under special_values = \
+                  \"write\" (the default), or as its text form under unmapped_types = \"text\", \
+                  for this table; otherwise check the value's type and the session settings \
+                  (DateStyle ISO, lc_monetary C), and report it as a bug if the value is valid"
                 .into(),
         }
     }
