@@ -342,7 +342,7 @@ async fn every_committed_event_is_applied_exactly_once_through_kills_and_resends
         let rows = dst
             .client
             .query(
-                &format!("SELECT topic, \"partition\", max(\"offset\") FROM inbox GROUP BY 1, 2"),
+                "SELECT topic, \"partition\", max(\"offset\") FROM inbox GROUP BY 1, 2",
                 &[],
             )
             .await

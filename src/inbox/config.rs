@@ -465,9 +465,22 @@ params = ["id", "header:type"]
         assert!(!format!("{c:?}").contains("s3cret"));
     }
 
+    /// The example sets every key and loads.
+    #[test]
+    fn the_example_file_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/inbox/inbox.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let env = |_: &str| Some("x".to_owned());
+        let c = from_str(&text, "inbox.toml", &env).unwrap();
+        assert_eq!(c.params, vec![Param::Id, Param::Key, Param::Value]);
+        assert!(c.inbox.health.is_some());
+    }
+
     #[test]
     fn errors_name_the_key_and_the_fix() {
-        let text = MINIMAL.replace("params = [", "workers = 0\nparams = [\"nope\", ");
+        let text = MINIMAL
+            .replace("topics =", "workers = 0\ntopics =")
+            .replace("params = [", "params = [\"nope\", ");
         let text = text.replace(
             "[inbox.kafka]",
             "[inbox.kafka]\nlibrdkafka = { \"isolation.level\" = \"read_uncommitted\" }",

@@ -185,10 +185,6 @@ pub async fn run_with<H: Handler>(
     let mut fatal: Option<InboxError> = None;
     let mut tick = tokio::time::interval(config.commit_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let key_id = |topic: &str, partition: i32, key: &Option<Vec<u8>>| {
-        key.as_ref()
-            .map(|k| (topic.to_owned(), partition, k.clone()))
-    };
 
     // Receiving.
     while !stop_work.is_cancelled() {
@@ -198,7 +194,7 @@ pub async fn run_with<H: Handler>(
             Some(done) = done_rx.recv() => {
                 in_flight -= 1;
                 if let Err(e) = finish(done, &mut parts, &mut keys, &mut in_flight, &job_tx,
-                    &consumer, &metrics, &key_id) {
+                    &consumer, &metrics) {
                     fatal = Some(e);
                     stop_work.cancel();
                 }
@@ -255,7 +251,7 @@ pub async fn run_with<H: Handler>(
                     in_flight = in_flight.saturating_sub(1);
                     let (tx, _rx) = mpsc::unbounded_channel();
                     if let Err(e) = finish(done, &mut parts, &mut keys, &mut in_flight, &tx,
-                        &consumer, &metrics, &key_id) {
+                        &consumer, &metrics) {
                         fatal.get_or_insert(e);
                     }
                 }
@@ -282,6 +278,13 @@ pub async fn run_with<H: Handler>(
     }
 }
 
+/// What orders a record among others: its topic, partition and key (none
+/// for a record without a key).
+fn key_id(topic: &str, partition: i32, key: &Option<Vec<u8>>) -> Option<KeyId> {
+    key.as_ref()
+        .map(|k| (topic.to_owned(), partition, k.clone()))
+}
+
 /// A completed record: counted, the frontier and the key's order moved on.
 #[allow(clippy::too_many_arguments)]
 fn finish(
@@ -292,7 +295,6 @@ fn finish(
     job_tx: &mpsc::UnboundedSender<Job>,
     consumer: &StreamConsumer,
     metrics: &InboxMetrics,
-    key_id: &dyn Fn(&str, i32, &Option<Vec<u8>>) -> Option<KeyId>,
 ) -> Result<(), InboxError> {
     metrics.in_progress.store(*in_flight as i64, Relaxed);
     let key = key_id(&done.topic, done.partition, &done.key);
