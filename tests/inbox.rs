@@ -335,6 +335,41 @@ async fn every_committed_event_is_applied_exactly_once_through_kills_and_resends
     let mut kills_between_commits = 0;
     for round in 0..6 {
         tokio::time::sleep(Duration::from_millis(rng.random_range(700..2200))).await;
+        if round == 4 {
+            // The consumer's database connections cut (as by a server
+            // restart) while it applies: reconnected, nothing counted as a
+            // handler failure.
+            wait_for("inbox connections to cut", Duration::from_secs(20), || {
+                let dst = &dst.client;
+                async move {
+                    let cut: i64 = dst
+                        .query_one(
+                            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                             WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                             AND backend_type = 'client backend'",
+                            &[],
+                        )
+                        .await
+                        .ok()?
+                        .get(0);
+                    (cut > 0).then_some(())
+                }
+            })
+            .await;
+            let metrics = wait_for("the inbox reconnected", Duration::from_secs(20), || {
+                let listen = listen.clone();
+                async move {
+                    let m = http_get(&listen, "/metrics");
+                    (metric(&m, "walrelay_inbox_db_reconnects_total") > 0.0).then_some(m)
+                }
+            })
+            .await;
+            assert_eq!(
+                metric(&metrics, "walrelay_inbox_retries_total"),
+                0.0,
+                "a lost connection is not a handler failure: {metrics}"
+            );
+        }
         inbox.kill9();
         // Was anything applied (committed to the database) above the
         // offset committed to Kafka? Then this kill fell between the two.
@@ -687,4 +722,142 @@ async fn with_on_quarantine_stop_the_partition_stops_at_the_record_until_fixed()
     .await;
     assert_eq!(inbox.stop(), Some(0), "{}", inbox.log());
     assert_eq!(applied_ids(&dst).await, ids, "each once, in order");
+}
+
+// ---------------------------------------------------------------- library
+
+/// A handler of the library's own (Rust code in the inbox transaction)
+/// that fails twice on one event: the retries succeed, nothing is
+/// quarantined, every event applied once in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rust_handler_retried_after_failures_applies_every_event_once() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use walrelay::inbox::{Event, Handler, HandlerError, InboxMetrics, run_with};
+
+    struct Flaky {
+        failures_left: AtomicU32,
+    }
+    impl Handler for Flaky {
+        async fn apply<'a>(
+            &'a self,
+            tx: &'a tokio_postgres::Transaction<'a>,
+            event: &'a Event,
+        ) -> Result<(), HandlerError> {
+            let body = std::str::from_utf8(event.value.as_deref().unwrap_or_default())?;
+            tx.execute(
+                "INSERT INTO applied (event_id, body) VALUES ($1, $2::text::jsonb)",
+                &[&event.id, &body],
+            )
+            .await?;
+            if event.id == "ev-2"
+                && self
+                    .failures_left
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+            {
+                return Err("downstream not ready".into());
+            }
+            Ok(())
+        }
+    }
+
+    require_kafka();
+    let dst = TestDb::new("inbox_lib").await;
+    let (topic, ids) = one_key_topic(&dst, 6, usize::MAX).await;
+    let group = unique("inbox_lib_group");
+    let path = inbox_config(
+        &dst,
+        &group,
+        std::slice::from_ref(&topic),
+        "127.0.0.1:0",
+        "unused",
+        "[]",
+        "max_attempts = 3",
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    let env = |name: &str| (name == "PGPASSWORD_FOR_INBOX").then(|| "postgres".to_owned());
+    let loaded = walrelay::inbox::config::from_str(&text, "inbox.toml", &env).unwrap();
+    let metrics = Arc::new(InboxMetrics::new("lib"));
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let handler = Flaky {
+        failures_left: AtomicU32::new(2),
+    };
+    let task = tokio::spawn({
+        let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
+        async move { run_with(&loaded.inbox, handler, metrics, shutdown).await }
+    });
+    wait_for(
+        "the frontier at the end of the topic",
+        Duration::from_secs(30),
+        || {
+            let (group, topic) = (group.clone(), topic.clone());
+            async move {
+                let c = committed(&group, std::slice::from_ref(&topic));
+                (c.get(&(topic, 0)) == Some(&6)).then_some(())
+            }
+        },
+    )
+    .await;
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(
+        applied_ids(&dst).await,
+        ids,
+        "each once, in order (the failed attempts rolled back)"
+    );
+    let render = metrics.render();
+    assert_eq!(
+        metric(&render, "walrelay_inbox_retries_total"),
+        2.0,
+        "{render}"
+    );
+    assert_eq!(
+        metric(&render, "walrelay_inbox_quarantined_total"),
+        0.0,
+        "{render}"
+    );
+    assert_eq!(
+        metric(&render, "walrelay_inbox_records_applied_total"),
+        6.0,
+        "{render}"
+    );
+}
+
+/// The consumer side is separate (design.md's module rules): nothing in
+/// src/inbox/ imports the connector's modules.
+#[test]
+fn the_inbox_imports_nothing_of_the_connector() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/inbox");
+    let forbidden = [
+        "relay",
+        "source",
+        "sink",
+        "pg",
+        "pgoutput",
+        "checkpoint",
+        "offsets",
+        "router",
+        "startup",
+    ];
+    let mut files = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        files += 1;
+        for m in forbidden {
+            for pattern in [
+                format!("crate::{m}::"),
+                format!("crate::{m};"),
+                format!("crate::{{{m}"),
+            ] {
+                assert!(
+                    !text.contains(&pattern),
+                    "{} uses {pattern}: the inbox must not know the connector's side",
+                    path.display()
+                );
+            }
+        }
+    }
+    assert!(files >= 5);
 }

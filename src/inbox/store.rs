@@ -165,7 +165,11 @@ impl Connection {
         shutdown: &CancellationToken,
     ) -> Option<&mut Client> {
         if self.client.as_ref().is_some_and(Client::is_closed) {
+            // Lost while idle (the server restarted or ended the session).
             self.client = None;
+            metrics
+                .db_reconnects
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let mut wait = Duration::from_millis(100);
         while self.client.is_none() {
