@@ -549,13 +549,15 @@ async fn applied_ids(dst: &TestDb) -> Vec<String> {
 }
 
 /// A record the handler fails on 3 times is quarantined (with its value
-/// and the error) and the partition goes on: every other record applied,
-/// the frontier committed to the end.
+/// and the error), and one without an event id at once, and the partition
+/// goes on: every other record applied, the frontier committed to the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_that_keeps_failing_is_quarantined_and_the_partition_goes_on() {
     require_kafka();
     let dst = TestDb::new("inbox_qc").await;
     let (topic, ids) = one_key_topic(&dst, 10, 4).await;
+    // And one without an event id: quarantined at once.
+    produce(&topic, &[("k1".into(), "{}".into(), None)]).await;
     let group = unique("inbox_qc_group");
     let listen = free_local_addr();
     let config = inbox_config(
@@ -575,7 +577,7 @@ async fn a_record_that_keeps_failing_is_quarantined_and_the_partition_goes_on() 
             let (group, topic) = (group.clone(), topic.clone());
             async move {
                 let c = committed(&group, std::slice::from_ref(&topic));
-                (c.get(&(topic, 0)) == Some(&10)).then_some(())
+                (c.get(&(topic, 0)) == Some(&11)).then_some(())
             }
         },
     )
@@ -593,7 +595,8 @@ async fn a_record_that_keeps_failing_is_quarantined_and_the_partition_goes_on() 
     let q = dst
         .client
         .query(
-            "SELECT event_id, \"offset\", convert_from(value, 'UTF8'), error, attempts FROM inbox_quarantine",
+            "SELECT event_id, \"offset\", convert_from(value, 'UTF8'), error, attempts \
+             FROM inbox_quarantine WHERE event_id IS NOT NULL",
             &[],
         )
         .await
@@ -611,6 +614,17 @@ async fn a_record_that_keeps_failing_is_quarantined_and_the_partition_goes_on() 
         ("ev-4", 4, "not json", 3)
     );
     assert!(error.contains("json"), "{error}");
+    let no_id = dst
+        .client
+        .query_one(
+            "SELECT \"offset\", error, attempts FROM inbox_quarantine WHERE event_id IS NULL",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (offset, error, attempts): (i64, String, i32) = (no_id.get(0), no_id.get(1), no_id.get(2));
+    assert_eq!((offset, attempts), (10, 0));
+    assert!(error.contains("no event id"), "{error}");
     // Continue: its inbox row is written too, so a re-sent copy is skipped.
     let in_inbox: i64 = dst
         .client
@@ -621,7 +635,7 @@ async fn a_record_that_keeps_failing_is_quarantined_and_the_partition_goes_on() 
     assert_eq!(in_inbox, 10);
     assert_eq!(
         metric(&metrics, "walrelay_inbox_quarantined_total"),
-        1.0,
+        2.0,
         "{metrics}"
     );
     assert_eq!(

@@ -183,6 +183,7 @@ pub async fn run_with<H: Handler>(
     let mut keys: KeyOrder<KeyId, Job> = KeyOrder::new();
     let mut in_flight = 0usize;
     let mut fatal: Option<InboxError> = None;
+    let mut last_kafka_error: Option<String> = None;
     let mut tick = tokio::time::interval(config.commit_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
@@ -202,9 +203,17 @@ pub async fn run_with<H: Handler>(
             _ = tick.tick() => commit(&consumer, &mut parts, &metrics).await,
             message = consumer.recv(), if in_flight < config.max_in_flight => {
                 let m = match message {
-                    Ok(m) => m,
+                    Ok(m) => {
+                        last_kafka_error = None;
+                        m
+                    }
                     Err(e) => {
-                        tracing::warn!(error = %e, "Kafka consumer error; librdkafka retries");
+                        // One line per distinct error, not one per poll.
+                        let text = e.to_string();
+                        if last_kafka_error.as_deref() != Some(text.as_str()) {
+                            tracing::warn!(error = %text, "Kafka consumer error; librdkafka retries");
+                            last_kafka_error = Some(text);
+                        }
                         continue;
                     }
                 };
