@@ -875,3 +875,43 @@ fn the_inbox_imports_nothing_of_the_connector() {
     }
     assert!(files >= 5);
 }
+
+/// A bad file: exit 2, every problem named with its key and fix, the
+/// password in the URL never repeated.
+#[test]
+fn a_bad_inbox_file_exits_2_naming_each_key() {
+    let path = write_config(
+        "[inbox]\nname = \"x\"\ntopics = []\nworkers = 0\non_quarantine = \"stop\"\n\
+         [inbox.kafka]\nbrokers = \"k:9092\"\nlibrdkafka = { \"enable.auto.commit\" = \"true\" }\n\
+         [inbox.postgres]\nurl = \"postgres://u:hunter2@h/d\"\n\
+         [inbox.handler]\nsql = \"SELECT 1\"\nparams = [\"header:\"]\n",
+    );
+    let out = std::process::Command::new(walrelay_bin())
+        .args(["inbox", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    for needle in [
+        "inbox.topics: must list at least one topic",
+        "inbox.workers: is 0; set 1 to 256",
+        "inbox.kafka.librdkafka.\"enable.auto.commit\": is set by the inbox",
+        "inbox.handler.params[0]: names no header",
+    ] {
+        assert!(stderr.contains(needle), "{needle} not in:\n{stderr}");
+    }
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+    let typo = write_config("[inbox]\nnmae = \"x\"\n");
+    let out = std::process::Command::new(walrelay_bin())
+        .args(["inbox", "--config"])
+        .arg(&typo)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("line 2") && stderr.contains("nmae"),
+        "{stderr}"
+    );
+}

@@ -193,7 +193,7 @@ pub async fn run_with<H: Handler>(
             biased;
             _ = stop_work.cancelled() => break,
             Some(done) = done_rx.recv() => {
-                in_flight -= 1;
+                in_flight = in_flight.saturating_sub(1);
                 if let Err(e) = finish(done, &mut parts, &mut keys, &mut in_flight, &job_tx,
                     &consumer, &metrics) {
                     fatal = Some(e);
