@@ -290,7 +290,8 @@ fn metric(text: &str, name: &str) -> f64 {
 
 /// Writers (outbox row + ledger row per event, one transaction) →
 /// `walrelay run` (killed once) → Kafka (with re-sent copies produced
-/// again) → `walrelay inbox` (kill -9 at random, several times) → a
+/// again) → `walrelay inbox` (kill -9 at random, several times; for a while
+/// a second member of the group, then killed: rebalances) → a
 /// business table: every committed event applied exactly once, each
 /// aggregate's events in commit order, nothing quarantined; and at least
 /// one kill landed between the database commit and the offset commit.
@@ -326,6 +327,17 @@ async fn every_committed_event_is_applied_exactly_once_through_kills_and_resends
         r#"["id", "key", "value", "partition", "offset"]"#,
         "workers = 4\nmax_in_flight = 64",
     );
+    // The same with its own /metrics address, for a second member.
+    let second_config = inbox_config(
+        &dst,
+        &group,
+        &topics,
+        &free_local_addr(),
+        "INSERT INTO applied (event_id, aggregate, payload, kafka_partition, kafka_offset) \
+         VALUES ($1::uuid, $2, $3::jsonb, $4::int, $5::bigint)",
+        r#"["id", "key", "value", "partition", "offset"]"#,
+        "workers = 4\nmax_in_flight = 64",
+    );
     // The password comes from the environment (${PGPASSWORD_FOR_INBOX}).
     let start_inbox = || InboxProcess::start(&config);
     let mut inbox = start_inbox();
@@ -333,6 +345,7 @@ async fn every_committed_event_is_applied_exactly_once_through_kills_and_resends
 
     let mut rng = rand::rngs::StdRng::seed_from_u64(u64::from(std::process::id()));
     let mut kills_between_commits = 0;
+    let mut second: Option<InboxProcess> = None;
     for round in 0..6 {
         tokio::time::sleep(Duration::from_millis(rng.random_range(700..2200))).await;
         if round == 4 {
@@ -423,7 +436,33 @@ async fn every_committed_event_is_applied_exactly_once_through_kills_and_resends
             assert!(!again.is_empty(), "nothing to re-send");
         }
         inbox = start_inbox();
+        // A second consumer in the group for a while: partitions move
+        // between the two (and, when it is killed, back), records of a
+        // moved partition still in progress on the other.
+        if round == 1 {
+            second = Some(InboxProcess::start(&second_config));
+        }
+        if round == 3
+            && let Some(mut s) = second.take()
+        {
+            // It took part: some partitions were its own.
+            wait_for(
+                "the second consumer's partitions",
+                Duration::from_secs(30),
+                || {
+                    let log = s.log();
+                    async move {
+                        log.lines()
+                            .any(|l| l.contains("partitions assigned") && l.contains(".ev."))
+                            .then_some(())
+                    }
+                },
+            )
+            .await;
+            s.kill9();
+        }
     }
+    drop(second);
     let events = writers.stop().await;
     assert!(events > 100, "writers committed only {events} events");
 

@@ -16,7 +16,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tokio::sync::mpsc;
@@ -302,7 +305,7 @@ fn finish(
     keys: &mut KeyOrder<KeyId, Job>,
     in_flight: &mut usize,
     job_tx: &mpsc::UnboundedSender<Job>,
-    consumer: &StreamConsumer,
+    consumer: &InboxConsumer,
     metrics: &InboxMetrics,
 ) -> Result<(), InboxError> {
     metrics.in_progress.store(*in_flight as i64, Relaxed);
@@ -358,7 +361,7 @@ fn finish(
 /// Commits every partition's frontier that moved, and updates the
 /// frontier gauges.
 async fn commit(
-    consumer: &Arc<StreamConsumer>,
+    consumer: &Arc<InboxConsumer>,
     parts: &mut HashMap<Tp, PartitionState>,
     metrics: &InboxMetrics,
 ) {
@@ -423,7 +426,36 @@ async fn commit(
     }
 }
 
-fn make_consumer(config: &InboxConfig) -> Result<StreamConsumer, InboxError> {
+/// Logs each rebalance: one line per assignment or revocation.
+#[derive(Debug)]
+pub(crate) struct InboxContext;
+
+impl ClientContext for InboxContext {}
+
+impl ConsumerContext for InboxContext {
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let list = |tpl: &TopicPartitionList| {
+            tpl.elements()
+                .iter()
+                .map(|e| format!("{}/{}", e.topic(), e.partition()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                tracing::info!(partitions = %list(tpl), "partitions assigned")
+            }
+            Rebalance::Revoke(tpl) => {
+                tracing::info!(partitions = %list(tpl), "partitions revoked; records in progress of them finish")
+            }
+            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance failed"),
+        }
+    }
+}
+
+type InboxConsumer = StreamConsumer<InboxContext>;
+
+fn make_consumer(config: &InboxConfig) -> Result<InboxConsumer, InboxError> {
     let mut cfg = ClientConfig::new();
     cfg.set("bootstrap.servers", &config.kafka.brokers)
         .set("group.id", config.group_id())
@@ -435,7 +467,7 @@ fn make_consumer(config: &InboxConfig) -> Result<StreamConsumer, InboxError> {
     for (k, v) in FIXED_PROPERTIES {
         cfg.set(*k, *v);
     }
-    cfg.create().map_err(|e| {
+    cfg.create_with_context(InboxContext).map_err(|e| {
         InboxError::Kafka(format!(
             "cannot create the consumer (check [inbox.kafka] and [inbox.kafka.librdkafka]): {e}"
         ))

@@ -56,8 +56,10 @@ impl InboxTables {
     pub fn create_sql(&self) -> String {
         let (inbox, quarantine) = (&self.inbox, &self.quarantine);
         let index = inbox.rsplit('.').next().unwrap_or(inbox);
+        // No NOTICE per existing table at every start.
         format!(
-            "CREATE TABLE IF NOT EXISTS {inbox} (
+            "SET client_min_messages = warning;
+             CREATE TABLE IF NOT EXISTS {inbox} (
                 event_id text PRIMARY KEY,
                 topic text NOT NULL,
                 \"partition\" integer NOT NULL,
