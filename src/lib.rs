@@ -11,6 +11,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod inbox;
 pub mod lsn;
 pub mod offsets;
 pub mod pg;

@@ -159,6 +159,15 @@ enum Command {
         #[arg(long)]
         no_health: bool,
     },
+    /// Run the reference inbox consumer: apply each event of the topics
+    /// once to the consuming service's PostgreSQL database (its own
+    /// configuration file, [inbox]; see docs/consumers.md).
+    #[command(after_help = AFTER_HELP)]
+    Inbox {
+        /// The inbox consumer's TOML file (not the connector's).
+        #[arg(long, short)]
+        config: PathBuf,
+    },
 }
 
 impl Command {
@@ -168,7 +177,8 @@ impl Command {
             | Command::Check { config }
             | Command::Status { config, .. }
             | Command::Republish { config, .. }
-            | Command::Snapshot { config, .. } => config,
+            | Command::Snapshot { config, .. }
+            | Command::Inbox { config } => config,
         }
     }
 }
@@ -302,6 +312,9 @@ fn load(path: &Path) -> Result<Config, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Inbox { config } = &cli.command {
+        return inbox(config, cli.log_format.map(config::LogFormat::from));
+    }
     // The configuration comes first: its [log] format applies to every line,
     // its own errors included (then read from the file on its own).
     let path = cli.command.config_path();
@@ -474,6 +487,8 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+            // Handled by `inbox` before the connector's configuration is read.
+            Command::Inbox { .. } => ExitCode::from(2),
             Command::Check { .. } => {
                 let report = walrelay::preflight::check(&config).await;
                 say(&report.to_string());
@@ -482,6 +497,50 @@ fn main() -> ExitCode {
                 } else {
                     ExitCode::FAILURE
                 }
+            }
+        }
+    })
+}
+
+/// `walrelay inbox`: its own configuration file, the same logging, signals
+/// and exit codes as `run`.
+fn inbox(path: &Path, format: Option<config::LogFormat>) -> ExitCode {
+    let format = format.unwrap_or_default();
+    let messages = Messages {
+        format,
+        connector: None,
+    };
+    let (root, refused) = init_tracing(format, None);
+    let _in_root = root.enter();
+    if let Err(problem) = refused {
+        messages.fatal("", &problem);
+        return ExitCode::from(2);
+    }
+    let loaded = match walrelay::inbox::config::load(path) {
+        Ok(l) => l,
+        Err(e) => {
+            messages.fatal("invalid configuration", &e);
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            messages.fatal("", &format!("cannot start the async runtime: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(watch_signals(shutdown.clone()));
+        match walrelay::inbox::run(loaded, shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                messages.fatal("", &e.to_string());
+                ExitCode::FAILURE
             }
         }
     })

@@ -666,6 +666,25 @@ pub fn serve(
     listen: std::net::SocketAddr,
     metrics: std::sync::Arc<Metrics>,
 ) -> Result<std::net::SocketAddr, String> {
+    let for_render = metrics.clone();
+    serve_routes(
+        listen,
+        "walrelay-health",
+        move || metrics.health(),
+        move || exposition::render(&for_render),
+    )
+}
+
+/// The HTTP endpoint of a walrelay process (the connector's, the inbox
+/// consumer's): `/healthz` answers 200 `ok: …` or 503 `unhealthy: …` from
+/// `health`, `/metrics` the OpenMetrics text from `render`, on a dedicated
+/// thread named `thread` until the process exits. Returns the bound address.
+pub fn serve_routes(
+    listen: std::net::SocketAddr,
+    thread: &str,
+    health: impl Fn() -> Result<String, String> + Send + 'static,
+    render: impl Fn() -> String + Send + 'static,
+) -> Result<std::net::SocketAddr, String> {
     let server = tiny_http::Server::http(listen)
         .map_err(|e| format!("cannot listen on {listen} for /healthz and /metrics: {e}"))?;
     let bound = server
@@ -673,11 +692,11 @@ pub fn serve(
         .to_ip()
         .ok_or_else(|| format!("{listen} is not an IP address"))?;
     std::thread::Builder::new()
-        .name("walrelay-health".into())
+        .name(thread.into())
         .spawn(move || {
             for request in server.incoming_requests() {
                 let (code, body, content_type) = match request.url() {
-                    "/healthz" => match metrics.health() {
+                    "/healthz" => match health() {
                         Ok(r) => (200, format!("ok: {r}\n"), "text/plain; charset=utf-8"),
                         Err(r) => (
                             503,
@@ -685,7 +704,7 @@ pub fn serve(
                             "text/plain; charset=utf-8",
                         ),
                     },
-                    "/metrics" => (200, exposition::render(&metrics), exposition::CONTENT_TYPE),
+                    "/metrics" => (200, render(), exposition::CONTENT_TYPE),
                     _ => (
                         404,
                         "try /healthz or /metrics\n".to_owned(),

@@ -1,0 +1,481 @@
+//! The consuming service's database: the inbox and quarantine tables, one
+//! transaction per record, retries and quarantine.
+//!
+//! Invariants:
+//! - The inbox row and the handler's writes are in one transaction; the
+//!   handler runs only when the inbox insert added a row.
+//! - A lost connection (the server restarted, the network broke) is not a
+//!   handler failure: the worker reconnects with backoff and tries the
+//!   record again without counting an attempt. Whether the lost
+//!   transaction committed does not matter: the inbox row says so.
+//! - A quarantined record's row holds the record (key, value, headers) and
+//!   the last error, so it can be applied by hand later.
+
+use std::time::Duration;
+
+use tokio_postgres::Client;
+use tokio_postgres::types::Type;
+use tokio_util::sync::CancellationToken;
+
+use super::config::OnQuarantine;
+use super::metrics::InboxMetrics;
+use super::{Event, Handler, HandlerError};
+
+/// The two tables' names and statements.
+#[derive(Debug, Clone)]
+pub struct InboxTables {
+    pub inbox: String,
+    pub quarantine: String,
+    insert_inbox: String,
+    insert_quarantine: String,
+}
+
+impl InboxTables {
+    /// `inbox` and `quarantine` are plain names (`table` or
+    /// `schema.table`, checked by the configuration).
+    pub fn new(inbox: &str, quarantine: &str) -> InboxTables {
+        InboxTables {
+            inbox: inbox.to_owned(),
+            quarantine: quarantine.to_owned(),
+            insert_inbox: format!(
+                "INSERT INTO {inbox} (event_id, topic, \"partition\", \"offset\", received_at) \
+                 VALUES ($1, $2, $3, $4, now()) ON CONFLICT (event_id) DO NOTHING RETURNING 1"
+            ),
+            insert_quarantine: format!(
+                "INSERT INTO {quarantine} (topic, \"partition\", \"offset\", event_id, key, value, \
+                 headers, error, attempts, quarantined_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, now()) \
+                 ON CONFLICT (topic, \"partition\", \"offset\") DO UPDATE SET error = EXCLUDED.error, \
+                 attempts = {quarantine}.attempts + EXCLUDED.attempts, quarantined_at = now()"
+            ),
+        }
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS` of both tables (and the index that
+    /// retention deletes by).
+    pub fn create_sql(&self) -> String {
+        let (inbox, quarantine) = (&self.inbox, &self.quarantine);
+        let index = inbox.rsplit('.').next().unwrap_or(inbox);
+        // No NOTICE per existing table at every start.
+        format!(
+            "SET client_min_messages = warning;
+             CREATE TABLE IF NOT EXISTS {inbox} (
+                event_id text PRIMARY KEY,
+                topic text NOT NULL,
+                \"partition\" integer NOT NULL,
+                \"offset\" bigint NOT NULL,
+                received_at timestamptz NOT NULL DEFAULT now());
+             CREATE INDEX IF NOT EXISTS {index}_received_at ON {inbox} (received_at);
+             CREATE TABLE IF NOT EXISTS {quarantine} (
+                topic text NOT NULL,
+                \"partition\" integer NOT NULL,
+                \"offset\" bigint NOT NULL,
+                event_id text,
+                key bytea,
+                value bytea,
+                headers jsonb NOT NULL,
+                error text NOT NULL,
+                attempts integer NOT NULL,
+                quarantined_at timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (topic, \"partition\", \"offset\"));"
+        )
+    }
+}
+
+/// How one record ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkOutcome {
+    /// New id: the handler's writes committed with the inbox row.
+    Applied,
+    /// The id was in the inbox: nothing done.
+    Duplicate,
+    /// Set aside; the partition goes on.
+    Quarantined,
+    /// Quarantined with `on_quarantine = "stop"`: the partition stops here.
+    Stopped(String),
+    /// The consumer is stopping; the record is left for the next run.
+    Abandoned,
+    /// The quarantine row could not be written: the consumer stops.
+    Fatal(String),
+}
+
+/// Retry and quarantine settings.
+#[derive(Debug, Clone)]
+pub(crate) struct Policy {
+    pub max_attempts: u32,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    pub on_quarantine: OnQuarantine,
+}
+
+impl Policy {
+    /// The wait before attempt `attempt + 1` (1-based `attempt` failed).
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 1u32
+            .checked_shl(attempt.saturating_sub(1).min(20))
+            .unwrap_or(u32::MAX);
+        self.backoff_initial
+            .checked_mul(factor)
+            .unwrap_or(self.backoff_max)
+            .min(self.backoff_max)
+    }
+}
+
+/// One worker's database connection, made again when lost.
+pub(crate) struct Connection {
+    url: secrecy::SecretString,
+    client: Option<Client>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("connected", &self.client.is_some())
+            .finish()
+    }
+}
+
+/// Connects to `url` (TLS as its `sslmode` says). The error text never
+/// holds the URL.
+pub(crate) async fn connect(url: &secrecy::SecretString) -> Result<Client, String> {
+    use secrecy::ExposeSecret;
+    let tls = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls())
+        .map_err(|e| format!("cannot set up TLS: {e}"))?
+        .build();
+    let tls = postgres_openssl::MakeTlsConnector::new(tls);
+    let (client, conn) = tokio_postgres::connect(url.expose_secret(), tls)
+        .await
+        .map_err(|e| format!("cannot connect to inbox.postgres.url: {e}"))?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "inbox database connection ended");
+        }
+    });
+    Ok(client)
+}
+
+impl Connection {
+    pub fn new(url: secrecy::SecretString) -> Connection {
+        Connection { url, client: None }
+    }
+
+    /// A live client, connecting (with backoff) until one is made or
+    /// `shutdown`; `None` on shutdown.
+    async fn client(
+        &mut self,
+        metrics: &InboxMetrics,
+        shutdown: &CancellationToken,
+    ) -> Option<&mut Client> {
+        if self.client.as_ref().is_some_and(Client::is_closed) {
+            // Lost while idle (the server restarted or ended the session).
+            self.client = None;
+            metrics
+                .db_reconnects
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let mut wait = Duration::from_millis(100);
+        while self.client.is_none() {
+            match connect(&self.url).await {
+                Ok(c) => {
+                    metrics.set_trouble(None);
+                    self.client = Some(c);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "inbox database unreachable; retrying");
+                    metrics.set_trouble(Some(e));
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return None,
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+        self.client.as_mut()
+    }
+}
+
+/// Why one attempt failed.
+enum Failure {
+    /// The connection broke: not the handler's fault.
+    Connection(String),
+    /// The handler, or the inbox insert, failed.
+    Attempt(String),
+}
+
+fn is_connection_error(e: &tokio_postgres::Error) -> bool {
+    e.is_closed()
+        || e.as_db_error().is_some_and(|d| {
+            let code = d.code().code();
+            code.starts_with("08") || code.starts_with("57P")
+        })
+        || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+}
+
+fn classify_db(e: tokio_postgres::Error) -> Failure {
+    if is_connection_error(&e) {
+        Failure::Connection(e.to_string())
+    } else {
+        Failure::Attempt(describe(&e))
+    }
+}
+
+/// A database error with its detail (the server's message, not just
+/// "db error").
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => format!(
+            "{}: {} (SQLSTATE {})",
+            d.severity(),
+            d.message(),
+            d.code().code()
+        ),
+        None => e.to_string(),
+    }
+}
+
+fn classify_handler(e: HandlerError, client_closed: bool) -> Failure {
+    if let Some(pg) = e.downcast_ref::<tokio_postgres::Error>() {
+        return classify_db_ref(pg, client_closed);
+    }
+    if client_closed {
+        Failure::Connection(e.to_string())
+    } else {
+        Failure::Attempt(e.to_string())
+    }
+}
+
+fn classify_db_ref(e: &tokio_postgres::Error, client_closed: bool) -> Failure {
+    if client_closed || is_connection_error(e) {
+        Failure::Connection(e.to_string())
+    } else {
+        Failure::Attempt(describe(e))
+    }
+}
+
+/// One attempt: the inbox row, then the handler, in one transaction.
+/// `Ok(true)`: applied; `Ok(false)`: a duplicate.
+async fn attempt<H: Handler>(
+    client: &mut Client,
+    tables: &InboxTables,
+    handler: &H,
+    event: &Event,
+) -> Result<bool, Failure> {
+    let tx = client.transaction().await.map_err(classify_db)?;
+    let new = tx
+        .query_typed(
+            &tables.insert_inbox,
+            &[
+                (&event.id, Type::TEXT),
+                (&event.topic, Type::TEXT),
+                (&event.partition, Type::INT4),
+                (&event.offset, Type::INT8),
+            ],
+        )
+        .await
+        .map_err(classify_db)?;
+    if new.is_empty() {
+        // Nothing was written: ending the transaction either way is the same.
+        tx.rollback().await.map_err(classify_db)?;
+        return Ok(false);
+    }
+    if let Err(e) = handler.apply(&tx, event).await {
+        let closed = tx.client().is_closed();
+        // Dropping `tx` rolls it back.
+        drop(tx);
+        return Err(classify_handler(e, closed));
+    }
+    tx.commit().await.map_err(classify_db)?;
+    Ok(true)
+}
+
+/// Writes the quarantine row (and, when the partition goes on, the inbox
+/// row) in one transaction. `Ok(false)`: the id turned out to be in the
+/// inbox already (another copy was applied meanwhile).
+async fn quarantine(
+    client: &mut Client,
+    tables: &InboxTables,
+    event: &Event,
+    missing_id: bool,
+    error: &str,
+    attempts: u32,
+    with_inbox_row: bool,
+) -> Result<bool, Failure> {
+    let tx = client.transaction().await.map_err(classify_db)?;
+    if with_inbox_row && !missing_id {
+        let new = tx
+            .query_typed(
+                &tables.insert_inbox,
+                &[
+                    (&event.id, Type::TEXT),
+                    (&event.topic, Type::TEXT),
+                    (&event.partition, Type::INT4),
+                    (&event.offset, Type::INT8),
+                ],
+            )
+            .await
+            .map_err(classify_db)?;
+        if new.is_empty() {
+            tx.rollback().await.map_err(classify_db)?;
+            return Ok(false);
+        }
+    }
+    let headers: serde_json::Map<String, serde_json::Value> = event
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned().into()))
+        .collect();
+    let headers = serde_json::Value::Object(headers).to_string();
+    let id = (!missing_id).then_some(event.id.as_str());
+    let attempts = i32::try_from(attempts).unwrap_or(i32::MAX);
+    tx.query_typed(
+        &tables.insert_quarantine,
+        &[
+            (&event.topic, Type::TEXT),
+            (&event.partition, Type::INT4),
+            (&event.offset, Type::INT8),
+            (&id, Type::TEXT),
+            (&event.key, Type::BYTEA),
+            (&event.value, Type::BYTEA),
+            (&headers, Type::TEXT),
+            (&error, Type::TEXT),
+            (&attempts, Type::INT4),
+        ],
+    )
+    .await
+    .map_err(classify_db)?;
+    tx.commit().await.map_err(classify_db)?;
+    Ok(true)
+}
+
+/// Applies one record: attempts with backoff, then quarantine. Returns
+/// only when the record is done (or the consumer stops).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn process<H: Handler>(
+    conn: &mut Connection,
+    tables: &InboxTables,
+    handler: &H,
+    event: &Event,
+    missing_id: Option<&str>,
+    policy: &Policy,
+    metrics: &InboxMetrics,
+    shutdown: &CancellationToken,
+) -> WorkOutcome {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut attempts = 0u32;
+    let mut last_error = missing_id.map(str::to_owned);
+    let mut reconnect_wait = Duration::from_millis(100);
+    // Applying, until done or out of attempts.
+    while last_error.is_none() || (missing_id.is_none() && attempts < policy.max_attempts) {
+        if shutdown.is_cancelled() {
+            return WorkOutcome::Abandoned;
+        }
+        let Some(client) = conn.client(metrics, shutdown).await else {
+            return WorkOutcome::Abandoned;
+        };
+        match attempt(client, tables, handler, event).await {
+            Ok(true) => return WorkOutcome::Applied,
+            Ok(false) => return WorkOutcome::Duplicate,
+            Err(Failure::Connection(e)) => {
+                tracing::warn!(error = %e, topic = %event.topic, partition = event.partition,
+                    offset = event.offset, "inbox database connection lost; reconnecting");
+                conn.client = None;
+                metrics.db_reconnects.fetch_add(1, Relaxed);
+                tokio::select! {
+                    _ = shutdown.cancelled() => return WorkOutcome::Abandoned,
+                    _ = tokio::time::sleep(reconnect_wait) => {}
+                }
+                reconnect_wait = (reconnect_wait * 2).min(Duration::from_secs(5));
+            }
+            Err(Failure::Attempt(e)) => {
+                attempts += 1;
+                if attempts < policy.max_attempts {
+                    let wait = policy.backoff(attempts);
+                    tracing::warn!(error = %e, event_id = %event.id, topic = %event.topic,
+                        partition = event.partition, offset = event.offset, attempt = attempts,
+                        retry_in = ?wait, "handler failed; retrying");
+                    metrics.retries.fetch_add(1, Relaxed);
+                    metrics.running.fetch_sub(1, Relaxed);
+                    metrics.retry_wait.fetch_add(1, Relaxed);
+                    let cancelled = tokio::select! {
+                        _ = shutdown.cancelled() => true,
+                        _ = tokio::time::sleep(wait) => false,
+                    };
+                    metrics.retry_wait.fetch_sub(1, Relaxed);
+                    metrics.running.fetch_add(1, Relaxed);
+                    if cancelled {
+                        return WorkOutcome::Abandoned;
+                    }
+                }
+                last_error = Some(e);
+            }
+        }
+    }
+    let error = last_error.unwrap_or_default();
+    let goes_on = policy.on_quarantine == OnQuarantine::Continue;
+    loop {
+        let Some(client) = conn.client(metrics, shutdown).await else {
+            return WorkOutcome::Abandoned;
+        };
+        match quarantine(
+            client,
+            tables,
+            event,
+            missing_id.is_some(),
+            &error,
+            attempts,
+            goes_on,
+        )
+        .await
+        {
+            Ok(false) => return WorkOutcome::Duplicate,
+            Ok(true) => {
+                metrics.quarantined.fetch_add(1, Relaxed);
+                tracing::error!(error = %error, event_id = %event.id, topic = %event.topic,
+                    partition = event.partition, offset = event.offset, attempts,
+                    quarantine_table = %tables.quarantine,
+                    partition_stops = !goes_on, "record quarantined");
+                return if goes_on {
+                    WorkOutcome::Quarantined
+                } else {
+                    WorkOutcome::Stopped(error)
+                };
+            }
+            Err(Failure::Connection(e)) => {
+                tracing::warn!(error = %e, "inbox database connection lost; reconnecting");
+                conn.client = None;
+                metrics.db_reconnects.fetch_add(1, Relaxed);
+                tokio::select! {
+                    _ = shutdown.cancelled() => return WorkOutcome::Abandoned,
+                    _ = tokio::time::sleep(reconnect_wait) => {}
+                }
+                reconnect_wait = (reconnect_wait * 2).min(Duration::from_secs(5));
+            }
+            Err(Failure::Attempt(e)) => {
+                return WorkOutcome::Fatal(format!(
+                    "cannot write the quarantine row of {}/{} offset {} to {}: {e} (the \
+                     record's last error: {error})",
+                    event.topic, event.partition, event.offset, tables.quarantine
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let p = Policy {
+            max_attempts: 5,
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_millis(700),
+            on_quarantine: OnQuarantine::Continue,
+        };
+        let waits: Vec<u128> = (1..=5).map(|a| p.backoff(a).as_millis()).collect();
+        assert_eq!(waits, [100, 200, 400, 700, 700]);
+        assert_eq!(p.backoff(u32::MAX).as_millis(), 700);
+    }
+}

@@ -1,0 +1,956 @@
+//! The reference inbox consumer (`walrelay inbox`, `walrelay::inbox`):
+//! the frontier's properties, and against the real services every
+//! committed outbox event applied exactly once through consumer kills,
+//! walrelay kills and re-sent duplicates; quarantine that goes on and
+//! quarantine that stops the partition.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use rand::{RngExt, SeedableRng};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use support::ledger::{CREATE_LEDGER, LedgerWriters, ledger};
+use support::*;
+use walrelay::inbox::frontier::{Frontier, KeyOrder};
+
+// ---------------------------------------------------------------- frontier
+
+proptest! {
+    /// Out-of-order completions never move the position past a record in
+    /// progress; it never goes backwards; once all are done it is one past
+    /// the highest offset received.
+    #[test]
+    fn the_frontier_never_passes_a_record_in_progress(
+        gaps in prop::collection::vec(1i64..4, 1..60),
+        order in prop::collection::vec(any::<prop::sample::Index>(), 60),
+        interleave in prop::collection::vec(any::<bool>(), 120),
+    ) {
+        let offsets: Vec<i64> = gaps.iter().scan(0i64, |o, g| { *o += g; Some(*o) }).collect();
+        let mut f = Frontier::new();
+        let mut pending: Vec<i64> = Vec::new();
+        let mut next_in = 0;
+        let mut last_position = None;
+        let mut picks = order.iter().cycle();
+        let mut steps = interleave.iter().cycle();
+        while next_in < offsets.len() || !pending.is_empty() {
+            let receive = next_in < offsets.len() && (pending.is_empty() || *steps.next().unwrap());
+            if receive {
+                f.receive(offsets[next_in], ()).unwrap();
+                pending.push(offsets[next_in]);
+                next_in += 1;
+            } else {
+                let i = picks.next().unwrap().index(pending.len());
+                let o = pending.swap_remove(i);
+                f.complete(o).unwrap();
+            }
+            let position = f.position().unwrap();
+            if let Some(lowest) = pending.iter().min() {
+                prop_assert_eq!(position, *lowest, "the position is the lowest record in progress");
+            } else {
+                prop_assert_eq!(position, offsets[next_in - 1] + 1);
+            }
+            if let Some(last) = last_position {
+                prop_assert!(position >= last, "went back from {} to {}", last, position);
+            }
+            last_position = Some(position);
+            prop_assert_eq!(f.in_progress(), pending.len());
+        }
+        prop_assert_eq!(f.lag(), 0);
+    }
+
+    /// Same-key order: whatever completes first, at most one record per key
+    /// runs, and each key's records run in admission order; keyless
+    /// records are never held back.
+    #[test]
+    fn key_order_runs_one_record_per_key_in_order(
+        keys in prop::collection::vec(prop::option::of(0u8..4), 1..80),
+        picks in prop::collection::vec(any::<prop::sample::Index>(), 80),
+    ) {
+        let mut order: KeyOrder<u8, usize> = KeyOrder::new();
+        let mut running: Vec<usize> = Vec::new();
+        let mut started: Vec<usize> = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            if let Some(t) = order.admit(*k, i) {
+                running.push(t);
+                started.push(t);
+            } else {
+                prop_assert!(k.is_some(), "a keyless record was held back");
+            }
+        }
+        let mut picks = picks.iter().cycle();
+        while !running.is_empty() {
+            // No two running records share a key.
+            let mut seen = std::collections::HashSet::new();
+            for t in &running {
+                if let Some(k) = keys[*t] {
+                    prop_assert!(seen.insert(k), "two records of key {} run at once", k);
+                }
+            }
+            let t = running.swap_remove(picks.next().unwrap().index(running.len()));
+            if let Some(next) = order.finish(keys[t].as_ref()) {
+                running.push(next);
+                started.push(next);
+            }
+        }
+        prop_assert_eq!(started.len(), keys.len(), "every record ran");
+        for k in 0u8..4 {
+            let of_key: Vec<usize> = started.iter().copied().filter(|t| keys[*t] == Some(k)).collect();
+            let mut sorted = of_key.clone();
+            sorted.sort_unstable();
+            prop_assert_eq!(of_key, sorted, "key {} out of order", k);
+        }
+        prop_assert_eq!(order.waiting(), 0);
+    }
+}
+
+// ---------------------------------------------------------------- helpers
+
+/// `walrelay inbox` started from the real binary.
+struct InboxProcess {
+    child: std::process::Child,
+    log_path: std::path::PathBuf,
+}
+
+impl InboxProcess {
+    fn start(config_path: &std::path::Path) -> InboxProcess {
+        let log_path = config_path.with_extension("log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .unwrap();
+        eprintln!("inbox log: {}", log_path.display());
+        let child = std::process::Command::new(walrelay_bin())
+            .args(["inbox", "--config"])
+            .arg(config_path)
+            .env("WALRELAY_LOG", "info,walrelay=debug")
+            .env("PGPASSWORD_FOR_INBOX", "postgres")
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start walrelay inbox");
+        InboxProcess { child, log_path }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, and the exit code.
+    fn stop(&mut self) -> Option<i32> {
+        let _ = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        for _ in 0..300 {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return s.code();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.kill9();
+        panic!("walrelay inbox did not stop on SIGTERM:\n{}", self.log());
+    }
+}
+
+impl Drop for InboxProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An inbox configuration file for `db`; `extra` goes into `[inbox]`.
+fn inbox_config(
+    db: &TestDb,
+    group: &str,
+    topics: &[String],
+    listen: &str,
+    sql: &str,
+    params: &str,
+    extra: &str,
+) -> std::path::PathBuf {
+    let topics: Vec<String> = topics.iter().map(|t| format!("\"{t}\"")).collect();
+    write_config(&format!(
+        r#"
+[inbox]
+name = "{group}"
+topics = [{topics}]
+commit_interval = "300ms"
+retry_backoff_initial = "20ms"
+retry_backoff_max = "100ms"
+shutdown_timeout = "10s"
+{extra}
+
+[inbox.kafka]
+brokers = "{brokers}"
+librdkafka = {{ "session.timeout.ms" = "6000", "fetch.wait.max.ms" = "50" }}
+
+[inbox.postgres]
+url = "postgres://postgres:${{PGPASSWORD_FOR_INBOX}}@127.0.0.1:{port}/{db}?sslmode=disable"
+
+[inbox.handler]
+sql = "{sql}"
+params = {params}
+
+[inbox.health]
+listen = "{listen}"
+"#,
+        topics = topics.join(", "),
+        brokers = kafka_brokers(),
+        port = pg_port(),
+        db = db.name,
+    ))
+}
+
+/// The group's committed offsets, by (topic, partition).
+fn committed(group: &str, topics: &[String]) -> BTreeMap<(String, i32), i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut out = BTreeMap::new();
+    for t in topics {
+        let md = consumer
+            .fetch_metadata(Some(t), Duration::from_secs(10))
+            .unwrap();
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        for p in md.topics()[0].partitions() {
+            tpl.add_partition(t, p.id());
+        }
+        let c = consumer
+            .committed_offsets(tpl, Duration::from_secs(10))
+            .unwrap();
+        for e in c.elements() {
+            if let rdkafka::Offset::Offset(o) = e.offset() {
+                out.insert((e.topic().to_owned(), e.partition()), o);
+            }
+        }
+    }
+    out
+}
+
+fn producer() -> FutureProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("enable.idempotence", "true")
+        .set("partitioner", "murmur2_random")
+        .create()
+        .unwrap()
+}
+
+/// Produces `(key, value, id)` records to `topic` (in order).
+async fn produce(topic: &str, records: &[(String, String, Option<String>)]) {
+    let p = producer();
+    for (key, value, id) in records {
+        let mut headers = OwnedHeaders::new();
+        if let Some(id) = id {
+            headers = headers.insert(Header {
+                key: "id",
+                value: Some(id.as_str()),
+            });
+        }
+        p.send(
+            FutureRecord::to(topic)
+                .key(key)
+                .payload(value)
+                .headers(headers),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name) && !l.starts_with('#'))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+// ---------------------------------------------------------------- end to end
+
+/// Writers (outbox row + ledger row per event, one transaction) →
+/// `walrelay run` (killed once) → Kafka (with re-sent copies produced
+/// again) → `walrelay inbox` (kill -9 at random, several times; for a while
+/// a second member of the group, then killed: rebalances) → a
+/// business table: every committed event applied exactly once, each
+/// aggregate's events in commit order, nothing quarantined; and at least
+/// one kill landed between the database commit and the offset commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_committed_event_is_applied_exactly_once_through_kills_and_resends() {
+    require_kafka();
+    let src = TestDb::new("inbox_src").await;
+    src.create_outbox("outbox").await;
+    src.client.batch_execute(CREATE_LEDGER).await.unwrap();
+    let dst = TestDb::new("inbox_dst").await;
+    dst.client
+        .batch_execute(
+            "CREATE TABLE applied (n bigserial PRIMARY KEY, event_id uuid NOT NULL, \
+             aggregate text NOT NULL, payload jsonb NOT NULL, kafka_partition int, kafka_offset bigint)",
+        )
+        .await
+        .unwrap();
+    let names = Names::new("inbox_e2e");
+    let topics = vec![names.topic("order"), names.topic("invoice")];
+    create_topics(&topics, 3).await;
+    let mut relay = RelayProcess::start(&relay_config(&src, &names, "", ""), &[]);
+    relay.wait_log("streaming", START).await;
+
+    let group = unique("inbox_e2e_group");
+    let listen = free_local_addr();
+    let config = inbox_config(
+        &dst,
+        &group,
+        &topics,
+        &listen,
+        "INSERT INTO applied (event_id, aggregate, payload, kafka_partition, kafka_offset) \
+         VALUES ($1::uuid, $2, $3::jsonb, $4::int, $5::bigint)",
+        r#"["id", "key", "value", "partition", "offset"]"#,
+        "workers = 4\nmax_in_flight = 64",
+    );
+    // The same with its own /metrics address, for a second member.
+    let second_config = inbox_config(
+        &dst,
+        &group,
+        &topics,
+        &free_local_addr(),
+        "INSERT INTO applied (event_id, aggregate, payload, kafka_partition, kafka_offset) \
+         VALUES ($1::uuid, $2, $3::jsonb, $4::int, $5::bigint)",
+        r#"["id", "key", "value", "partition", "offset"]"#,
+        "workers = 4\nmax_in_flight = 64",
+    );
+    // The password comes from the environment (${PGPASSWORD_FOR_INBOX}).
+    let start_inbox = || InboxProcess::start(&config);
+    let mut inbox = start_inbox();
+    let writers = LedgerWriters::start(&src.name, &[pg_port()], 3);
+
+    let mut rng = rand::rngs::StdRng::seed_from_u64(u64::from(std::process::id()));
+    let mut kills_between_commits = 0;
+    let mut second: Option<InboxProcess> = None;
+    for round in 0..6 {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(700..2200))).await;
+        if round == 4 {
+            // The consumer's database connections cut (as by a server
+            // restart) while it applies: reconnected, nothing counted as a
+            // handler failure.
+            wait_for("inbox connections to cut", Duration::from_secs(20), || {
+                let dst = &dst.client;
+                async move {
+                    let cut: i64 = dst
+                        .query_one(
+                            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                             WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                             AND backend_type = 'client backend'",
+                            &[],
+                        )
+                        .await
+                        .ok()?
+                        .get(0);
+                    (cut > 0).then_some(())
+                }
+            })
+            .await;
+            let metrics = wait_for("the inbox reconnected", Duration::from_secs(20), || {
+                let listen = listen.clone();
+                async move {
+                    let m = http_get(&listen, "/metrics");
+                    (metric(&m, "walrelay_inbox_db_reconnects_total") > 0.0).then_some(m)
+                }
+            })
+            .await;
+            assert_eq!(
+                metric(&metrics, "walrelay_inbox_retries_total"),
+                0.0,
+                "a lost connection is not a handler failure: {metrics}"
+            );
+        }
+        inbox.kill9();
+        // Was anything applied (committed to the database) above the
+        // offset committed to Kafka? Then this kill fell between the two.
+        let offsets = committed(&group, &topics);
+        let rows = dst
+            .client
+            .query(
+                "SELECT topic, \"partition\", max(\"offset\") FROM inbox GROUP BY 1, 2",
+                &[],
+            )
+            .await
+            .unwrap_or_default();
+        if rows.iter().any(|r| {
+            let (t, p, max): (String, i32, i64) = (r.get(0), r.get(1), r.get(2));
+            offsets.get(&(t, p)).is_none_or(|c| max >= *c)
+        }) {
+            kills_between_commits += 1;
+        }
+        if round == 2 {
+            // walrelay killed too: it re-sends the unconfirmed tail.
+            relay.kill9();
+            relay = RelayProcess::start_with(&relay.config_path.clone(), &[]);
+        }
+        if round == 3 {
+            // Re-sent duplicates: some records produced again as they are.
+            let consumed = consume_to_end(&[topics[0].as_str(), topics[1].as_str()]);
+            let mut again: Vec<&Consumed> =
+                consumed.iter().filter(|_| rng.random_bool(0.1)).collect();
+            again.truncate(200);
+            let p = producer();
+            for c in &again {
+                let mut headers = OwnedHeaders::new();
+                for (k, v) in &c.headers {
+                    headers = headers.insert(Header {
+                        key: k.as_str(),
+                        value: Some(v.as_slice()),
+                    });
+                }
+                let mut r = FutureRecord::to(&c.topic)
+                    .partition(c.partition)
+                    .headers(headers);
+                if let Some(k) = &c.key {
+                    r = r.key(k.as_slice());
+                }
+                if let Some(v) = &c.value {
+                    r = r.payload(v.as_slice());
+                }
+                p.send(r, Duration::from_secs(10)).await.unwrap();
+            }
+            eprintln!("produced {} records again", again.len());
+            assert!(!again.is_empty(), "nothing to re-send");
+        }
+        inbox = start_inbox();
+        // A second consumer in the group for a while: partitions move
+        // between the two (and, when it is killed, back), records of a
+        // moved partition still in progress on the other.
+        if round == 1 {
+            second = Some(InboxProcess::start(&second_config));
+        }
+        if round == 3
+            && let Some(mut s) = second.take()
+        {
+            // It took part: some partitions were its own.
+            wait_for(
+                "the second consumer's partitions",
+                Duration::from_secs(30),
+                || {
+                    let log = s.log();
+                    async move {
+                        log.lines()
+                            .any(|l| l.contains("partitions assigned") && l.contains(".ev."))
+                            .then_some(())
+                    }
+                },
+            )
+            .await;
+            s.kill9();
+        }
+    }
+    drop(second);
+    let events = writers.stop().await;
+    assert!(events > 100, "writers committed only {events} events");
+
+    let truth = ledger(&src.client).await;
+    wait_for(
+        "every ledger event applied",
+        Duration::from_secs(60),
+        || {
+            let dst = &dst.client;
+            let want = truth.len() as i64;
+            async move {
+                let n: i64 = dst
+                    .query_one("SELECT count(DISTINCT event_id) FROM applied", &[])
+                    .await
+                    .ok()?
+                    .get(0);
+                (n >= want).then_some(())
+            }
+        },
+    )
+    .await;
+    // Let the consumer finish and commit, so its counters are final.
+    let metrics = http_get(&listen, "/metrics");
+    assert_eq!(inbox.stop(), Some(0), "{}", inbox.log());
+    relay.stop();
+
+    let rows = dst
+        .client
+        .query(
+            "SELECT event_id::text, aggregate, payload->>'w', (payload->>'s')::bigint, \
+             kafka_partition, kafka_offset FROM applied ORDER BY n",
+            &[],
+        )
+        .await
+        .unwrap();
+    let mut times: HashMap<String, usize> = HashMap::new();
+    // aggregate → writer → last sequence applied; aggregate → last offset.
+    let mut last_seq: HashMap<(String, String), i64> = HashMap::new();
+    let mut last_offset: HashMap<String, (i32, i64)> = HashMap::new();
+    for r in &rows {
+        let (id, agg, w, s, p, o): (String, String, String, i64, i32, i64) =
+            (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5));
+        *times.entry(id.clone()).or_default() += 1;
+        assert!(
+            truth.contains_key(&id),
+            "applied {id}, which no writer committed"
+        );
+        if let Some(prev) = last_seq.insert((agg.clone(), w.clone()), s) {
+            assert!(
+                prev < s,
+                "aggregate {agg}: writer {w}'s event {s} applied after {prev}"
+            );
+        }
+        if let Some((pp, po)) = last_offset.insert(agg.clone(), (p, o)) {
+            assert!(
+                pp == p && po < o,
+                "aggregate {agg}: offset {p}/{o} applied after {pp}/{po}"
+            );
+        }
+    }
+    let twice: Vec<_> = times.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "applied more than once: {twice:?}");
+    let missing: Vec<_> = truth.keys().filter(|id| !times.contains_key(*id)).collect();
+    assert!(missing.is_empty(), "committed, never applied: {missing:?}");
+    let quarantined: i64 = dst
+        .client
+        .query_one("SELECT count(*) FROM inbox_quarantine", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(quarantined, 0);
+    assert!(
+        kills_between_commits > 0,
+        "no kill fell between a database commit and its offset commit"
+    );
+    assert!(
+        metric(&metrics, "walrelay_inbox_records_applied_total") > 0.0,
+        "{metrics}"
+    );
+    eprintln!(
+        "{} events applied once; {kills_between_commits} of 6 kills between the commits",
+        truth.len()
+    );
+}
+
+// ---------------------------------------------------------------- quarantine
+
+/// A topic of one partition holding `n` records of one key, the one at
+/// `bad` with a value the handler cannot apply (not JSON); a business table
+/// `applied`. Returns the topic and the ids in order.
+async fn one_key_topic(dst: &TestDb, n: usize, bad: usize) -> (String, Vec<String>) {
+    dst.client
+        .batch_execute(
+            "CREATE TABLE applied (n bigserial PRIMARY KEY, event_id text NOT NULL, body jsonb NOT NULL)",
+        )
+        .await
+        .unwrap();
+    let topic = unique("inbox_q");
+    create_topic(&topic).await;
+    let records: Vec<(String, String, Option<String>)> = (0..n)
+        .map(|i| {
+            let value = if i == bad {
+                "not json".to_owned()
+            } else {
+                format!("{{\"i\": {i}}}")
+            };
+            ("k1".to_owned(), value, Some(format!("ev-{i}")))
+        })
+        .collect();
+    produce(&topic, &records).await;
+    let ids = records.into_iter().map(|r| r.2.unwrap()).collect();
+    (topic, ids)
+}
+
+async fn applied_ids(dst: &TestDb) -> Vec<String> {
+    dst.client
+        .query("SELECT event_id FROM applied ORDER BY n", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// A record the handler fails on 3 times is quarantined (with its value
+/// and the error), and one without an event id at once, and the partition
+/// goes on: every other record applied, the frontier committed to the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_that_keeps_failing_is_quarantined_and_the_partition_goes_on() {
+    require_kafka();
+    let dst = TestDb::new("inbox_qc").await;
+    let (topic, ids) = one_key_topic(&dst, 10, 4).await;
+    // And one without an event id: quarantined at once.
+    produce(&topic, &[("k1".into(), "{}".into(), None)]).await;
+    let group = unique("inbox_qc_group");
+    let listen = free_local_addr();
+    let config = inbox_config(
+        &dst,
+        &group,
+        std::slice::from_ref(&topic),
+        &listen,
+        "INSERT INTO applied (event_id, body) VALUES ($1, $2::jsonb)",
+        r#"["id", "value"]"#,
+        "max_attempts = 3\non_quarantine = \"continue\"",
+    );
+    let mut inbox = InboxProcess::start(&config);
+    wait_for(
+        "the frontier at the end of the topic",
+        Duration::from_secs(30),
+        || {
+            let (group, topic) = (group.clone(), topic.clone());
+            async move {
+                let c = committed(&group, std::slice::from_ref(&topic));
+                (c.get(&(topic, 0)) == Some(&11)).then_some(())
+            }
+        },
+    )
+    .await;
+    let metrics = http_get(&listen, "/metrics");
+    assert_eq!(inbox.stop(), Some(0), "{}", inbox.log());
+
+    let mut want = ids.clone();
+    want.remove(4);
+    assert_eq!(
+        applied_ids(&dst).await,
+        want,
+        "all but the bad one, in order"
+    );
+    let q = dst
+        .client
+        .query(
+            "SELECT event_id, \"offset\", convert_from(value, 'UTF8'), error, attempts \
+             FROM inbox_quarantine WHERE event_id IS NOT NULL",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(q.len(), 1);
+    let (id, offset, value, error, attempts): (String, i64, String, String, i32) = (
+        q[0].get(0),
+        q[0].get(1),
+        q[0].get(2),
+        q[0].get(3),
+        q[0].get(4),
+    );
+    assert_eq!(
+        (id.as_str(), offset, value.as_str(), attempts),
+        ("ev-4", 4, "not json", 3)
+    );
+    assert!(error.contains("json"), "{error}");
+    let no_id = dst
+        .client
+        .query_one(
+            "SELECT \"offset\", error, attempts FROM inbox_quarantine WHERE event_id IS NULL",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (offset, error, attempts): (i64, String, i32) = (no_id.get(0), no_id.get(1), no_id.get(2));
+    assert_eq!((offset, attempts), (10, 0));
+    assert!(error.contains("no event id"), "{error}");
+    // Continue: its inbox row is written too, so a re-sent copy is skipped.
+    let in_inbox: i64 = dst
+        .client
+        .query_one("SELECT count(*) FROM inbox", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(in_inbox, 10);
+    assert_eq!(
+        metric(&metrics, "walrelay_inbox_quarantined_total"),
+        2.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        metric(&metrics, "walrelay_inbox_retries_total"),
+        2.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        metric(&metrics, "walrelay_inbox_records_applied_total"),
+        9.0,
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("walrelay_inbox_frontier_lag_records{"),
+        "{metrics}"
+    );
+}
+
+/// With `on_quarantine = "stop"` the partition stops at the quarantined
+/// record: nothing of its key after it is applied, the committed offset
+/// stays at it, health says so. Restarted with a handler that can apply
+/// it, the record and the rest are applied once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_on_quarantine_stop_the_partition_stops_at_the_record_until_fixed() {
+    require_kafka();
+    let dst = TestDb::new("inbox_qs").await;
+    let (topic, ids) = one_key_topic(&dst, 8, 3).await;
+    let group = unique("inbox_qs_group");
+    let listen = free_local_addr();
+    let config = inbox_config(
+        &dst,
+        &group,
+        std::slice::from_ref(&topic),
+        &listen,
+        "INSERT INTO applied (event_id, body) VALUES ($1, $2::jsonb)",
+        r#"["id", "value"]"#,
+        "max_attempts = 2\non_quarantine = \"stop\"",
+    );
+    let mut inbox = InboxProcess::start(&config);
+    let health = wait_for("the partition stopped", Duration::from_secs(30), || {
+        let listen = listen.clone();
+        async move {
+            let h = http_get(&listen, "/healthz");
+            h.contains("stopped").then_some(h)
+        }
+    })
+    .await;
+    assert!(
+        health.contains("503") && health.contains(&format!("{topic}/0")),
+        "{health}"
+    );
+    // Let a commit pass: it must not move past the stopped record.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(inbox.stop(), Some(0), "{}", inbox.log());
+    assert_eq!(
+        committed(&group, std::slice::from_ref(&topic)).get(&(topic.clone(), 0)),
+        Some(&3)
+    );
+    assert_eq!(applied_ids(&dst).await, ids[..3].to_vec());
+    let in_inbox: i64 = dst
+        .client
+        .query_one("SELECT count(*) FROM inbox WHERE event_id = 'ev-3'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        in_inbox, 0,
+        "stop: no inbox row, so the record is tried again"
+    );
+    let quarantined: i64 = dst
+        .client
+        .query_one(
+            "SELECT count(*) FROM inbox_quarantine WHERE event_id = 'ev-3'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(quarantined, 1);
+
+    // The fix: a handler that stores a non-JSON value as a JSON string.
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("$2::jsonb", "to_jsonb($2)");
+    std::fs::write(&config, text).unwrap();
+    let mut inbox = InboxProcess::start(&config);
+    wait_for(
+        "the frontier at the end of the topic",
+        Duration::from_secs(30),
+        || {
+            let (group, topic) = (group.clone(), topic.clone());
+            async move {
+                let c = committed(&group, std::slice::from_ref(&topic));
+                (c.get(&(topic, 0)) == Some(&8)).then_some(())
+            }
+        },
+    )
+    .await;
+    assert_eq!(inbox.stop(), Some(0), "{}", inbox.log());
+    assert_eq!(applied_ids(&dst).await, ids, "each once, in order");
+}
+
+// ---------------------------------------------------------------- library
+
+/// A handler of the library's own (Rust code in the inbox transaction)
+/// that fails twice on one event: the retries succeed, nothing is
+/// quarantined, every event applied once in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rust_handler_retried_after_failures_applies_every_event_once() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use walrelay::inbox::{Event, Handler, HandlerError, InboxMetrics, run_with};
+
+    struct Flaky {
+        failures_left: AtomicU32,
+    }
+    impl Handler for Flaky {
+        async fn apply<'a>(
+            &'a self,
+            tx: &'a tokio_postgres::Transaction<'a>,
+            event: &'a Event,
+        ) -> Result<(), HandlerError> {
+            let body = std::str::from_utf8(event.value.as_deref().unwrap_or_default())?;
+            tx.execute(
+                "INSERT INTO applied (event_id, body) VALUES ($1, $2::text::jsonb)",
+                &[&event.id, &body],
+            )
+            .await?;
+            if event.id == "ev-2"
+                && self
+                    .failures_left
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+            {
+                return Err("downstream not ready".into());
+            }
+            Ok(())
+        }
+    }
+
+    require_kafka();
+    let dst = TestDb::new("inbox_lib").await;
+    let (topic, ids) = one_key_topic(&dst, 6, usize::MAX).await;
+    let group = unique("inbox_lib_group");
+    let path = inbox_config(
+        &dst,
+        &group,
+        std::slice::from_ref(&topic),
+        "127.0.0.1:0",
+        "unused",
+        "[]",
+        "max_attempts = 3",
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    let env = |name: &str| (name == "PGPASSWORD_FOR_INBOX").then(|| "postgres".to_owned());
+    let loaded = walrelay::inbox::config::from_str(&text, "inbox.toml", &env).unwrap();
+    let metrics = Arc::new(InboxMetrics::new("lib"));
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let handler = Flaky {
+        failures_left: AtomicU32::new(2),
+    };
+    let task = tokio::spawn({
+        let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
+        async move { run_with(&loaded.inbox, handler, metrics, shutdown).await }
+    });
+    wait_for(
+        "the frontier at the end of the topic",
+        Duration::from_secs(30),
+        || {
+            let (group, topic) = (group.clone(), topic.clone());
+            async move {
+                let c = committed(&group, std::slice::from_ref(&topic));
+                (c.get(&(topic, 0)) == Some(&6)).then_some(())
+            }
+        },
+    )
+    .await;
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(
+        applied_ids(&dst).await,
+        ids,
+        "each once, in order (the failed attempts rolled back)"
+    );
+    let render = metrics.render();
+    assert_eq!(
+        metric(&render, "walrelay_inbox_retries_total"),
+        2.0,
+        "{render}"
+    );
+    assert_eq!(
+        metric(&render, "walrelay_inbox_quarantined_total"),
+        0.0,
+        "{render}"
+    );
+    assert_eq!(
+        metric(&render, "walrelay_inbox_records_applied_total"),
+        6.0,
+        "{render}"
+    );
+}
+
+/// The consumer side is separate (design.md's module rules): nothing in
+/// src/inbox/ imports the connector's modules.
+#[test]
+fn the_inbox_imports_nothing_of_the_connector() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/inbox");
+    let forbidden = [
+        "relay",
+        "source",
+        "sink",
+        "pg",
+        "pgoutput",
+        "checkpoint",
+        "offsets",
+        "router",
+        "startup",
+    ];
+    let mut files = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        files += 1;
+        for m in forbidden {
+            for pattern in [
+                format!("crate::{m}::"),
+                format!("crate::{m};"),
+                format!("crate::{{{m}"),
+            ] {
+                assert!(
+                    !text.contains(&pattern),
+                    "{} uses {pattern}: the inbox must not know the connector's side",
+                    path.display()
+                );
+            }
+        }
+    }
+    assert!(files >= 5);
+}
+
+/// A bad file: exit 2, every problem named with its key and fix, the
+/// password in the URL never repeated.
+#[test]
+fn a_bad_inbox_file_exits_2_naming_each_key() {
+    let path = write_config(
+        "[inbox]\nname = \"x\"\ntopics = []\nworkers = 0\non_quarantine = \"stop\"\n\
+         [inbox.kafka]\nbrokers = \"k:9092\"\nlibrdkafka = { \"enable.auto.commit\" = \"true\" }\n\
+         [inbox.postgres]\nurl = \"postgres://u:hunter2@h/d\"\n\
+         [inbox.handler]\nsql = \"SELECT 1\"\nparams = [\"header:\"]\n",
+    );
+    let out = std::process::Command::new(walrelay_bin())
+        .args(["inbox", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    for needle in [
+        "inbox.topics: must list at least one topic",
+        "inbox.workers: is 0; set 1 to 256",
+        "inbox.kafka.librdkafka.\"enable.auto.commit\": is set by the inbox",
+        "inbox.handler.params[0]: names no header",
+    ] {
+        assert!(stderr.contains(needle), "{needle} not in:\n{stderr}");
+    }
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+    let typo = write_config("[inbox]\nnmae = \"x\"\n");
+    let out = std::process::Command::new(walrelay_bin())
+        .args(["inbox", "--config"])
+        .arg(&typo)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("line 2") && stderr.contains("nmae"),
+        "{stderr}"
+    );
+}
