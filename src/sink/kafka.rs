@@ -93,6 +93,14 @@ pub struct SinkError {
 }
 
 impl SinkError {
+    /// Kafka or the producer refused the record for its size.
+    pub fn is_too_large(&self) -> bool {
+        matches!(
+            self.code,
+            Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidMessageSize)
+        )
+    }
+
     /// The cluster answers but this producer has delivered nothing for
     /// `stalled_for` (transient: a fresh producer is the cure).
     pub fn stuck(stalled_for: Duration) -> SinkError {
@@ -1014,6 +1022,97 @@ pub fn cluster_answers(properties: &[(String, String)], timeout: Duration) -> bo
                 .flat_map(|t| t.partitions())
                 .all(|p| p.leader() >= 0)
     })
+}
+
+/// What the brokers say about a topic that walrelay writes to
+/// ([`describe_topic`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopicState {
+    /// The topic exists; `max_message_bytes` is its `max.message.bytes`.
+    Exists { max_message_bytes: Option<String> },
+    /// It does not exist; `auto_create` is the broker's
+    /// `auto.create.topics.enable` (`None` when it could not be read).
+    Missing { auto_create: Option<bool> },
+    /// The client may not describe it (an ACL): the error code's name.
+    Denied(String),
+}
+
+/// Describes `topic` without creating it: an admin client's
+/// DescribeConfigs for the topic and, when it is missing, for a broker
+/// (`auto.create.topics.enable`). Only client properties of `properties`
+/// are used.
+pub async fn describe_topic(
+    properties: &[(String, String)],
+    topic: &str,
+    timeout: Duration,
+) -> Result<TopicState, SinkError> {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    use rdkafka::client::DefaultClientContext;
+    let mut cfg = ClientConfig::new();
+    for (k, v) in properties {
+        if k == "bootstrap.servers"
+            || k == "client.id"
+            || k.starts_with("security.")
+            || k.starts_with("ssl.")
+            || k.starts_with("sasl.")
+            || k == "socket.timeout.ms"
+            || k == "broker.address.family"
+        {
+            cfg.set(k, v);
+        }
+    }
+    cfg.set_log_level(RDKafkaLogLevel::Emerg);
+    let fail = |message: String| SinkError {
+        kind: SinkErrorKind::Definite,
+        message,
+        code: None,
+    };
+    let admin: AdminClient<DefaultClientContext> = cfg.create().map_err(|e| fail(e.to_string()))?;
+    let opts = AdminOptions::new().request_timeout(Some(timeout));
+    let described = admin
+        .describe_configs(&[ResourceSpecifier::Topic(topic)], &opts)
+        .await
+        .map_err(|e| fail(format!("describing topic {topic:?}: {e}")))?;
+    match described.into_iter().next() {
+        Some(Ok(r)) if !r.entries.is_empty() => {
+            return Ok(TopicState::Exists {
+                max_message_bytes: r.get("max.message.bytes").and_then(|e| e.value.clone()),
+            });
+        }
+        Some(Ok(_)) | Some(Err(RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
+        Some(Err(
+            code @ (RDKafkaErrorCode::TopicAuthorizationFailed
+            | RDKafkaErrorCode::ClusterAuthorizationFailed),
+        )) => return Ok(TopicState::Denied(format!("{code:?}"))),
+        Some(Err(code)) => return Err(fail(format!("describing topic {topic:?}: {code}"))),
+        None => return Err(fail(format!("describing topic {topic:?} returned nothing"))),
+    }
+    let meta_cfg = cfg.clone();
+    let broker = tokio::task::spawn_blocking(move || {
+        let client: BaseProducer = meta_cfg.create()?;
+        let metadata = client.client().fetch_metadata(None, timeout)?;
+        Ok::<_, KafkaError>(metadata.brokers().first().map(|b| b.id()))
+    })
+    .await
+    .map_err(|e| fail(e.to_string()))?
+    .map_err(|e| fail(format!("reading the cluster's metadata: {e}")))?;
+    let Some(broker) = broker else {
+        return Ok(TopicState::Missing { auto_create: None });
+    };
+    let auto_create = match admin
+        .describe_configs(&[ResourceSpecifier::Broker(broker)], &opts)
+        .await
+    {
+        Ok(results) => match results.into_iter().next() {
+            Some(Ok(r)) => r
+                .get("auto.create.topics.enable")
+                .and_then(|e| e.value.as_deref())
+                .map(|v| v == "true"),
+            _ => None,
+        },
+        Err(_) => None,
+    };
+    Ok(TopicState::Missing { auto_create })
 }
 
 /// `check` with `exactly_once`: whether the cluster lets this principal
