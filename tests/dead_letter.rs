@@ -49,8 +49,11 @@ fn read_records(
     out
 }
 
-/// The headers that identify a dead letter, for comparing two copies.
-fn identity(c: &Consumed) -> (Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Vec<u8>)>) {
+/// A record's key, value and headers.
+type Identity = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Vec<u8>)>);
+
+/// The parts of a dead letter, for comparing two copies.
+fn identity(c: &Consumed) -> Identity {
     (c.key.clone(), c.value.clone(), c.headers.clone())
 }
 
