@@ -1028,8 +1028,12 @@ pub fn cluster_answers(properties: &[(String, String)], timeout: Duration) -> bo
 /// ([`describe_topic`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TopicState {
-    /// The topic exists; `max_message_bytes` is its `max.message.bytes`.
-    Exists { max_message_bytes: Option<String> },
+    /// The topic exists with `partitions`; `max_message_bytes` is its
+    /// `max.message.bytes` when the client may read its configuration.
+    Exists {
+        partitions: usize,
+        max_message_bytes: Option<String>,
+    },
     /// It does not exist; `auto_create` is the broker's
     /// `auto.create.topics.enable` (`None` when it could not be read).
     Missing { auto_create: Option<bool> },
@@ -1037,10 +1041,11 @@ pub enum TopicState {
     Denied(String),
 }
 
-/// Describes `topic` without creating it: an admin client's
-/// DescribeConfigs for the topic and, when it is missing, for a broker
-/// (`auto.create.topics.enable`). Only client properties of `properties`
-/// are used.
+/// Describes `topic` without creating it: a metadata request that does
+/// not auto-create (needs the DESCRIBE ACL, which WRITE implies), then,
+/// where allowed, DescribeConfigs for the topic's `max.message.bytes` or,
+/// when it is missing, a broker's `auto.create.topics.enable`. Only
+/// client properties of `properties` are used.
 pub async fn describe_topic(
     properties: &[(String, String)],
     topic: &str,
@@ -1048,6 +1053,7 @@ pub async fn describe_topic(
 ) -> Result<TopicState, SinkError> {
     use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
     use rdkafka::client::DefaultClientContext;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
     let mut cfg = ClientConfig::new();
     for (k, v) in properties {
         if k == "bootstrap.servers"
@@ -1067,52 +1073,72 @@ pub async fn describe_topic(
         message,
         code: None,
     };
-    let admin: AdminClient<DefaultClientContext> = cfg.create().map_err(|e| fail(e.to_string()))?;
-    let opts = AdminOptions::new().request_timeout(Some(timeout));
-    let described = admin
-        .describe_configs(&[ResourceSpecifier::Topic(topic)], &opts)
-        .await
-        .map_err(|e| fail(format!("describing topic {topic:?}: {e}")))?;
-    match described.into_iter().next() {
-        Some(Ok(r)) if !r.entries.is_empty() => {
-            return Ok(TopicState::Exists {
-                max_message_bytes: r.get("max.message.bytes").and_then(|e| e.value.clone()),
-            });
-        }
-        Some(Ok(_)) | Some(Err(RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
-        Some(Err(
-            code @ (RDKafkaErrorCode::TopicAuthorizationFailed
-            | RDKafkaErrorCode::ClusterAuthorizationFailed),
-        )) => return Ok(TopicState::Denied(format!("{code:?}"))),
-        Some(Err(code)) => return Err(fail(format!("describing topic {topic:?}: {code}"))),
-        None => return Err(fail(format!("describing topic {topic:?} returned nothing"))),
-    }
-    let meta_cfg = cfg.clone();
-    let broker = tokio::task::spawn_blocking(move || {
-        let client: BaseProducer = meta_cfg.create()?;
-        let metadata = client.client().fetch_metadata(None, timeout)?;
-        Ok::<_, KafkaError>(metadata.brokers().first().map(|b| b.id()))
+    let mut meta_cfg = cfg.clone();
+    meta_cfg.set("allow.auto.create.topics", "false");
+    let name = topic.to_owned();
+    let (topic_error, partitions, broker) = tokio::task::spawn_blocking(move || {
+        let client: BaseConsumer = meta_cfg.create()?;
+        let metadata = client.fetch_metadata(Some(&name), timeout)?;
+        let broker = metadata.brokers().first().map(|b| b.id());
+        let found = metadata.topics().iter().find(|t| t.name() == name);
+        Ok::<_, KafkaError>((
+            found.and_then(|t| t.error()),
+            found.map_or(0, |t| t.partitions().len()),
+            broker,
+        ))
     })
     .await
     .map_err(|e| fail(e.to_string()))?
-    .map_err(|e| fail(format!("reading the cluster's metadata: {e}")))?;
-    let Some(broker) = broker else {
-        return Ok(TopicState::Missing { auto_create: None });
-    };
-    let auto_create = match admin
-        .describe_configs(&[ResourceSpecifier::Broker(broker)], &opts)
-        .await
-    {
-        Ok(results) => match results.into_iter().next() {
-            Some(Ok(r)) => r
-                .get("auto.create.topics.enable")
-                .and_then(|e| e.value.as_deref())
+    .map_err(|e| fail(format!("reading the metadata of topic {topic:?}: {e}")))?;
+    let admin: AdminClient<DefaultClientContext> = cfg.create().map_err(|e| fail(e.to_string()))?;
+    let opts = AdminOptions::new().request_timeout(Some(timeout));
+    match topic_error.map(RDKafkaErrorCode::from) {
+        None => Ok(TopicState::Exists {
+            partitions,
+            max_message_bytes: config_value(
+                &admin,
+                &opts,
+                ResourceSpecifier::Topic(topic),
+                "max.message.bytes",
+            )
+            .await,
+        }),
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition) => {
+            let auto_create = match broker {
+                Some(id) => config_value(
+                    &admin,
+                    &opts,
+                    ResourceSpecifier::Broker(id),
+                    "auto.create.topics.enable",
+                )
+                .await
                 .map(|v| v == "true"),
-            _ => None,
-        },
-        Err(_) => None,
-    };
-    Ok(TopicState::Missing { auto_create })
+                None => None,
+            };
+            Ok(TopicState::Missing { auto_create })
+        }
+        Some(
+            code @ (RDKafkaErrorCode::TopicAuthorizationFailed
+            | RDKafkaErrorCode::ClusterAuthorizationFailed),
+        ) => Ok(TopicState::Denied(format!("{code:?}"))),
+        Some(code) => Err(fail(format!(
+            "reading the metadata of topic {topic:?}: {code}"
+        ))),
+    }
+}
+
+/// One configuration value of `resource`; `None` when it cannot be read.
+async fn config_value(
+    admin: &rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext>,
+    opts: &rdkafka::admin::AdminOptions,
+    resource: rdkafka::admin::ResourceSpecifier<'_>,
+    key: &str,
+) -> Option<String> {
+    let results = admin.describe_configs(&[resource], opts).await.ok()?;
+    match results.into_iter().next() {
+        Some(Ok(r)) => r.get(key).and_then(|e| e.value.clone()),
+        _ => None,
+    }
 }
 
 /// `check` with `exactly_once`: whether the cluster lets this principal
