@@ -15,7 +15,9 @@
 //! - **Never skip silently.** A row that cannot be routed — a NULL id or
 //!   aggregate id, a configured column missing from the table, a value that
 //!   cannot be converted — is a [`RouteError`] naming the table, the column,
-//!   the commit LSN and what to do. The caller stops before confirming it.
+//!   the commit LSN and what to do, with an [`Unroutable`] label. The caller
+//!   stops before confirming it or, with `[dead_letter]`, publishes a dead
+//!   letter in its place from what [`Router::salvage`] keeps of the row.
 //! - **Every captured relation is claimed.** A partition of a captured
 //!   (partitioned) outbox table is routed as the table itself, whether
 //!   pgoutput names the partition root (`publish_via_partition_root`, which
