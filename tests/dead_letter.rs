@@ -58,7 +58,8 @@ fn identity(c: &Consumed) -> Identity {
 }
 
 /// Outbox rows with a NULL aggregate id, an aggregate type that makes an
-/// invalid topic and a payload over the producer's limit, and a `[[table]]`
+/// invalid topic and a payload over the producer's limit, a CloudEvents
+/// outbox row without a type, and a `[[table]]`
 /// row with `infinity` under `special_values = "fail"`, among rows that two
 /// writers commit: every good row arrives in order per aggregate, every bad
 /// one is in the dead-letter topic with its headers, the connector goes on,
@@ -70,6 +71,7 @@ async fn unpublishable_changes_go_to_the_dead_letter_topic_and_the_connector_goe
     require_kafka();
     let db = TestDb::new("dlq").await;
     db.create_outbox("outbox").await;
+    db.create_outbox("ce_outbox").await;
     db.client
         .batch_execute(
             "CREATE TABLE events (id int PRIMARY KEY, at timestamptz);
@@ -85,8 +87,11 @@ async fn unpublishable_changes_go_to_the_dead_letter_topic_and_the_connector_goe
         &names,
         "",
         &format!(
-            "[[table]]\nname = \"public.events\"\nspecial_values = \"fail\"\n\n\
-             [dead_letter]\ntopic = \"{dlq}\"\n\n[health]\nlisten = \"{addr}\"\n"
+            "[[outbox]]\ntable = \"public.ce_outbox\"\ntopic = \"{}.ce\"\nformat = \"cloudevents\"\n\
+             [outbox.cloudevents]\nsource = \"/shop\"\n\n\
+             [[table]]\nname = \"public.events\"\nspecial_values = \"fail\"\n\n\
+             [dead_letter]\ntopic = \"{dlq}\"\n\n[health]\nlisten = \"{addr}\"\n",
+            names.topic_prefix
         ),
     );
     let path = write_config(&config);
@@ -143,7 +148,8 @@ async fn unpublishable_changes_go_to_the_dead_letter_topic_and_the_connector_goe
              INSERT INTO outbox VALUES (gen_random_uuid(), 'order', 'big', 'Created',
                jsonb_build_object('big', repeat('x', 1100000)));
              INSERT INTO events VALUES (2, 'infinity');
-             INSERT INTO events VALUES (3, now());",
+             INSERT INTO events VALUES (3, now());
+             INSERT INTO ce_outbox VALUES (gen_random_uuid(), 'order', 'ce-1', '', '{}');",
         )
         .await
         .expect("big and infinity");
@@ -190,7 +196,7 @@ async fn unpublishable_changes_go_to_the_dead_letter_topic_and_the_connector_goe
         .collect();
     assert_eq!(table_ids, HashSet::from([1, 3]));
 
-    let dead = read_records(&[&dlq], "read_committed", 10, Duration::from_secs(60));
+    let dead = read_records(&[&dlq], "read_committed", 11, Duration::from_secs(60));
     let mut by_reason: BTreeMap<String, Vec<&Consumed>> = BTreeMap::new();
     for c in &dead {
         by_reason
@@ -205,6 +211,7 @@ async fn unpublishable_changes_go_to_the_dead_letter_topic_and_the_connector_goe
     assert_eq!(
         counts,
         BTreeMap::from([
+            ("cloudevents", 1),
             ("invalid_topic", 4),
             ("null_value", 4),
             ("too_large", 1),
@@ -275,6 +282,12 @@ async fn unpublishable_changes_go_to_the_dead_letter_topic_and_the_connector_goe
         inf.header_str("walrelay.dead_letter.topic"),
         Some(table_topic.clone())
     );
+    let ce = by_reason["cloudevents"][0];
+    assert_eq!(
+        ce.header_str("walrelay.dead_letter.table").as_deref(),
+        Some("public.ce_outbox")
+    );
+    assert_eq!(ce.key.as_deref(), Some(&b"ce-1"[..]));
     let row: serde_json::Value = serde_json::from_slice(inf.value.as_deref().unwrap()).unwrap();
     assert_eq!(row, serde_json::json!({"id": "2", "at": "infinity"}));
 
@@ -305,14 +318,6 @@ async fn unpublishable_changes_go_to_the_dead_letter_topic_and_the_connector_goe
         "{metrics}"
     );
     assert!(!metrics.contains("SECRET"));
-    let log = relay.log();
-    assert_eq!(
-        log.matches(DEAD_LETTER_LOG).count(),
-        10,
-        "one line per dead letter:\n{log}"
-    );
-    assert!(!log.contains("SECRET"), "{log}");
-
     // `check` now finds the topic.
     let (_, report) = check(&path);
     let line = report
@@ -321,6 +326,14 @@ async fn unpublishable_changes_go_to_the_dead_letter_topic_and_the_connector_goe
         .unwrap_or_else(|| panic!("no dead-letter line:\n{report}"));
     assert!(line.contains(&format!("{dlq} exists")), "{line}");
     assert!(relay.stop().success(), "{}", relay.log());
+    // Read once stopped: the log is complete.
+    let log = relay.log();
+    assert_eq!(
+        log.matches(DEAD_LETTER_LOG).count(),
+        11,
+        "one line per dead letter:\n{log}"
+    );
+    assert!(!log.contains("SECRET"), "{log}");
 }
 
 /// `exactly_once`: a dead letter is in its transaction's Kafka transaction.
