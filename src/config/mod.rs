@@ -66,11 +66,11 @@ pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
 pub use schema::{
     BinaryHandlingMode, CloudEventsConfig, CloudEventsMode, ColumnFilter, ColumnMask, Compression,
-    ConnectorConfig, DecimalHandlingMode, Delivery, HASH_ALGORITHMS, HealthConfig, HeartbeatConfig,
-    IntervalHandlingMode, KafkaConfig, LogConfig, LogFormat, OnUpdate, OutboxConfig, OutboxFormat,
-    PostgresConfig, SaslMechanism, SecurityProtocol, SkippedOperations, SnapshotConfig,
-    SnapshotMode, SpecialValues, SslMode, TableConfig, TableDefaults, TimePrecisionMode,
-    UnmappedTypes, glob_match, is_secret_property,
+    ConnectorConfig, DeadLetterConfig, DecimalHandlingMode, Delivery, HASH_ALGORITHMS,
+    HealthConfig, HeartbeatConfig, IntervalHandlingMode, KafkaConfig, LogConfig, LogFormat,
+    OnUpdate, OutboxConfig, OutboxFormat, PostgresConfig, SaslMechanism, SecurityProtocol,
+    SkippedOperations, SnapshotConfig, SnapshotMode, SpecialValues, SslMode, TableConfig,
+    TableDefaults, TimePrecisionMode, UnmappedTypes, glob_match, is_secret_property,
 };
 pub use template::{
     Segment, TableRef, TopicTemplate, is_topic_char, sanitized_topic_name, topic_name_problem,
@@ -106,6 +106,9 @@ pub struct Config {
     pub heartbeat: HeartbeatConfig,
     /// `[log]`; the defaults when the section is absent.
     pub log: LogConfig,
+    /// `[dead_letter]`; `None` when the section is absent (an unroutable
+    /// row stops the connector).
+    pub dead_letter: Option<DeadLetterConfig>,
     origin: Origin,
     /// What loading found worth a warning but not a refusal, rendered as
     /// problems are (`file:line:column: key: …`).
@@ -133,6 +136,8 @@ struct Document {
     heartbeat: HeartbeatConfig,
     #[serde(default)]
     log: LogConfig,
+    #[serde(default)]
+    dead_letter: Option<DeadLetterConfig>,
 }
 
 /// The `[log] format` of the file at `path`, read on its own so that the
@@ -219,6 +224,7 @@ impl Config {
             snapshot: document.snapshot,
             heartbeat: document.heartbeat,
             log: document.log,
+            dead_letter: document.dead_letter,
             origin: Origin {
                 name: origin.to_owned(),
                 locations: map.locations(),
@@ -429,6 +435,7 @@ impl fmt::Debug for Config {
             .field("table_defaults", &self.table_defaults)
             .field("snapshot", &self.snapshot)
             .field("heartbeat", &self.heartbeat)
+            .field("dead_letter", &self.dead_letter)
             .finish()
     }
 }
