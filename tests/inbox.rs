@@ -877,6 +877,117 @@ async fn a_rust_handler_retried_after_failures_applies_every_event_once() {
     );
 }
 
+/// A handler that panics has failed an attempt, like one that returns an
+/// error: with a single worker (whose end would stop everything), one event
+/// that always panics is quarantined after `max_attempts` with the panic's
+/// message, one that panics once is retried and applied, every other event
+/// applied once in order, and the frontier committed to the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_is_retried_then_quarantined_and_the_worker_lives_on() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use walrelay::inbox::{Event, Handler, HandlerError, InboxMetrics, run_with};
+
+    struct Panicky {
+        once_left: AtomicU32,
+    }
+    impl Handler for Panicky {
+        async fn apply<'a>(
+            &'a self,
+            tx: &'a tokio_postgres::Transaction<'a>,
+            event: &'a Event,
+        ) -> Result<(), HandlerError> {
+            let body = std::str::from_utf8(event.value.as_deref().unwrap_or_default())?;
+            // Written before the panic: rolled back with the attempt.
+            tx.execute(
+                "INSERT INTO applied (event_id, body) VALUES ($1, $2::text::jsonb)",
+                &[&event.id, &body],
+            )
+            .await?;
+            if event.id == "ev-2" {
+                panic!("no handler for {}", event.id);
+            }
+            if event.id == "ev-4"
+                && self
+                    .once_left
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+            {
+                panic!("flaky once");
+            }
+            Ok(())
+        }
+    }
+
+    require_kafka();
+    let dst = TestDb::new("inbox_panic").await;
+    let (topic, ids) = one_key_topic(&dst, 6, usize::MAX).await;
+    let group = unique("inbox_panic_group");
+    let path = inbox_config(
+        &dst,
+        &group,
+        std::slice::from_ref(&topic),
+        "127.0.0.1:0",
+        "unused",
+        "[]",
+        "max_attempts = 3\nworkers = 1",
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    let env = |name: &str| (name == "PGPASSWORD_FOR_INBOX").then(|| "postgres".to_owned());
+    let loaded = walrelay::inbox::config::from_str(&text, "inbox.toml", &env).unwrap();
+    let metrics = Arc::new(InboxMetrics::new("panic"));
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let handler = Panicky {
+        once_left: AtomicU32::new(1),
+    };
+    let task = tokio::spawn({
+        let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
+        async move { run_with(&loaded.inbox, handler, metrics, shutdown).await }
+    });
+    wait_for(
+        "the frontier at the end of the topic (a dead worker leaves it at 2)",
+        Duration::from_secs(60),
+        || {
+            let (group, topic) = (group.clone(), topic.clone());
+            async move {
+                let c = committed(&group, std::slice::from_ref(&topic));
+                (c.get(&(topic, 0)) == Some(&6)).then_some(())
+            }
+        },
+    )
+    .await;
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+    let mut want = ids.clone();
+    want.remove(2);
+    assert_eq!(
+        applied_ids(&dst).await,
+        want,
+        "all but ev-2, each once, in order (the panicked attempts rolled back)"
+    );
+    let q = dst
+        .client
+        .query(
+            "SELECT event_id, \"offset\", error, attempts FROM inbox_quarantine",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(q.len(), 1);
+    let (id, offset, error, attempts): (String, i64, String, i32) =
+        (q[0].get(0), q[0].get(1), q[0].get(2), q[0].get(3));
+    assert_eq!((id.as_str(), offset, attempts), ("ev-2", 2, 3));
+    assert_eq!(error, "the handler panicked: no handler for ev-2");
+    let render = metrics.render();
+    for (name, want) in [
+        ("walrelay_inbox_retries_total", 3.0),
+        ("walrelay_inbox_quarantined_total", 1.0),
+        ("walrelay_inbox_records_applied_total", 5.0),
+    ] {
+        assert_eq!(metric(&render, name), want, "{name}: {render}");
+    }
+}
+
 /// The consumer side is separate (design.md's module rules): nothing in
 /// src/inbox/ imports the connector's modules.
 #[test]

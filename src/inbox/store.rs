@@ -8,11 +8,15 @@
 //!   handler failure: the worker reconnects with backoff and tries the
 //!   record again without counting an attempt. Whether the lost
 //!   transaction committed does not matter: the inbox row says so.
+//! - A handler that panics has failed an attempt, like one that returns an
+//!   error: the panic is caught around the call, the transaction rolled
+//!   back, the connection made anew; the worker lives on.
 //! - A quarantined record's row holds the record (key, value, headers) and
 //!   the last error, so it can be applied by hand later.
 
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio_postgres::Client;
 use tokio_postgres::types::Type;
 use tokio_util::sync::CancellationToken;
@@ -201,6 +205,21 @@ enum Failure {
     Connection(String),
     /// The handler, or the inbox insert, failed.
     Attempt(String),
+    /// The handler panicked: an attempt that failed, on a connection that
+    /// is then made anew (the handler may have left it mid-statement or
+    /// with session state changed).
+    Panicked(String),
+}
+
+/// The text of a panic's payload (`panic!` with a message gives a `&str`
+/// or a `String`).
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a payload that is not text".to_owned());
+    format!("the handler panicked: {message}")
 }
 
 fn is_connection_error(e: &tokio_postgres::Error) -> bool {
@@ -279,11 +298,21 @@ async fn attempt<H: Handler>(
         tx.rollback().await.map_err(classify_db)?;
         return Ok(false);
     }
-    if let Err(e) = handler.apply(&tx, event).await {
-        let closed = tx.client().is_closed();
+    // A panic in the handler is its failure like an error (retried, then
+    // quarantined), never the end of the worker: an ended worker would
+    // leave the record in progress and its partition's frontier stuck.
+    let applied = std::panic::AssertUnwindSafe(handler.apply(&tx, event))
+        .catch_unwind()
+        .await;
+    let failure = match applied {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(classify_handler(e, tx.client().is_closed())),
+        Err(payload) => Some(Failure::Panicked(panic_text(payload.as_ref()))),
+    };
+    if let Some(failure) = failure {
         // Dropping `tx` rolls it back.
         drop(tx);
-        return Err(classify_handler(e, closed));
+        return Err(failure);
     }
     tx.commit().await.map_err(classify_db)?;
     Ok(true)
@@ -387,7 +416,14 @@ pub(crate) async fn process<H: Handler>(
                 }
                 reconnect_wait = (reconnect_wait * 2).min(Duration::from_secs(5));
             }
-            Err(Failure::Attempt(e)) => {
+            Err(failure @ (Failure::Attempt(_) | Failure::Panicked(_))) => {
+                let e = match failure {
+                    Failure::Panicked(e) => {
+                        conn.client = None;
+                        e
+                    }
+                    Failure::Attempt(e) | Failure::Connection(e) => e,
+                };
                 attempts += 1;
                 if attempts < policy.max_attempts {
                     let wait = policy.backoff(attempts);
@@ -451,7 +487,7 @@ pub(crate) async fn process<H: Handler>(
                 }
                 reconnect_wait = (reconnect_wait * 2).min(Duration::from_secs(5));
             }
-            Err(Failure::Attempt(e)) => {
+            Err(Failure::Attempt(e) | Failure::Panicked(e)) => {
                 return WorkOutcome::Fatal(format!(
                     "cannot write the quarantine row of {}/{} offset {} to {}: {e} (the \
                      record's last error: {error})",
