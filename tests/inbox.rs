@@ -693,6 +693,91 @@ async fn a_record_that_keeps_failing_is_quarantined_and_the_partition_goes_on() 
     );
 }
 
+/// With `[inbox.kafka] quarantine_topic`, a record that keeps failing goes
+/// to that topic — its key, value and headers, plus where it came from and
+/// why — not to the table; its inbox row is written once Kafka holds it,
+/// and the partition goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_that_keeps_failing_goes_to_the_quarantine_topic() {
+    require_kafka();
+    let dst = TestDb::new("inbox_qt").await;
+    let (topic, ids) = one_key_topic(&dst, 6, 3).await;
+    let quarantine_topic = unique("inbox_qt_quarantine");
+    create_topic(&quarantine_topic).await;
+    let group = unique("inbox_qt_group");
+    let listen = free_local_addr();
+    let config = inbox_config(
+        &dst,
+        &group,
+        std::slice::from_ref(&topic),
+        &listen,
+        "INSERT INTO applied (event_id, body) VALUES ($1, $2::jsonb)",
+        r#"["id", "value"]"#,
+        "max_attempts = 2",
+    );
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "[inbox.kafka]\n",
+        &format!("[inbox.kafka]\nquarantine_topic = \"{quarantine_topic}\"\n"),
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut inbox = InboxProcess::start(&config);
+    wait_for(
+        "the frontier at the end of the topic",
+        Duration::from_secs(30),
+        || {
+            let (group, topic) = (group.clone(), topic.clone());
+            async move {
+                let c = committed(&group, std::slice::from_ref(&topic));
+                (c.get(&(topic, 0)) == Some(&6)).then_some(())
+            }
+        },
+    )
+    .await;
+    let metrics = http_get(&listen, "/metrics");
+    assert_eq!(inbox.stop(), Some(0), "{}", inbox.log());
+
+    let mut want = ids.clone();
+    want.remove(3);
+    assert_eq!(
+        applied_ids(&dst).await,
+        want,
+        "all but the bad one, in order"
+    );
+    let count = |sql: &'static str| {
+        let client = &dst.client;
+        async move { client.query_one(sql, &[]).await.unwrap().get::<_, i64>(0) }
+    };
+    assert_eq!(count("SELECT count(*) FROM inbox_quarantine").await, 0);
+    assert_eq!(
+        count("SELECT count(*) FROM inbox").await,
+        6,
+        "its inbox row too"
+    );
+    let q = consume_to_end(&[quarantine_topic.as_str()]);
+    assert_eq!(q.len(), 1, "{q:?}");
+    let r = &q[0];
+    assert_eq!(r.key.as_deref(), Some(b"k1".as_slice()));
+    assert_eq!(r.value.as_deref(), Some(b"not json".as_slice()));
+    assert_eq!(r.header_str("id").as_deref(), Some("ev-3"));
+    assert_eq!(r.header_str("walrelay.inbox.topic"), Some(topic.clone()));
+    assert_eq!(
+        r.header_str("walrelay.inbox.partition").as_deref(),
+        Some("0")
+    );
+    assert_eq!(r.header_str("walrelay.inbox.offset").as_deref(), Some("3"));
+    assert_eq!(
+        r.header_str("walrelay.inbox.attempts").as_deref(),
+        Some("2")
+    );
+    let error = r.header_str("walrelay.inbox.error").unwrap_or_default();
+    assert!(error.contains("json"), "{error}");
+    assert_eq!(
+        metric(&metrics, "walrelay_inbox_quarantined_total"),
+        1.0,
+        "{metrics}"
+    );
+}
+
 /// With `on_quarantine = "stop"` the partition stops at the quarantined
 /// record: nothing of its key after it is applied, the committed offset
 /// stays at it, health says so. Restarted with a handler that can apply

@@ -96,6 +96,10 @@ pub struct KafkaSection {
     pub auto_offset_reset: String,
     #[serde(default)]
     pub librdkafka: BTreeMap<String, String>,
+    /// Quarantined records go to this topic instead of the quarantine
+    /// table.
+    #[serde(default)]
+    pub quarantine_topic: Option<String>,
 }
 
 /// `[inbox.postgres]`.
@@ -353,6 +357,18 @@ fn validate(c: &InboxConfig) -> Result<Vec<Param>, Vec<String>> {
     }
     if c.kafka.brokers.trim().is_empty() {
         bad("kafka.brokers", "is empty; e.g. \"kafka:9092\"".into());
+    }
+    if c.kafka
+        .quarantine_topic
+        .as_deref()
+        .is_some_and(|t| t.trim().is_empty() || t.starts_with('^'))
+    {
+        bad(
+            "kafka.quarantine_topic",
+            "must name one topic (not empty, not a pattern), e.g. \"orders-inbox.quarantine\"; \
+             leave it out to quarantine to inbox.postgres.quarantine_table"
+                .into(),
+        );
     }
     if !["earliest", "latest"].contains(&c.kafka.auto_offset_reset.as_str()) {
         bad(

@@ -29,7 +29,7 @@ use super::config::{FIXED_PROPERTIES, InboxConfig, Loaded};
 use super::frontier::{Frontier, FrontierError, KeyOrder};
 use super::metrics::{InboxMetrics, PartitionReading};
 use super::sql_handler::SqlHandler;
-use super::store::{self, Connection, InboxTables, Policy, WorkOutcome};
+use super::store::{self, Connection, InboxTables, Policy, QuarantineSink, WorkOutcome};
 use super::{Event, Handler};
 
 /// Why the consumer stopped.
@@ -137,6 +137,13 @@ pub async fn run_with<H: Handler>(
         backoff_initial: config.retry_backoff_initial,
         backoff_max: config.retry_backoff_max,
         on_quarantine: config.on_quarantine,
+        quarantine_to: match &config.kafka.quarantine_topic {
+            None => QuarantineSink::Table,
+            Some(topic) => QuarantineSink::Topic {
+                producer: make_quarantine_producer(config)?,
+                topic: topic.clone(),
+            },
+        },
     };
     let handler = Arc::new(handler);
     // Workers stop taking new records on `stop_work` (set with `shutdown`
@@ -470,6 +477,27 @@ fn make_consumer(config: &InboxConfig) -> Result<InboxConsumer, InboxError> {
     cfg.create_with_context(InboxContext).map_err(|e| {
         InboxError::Kafka(format!(
             "cannot create the consumer (check [inbox.kafka] and [inbox.kafka.librdkafka]): {e}"
+        ))
+    })
+}
+
+/// The producer of `[inbox.kafka] quarantine_topic`: idempotent, acks=all,
+/// the same brokers and raw properties (librdkafka ignores the consumer's
+/// own, with a warning).
+fn make_quarantine_producer(
+    config: &InboxConfig,
+) -> Result<rdkafka::producer::FutureProducer, InboxError> {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &config.kafka.brokers)
+        .set("message.timeout.ms", "30000");
+    for (k, v) in &config.kafka.librdkafka {
+        cfg.set(k, v);
+    }
+    cfg.set("enable.idempotence", "true").set("acks", "all");
+    cfg.create().map_err(|e| {
+        InboxError::Kafka(format!(
+            "cannot create the producer of inbox.kafka.quarantine_topic (check [inbox.kafka] and \
+             [inbox.kafka.librdkafka]): {e}"
         ))
     })
 }

@@ -110,6 +110,95 @@ pub(crate) struct Policy {
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
     pub on_quarantine: OnQuarantine,
+    pub quarantine_to: QuarantineSink,
+}
+
+/// Where quarantined records go: the quarantine table, or a Kafka topic
+/// (`[inbox.kafka] quarantine_topic`).
+#[derive(Clone)]
+pub(crate) enum QuarantineSink {
+    Table,
+    Topic {
+        producer: rdkafka::producer::FutureProducer,
+        topic: String,
+    },
+}
+
+impl std::fmt::Debug for QuarantineSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            QuarantineSink::Table => f.write_str("Table"),
+            QuarantineSink::Topic { topic, .. } => write!(f, "Topic({topic})"),
+        }
+    }
+}
+
+impl QuarantineSink {
+    /// For logs: where a quarantined record went.
+    fn describe(&self, tables: &InboxTables) -> String {
+        match self {
+            QuarantineSink::Table => format!("table {}", tables.quarantine),
+            QuarantineSink::Topic { topic, .. } => format!("topic {topic}"),
+        }
+    }
+}
+
+/// The quarantine topic's record: the original key, value and headers,
+/// plus `walrelay.inbox.*` headers saying where it came from and why.
+async fn produce_quarantined(
+    producer: &rdkafka::producer::FutureProducer,
+    topic: &str,
+    event: &Event,
+    error: &str,
+    attempts: u32,
+) -> Result<(), Failure> {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::FutureRecord;
+    let mut headers = OwnedHeaders::new_with_capacity(event.headers.len() + 5);
+    for (k, v) in &event.headers {
+        headers = headers.insert(Header {
+            key: k,
+            value: Some(v.as_slice()),
+        });
+    }
+    let (partition, offset, attempts) = (
+        event.partition.to_string(),
+        event.offset.to_string(),
+        attempts.to_string(),
+    );
+    for (k, v) in [
+        ("walrelay.inbox.error", error),
+        ("walrelay.inbox.attempts", attempts.as_str()),
+        ("walrelay.inbox.topic", event.topic.as_str()),
+        ("walrelay.inbox.partition", partition.as_str()),
+        ("walrelay.inbox.offset", offset.as_str()),
+    ] {
+        headers = headers.insert(Header {
+            key: k,
+            value: Some(v),
+        });
+    }
+    let mut record = FutureRecord::<[u8], [u8]>::to(topic).headers(headers);
+    if let Some(key) = &event.key {
+        record = record.key(key.as_slice());
+    }
+    if let Some(value) = &event.value {
+        record = record.payload(value.as_slice());
+    }
+    match producer.send(record, Duration::from_secs(0)).await {
+        Ok(_) => Ok(()),
+        Err((e, _)) => {
+            let text = format!("cannot produce to quarantine_topic {topic}: {e}");
+            // Timed out (the broker away): tried again like a lost database
+            // connection; anything else (no such topic, not authorized)
+            // stops the consumer.
+            if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::MessageTimedOut) {
+                Err(Failure::Connection(text))
+            } else {
+                Err(Failure::Attempt(text))
+            }
+        }
+    }
 }
 
 impl Policy {
@@ -321,9 +410,11 @@ async fn attempt<H: Handler>(
 /// Writes the quarantine row (and, when the partition goes on, the inbox
 /// row) in one transaction. `Ok(false)`: the id turned out to be in the
 /// inbox already (another copy was applied meanwhile).
+#[allow(clippy::too_many_arguments)]
 async fn quarantine(
     client: &mut Client,
     tables: &InboxTables,
+    sink: &QuarantineSink,
     event: &Event,
     missing_id: bool,
     error: &str,
@@ -348,6 +439,14 @@ async fn quarantine(
             tx.rollback().await.map_err(classify_db)?;
             return Ok(false);
         }
+    }
+    if let QuarantineSink::Topic { producer, topic } = sink {
+        // The inbox row (if any) commits only once Kafka holds the record;
+        // a crash between the two quarantines it again (a second copy on
+        // the topic, with the same headers).
+        produce_quarantined(producer, topic, event, error, attempts).await?;
+        tx.commit().await.map_err(classify_db)?;
+        return Ok(true);
     }
     let headers: serde_json::Map<String, serde_json::Value> = event
         .headers
@@ -456,6 +555,7 @@ pub(crate) async fn process<H: Handler>(
         match quarantine(
             client,
             tables,
+            &policy.quarantine_to,
             event,
             missing_id.is_some(),
             &error,
@@ -469,7 +569,7 @@ pub(crate) async fn process<H: Handler>(
                 metrics.quarantined.fetch_add(1, Relaxed);
                 tracing::error!(error = %error, event_id = %event.id, topic = %event.topic,
                     partition = event.partition, offset = event.offset, attempts,
-                    quarantine_table = %tables.quarantine,
+                    quarantined_to = %policy.quarantine_to.describe(tables),
                     partition_stops = !goes_on, "record quarantined");
                 return if goes_on {
                     WorkOutcome::Quarantined
@@ -489,9 +589,12 @@ pub(crate) async fn process<H: Handler>(
             }
             Err(Failure::Attempt(e) | Failure::Panicked(e)) => {
                 return WorkOutcome::Fatal(format!(
-                    "cannot write the quarantine row of {}/{} offset {} to {}: {e} (the \
-                     record's last error: {error})",
-                    event.topic, event.partition, event.offset, tables.quarantine
+                    "cannot quarantine {}/{} offset {} to the {}: {e} (the record's last \
+                     error: {error})",
+                    event.topic,
+                    event.partition,
+                    event.offset,
+                    policy.quarantine_to.describe(tables)
                 ));
             }
         }
@@ -509,6 +612,7 @@ mod tests {
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_millis(700),
             on_quarantine: OnQuarantine::Continue,
+            quarantine_to: QuarantineSink::Table,
         };
         let waits: Vec<u128> = (1..=5).map(|a| p.backoff(a).as_millis()).collect();
         assert_eq!(waits, [100, 200, 400, 700, 700]);
