@@ -511,6 +511,20 @@ params = ["id", "header:type"]
             e.contains("inbox.kafka.librdkafka.\"isolation.level\""),
             "{e}"
         );
+        for bad in ["\"\"", "\"^orders.*\""] {
+            let text = MINIMAL.replace(
+                "[inbox.kafka]",
+                &format!("[inbox.kafka]\nquarantine_topic = {bad}"),
+            );
+            let e = from_str(&text, "f.toml", &env).unwrap_err();
+            assert!(
+                e.contains("f.toml: inbox.kafka.quarantine_topic: must name one topic"),
+                "{e}"
+            );
+        }
+        let text = MINIMAL.replace("[inbox.kafka]", "[inbox.kafka]\nquarantine_topic = \"q\"");
+        let c = from_str(&text, "f.toml", &env).unwrap();
+        assert_eq!(c.inbox.kafka.quarantine_topic.as_deref(), Some("q"));
         let e = from_str(&MINIMAL.replace("name =", "nam ="), "f.toml", &env).unwrap_err();
         assert!(e.contains("f.toml") && e.contains("nam"), "{e}");
         let e = from_str(&MINIMAL.replace("${PW}", "${NOPE}"), "f.toml", &env).unwrap_err();
