@@ -958,7 +958,7 @@ struct AppliedRow {
 #[derive(Debug, Default)]
 struct InboxVerdict {
     applied_rows: usize,
-    /// Events applied exactly once.
+    /// Ledger events applied exactly once.
     once: usize,
     /// Ledger events never applied.
     missing: Vec<String>,
@@ -993,7 +993,10 @@ fn check_inbox(committed: &HashMap<String, Committed>, rows: &[AppliedRow]) -> I
             Some(_) => {}
         }
     }
-    v.once = times.values().filter(|n| **n == 1).count();
+    v.once = times
+        .iter()
+        .filter(|(id, n)| **n == 1 && committed.contains_key(**id))
+        .count();
     for (id, n) in &times {
         if *n > 1 {
             v.doubled.push(format!("{id} applied {n} times"));
