@@ -778,6 +778,102 @@ async fn a_record_that_keeps_failing_goes_to_the_quarantine_topic() {
     );
 }
 
+/// The consumer's database cannot be reached at start (here: it does not
+/// exist yet; as when the database restarts while the consumer does): the
+/// consumer waits — running, `/healthz` 503 naming the cause — instead of
+/// exiting, and once the database is there it creates its tables and
+/// applies every event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_unreachable_at_start_is_waited_for() {
+    require_kafka();
+    let dst = TestDb::new("inbox_late").await;
+    let late = format!("{}_l", dst.name);
+    let topic = unique("inbox_late");
+    create_topic(&topic).await;
+    let records: Vec<(String, String, Option<String>)> = (0..3)
+        .map(|i| {
+            (
+                "k1".to_owned(),
+                format!("{{\"i\": {i}}}"),
+                Some(format!("ev-{i}")),
+            )
+        })
+        .collect();
+    produce(&topic, &records).await;
+    let group = unique("inbox_late_group");
+    let listen = free_local_addr();
+    let config = inbox_config(
+        &dst,
+        &group,
+        std::slice::from_ref(&topic),
+        &listen,
+        "INSERT INTO applied (event_id, body) VALUES ($1, $2::jsonb)",
+        r#"["id", "value"]"#,
+        "",
+    );
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(&format!("/{}?", dst.name), &format!("/{late}?"));
+    std::fs::write(&config, text).unwrap();
+    let mut inbox = InboxProcess::start(&config);
+    let health = wait_for(
+        "/healthz naming the database",
+        Duration::from_secs(30),
+        || {
+            let listen = listen.clone();
+            async move {
+                let h = http_get(&listen, "/healthz");
+                (h.contains(" 503 ") && h.contains("cannot connect to inbox.postgres.url"))
+                    .then_some(h)
+            }
+        },
+    )
+    .await;
+    assert!(!health.contains("postgres:postgres@"), "{health}");
+    assert!(
+        matches!(inbox.child.try_wait(), Ok(None)),
+        "the consumer exited instead of waiting:\n{}",
+        inbox.log()
+    );
+    let admin = pg_connect("postgres").await;
+    admin
+        .batch_execute(&format!("CREATE DATABASE {late}"))
+        .await
+        .unwrap();
+    let client = pg_connect(&late).await;
+    client
+        .batch_execute(
+            "CREATE TABLE applied (n bigserial PRIMARY KEY, event_id text NOT NULL, body jsonb NOT NULL)",
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "the frontier at the end of the topic",
+        Duration::from_secs(60),
+        || {
+            let (group, topic) = (group.clone(), topic.clone());
+            async move {
+                let c = committed(&group, std::slice::from_ref(&topic));
+                (c.get(&(topic, 0)) == Some(&3)).then_some(())
+            }
+        },
+    )
+    .await;
+    assert_eq!(inbox.stop(), Some(0), "{}", inbox.log());
+    let applied: Vec<String> = client
+        .query("SELECT event_id FROM applied ORDER BY n", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(applied, ["ev-0", "ev-1", "ev-2"]);
+    drop(client);
+    let _ = admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {late} WITH (FORCE)"))
+        .await;
+}
+
 /// With `on_quarantine = "stop"` the partition stops at the quarantined
 /// record: nothing of its key after it is applied, the committed offset
 /// stays at it, health says so. Restarted with a handler that can apply

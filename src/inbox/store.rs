@@ -311,7 +311,7 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     format!("the handler panicked: {message}")
 }
 
-fn is_connection_error(e: &tokio_postgres::Error) -> bool {
+pub(crate) fn is_connection_error(e: &tokio_postgres::Error) -> bool {
     e.is_closed()
         || e.as_db_error().is_some_and(|d| {
             let code = d.code().code();
