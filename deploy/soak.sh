@@ -8,10 +8,16 @@
 # when the first is killed), or — with --pair — the primary crashed and its
 # standby promoted. At the end every committed event is checked against
 # Kafka: 0 lost, 0 per-aggregate order breaks, every duplicate identical.
+# Throughout, `walrelay inbox` (the reference consumer) consumes the topics
+# into a business table in a database of its own and is killed -9 at random
+# moments; at the end every committed event must have been applied exactly
+# once (checked against the ledger the writers write in the same
+# transaction), each aggregate's events in commit order, none quarantined.
 #
 #   deploy/soak.sh [--cycles N] [--ci] [--seed S] [--load MIN-MAX]
 #                  [--outage MIN-MAX] [--out DIR] [--faults LIST] [--pair]
 #                  [--exactly-once] [--rdkafka-debug CONTEXTS]
+#                  [--no-inbox] [--inbox-kill MIN-MAX]
 #
 #   --cycles N        fault cycles (default 100, about 25 minutes)
 #   --ci              the short version for CI: 9 cycles (every kind once),
@@ -34,6 +40,8 @@
 #                     read as a read_committed consumer, and any duplicate
 #                     a failure (at_least_once: identical duplicates pass)
 #   --rdkafka-debug C librdkafka debug contexts for walrelay (e.g. broker,eos)
+#   --no-inbox        without the inbox consumer (walrelay's side only)
+#   --inbox-kill MIN-MAX  seconds between kill -9s of the inbox (default 2-8)
 #
 # It stops and restarts the services it uses, so it never uses the shared
 # ones: PostgreSQL $SOAK_PG_MAJOR (default 16, port 543<major>) and a second
@@ -47,7 +55,9 @@
 # exercises the stall path (restart walrelay, drain, then check).
 #
 # Prints one summary line `SOAK PASS|FAIL: ...`; exit 1 on any loss, order
-# break, differing duplicate, phantom record or stall.
+# break, differing duplicate, phantom record or stall, or — with the inbox —
+# an event not applied, applied twice, applied out of order, quarantined, or
+# an inbox that does not finish applying within 180 s of the end.
 set -euo pipefail
 
 ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)
@@ -62,6 +72,8 @@ FAULTS=all
 RDKAFKA_DEBUG=""
 PAIR=0
 EXACTLY_ONCE=0
+INBOX=1
+INBOX_KILL=2-8
 PG=${SOAK_PG_MAJOR:-}
 KPORT=${SOAK_KAFKA_PORT:-29092}
 
@@ -81,6 +93,8 @@ while (($#)); do
     --rdkafka-debug) RDKAFKA_DEBUG=${2:?}; shift 2 ;;
     --pair) PAIR=1; shift ;;
     --exactly-once) EXACTLY_ONCE=1; shift ;;
+    --no-inbox) INBOX=0; shift ;;
+    --inbox-kill) INBOX_KILL=${2:?}; shift 2 ;;
     -h|--help) usage ;;
     *) log "unknown argument '$1'"; usage ;;
   esac
@@ -89,6 +103,7 @@ done
 [[ $LOAD =~ ^[0-9]+-[0-9]+$ ]] || die "--load wants MIN-MAX seconds, got '$LOAD'"
 [[ $OUTAGE =~ ^[0-9]+-[0-9]+$ ]] || die "--outage wants MIN-MAX seconds, got '$OUTAGE'"
 [[ $SEED =~ ^[0-9]+$ ]] || die "--seed wants a number, got '$SEED'"
+[[ $INBOX_KILL =~ ^[0-9]+-[0-9]+$ ]] || die "--inbox-kill wants MIN-MAX seconds, got '$INBOX_KILL'"
 # The soak kills and restarts these: never the shared defaults.
 [[ $KPORT != 19092 ]] || die "SOAK_KAFKA_PORT must not be the shared broker's 19092"
 if ((PAIR)); then
@@ -113,10 +128,11 @@ PG_OURS=0
 KAFKA_OURS=0
 cleanup() {
   local rc=$?
-  # A walrelay the soak started outlives an interrupted soak: stop it, found
-  # by its config path (unique to this run), by pid.
+  # A walrelay (or walrelay inbox) the soak started outlives an interrupted
+  # soak: stop it, found by its config path (unique to this run), by pid.
   local f pid
-  for f in $(grep -laF -- "$OUT/walrelay.toml" /proc/[0-9]*/cmdline 2>/dev/null || true); do
+  for f in $(grep -laF -e "$OUT/walrelay.toml" -e "$OUT/walrelay-2.toml" -e "$OUT/inbox.toml" \
+      /proc/[0-9]*/cmdline 2>/dev/null || true); do
     pid=${f#/proc/}; pid=${pid%/cmdline}
     [[ $pid != "$$" ]] && kill -KILL "$pid" 2>/dev/null && log "stopped leftover walrelay (pid $pid)"
   done
@@ -172,6 +188,7 @@ rc=0
 WALRELAY_SOAK=1 WALRELAY_SOAK_CYCLES=$CYCLES WALRELAY_SOAK_SEED=$SEED \
   WALRELAY_SOAK_FAULTS=$FAULTS WALRELAY_SOAK_RDKAFKA_DEBUG=$RDKAFKA_DEBUG \
   WALRELAY_SOAK_EXACTLY_ONCE=$EXACTLY_ONCE \
+  WALRELAY_SOAK_INBOX=$INBOX WALRELAY_SOAK_INBOX_KILL=$INBOX_KILL \
   WALRELAY_SOAK_CATCH_UP_SECS=${WALRELAY_SOAK_CATCH_UP_SECS:-180} \
   WALRELAY_SOAK_LOAD=$LOAD WALRELAY_SOAK_OUTAGE=$OUTAGE WALRELAY_SOAK_OUT=$OUT \
   WALRELAY_TEST_LOG=$WALRELAY_LOG_FILTER \

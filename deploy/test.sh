@@ -186,7 +186,9 @@ log "benchmark harness, smoke mode"
 deploy/bench/run.sh --smoke --walrelay "${CARGO_TARGET_DIR:-$ROOT/target}/debug/walrelay" --require-walrelay >/dev/null
 
 # The fault soak, short version (~3 min): kills walrelay, stops its broker,
-# restarts its PostgreSQL, terminates the walsender, then checks every event.
+# restarts its PostgreSQL, terminates the walsender, then checks every event;
+# meanwhile `walrelay inbox` consumes the topics, killed -9 every 2-8 s, and
+# must have applied every committed event exactly once, in order.
 # It uses services of its own (PostgreSQL 16, a broker on 29092) and takes
 # them down again, so the matrix below finds PostgreSQL 16 as before.
 log "fault soak, CI length (deploy/soak.sh --ci)"

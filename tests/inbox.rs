@@ -693,6 +693,187 @@ async fn a_record_that_keeps_failing_is_quarantined_and_the_partition_goes_on() 
     );
 }
 
+/// With `[inbox.kafka] quarantine_topic`, a record that keeps failing goes
+/// to that topic — its key, value and headers, plus where it came from and
+/// why — not to the table; its inbox row is written once Kafka holds it,
+/// and the partition goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_that_keeps_failing_goes_to_the_quarantine_topic() {
+    require_kafka();
+    let dst = TestDb::new("inbox_qt").await;
+    let (topic, ids) = one_key_topic(&dst, 6, 3).await;
+    let quarantine_topic = unique("inbox_qt_quarantine");
+    create_topic(&quarantine_topic).await;
+    let group = unique("inbox_qt_group");
+    let listen = free_local_addr();
+    let config = inbox_config(
+        &dst,
+        &group,
+        std::slice::from_ref(&topic),
+        &listen,
+        "INSERT INTO applied (event_id, body) VALUES ($1, $2::jsonb)",
+        r#"["id", "value"]"#,
+        "max_attempts = 2",
+    );
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "[inbox.kafka]\n",
+        &format!("[inbox.kafka]\nquarantine_topic = \"{quarantine_topic}\"\n"),
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut inbox = InboxProcess::start(&config);
+    wait_for(
+        "the frontier at the end of the topic",
+        Duration::from_secs(30),
+        || {
+            let (group, topic) = (group.clone(), topic.clone());
+            async move {
+                let c = committed(&group, std::slice::from_ref(&topic));
+                (c.get(&(topic, 0)) == Some(&6)).then_some(())
+            }
+        },
+    )
+    .await;
+    let metrics = http_get(&listen, "/metrics");
+    assert_eq!(inbox.stop(), Some(0), "{}", inbox.log());
+
+    let mut want = ids.clone();
+    want.remove(3);
+    assert_eq!(
+        applied_ids(&dst).await,
+        want,
+        "all but the bad one, in order"
+    );
+    let count = |sql: &'static str| {
+        let client = &dst.client;
+        async move { client.query_one(sql, &[]).await.unwrap().get::<_, i64>(0) }
+    };
+    assert_eq!(count("SELECT count(*) FROM inbox_quarantine").await, 0);
+    assert_eq!(
+        count("SELECT count(*) FROM inbox").await,
+        6,
+        "its inbox row too"
+    );
+    let q = consume_to_end(&[quarantine_topic.as_str()]);
+    assert_eq!(q.len(), 1, "{q:?}");
+    let r = &q[0];
+    assert_eq!(r.key.as_deref(), Some(b"k1".as_slice()));
+    assert_eq!(r.value.as_deref(), Some(b"not json".as_slice()));
+    assert_eq!(r.header_str("id").as_deref(), Some("ev-3"));
+    assert_eq!(r.header_str("walrelay.inbox.topic"), Some(topic.clone()));
+    assert_eq!(
+        r.header_str("walrelay.inbox.partition").as_deref(),
+        Some("0")
+    );
+    assert_eq!(r.header_str("walrelay.inbox.offset").as_deref(), Some("3"));
+    assert_eq!(
+        r.header_str("walrelay.inbox.attempts").as_deref(),
+        Some("2")
+    );
+    let error = r.header_str("walrelay.inbox.error").unwrap_or_default();
+    assert!(error.contains("json"), "{error}");
+    assert_eq!(
+        metric(&metrics, "walrelay_inbox_quarantined_total"),
+        1.0,
+        "{metrics}"
+    );
+}
+
+/// The consumer's database cannot be reached at start (here: it does not
+/// exist yet; as when the database restarts while the consumer does): the
+/// consumer waits — running, `/healthz` 503 naming the cause — instead of
+/// exiting, and once the database is there it creates its tables and
+/// applies every event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_unreachable_at_start_is_waited_for() {
+    require_kafka();
+    let dst = TestDb::new("inbox_late").await;
+    let late = format!("{}_l", dst.name);
+    let topic = unique("inbox_late");
+    create_topic(&topic).await;
+    let records: Vec<(String, String, Option<String>)> = (0..3)
+        .map(|i| {
+            (
+                "k1".to_owned(),
+                format!("{{\"i\": {i}}}"),
+                Some(format!("ev-{i}")),
+            )
+        })
+        .collect();
+    produce(&topic, &records).await;
+    let group = unique("inbox_late_group");
+    let listen = free_local_addr();
+    let config = inbox_config(
+        &dst,
+        &group,
+        std::slice::from_ref(&topic),
+        &listen,
+        "INSERT INTO applied (event_id, body) VALUES ($1, $2::jsonb)",
+        r#"["id", "value"]"#,
+        "",
+    );
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(&format!("/{}?", dst.name), &format!("/{late}?"));
+    std::fs::write(&config, text).unwrap();
+    let mut inbox = InboxProcess::start(&config);
+    let health = wait_for(
+        "/healthz naming the database",
+        Duration::from_secs(30),
+        || {
+            let listen = listen.clone();
+            async move {
+                let h = http_get(&listen, "/healthz");
+                (h.contains(" 503 ") && h.contains("cannot connect to inbox.postgres.url"))
+                    .then_some(h)
+            }
+        },
+    )
+    .await;
+    assert!(!health.contains("postgres:postgres@"), "{health}");
+    assert!(
+        matches!(inbox.child.try_wait(), Ok(None)),
+        "the consumer exited instead of waiting:\n{}",
+        inbox.log()
+    );
+    let admin = pg_connect("postgres").await;
+    admin
+        .batch_execute(&format!("CREATE DATABASE {late}"))
+        .await
+        .unwrap();
+    let client = pg_connect(&late).await;
+    client
+        .batch_execute(
+            "CREATE TABLE applied (n bigserial PRIMARY KEY, event_id text NOT NULL, body jsonb NOT NULL)",
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "the frontier at the end of the topic",
+        Duration::from_secs(60),
+        || {
+            let (group, topic) = (group.clone(), topic.clone());
+            async move {
+                let c = committed(&group, std::slice::from_ref(&topic));
+                (c.get(&(topic, 0)) == Some(&3)).then_some(())
+            }
+        },
+    )
+    .await;
+    assert_eq!(inbox.stop(), Some(0), "{}", inbox.log());
+    let applied: Vec<String> = client
+        .query("SELECT event_id FROM applied ORDER BY n", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(applied, ["ev-0", "ev-1", "ev-2"]);
+    drop(client);
+    let _ = admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {late} WITH (FORCE)"))
+        .await;
+}
+
 /// With `on_quarantine = "stop"` the partition stops at the quarantined
 /// record: nothing of its key after it is applied, the committed offset
 /// stays at it, health says so. Restarted with a handler that can apply
@@ -875,6 +1056,117 @@ async fn a_rust_handler_retried_after_failures_applies_every_event_once() {
         6.0,
         "{render}"
     );
+}
+
+/// A handler that panics has failed an attempt, like one that returns an
+/// error: with a single worker (whose end would stop everything), one event
+/// that always panics is quarantined after `max_attempts` with the panic's
+/// message, one that panics once is retried and applied, every other event
+/// applied once in order, and the frontier committed to the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_is_retried_then_quarantined_and_the_worker_lives_on() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use walrelay::inbox::{Event, Handler, HandlerError, InboxMetrics, run_with};
+
+    struct Panicky {
+        once_left: AtomicU32,
+    }
+    impl Handler for Panicky {
+        async fn apply<'a>(
+            &'a self,
+            tx: &'a tokio_postgres::Transaction<'a>,
+            event: &'a Event,
+        ) -> Result<(), HandlerError> {
+            let body = std::str::from_utf8(event.value.as_deref().unwrap_or_default())?;
+            // Written before the panic: rolled back with the attempt.
+            tx.execute(
+                "INSERT INTO applied (event_id, body) VALUES ($1, $2::text::jsonb)",
+                &[&event.id, &body],
+            )
+            .await?;
+            if event.id == "ev-2" {
+                panic!("no handler for {}", event.id);
+            }
+            if event.id == "ev-4"
+                && self
+                    .once_left
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+            {
+                panic!("flaky once");
+            }
+            Ok(())
+        }
+    }
+
+    require_kafka();
+    let dst = TestDb::new("inbox_panic").await;
+    let (topic, ids) = one_key_topic(&dst, 6, usize::MAX).await;
+    let group = unique("inbox_panic_group");
+    let path = inbox_config(
+        &dst,
+        &group,
+        std::slice::from_ref(&topic),
+        "127.0.0.1:0",
+        "unused",
+        "[]",
+        "max_attempts = 3\nworkers = 1",
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    let env = |name: &str| (name == "PGPASSWORD_FOR_INBOX").then(|| "postgres".to_owned());
+    let loaded = walrelay::inbox::config::from_str(&text, "inbox.toml", &env).unwrap();
+    let metrics = Arc::new(InboxMetrics::new("panic"));
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let handler = Panicky {
+        once_left: AtomicU32::new(1),
+    };
+    let task = tokio::spawn({
+        let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
+        async move { run_with(&loaded.inbox, handler, metrics, shutdown).await }
+    });
+    wait_for(
+        "the frontier at the end of the topic (a dead worker leaves it at 2)",
+        Duration::from_secs(60),
+        || {
+            let (group, topic) = (group.clone(), topic.clone());
+            async move {
+                let c = committed(&group, std::slice::from_ref(&topic));
+                (c.get(&(topic, 0)) == Some(&6)).then_some(())
+            }
+        },
+    )
+    .await;
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+    let mut want = ids.clone();
+    want.remove(2);
+    assert_eq!(
+        applied_ids(&dst).await,
+        want,
+        "all but ev-2, each once, in order (the panicked attempts rolled back)"
+    );
+    let q = dst
+        .client
+        .query(
+            "SELECT event_id, \"offset\", error, attempts FROM inbox_quarantine",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(q.len(), 1);
+    let (id, offset, error, attempts): (String, i64, String, i32) =
+        (q[0].get(0), q[0].get(1), q[0].get(2), q[0].get(3));
+    assert_eq!((id.as_str(), offset, attempts), ("ev-2", 2, 3));
+    assert_eq!(error, "the handler panicked: no handler for ev-2");
+    let render = metrics.render();
+    for (name, want) in [
+        ("walrelay_inbox_retries_total", 3.0),
+        ("walrelay_inbox_quarantined_total", 1.0),
+        ("walrelay_inbox_records_applied_total", 5.0),
+    ] {
+        assert_eq!(metric(&render, name), want, "{name}: {render}");
+    }
 }
 
 /// The consumer side is separate (design.md's module rules): nothing in

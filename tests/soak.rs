@@ -141,6 +141,10 @@ struct Params {
     exactly_once: bool,
     /// Stall deadline per cycle.
     catch_up: Duration,
+    /// `walrelay inbox` consumes the topics throughout (`WALRELAY_SOAK_INBOX`,
+    /// default on) and is killed -9 every `inbox_kill_secs` (a range).
+    inbox: bool,
+    inbox_kill_secs: (u64, u64),
 }
 
 fn range_env(name: &str, default: &str) -> (u64, u64) {
@@ -214,6 +218,8 @@ impl Params {
                 .parse()
                 .expect("WALRELAY_SOAK_CATCH_UP_SECS"),
             ),
+            inbox: env_or("WALRELAY_SOAK_INBOX", "1") == "1",
+            inbox_kill_secs: range_env("WALRELAY_SOAK_INBOX_KILL", "2-8"),
         }
     }
 }
@@ -619,6 +625,419 @@ fn read_all(
 }
 
 // ---------------------------------------------------------------------------
+// The inbox consumer under the soak (docs/reliability.md, "The inbox")
+// ---------------------------------------------------------------------------
+
+/// The business table of the inbox's database: one row per apply, with no
+/// key on the event id, so an event applied twice shows as two rows; `n`
+/// is the apply order (one key's records are applied one at a time, each
+/// after the previous one committed, so `n` follows their apply order).
+const INBOX_BUSINESS_TABLE: &str = "CREATE TABLE soak_applied (
+    n bigserial PRIMARY KEY, event_id uuid NOT NULL, aggregateid text NOT NULL,
+    aseq bigint NOT NULL)";
+
+/// The handler: the event's id, its aggregate (the record key) and its
+/// commit-order number (`aseq` in the payload, the ledger's `seq`).
+const INBOX_HANDLER_SQL: &str = "INSERT INTO soak_applied (event_id, aggregateid, aseq) \
+    VALUES ($1::uuid, $2, ($3::jsonb->>'aseq')::bigint)";
+
+#[derive(Debug, Default)]
+struct InboxStats {
+    starts: usize,
+    kills: usize,
+    /// Kills after which a partition's inbox held an event at or past the
+    /// group's committed offset: the database transaction had committed,
+    /// the Kafka offset commit had not (the next instance re-reads it).
+    kills_mid_commit: usize,
+    /// Kills after which the committed offsets or the inbox could not be
+    /// read (the broker stopped, PostgreSQL restarting): not classified.
+    kills_unclassified: usize,
+    /// Summed over the instances' last `/metrics` scrapes (an instance's
+    /// last moments before a kill are not counted: lower bounds).
+    applied: u64,
+    duplicates: u64,
+    retries: u64,
+    /// Exits nobody asked for (each restarted), with the log tail.
+    exits: Vec<String>,
+    final_exit: String,
+}
+
+/// `walrelay inbox` (the real binary), restarted after each kill.
+struct SoakInbox {
+    config_path: PathBuf,
+    log_path: PathBuf,
+    listen: String,
+    group: String,
+    database: String,
+    topics: Vec<String>,
+    child: std::process::Child,
+    /// The running instance's last scrape: applied, duplicates, retries.
+    last: (u64, u64, u64),
+    stats: InboxStats,
+}
+
+fn metric_value(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find(|l| l.starts_with(name) && !l.starts_with('#'))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|v| v as u64)
+}
+
+impl SoakInbox {
+    fn start(out_dir: &Path, database: &str, topics: &[String]) -> SoakInbox {
+        let config_path = out_dir.join("inbox.toml");
+        let log_path = config_path.with_extension("log");
+        let _ = std::fs::remove_file(&log_path);
+        let mut inbox = SoakInbox {
+            config_path,
+            log_path,
+            listen: String::new(),
+            group: unique("soak_inbox"),
+            database: database.to_owned(),
+            topics: topics.to_vec(),
+            child: std::process::Command::new("true").spawn().expect("spawn"),
+            last: (0, 0, 0),
+            stats: InboxStats::default(),
+        };
+        inbox.spawn();
+        inbox
+    }
+
+    /// Writes the configuration (a fresh `/metrics` port each time) and
+    /// starts the process. Static membership (`group.instance.id`): a
+    /// restarted instance takes its partitions back at once instead of
+    /// waiting out the killed one's session.
+    fn spawn(&mut self) {
+        self.listen = free_local_addr();
+        let hosts = match pair_ports() {
+            Some(ports) => ports
+                .iter()
+                .map(|p| format!("127.0.0.1:{p}"))
+                .collect::<Vec<_>>()
+                .join(","),
+            None => format!("127.0.0.1:{}", pg_port()),
+        };
+        let topics: Vec<String> = self.topics.iter().map(|t| format!("\"{t}\"")).collect();
+        let config = format!(
+            r#"[inbox]
+name = "{group}"
+topics = [{topics}]
+workers = 8
+max_in_flight = 2000
+commit_interval = "1s"
+max_attempts = 5
+retry_backoff_initial = "50ms"
+retry_backoff_max = "1s"
+shutdown_timeout = "20s"
+
+[inbox.kafka]
+brokers = "{brokers}"
+librdkafka = {{ "session.timeout.ms" = "6000", "heartbeat.interval.ms" = "2000", "group.instance.id" = "{group}-1", "fetch.wait.max.ms" = "100" }}
+
+[inbox.postgres]
+url = "postgres://postgres:postgres@{hosts}/{database}?sslmode=disable&target_session_attrs=read-write"
+
+[inbox.handler]
+sql = "{sql}"
+params = ["id", "key", "value"]
+
+[inbox.health]
+listen = "{listen}"
+"#,
+            group = self.group,
+            topics = topics.join(", "),
+            brokers = kafka_brokers(),
+            database = self.database,
+            sql = INBOX_HANDLER_SQL,
+            listen = self.listen,
+        );
+        std::fs::write(&self.config_path, config).expect("write the inbox configuration");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .expect("inbox log");
+        self.child = std::process::Command::new(walrelay_bin())
+            .args(["inbox", "--config"])
+            .arg(&self.config_path)
+            .env(
+                "WALRELAY_LOG",
+                std::env::var("WALRELAY_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start walrelay inbox");
+        self.last = (0, 0, 0);
+        self.stats.starts += 1;
+    }
+
+    /// Reads the running instance's counters.
+    fn scrape(&mut self) {
+        let text = http_get(&self.listen, "/metrics");
+        if let (Some(a), Some(d), Some(r)) = (
+            metric_value(&text, "walrelay_inbox_records_applied_total"),
+            metric_value(&text, "walrelay_inbox_duplicates_skipped_total"),
+            metric_value(&text, "walrelay_inbox_retries_total"),
+        ) {
+            self.last = (a, d, r);
+        }
+    }
+
+    /// The instance ended: its last counters into the totals.
+    fn ended(&mut self) {
+        self.stats.applied += self.last.0;
+        self.stats.duplicates += self.last.1;
+        self.stats.retries += self.last.2;
+        self.last = (0, 0, 0);
+    }
+
+    /// Restarts the process if it exited on its own.
+    fn check(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            let log = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(3).collect();
+            eprintln!("soak: walrelay inbox exited on its own ({status}); restarting");
+            self.stats.exits.push(format!(
+                "{} {status}: {}",
+                Stamp::now(),
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            ));
+            self.ended();
+            self.spawn();
+        }
+    }
+
+    /// `kill -9`, then whether it landed between a database commit and the
+    /// offset commit covering it, then a new instance.
+    async fn kill9_and_restart(&mut self) {
+        self.scrape();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.ended();
+        self.stats.kills += 1;
+        match self.mid_commit().await {
+            Some(true) => self.stats.kills_mid_commit += 1,
+            Some(false) => {}
+            None => self.stats.kills_unclassified += 1,
+        }
+        self.spawn();
+    }
+
+    /// `Some(true)`: some partition's inbox holds an event at or past the
+    /// group's committed offset (or the group committed nothing there yet).
+    async fn mid_commit(&self) -> Option<bool> {
+        let client = tokio::time::timeout(Duration::from_secs(5), try_connect(&self.database))
+            .await
+            .ok()?
+            .ok()?;
+        let rows = tokio::time::timeout(
+            Duration::from_secs(5),
+            client.query(
+                "SELECT topic, \"partition\", max(\"offset\") FROM inbox GROUP BY 1, 2",
+                &[],
+            ),
+        )
+        .await
+        .ok()?
+        .ok()?;
+        let applied: Vec<((String, i32), i64)> = rows
+            .iter()
+            .map(|r| ((r.get(0), r.get(1)), r.get(2)))
+            .collect();
+        let (group, topics) = (self.group.clone(), self.topics.clone());
+        let committed = tokio::task::spawn_blocking(move || group_offsets(&group, &topics))
+            .await
+            .ok()??;
+        Some(
+            applied
+                .iter()
+                .any(|(tp, max)| committed.get(tp).is_none_or(|c| *max >= *c)),
+        )
+    }
+
+    /// SIGTERM and the exit status (a clean stop commits the frontier).
+    fn stop(&mut self) {
+        self.scrape();
+        let _ = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                break s.to_string();
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break "no exit within 30 s of SIGTERM (killed)".to_owned();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        self.ended();
+        self.stats.final_exit = status;
+    }
+}
+
+impl Drop for SoakInbox {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The group's committed offsets; `None` when they cannot be read.
+fn group_offsets(group: &str, topics: &[String]) -> Option<HashMap<(String, i32), i64>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("group.id", group)
+        .create()
+        .ok()?;
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for t in topics {
+        let md = consumer
+            .fetch_metadata(Some(t), Duration::from_secs(5))
+            .ok()?;
+        for p in md.topics().first()?.partitions() {
+            tpl.add_partition(t, p.id());
+        }
+    }
+    let c = consumer
+        .committed_offsets(tpl, Duration::from_secs(5))
+        .ok()?;
+    Some(
+        c.elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                rdkafka::Offset::Offset(o) => Some(((e.topic().to_owned(), e.partition()), o)),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+/// Kills the inbox -9 at random moments (every `secs` range), restarting
+/// it each time, until `stop`; then hands it back.
+async fn inbox_chaos(
+    mut inbox: SoakInbox,
+    seed: u64,
+    secs: (u64, u64),
+    stop: Arc<AtomicBool>,
+) -> SoakInbox {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x1b0c_5eed);
+    while !stop.load(Ordering::Relaxed) {
+        let wait = Duration::from_millis(rng.random_range(secs.0 * 1000..=secs.1 * 1000));
+        let until = Instant::now() + wait;
+        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            inbox.check();
+            inbox.scrape();
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        inbox.kill9_and_restart().await;
+    }
+    inbox
+}
+
+/// One row of the business table.
+#[derive(Debug, Clone)]
+struct AppliedRow {
+    n: i64,
+    event_id: String,
+    aggregate_id: String,
+    seq: i64,
+}
+
+/// The inbox's end check against the ledger (`soak_committed`).
+#[derive(Debug, Default)]
+struct InboxVerdict {
+    applied_rows: usize,
+    /// Ledger events applied exactly once.
+    once: usize,
+    /// Ledger events never applied.
+    missing: Vec<String>,
+    /// Events applied more than once.
+    doubled: Vec<String>,
+    /// Applied events the ledger does not hold.
+    phantoms: Vec<String>,
+    /// Applied with another aggregate or commit-order number than the
+    /// ledger's.
+    mismatches: Vec<String>,
+    /// Per aggregate, in apply order, a commit-order number not above the
+    /// one before.
+    order_breaks: Vec<String>,
+}
+
+fn check_inbox(committed: &HashMap<String, Committed>, rows: &[AppliedRow]) -> InboxVerdict {
+    let mut v = InboxVerdict {
+        applied_rows: rows.len(),
+        ..InboxVerdict::default()
+    };
+    let mut times: HashMap<&str, usize> = HashMap::new();
+    for r in rows {
+        *times.entry(r.event_id.as_str()).or_default() += 1;
+        match committed.get(&r.event_id) {
+            None => v.phantoms.push(format!("{} (row {})", r.event_id, r.n)),
+            Some(c) if c.aggregate_id != r.aggregate_id || c.seq != r.seq => {
+                v.mismatches.push(format!(
+                    "{}: applied as {} seq {}, committed as {} seq {}",
+                    r.event_id, r.aggregate_id, r.seq, c.aggregate_id, c.seq
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    v.once = times
+        .iter()
+        .filter(|(id, n)| **n == 1 && committed.contains_key(**id))
+        .count();
+    for (id, n) in &times {
+        if *n > 1 {
+            v.doubled.push(format!("{id} applied {n} times"));
+        }
+    }
+    let mut missing: Vec<(f64, String)> = committed
+        .iter()
+        .filter(|(id, _)| !times.contains_key(id.as_str()))
+        .map(|(id, c)| {
+            (
+                c.committed_at,
+                format!(
+                    "{id} ({} seq {}, committed {})",
+                    c.aggregate_id,
+                    c.seq,
+                    Stamp(c.committed_at)
+                ),
+            )
+        })
+        .collect();
+    missing.sort_by(|a, b| a.0.total_cmp(&b.0));
+    v.missing = missing.into_iter().map(|(_, s)| s).collect();
+    let mut by_agg: BTreeMap<&str, Vec<&AppliedRow>> = BTreeMap::new();
+    for r in rows {
+        by_agg.entry(r.aggregate_id.as_str()).or_default().push(r);
+    }
+    for (agg, mut applied) in by_agg {
+        applied.sort_by_key(|r| r.n);
+        for pair in applied.windows(2) {
+            if pair[0].seq >= pair[1].seq {
+                v.order_breaks.push(format!(
+                    "{agg}: seq {} applied (row {}) before seq {} (row {})",
+                    pair[0].seq, pair[0].n, pair[1].seq, pair[1].n
+                ));
+            }
+        }
+    }
+    v
+}
+
+// ---------------------------------------------------------------------------
 // The soak
 // ---------------------------------------------------------------------------
 
@@ -963,6 +1382,35 @@ async fn fault_soak() {
         .collect();
 
     let kafka = reader("soak_marks");
+    // The inbox consumer: a database of its own (on the same server, so the
+    // soak's PostgreSQL restarts reach it too), started once both topics
+    // exist, then killed -9 at random moments until the end.
+    let inbox_stop = Arc::new(AtomicBool::new(false));
+    let mut inbox_db: Option<TestDb> = None;
+    let mut inbox_task = None;
+    if params.inbox {
+        let idb = TestDb::new("soak_inbox").await;
+        idb.client
+            .batch_execute(INBOX_BUSINESS_TABLE)
+            .await
+            .expect("the inbox's business table");
+        wait_for("the soak's topics", Duration::from_secs(120), || async {
+            let marks = high_watermarks(&kafka, &topics)?;
+            topics
+                .iter()
+                .all(|t| marks.keys().any(|(x, _)| x == t))
+                .then_some(())
+        })
+        .await;
+        let inbox = SoakInbox::start(&params.out_dir, &idb.name, &topics);
+        inbox_task = Some(tokio::spawn(inbox_chaos(
+            inbox,
+            params.seed,
+            params.inbox_kill_secs,
+            inbox_stop.clone(),
+        )));
+        inbox_db = Some(idb);
+    }
     let pg_env = [("PG_MAJOR", params.pg_major.as_str())];
     // On a pair (`--pair`) the restarts and the promotion go through its script
     // (PAIR_NAME and PAIR_PORTS come from deploy/soak.sh's environment).
@@ -1230,6 +1678,70 @@ async fn fault_soak() {
         .cloned()
         .collect();
 
+    // The inbox: no more kills; it applies the rest, then stops cleanly.
+    let mut inbox_end = None;
+    if let (Some(task), Some(idb)) = (inbox_task, &inbox_db) {
+        inbox_stop.store(true, Ordering::Relaxed);
+        let mut inbox = task.await.expect("inbox task");
+        let drain_start = Instant::now();
+        let iclient = connect_retry(&idb.name).await;
+        let mut inbox_stall = None;
+        loop {
+            inbox.check();
+            inbox.scrape();
+            let applied: i64 = iclient
+                .query_one("SELECT count(DISTINCT event_id) FROM soak_applied", &[])
+                .await
+                .expect("count soak_applied")
+                .get(0);
+            if usize::try_from(applied).unwrap_or(0) >= committed.len() {
+                break;
+            }
+            if drain_start.elapsed() > CATCH_UP_DEADLINE {
+                inbox_stall = Some(format!(
+                    "the inbox applied {applied} of {} events within {CATCH_UP_DEADLINE:?} \
+                     of the end; its log: {}",
+                    committed.len(),
+                    inbox.log_path.display()
+                ));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let drain = drain_start.elapsed();
+        inbox.stop();
+        let rows: Vec<AppliedRow> = iclient
+            .query(
+                "SELECT n, event_id::text, aggregateid, aseq FROM soak_applied",
+                &[],
+            )
+            .await
+            .expect("read soak_applied")
+            .iter()
+            .map(|r| AppliedRow {
+                n: r.get(0),
+                event_id: r.get(1),
+                aggregate_id: r.get(2),
+                seq: r.get(3),
+            })
+            .collect();
+        let quarantined: i64 = iclient
+            .query_one("SELECT count(*) FROM inbox_quarantine", &[])
+            .await
+            .expect("count inbox_quarantine")
+            .get(0);
+        let verdict = check_inbox(&committed, &rows);
+        let stats = std::mem::take(&mut inbox.stats);
+        inbox_end = Some((
+            verdict,
+            quarantined,
+            stats,
+            inbox_stall,
+            drain,
+            inbox.log_path.clone(),
+        ));
+    }
+
     // Everything in Kafka, in one pass.
     let ends = wait_for(
         "partition high watermarks",
@@ -1380,6 +1892,74 @@ async fn fault_soak() {
         );
     }
     let _ = writeln!(report, "walrelay log: {}", sup.relay.log_path.display());
+    let mut inbox_failed = false;
+    let mut inbox_summary = String::from(" inbox=off");
+    if let Some((v, quarantined, st, inbox_stall, drain, log)) = &inbox_end {
+        inbox_failed = !v.missing.is_empty()
+            || !v.doubled.is_empty()
+            || !v.phantoms.is_empty()
+            || !v.mismatches.is_empty()
+            || !v.order_breaks.is_empty()
+            || *quarantined != 0
+            || inbox_stall.is_some();
+        let _ = writeln!(
+            report,
+            "inbox (walrelay inbox, 8 workers, killed -9 every {}-{} s): {} kills ({} between a \
+             database commit and its offset commit, {} not classified while a service was \
+             down), {} starts, {} exits nobody asked for; final SIGTERM: {}; drained {:.1?} \
+             after walrelay",
+            params.inbox_kill_secs.0,
+            params.inbox_kill_secs.1,
+            st.kills,
+            st.kills_mid_commit,
+            st.kills_unclassified,
+            st.starts,
+            st.exits.len(),
+            st.final_exit,
+            drain
+        );
+        let _ = writeln!(
+            report,
+            "inbox: ledger events {}, business rows {}, applied once {}, missing {}, applied twice {}, phantoms {}, \
+             mismatches {}, order breaks {}, quarantined {quarantined}; counted by the instances \
+             (at least): applied {}, duplicates skipped {}, retries {}",
+            committed.len(),
+            v.applied_rows,
+            v.once,
+            v.missing.len(),
+            v.doubled.len(),
+            v.phantoms.len(),
+            v.mismatches.len(),
+            v.order_breaks.len(),
+            st.applied,
+            st.duplicates,
+            st.retries
+        );
+        for e in &st.exits {
+            let _ = writeln!(report, "  inbox exit: {e}");
+        }
+        list(&mut report, "INBOX MISSING", &v.missing);
+        list(&mut report, "INBOX APPLIED TWICE", &v.doubled);
+        list(&mut report, "INBOX PHANTOMS", &v.phantoms);
+        list(&mut report, "INBOX MISMATCHES", &v.mismatches);
+        list(&mut report, "INBOX ORDER BREAKS", &v.order_breaks);
+        if let Some(s) = inbox_stall {
+            let _ = writeln!(report, "INBOX STALL: {s}");
+        }
+        let _ = writeln!(report, "inbox log: {}", log.display());
+        inbox_summary = format!(
+            " inbox_applied_once={} inbox_missing={} inbox_twice={} inbox_order_breaks={} \
+             inbox_quarantined={quarantined} inbox_dups_skipped={} inbox_kills={} \
+             inbox_kills_mid_commit={}",
+            v.once,
+            v.missing.len(),
+            v.doubled.len(),
+            v.order_breaks.len(),
+            st.duplicates,
+            st.kills,
+            st.kills_mid_commit
+        );
+    }
     // exactly_once: a read_committed reader sees each event once.
     let failed = !lost_text.is_empty()
         || (params.exactly_once && duplicates > 0)
@@ -1388,10 +1968,11 @@ async fn fault_soak() {
         || !phantoms.is_empty()
         || !mismatches.is_empty()
         || stall.is_some()
+        || inbox_failed
         || committed.is_empty();
     let summary = format!(
         "SOAK {}: delivery={} cycles={} committed={} in_kafka={} lost={} order_breaks={} duplicates={} \
-         differing={} phantoms={} kills={} dup_per_kill={:.1} unexpected_exits={}",
+         differing={} phantoms={} kills={} dup_per_kill={:.1} unexpected_exits={}{inbox_summary}",
         if failed { "FAIL" } else { "PASS" },
         if params.exactly_once {
             "exactly_once"
@@ -1472,6 +2053,54 @@ mod check_tests {
             check.add(r);
         }
         check.finish(&[(0.5, "kill-9".into())])
+    }
+
+    fn applied(rows: &[(i64, &str, &str, i64)]) -> Vec<AppliedRow> {
+        rows.iter()
+            .map(|(n, id, agg, seq)| AppliedRow {
+                n: *n,
+                event_id: (*id).into(),
+                aggregate_id: (*agg).into(),
+                seq: *seq,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_inbox_check_passes_each_event_once_in_order_and_names_every_defect() {
+        let c = committed(&[("a", "agg-1", 1), ("b", "agg-1", 2), ("c", "agg-2", 1)]);
+        let v = check_inbox(
+            &c,
+            &applied(&[
+                (1, "c", "agg-2", 1),
+                (2, "a", "agg-1", 1),
+                (3, "b", "agg-1", 2),
+            ]),
+        );
+        assert_eq!(v.once, 3, "{v:?}");
+        assert!(v.missing.is_empty() && v.doubled.is_empty() && v.phantoms.is_empty());
+        assert!(
+            v.mismatches.is_empty() && v.order_breaks.is_empty(),
+            "{v:?}"
+        );
+        // Applied twice, one missing, one unknown, out of order, wrong seq.
+        let v = check_inbox(
+            &c,
+            &applied(&[
+                (1, "b", "agg-1", 2),
+                (2, "a", "agg-1", 1),
+                (3, "a", "agg-1", 1),
+                (4, "zz", "agg-3", 1),
+            ]),
+        );
+        assert_eq!(v.doubled.len(), 1, "{v:?}");
+        assert_eq!(v.missing.len(), 1, "{v:?}");
+        assert!(v.missing[0].starts_with("c (agg-2 seq 1"), "{v:?}");
+        assert_eq!(v.phantoms.len(), 1, "{v:?}");
+        assert_eq!(v.order_breaks.len(), 2, "b before a, and a after a: {v:?}");
+        assert_eq!(v.once, 1, "{v:?}");
+        let v = check_inbox(&c, &applied(&[(1, "a", "agg-1", 7)]));
+        assert_eq!(v.mismatches.len(), 1, "{v:?}");
     }
 
     #[test]

@@ -96,6 +96,10 @@ pub struct KafkaSection {
     pub auto_offset_reset: String,
     #[serde(default)]
     pub librdkafka: BTreeMap<String, String>,
+    /// Quarantined records go to this topic instead of the quarantine
+    /// table.
+    #[serde(default)]
+    pub quarantine_topic: Option<String>,
 }
 
 /// `[inbox.postgres]`.
@@ -354,6 +358,18 @@ fn validate(c: &InboxConfig) -> Result<Vec<Param>, Vec<String>> {
     if c.kafka.brokers.trim().is_empty() {
         bad("kafka.brokers", "is empty; e.g. \"kafka:9092\"".into());
     }
+    if c.kafka
+        .quarantine_topic
+        .as_deref()
+        .is_some_and(|t| t.trim().is_empty() || t.starts_with('^'))
+    {
+        bad(
+            "kafka.quarantine_topic",
+            "must name one topic (not empty, not a pattern), e.g. \"orders-inbox.quarantine\"; \
+             leave it out to quarantine to inbox.postgres.quarantine_table"
+                .into(),
+        );
+    }
     if !["earliest", "latest"].contains(&c.kafka.auto_offset_reset.as_str()) {
         bad(
             "kafka.auto_offset_reset",
@@ -495,6 +511,20 @@ params = ["id", "header:type"]
             e.contains("inbox.kafka.librdkafka.\"isolation.level\""),
             "{e}"
         );
+        for bad in ["\"\"", "\"^orders.*\""] {
+            let text = MINIMAL.replace(
+                "[inbox.kafka]",
+                &format!("[inbox.kafka]\nquarantine_topic = {bad}"),
+            );
+            let e = from_str(&text, "f.toml", &env).unwrap_err();
+            assert!(
+                e.contains("f.toml: inbox.kafka.quarantine_topic: must name one topic"),
+                "{e}"
+            );
+        }
+        let text = MINIMAL.replace("[inbox.kafka]", "[inbox.kafka]\nquarantine_topic = \"q\"");
+        let c = from_str(&text, "f.toml", &env).unwrap();
+        assert_eq!(c.inbox.kafka.quarantine_topic.as_deref(), Some("q"));
         let e = from_str(&MINIMAL.replace("name =", "nam ="), "f.toml", &env).unwrap_err();
         assert!(e.contains("f.toml") && e.contains("nam"), "{e}");
         let e = from_str(&MINIMAL.replace("${PW}", "${NOPE}"), "f.toml", &env).unwrap_err();

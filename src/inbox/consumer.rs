@@ -29,7 +29,7 @@ use super::config::{FIXED_PROPERTIES, InboxConfig, Loaded};
 use super::frontier::{Frontier, FrontierError, KeyOrder};
 use super::metrics::{InboxMetrics, PartitionReading};
 use super::sql_handler::SqlHandler;
-use super::store::{self, Connection, InboxTables, Policy, WorkOutcome};
+use super::store::{self, Connection, InboxTables, Policy, QuarantineSink, WorkOutcome};
 use super::{Event, Handler};
 
 /// Why the consumer stopped.
@@ -107,22 +107,9 @@ pub async fn run_with<H: Handler>(
         &config.postgres.inbox_table,
         &config.postgres.quarantine_table,
     );
-    if config.postgres.create_tables {
-        let client = store::connect(&config.postgres.url)
-            .await
-            .map_err(InboxError::Database)?;
-        client
-            .batch_execute(&tables.create_sql())
-            .await
-            .map_err(|e| {
-                InboxError::Database(format!(
-                    "cannot create {} and {} (inbox.postgres.create_tables): {}",
-                    tables.inbox,
-                    tables.quarantine,
-                    e.as_db_error()
-                        .map_or(e.to_string(), |d| d.message().to_owned())
-                ))
-            })?;
+    if config.postgres.create_tables && !create_tables(config, &tables, &metrics, &shutdown).await?
+    {
+        return Ok(());
     }
     let consumer = Arc::new(make_consumer(config)?);
     let topics: Vec<&str> = config.topics.iter().map(String::as_str).collect();
@@ -137,6 +124,13 @@ pub async fn run_with<H: Handler>(
         backoff_initial: config.retry_backoff_initial,
         backoff_max: config.retry_backoff_max,
         on_quarantine: config.on_quarantine,
+        quarantine_to: match &config.kafka.quarantine_topic {
+            None => QuarantineSink::Table,
+            Some(topic) => QuarantineSink::Topic {
+                producer: make_quarantine_producer(config)?,
+                topic: topic.clone(),
+            },
+        },
     };
     let handler = Arc::new(handler);
     // Workers stop taking new records on `stop_work` (set with `shutdown`
@@ -287,6 +281,53 @@ pub async fn run_with<H: Handler>(
     match fatal {
         Some(e) => Err(e),
         None => Ok(()),
+    }
+}
+
+/// Creates the tables, waiting (with backoff, `/healthz` saying why) while
+/// the database cannot be reached — a consumer started while its database
+/// restarts waits for it, as its workers do, instead of exiting. A
+/// statement the server refuses is fatal. `Ok(false)`: shut down while
+/// waiting.
+async fn create_tables(
+    config: &InboxConfig,
+    tables: &InboxTables,
+    metrics: &InboxMetrics,
+    shutdown: &CancellationToken,
+) -> Result<bool, InboxError> {
+    let mut wait = std::time::Duration::from_millis(200);
+    let mut last: Option<String> = None;
+    loop {
+        let problem = match store::connect(&config.postgres.url).await {
+            Ok(client) => match client.batch_execute(&tables.create_sql()).await {
+                Ok(()) => {
+                    metrics.set_trouble(None);
+                    return Ok(true);
+                }
+                Err(e) if !store::is_connection_error(&e) => {
+                    return Err(InboxError::Database(format!(
+                        "cannot create {} and {} (inbox.postgres.create_tables): {}",
+                        tables.inbox,
+                        tables.quarantine,
+                        e.as_db_error()
+                            .map_or(e.to_string(), |d| d.message().to_owned())
+                    )));
+                }
+                Err(e) => format!("inbox database connection lost while creating the tables: {e}"),
+            },
+            Err(e) => e,
+        };
+        // One line per distinct problem, not one per attempt.
+        if last.as_deref() != Some(problem.as_str()) {
+            tracing::warn!(error = %problem, "inbox database unreachable at start; waiting for it");
+            last = Some(problem.clone());
+        }
+        metrics.set_trouble(Some(problem));
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(false),
+            _ = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(std::time::Duration::from_secs(5));
     }
 }
 
@@ -470,6 +511,27 @@ fn make_consumer(config: &InboxConfig) -> Result<InboxConsumer, InboxError> {
     cfg.create_with_context(InboxContext).map_err(|e| {
         InboxError::Kafka(format!(
             "cannot create the consumer (check [inbox.kafka] and [inbox.kafka.librdkafka]): {e}"
+        ))
+    })
+}
+
+/// The producer of `[inbox.kafka] quarantine_topic`: idempotent, acks=all,
+/// the same brokers and raw properties (librdkafka ignores the consumer's
+/// own, with a warning).
+fn make_quarantine_producer(
+    config: &InboxConfig,
+) -> Result<rdkafka::producer::FutureProducer, InboxError> {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &config.kafka.brokers)
+        .set("message.timeout.ms", "30000");
+    for (k, v) in &config.kafka.librdkafka {
+        cfg.set(k, v);
+    }
+    cfg.set("enable.idempotence", "true").set("acks", "all");
+    cfg.create().map_err(|e| {
+        InboxError::Kafka(format!(
+            "cannot create the producer of inbox.kafka.quarantine_topic (check [inbox.kafka] and \
+             [inbox.kafka.librdkafka]): {e}"
         ))
     })
 }

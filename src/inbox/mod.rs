@@ -23,7 +23,7 @@
 //!    records of other keys run on other workers meanwhile.
 //! 4. **Bounded.** At most `max_in_flight` records are received and not
 //!    done; at the bound the consumer stops polling Kafka.
-//! 5. **Failures are explicit.** A handler error is retried with exponential
+//! 5. **Failures are explicit.** A handler error (or panic) is retried with exponential
 //!    backoff; after `max_attempts` the record is quarantined (a row with the
 //!    record and the last error). Then, per `on_quarantine`, the partition
 //!    goes on (the inbox row is written with the quarantine row, so a re-sent
@@ -98,7 +98,8 @@ pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
 /// commits with that row or not at all. It must not commit, and should not
 /// have effects outside `tx` (they would not be undone on a retry or a
 /// crash). An error rolls the transaction back; the record is retried and,
-/// after `max_attempts`, quarantined.
+/// after `max_attempts`, quarantined. A panic is caught and counts as an
+/// error (`the handler panicked: <message>`); the worker goes on.
 pub trait Handler: Send + Sync + 'static {
     fn apply<'a>(
         &'a self,

@@ -8,11 +8,15 @@
 //!   handler failure: the worker reconnects with backoff and tries the
 //!   record again without counting an attempt. Whether the lost
 //!   transaction committed does not matter: the inbox row says so.
+//! - A handler that panics has failed an attempt, like one that returns an
+//!   error: the panic is caught around the call, the transaction rolled
+//!   back, the connection made anew; the worker lives on.
 //! - A quarantined record's row holds the record (key, value, headers) and
 //!   the last error, so it can be applied by hand later.
 
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio_postgres::Client;
 use tokio_postgres::types::Type;
 use tokio_util::sync::CancellationToken;
@@ -106,6 +110,95 @@ pub(crate) struct Policy {
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
     pub on_quarantine: OnQuarantine,
+    pub quarantine_to: QuarantineSink,
+}
+
+/// Where quarantined records go: the quarantine table, or a Kafka topic
+/// (`[inbox.kafka] quarantine_topic`).
+#[derive(Clone)]
+pub(crate) enum QuarantineSink {
+    Table,
+    Topic {
+        producer: rdkafka::producer::FutureProducer,
+        topic: String,
+    },
+}
+
+impl std::fmt::Debug for QuarantineSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            QuarantineSink::Table => f.write_str("Table"),
+            QuarantineSink::Topic { topic, .. } => write!(f, "Topic({topic})"),
+        }
+    }
+}
+
+impl QuarantineSink {
+    /// For logs: where a quarantined record went.
+    fn describe(&self, tables: &InboxTables) -> String {
+        match self {
+            QuarantineSink::Table => format!("table {}", tables.quarantine),
+            QuarantineSink::Topic { topic, .. } => format!("topic {topic}"),
+        }
+    }
+}
+
+/// The quarantine topic's record: the original key, value and headers,
+/// plus `walrelay.inbox.*` headers saying where it came from and why.
+async fn produce_quarantined(
+    producer: &rdkafka::producer::FutureProducer,
+    topic: &str,
+    event: &Event,
+    error: &str,
+    attempts: u32,
+) -> Result<(), Failure> {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::FutureRecord;
+    let mut headers = OwnedHeaders::new_with_capacity(event.headers.len() + 5);
+    for (k, v) in &event.headers {
+        headers = headers.insert(Header {
+            key: k,
+            value: Some(v.as_slice()),
+        });
+    }
+    let (partition, offset, attempts) = (
+        event.partition.to_string(),
+        event.offset.to_string(),
+        attempts.to_string(),
+    );
+    for (k, v) in [
+        ("walrelay.inbox.error", error),
+        ("walrelay.inbox.attempts", attempts.as_str()),
+        ("walrelay.inbox.topic", event.topic.as_str()),
+        ("walrelay.inbox.partition", partition.as_str()),
+        ("walrelay.inbox.offset", offset.as_str()),
+    ] {
+        headers = headers.insert(Header {
+            key: k,
+            value: Some(v),
+        });
+    }
+    let mut record = FutureRecord::<[u8], [u8]>::to(topic).headers(headers);
+    if let Some(key) = &event.key {
+        record = record.key(key.as_slice());
+    }
+    if let Some(value) = &event.value {
+        record = record.payload(value.as_slice());
+    }
+    match producer.send(record, Duration::from_secs(0)).await {
+        Ok(_) => Ok(()),
+        Err((e, _)) => {
+            let text = format!("cannot produce to quarantine_topic {topic}: {e}");
+            // Timed out (the broker away): tried again like a lost database
+            // connection; anything else (no such topic, not authorized)
+            // stops the consumer.
+            if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::MessageTimedOut) {
+                Err(Failure::Connection(text))
+            } else {
+                Err(Failure::Attempt(text))
+            }
+        }
+    }
 }
 
 impl Policy {
@@ -201,9 +294,24 @@ enum Failure {
     Connection(String),
     /// The handler, or the inbox insert, failed.
     Attempt(String),
+    /// The handler panicked: an attempt that failed, on a connection that
+    /// is then made anew (the handler may have left it mid-statement or
+    /// with session state changed).
+    Panicked(String),
 }
 
-fn is_connection_error(e: &tokio_postgres::Error) -> bool {
+/// The text of a panic's payload (`panic!` with a message gives a `&str`
+/// or a `String`).
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a payload that is not text".to_owned());
+    format!("the handler panicked: {message}")
+}
+
+pub(crate) fn is_connection_error(e: &tokio_postgres::Error) -> bool {
     e.is_closed()
         || e.as_db_error().is_some_and(|d| {
             let code = d.code().code();
@@ -279,11 +387,21 @@ async fn attempt<H: Handler>(
         tx.rollback().await.map_err(classify_db)?;
         return Ok(false);
     }
-    if let Err(e) = handler.apply(&tx, event).await {
-        let closed = tx.client().is_closed();
+    // A panic in the handler is its failure like an error (retried, then
+    // quarantined), never the end of the worker: an ended worker would
+    // leave the record in progress and its partition's frontier stuck.
+    let applied = std::panic::AssertUnwindSafe(handler.apply(&tx, event))
+        .catch_unwind()
+        .await;
+    let failure = match applied {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(classify_handler(e, tx.client().is_closed())),
+        Err(payload) => Some(Failure::Panicked(panic_text(payload.as_ref()))),
+    };
+    if let Some(failure) = failure {
         // Dropping `tx` rolls it back.
         drop(tx);
-        return Err(classify_handler(e, closed));
+        return Err(failure);
     }
     tx.commit().await.map_err(classify_db)?;
     Ok(true)
@@ -292,9 +410,11 @@ async fn attempt<H: Handler>(
 /// Writes the quarantine row (and, when the partition goes on, the inbox
 /// row) in one transaction. `Ok(false)`: the id turned out to be in the
 /// inbox already (another copy was applied meanwhile).
+#[allow(clippy::too_many_arguments)]
 async fn quarantine(
     client: &mut Client,
     tables: &InboxTables,
+    sink: &QuarantineSink,
     event: &Event,
     missing_id: bool,
     error: &str,
@@ -319,6 +439,14 @@ async fn quarantine(
             tx.rollback().await.map_err(classify_db)?;
             return Ok(false);
         }
+    }
+    if let QuarantineSink::Topic { producer, topic } = sink {
+        // The inbox row (if any) commits only once Kafka holds the record;
+        // a crash between the two quarantines it again (a second copy on
+        // the topic, with the same headers).
+        produce_quarantined(producer, topic, event, error, attempts).await?;
+        tx.commit().await.map_err(classify_db)?;
+        return Ok(true);
     }
     let headers: serde_json::Map<String, serde_json::Value> = event
         .headers
@@ -387,7 +515,14 @@ pub(crate) async fn process<H: Handler>(
                 }
                 reconnect_wait = (reconnect_wait * 2).min(Duration::from_secs(5));
             }
-            Err(Failure::Attempt(e)) => {
+            Err(failure @ (Failure::Attempt(_) | Failure::Panicked(_))) => {
+                let e = match failure {
+                    Failure::Panicked(e) => {
+                        conn.client = None;
+                        e
+                    }
+                    Failure::Attempt(e) | Failure::Connection(e) => e,
+                };
                 attempts += 1;
                 if attempts < policy.max_attempts {
                     let wait = policy.backoff(attempts);
@@ -420,6 +555,7 @@ pub(crate) async fn process<H: Handler>(
         match quarantine(
             client,
             tables,
+            &policy.quarantine_to,
             event,
             missing_id.is_some(),
             &error,
@@ -433,7 +569,7 @@ pub(crate) async fn process<H: Handler>(
                 metrics.quarantined.fetch_add(1, Relaxed);
                 tracing::error!(error = %error, event_id = %event.id, topic = %event.topic,
                     partition = event.partition, offset = event.offset, attempts,
-                    quarantine_table = %tables.quarantine,
+                    quarantined_to = %policy.quarantine_to.describe(tables),
                     partition_stops = !goes_on, "record quarantined");
                 return if goes_on {
                     WorkOutcome::Quarantined
@@ -451,11 +587,14 @@ pub(crate) async fn process<H: Handler>(
                 }
                 reconnect_wait = (reconnect_wait * 2).min(Duration::from_secs(5));
             }
-            Err(Failure::Attempt(e)) => {
+            Err(Failure::Attempt(e) | Failure::Panicked(e)) => {
                 return WorkOutcome::Fatal(format!(
-                    "cannot write the quarantine row of {}/{} offset {} to {}: {e} (the \
-                     record's last error: {error})",
-                    event.topic, event.partition, event.offset, tables.quarantine
+                    "cannot quarantine {}/{} offset {} to the {}: {e} (the record's last \
+                     error: {error})",
+                    event.topic,
+                    event.partition,
+                    event.offset,
+                    policy.quarantine_to.describe(tables)
                 ));
             }
         }
@@ -473,6 +612,7 @@ mod tests {
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_millis(700),
             on_quarantine: OnQuarantine::Continue,
+            quarantine_to: QuarantineSink::Table,
         };
         let waits: Vec<u128> = (1..=5).map(|a| p.backoff(a).as_millis()).collect();
         assert_eq!(waits, [100, 200, 400, 700, 700]);
