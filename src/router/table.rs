@@ -62,6 +62,7 @@ use super::Record;
 use super::arena::Arena;
 use super::debezium::{self, Mapping, Modes, Unchanged};
 use super::mask::{Mask, maskable};
+use super::txmeta::TxnMetadata;
 use crate::Lsn;
 use crate::config::{
     ColumnFilter, Config, SkippedOperations, TableConfig, sanitized_topic_name, topic_name_problem,
@@ -131,6 +132,9 @@ struct BoundColumn {
 #[derive(Debug)]
 struct Bound {
     display: String,
+    /// `schema.table` as Debezium names the table in transaction metadata
+    /// (`data_collection`).
+    collection: Arc<str>,
     topic: Arc<str>,
     columns: Vec<BoundColumn>,
     /// Key column positions; `None`: a null key.
@@ -166,6 +170,8 @@ pub struct TableRouter {
     event_id_header: Arc<str>,
     lsn_header: Arc<str>,
     lsn_text: (Lsn, Bytes),
+    /// `provide_transaction_metadata`: the open transaction's counts.
+    txmeta: Option<TxnMetadata>,
 }
 
 impl TableRouter {
@@ -220,6 +226,48 @@ impl TableRouter {
             event_id_header: Arc::from(EVENT_ID_HEADER),
             lsn_header: Arc::from(LSN_HEADER),
             lsn_text: (Lsn::ZERO, Bytes::new()),
+            txmeta: d
+                .provide_transaction_metadata
+                .then(|| TxnMetadata::new(config.topic_prefix())),
+        }
+    }
+
+    /// Whether BEGIN/END records and `transaction` blocks are written
+    /// (`provide_transaction_metadata`).
+    pub fn provides_transaction_metadata(&self) -> bool {
+        self.txmeta.is_some()
+    }
+
+    /// A transaction begins; `begin_lsn` is its Begin message's position.
+    /// With `provide_transaction_metadata` its events are counted from here
+    /// (and its first one is preceded by a BEGIN record); otherwise nothing.
+    pub fn on_begin(&mut self, txn: TxnInfo, begin_lsn: Lsn) {
+        if let Some(meta) = &mut self.txmeta {
+            meta.begin(txn.xid, begin_lsn, txn.commit_lsn, txn.commit_ms);
+        }
+    }
+
+    /// The transaction committed at `commit_lsn` ends at `end_lsn`: appends
+    /// its END record to `out` when it had a table event and
+    /// `provide_transaction_metadata` is on.
+    pub fn on_commit(&mut self, commit_lsn: Lsn, end_lsn: Lsn, out: &mut Vec<Record>) {
+        if self.txmeta.is_none() {
+            return;
+        }
+        let lsn_text = self.lsn_text(commit_lsn);
+        let Some(meta) = &mut self.txmeta else {
+            return;
+        };
+        let headers = (&self.event_id_header, &self.lsn_header, lsn_text);
+        if let Some(end) = meta.end_record(
+            commit_lsn,
+            end_lsn,
+            &mut self.buf,
+            &mut self.values,
+            &mut self.ids,
+            headers,
+        ) {
+            out.push(end);
         }
     }
 
@@ -436,6 +484,7 @@ impl TableRouter {
         names_json.extend_from_slice(b",\"table\":");
         debezium::json_str(&mut names_json, &rel.name);
         let bound = Bound {
+            collection: Arc::from(display.as_str()),
             display,
             topic: Arc::from(topic),
             columns,
@@ -489,6 +538,7 @@ impl TableRouter {
             },
             headers: (&self.event_id_header, &self.lsn_header, lsn_text),
             lsn: txn.commit_lsn,
+            txmeta: self.txmeta.as_mut(),
         };
         match (change.op, old, new) {
             (Op::Insert, _, Some(new)) => {
@@ -578,6 +628,9 @@ impl TableRouter {
             },
             headers: (&self.event_id_header, &self.lsn_header, lsn_text),
             lsn: consistent_point,
+            // Snapshot rows belong to no transaction (Debezium: `transaction`
+            // null, no BEGIN/END).
+            txmeta: None,
         };
         let source = Source::Snapshot {
             lsn: consistent_point,
@@ -627,6 +680,7 @@ impl TableRouter {
             },
             headers: (&self.event_id_header, &self.lsn_header, lsn_text),
             lsn: txn.commit_lsn,
+            txmeta: self.txmeta.as_mut(),
         };
         ctx.event(
             b't',
@@ -730,6 +784,8 @@ struct Ctx<'a> {
     prefix: Prefix<'a>,
     headers: (&'a Arc<str>, &'a Arc<str>, Bytes),
     lsn: Lsn,
+    /// `provide_transaction_metadata` (streamed changes only).
+    txmeta: Option<&'a mut TxnMetadata>,
 }
 
 impl Ctx<'_> {
@@ -907,6 +963,27 @@ impl Ctx<'_> {
         if self.bound.skipped.skips(op) {
             return Ok(());
         }
+        // Transaction metadata: the event's place in its transaction, and
+        // the transaction's BEGIN before its first event.
+        let block = match (source, self.txmeta.as_deref_mut()) {
+            (Source::Stream { txn, lsn }, Some(meta)) => {
+                let Some(order) = meta.count(txn.commit_lsn, &self.bound.collection) else {
+                    return Err(TableEventError {
+                        table: self.bound.display.clone(),
+                        column: "*".into(),
+                        lsn: txn.commit_lsn,
+                        reason: "a change outside the transaction the router was told began".into(),
+                        fix: "report it as a bug".into(),
+                    });
+                };
+                if order.total == 1 {
+                    let headers = (self.headers.0, self.headers.1, self.headers.2.clone());
+                    out.extend(meta.begin_record(self.buf, self.values, self.ids, headers));
+                }
+                Some((order, lsn))
+            }
+            _ => None,
+        };
         let key = match key_row {
             Some(row) => self.key_of(row)?,
             None => None,
@@ -942,9 +1019,14 @@ impl Ctx<'_> {
         }
         let _ = write!(
             buf,
-            ",\"lsn\":{},\"xmin\":null}},\"op\":\"{}\",\"ts_ms\":{ts_ms},\"transaction\":null}}",
+            ",\"lsn\":{},\"xmin\":null}},\"op\":\"{}\",\"ts_ms\":{ts_ms},\"transaction\":",
             lsn.0, op as char
         );
+        match block {
+            Some((order, lsn)) => TxnMetadata::write_block(buf, order, lsn),
+            None => buf.extend_from_slice(b"null"),
+        }
+        buf.push(b'}');
         out.push(Record {
             topic: self.bound.topic.clone(),
             key,
@@ -1118,3 +1200,7 @@ pub fn describe_columns(
 #[cfg(test)]
 #[path = "table_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "table_txmeta_tests.rs"]
+mod txmeta_tests;
