@@ -291,3 +291,123 @@ async fn begin_and_end_survive_kill_9_identical_and_are_confirmed_only_once_in_k
     eprintln!("{resent} BEGIN/END records re-sent, all identical to their first copies");
     assert!(relay.stop().success(), "{}", relay.log());
 }
+
+/// `delivery = "exactly_once"`: a transaction's BEGIN, events and END are
+/// in one Kafka transaction. Through three kills a `read_committed` reader
+/// sees, at every moment, a BEGIN only with its END (and the reverse), and
+/// in the end each BEGIN, END and event exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn under_exactly_once_begin_events_and_end_commit_together_once() {
+    const N: usize = 300;
+    require_kafka();
+    let db = TestDb::new("txmeta_eos").await;
+    db.client.batch_execute(TABLES).await.expect("tables");
+    let names = Names::new("txmeta_eos");
+    let prefix = names.connector.clone();
+    let config = connector_config(
+        &db,
+        &names,
+        &format!(
+            "[table_defaults]\ntopic_prefix = \"{prefix}\"\nprovide_transaction_metadata = true\n\
+             [[table]]\nname = \"public.a\"\n[[table]]\nname = \"public.b\"\n"
+        ),
+    )
+    .replace("[kafka]\n", "[kafka]\ndelivery = \"exactly_once\"\n");
+    let mut relay = RelayProcess::start(&config, &[]);
+    let config_path = relay.config_path.clone();
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    let tx_topic = format!("{prefix}.transaction");
+    let topics = [
+        tx_topic.clone(),
+        format!("{prefix}.public.a"),
+        format!("{prefix}.public.b"),
+    ];
+    let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let writer = tokio::spawn({
+        let db_name = db.name.clone();
+        async move {
+            let client = pg_connect(&db_name).await;
+            for n in 0..N as i64 {
+                let (x, y) = (2 * n, 2 * n + 1);
+                client
+                    .batch_execute(&format!(
+                        "BEGIN; INSERT INTO a VALUES ({x}, 'x'), ({y}, 'y');
+                         INSERT INTO b VALUES ({n}, 'b');
+                         UPDATE a SET v = 'u' WHERE id = {x}; COMMIT;"
+                    ))
+                    .await
+                    .expect("transaction");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    });
+    // BEGIN ⇔ END among what a read_committed reader sees now.
+    let whole = |records: &[Consumed]| -> Result<usize, String> {
+        let ids: HashSet<String> = records
+            .iter()
+            .filter_map(|c| c.header_str("walrelay.event_id"))
+            .collect();
+        for id in &ids {
+            let pair = match id.strip_suffix(":begin") {
+                Some(commit) => format!("{commit}:end"),
+                None => id.replace(":end", ":begin"),
+            };
+            if !ids.contains(&pair) {
+                return Err(format!("{id} is committed without {pair}"));
+            }
+        }
+        Ok(ids.len())
+    };
+    let mut kills = 0;
+    while kills < 3 && !writer.is_finished() {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        relay.kill9();
+        kills += 1;
+        let committed = consume_committed(&[&tx_topic]);
+        let seen = whole(&committed).unwrap_or_else(|e| panic!("after kill {kills}: {e}"));
+        eprintln!("kill {kills}: {seen} BEGIN/END records committed, each with its pair");
+        relay = RelayProcess::start_with(&config_path, &[]);
+        wait_for(
+            "the restarted walrelay to commit more",
+            Duration::from_secs(60),
+            || {
+                let tx_topic = tx_topic.clone();
+                let done = writer.is_finished();
+                async move { (done || consume_committed(&[&tx_topic]).len() > seen).then_some(()) }
+            },
+        )
+        .await;
+    }
+    assert!(kills >= 2, "the load ended after {kills} kills");
+    writer.await.expect("writer");
+    let records = wait_for(
+        &format!("{N} END records committed in {tx_topic}"),
+        Duration::from_secs(180),
+        || async {
+            let got = consume_committed(&topic_refs);
+            let ends = got
+                .iter()
+                .filter_map(|c| c.header_str("walrelay.event_id"))
+                .filter(|id| id.ends_with(":end"))
+                .count();
+            (ends >= N).then_some(got)
+        },
+    )
+    .await;
+    let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for c in &records {
+        let id = c.header_str("walrelay.event_id").expect("event id");
+        *seen.entry((c.topic.clone(), id)).or_default() += 1;
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    assert!(twice.is_empty(), "committed twice: {twice:?}");
+    let tx: Vec<&Consumed> = records.iter().filter(|c| c.topic == tx_topic).collect();
+    assert_eq!(tx.len(), 2 * N, "one BEGIN and one END per transaction");
+    whole(&records).unwrap();
+    for end in tx.iter().filter(|c| parsed(&c.value)["status"] == "END") {
+        assert_eq!(parsed(&end.value)["event_count"], 4);
+    }
+    assert_eq!(records.len() - tx.len(), 4 * N, "every event once");
+    eprintln!("exactly_once: {N} transactions, BEGIN/END and events once each after {kills} kills");
+    assert!(relay.stop().success(), "{}", relay.log());
+}
