@@ -19,6 +19,12 @@
 //!   `before`/`after` — only when `skipped_operations` does not skip `t`
 //!   (Debezium's default does).
 //!
+//! With `provide_transaction_metadata`, a transaction's streamed events
+//! carry their `transaction` block and are framed by its BEGIN and END
+//! records on `<prefix>.transaction` ([`super::txmeta`]: BEGIN with its
+//! first event, END from [`TableRouter::on_commit`]; told of each
+//! transaction by [`TableRouter::on_begin`]).
+//!
 //! `skipped_operations` drops records by their op (`c`, `u`, `d` with its
 //! tombstone, `t`), as Debezium's `EventDispatcher` does; snapshot rows are
 //! never skipped. The column lists leave columns out of `before`/`after`
@@ -38,7 +44,8 @@
 //!   commit LSN, xid, commit time and index), never on a clock or on what
 //!   was sent before: a re-sent change has the same topic, key, value and
 //!   headers. `walrelay.event_id` = `<commit LSN>:<index>` (plus a suffix
-//!   for the extra records of one change), `walrelay.lsn` = commit LSN.
+//!   for the extra records of one change; `<commit LSN>:begin` / `:end`
+//!   for the transaction records), `walrelay.lsn` = commit LSN.
 //!   The top-level `ts_ms` is the commit time for this reason (Debezium
 //!   writes its processing time there).
 //! - **The newest shape wins.** Each Relation message re-binds its table,
