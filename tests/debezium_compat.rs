@@ -35,7 +35,10 @@
 //! dropped and retyped mid-stream, and a snapshot of pre-existing rows (including the all-types,
 //! edge and TOASTed rows); and issue 27's special values and types
 //! (`values_t`, [`values`]), whose columns Debezium leaves out are left out
-//! by walrelay's `column_exclude_list`, so their absence is compared too.
+//! by walrelay's `column_exclude_list`, so their absence is compared too;
+//! and issue 27's documented differences ([`differences`]: `diff_t`'s
+//! fields in `DELIBERATE`, REPLICA IDENTITY USING INDEX's keys stated for
+//! each side).
 //!
 //! Three comparisons, one at a time (each runs a JVM): Debezium's default
 //! options; `decimal.handling.mode=string`, `time.precision.mode=connect`,
@@ -73,6 +76,9 @@ mod outbox;
 mod transactions;
 #[path = "debezium_compat/values.rs"]
 mod values;
+
+#[path = "debezium_compat/differences.rs"]
+mod differences;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -159,6 +165,31 @@ const DELIBERATE: &[(&str, &str, &str)] = &[
     ("after.a_2d", "*", "arrays of several dimensions"),
     ("after.a_2d_text", "*", "arrays of several dimensions"),
     ("after.a_3d", "*", "arrays of several dimensions"),
+    // diff_t (tests/debezium_compat/differences.rs): issue 27's items.
+    ("after.gen_c", "r", "STORED generated columns"),
+    ("after.moods_null", "*", "enum arrays with a NULL element"),
+    (
+        "after.d_old",
+        "r",
+        "dates before the Gregorian reform (1582-10-15) in snapshot rows",
+    ),
+    (
+        "after.d_bc",
+        "r",
+        "dates before the Gregorian reform (1582-10-15) in snapshot rows",
+    ),
+    ("after.f4_denorm", "*", "`real` denormals"),
+    // Differs in decimal.handling.mode=string only (equal in the others).
+    (
+        "after.n_negscale",
+        "*",
+        "negative-scale `numeric(p,-s)` in `decimal_handling_mode = \"string\"`",
+    ),
+    (
+        "after.iv_big",
+        "*",
+        "`interval` above 2^53 µs in `interval_handling_mode = \"numeric\"`",
+    ),
 ];
 
 const TABLES: &str = "CREATE EXTENSION hstore; CREATE EXTENSION citext; CREATE EXTENSION ltree;
@@ -331,12 +362,15 @@ fn prefill() -> String {
          INSERT INTO full_t VALUES (1, 'x', {BIG});
          INSERT INTO trunc_t VALUES (1);
          {};
+         {}; {};
          {}; {};",
         all_types_row(10),
         edge_row(11),
         toast_row(1),
         values::row(1, true),
         values::row(2, false),
+        differences::row(1),
+        differences::PREFILL,
     )
 }
 
@@ -383,6 +417,8 @@ fn changes() -> Vec<String> {
         "ALTER TABLE types_t DROP COLUMN c_varchar, ALTER COLUMN c_int2 TYPE int8;".into(),
         "UPDATE types_t SET extra = 9, c_int2 = 9007199254740993 WHERE id = 2;".into(),
         format!("{}; {};", values::row(3, true), values::row(4, false)),
+        differences::row(2),
+        differences::CHANGES.into(),
     ]
 }
 
@@ -402,8 +438,9 @@ const EXPECTED: &[(&str, usize, usize, usize)] = &[
     ("public.trunc_t", 3, 1, 1),
     ("public.toast_t", 4, 0, 0),
     ("public.values_t", 4, 0, 0),
+    ("public.diff_t", 2, 0, 0),
 ];
-const SNAPSHOT_ROWS: usize = 10;
+const SNAPSHOT_ROWS: usize = 11;
 
 /// Records expected in a table's topic, from its [`EXPECTED`] counts.
 fn expected(counts: (usize, usize, usize), run: &Run) -> usize {
@@ -953,13 +990,13 @@ async fn walrelay_and_debezium_agree_under_string_decimals_connect_times_hex_byt
 time.precision.mode=connect
 binary.handling.mode=hex
 interval.handling.mode=string
-column.include.list=public\\.(types_t|nopk_t|full_t|trunc_t|values_t)\\..*,public\\.toast_t\\.(id|v|j|a_int4|a_bytea)
+column.include.list=public\\.(types_t|nopk_t|full_t|trunc_t|values_t|diff_t|ident_t)\\..*,public\\.toast_t\\.(id|v|j|a_int4|a_bytea)
 ",
         walrelay_defaults: r#"decimal_handling_mode = "string"
 time_precision_mode = "connect"
 binary_handling_mode = "hex"
 interval_handling_mode = "string"
-column_include_list = ['public\.(types_t|nopk_t|full_t|trunc_t|values_t)\..*', 'public\.toast_t\.(id|v|j|a_int4|a_bytea)']
+column_include_list = ['public\.(types_t|nopk_t|full_t|trunc_t|values_t|diff_t|ident_t)\..*', 'public\.toast_t\.(id|v|j|a_int4|a_bytea)']
 "#,
         walrelay_tables: r#"
 [[table]]
@@ -1170,12 +1207,17 @@ async fn compare_with_debezium(run: Run) {
         .batch_execute(values::TABLES)
         .await
         .expect("values_t");
+    db.client
+        .batch_execute(differences::TABLES)
+        .await
+        .expect("diff_t, ident_t");
     db.client.batch_execute(&prefill()).await.expect("prefill");
     // One publication for both: walrelay finds it complete, Debezium uses it
     // as it is (publication.autocreate.mode=disabled).
     db.client
         .batch_execute(&format!(
-            "CREATE PUBLICATION {pub} FOR TABLE types_t, nopk_t, full_t, trunc_t, toast_t, values_t;
+            "CREATE PUBLICATION {pub} FOR TABLE types_t, nopk_t, full_t, trunc_t, toast_t, values_t,
+               diff_t, ident_t;
              ALTER PUBLICATION {pub} OWNER TO walrelay;",
             pub = names.publication
         ))
@@ -1223,7 +1265,7 @@ slot.name={d_slot}
 publication.name={pub}
 publication.autocreate.mode=disabled
 snapshot.mode=initial
-table.include.list=public\\\\.types_t,public\\\\.nopk_t,public\\\\.full_t,public\\\\.trunc_t,public\\\\.toast_t,public\\\\.values_t
+table.include.list=public\\\\.types_t,public\\\\.nopk_t,public\\\\.full_t,public\\\\.trunc_t,public\\\\.toast_t,public\\\\.values_t,public\\\\.diff_t,public\\\\.ident_t
 message.key.columns=public.nopk_t:code
 poll.interval.ms=100
 {debezium_options}",
@@ -1293,6 +1335,28 @@ poll.interval.ms=100
         }
         differences.extend(compare(table, &w, &d, run.keys_differ));
     }
+    // ident_t: keyed and shaped differently on purpose, as documented.
+    let ident = "public.ident_t";
+    let (w_n, d_n) = differences::IDENT_T_RECORDS;
+    let (w_n, d_n) = if run.tombstones {
+        (w_n, d_n)
+    } else {
+        (w_n - 2, d_n - 2)
+    };
+    let (mut w, mut d) = wait_for("ident_t's records on both sides", CATCH_UP, || {
+        let (wt, dt) = (format!("{w_prefix}.{ident}"), format!("{d_prefix}.{ident}"));
+        async move {
+            let (w, d) = (read(&wt), read_debezium(&dt));
+            (w.len() >= w_n && d.len() >= d_n).then_some((w, d))
+        }
+    })
+    .await;
+    for (recs, ends) in [(&mut w, &mut w_ends), (&mut d, &mut d_ends)] {
+        let (first, last) = table_markers(recs);
+        ends.0 += first;
+        ends.1 += last;
+    }
+    differences.extend(differences::check_ident_t(&w, &d, run.tombstones));
     // Each snapshot has one first and one last row (every table here has
     // rows, so Debezium's first table does too).
     for (who, ends) in [("walrelay", w_ends), ("Debezium", d_ends)] {
