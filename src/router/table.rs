@@ -506,7 +506,39 @@ impl TableRouter {
 
     /// Appends the records of one change of a claimed relation to `out`
     /// (none for a relation no `[[table]]` captures).
+    /// On an error nothing is appended, and the transaction metadata is
+    /// as before the change (so a caller that goes on without it — a
+    /// dead-letter path — counts only what it publishes).
     pub fn on_change(
+        &mut self,
+        change: &Change,
+        txn: TxnInfo,
+        out: &mut Vec<Record>,
+    ) -> Result<(), TableEventError> {
+        let (mark, len) = (self.txmeta_mark(change.relation.oid), out.len());
+        let made = self.change_records(change, txn, out);
+        if made.is_err() {
+            self.txmeta_undo(mark);
+            out.truncate(len);
+        }
+        made
+    }
+
+    /// Where the transaction metadata stands before a change of relation
+    /// `rel` (`None` without it, or for a relation not bound).
+    fn txmeta_mark(&self, rel: Oid) -> Option<super::txmeta::Mark> {
+        let meta = self.txmeta.as_ref()?;
+        let bound = self.bound.get(&rel)?.as_ref().ok()?;
+        Some(meta.mark(&bound.collection))
+    }
+
+    fn txmeta_undo(&mut self, mark: Option<super::txmeta::Mark>) {
+        if let (Some(meta), Some(mark)) = (&mut self.txmeta, mark) {
+            meta.undo(mark);
+        }
+    }
+
+    fn change_records(
         &mut self,
         change: &Change,
         txn: TxnInfo,
@@ -652,7 +684,26 @@ impl TableRouter {
     /// `skipped_operations` skips truncates (the default). `lsn` is the
     /// Truncate message's position, `index` the table's index in its
     /// transaction.
+    /// On an error nothing is appended and the transaction metadata is
+    /// as before, as for [`on_change`](Self::on_change).
     pub fn on_truncate(
+        &mut self,
+        rel: Oid,
+        txn: TxnInfo,
+        lsn: Lsn,
+        index: u64,
+        out: &mut Vec<Record>,
+    ) -> Result<(), TableEventError> {
+        let (mark, len) = (self.txmeta_mark(rel), out.len());
+        let made = self.truncate_record(rel, txn, lsn, index, out);
+        if made.is_err() {
+            self.txmeta_undo(mark);
+            out.truncate(len);
+        }
+        made
+    }
+
+    fn truncate_record(
         &mut self,
         rel: Oid,
         txn: TxnInfo,

@@ -326,3 +326,49 @@ fn a_change_outside_a_begun_transaction_is_an_error() {
     assert!(e.reason.contains("outside the transaction"), "{e}");
     assert!(out.is_empty());
 }
+
+/// A change that cannot be encoded leaves nothing behind: no records (not
+/// even the BEGIN it would have opened, or the delete half of a key
+/// change), no count. A caller that goes on without it (a dead-letter
+/// path) gets BEGIN with the next event and an END counting what it
+/// published.
+#[test]
+fn a_change_that_fails_is_not_counted_and_leaves_no_records() {
+    let (mut r, a, b) = router("provide_transaction_metadata = true");
+    let bad = TupleData(vec![
+        Cell::Text(Bytes::from_static(b"5")),
+        Cell::Binary(Bytes::from_static(b"\x00")),
+    ]);
+    let mut out = Vec::new();
+    r.on_begin(TXN, BEGIN_AT);
+    let first = change(Op::Insert, &a, 0, 0x16B_3600, None, Some(bad.clone()));
+    assert!(r.on_change(&first, TXN, &mut out).is_err());
+    assert!(out.is_empty(), "{out:?}");
+    let good = change(Op::Insert, &b, 1, 0x16B_3640, None, Some(row("2", "y")));
+    r.on_change(&good, TXN, &mut out).unwrap();
+    // A table that already has an event: its count stays.
+    let bad_b = change(Op::Insert, &b, 2, 0x16B_3660, None, Some(bad.clone()));
+    assert!(r.on_change(&bad_b, TXN, &mut out).is_err());
+    // A key change whose create fails: its delete (and tombstone) go too.
+    let key_change = change(
+        Op::Update,
+        &a,
+        2,
+        0x16B_3680,
+        Some(row("1", "x")),
+        Some(bad),
+    );
+    let len = out.len();
+    assert!(r.on_change(&key_change, TXN, &mut out).is_err());
+    assert_eq!(out.len(), len);
+    r.on_commit(COMMIT, END, &mut out);
+    let values: Vec<Value> = out.iter().map(|rec| json_of(&rec.value)).collect();
+    assert_eq!(values.len(), 3, "{values:?}");
+    assert_eq!(values[0]["status"], "BEGIN");
+    assert_eq!(values[1]["transaction"]["total_order"], 1);
+    assert_eq!(values[2]["event_count"], 1);
+    assert_eq!(
+        values[2]["data_collections"],
+        json!([{"data_collection": "public.b", "event_count": 1}])
+    );
+}

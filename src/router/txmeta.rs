@@ -71,6 +71,16 @@ pub(super) struct Order {
     pub in_table: u64,
 }
 
+/// Where the counts stood before a change ([`TxnMetadata::mark`]), to
+/// undo a change that could not be published whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    total: u64,
+    tables: usize,
+    /// The change's table: its place in `tables` and its count then.
+    table: Option<(usize, u64)>,
+}
+
 /// The transaction metadata state: the open transaction and its counts.
 #[derive(Debug)]
 pub(super) struct TxnMetadata {
@@ -133,6 +143,31 @@ impl TxnMetadata {
             total: self.total,
             in_table,
         })
+    }
+
+    /// Where the counts stand before a change of table `collection`.
+    pub fn mark(&self, collection: &Arc<str>) -> Mark {
+        Mark {
+            total: self.total,
+            tables: self.tables.len(),
+            table: self.index.get(collection).map(|&i| (i, self.tables[i].1)),
+        }
+    }
+
+    /// Back to `mark` (taken in the same transaction, before one change):
+    /// its events are not counted, and a table it added is gone.
+    pub fn undo(&mut self, mark: Mark) {
+        self.total = mark.total;
+        while self.tables.len() > mark.tables {
+            if let Some((name, _)) = self.tables.pop() {
+                self.index.remove(&name);
+            }
+        }
+        if let Some((i, n)) = mark.table
+            && let Some(entry) = self.tables.get_mut(i)
+        {
+            entry.1 = n;
+        }
     }
 
     /// Writes an event's `transaction` block (after `"transaction":`).
