@@ -43,6 +43,7 @@ pub mod debezium;
 pub mod mask;
 pub mod table;
 pub mod trace;
+pub mod txmeta;
 
 use cloudevents::{CloudEvents, TimeCache};
 use trace::Parsed;

@@ -72,6 +72,8 @@ mod support;
 
 #[path = "debezium_compat/outbox.rs"]
 mod outbox;
+#[path = "debezium_compat/transactions.rs"]
+mod transactions;
 #[path = "debezium_compat/values.rs"]
 mod values;
 
@@ -968,8 +970,9 @@ name = "public.*"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn walrelay_and_debezium_write_the_same_records_with_default_options() {
     compare_with_debezium(Run {
-        debezium: "",
-        walrelay_defaults: "",
+        // And transaction metadata ([`transactions`]).
+        debezium: "provide.transaction.metadata=true\n",
+        walrelay_defaults: "provide_transaction_metadata = true\n",
         walrelay_tables: DEFAULT_TABLES,
         tombstones: true,
         truncates: false,
@@ -1363,6 +1366,9 @@ poll.interval.ms=100
                 ends.0, ends.1
             ));
         }
+    }
+    if transactions::enabled(run.debezium) {
+        differences.extend(transactions::compare(&w_prefix, &d_prefix, &mut connect).await);
     }
     if let Some(check) = run.check {
         check(&w_prefix);

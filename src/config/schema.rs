@@ -989,6 +989,11 @@ pub struct TableDefaults {
     /// writes it (`write`, the default) or stopping the connector (`fail`).
     #[serde(default)]
     pub special_values: SpecialValues,
+    /// Debezium's `provide.transaction.metadata`: BEGIN and END records on
+    /// `<topic_prefix>.transaction` for every transaction with a table
+    /// event, and the `transaction` block of streamed events filled in.
+    #[serde(default)]
+    pub provide_transaction_metadata: bool,
 }
 
 impl TableDefaults {
@@ -1060,6 +1065,7 @@ impl Default for TableDefaults {
             column_exclude_list: Vec::new(),
             unmapped_types: UnmappedTypes::default(),
             special_values: SpecialValues::default(),
+            provide_transaction_metadata: false,
         }
     }
 }

@@ -3199,3 +3199,45 @@ fn postgres_host_lists_are_split_and_checked() {
         "{error}"
     );
 }
+
+/// `provide_transaction_metadata`: off by default; on, its topic
+/// `<prefix>.transaction` must be a valid name — a prefix that is valid
+/// alone but too long with the suffix is refused under this key (such a
+/// prefix is valid only with a heartbeat topic of its own: the default
+/// one is longer still).
+#[test]
+fn transaction_metadata_is_off_by_default_and_its_topic_name_checked() {
+    let config = Config::from_str(&minimal_with(""), "test.toml").unwrap();
+    assert!(!config.table_defaults.provide_transaction_metadata);
+    let on = Config::from_str(
+        &minimal_with("[table_defaults]\nprovide_transaction_metadata = true"),
+        "test.toml",
+    )
+    .unwrap();
+    assert!(on.table_defaults.provide_transaction_metadata);
+    let error = load_err(&minimal_with(&format!(
+        "[table_defaults]\ntopic_prefix = \"{}\"\nprovide_transaction_metadata = true\n\
+         [heartbeat]\ninterval = \"10s\"\ntopic = \"hb\"",
+        "p".repeat(240)
+    )));
+    assert!(
+        error.contains(
+            "table_defaults.provide_transaction_metadata: writes the transaction records to \"ppp"
+        ),
+        "{error}"
+    );
+    assert!(
+        error.contains("shorten table_defaults.topic_prefix"),
+        "{error}"
+    );
+    assert!(!error.contains("heartbeat"), "{error}");
+    // Off, the same prefix is fine.
+    Config::from_str(
+        &minimal_with(&format!(
+            "[table_defaults]\ntopic_prefix = \"{}\"\n[heartbeat]\ninterval = \"10s\"\ntopic = \"hb\"",
+            "p".repeat(240)
+        )),
+        "test.toml",
+    )
+    .unwrap();
+}

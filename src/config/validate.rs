@@ -962,6 +962,22 @@ fn tables(config: &Config, out: &mut Vec<Problem>) {
             ),
         ));
     }
+    // The transaction topic, `<prefix>.transaction`: only its length can
+    // be wrong once the prefix is right (a prefix problem is reported as
+    // itself, above or under connector.name).
+    let prefix = config.topic_prefix();
+    if config.table_defaults.provide_transaction_metadata
+        && topic_name_problem(prefix).is_none()
+        && let Some(why) = topic_name_problem(&format!("{prefix}.transaction"))
+    {
+        out.push(Problem::new(
+            "table_defaults.provide_transaction_metadata",
+            format!(
+                "writes the transaction records to \"{prefix}.transaction\", which {why}; \
+                 shorten table_defaults.topic_prefix (or connector.name)"
+            ),
+        ));
+    }
     let mut seen: BTreeMap<&super::TableRef, usize> = BTreeMap::new();
     for (i, table) in config.tables.iter().enumerate() {
         let at = |key: &str| format!("table[{i}].{key}");

@@ -319,8 +319,14 @@ impl Streaming {
                     source.confirm(self.offsets.acked(), false).await?;
                 }
             }
-            SourceEvent::Begin { .. } => {
+            SourceEvent::Begin {
+                commit_lsn,
+                xid,
+                commit_time,
+                lsn,
+            } => {
                 self.checkpoint.begin()?;
+                self.table_transaction_begins(commit_lsn, xid, commit_time, lsn);
             }
             SourceEvent::Commit {
                 commit_lsn,
@@ -337,6 +343,10 @@ impl Streaming {
                     });
                 }
                 let commit_ms = crate::pg::replication::pg_us_to_unix_ms(commit_time);
+                // Its END record (transaction metadata) is one of its
+                // records: sent before it closes in the checkpoint.
+                self.table_transaction_ends(open, commit_lsn, end_lsn, commit_ms)
+                    .await?;
                 self.checkpoint.commit_at(open, end_lsn, Some(commit_ms))?;
                 self.metrics.transactions.fetch_add(1, Ordering::Relaxed);
                 self.at_commit_point().await?;

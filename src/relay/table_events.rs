@@ -2,7 +2,11 @@
 //! snapshot rows to [`crate::router::table::TableRouter`] and sends the
 //! records it makes, each counted by the checkpoint like any other record,
 //! so a change (with its tombstone) is confirmed only when Kafka holds all
-//! of its records.
+//! of its records. With `provide_transaction_metadata` the router also
+//! makes a transaction's BEGIN record (with its first event) and END record
+//! (at its Commit, sent before the transaction closes in the checkpoint):
+//! they count for their transaction like its events, and under
+//! `exactly_once` are in its Kafka transaction.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -64,6 +68,50 @@ impl Streaming {
                 self.tables.set_type_alias(oid, as_oid, typmod);
             }
         }
+    }
+
+    /// A transaction begins (its Begin message at `begin_lsn`): the table
+    /// router counts its events for the transaction metadata.
+    pub(super) fn table_transaction_begins(
+        &mut self,
+        commit_lsn: Lsn,
+        xid: u32,
+        commit_time: i64,
+        begin_lsn: Lsn,
+    ) {
+        let txn = TxnInfo {
+            commit_lsn,
+            xid,
+            commit_ms: crate::pg::replication::pg_us_to_unix_ms(commit_time),
+        };
+        self.tables.on_begin(txn, begin_lsn);
+    }
+
+    /// The open transaction `open`, committed at `commit_lsn`, ends at
+    /// `end_lsn`: publishes its END record, if it has one, as a record of
+    /// that transaction.
+    pub(super) async fn table_transaction_ends(
+        &mut self,
+        open: TxnId,
+        commit_lsn: Lsn,
+        end_lsn: Lsn,
+        commit_ms: i64,
+    ) -> Result<(), RelayError> {
+        if !self.tables.provides_transaction_metadata() {
+            return Ok(());
+        }
+        let mut records = std::mem::take(&mut self.table_records);
+        records.clear();
+        self.tables.on_commit(commit_lsn, end_lsn, &mut records);
+        let pos = Position {
+            commit_lsn,
+            index: u64::MAX,
+        };
+        let sent = self
+            .send_table_records(&mut records, open, pos, Counted::Streamed { commit_ms })
+            .await;
+        self.table_records = records;
+        sent
     }
 
     /// Whether `change` is a table event (of a `[[table]]` table).

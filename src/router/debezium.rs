@@ -757,7 +757,7 @@ fn parse_point(text: &[u8]) -> Option<(f64, f64)> {
 }
 
 /// Java's `String.hashCode` (over UTF-16 code units).
-fn java_hash(s: &str) -> i32 {
+pub(super) fn java_hash(s: &str) -> i32 {
     let mut h: i32 = 0;
     for unit in s.encode_utf16() {
         h = h.wrapping_mul(31).wrapping_add(i32::from(unit));

@@ -19,6 +19,12 @@
 //!   `before`/`after` — only when `skipped_operations` does not skip `t`
 //!   (Debezium's default does).
 //!
+//! With `provide_transaction_metadata`, a transaction's streamed events
+//! carry their `transaction` block and are framed by its BEGIN and END
+//! records on `<prefix>.transaction` ([`super::txmeta`]: BEGIN with its
+//! first event, END from [`TableRouter::on_commit`]; told of each
+//! transaction by [`TableRouter::on_begin`]).
+//!
 //! `skipped_operations` drops records by their op (`c`, `u`, `d` with its
 //! tombstone, `t`), as Debezium's `EventDispatcher` does; snapshot rows are
 //! never skipped. The column lists leave columns out of `before`/`after`
@@ -38,7 +44,8 @@
 //!   commit LSN, xid, commit time and index), never on a clock or on what
 //!   was sent before: a re-sent change has the same topic, key, value and
 //!   headers. `walrelay.event_id` = `<commit LSN>:<index>` (plus a suffix
-//!   for the extra records of one change), `walrelay.lsn` = commit LSN.
+//!   for the extra records of one change; `<commit LSN>:begin` / `:end`
+//!   for the transaction records), `walrelay.lsn` = commit LSN.
 //!   The top-level `ts_ms` is the commit time for this reason (Debezium
 //!   writes its processing time there).
 //! - **The newest shape wins.** Each Relation message re-binds its table,
@@ -62,6 +69,7 @@ use super::Record;
 use super::arena::Arena;
 use super::debezium::{self, Mapping, Modes, Unchanged};
 use super::mask::{Mask, maskable};
+use super::txmeta::TxnMetadata;
 use crate::Lsn;
 use crate::config::{
     ColumnFilter, Config, SkippedOperations, TableConfig, sanitized_topic_name, topic_name_problem,
@@ -131,6 +139,9 @@ struct BoundColumn {
 #[derive(Debug)]
 struct Bound {
     display: String,
+    /// `schema.table` as Debezium names the table in transaction metadata
+    /// (`data_collection`).
+    collection: Arc<str>,
     topic: Arc<str>,
     columns: Vec<BoundColumn>,
     /// Key column positions; `None`: a null key.
@@ -166,6 +177,8 @@ pub struct TableRouter {
     event_id_header: Arc<str>,
     lsn_header: Arc<str>,
     lsn_text: (Lsn, Bytes),
+    /// `provide_transaction_metadata`: the open transaction's counts.
+    txmeta: Option<TxnMetadata>,
 }
 
 impl TableRouter {
@@ -220,6 +233,48 @@ impl TableRouter {
             event_id_header: Arc::from(EVENT_ID_HEADER),
             lsn_header: Arc::from(LSN_HEADER),
             lsn_text: (Lsn::ZERO, Bytes::new()),
+            txmeta: d
+                .provide_transaction_metadata
+                .then(|| TxnMetadata::new(config.topic_prefix())),
+        }
+    }
+
+    /// Whether BEGIN/END records and `transaction` blocks are written
+    /// (`provide_transaction_metadata`).
+    pub fn provides_transaction_metadata(&self) -> bool {
+        self.txmeta.is_some()
+    }
+
+    /// A transaction begins; `begin_lsn` is its Begin message's position.
+    /// With `provide_transaction_metadata` its events are counted from here
+    /// (and its first one is preceded by a BEGIN record); otherwise nothing.
+    pub fn on_begin(&mut self, txn: TxnInfo, begin_lsn: Lsn) {
+        if let Some(meta) = &mut self.txmeta {
+            meta.begin(txn.xid, begin_lsn, txn.commit_lsn, txn.commit_ms);
+        }
+    }
+
+    /// The transaction committed at `commit_lsn` ends at `end_lsn`: appends
+    /// its END record to `out` when it had a table event and
+    /// `provide_transaction_metadata` is on.
+    pub fn on_commit(&mut self, commit_lsn: Lsn, end_lsn: Lsn, out: &mut Vec<Record>) {
+        if self.txmeta.is_none() {
+            return;
+        }
+        let lsn_text = self.lsn_text(commit_lsn);
+        let Some(meta) = &mut self.txmeta else {
+            return;
+        };
+        let headers = (&self.event_id_header, &self.lsn_header, lsn_text);
+        if let Some(end) = meta.end_record(
+            commit_lsn,
+            end_lsn,
+            &mut self.buf,
+            &mut self.values,
+            &mut self.ids,
+            headers,
+        ) {
+            out.push(end);
         }
     }
 
@@ -444,6 +499,7 @@ impl TableRouter {
         names_json.extend_from_slice(b",\"table\":");
         debezium::json_str(&mut names_json, &rel.name);
         let bound = Bound {
+            collection: Arc::from(display.as_str()),
             display,
             topic: Arc::from(topic),
             columns,
@@ -458,7 +514,39 @@ impl TableRouter {
 
     /// Appends the records of one change of a claimed relation to `out`
     /// (none for a relation no `[[table]]` captures).
+    /// On an error nothing is appended, and the transaction metadata is
+    /// as before the change (so a caller that goes on without it — a
+    /// dead-letter path — counts only what it publishes).
     pub fn on_change(
+        &mut self,
+        change: &Change,
+        txn: TxnInfo,
+        out: &mut Vec<Record>,
+    ) -> Result<(), TableEventError> {
+        let (mark, len) = (self.txmeta_mark(change.relation.oid), out.len());
+        let made = self.change_records(change, txn, out);
+        if made.is_err() {
+            self.txmeta_undo(mark);
+            out.truncate(len);
+        }
+        made
+    }
+
+    /// Where the transaction metadata stands before a change of relation
+    /// `rel` (`None` without it, or for a relation not bound).
+    fn txmeta_mark(&self, rel: Oid) -> Option<super::txmeta::Mark> {
+        let meta = self.txmeta.as_ref()?;
+        let bound = self.bound.get(&rel)?.as_ref().ok()?;
+        Some(meta.mark(&bound.collection))
+    }
+
+    fn txmeta_undo(&mut self, mark: Option<super::txmeta::Mark>) {
+        if let (Some(meta), Some(mark)) = (&mut self.txmeta, mark) {
+            meta.undo(mark);
+        }
+    }
+
+    fn change_records(
         &mut self,
         change: &Change,
         txn: TxnInfo,
@@ -497,6 +585,7 @@ impl TableRouter {
             },
             headers: (&self.event_id_header, &self.lsn_header, lsn_text),
             lsn: txn.commit_lsn,
+            txmeta: self.txmeta.as_mut(),
         };
         match (change.op, old, new) {
             (Op::Insert, _, Some(new)) => {
@@ -586,6 +675,9 @@ impl TableRouter {
             },
             headers: (&self.event_id_header, &self.lsn_header, lsn_text),
             lsn: consistent_point,
+            // Snapshot rows belong to no transaction (Debezium: `transaction`
+            // null, no BEGIN/END).
+            txmeta: None,
         };
         let source = Source::Snapshot {
             lsn: consistent_point,
@@ -600,7 +692,26 @@ impl TableRouter {
     /// `skipped_operations` skips truncates (the default). `lsn` is the
     /// Truncate message's position, `index` the table's index in its
     /// transaction.
+    /// On an error nothing is appended and the transaction metadata is
+    /// as before, as for [`on_change`](Self::on_change).
     pub fn on_truncate(
+        &mut self,
+        rel: Oid,
+        txn: TxnInfo,
+        lsn: Lsn,
+        index: u64,
+        out: &mut Vec<Record>,
+    ) -> Result<(), TableEventError> {
+        let (mark, len) = (self.txmeta_mark(rel), out.len());
+        let made = self.truncate_record(rel, txn, lsn, index, out);
+        if made.is_err() {
+            self.txmeta_undo(mark);
+            out.truncate(len);
+        }
+        made
+    }
+
+    fn truncate_record(
         &mut self,
         rel: Oid,
         txn: TxnInfo,
@@ -635,6 +746,7 @@ impl TableRouter {
             },
             headers: (&self.event_id_header, &self.lsn_header, lsn_text),
             lsn: txn.commit_lsn,
+            txmeta: self.txmeta.as_mut(),
         };
         ctx.event(
             b't',
@@ -738,6 +850,8 @@ struct Ctx<'a> {
     prefix: Prefix<'a>,
     headers: (&'a Arc<str>, &'a Arc<str>, Bytes),
     lsn: Lsn,
+    /// `provide_transaction_metadata` (streamed changes only).
+    txmeta: Option<&'a mut TxnMetadata>,
 }
 
 impl Ctx<'_> {
@@ -915,6 +1029,27 @@ impl Ctx<'_> {
         if self.bound.skipped.skips(op) {
             return Ok(());
         }
+        // Transaction metadata: the event's place in its transaction, and
+        // the transaction's BEGIN before its first event.
+        let block = match (source, self.txmeta.as_deref_mut()) {
+            (Source::Stream { txn, lsn }, Some(meta)) => {
+                let Some(order) = meta.count(txn.commit_lsn, &self.bound.collection) else {
+                    return Err(TableEventError {
+                        table: self.bound.display.clone(),
+                        column: "*".into(),
+                        lsn: txn.commit_lsn,
+                        reason: "a change outside the transaction the router was told began".into(),
+                        fix: "report it as a bug".into(),
+                    });
+                };
+                if order.total == 1 {
+                    let headers = (self.headers.0, self.headers.1, self.headers.2.clone());
+                    out.extend(meta.begin_record(self.buf, self.values, self.ids, headers));
+                }
+                Some((order, lsn))
+            }
+            _ => None,
+        };
         let key = match key_row {
             Some(row) => self.key_of(row)?,
             None => None,
@@ -950,9 +1085,14 @@ impl Ctx<'_> {
         }
         let _ = write!(
             buf,
-            ",\"lsn\":{},\"xmin\":null}},\"op\":\"{}\",\"ts_ms\":{ts_ms},\"transaction\":null}}",
+            ",\"lsn\":{},\"xmin\":null}},\"op\":\"{}\",\"ts_ms\":{ts_ms},\"transaction\":",
             lsn.0, op as char
         );
+        match block {
+            Some((order, lsn)) => TxnMetadata::write_block(buf, order, lsn),
+            None => buf.extend_from_slice(b"null"),
+        }
+        buf.push(b'}');
         out.push(Record {
             topic: self.bound.topic.clone(),
             key,
@@ -1126,3 +1266,7 @@ pub fn describe_columns(
 #[cfg(test)]
 #[path = "table_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "table_txmeta_tests.rs"]
+mod txmeta_tests;

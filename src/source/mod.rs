@@ -100,6 +100,12 @@ pub enum SourceEvent {
         xid: u32,
         /// Commit time, microseconds since 2000-01-01 (PostgreSQL's epoch).
         commit_time: i64,
+        /// Where the Begin message is in the stream (its `wal_start`; the
+        /// newest position known when PostgreSQL sends 0/0): from
+        /// PostgreSQL 15 on the transaction's first published change, before
+        /// that its first WAL record. Debezium names the transaction by it
+        /// in its BEGIN record.
+        lsn: Lsn,
     },
     /// A relation's shape, before the first change that uses it (and again
     /// when it changes).
@@ -716,6 +722,7 @@ impl Assembler {
                     commit_lsn: b.final_lsn,
                     xid: b.xid,
                     commit_time: b.commit_time,
+                    lsn: at,
                 }
             }
             LogicalMessage::Commit(c) => {

@@ -325,3 +325,23 @@ fn a_truncate_of_an_unknown_relation_or_outside_a_transaction_is_an_error() {
     let e = feed(&mut a, &truncate, COMMIT).unwrap_err();
     assert!(e.to_string().contains('5'), "{e}");
 }
+
+/// Debezium's BEGIN record names the transaction by the Begin message's
+/// position: the source passes it on (and, for a 0/0 placeholder, the
+/// newest position it knows, as for every other message).
+#[test]
+fn begin_carries_its_message_position() {
+    let mut a = Assembler::new(Lsn(0x1_0000_0000));
+    let first_change = Lsn(0x1_0000_0040);
+    match feed(&mut a, &begin(), first_change).unwrap() {
+        Some(SourceEvent::Begin { lsn, xid, .. }) => {
+            assert_eq!((lsn, xid), (first_change, 7));
+        }
+        other => panic!("expected Begin, got {other:?}"),
+    }
+    feed(&mut a, &commit(), END).unwrap();
+    match feed(&mut a, &begin(), Lsn::ZERO).unwrap() {
+        Some(SourceEvent::Begin { lsn, .. }) => assert_eq!(lsn, END),
+        other => panic!("expected Begin, got {other:?}"),
+    }
+}
