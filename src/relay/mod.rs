@@ -35,6 +35,7 @@
 //!   or definite (the connector stops with the explanation).
 
 mod heartbeat;
+mod messages;
 pub(crate) mod incremental;
 mod offset_writer;
 mod session;

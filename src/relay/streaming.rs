@@ -77,6 +77,8 @@ pub(super) struct Streaming {
     pub(super) incremental_rows: u64,
     /// The initial snapshot, while this session takes one.
     pub(super) initial: Option<super::snapshot::InitialSnapshot>,
+    /// `[[message]]` routes.
+    pub(super) messages: super::messages::Messages,
 }
 
 /// How [`Streaming::stream`] ended without an error.
@@ -107,6 +109,7 @@ impl Streaming {
         };
         Streaming {
             tables: crate::router::table::TableRouter::new(&config),
+            messages: super::messages::Messages::new(&config),
             topic_counters: super::topic_metric::TopicCounters::new(&config, metrics.clone()),
             metrics,
             config,
@@ -342,7 +345,20 @@ impl Streaming {
                 lsn,
                 prefix,
                 content,
-            } => self.on_message(lsn, &prefix, &content).await?,
+            } => {
+                self.messages.non_transactional(&prefix, lsn);
+                self.on_message(lsn, &prefix, &content).await?
+            }
+            SourceEvent::TxnMessage {
+                pos,
+                txn,
+                prefix,
+                content,
+                ..
+            } => {
+                self.on_txn_message(pos, txn, &prefix, &content)
+                    .await?
+            }
             SourceEvent::SnapshotChunk {
                 lsn,
                 table,
