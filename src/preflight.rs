@@ -325,7 +325,10 @@ pub async fn check(config: &Config) -> Report {
         }
     };
     for m in &config.messages {
-        report.push(&format!("message prefix {}", m.prefix), Outcome::Ok(m.describe()));
+        report.push(
+            &format!("message prefix {}", m.prefix),
+            Outcome::Ok(m.describe()),
+        );
     }
     if routes.len() == config.outbox.len() {
         let routes: Vec<_> = routes.iter().map(|(o, t)| (*o, t)).collect();

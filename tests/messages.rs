@@ -109,12 +109,18 @@ async fn messages_become_records_of_their_transaction_beside_its_outbox_rows() {
     ];
     let consumed = consume(&topics, 5, Duration::from_secs(60), Duration::from_secs(1));
     relay
-        .wait_log("non-transactional logical decoding message", Duration::from_secs(30))
+        .wait_log(
+            "non-transactional logical decoding message",
+            Duration::from_secs(30),
+        )
         .await;
     assert_eq!(consumed.len(), 5, "{consumed:#?}");
     let on = |t: &str| -> Vec<&Consumed> { consumed.iter().filter(|c| c.topic == t).collect() };
     let (rows, paid_records, audit_records) = (on(&outbox), on(&paid), on(&audit));
-    assert_eq!((rows.len(), paid_records.len(), audit_records.len()), (2, 2, 1));
+    assert_eq!(
+        (rows.len(), paid_records.len(), audit_records.len()),
+        (2, 2, 1)
+    );
 
     // All five share the transaction's commit LSN; the messages carry
     // `<commit LSN>:<index>` with the index each has in the transaction.
@@ -127,7 +133,11 @@ async fn messages_become_records_of_their_transaction_beside_its_outbox_rows() {
     let (m1, m2, a) = (paid_records[0], paid_records[1], audit_records[0]);
     assert_eq!(position(m1), (commit.clone(), 1));
     assert_eq!(position(a), (commit.clone(), 2));
-    assert_eq!(position(m2), (commit.clone(), 5), "the unrouted message took index 3");
+    assert_eq!(
+        position(m2),
+        (commit.clone(), 5),
+        "the unrouted message took index 3"
+    );
 
     assert_eq!(m1.key.as_deref(), Some(&b"7"[..]));
     assert_eq!(
@@ -144,19 +154,27 @@ async fn messages_become_records_of_their_transaction_beside_its_outbox_rows() {
 
     // Per key order: the outbox rows of aggregate 7 keep their order, and
     // the message keyed 7 lands on the same partition as they do.
-    let mut row_ids: Vec<(i64, String)> = rows.iter().map(|c| (c.offset, header(c, "id"))).collect();
+    let mut row_ids: Vec<(i64, String)> =
+        rows.iter().map(|c| (c.offset, header(c, "id"))).collect();
     row_ids.sort();
     assert_eq!(
-        row_ids.iter().map(|(_, id)| id.as_str()).collect::<Vec<_>>(),
+        row_ids
+            .iter()
+            .map(|(_, id)| id.as_str())
+            .collect::<Vec<_>>(),
         [
             "00000000-0000-0000-0000-000000000001",
             "00000000-0000-0000-0000-000000000002"
         ]
     );
     let log = relay.log();
-    assert!(log.contains("\"orders\""), "the warning names the prefix: {log}");
+    assert!(
+        log.contains("\"orders\""),
+        "the warning names the prefix: {log}"
+    );
     assert_eq!(
-        log.matches("non-transactional logical decoding message").count(),
+        log.matches("non-transactional logical decoding message")
+            .count(),
         1,
         "one warning per prefix per session"
     );
@@ -170,10 +188,7 @@ async fn kill_9_mid_transaction_re_sends_identical_message_records() {
     db.create_outbox("outbox").await;
     let names = Names::new("messages_kill");
     // One record in flight at a time: the kill lands mid-transaction.
-    let mut relay = RelayProcess::start(
-        &config(&db, &names, "max_in_flight_records = 1"),
-        &[],
-    );
+    let mut relay = RelayProcess::start(&config(&db, &names, "max_in_flight_records = 1"), &[]);
     let config_path = relay.config_path.clone();
     relay.wait_log("streaming", Duration::from_secs(60)).await;
 
@@ -211,12 +226,16 @@ async fn kill_9_mid_transaction_re_sends_identical_message_records() {
 
     let mut relay = RelayProcess::start_with(&config_path, &[]);
     relay.wait_log("streaming", Duration::from_secs(60)).await;
-    let all = wait_for("every message in Kafka", Duration::from_secs(90), || async {
-        let all = consume_to_end(&[&topic]);
-        let ids: std::collections::HashSet<String> =
-            all.iter().map(|c| header(c, "walrelay.event_id")).collect();
-        (ids.len() == N).then_some(all)
-    })
+    let all = wait_for(
+        "every message in Kafka",
+        Duration::from_secs(90),
+        || async {
+            let all = consume_to_end(&[&topic]);
+            let ids: std::collections::HashSet<String> =
+                all.iter().map(|c| header(c, "walrelay.event_id")).collect();
+            (ids.len() == N).then_some(all)
+        },
+    )
     .await;
     relay.stop();
 
@@ -251,8 +270,15 @@ async fn kill_9_mid_transaction_re_sends_identical_message_records() {
     for c in sorted {
         let (_, index) = position(c);
         let v: serde_json::Value = serde_json::from_slice(c.value.as_deref().unwrap()).unwrap();
-        assert_eq!(v["seq"].as_u64(), Some(index), "index = the message's place");
-        per_key.entry(c.key.clone().unwrap()).or_default().push(index);
+        assert_eq!(
+            v["seq"].as_u64(),
+            Some(index),
+            "index = the message's place"
+        );
+        per_key
+            .entry(c.key.clone().unwrap())
+            .or_default()
+            .push(index);
     }
     for (key, indices) in per_key {
         // Increasing, but for one step back where the re-sent tail starts.

@@ -43,6 +43,24 @@ pub struct MessageConfig {
     /// name); a missing or null field adds no header.
     #[serde(default)]
     pub header_fields: Vec<String>,
+    /// The record's shape: the payload as is (`raw`), or Debezium's
+    /// `op: "m"` message event (`debezium`).
+    #[serde(default)]
+    pub format: MessageFormat,
+}
+
+/// `message.format`: the shape of a message record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MessageFormat {
+    /// The payload as the value, unchanged.
+    #[default]
+    Raw,
+    /// Debezium's PostgreSQL connector's logical decoding message event
+    /// (`op: "m"`, key `{"prefix": …}`, the content base64 in
+    /// `message.content`), as its JSON converter writes it with
+    /// `schemas.enable=false`.
+    Debezium,
 }
 
 impl MessageConfig {
@@ -64,9 +82,12 @@ impl MessageConfig {
 
     /// One line for `walrelay check`.
     pub fn describe(&self) -> String {
-        let key = match &self.key_field {
-            Some(field) => format!("key = payload field {field}"),
-            None => "key = the prefix".to_owned(),
+        let key = match (&self.key_field, self.format) {
+            (_, MessageFormat::Debezium) => {
+                "Debezium's op \"m\" events, key = {\"prefix\": …}".to_owned()
+            }
+            (Some(field), _) => format!("key = payload field {field}"),
+            (None, _) => "key = the prefix".to_owned(),
         };
         let headers = if self.header_fields.is_empty() {
             String::new()
@@ -148,6 +169,12 @@ pub(super) fn problems(messages: &[MessageConfig], out: &mut Vec<Problem>) {
         }
         if let Some(field) = &m.key_field {
             field_name(&at("key_field"), field, out);
+            if m.format == MessageFormat::Debezium {
+                out.push(Problem::new(
+                    at("key_field"),
+                    "with format = \"debezium\" the key is Debezium's {\"prefix\": …};                      remove key_field, or use format = \"raw\"",
+                ));
+            }
         }
         for (j, field) in m.header_fields.iter().enumerate() {
             let key = at("header_fields");

@@ -39,17 +39,41 @@ fn a_message_section_loads_with_its_defaults() {
 #[test]
 fn invalid_message_sections_name_the_key_and_the_fix() {
     let cases = [
-        ("prefix = \"\"\ntopic = \"t\"", "message[0].prefix", "is empty"),
-        ("prefix = \"*\"\ntopic = \"t\"", "message[0].prefix", "is empty"),
-        ("prefix = \"a*b\"\ntopic = \"t\"", "message[0].prefix", "only as the last"),
+        (
+            "prefix = \"\"\ntopic = \"t\"",
+            "message[0].prefix",
+            "is empty",
+        ),
+        (
+            "prefix = \"*\"\ntopic = \"t\"",
+            "message[0].prefix",
+            "is empty",
+        ),
+        (
+            "prefix = \"a*b\"\ntopic = \"t\"",
+            "message[0].prefix",
+            "only as the last",
+        ),
         (
             "prefix = \"walrelay.heartbeat\"\ntopic = \"t\"",
             "message[0].prefix",
             "walrelay writes itself",
         ),
-        ("prefix = \"wal*\"\ntopic = \"t\"", "message[0].prefix", "walrelay writes itself"),
-        ("prefix = \"a\"\ntopic = \"{}\"", "message[0].topic", "empty placeholder"),
-        ("prefix = \"a\"\ntopic = \"t\"\nkey_field = \"\"", "message[0].key_field", "empty field"),
+        (
+            "prefix = \"wal*\"\ntopic = \"t\"",
+            "message[0].prefix",
+            "walrelay writes itself",
+        ),
+        (
+            "prefix = \"a\"\ntopic = \"{}\"",
+            "message[0].topic",
+            "empty placeholder",
+        ),
+        (
+            "prefix = \"a\"\ntopic = \"t\"\nkey_field = \"\"",
+            "message[0].key_field",
+            "empty field",
+        ),
         (
             "prefix = \"a\"\ntopic = \"t\"\nheader_fields = [\"h\", \"h\"]",
             "message[0].header_fields",
@@ -61,7 +85,17 @@ fn invalid_message_sections_name_the_key_and_the_fix() {
             "clash",
         ),
         ("prefix = \"a\"", "message", "topic"),
-        ("prefix = \"a\"\ntopic = \"t\"\nkey_column = \"k\"", "message", "unknown field"),
+        (
+            "prefix = \"a\"\ntopic = \"t\"\nformat = \"debezium\"\nkey_field = \"k\"",
+            "message[0].key_field",
+            "remove key_field",
+        ),
+        ("prefix = \"a\"\ntopic = \"t\"\nformat = \"json\"", "message", "unknown variant"),
+        (
+            "prefix = \"a\"\ntopic = \"t\"\nkey_column = \"k\"",
+            "message",
+            "unknown field",
+        ),
     ];
     for (body, key, what) in cases {
         let e = load(&format!("[[message]]\n{body}\n")).unwrap_err();
@@ -81,7 +115,10 @@ fn overlapping_prefixes_are_refused() {
             "[[message]]\nprefix = \"{a}\"\ntopic = \"t\"\n[[message]]\nprefix = \"{b}\"\ntopic = \"u\"\n"
         ))
         .unwrap_err();
-        assert!(e.contains("message[1].prefix") && e.contains("overlaps message[0]"), "{a} {b}: {e}");
+        assert!(
+            e.contains("message[1].prefix") && e.contains("overlaps message[0]"),
+            "{a} {b}: {e}"
+        );
     }
     load("[[message]]\nprefix = \"orders.*\"\ntopic = \"t\"\n[[message]]\nprefix = \"order\"\ntopic = \"u\"\n")
         .unwrap();

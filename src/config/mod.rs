@@ -65,7 +65,7 @@ use interpolate::{Files, interpolate_with};
 pub use cloudevents::{CORE_ATTRIBUTES, absolute_uri_problem};
 pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
-pub use message::{MessageConfig, PREFIX_PLACEHOLDER};
+pub use message::{MessageConfig, MessageFormat, PREFIX_PLACEHOLDER};
 pub use schema::{
     BinaryHandlingMode, CloudEventsConfig, CloudEventsMode, ColumnFilter, ColumnMask, Compression,
     ConnectorConfig, DecimalHandlingMode, Delivery, HASH_ALGORITHMS, HealthConfig, HeartbeatConfig,

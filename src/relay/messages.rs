@@ -19,7 +19,7 @@ use bytes::Bytes;
 use super::RelayError;
 use super::streaming::{Counted, Streaming};
 use crate::Lsn;
-use crate::router::message::MessageRouter;
+use crate::router::message::{MessageAt, MessageRouter};
 use crate::source::{Position, Txn};
 
 /// The session's message routes and what it warned about.
@@ -32,7 +32,7 @@ pub(super) struct Messages {
 impl Messages {
     pub(super) fn new(config: &crate::config::Config) -> Messages {
         Messages {
-            router: MessageRouter::new(&config.messages),
+            router: MessageRouter::new(config),
             warned_non_transactional: HashSet::new(),
         }
     }
@@ -60,28 +60,37 @@ impl Streaming {
         &mut self,
         pos: Position,
         txn: Txn,
+        lsn: Lsn,
         prefix: &str,
         content: &Bytes,
     ) -> Result<(), RelayError> {
         let open = self.open_txn(pos.commit_lsn)?;
+        let commit_ms = crate::pg::replication::pg_us_to_unix_ms(txn.commit_time);
+        let at = MessageAt {
+            commit_lsn: pos.commit_lsn,
+            index: pos.index,
+            xid: txn.xid,
+            commit_ms,
+            lsn,
+        };
         if self.unroutable.is_some() {
             // Stopping at this transaction's Commit: publish nothing more.
             return Ok(());
         }
-        let record = match self
-            .messages
-            .router
-            .on_message(pos.commit_lsn, pos.index, prefix, content)
-        {
-            Ok(Some(record)) => record,
-            Ok(None) => return Ok(()),
-            Err(e) => {
-                let id = format!("{}:{}", pos.commit_lsn, pos.index);
-                self.unroutable = Some((e, Some(id)));
-                return Ok(());
-            }
-        };
-        let commit_ms = crate::pg::replication::pg_us_to_unix_ms(txn.commit_time);
+        let record =
+            match self
+                .messages
+                .router
+                .on_message(at, prefix, content)
+            {
+                Ok(Some(record)) => record,
+                Ok(None) => return Ok(()),
+                Err(e) => {
+                    let id = format!("{}:{}", pos.commit_lsn, pos.index);
+                    self.unroutable = Some((e, Some(id)));
+                    return Ok(());
+                }
+            };
         self.publish(open, pos, &record, Counted::Streamed { commit_ms })
             .await
     }

@@ -35,8 +35,8 @@
 //!   or definite (the connector stops with the explanation).
 
 mod heartbeat;
-mod messages;
 pub(crate) mod incremental;
+mod messages;
 mod offset_writer;
 mod session;
 mod slot_watch;

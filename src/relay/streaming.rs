@@ -352,11 +352,11 @@ impl Streaming {
             SourceEvent::TxnMessage {
                 pos,
                 txn,
+                lsn,
                 prefix,
                 content,
-                ..
             } => {
-                self.on_txn_message(pos, txn, &prefix, &content)
+                self.on_txn_message(pos, txn, lsn, &prefix, &content)
                     .await?
             }
             SourceEvent::SnapshotChunk {

@@ -32,7 +32,9 @@ use serde_json::{Map, Value};
 
 use super::{Record, RouteError};
 use crate::Lsn;
-use crate::config::{MessageConfig, PREFIX_PLACEHOLDER, Segment, topic_name_problem};
+use crate::config::{
+    Config, MessageConfig, MessageFormat, PREFIX_PLACEHOLDER, Segment, topic_name_problem,
+};
 
 /// Header carrying the message's prefix.
 pub const PREFIX_HEADER: &str = "walrelay.prefix";
@@ -50,19 +52,44 @@ struct Route {
     topics: RefCell<HashMap<String, Arc<str>>>,
 }
 
+/// Where a message sits, and what its transaction's Begin said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageAt {
+    /// The transaction's commit LSN.
+    pub commit_lsn: Lsn,
+    /// The message's index among the transaction's changes.
+    pub index: u64,
+    pub xid: u32,
+    /// Commit time, milliseconds since 1970.
+    pub commit_ms: i64,
+    /// The message's own position in the WAL (Debezium's `source.lsn`).
+    pub lsn: Lsn,
+}
+
 /// The `[[message]]` routes.
 #[derive(Debug)]
 pub struct MessageRouter {
     routes: Vec<Route>,
+    /// `source.name` and `source.db` of `format = "debezium"`, as JSON.
+    name_json: String,
+    db_json: String,
     event_id_header: Arc<str>,
     lsn_header: Arc<str>,
     prefix_header: Arc<str>,
 }
 
 impl MessageRouter {
-    pub fn new(configs: &[MessageConfig]) -> MessageRouter {
+    pub fn new(config: &Config) -> MessageRouter {
+        let json = |s: &str| {
+            let mut out = Vec::new();
+            super::debezium::json_str(&mut out, s);
+            String::from_utf8_lossy(&out).into_owned()
+        };
         MessageRouter {
-            routes: configs
+            name_json: json(config.topic_prefix()),
+            db_json: json(&config.postgres.database),
+            routes: config
+                .messages
                 .iter()
                 .map(|c| Route {
                     reads_payload: c.reads_payload(),
@@ -91,14 +118,14 @@ impl MessageRouter {
     /// prefix.
     pub fn on_message(
         &self,
-        commit_lsn: Lsn,
-        index: u64,
+        at: MessageAt,
         prefix: &str,
         content: &Bytes,
     ) -> Result<Option<Record>, RouteError> {
         let Some(route) = self.route(prefix) else {
             return Ok(None);
         };
+        let (commit_lsn, index) = (at.commit_lsn, at.index);
         let err = |field: &str, reason: String, fix: &str| RouteError {
             table: format!(
                 "logical message {commit_lsn}:{index} with prefix {}",
@@ -186,9 +213,21 @@ impl MessageRouter {
             }
         };
 
+        let debezium = route.config.format == MessageFormat::Debezium;
         let key = match &route.config.key_field {
+            _ if debezium => {
+                let mut k = b"{\"prefix\":".to_vec();
+                super::debezium::json_str(&mut k, prefix);
+                k.push(b'}');
+                Bytes::from(k)
+            }
             Some(k) => Bytes::from(required(k, "key")?.into_owned()),
             None => Bytes::copy_from_slice(prefix.as_bytes()),
+        };
+        let value = if debezium {
+            Bytes::from(self.debezium_value(at, prefix, content))
+        } else {
+            content.clone()
         };
 
         let lsn_text = Bytes::from(commit_lsn.to_string());
@@ -210,10 +249,41 @@ impl MessageRouter {
         Ok(Some(Record {
             topic,
             key: Some(key),
-            value: Some(content.clone()),
+            value: Some(value),
             headers,
             timestamp_ms: None,
         }))
+    }
+}
+
+impl MessageRouter {
+    /// Debezium's `op: "m"` event for a transactional message, as its JSON
+    /// converter writes it (`schemas.enable=false`): the fields Debezium
+    /// 3.6.1 writes, in its order, but for `ts_us`/`ts_ns` and
+    /// `source.origin*` (not written, as on table events); `ts_ms` and
+    /// `source.ts_ms` are the commit time.
+    fn debezium_value(&self, at: MessageAt, prefix: &str, content: &[u8]) -> Vec<u8> {
+        use std::io::Write as _;
+        let mut buf = Vec::with_capacity(320 + prefix.len() + content.len() * 4 / 3);
+        let ms = at.commit_ms;
+        let _ = write!(
+            buf,
+            "{{\"op\":\"m\",\"ts_ms\":{ms},\"source\":{{\"version\":\"{}\",\
+             \"connector\":\"postgresql\",\"name\":{},\"ts_ms\":{ms},\"snapshot\":\"false\",\
+             \"db\":{},\"sequence\":\"[null,\\\"{lsn}\\\"]\",\"schema\":\"\",\"table\":\"\",\
+             \"txId\":{},\"lsn\":{lsn},\"xmin\":null}},\"transaction\":null,\
+             \"message\":{{\"prefix\":",
+            env!("CARGO_PKG_VERSION"),
+            self.name_json,
+            self.db_json,
+            at.xid,
+            lsn = at.lsn.0,
+        );
+        super::debezium::json_str(&mut buf, prefix);
+        buf.extend_from_slice(b",\"content\":\"");
+        super::debezium::base64(&mut buf, content);
+        buf.extend_from_slice(b"\"}}");
+        buf
     }
 }
 

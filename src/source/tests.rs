@@ -277,7 +277,13 @@ fn transactional_message_is_a_change_with_its_own_index() {
             content,
             ..
         } => {
-            assert_eq!(*pos, Position { commit_lsn: COMMIT, index: 1 });
+            assert_eq!(
+                *pos,
+                Position {
+                    commit_lsn: COMMIT,
+                    index: 1
+                }
+            );
             assert_eq!(*lsn, at);
             assert_eq!(prefix, "walrelay.heartbeat");
             assert_eq!(&content[..], b"{}");
@@ -295,7 +301,10 @@ fn transactional_message_is_a_change_with_its_own_index() {
 fn transactional_message_outside_a_transaction_is_an_error() {
     let mut a = Assembler::new(Lsn::ZERO);
     let e = feed(&mut a, &message(true, COMMIT), COMMIT).unwrap_err();
-    assert!(e.to_string().contains("transactional Message outside"), "{e}");
+    assert!(
+        e.to_string().contains("transactional Message outside"),
+        "{e}"
+    );
 }
 
 #[test]
