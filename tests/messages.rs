@@ -290,3 +290,38 @@ async fn kill_9_mid_transaction_re_sends_identical_message_records() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_cannot_be_routed_stops_the_connector_naming_it() {
+    require_kafka();
+    let db = TestDb::new("messages_bad").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("messages_bad");
+    let mut relay = RelayProcess::start(&config(&db, &names, ""), &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    db.client
+        .batch_execute(
+            r#"BEGIN;
+               SELECT pg_logical_emit_message(true, 'orders', '{"type":"OrderPaid","secret":"S3CRET"}');
+               COMMIT;"#,
+        )
+        .await
+        .unwrap();
+    let committed = db.current_wal_lsn().await;
+    let log = relay.expect_exit(1, Duration::from_secs(60));
+    for needle in [
+        "prefix \"orders\"",
+        "payload field order_id",
+        "needed for the key",
+        "transaction ends at",
+        "pg_replication_slot_advance",
+    ] {
+        assert!(log.contains(needle), "{needle:?} not in: {log}");
+    }
+    assert!(!log.contains("S3CRET"), "the payload leaked into the log");
+    let confirmed = db.confirmed_flush(&names.slot).await.expect("slot");
+    assert!(
+        confirmed < committed,
+        "the slot moved past the message: {confirmed:x} >= {committed:x}"
+    );
+}

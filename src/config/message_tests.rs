@@ -90,7 +90,11 @@ fn invalid_message_sections_name_the_key_and_the_fix() {
             "message[0].key_field",
             "remove key_field",
         ),
-        ("prefix = \"a\"\ntopic = \"t\"\nformat = \"json\"", "message", "unknown variant"),
+        (
+            "prefix = \"a\"\ntopic = \"t\"\nformat = \"json\"",
+            "message",
+            "unknown variant",
+        ),
         (
             "prefix = \"a\"\ntopic = \"t\"\nkey_column = \"k\"",
             "message",

@@ -77,20 +77,14 @@ impl Streaming {
             // Stopping at this transaction's Commit: publish nothing more.
             return Ok(());
         }
-        let record =
-            match self
-                .messages
-                .router
-                .on_message(at, prefix, content)
-            {
-                Ok(Some(record)) => record,
-                Ok(None) => return Ok(()),
-                Err(e) => {
-                    let id = format!("{}:{}", pos.commit_lsn, pos.index);
-                    self.unroutable = Some((e, Some(id)));
-                    return Ok(());
-                }
-            };
+        let record = match self.messages.router.on_message(at, prefix, content) {
+            Ok(Some(record)) => record,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                self.unroutable = Some((e, None));
+                return Ok(());
+            }
+        };
         self.publish(open, pos, &record, Counted::Streamed { commit_ms })
             .await
     }

@@ -17,9 +17,7 @@ table = "public.outbox"
 {sections}
 "#
     );
-    MessageRouter::new(
-        &Config::from_str(&text, "test.toml").expect("valid"),
-    )
+    MessageRouter::new(&Config::from_str(&text, "test.toml").expect("valid"))
 }
 
 const LSN: Lsn = Lsn(0x1_016B_3748);
@@ -162,7 +160,9 @@ fn the_debezium_format_writes_debeziums_op_m_event() {
     let r = router(
         "[[message]]\nprefix = \"or*\"\ntopic = \"t.message\"\nformat = \"debezium\"\nheader_fields = [\"type\"]\n",
     );
-    let rec = route(&r, "or\"ders", r#"{"type":"Paid"}"#).unwrap().unwrap();
+    let rec = route(&r, "or\"ders", r#"{"type":"Paid"}"#)
+        .unwrap()
+        .unwrap();
     assert_eq!(rec.key.as_deref(), Some(&br#"{"prefix":"or\"ders"}"#[..]));
     let value = String::from_utf8(rec.value.clone().unwrap().to_vec()).unwrap();
     assert_eq!(
@@ -174,5 +174,8 @@ fn the_debezium_format_writes_debeziums_op_m_event() {
     );
     serde_json::from_str::<serde_json::Value>(&value).expect("valid JSON");
     assert_eq!(header(&rec, "type"), Some(&b"Paid"[..]));
-    assert_eq!(header(&rec, "walrelay.event_id"), Some(&b"1/016B3748:3"[..]));
+    assert_eq!(
+        header(&rec, "walrelay.event_id"),
+        Some(&b"1/016B3748:3"[..])
+    );
 }
