@@ -60,6 +60,20 @@ async fn messages_become_records_of_their_transaction_beside_its_outbox_rows() {
     let names = Names::new("messages");
     let mut relay = RelayProcess::start(&config(&db, &names, ""), &[]);
     relay.wait_log("streaming", Duration::from_secs(60)).await;
+    // `check` lists the routes.
+    let (_, report) = check(&relay.config_path);
+    for line in [
+        format!(
+            "message prefix orders: transactional messages to topic {}.msg.{{type}}, key = payload field order_id, headers from type",
+            names.topic_prefix
+        ),
+        format!(
+            "message prefix audit.*: transactional messages to topic {}.audit, key = the prefix",
+            names.topic_prefix
+        ),
+    ] {
+        assert!(report.contains(&line), "{line:?} not in:\n{report}");
+    }
 
     // A non-transactional message with a routed prefix: ignored, warned.
     db.client
@@ -324,4 +338,107 @@ async fn a_message_that_cannot_be_routed_stops_the_connector_naming_it() {
         confirmed < committed,
         "the slot moved past the message: {confirmed:x} >= {committed:x}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_commits_a_transactions_messages_with_it_and_only_once() {
+    require_kafka();
+    let db = TestDb::new("messages_eos").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("messages_eos");
+    let mut relay = RelayProcess::start(
+        &config(
+            &db,
+            &names,
+            "max_in_flight_records = 1\ndelivery = \"exactly_once\"",
+        ),
+        &[],
+    );
+    let config_path = relay.config_path.clone();
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+
+    const N: usize = 300;
+    db.client.batch_execute("BEGIN").await.unwrap();
+    for i in 0..N {
+        if i % 100 == 0 {
+            db.client
+                .batch_execute(&format!(
+                    "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) \
+                     VALUES (gen_random_uuid(), 'order', 'k', 'Row', '{{\"seq\":{i}}}')"
+                ))
+                .await
+                .unwrap();
+        }
+        db.client
+            .execute(
+                "SELECT pg_logical_emit_message(true, 'orders', $1::text)",
+                &[&format!(r#"{{"type":"Bulk","order_id":"k","seq":{i}}}"#)],
+            )
+            .await
+            .unwrap();
+    }
+    db.client.batch_execute("COMMIT").await.unwrap();
+    let bulk = format!("{}.msg.Bulk", names.topic_prefix);
+    let rows = names.topic("order");
+    let topics = [bulk.as_str(), rows.as_str()];
+    // Some records are in Kafka, in the open Kafka transaction.
+    uncommitted_records(&bulk, 20, Duration::from_secs(60));
+    relay.kill9();
+    assert!(
+        consume_committed(&topics).is_empty(),
+        "a read_committed consumer sees nothing of a PostgreSQL transaction that is not all in Kafka"
+    );
+
+    let mut relay = RelayProcess::start_with(&config_path, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    let committed = wait_for(
+        "the transaction committed",
+        Duration::from_secs(90),
+        || async {
+            let c = consume_committed(&topics);
+            (c.len() >= N + 3).then_some(c)
+        },
+    )
+    .await;
+    relay.stop();
+    assert_eq!(
+        committed.len(),
+        N + 3,
+        "each record once: {}",
+        committed.len()
+    );
+    let ids: std::collections::HashSet<String> = committed
+        .iter()
+        .filter(|c| c.topic == bulk)
+        .map(|c| header(c, "walrelay.event_id"))
+        .collect();
+    assert_eq!(ids.len(), N);
+}
+
+/// Waits until `n` records of `topic` are readable by a `read_uncommitted`
+/// consumer (records of an open Kafka transaction count).
+fn uncommitted_records(topic: &str, n: usize, timeout: Duration) {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("group.id", unique("uncommitted_reader"))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_uncommitted")
+        .set("topic.metadata.refresh.interval.ms", "500")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    let deadline = std::time::Instant::now() + timeout;
+    let mut seen = 0;
+    while seen < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {seen} of {n} records of {topic} after {timeout:?}"
+        );
+        if let Some(Ok(_)) = consumer.poll(Duration::from_millis(100)) {
+            seen += 1;
+        }
+    }
 }
