@@ -62,10 +62,6 @@ connect_env=$(deploy/dev/connect.sh up)
 eval "$connect_env"
 export WALRELAY_CONNECT_LIBS WALRELAY_CONNECT_VERSION WALRELAY_DEBEZIUM_VERSION
 
-# tests/kafka_outage.rs stops and starts its broker and mostly waits (a
-# 360 s outage): it runs on a broker of its own (KAFKA_PORT=39092), beside
-# the other tests instead of after them. Its binary is run directly: a
-# second `cargo test` would wait for the first one's lock.
 # Test binaries by name. Stages that run beside others run them directly: a
 # second `cargo test` would wait for the first one's lock.
 declare -A TEST_BIN=()
@@ -83,14 +79,22 @@ run_test() { # run_test <tests/NAME.rs> [libtest args...]
   "$exe" "${@:2}"
 }
 
-log "broker-outage tests, on a broker of their own, in the background"
+# tests/kafka_outage.rs stops and starts its broker and mostly waits (a
+# 360 s outage): it runs on a broker of its own (KAFKA_PORT=39092), beside
+# the other tests instead of after them; then, in the same background job,
+# the multi-instance tests (ha) and the slow-acknowledgement tests
+# (delivery), which mostly wait for leases and lingering producers, against
+# the shared services.
+log "broker-outage tests (own broker), then ha and delivery, in the background"
 outage_env=$(KAFKA_PORT=39092 deploy/dev/kafka.sh up)
 outage_log="$ROOT/.state/kafka_outage.log"
 (
-  eval "$outage_env"
-  export WALRELAY_KAFKA_BROKERS KAFKA_PORT=39092
-  run_test kafka_outage >"$outage_log" 2>&1
-) &
+  (
+    eval "$outage_env"
+    export WALRELAY_KAFKA_BROKERS KAFKA_PORT=39092
+    run_test kafka_outage
+  ) && run_test ha && run_test delivery
+) >"$outage_log" 2>&1 &
 outage_pid=$!
 
 log "cargo test — everything else, against PostgreSQL 18"
@@ -100,14 +104,17 @@ for f in tests/*.rs; do
   # lost_slot exceeds max_slot_wal_keep_size on purpose: it would make the
   # slot of the outage test running beside it lost too. It runs after.
   # failover crashes the primary of a pair of its own (below).
-  [[ $name == kafka_outage || $name == lost_slot || $name == failover ]] || tests+=(--test "$name")
+  case $name in
+    kafka_outage | ha | delivery | lost_slot | failover) ;;
+    *) tests+=(--test "$name") ;;
+  esac
 done
 cargo test --locked --lib --bins "${tests[@]}"
 
-log "waiting for the broker-outage tests"
+log "waiting for the broker-outage, ha and delivery tests"
 if ! wait "$outage_pid"; then
   cat "$outage_log" >&2
-  echo "tests/kafka_outage.rs failed (its output above)" >&2
+  echo "tests/kafka_outage.rs, ha.rs or delivery.rs failed (the output above)" >&2
   exit 1
 fi
 grep -E "^test |test result" "$outage_log" >&2 || true

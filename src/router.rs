@@ -15,7 +15,9 @@
 //! - **Never skip silently.** A row that cannot be routed — a NULL id or
 //!   aggregate id, a configured column missing from the table, a value that
 //!   cannot be converted — is a [`RouteError`] naming the table, the column,
-//!   the commit LSN and what to do. The caller stops before confirming it.
+//!   the commit LSN and what to do, with an [`Unroutable`] label. The caller
+//!   stops before confirming it or, with `[dead_letter]`, publishes a dead
+//!   letter in its place from what [`Router::salvage`] keeps of the row.
 //! - **Every captured relation is claimed.** A partition of a captured
 //!   (partitioned) outbox table is routed as the table itself, whether
 //!   pgoutput names the partition root (`publish_via_partition_root`, which
@@ -92,6 +94,57 @@ pub struct RouteError {
     pub lsn: Lsn,
     pub reason: String,
     pub fix: String,
+    /// What kind of problem: the bounded reason label of a dead letter.
+    pub kind: Unroutable,
+}
+
+/// Why a row cannot be routed, as a short fixed label
+/// (`walrelay_dead_letter_records_total{reason}`, the
+/// `walrelay.dead_letter.reason` header): never row data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Unroutable {
+    /// A required column (id, aggregate id, a topic template's column) is NULL.
+    NullValue,
+    /// The topic template makes a name Kafka rejects from the row's values.
+    InvalidTopic,
+    /// The table lacks a configured column.
+    MissingColumn,
+    /// A CloudEvents attribute is missing or invalid.
+    CloudEvents,
+    /// An outbox row was updated under `on_update = "fail"`.
+    Updated,
+    /// Any other value that cannot be converted.
+    #[default]
+    InvalidValue,
+}
+
+impl Unroutable {
+    /// The label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unroutable::NullValue => "null_value",
+            Unroutable::InvalidTopic => "invalid_topic",
+            Unroutable::MissingColumn => "missing_column",
+            Unroutable::CloudEvents => "cloudevents",
+            Unroutable::Updated => "updated",
+            Unroutable::InvalidValue => "invalid_value",
+        }
+    }
+}
+
+/// The parts of an unroutable outbox row that a dead-letter record keeps
+/// ([`Router::salvage`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Salvaged {
+    /// The payload column's bytes (a bytea payload decoded), as published.
+    pub value: Option<Bytes>,
+    /// The aggregate id: the record's key.
+    pub key: Option<Bytes>,
+    /// The id column: the record's `id` header.
+    pub id: Option<Bytes>,
+    /// The route's topic template (the topic is not known when it is what
+    /// failed).
+    pub route: Option<String>,
 }
 
 /// At most this many characters of a row id go into an error.
@@ -290,6 +343,7 @@ impl Router {
                     reason: "the table has no such column".into(),
                     fix: "add the column to the table or fix the column name in the [[outbox]] section"
                         .into(),
+                    kind: Unroutable::MissingColumn,
                 });
             }
             Some(Ok(b)) => b,
@@ -311,6 +365,31 @@ impl Router {
         match self.bound.get(&rel) {
             Some(Ok(bound)) => bound.row_id(row),
             _ => None,
+        }
+    }
+
+    /// What of an inserted outbox row that cannot be routed goes into its
+    /// dead-letter record: each part only when the row has it.
+    pub fn salvage(&self, rel: Oid, row: &TupleData) -> Salvaged {
+        let Some(Ok(bound)) = self.bound.get(&rel) else {
+            return Salvaged::default();
+        };
+        let text = |idx: usize| match row.get(idx) {
+            Some(Cell::Text(b) | Cell::Binary(b)) => Some(b.clone()),
+            _ => None,
+        };
+        let value = text(bound.payload).map(|b| {
+            if bound.payload_is_bytea {
+                decode_bytea_hex(&b).unwrap_or(b)
+            } else {
+                b
+            }
+        });
+        Salvaged {
+            value,
+            key: text(bound.aggregate_id),
+            id: text(bound.id),
+            route: Some(bound.route.config.topic.as_str().to_owned()),
         }
     }
 
@@ -387,6 +466,7 @@ impl Router {
                 lsn: commit_lsn,
                 reason: "an outbox row was updated, and on_update = \"fail\"".into(),
                 fix: "outbox rows should only be inserted (and deleted); set on_update = \"warn\" or \"skip\" to ignore updates".into(),
+                kind: Unroutable::Updated,
             }),
         }
     }
@@ -474,6 +554,7 @@ impl Bound {
             lsn,
             reason: reason.to_owned(),
             fix: fix.to_owned(),
+            kind: Unroutable::default(),
         }
     }
 
@@ -487,12 +568,15 @@ impl Bound {
     ) -> Result<Bytes, RouteError> {
         match row.get(idx) {
             Some(Cell::Text(b) | Cell::Binary(b)) => Ok(b.clone()),
-            Some(Cell::Null) => Err(self.err(
-                column,
-                lsn,
-                "the value is NULL",
-                "the slot does not advance past this row: skip its transaction or change the [[outbox]] columns (docs/operations.md, \"A row cannot be routed\"); then make the column NOT NULL and fix the writer",
-            )),
+            Some(Cell::Null) => Err(RouteError {
+                kind: Unroutable::NullValue,
+                ..self.err(
+                    column,
+                    lsn,
+                    "the value is NULL",
+                    "the slot does not advance past this row: skip its transaction or change the [[outbox]] columns (docs/operations.md, \"A row cannot be routed\"); then make the column NOT NULL and fix the writer",
+                )
+            }),
             Some(Cell::UnchangedToast) => Err(self.err(
                 column,
                 lsn,
@@ -537,18 +621,21 @@ impl Bound {
         }
         if let Some(problem) = topic_name_problem(scratch) {
             let columns: Vec<&str> = c.topic.columns().collect();
-            return Err(self.err(
-                &columns.join(", "),
-                lsn,
-                &format!(
-                    "the topic template {:?} makes an invalid topic name from this row's \
+            return Err(RouteError {
+                kind: Unroutable::InvalidTopic,
+                ..self.err(
+                    &columns.join(", "),
+                    lsn,
+                    &format!(
+                        "the topic template {:?} makes an invalid topic name from this row's \
                      values (not shown: row data stays out of logs): {problem}",
-                    c.topic.as_str()
-                ),
-                "the row itself cannot be changed (WAL is immutable): change the [[outbox]] \
+                        c.topic.as_str()
+                    ),
+                    "the row itself cannot be changed (WAL is immutable): change the [[outbox]] \
                  topic template so that it accepts the row, or skip the row's transaction \
                  (docs/operations.md, \"A row cannot be routed\"); then fix the writer",
-            ));
+                )
+            });
         }
         if known.len() >= KNOWN_TOPICS {
             known.clear();
@@ -638,7 +725,11 @@ impl Bound {
         };
         if let Some(ce) = &self.cloudevents {
             let time = commit_time.and_then(|t| cloudevents::time_text(&router.time_text, t));
-            ce.apply(self, row, lsn, time, trace.as_ref(), &mut record)?;
+            ce.apply(self, row, lsn, time, trace.as_ref(), &mut record)
+                .map_err(|e| RouteError {
+                    kind: Unroutable::CloudEvents,
+                    ..e
+                })?;
         }
         Ok(record)
     }

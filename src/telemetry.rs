@@ -152,6 +152,9 @@ pub struct Metrics {
     pub records_by_topic: Family<Vec<(&'static str, String)>, Counter>,
     /// The topic names that have a `records_by_topic` series of their own.
     named_topics: Mutex<std::collections::HashSet<String>>,
+    /// Changes sent to the dead-letter topic, by reason and table
+    /// (`relay::dead_letter` bounds the table names).
+    pub dead_letter_records: Family<Vec<(&'static str, String)>, Counter>,
     /// Session errors by class and cause.
     pub session_errors_by_cause: Family<Vec<(&'static str, &'static str)>, Counter>,
     /// Milliseconds since `started` of the last successful slot read, plus
@@ -310,6 +313,7 @@ impl Metrics {
             records_by_topic: Family::default(),
             named_topics: Mutex::default(),
             session_errors_by_cause: Family::default(),
+            dead_letter_records: Family::default(),
             slot_polled_ms: AtomicU64::new(0),
             slot_wal_status: Mutex::new(String::new()),
             slot_invalidation_reason: Mutex::new(String::new()),
@@ -388,6 +392,13 @@ impl Metrics {
         self.session_errors.fetch_add(1, Ordering::Relaxed);
         self.session_errors_by_cause
             .get_or_create(&vec![("class", class), ("cause", cause)])
+            .inc();
+    }
+
+    /// A change went to the dead-letter topic.
+    pub fn dead_letter(&self, reason: &'static str, table: String) {
+        self.dead_letter_records
+            .get_or_create(&vec![("reason", reason.to_owned()), ("table", table)])
             .inc();
     }
 

@@ -453,3 +453,52 @@ async fn exactly_once_without_a_transactional_id_acl_names_the_acl() {
     );
     assert!(!log.contains(NOWRITE_PASSWORD), "{log}");
 }
+
+/// `check` with `[dead_letter]` for the ACL-restricted user: a dead-letter
+/// topic under its ACLs (WRITE and DESCRIBE, as docs/security.md lists for
+/// event topics) is reported as existing; one outside them fails naming
+/// the topic and the ACL to grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn check_reports_the_dead_letter_topic_and_its_acl() {
+    require_kafka();
+    let k = SecuredKafka::from_env();
+    let db = TestDb::new("kdlq").await;
+    db.create_outbox("outbox").await;
+    let mut names = Names::new("kdlq");
+    names.topic_prefix = format!("{ACL_TOPIC_PREFIX}{}", names.connector);
+    let allowed = names.topic("dead-letter");
+    create_topics(&[&allowed]).await;
+    let keys = format!(
+        "{}\noffsets_topic = \"{ACL_OFFSETS_PREFIX}{}\"",
+        sasl_keys(&k, ACL_USER, ACL_PASSWORD),
+        names.connector
+    );
+    let line = |topic: &str| {
+        let config = format!(
+            "{}\n[dead_letter]\ntopic = \"{topic}\"\n",
+            secured_config(&db, &names, &k.sasl_ssl, &keys)
+        );
+        let (_, report) = check(&write_config(&config));
+        let at = report
+            .find("dead-letter topic")
+            .unwrap_or_else(|| panic!("no dead-letter line:\n{report}"));
+        let start = report[..at].rfind('\n').map_or(0, |i| i + 1);
+        report[start..].to_owned()
+    };
+    let ok = line(&allowed);
+    assert!(
+        ok.starts_with("ok ") && ok.contains(&format!("{allowed} exists")),
+        "{ok}"
+    );
+    let denied_topic = format!("dlq-denied-{}", names.connector);
+    let denied = line(&denied_topic);
+    assert!(denied.starts_with("FAIL"), "{denied}");
+    assert!(
+        denied.contains(&format!(
+            "may not describe {denied_topic} (TopicAuthorizationFailed)"
+        )) && denied.contains(&format!(
+            "grant the connector's principal WRITE and DESCRIBE on topic {denied_topic}"
+        )),
+        "{denied}"
+    );
+}

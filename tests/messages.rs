@@ -442,3 +442,49 @@ fn uncommitted_records(topic: &str, n: usize, timeout: Duration) {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_dead_letter_topic_an_unroutable_message_goes_there_in_its_place() {
+    require_kafka();
+    let db = TestDb::new("messages_dlq").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("messages_dlq");
+    let dlq = format!("{}.dlq", names.topic_prefix);
+    let config = config(&db, &names, "") + &format!("\n[dead_letter]\ntopic = \"{dlq}\"\n");
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    db.client
+        .batch_execute(
+            r#"BEGIN;
+               SELECT pg_logical_emit_message(true, 'orders', '{"type":"OrderPaid"}');
+               SELECT pg_logical_emit_message(true, 'orders', '{"type":"OrderPaid","order_id":"9"}');
+               COMMIT;"#,
+        )
+        .await
+        .unwrap();
+    let paid = format!("{}.msg.OrderPaid", names.topic_prefix);
+    let got = consume(
+        &[&dlq, &paid],
+        2,
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+    );
+    assert_eq!(got.len(), 2, "{got:#?}");
+    let dead = got.iter().find(|c| c.topic == dlq).expect("a dead letter");
+    let good = got
+        .iter()
+        .find(|c| c.topic == paid)
+        .expect("the routed message");
+    assert_eq!(dead.value.as_deref(), Some(&br#"{"type":"OrderPaid"}"#[..]));
+    assert_eq!(
+        header(dead, "walrelay.dead_letter.reason"),
+        "null_value",
+        "{dead:?}"
+    );
+    assert!(header(dead, "walrelay.dead_letter.error").contains("payload field order_id"));
+    let (lsn, index) = position(dead);
+    assert_eq!((lsn.clone(), index), (position(good).0, 0));
+    assert_eq!(position(good), (lsn, 1));
+    assert!(relay.is_running(), "the connector goes on");
+    relay.stop();
+}

@@ -68,11 +68,11 @@ pub use interpolate::EnvLookup;
 pub use message::{MessageConfig, MessageFormat, PREFIX_PLACEHOLDER};
 pub use schema::{
     BinaryHandlingMode, CloudEventsConfig, CloudEventsMode, ColumnFilter, ColumnMask, Compression,
-    ConnectorConfig, DecimalHandlingMode, Delivery, HASH_ALGORITHMS, HealthConfig, HeartbeatConfig,
-    IntervalHandlingMode, KafkaConfig, LogConfig, LogFormat, OnUpdate, OutboxConfig, OutboxFormat,
-    PostgresConfig, SaslMechanism, SecurityProtocol, SkippedOperations, SnapshotConfig,
-    SnapshotMode, SpecialValues, SslMode, TableConfig, TableDefaults, TimePrecisionMode,
-    UnmappedTypes, glob_match, is_secret_property,
+    ConnectorConfig, DeadLetterConfig, DecimalHandlingMode, Delivery, HASH_ALGORITHMS,
+    HealthConfig, HeartbeatConfig, IntervalHandlingMode, KafkaConfig, LogConfig, LogFormat,
+    OnUpdate, OutboxConfig, OutboxFormat, PostgresConfig, SaslMechanism, SecurityProtocol,
+    SkippedOperations, SnapshotConfig, SnapshotMode, SpecialValues, SslMode, TableConfig,
+    TableDefaults, TimePrecisionMode, UnmappedTypes, glob_match, is_secret_property,
 };
 pub use template::{
     Segment, TableRef, TopicTemplate, is_topic_char, sanitized_topic_name, topic_name_problem,
@@ -111,6 +111,9 @@ pub struct Config {
     pub heartbeat: HeartbeatConfig,
     /// `[log]`; the defaults when the section is absent.
     pub log: LogConfig,
+    /// `[dead_letter]`; `None` when the section is absent (an unroutable
+    /// row stops the connector).
+    pub dead_letter: Option<DeadLetterConfig>,
     origin: Origin,
     /// What loading found worth a warning but not a refusal, rendered as
     /// problems are (`file:line:column: key: …`).
@@ -140,6 +143,8 @@ struct Document {
     heartbeat: HeartbeatConfig,
     #[serde(default)]
     log: LogConfig,
+    #[serde(default)]
+    dead_letter: Option<DeadLetterConfig>,
 }
 
 /// The `[log] format` of the file at `path`, read on its own so that the
@@ -227,6 +232,7 @@ impl Config {
             snapshot: document.snapshot,
             heartbeat: document.heartbeat,
             log: document.log,
+            dead_letter: document.dead_letter,
             origin: Origin {
                 name: origin.to_owned(),
                 locations: map.locations(),
@@ -438,6 +444,7 @@ impl fmt::Debug for Config {
             .field("table_defaults", &self.table_defaults)
             .field("snapshot", &self.snapshot)
             .field("heartbeat", &self.heartbeat)
+            .field("dead_letter", &self.dead_letter)
             .finish()
     }
 }

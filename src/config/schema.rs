@@ -702,6 +702,16 @@ impl HeartbeatConfig {
     }
 }
 
+/// `[dead_letter]`: where a change that cannot become its record goes
+/// instead of stopping the connector (optional section; absent: stop and
+/// name the row). See docs/delivery.md, "Dead-letter topic".
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadLetterConfig {
+    /// The dead-letter topic.
+    pub topic: String,
+}
+
 /// What to do when a row of an outbox table is UPDATEd.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]

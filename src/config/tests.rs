@@ -732,6 +732,58 @@ fn heartbeat_problems_name_the_key_and_the_fix() {
     }
 }
 
+/// `[dead_letter]`: absent by default (stop on an unroutable row); its
+/// topic is required, a valid name, and no topic that carries other
+/// records.
+#[test]
+fn dead_letter_is_off_by_default_and_its_topic_is_checked() {
+    assert_eq!(load(MINIMAL).unwrap().dead_letter, None);
+    let config = load(&minimal_with("[dead_letter]\ntopic = \"orders.dlq\"")).unwrap();
+    assert_eq!(
+        config.dead_letter,
+        Some(crate::config::DeadLetterConfig {
+            topic: "orders.dlq".into()
+        })
+    );
+    for (extra, key, words) in [
+        (
+            "[dead_letter]",
+            "dead_letter.topic",
+            "this required key is missing",
+        ),
+        (
+            "[dead_letter]\ntopic = \"dead letters\"",
+            "dead_letter.topic",
+            "character ' ' is not allowed",
+        ),
+        (
+            "[dead_letter]\ntopic = \"walrelay.offsets\"",
+            "dead_letter.topic",
+            "is the offset-store topic",
+        ),
+        (
+            "[heartbeat]\ninterval = \"10s\"\npublish = true\ntopic = \"beats\"\n\
+             [dead_letter]\ntopic = \"beats\"",
+            "dead_letter.topic",
+            "is the heartbeat topic",
+        ),
+        (
+            "topic = \"orders.events\"\n[dead_letter]\ntopic = \"orders.events\"",
+            "dead_letter.topic",
+            "is the topic of outbox[0]",
+        ),
+        (
+            "[dead_letter]\ntopic = \"x\"\ntopc = \"y\"",
+            "dead_letter.topc",
+            "unknown field",
+        ),
+    ] {
+        let error = load_err(&minimal_with(extra));
+        assert!(error.contains(&format!("{key}: ")), "{extra}: {error}");
+        assert!(error.contains(words), "{extra}: {error}");
+    }
+}
+
 /// Issue 24: an invalid connector.name is reported as itself — not first as
 /// the heartbeat topic derived from it (a consequence, without a line in
 /// the file), with or without heartbeats; likewise an invalid

@@ -134,7 +134,44 @@ pub(crate) fn problems(config: &Config) -> Vec<Problem> {
         &config.kafka.offsets_topic,
         &mut out,
     );
+    dead_letter(config, &mut out);
     out
+}
+
+/// `[dead_letter] topic`: a valid name of its own, never a topic that
+/// carries other records (the offset store, heartbeats, an outbox route's
+/// fixed topic), whose readers would take dead letters for their own.
+fn dead_letter(config: &Config, out: &mut Vec<Problem>) {
+    let Some(dl) = &config.dead_letter else {
+        return;
+    };
+    let topic = dl.topic.as_str();
+    let clash = |what: String| {
+        Problem::new(
+            "dead_letter.topic",
+            format!(
+                "is {what}; dead-letter records would be read as its records: choose a topic                  of its own, e.g. \"{}.dead-letter\"",
+                config.connector.name
+            ),
+        )
+    };
+    if let Some(why) = topic_name_problem(topic) {
+        out.push(Problem::new("dead_letter.topic", why));
+    } else if topic == config.kafka.offsets_topic {
+        out.push(clash(format!(
+            "the offset-store topic (kafka.offsets_topic = {})",
+            quoted(topic)
+        )));
+    } else if config.heartbeat.publish && config.heartbeat.topic_for(config.topic_prefix()) == topic
+    {
+        out.push(clash("the heartbeat topic".into()));
+    } else if let Some(i) = config
+        .outbox
+        .iter()
+        .position(|o| o.topic.columns().next().is_none() && o.topic.as_str() == topic)
+    {
+        out.push(clash(format!("the topic of outbox[{i}]")));
+    }
 }
 
 fn heartbeat(

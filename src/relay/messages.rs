@@ -17,6 +17,7 @@ use std::collections::HashSet;
 use bytes::Bytes;
 
 use super::RelayError;
+use super::dead_letter::{Failure, Reason};
 use super::streaming::{Counted, Streaming};
 use crate::Lsn;
 use crate::router::message::{MessageAt, MessageRouter};
@@ -80,6 +81,23 @@ impl Streaming {
         let record = match self.messages.router.on_message(at, prefix, content) {
             Ok(Some(record)) => record,
             Ok(None) => return Ok(()),
+            Err(e) if self.dead_letter.is_some() => {
+                // The dead-letter record takes the message's place.
+                let failure = Failure {
+                    reason: Reason::Outbox(e.kind),
+                    error: e.to_string(),
+                    table: e.table,
+                    pos,
+                    id: None,
+                    topic: self.messages.router.topic_template(prefix),
+                    key: None,
+                    value: Some(content.clone()),
+                    refused_bytes: None,
+                };
+                return self
+                    .publish_dead_letter(open, failure, Counted::Streamed { commit_ms })
+                    .await;
+            }
             Err(e) => {
                 self.unroutable = Some((e, None));
                 return Ok(());

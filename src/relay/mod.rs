@@ -34,6 +34,7 @@
 //!   retries with capped exponential backoff, logging once per state change)
 //!   or definite (the connector stops with the explanation).
 
+mod dead_letter;
 mod heartbeat;
 pub(crate) mod incremental;
 mod messages;

@@ -299,7 +299,12 @@ impl Streaming {
             })?;
         count.sent += 1;
         let counted = u32::try_from(table).map_or(Counted::Other, Counted::SnapshotTable);
-        self.publish(txn, pos, &record, counted).await
+        if self.dead_letter.is_some() {
+            self.publishing = Some(relation.clone());
+        }
+        let sent = self.publish(txn, pos, &record, counted).await;
+        self.publishing = None;
+        sent
     }
 
     /// Writes the snapshot's progress (`running`) to the offset store unless

@@ -7,12 +7,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::RelayError;
 use super::watchdog::KafkaWatch;
 
+use super::dead_letter::{DeadLetter, Failure, Reason};
 use super::heartbeat::{self, Beat};
 use super::offset_writer::OffsetWriter;
 use super::{Ack, EventId, Sink, Token};
@@ -79,6 +81,11 @@ pub(super) struct Streaming {
     pub(super) initial: Option<super::snapshot::InitialSnapshot>,
     /// `[[message]]` routes.
     pub(super) messages: super::messages::Messages,
+    /// `[dead_letter]`: where unpublishable changes go instead of stopping.
+    pub(super) dead_letter: Option<DeadLetter>,
+    /// With `[dead_letter]`: the relation of the change being published,
+    /// to name it if the producer refuses its record as too large.
+    pub(super) publishing: Option<Arc<crate::pgoutput::Relation>>,
 }
 
 /// How [`Streaming::stream`] ended without an error.
@@ -107,6 +114,7 @@ impl Streaming {
             max_in_flight_records: config.kafka.max_in_flight_records as u64,
             max_in_flight_bytes: config.kafka.max_in_flight_bytes,
         };
+        let config_for_dead_letter = config.clone();
         Streaming {
             tables: crate::router::table::TableRouter::new(&config),
             messages: super::messages::Messages::new(&config),
@@ -130,6 +138,8 @@ impl Streaming {
             incremental_pending: Default::default(),
             incremental_rows: 0,
             initial: None,
+            dead_letter: DeadLetter::new(&config_for_dead_letter),
+            publishing: None,
         }
     }
 
@@ -462,6 +472,28 @@ impl Streaming {
             Some(change.txn.commit_time),
         ) {
             Ok(routed) => routed,
+            Err(e) if self.dead_letter.is_some() => {
+                let salvaged = self.router.salvage(change.relation.oid, new);
+                let row_id = self.router.row_id(change.relation.oid, new);
+                let failure = Failure {
+                    reason: Reason::Outbox(e.kind),
+                    error: match row_id {
+                        Some(id) => format!("{e} (row id {id})"),
+                        None => e.to_string(),
+                    },
+                    table: e.table,
+                    pos: change.pos,
+                    id: salvaged.id,
+                    topic: salvaged.route,
+                    key: salvaged.key,
+                    value: salvaged.value,
+                    refused_bytes: None,
+                };
+                let commit_ms = crate::pg::replication::pg_us_to_unix_ms(change.txn.commit_time);
+                return self
+                    .publish_dead_letter(open, failure, Counted::Streamed { commit_ms })
+                    .await;
+            }
             Err(e) => {
                 let row_id = self.router.row_id(change.relation.oid, new);
                 self.unroutable = Some((e, row_id));
@@ -485,8 +517,59 @@ impl Streaming {
             Routed::Nothing | Routed::IgnoredUpdate { .. } => return Ok(()),
         };
         let commit_ms = crate::pg::replication::pg_us_to_unix_ms(change.txn.commit_time);
-        self.publish(open, change.pos, &record, Counted::Streamed { commit_ms })
-            .await
+        if self.dead_letter.is_some() {
+            self.publishing = Some(change.relation.clone());
+        }
+        let sent = self
+            .publish(open, change.pos, &record, Counted::Streamed { commit_ms })
+            .await;
+        self.publishing = None;
+        sent
+    }
+
+    /// Publishes the dead-letter record of `failure` in its change's place
+    /// (transaction `txn`, the change's position), counts and logs it.
+    pub(super) async fn publish_dead_letter(
+        &mut self,
+        txn: TxnId,
+        failure: Failure,
+        counted: Counted,
+    ) -> Result<(), RelayError> {
+        let Some(dl) = &self.dead_letter else {
+            return Ok(());
+        };
+        let record = dl.record(&failure);
+        match self.send_one(txn, failure.pos, &record, counted).await {
+            Ok(()) => {}
+            Err(Sent::Refused(error)) if is_too_large(&error) => {
+                // The original bytes are over the producer's limit too:
+                // the record goes without them (its size in a header).
+                self.checkpoint.ack(txn, record.size())?;
+                let failure = Failure {
+                    refused_bytes: failure.value.as_ref().map(Bytes::len),
+                    value: None,
+                    ..failure
+                };
+                let Some(dl) = &self.dead_letter else {
+                    return Ok(());
+                };
+                let record = dl.record(&failure);
+                self.send_one(txn, failure.pos, &record, counted)
+                    .await
+                    .map_err(|e| self.sent_error(e, failure.pos, &record))?;
+                self.note_dead_letter(&failure);
+                return Ok(());
+            }
+            Err(e) => return Err(self.sent_error(e, failure.pos, &record)),
+        }
+        self.note_dead_letter(&failure);
+        Ok(())
+    }
+
+    fn note_dead_letter(&mut self, failure: &Failure) {
+        if let Some(dl) = &mut self.dead_letter {
+            dl.note(failure, &self.metrics);
+        }
     }
 
     /// Hands one record of transaction `txn` at `pos` to the sink: counts it
@@ -500,14 +583,80 @@ impl Streaming {
         record: &Record,
         counted: Counted,
     ) -> Result<(), RelayError> {
+        match self.send_one(txn, pos, record, counted).await {
+            Ok(()) => Ok(()),
+            Err(Sent::Refused(error)) if self.dead_letter.is_some() && is_too_large(&error) => {
+                // The producer refused it when handed it: nothing of it is
+                // queued and nothing after it was sent, so its dead-letter
+                // record takes its place in order. Its count comes off the
+                // checkpoint; the dead-letter record's goes on.
+                self.checkpoint.ack(txn, record.size())?;
+                let table = self.publishing.as_ref().map_or_else(
+                    || "unknown".to_owned(),
+                    |r| format!("{}.{}", r.namespace, r.name),
+                );
+                let id = record
+                    .headers
+                    .iter()
+                    .find(|(k, _)| &**k == "id")
+                    .map(|(_, v)| v.clone());
+                let failure = Failure {
+                    reason: Reason::TooLarge,
+                    error: format!(
+                        "Kafka rejected {} for topic {:?} (transaction committed at {}): {error}",
+                        describe_record(record),
+                        self.topic_counters.shown(&record.topic),
+                        pos.commit_lsn
+                    ),
+                    table,
+                    pos,
+                    id,
+                    topic: Some(self.topic_counters.shown(&record.topic)),
+                    key: record.key.clone(),
+                    value: None,
+                    refused_bytes: Some(record.value.as_ref().map_or(0, Bytes::len)),
+                };
+                self.publish_dead_letter(txn, failure, counted).await
+            }
+            Err(e) => Err(self.sent_error(e, pos, record)),
+        }
+    }
+
+    fn sent_error(&self, e: Sent, pos: Position, record: &Record) -> RelayError {
+        match e {
+            Sent::Error(e) => e,
+            Sent::Refused(error) => RelayError::Delivery {
+                topic: self.topic_counters.shown(&record.topic),
+                lsn: pos.commit_lsn,
+                event: describe_record(record),
+                error,
+                at_send: true,
+            },
+        }
+    }
+
+    /// The one send sequence of every record: counts it in the checkpoint
+    /// first (so its delivery report always finds its transaction), then
+    /// sends it with the token that brings the report back.
+    async fn send_one(
+        &mut self,
+        txn: TxnId,
+        pos: Position,
+        record: &Record,
+        counted: Counted,
+    ) -> Result<(), Sent> {
         let (snapshot_table, commit_ms) = match counted {
             Counted::Streamed { commit_ms } => (None, commit_ms),
             Counted::SnapshotTable(table) => (Some(table), 0),
             Counted::Other => (None, 0),
         };
         let bytes = record.size();
-        self.checkpoint.record_sent(txn, bytes)?;
-        self.offsets.before_send(&self.sink, bytes)?;
+        self.checkpoint
+            .record_sent(txn, bytes)
+            .map_err(|e| Sent::Error(e.into()))?;
+        self.offsets
+            .before_send(&self.sink, bytes)
+            .map_err(Sent::Error)?;
         self.metrics
             .records_published
             .fetch_add(1, Ordering::Relaxed);
@@ -527,16 +676,7 @@ impl Streaming {
             snapshot_table,
             commit_ms,
         };
-        self.sink
-            .send(record, token)
-            .await
-            .map_err(|error| RelayError::Delivery {
-                topic: self.topic_counters.shown(&record.topic),
-                lsn: pos.commit_lsn,
-                event: describe_record(record),
-                error,
-                at_send: true,
-            })?;
+        self.sink.send(record, token).await.map_err(Sent::Refused)?;
         self.awaiting_reports += 1;
         Ok(())
     }
@@ -744,6 +884,18 @@ impl Streaming {
             .send(&self.sink, confirmed, "the offset-store write")
             .await
     }
+}
+
+/// How [`Streaming::send_one`] failed.
+enum Sent {
+    /// The producer refused the record when handed it.
+    Refused(crate::sink::kafka::SinkError),
+    Error(RelayError),
+}
+
+/// A refusal for size (the producer's `message.max.bytes`).
+fn is_too_large(error: &crate::sink::kafka::SinkError) -> bool {
+    error.is_too_large()
 }
 
 /// Sleeps until `at`; forever when `None`.

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::RelayError;
+use super::dead_letter::{self, Failure, Reason};
 use super::streaming::{Counted, Streaming};
 use crate::Lsn;
 use crate::checkpoint::TxnId;
@@ -80,7 +81,35 @@ impl Streaming {
         let mut records = std::mem::take(&mut self.table_records);
         records.clear();
         let made = self.tables.on_change(change, txn, &mut records);
+        if self.dead_letter.is_some() {
+            self.publishing = Some(change.relation.clone());
+        }
         let sent = match made {
+            Err(e) if self.dead_letter.is_some() => {
+                let row = change.new.as_ref().or(change.old.as_ref());
+                let failure = Failure {
+                    reason: Reason::Unencodable,
+                    error: e.to_string(),
+                    table: e.table,
+                    pos: change.pos,
+                    id: None,
+                    topic: self
+                        .tables
+                        .topic_of(change.relation.oid)
+                        .map(|t| t.to_string()),
+                    key: None,
+                    value: row.map(|row| dead_letter::row_json(&change.relation, row)),
+                    refused_bytes: None,
+                };
+                self.publish_dead_letter(
+                    open,
+                    failure,
+                    Counted::Streamed {
+                        commit_ms: txn.commit_ms,
+                    },
+                )
+                .await
+            }
             Ok(()) => {
                 self.send_table_records(
                     &mut records,
@@ -94,6 +123,7 @@ impl Streaming {
             }
             Err(e) => Err(e.into()),
         };
+        self.publishing = None;
         self.table_records = records;
         sent
     }

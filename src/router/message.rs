@@ -30,7 +30,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
-use super::{Record, RouteError};
+use super::{Record, RouteError, Unroutable};
 use crate::Lsn;
 use crate::config::{
     Config, MessageConfig, MessageFormat, PREFIX_PLACEHOLDER, Segment, topic_name_problem,
@@ -109,6 +109,12 @@ impl MessageRouter {
         self.route(prefix).is_some()
     }
 
+    /// The topic template of the section that routes `prefix`.
+    pub fn topic_template(&self, prefix: &str) -> Option<String> {
+        self.route(prefix)
+            .map(|r| r.config.topic.as_str().to_owned())
+    }
+
     fn route(&self, prefix: &str) -> Option<&Route> {
         self.routes.iter().find(|r| r.config.matches(prefix))
     }
@@ -127,13 +133,17 @@ impl MessageRouter {
         };
         let (commit_lsn, index) = (at.commit_lsn, at.index);
         let err = |field: &str, reason: String, fix: &str| RouteError {
-            table: format!(
-                "logical message {commit_lsn}:{index} with prefix {}",
-                crate::config::quoted(prefix)
-            ),
+            table: format!("logical message prefix {}", crate::config::quoted(prefix)),
             column: format!("payload field {field}"),
             lsn: commit_lsn,
-            reason,
+            kind: if field == "*" {
+                Unroutable::InvalidValue
+            } else if reason.contains("invalid topic name") {
+                Unroutable::InvalidTopic
+            } else {
+                Unroutable::NullValue
+            },
+            reason: format!("message {commit_lsn}:{index}: {reason}"),
             fix: fix.to_owned(),
         };
         const SKIP: &str = "the slot does not advance past this message: skip its transaction \

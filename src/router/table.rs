@@ -250,6 +250,14 @@ impl TableRouter {
         self.type_aliases.insert(oid, (as_oid, typmod));
     }
 
+    /// The topic of relation `oid`'s events, once it is bound.
+    pub fn topic_of(&self, oid: Oid) -> Option<Arc<str>> {
+        match self.bound.get(&oid) {
+            Some(Ok(b)) => Some(b.topic.clone()),
+            _ => None,
+        }
+    }
+
     /// Whether changes of relation `oid` are table events.
     pub fn claims(&self, oid: Oid) -> bool {
         self.bound.contains_key(&oid)

@@ -536,3 +536,58 @@ fn a_row_no_route_claims_is_reported_as_unclaimed() {
         Routed::Record(_)
     ));
 }
+
+/// Each kind of unroutable row carries its fixed label (the dead-letter
+/// topic's reason; never row data), and [`Router::salvage`] keeps the
+/// row's payload (bytea decoded), key and id for its dead letter.
+#[test]
+fn unroutable_rows_carry_their_kind_and_salvage_keeps_the_row() {
+    let r = router("");
+    let kind = |i: usize, cell: Cell| {
+        let mut bad = order_row();
+        bad.0[i] = cell;
+        r.on_insert(42, &bad, LSN, None).expect_err("error").kind
+    };
+    assert_eq!(kind(2, Cell::Null), Unroutable::NullValue);
+    assert_eq!(kind(0, Cell::Null), Unroutable::NullValue);
+    assert_eq!(kind(1, text("has space")), Unroutable::InvalidTopic);
+    assert_eq!(Unroutable::InvalidTopic.as_str(), "invalid_topic");
+
+    let mut missing = Router::new(&config(""));
+    let mut cols = debezium_columns();
+    cols.retain(|c| c.name != "aggregateid");
+    missing.on_relation(&relation(cols));
+    let err = missing
+        .on_insert(42, &order_row(), LSN, None)
+        .expect_err("error");
+    assert_eq!(err.kind, Unroutable::MissingColumn);
+    assert_eq!(missing.salvage(42, &order_row()), Salvaged::default());
+
+    let ce = router("format = \"cloudevents\"\n[outbox.cloudevents]\nsource = \"/shop\"");
+    let mut no_type = order_row();
+    no_type.0[3] = text("");
+    let err = ce.on_insert(42, &no_type, LSN, None).expect_err("error");
+    assert_eq!(err.kind, Unroutable::CloudEvents, "{err}");
+
+    let mut bad = order_row();
+    bad.0[1] = text("has space");
+    assert_eq!(
+        r.salvage(42, &bad),
+        Salvaged {
+            value: Some(Bytes::from_static(br#"{"total": 10}"#)),
+            key: Some(Bytes::from_static(b"order-17")),
+            id: Some(Bytes::from_static(b"5b8f3c1e-0000-4000-8000-000000000001")),
+            route: Some("outbox.event.{aggregatetype}".into()),
+        }
+    );
+    let mut cols = debezium_columns();
+    cols[4] = col("payload", 17);
+    let mut b = Router::new(&config(""));
+    b.on_relation(&relation(cols));
+    let mut bytea = order_row();
+    bytea.0[4] = text("\\x00ff");
+    assert_eq!(
+        b.salvage(42, &bytea).value,
+        Some(Bytes::from_static(&[0, 255]))
+    );
+}

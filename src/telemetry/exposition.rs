@@ -56,6 +56,11 @@ pub fn render(metrics: &Arc<Metrics>) -> String {
         metrics.records_by_topic.clone(),
     );
     registry.register(
+        "walrelay_dead_letter_records",
+        "Changes published to the dead-letter topic instead of their own record, by reason and table",
+        metrics.dead_letter_records.clone(),
+    );
+    registry.register(
         "walrelay_session_errors_by_cause",
         "Sessions ended by an error, by class (transient: retried; definite: stopped; resync: the slot needs an operator) and cause",
         metrics.session_errors_by_cause.clone(),
