@@ -324,6 +324,12 @@ pub async fn check(config: &Config) -> Report {
             Vec::new()
         }
     };
+    for m in &config.messages {
+        report.push(
+            &format!("message prefix {}", m.prefix),
+            Outcome::Ok(m.describe()),
+        );
+    }
     if routes.len() == config.outbox.len() {
         let routes: Vec<_> = routes.iter().map(|(o, t)| (*o, t)).collect();
         let captured_tables: Vec<_> = captured.iter().map(|c| &c.table).collect();

@@ -41,6 +41,7 @@ pub mod arena;
 pub mod cloudevents;
 pub mod debezium;
 pub mod mask;
+pub mod message;
 pub mod table;
 pub mod trace;
 pub mod txmeta;

@@ -70,6 +70,8 @@
 
 mod support;
 
+#[path = "debezium_compat/messages.rs"]
+mod messages;
 #[path = "debezium_compat/outbox.rs"]
 mod outbox;
 #[path = "debezium_compat/transactions.rs"]

@@ -43,6 +43,7 @@ mod cloudevents;
 mod duplicate_key;
 mod error;
 mod interpolate;
+mod message;
 mod producer;
 mod schema;
 mod template;
@@ -64,6 +65,7 @@ use interpolate::{Files, interpolate_with};
 pub use cloudevents::{CORE_ATTRIBUTES, absolute_uri_problem};
 pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
+pub use message::{MessageConfig, MessageFormat, PREFIX_PLACEHOLDER};
 pub use schema::{
     BinaryHandlingMode, CloudEventsConfig, CloudEventsMode, ColumnFilter, ColumnMask, Compression,
     ConnectorConfig, DeadLetterConfig, DecimalHandlingMode, Delivery, HASH_ALGORITHMS,
@@ -98,6 +100,9 @@ pub struct Config {
     /// `[[table]]` sections, in file order. Once validated, `outbox` and
     /// `tables` are not both empty.
     pub tables: Vec<TableConfig>,
+    /// `[[message]]` sections (transactional logical decoding messages
+    /// routed by prefix), in file order.
+    pub messages: Vec<MessageConfig>,
     /// `[table_defaults]`; the defaults when the section is absent.
     pub table_defaults: TableDefaults,
     /// `[snapshot]`; the defaults when the section is absent.
@@ -128,6 +133,8 @@ struct Document {
     outbox: Vec<OutboxConfig>,
     #[serde(default)]
     table: Vec<TableConfig>,
+    #[serde(default)]
+    message: Vec<MessageConfig>,
     #[serde(default)]
     table_defaults: TableDefaults,
     #[serde(default)]
@@ -220,6 +227,7 @@ impl Config {
             health: document.health,
             outbox: document.outbox,
             tables: document.table,
+            messages: document.message,
             table_defaults: document.table_defaults,
             snapshot: document.snapshot,
             heartbeat: document.heartbeat,
@@ -432,6 +440,7 @@ impl fmt::Debug for Config {
             .field("health", &self.health)
             .field("outbox", &self.outbox)
             .field("tables", &self.tables)
+            .field("messages", &self.messages)
             .field("table_defaults", &self.table_defaults)
             .field("snapshot", &self.snapshot)
             .field("heartbeat", &self.heartbeat)

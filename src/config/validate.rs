@@ -126,6 +126,7 @@ pub(crate) fn problems(config: &Config) -> Vec<Problem> {
     kafka(&config.kafka, &mut out);
     outboxes(&config.outbox, !config.tables.is_empty(), &mut out);
     tables(config, &mut out);
+    super::message::problems(&config.messages, &mut out);
     snapshot(&config.snapshot, &mut out);
     heartbeat(
         &config.heartbeat,

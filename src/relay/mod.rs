@@ -37,6 +37,7 @@
 mod dead_letter;
 mod heartbeat;
 pub(crate) mod incremental;
+mod messages;
 mod offset_writer;
 mod session;
 mod slot_watch;

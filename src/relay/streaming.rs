@@ -79,6 +79,8 @@ pub(super) struct Streaming {
     pub(super) incremental_rows: u64,
     /// The initial snapshot, while this session takes one.
     pub(super) initial: Option<super::snapshot::InitialSnapshot>,
+    /// `[[message]]` routes.
+    pub(super) messages: super::messages::Messages,
     /// `[dead_letter]`: where unpublishable changes go instead of stopping.
     pub(super) dead_letter: Option<DeadLetter>,
     /// With `[dead_letter]`: the relation of the change being published,
@@ -115,6 +117,7 @@ impl Streaming {
         let config_for_dead_letter = config.clone();
         Streaming {
             tables: crate::router::table::TableRouter::new(&config),
+            messages: super::messages::Messages::new(&config),
             topic_counters: super::topic_metric::TopicCounters::new(&config, metrics.clone()),
             metrics,
             config,
@@ -362,7 +365,20 @@ impl Streaming {
                 lsn,
                 prefix,
                 content,
-            } => self.on_message(lsn, &prefix, &content).await?,
+            } => {
+                self.messages.non_transactional(&prefix, lsn);
+                self.on_message(lsn, &prefix, &content).await?
+            }
+            SourceEvent::TxnMessage {
+                pos,
+                txn,
+                lsn,
+                prefix,
+                content,
+            } => {
+                self.on_txn_message(pos, txn, lsn, &prefix, &content)
+                    .await?
+            }
             SourceEvent::SnapshotChunk {
                 lsn,
                 table,

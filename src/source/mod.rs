@@ -13,7 +13,8 @@
 //!   sent them; a change is always inside `Begin … Commit` of its
 //!   transaction and carries that transaction's commit LSN and its index in
 //!   the transaction (0, 1, 2, … over every change, published or not; each
-//!   table of a TRUNCATE counts as one), so a
+//!   table of a TRUNCATE counts as one, and so does each transactional
+//!   logical decoding message, routed or not), so a
 //!   position names one change for good: re-sending the same WAL yields the
 //!   same positions.
 //! - **Every change names a known relation of the right width.** A row of a
@@ -129,10 +130,22 @@ pub enum SourceEvent {
         /// The transaction's commit time, microseconds since 2000-01-01.
         commit_time: i64,
     },
+    /// A transactional logical decoding message
+    /// (`pg_logical_emit_message(true, prefix, content)`): a change of its
+    /// transaction, inside its `Begin … Commit`, with an index of its own
+    /// (whether anything routes it or not, so that configuration never
+    /// shifts the positions of other changes). `lsn` is the message's own
+    /// position in the WAL.
+    TxnMessage {
+        pos: Position,
+        txn: Txn,
+        lsn: Lsn,
+        prefix: String,
+        content: Bytes,
+    },
     /// A non-transactional logical decoding message
     /// (`pg_logical_emit_message(false, …)`), outside any transaction: a WAL
-    /// record of its own that ends at `lsn`. (Transactional messages arrive
-    /// inside their transaction and are dropped: they carry no row.)
+    /// record of its own that ends at `lsn`.
     Message {
         lsn: Lsn,
         prefix: String,
@@ -769,6 +782,24 @@ impl Assembler {
                     content: m.content,
                 }
             }
+            LogicalMessage::Message(m) => {
+                let open = self
+                    .open
+                    .as_mut()
+                    .ok_or_else(|| out_of_order("transactional Message outside Begin..Commit"))?;
+                let pos = Position {
+                    commit_lsn: open.commit_lsn,
+                    index: open.next_index,
+                };
+                open.next_index = open.next_index.saturating_add(1);
+                SourceEvent::TxnMessage {
+                    pos,
+                    txn: open.txn,
+                    lsn: m.lsn,
+                    prefix: m.prefix,
+                    content: m.content,
+                }
+            }
             LogicalMessage::Truncate(t) => {
                 let open = self
                     .open
@@ -798,9 +829,8 @@ impl Assembler {
                     relations,
                 }
             }
-            // Origins, types and transactional logical messages carry no
-            // row.
-            LogicalMessage::Origin(_) | LogicalMessage::Type(_) | LogicalMessage::Message(_) => {
+            // Origins and types carry no change.
+            LogicalMessage::Origin(_) | LogicalMessage::Type(_) => {
                 return Ok(None);
             }
         }))

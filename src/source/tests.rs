@@ -254,12 +254,57 @@ fn non_transactional_message_is_an_event_with_its_lsn() {
 }
 
 #[test]
-fn transactional_message_is_dropped_inside_its_transaction() {
+fn transactional_message_is_a_change_with_its_own_index() {
     let mut a = Assembler::new(Lsn::ZERO);
-    let events = feed_all(&mut a, &[begin(), message(true, COMMIT), commit()]);
-    assert_eq!(events.len(), 2, "{events:?}");
-    assert!(matches!(events[0], SourceEvent::Begin { .. }));
-    assert!(matches!(events[1], SourceEvent::Commit { .. }));
+    let at = Lsn(0x2_0000_0010);
+    let events = feed_all(
+        &mut a,
+        &[
+            begin(),
+            relation(1, &["id", "v"]),
+            insert(1, &["1", "a"]),
+            message(true, at),
+            insert(1, &["2", "b"]),
+            commit(),
+        ],
+    );
+    assert_eq!(events.len(), 6, "{events:?}");
+    match &events[3] {
+        SourceEvent::TxnMessage {
+            pos,
+            lsn,
+            prefix,
+            content,
+            ..
+        } => {
+            assert_eq!(
+                *pos,
+                Position {
+                    commit_lsn: COMMIT,
+                    index: 1
+                }
+            );
+            assert_eq!(*lsn, at);
+            assert_eq!(prefix, "walrelay.heartbeat");
+            assert_eq!(&content[..], b"{}");
+        }
+        other => panic!("expected a TxnMessage, got {other:?}"),
+    }
+    // The row after the message comes after it: index 2, not 1.
+    match &events[4] {
+        SourceEvent::Change(c) => assert_eq!(c.pos.index, 2),
+        other => panic!("expected a Change, got {other:?}"),
+    }
+}
+
+#[test]
+fn transactional_message_outside_a_transaction_is_an_error() {
+    let mut a = Assembler::new(Lsn::ZERO);
+    let e = feed(&mut a, &message(true, COMMIT), COMMIT).unwrap_err();
+    assert!(
+        e.to_string().contains("transactional Message outside"),
+        "{e}"
+    );
 }
 
 #[test]

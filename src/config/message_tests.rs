@@ -1,0 +1,129 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use super::super::Config;
+
+fn load(sections: &str) -> Result<Config, String> {
+    let text = format!(
+        r#"
+[connector]
+name = "t"
+[postgres]
+database = "d"
+[kafka]
+brokers = "k:9092"
+[[outbox]]
+table = "public.outbox"
+{sections}
+"#
+    );
+    Config::from_str(&text, "test.toml").map_err(|e| e.to_string())
+}
+
+#[test]
+fn a_message_section_loads_with_its_defaults() {
+    let c = load("[[message]]\nprefix = \"orders\"\ntopic = \"orders.{type}\"\n").unwrap();
+    let m = &c.messages[0];
+    assert_eq!(m.prefix, "orders");
+    assert_eq!(m.topic.as_str(), "orders.{type}");
+    assert_eq!(m.key_field, None);
+    assert!(m.header_fields.is_empty());
+    assert!(m.reads_payload());
+    assert_eq!(
+        m.describe(),
+        "transactional messages to topic orders.{type}, key = the prefix"
+    );
+    let c = load("[[message]]\nprefix = \"a\"\ntopic = \"{prefix}\"\n").unwrap();
+    assert!(!c.messages[0].reads_payload());
+}
+
+#[test]
+fn invalid_message_sections_name_the_key_and_the_fix() {
+    let cases = [
+        (
+            "prefix = \"\"\ntopic = \"t\"",
+            "message[0].prefix",
+            "is empty",
+        ),
+        (
+            "prefix = \"*\"\ntopic = \"t\"",
+            "message[0].prefix",
+            "is empty",
+        ),
+        (
+            "prefix = \"a*b\"\ntopic = \"t\"",
+            "message[0].prefix",
+            "only as the last",
+        ),
+        (
+            "prefix = \"walrelay.heartbeat\"\ntopic = \"t\"",
+            "message[0].prefix",
+            "walrelay writes itself",
+        ),
+        (
+            "prefix = \"wal*\"\ntopic = \"t\"",
+            "message[0].prefix",
+            "walrelay writes itself",
+        ),
+        (
+            "prefix = \"a\"\ntopic = \"{}\"",
+            "message[0].topic",
+            "empty placeholder",
+        ),
+        (
+            "prefix = \"a\"\ntopic = \"t\"\nkey_field = \"\"",
+            "message[0].key_field",
+            "empty field",
+        ),
+        (
+            "prefix = \"a\"\ntopic = \"t\"\nheader_fields = [\"h\", \"h\"]",
+            "message[0].header_fields",
+            "listed twice",
+        ),
+        (
+            "prefix = \"a\"\ntopic = \"t\"\nheader_fields = [\"walrelay.lsn\"]",
+            "message[0].header_fields",
+            "clash",
+        ),
+        ("prefix = \"a\"", "message", "topic"),
+        (
+            "prefix = \"a\"\ntopic = \"t\"\nformat = \"debezium\"\nkey_field = \"k\"",
+            "message[0].key_field",
+            "remove key_field",
+        ),
+        (
+            "prefix = \"a\"\ntopic = \"t\"\nformat = \"json\"",
+            "message",
+            "unknown variant",
+        ),
+        (
+            "prefix = \"a\"\ntopic = \"t\"\nkey_column = \"k\"",
+            "message",
+            "unknown field",
+        ),
+    ];
+    for (body, key, what) in cases {
+        let e = load(&format!("[[message]]\n{body}\n")).unwrap_err();
+        assert!(e.contains(key) && e.contains(what), "{body:?}: {e}");
+    }
+}
+
+#[test]
+fn overlapping_prefixes_are_refused() {
+    for (a, b) in [
+        ("orders", "orders"),
+        ("orders.*", "orders.created"),
+        ("orders.created", "orders.*"),
+        ("orders*", "orders.*"),
+    ] {
+        let e = load(&format!(
+            "[[message]]\nprefix = \"{a}\"\ntopic = \"t\"\n[[message]]\nprefix = \"{b}\"\ntopic = \"u\"\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("message[1].prefix") && e.contains("overlaps message[0]"),
+            "{a} {b}: {e}"
+        );
+    }
+    load("[[message]]\nprefix = \"orders.*\"\ntopic = \"t\"\n[[message]]\nprefix = \"order\"\ntopic = \"u\"\n")
+        .unwrap();
+}

@@ -1,0 +1,490 @@
+//! `[[message]]`: transactional logical decoding messages
+//! (`pg_logical_emit_message(true, prefix, payload)`) routed to Kafka by the
+//! real binary against the real services — records of their transaction,
+//! interleaved with its outbox rows, identical when re-sent after `kill -9`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use support::*;
+
+/// The relay's config: the outbox, an `orders` route keyed by a payload
+/// field with a header, and an `audit.*` pattern keyed by the prefix.
+fn config(db: &TestDb, names: &Names, kafka_extra: &str) -> String {
+    relay_config(
+        db,
+        names,
+        "",
+        &format!(
+            r#"
+[[message]]
+prefix = "orders"
+topic = "{base}.msg.{{type}}"
+key_field = "order_id"
+header_fields = ["type"]
+
+[[message]]
+prefix = "audit.*"
+topic = "{base}.audit"
+"#,
+            base = names.topic_prefix
+        ),
+    )
+    .replace(
+        "linger = \"2ms\"",
+        &format!("linger = \"2ms\"\n{kafka_extra}"),
+    )
+}
+
+fn header(c: &Consumed, name: &str) -> String {
+    c.header_str(name)
+        .unwrap_or_else(|| panic!("record on {} lacks header {name}: {c:?}", c.topic))
+}
+
+/// `(commit LSN, index)` of a record's `walrelay.event_id`.
+fn position(c: &Consumed) -> (String, u64) {
+    let id = header(c, "walrelay.event_id");
+    let (lsn, index) = id.rsplit_once(':').expect("lsn:index");
+    (lsn.to_owned(), index.parse().expect("index"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_become_records_of_their_transaction_beside_its_outbox_rows() {
+    require_kafka();
+    let db = TestDb::new("messages").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("messages");
+    let mut relay = RelayProcess::start(&config(&db, &names, ""), &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    // `check` lists the routes.
+    let (_, report) = check(&relay.config_path);
+    for line in [
+        format!(
+            "message prefix orders: transactional messages to topic {}.msg.{{type}}, key = payload field order_id, headers from type",
+            names.topic_prefix
+        ),
+        format!(
+            "message prefix audit.*: transactional messages to topic {}.audit, key = the prefix",
+            names.topic_prefix
+        ),
+    ] {
+        assert!(report.contains(&line), "{line:?} not in:\n{report}");
+    }
+
+    // A non-transactional message with a routed prefix: ignored, warned.
+    db.client
+        .batch_execute(
+            r#"SELECT pg_logical_emit_message(false, 'orders', '{"type":"Lost","order_id":"x"}')"#,
+        )
+        .await
+        .unwrap();
+    // A rolled-back transaction's message is never decoded.
+    db.client
+        .batch_execute(
+            r#"BEGIN;
+               SELECT pg_logical_emit_message(true, 'orders', '{"type":"RolledBack","order_id":"r"}');
+               ROLLBACK;"#,
+        )
+        .await
+        .unwrap();
+    // One transaction: row, message, message of another route, row, message;
+    // and a message no section routes (it still takes an index).
+    db.client
+        .batch_execute(
+            r#"BEGIN;
+               INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+                 VALUES ('00000000-0000-0000-0000-000000000001', 'order', '7', 'OrderCreated', '{"n":1}');
+               SELECT pg_logical_emit_message(true, 'orders', '{"type":"OrderPaid","order_id":"7","amount":10}');
+               SELECT pg_logical_emit_message(true, 'audit.login', 'user 5 logged in');
+               SELECT pg_logical_emit_message(true, 'unrouted', 'ignored');
+               INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+                 VALUES ('00000000-0000-0000-0000-000000000002', 'order', '7', 'OrderShipped', '{"n":2}');
+               SELECT pg_logical_emit_message(true, 'orders', '{"type":"OrderPaid","order_id":"8","amount":3}');
+               COMMIT;"#,
+        )
+        .await
+        .unwrap();
+
+    let paid = format!("{}.msg.OrderPaid", names.topic_prefix);
+    let audit = format!("{}.audit", names.topic_prefix);
+    let outbox = names.topic("order");
+    let lost = format!("{}.msg.Lost", names.topic_prefix);
+    let rolled_back = format!("{}.msg.RolledBack", names.topic_prefix);
+    let topics = [
+        paid.as_str(),
+        audit.as_str(),
+        outbox.as_str(),
+        lost.as_str(),
+        rolled_back.as_str(),
+    ];
+    let consumed = consume(&topics, 5, Duration::from_secs(60), Duration::from_secs(1));
+    relay
+        .wait_log(
+            "non-transactional logical decoding message",
+            Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(consumed.len(), 5, "{consumed:#?}");
+    let on = |t: &str| -> Vec<&Consumed> { consumed.iter().filter(|c| c.topic == t).collect() };
+    let (rows, paid_records, audit_records) = (on(&outbox), on(&paid), on(&audit));
+    assert_eq!(
+        (rows.len(), paid_records.len(), audit_records.len()),
+        (2, 2, 1)
+    );
+
+    // All five share the transaction's commit LSN; the messages carry
+    // `<commit LSN>:<index>` with the index each has in the transaction.
+    let commit = header(rows[0], "walrelay.lsn");
+    for c in &consumed {
+        assert_eq!(header(c, "walrelay.lsn"), commit, "{c:?}");
+    }
+    let mut paid_records = paid_records;
+    paid_records.sort_by_key(|c| position(c).1);
+    let (m1, m2, a) = (paid_records[0], paid_records[1], audit_records[0]);
+    assert_eq!(position(m1), (commit.clone(), 1));
+    assert_eq!(position(a), (commit.clone(), 2));
+    assert_eq!(
+        position(m2),
+        (commit.clone(), 5),
+        "the unrouted message took index 3"
+    );
+
+    assert_eq!(m1.key.as_deref(), Some(&b"7"[..]));
+    assert_eq!(
+        m1.value.as_deref(),
+        Some(&br#"{"type":"OrderPaid","order_id":"7","amount":10}"#[..])
+    );
+    assert_eq!(header(m1, "type"), "OrderPaid");
+    assert_eq!(header(m1, "walrelay.prefix"), "orders");
+    assert_eq!(m2.key.as_deref(), Some(&b"8"[..]));
+    assert_eq!(a.key.as_deref(), Some(&b"audit.login"[..]));
+    assert_eq!(a.value.as_deref(), Some(&b"user 5 logged in"[..]));
+    assert_eq!(header(a, "walrelay.prefix"), "audit.login");
+    assert!(a.header("type").is_none());
+
+    // Per key order: the outbox rows of aggregate 7 keep their order, and
+    // the message keyed 7 lands on the same partition as they do.
+    let mut row_ids: Vec<(i64, String)> =
+        rows.iter().map(|c| (c.offset, header(c, "id"))).collect();
+    row_ids.sort();
+    assert_eq!(
+        row_ids
+            .iter()
+            .map(|(_, id)| id.as_str())
+            .collect::<Vec<_>>(),
+        [
+            "00000000-0000-0000-0000-000000000001",
+            "00000000-0000-0000-0000-000000000002"
+        ]
+    );
+    let log = relay.log();
+    assert!(
+        log.contains("\"orders\""),
+        "the warning names the prefix: {log}"
+    );
+    assert_eq!(
+        log.matches("non-transactional logical decoding message")
+            .count(),
+        1,
+        "one warning per prefix per session"
+    );
+    relay.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_transaction_re_sends_identical_message_records() {
+    require_kafka();
+    let db = TestDb::new("messages_kill").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("messages_kill");
+    // One record in flight at a time: the kill lands mid-transaction.
+    let mut relay = RelayProcess::start(&config(&db, &names, "max_in_flight_records = 1"), &[]);
+    let config_path = relay.config_path.clone();
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+
+    const N: usize = 1000;
+    let commit_lsn = {
+        db.client.batch_execute("BEGIN").await.unwrap();
+        for i in 0..N {
+            db.client
+                .execute(
+                    "SELECT pg_logical_emit_message(true, 'orders', $1::text)",
+                    &[&format!(
+                        r#"{{"type":"Bulk","order_id":"k{}","seq":{i}}}"#,
+                        i % 3
+                    )],
+                )
+                .await
+                .unwrap();
+        }
+        db.client.batch_execute("COMMIT").await.unwrap();
+        db.current_wal_lsn().await
+    };
+    let topic = format!("{}.msg.Bulk", names.topic_prefix);
+    wait_for("some records in Kafka", Duration::from_secs(60), || async {
+        (consume_to_end(&[&topic]).len() >= 20).then_some(())
+    })
+    .await;
+    relay.kill9();
+    let before_restart = consume_to_end(&[&topic]);
+    let confirmed = db.confirmed_flush(&names.slot).await.expect("slot");
+    assert!(
+        before_restart.len() < N && confirmed < commit_lsn,
+        "the kill was meant to land mid-transaction: {} of {N} records, slot at {confirmed:x}",
+        before_restart.len()
+    );
+
+    let mut relay = RelayProcess::start_with(&config_path, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    let all = wait_for(
+        "every message in Kafka",
+        Duration::from_secs(90),
+        || async {
+            let all = consume_to_end(&[&topic]);
+            let ids: std::collections::HashSet<String> =
+                all.iter().map(|c| header(c, "walrelay.event_id")).collect();
+            (ids.len() == N).then_some(all)
+        },
+    )
+    .await;
+    relay.stop();
+
+    // Every event id names one record for good: its copies are identical.
+    let mut first: HashMap<String, &Consumed> = HashMap::new();
+    let mut duplicates = 0;
+    for c in &all {
+        let id = header(c, "walrelay.event_id");
+        match first.get(&id) {
+            None => {
+                first.insert(id, c);
+            }
+            Some(f) => {
+                duplicates += 1;
+                assert_eq!(
+                    (&f.key, &f.value, &f.headers, f.partition),
+                    (&c.key, &c.value, &c.headers, c.partition),
+                    "re-sent {id} differs"
+                );
+            }
+        }
+    }
+    assert!(
+        duplicates >= before_restart.len(),
+        "the restart re-sends the whole unconfirmed transaction ({} before the kill, {duplicates} duplicates)",
+        before_restart.len()
+    );
+    // Index i is message i; per key, Kafka holds them in order.
+    let mut per_key: HashMap<Vec<u8>, Vec<u64>> = HashMap::new();
+    let mut sorted: Vec<&Consumed> = all.iter().collect();
+    sorted.sort_by_key(|c| (c.partition, c.offset));
+    for c in sorted {
+        let (_, index) = position(c);
+        let v: serde_json::Value = serde_json::from_slice(c.value.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            v["seq"].as_u64(),
+            Some(index),
+            "index = the message's place"
+        );
+        per_key
+            .entry(c.key.clone().unwrap())
+            .or_default()
+            .push(index);
+    }
+    for (key, indices) in per_key {
+        // Increasing, but for one step back where the re-sent tail starts.
+        let steps_back = indices.windows(2).filter(|w| w[1] <= w[0]).count();
+        assert!(
+            steps_back <= 1,
+            "key {}: out of order beyond the one re-sent tail: {indices:?}",
+            String::from_utf8_lossy(&key)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_cannot_be_routed_stops_the_connector_naming_it() {
+    require_kafka();
+    let db = TestDb::new("messages_bad").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("messages_bad");
+    let mut relay = RelayProcess::start(&config(&db, &names, ""), &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    db.client
+        .batch_execute(
+            r#"BEGIN;
+               SELECT pg_logical_emit_message(true, 'orders', '{"type":"OrderPaid","secret":"S3CRET"}');
+               COMMIT;"#,
+        )
+        .await
+        .unwrap();
+    let committed = db.current_wal_lsn().await;
+    let log = relay.expect_exit(1, Duration::from_secs(60));
+    for needle in [
+        "prefix \"orders\"",
+        "payload field order_id",
+        "needed for the key",
+        "transaction ends at",
+        "pg_replication_slot_advance",
+    ] {
+        assert!(log.contains(needle), "{needle:?} not in: {log}");
+    }
+    assert!(!log.contains("S3CRET"), "the payload leaked into the log");
+    let confirmed = db.confirmed_flush(&names.slot).await.expect("slot");
+    assert!(
+        confirmed < committed,
+        "the slot moved past the message: {confirmed:x} >= {committed:x}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_commits_a_transactions_messages_with_it_and_only_once() {
+    require_kafka();
+    let db = TestDb::new("messages_eos").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("messages_eos");
+    let mut relay = RelayProcess::start(
+        &config(
+            &db,
+            &names,
+            "max_in_flight_records = 1\ndelivery = \"exactly_once\"",
+        ),
+        &[],
+    );
+    let config_path = relay.config_path.clone();
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+
+    const N: usize = 300;
+    db.client.batch_execute("BEGIN").await.unwrap();
+    for i in 0..N {
+        if i % 100 == 0 {
+            db.client
+                .batch_execute(&format!(
+                    "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) \
+                     VALUES (gen_random_uuid(), 'order', 'k', 'Row', '{{\"seq\":{i}}}')"
+                ))
+                .await
+                .unwrap();
+        }
+        db.client
+            .execute(
+                "SELECT pg_logical_emit_message(true, 'orders', $1::text)",
+                &[&format!(r#"{{"type":"Bulk","order_id":"k","seq":{i}}}"#)],
+            )
+            .await
+            .unwrap();
+    }
+    db.client.batch_execute("COMMIT").await.unwrap();
+    let bulk = format!("{}.msg.Bulk", names.topic_prefix);
+    let rows = names.topic("order");
+    let topics = [bulk.as_str(), rows.as_str()];
+    // Some records are in Kafka, in the open Kafka transaction.
+    uncommitted_records(&bulk, 20, Duration::from_secs(60));
+    relay.kill9();
+    assert!(
+        consume_committed(&topics).is_empty(),
+        "a read_committed consumer sees nothing of a PostgreSQL transaction that is not all in Kafka"
+    );
+
+    let mut relay = RelayProcess::start_with(&config_path, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    let committed = wait_for(
+        "the transaction committed",
+        Duration::from_secs(90),
+        || async {
+            let c = consume_committed(&topics);
+            (c.len() >= N + 3).then_some(c)
+        },
+    )
+    .await;
+    relay.stop();
+    assert_eq!(
+        committed.len(),
+        N + 3,
+        "each record once: {}",
+        committed.len()
+    );
+    let ids: std::collections::HashSet<String> = committed
+        .iter()
+        .filter(|c| c.topic == bulk)
+        .map(|c| header(c, "walrelay.event_id"))
+        .collect();
+    assert_eq!(ids.len(), N);
+}
+
+/// Waits until `n` records of `topic` are readable by a `read_uncommitted`
+/// consumer (records of an open Kafka transaction count).
+fn uncommitted_records(topic: &str, n: usize, timeout: Duration) {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("group.id", unique("uncommitted_reader"))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_uncommitted")
+        .set("topic.metadata.refresh.interval.ms", "500")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    let deadline = std::time::Instant::now() + timeout;
+    let mut seen = 0;
+    while seen < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {seen} of {n} records of {topic} after {timeout:?}"
+        );
+        if let Some(Ok(_)) = consumer.poll(Duration::from_millis(100)) {
+            seen += 1;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_dead_letter_topic_an_unroutable_message_goes_there_in_its_place() {
+    require_kafka();
+    let db = TestDb::new("messages_dlq").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("messages_dlq");
+    let dlq = format!("{}.dlq", names.topic_prefix);
+    let config = config(&db, &names, "") + &format!("\n[dead_letter]\ntopic = \"{dlq}\"\n");
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    db.client
+        .batch_execute(
+            r#"BEGIN;
+               SELECT pg_logical_emit_message(true, 'orders', '{"type":"OrderPaid"}');
+               SELECT pg_logical_emit_message(true, 'orders', '{"type":"OrderPaid","order_id":"9"}');
+               COMMIT;"#,
+        )
+        .await
+        .unwrap();
+    let paid = format!("{}.msg.OrderPaid", names.topic_prefix);
+    let got = consume(
+        &[&dlq, &paid],
+        2,
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+    );
+    assert_eq!(got.len(), 2, "{got:#?}");
+    let dead = got.iter().find(|c| c.topic == dlq).expect("a dead letter");
+    let good = got
+        .iter()
+        .find(|c| c.topic == paid)
+        .expect("the routed message");
+    assert_eq!(dead.value.as_deref(), Some(&br#"{"type":"OrderPaid"}"#[..]));
+    assert_eq!(
+        header(dead, "walrelay.dead_letter.reason"),
+        "null_value",
+        "{dead:?}"
+    );
+    assert!(header(dead, "walrelay.dead_letter.error").contains("payload field order_id"));
+    let (lsn, index) = position(dead);
+    assert_eq!((lsn.clone(), index), (position(good).0, 0));
+    assert_eq!(position(good), (lsn, 1));
+    assert!(relay.is_running(), "the connector goes on");
+    relay.stop();
+}
