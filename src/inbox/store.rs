@@ -370,19 +370,7 @@ async fn attempt<H: Handler>(
     event: &Event,
 ) -> Result<bool, Failure> {
     let tx = client.transaction().await.map_err(classify_db)?;
-    let new = tx
-        .query_typed(
-            &tables.insert_inbox,
-            &[
-                (&event.id, Type::TEXT),
-                (&event.topic, Type::TEXT),
-                (&event.partition, Type::INT4),
-                (&event.offset, Type::INT8),
-            ],
-        )
-        .await
-        .map_err(classify_db)?;
-    if new.is_empty() {
+    if !insert_inbox_row(&tx, tables, event).await? {
         // Nothing was written: ending the transaction either way is the same.
         tx.rollback().await.map_err(classify_db)?;
         return Ok(false);
@@ -407,6 +395,28 @@ async fn attempt<H: Handler>(
     Ok(true)
 }
 
+/// Inserts the event's inbox row (`ON CONFLICT DO NOTHING`): `true` when it
+/// is new, `false` when the id was in the inbox already.
+async fn insert_inbox_row(
+    tx: &tokio_postgres::Transaction<'_>,
+    tables: &InboxTables,
+    event: &Event,
+) -> Result<bool, Failure> {
+    let new = tx
+        .query_typed(
+            &tables.insert_inbox,
+            &[
+                (&event.id, Type::TEXT),
+                (&event.topic, Type::TEXT),
+                (&event.partition, Type::INT4),
+                (&event.offset, Type::INT8),
+            ],
+        )
+        .await
+        .map_err(classify_db)?;
+    Ok(!new.is_empty())
+}
+
 /// Writes the quarantine row (and, when the partition goes on, the inbox
 /// row) in one transaction. `Ok(false)`: the id turned out to be in the
 /// inbox already (another copy was applied meanwhile).
@@ -422,23 +432,9 @@ async fn quarantine(
     with_inbox_row: bool,
 ) -> Result<bool, Failure> {
     let tx = client.transaction().await.map_err(classify_db)?;
-    if with_inbox_row && !missing_id {
-        let new = tx
-            .query_typed(
-                &tables.insert_inbox,
-                &[
-                    (&event.id, Type::TEXT),
-                    (&event.topic, Type::TEXT),
-                    (&event.partition, Type::INT4),
-                    (&event.offset, Type::INT8),
-                ],
-            )
-            .await
-            .map_err(classify_db)?;
-        if new.is_empty() {
-            tx.rollback().await.map_err(classify_db)?;
-            return Ok(false);
-        }
+    if with_inbox_row && !missing_id && !insert_inbox_row(&tx, tables, event).await? {
+        tx.rollback().await.map_err(classify_db)?;
+        return Ok(false);
     }
     if let QuarantineSink::Topic { producer, topic } = sink {
         // The inbox row (if any) commits only once Kafka holds the record;
