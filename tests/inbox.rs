@@ -1246,3 +1246,169 @@ fn a_bad_inbox_file_exits_2_naming_each_key() {
         "{stderr}"
     );
 }
+
+/// Table-event topics too (issue 26: "outbox topics (and table-event
+/// topics)"): `[[table]]` change events of inserts, updates and deletes
+/// (their tombstones included, null values) carry `walrelay.event_id`,
+/// which the inbox's default `id_headers` take. walrelay is killed -9 once
+/// mid-stream, so a tail is re-sent with the same ids: each distinct event
+/// is applied exactly once, the re-sent copies are skipped, and each row's
+/// events are applied in commit order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_events_are_applied_once_by_their_event_id() {
+    require_kafka();
+    let src = TestDb::new("inbox_tsrc").await;
+    src.client
+        .batch_execute(
+            "CREATE TABLE accounts (id int4 PRIMARY KEY, v int4 NOT NULL);
+             ALTER TABLE accounts OWNER TO walrelay;",
+        )
+        .await
+        .unwrap();
+    let dst = TestDb::new("inbox_tdst").await;
+    dst.client
+        .batch_execute(
+            "CREATE TABLE applied (n bigserial PRIMARY KEY, event_id text NOT NULL, \
+             row_key jsonb NOT NULL, body jsonb)",
+        )
+        .await
+        .unwrap();
+    let names = Names::new("inbox_te");
+    let prefix = format!("{}_cdc", names.connector);
+    let topic = format!("{prefix}.public.accounts");
+    let relay_toml = connector_config(
+        &src,
+        &names,
+        &format!(
+            "[table_defaults]\ntopic_prefix = \"{prefix}\"\n[[table]]\nname = \"public.accounts\"\n"
+        ),
+    );
+    let mut relay = RelayProcess::start(&relay_toml, &[]);
+    relay.wait_log("streaming", Duration::from_secs(120)).await;
+    // 40 rows, each inserted, updated twice and (every other one) deleted,
+    // in transactions of a few changes; walrelay killed half-way.
+    for round in 0..4 {
+        for i in 0..10 {
+            let id = round * 10 + i;
+            let delete = if id % 2 == 0 {
+                format!("DELETE FROM accounts WHERE id = {id};")
+            } else {
+                String::new()
+            };
+            src.client
+                .batch_execute(&format!(
+                    "BEGIN; INSERT INTO accounts VALUES ({id}, 0); \
+                     UPDATE accounts SET v = 1 WHERE id = {id}; COMMIT; \
+                     BEGIN; UPDATE accounts SET v = 2 WHERE id = {id}; {delete} COMMIT;"
+                ))
+                .await
+                .unwrap();
+        }
+        if round == 1 {
+            relay.kill9();
+            relay = RelayProcess::start(&relay_toml, &[]);
+            relay.wait_log("streaming", Duration::from_secs(120)).await;
+        }
+    }
+    let end = src.current_wal_lsn().await;
+    src.wait_confirmed(
+        &names.slot,
+        end,
+        "every change in Kafka",
+        Duration::from_secs(120),
+    )
+    .await;
+    // 40 inserts + 80 updates + 20 deletes + 20 tombstones.
+    let in_kafka = consume_to_end(&[topic.as_str()]);
+    let event_id = |r: &Consumed| {
+        r.headers
+            .iter()
+            .find(|(k, _)| k == "walrelay.event_id")
+            .map(|(_, v)| String::from_utf8(v.clone()).unwrap())
+            .unwrap()
+    };
+    let distinct: std::collections::BTreeSet<String> = in_kafka.iter().map(event_id).collect();
+    assert_eq!(distinct.len(), 160, "distinct table events in Kafka");
+
+    let group = unique("inbox_te_group");
+    let listen = free_local_addr();
+    let config = inbox_config(
+        &dst,
+        &group,
+        std::slice::from_ref(&topic),
+        &listen,
+        "INSERT INTO applied (event_id, row_key, body) VALUES ($1, $2::jsonb, $3::jsonb)",
+        r#"["id", "key", "value"]"#,
+        "workers = 4",
+    );
+    let mut inbox = InboxProcess::start(&config);
+    // Every record read: the distinct ones applied, the re-sent copies
+    // counted as skipped.
+    let resent = in_kafka.len() - 160;
+    wait_for(
+        "every table event applied and every re-sent copy skipped",
+        Duration::from_secs(60),
+        || async {
+            let n: i64 = dst
+                .client
+                .query_one("SELECT count(*) FROM applied", &[])
+                .await
+                .unwrap()
+                .get(0);
+            let metrics = http_get(&listen, "/metrics");
+            let skipped = metric(&metrics, "walrelay_inbox_duplicates_skipped_total") as usize;
+            (n >= 160 && skipped >= resent).then_some(())
+        },
+    )
+    .await;
+    let metrics = http_get(&listen, "/metrics");
+    assert_eq!(inbox.stop(), Some(0), "{}", inbox.log());
+
+    let rows = dst
+        .client
+        .query(
+            "SELECT event_id, row_key::text, body::text FROM applied ORDER BY n",
+            &[],
+        )
+        .await
+        .unwrap();
+    let applied: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    let unique_applied: std::collections::BTreeSet<String> = applied.iter().cloned().collect();
+    assert_eq!(applied.len(), 160, "each event applied once");
+    assert_eq!(unique_applied, distinct, "exactly the events in Kafka");
+    // Per row, in commit order: c, u, u, then (even ids) d and its tombstone.
+    let mut per_row: HashMap<String, Vec<String>> = HashMap::new();
+    for r in &rows {
+        let body: Option<String> = r.get(2);
+        let op = body.map_or("tombstone".to_owned(), |b| {
+            serde_json::from_str::<serde_json::Value>(&b).unwrap()["op"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        });
+        per_row.entry(r.get(1)).or_default().push(op);
+    }
+    assert_eq!(per_row.len(), 40, "{per_row:?}");
+    for (key, ops) in &per_row {
+        let id: i64 = serde_json::from_str::<serde_json::Value>(key).unwrap()["id"]
+            .as_i64()
+            .unwrap();
+        let want: &[&str] = if id % 2 == 0 {
+            &["c", "u", "u", "d", "tombstone"]
+        } else {
+            &["c", "u", "u"]
+        };
+        assert_eq!(ops, want, "row {id}");
+    }
+    assert_eq!(
+        metric(&metrics, "walrelay_inbox_duplicates_skipped_total") as usize,
+        resent,
+        "the re-sent copies are skipped, nothing else: {metrics}"
+    );
+    assert_eq!(
+        metric(&metrics, "walrelay_inbox_records_applied_total") as usize,
+        160,
+        "{metrics}"
+    );
+    assert!(relay.stop().success(), "{}", relay.log());
+}
