@@ -25,7 +25,12 @@ Per transaction size K and run i:
      LogAppendTime .. the moment its transaction's offset-store record (the last record of each
      Kafka transaction, on wrbench.offsets, X's own offset topic) reached a read_committed consumer
      that follows that topic during the run: when the last record became visible.
-     The order of R, D, W (X) rotates from run to run.
+  B: walrelay as W, run from another binary (--baseline PATH, e.g. a build of an earlier
+     commit): the before/after comparison of a change on the same backlog (throughput, table-events
+     and latency passes).
+  E: walrelay as W with [[outbox]] format = "cloudevents" in binary mode (ce_* headers, the payload
+     as the value; throughput and latency passes); verified as W, by its ce_id header.
+     The order of the contenders rotates from run to run.
   Each contender's slot is dropped right after its measurement.
 Snapshot pass (--snapshot): N rows written while no slot of the database exists, then per run
   C: psql COPY (SELECT * FROM public.outbox ORDER BY id) TO STDOUT into /dev/null, start .. exit;
@@ -134,6 +139,8 @@ R_POLL_S = 0.005      # pg_recvlogical: output file size + wait4 poll interval
 # transaction of ANY producer on it, and other connectors (the project's tests) run exactly_once
 # transactions on walrelay.offsets; X's commits seen there arrived tens of ms, at times seconds, late.
 OFFSETS_TOPIC = "wrbench.offsets"
+# Contender E: the CloudEvents `source` attribute ([outbox.cloudevents] source).
+CE_SOURCE = "/walrelay/bench"
 QUIET_S = 0.5         # X: end offsets still this long (> transaction_max_time, 100 ms) before counting
 
 DOCS = REPO / "docs" / "benchmarks.md"
@@ -505,13 +512,13 @@ def parse_headers(h):
     return out
 
 
-def verify_routing(parts, base, end, expected, got=None, committed=False):
+def verify_routing(parts, base, end, expected, got=None, committed=False, id_header="id"):
     """Checks that what arrived since `base` is the outbox backlog routed as the EventRouter
     routes it: topic = outbox.event.<aggregatetype>, key = aggregateid, header id = row id,
     value carrying the row's payload. Samples up to 5 records per partition and looks each
     one up in the database by its id header. Returns a short description; raises on mismatch.
     X: got = the records counted read_committed (end offsets also count transaction markers),
-    and the samples are read read_committed."""
+    and the samples are read read_committed. E: id_header = "ce_id" (CloudEvents binary mode)."""
     if got is None:
         got = delta(end, base)
     if got < expected:
@@ -528,13 +535,13 @@ def verify_routing(parts, base, end, expected, got=None, committed=False):
         if len(rec) != 4:
             raise BenchError(f"unparseable record on {topic}: {rec!r}")
         _, key, headers, value = rec
-        hid = parse_headers(headers).get("id")
+        hid = parse_headers(headers).get(id_header)
         if not hid:
-            raise BenchError(f"record on {topic} key={key!r} has no `id` header (headers: {headers!r})")
+            raise BenchError(f"record on {topic} key={key!r} has no `{id_header}` header (headers: {headers!r})")
         try:
             uuid.UUID(hid)
         except ValueError:
-            raise BenchError(f"`id` header {hid!r} on {topic} is not the outbox row's uuid") from None
+            raise BenchError(f"`{id_header}` header {hid!r} on {topic} is not the outbox row's uuid") from None
         ids[hid] = (topic, key, value)
     id_list = ",".join(f"'{i}'" for i in ids)
     rows = psql(f"SELECT id, aggregatetype, aggregateid, payload->>'orderId' FROM public.outbox "
@@ -553,7 +560,7 @@ def verify_routing(parts, base, end, expected, got=None, committed=False):
             raise BenchError(f"record id={hid} has key {key!r}, its aggregateid is {aid!r}")
         if order_id not in value:
             raise BenchError(f"record id={hid}: value does not carry the row's payload ({value[:120]!r})")
-    note = f"{len(ids)} sampled records match their rows (topic, key, id header, payload)"
+    note = f"{len(ids)} sampled records match their rows (topic, key, {id_header} header, payload)"
     if got > expected:
         note += f"; {got - expected} more records than rows (duplicates)"
     return note
@@ -901,14 +908,16 @@ def start_connect(ctx, d, slot, poll_ms, snapshot_mode="no_data", mode=None):
 
 
 def start_walrelay(ctx, d, slot, name, snapshot_mode=None, sasl_ssl=False, mode=None, exactly_once=False,
-                   health_port=None):
+                   health_port=None, cloudevents=False, binary=None):
     """Streaming (the slot exists, made by the harness), or with snapshot_mode the snapshot
     pass: walrelay creates the slot itself (its snapshot is the one the slot exports).
     sasl_ssl: over the SASL_SSL listener (contender S) instead of PLAINTEXT.
     exactly_once: `delivery = "exactly_once"` in [kafka] (contender X; the transaction_* keys at
     their defaults), and offsets_topic = OFFSETS_TOPIC (see there). health_port: a [health]
     section listening on 127.0.0.1:<port> (X: /metrics is read once, after the drain, for the
-    transaction counters).
+    transaction counters). cloudevents: the [[outbox]] section gets `format = "cloudevents"` in
+    binary mode (contender E). binary: the walrelay binary to run (contender B: --baseline),
+    default ctx.walrelay.
     mode: TABLE_MODE replaces the [[outbox]] section by a [[table]] section for mode's table
     (topic prefix "wrbench", as Debezium's topic.prefix) and uses mode's publication."""
     mode = mode or OUTBOX_MODE
@@ -930,6 +939,13 @@ def start_walrelay(ctx, d, slot, name, snapshot_mode=None, sasl_ssl=False, mode=
                        f'{TABLE_TOPIC_PREFIX}.<schema>.<table>, as Debezium\'s topic.prefix={TABLE_TOPIC_PREFIX}.\n'
                        f'[table_defaults]\ntopic_prefix = "{TABLE_TOPIC_PREFIX}"\n\n'
                        f'[[table]]\nname = "{mode["table"]}"\n')
+    if cloudevents:
+        text = cfg.read_text()
+        outbox = '[[outbox]]\ntable = "public.outbox"\n'
+        if outbox not in text:
+            raise BenchError(f"walrelay.toml.in: no `{outbox.strip()}` section for format = \"cloudevents\"")
+        cfg.write_text(text.replace(outbox, outbox + 'format = "cloudevents"\n\n[outbox.cloudevents]\n'
+                                    f'mode = "binary"\nsource = "{CE_SOURCE}"\n', 1))
     if sasl_ssl:
         text = cfg.read_text()
         keys = (f'security_protocol = "sasl_ssl"\nsasl_mechanism = "SCRAM-SHA-512"\n'
@@ -953,19 +969,19 @@ def start_walrelay(ctx, d, slot, name, snapshot_mode=None, sasl_ssl=False, mode=
     env.setdefault("WALRELAY_LOG", "info")
     env["BENCH_KAFKA_PASSWORD"] = SASL_SSL["password"]
     with open(wlog, "w") as f:
-        p = spawn([str(ctx.walrelay), "run", "--config", str(cfg)], str(cfg), stdin=subprocess.DEVNULL,
+        p = spawn([str(binary or ctx.walrelay), "run", "--config", str(cfg)], str(cfg), stdin=subprocess.DEVNULL,
                   stdout=f, stderr=subprocess.STDOUT, env=env)
     return p, wlog
 
 
-def verify_run(ctx, base, end, n, outages, mode=None):
+def verify_run(ctx, base, end, n, outages, mode=None, id_header="id"):
     """verify_routing's verdict (verify_table_events' in the table pass) on the records between
     base and end, marked DISTURBED when the broker stopped answering during the run
     (len(OUTAGES) grew past `outages`)."""
     if mode and mode["table"]:
         verified = verify_table_events(base, end, n)
     else:
-        verified = verify_routing(ctx.parts, base, end, n)
+        verified = verify_routing(ctx.parts, base, end, n, id_header=id_header)
     if len(OUTAGES) > outages:
         verified += "; DISTURBED: the broker did not answer for a while during this run"
     return verified
@@ -987,19 +1003,22 @@ def run_kafka_contender(ctx, contender, slot, k, run, n, mode=None):
         first_timeout, name = 240, "Kafka Connect"
     else:
         secured = contender == "S"
-        log(f"  {contender}: {rel(ctx.walrelay)} run" + (" over SASL_SSL" if secured else "")
+        binary = ctx.baseline if contender == "B" else ctx.walrelay
+        log(f"  {contender}: {rel(binary)} run" + (" over SASL_SSL" if secured else "")
+            + (" with format = \"cloudevents\" (binary mode)" if contender == "E" else "")
             + (f", [[table]] {mode['table']}" if mode["table"] else ""))
         t0, t0_wall = time.monotonic(), time.time()
         p, plog = start_walrelay(ctx, d, slot,
                                  f"wrbench-{ctx.stamp}-{mode['prefix']}k{k}-run{run}-{contender.lower()}",
-                                 sasl_ssl=secured, mode=mode)
+                                 sasl_ssl=secured, mode=mode, cloudevents=contender == "E", binary=binary)
         first_timeout, name = 120, "walrelay"
     neighbours = Neighbours(slot, broker=True)
     try:
         w = watch_kafka(ctx, p, parts, base, n, t0, first_timeout, 90, name, plog, neighbours)
     finally:
         code, _ = stop_process(p)
-    verified = verify_run(ctx, base, w["offsets"], n, outages, mode=mode)
+    verified = verify_run(ctx, base, w["offsets"], n, outages, mode=mode,
+                          id_header="ce_id" if contender == "E" else "id")
     res = kafka_result(contender, k, run, n, t0, t0_wall, base, w, verified)
     res.update(neighbours.drain_s())
     log(f"  {contender}: {n} rows in {res['drain_s']:.3f}s = {fmt(res['rows_per_s'], ',.0f')} rows/s "
@@ -1298,12 +1317,31 @@ def run_exactly_once(ctx, slot, k, run, n):
     return res
 
 
-def walrelay_missing_reason(ctx):
-    if not ctx.walrelay.exists():
-        return f"{rel(ctx.walrelay)} does not exist"
-    if not os.access(ctx.walrelay, os.X_OK):
-        return f"{ctx.walrelay} is not executable"
+def walrelay_missing_reason(binary):
+    if not binary.exists():
+        return f"{rel(binary)} does not exist"
+    if not os.access(binary, os.X_OK):
+        return f"{binary} is not executable"
     return None
+
+
+WALRELAY_CONTENDERS = "WBESX"  # contenders that run a walrelay binary ("not yet" when it fails)
+
+
+def not_yet_reason(ctx, c):
+    """Why contender c cannot run (its binary is missing or failed earlier), or None."""
+    if c == "B":
+        return ctx.b_reason
+    return ctx.w_reason if c in WALRELAY_CONTENDERS else None
+
+
+def note_failure(ctx, c, e):
+    """A walrelay contender failed: B's failure says nothing about the tree's binary, X's and
+    E's nothing about W's (keep running them); W's or S's stops the binary's other runs."""
+    if c == "B":
+        ctx.b_reason = ctx.b_reason or str(e)
+    elif c in "WS":
+        ctx.w_reason = ctx.w_reason or str(e)
 
 
 # --------------------------------------------------------------------------------------
@@ -1316,7 +1354,7 @@ def throughput(ctx):
         for run in range(1, ctx.args.runs + 1):
             log(f"== K={k} run {run}/{ctx.args.runs}: backlog of {ctx.args.rows} rows")
             psql("TRUNCATE public.outbox")
-            use = [c for c in contenders if not (c in "WSX" and ctx.w_reason)]
+            use = [c for c in contenders if not not_yet_reason(ctx, c)]
             slots = {c: f"{SLOT_PREFIX}{c.lower()}_k{k}_r{run}" for c in use}
             for s in slots.values():
                 create_slot(s)
@@ -1337,8 +1375,8 @@ def throughput(ctx):
             # always gets the freshly written, just-checkpointed backlog first.
             rot = (run - 1) % len(contenders)
             for c in contenders[rot:] + contenders[:rot]:
-                if c in "WSX" and ctx.w_reason:
-                    results.append(result(c, k, run, n, status=f"not yet ({ctx.w_reason})"))
+                if not_yet_reason(ctx, c):
+                    results.append(result(c, k, run, n, status=f"not yet ({not_yet_reason(ctx, c)})"))
                     continue
                 try:
                     if c == "R":
@@ -1348,14 +1386,13 @@ def throughput(ctx):
                     else:
                         r = run_kafka_contender(ctx, c, slots[c], k, run, n)
                 except BenchError as e:
-                    if c not in "WSX":
+                    if c not in WALRELAY_CONTENDERS:
                         raise
                     log(f"  {c}: not yet: {e}")
                     r = result(c, k, run, n, status=f"not yet ({e})")
                     if ctx.args.require_walrelay:
                         raise
-                    if c != "X":  # X failing says nothing about W: keep running both
-                        ctx.w_reason = ctx.w_reason or str(e)
+                    note_failure(ctx, c, e)
                 finally:
                     drop_slot(slots[c])
                 results.append(r)
@@ -1384,19 +1421,24 @@ def tables_setup(ctx):
         raise BenchError(f"topic {TABLE_TOPIC} was not created at the start")
 
 
+def table_contenders(ctx):
+    """S, X and E are outbox-pass contenders only."""
+    return [c for c in ctx.contenders if c not in "SXE"]
+
+
 def tables(ctx):
     """Per K and run: fresh slots, N updates in K-row transactions, then R, D, W in rotation,
     exactly as throughput() does for the outbox backlog."""
     tables_setup(ctx)
     results = []
-    contenders = [c for c in ctx.contenders if c not in "SX"]  # S, X: outbox-pass contenders only
+    contenders = table_contenders(ctx)
     blocks_of = lambda k: TABLE_ROWS // k  # noqa: E731 - ids 1 .. blocks*k are updated
     for k in ctx.tables_txn_sizes:
         if blocks_of(k) < 1:
             raise BenchError(f"table pass: K={k} is more than the table's {TABLE_ROWS} rows")
         for run in range(1, ctx.args.runs + 1):
             log(f"== table events K={k} run {run}/{ctx.args.runs}: backlog of {ctx.args.rows} updates")
-            use = [c for c in contenders if not (c == "W" and ctx.w_reason)]
+            use = [c for c in contenders if not not_yet_reason(ctx, c)]
             slots = {c: f"{SLOT_PREFIX}t{c.lower()}_k{k}_r{run}" for c in use}
             for sl in slots.values():
                 create_slot(sl)
@@ -1414,8 +1456,8 @@ def tables(ctx):
             ctx.tfills.append(dict(k=k, run=run, n=n, fill_s=fill_s, tps=tps))
             rot = (run - 1) % len(contenders)
             for c in contenders[rot:] + contenders[:rot]:
-                if c == "W" and ctx.w_reason:
-                    results.append(result(c, k, run, n, status=f"not yet ({ctx.w_reason})"))
+                if not_yet_reason(ctx, c):
+                    results.append(result(c, k, run, n, status=f"not yet ({not_yet_reason(ctx, c)})"))
                     continue
                 try:
                     if c == "R":
@@ -1423,10 +1465,11 @@ def tables(ctx):
                     else:
                         r = run_kafka_contender(ctx, c, slots[c], k, run, n, mode=TABLE_MODE)
                 except BenchError as e:
-                    if c != "W" or ctx.args.require_walrelay:
+                    if c not in WALRELAY_CONTENDERS or ctx.args.require_walrelay:
                         raise
-                    log(f"  W: not yet: {e}")
+                    log(f"  {c}: not yet: {e}")
                     r = result(c, k, run, n, status=f"not yet ({e})")
+                    note_failure(ctx, c, e)
                 finally:
                     drop_slot(slots[c])
                 results.append(r)
@@ -1452,7 +1495,7 @@ def latency_variants(ctx):
     for c in ctx.contenders:
         if c == "D":
             out += [("D", c, ms) for ms in ctx.dbz_latency_poll_ms]
-        elif c in ("R", "W", "X"):
+        elif c in ("R", "W", "B", "E", "X"):
             out.append((c, c, None))
     return out
 
@@ -1657,8 +1700,8 @@ def latency(ctx):
     out = []
     rate, secs, warmup = ctx.args.latency_rate, ctx.args.latency_seconds, ctx.args.latency_warmup_seconds
     for label, c, poll_ms in latency_variants(ctx):
-        if c in ("W", "X") and ctx.w_reason:
-            out.append(dict(contender=c, poll_ms=None, status=f"not yet ({ctx.w_reason})"))
+        if not_yet_reason(ctx, c):
+            out.append(dict(contender=c, poll_ms=None, status=f"not yet ({not_yet_reason(ctx, c)})"))
             continue
         what = f" (poll.interval.ms={poll_ms})" if poll_ms is not None else ""
         log(f"== latency {c}{what}: {rate} rows/s (1-row transactions) for {warmup}s warm-up + {secs}s")
@@ -1698,7 +1741,8 @@ def latency(ctx):
                 p, plog = start_connect(ctx, d, slot, poll_ms)
                 name = "Kafka Connect"
             else:
-                p, plog = start_walrelay(ctx, d, slot, f"wrbench-{ctx.stamp}-latency")
+                p, plog = start_walrelay(ctx, d, slot, f"wrbench-{ctx.stamp}-latency-{c.lower()}",
+                                         cloudevents=c == "E", binary=ctx.baseline if c == "B" else None)
                 name = "walrelay"
             # Warm-up: a few rows, wait until they are in Kafka (the contender is streaming).
             warm = 4 * ctx.args.writers
@@ -1723,9 +1767,10 @@ def latency(ctx):
             cpu_s, window_s = w["cpu_done"] - mark["cpu0"], w["t_done"] - mark["t0"]
             rss_kb = w["rss_kb"]
         except BenchError as e:
-            if c != "W" or ctx.args.require_walrelay:
+            if c not in WALRELAY_CONTENDERS or ctx.args.require_walrelay:
                 raise
-            out.append(dict(contender="W", poll_ms=None, status=f"not yet ({e})"))
+            out.append(dict(contender=c, poll_ms=None, status=f"not yet ({e})"))
+            note_failure(ctx, c, e)
             continue
         finally:
             if p is not None:
@@ -1741,7 +1786,7 @@ def latency(ctx):
         for (topic, part), b in base.items():
             for rec in consume(topic, part, b, fmt="%T\\t%h\\n"):
                 ts, headers = rec[0], rec[1] if len(rec) > 1 else ""
-                rid = parse_headers(headers).get("id")
+                rid = parse_headers(headers).get("ce_id" if c == "E" else "id")
                 if rid in created:
                     lat.append(int(ts) - created.pop(rid) / 1000.0)
         if created:
@@ -1776,7 +1821,7 @@ def snapshot_contenders(ctx):
     # The ceiling of this pass is C (COPY); --contenders R selects it, as it selects R above.
     # S (walrelay over SASL_SSL) is a throughput-pass contender only, X (exactly_once) one of the
     # throughput and latency passes.
-    return [{"R": "C"}.get(c, c) for c in ctx.contenders if c not in "SX"]
+    return [{"R": "C"}.get(c, c) for c in ctx.contenders if c not in "SXBE"]
 
 
 def snapshot_fill(ctx):
@@ -1993,8 +2038,11 @@ def machine_info(ctx):
                   if l.startswith("MemTotal:"))
     java = sh(["java", "-version"]).splitlines()
     walrelay = "—"
-    if not walrelay_missing_reason(ctx):
+    if not walrelay_missing_reason(ctx.walrelay):
         walrelay = sh([str(ctx.walrelay), "--version"]).splitlines()[0]
+    baseline = None
+    if ctx.baseline and not walrelay_missing_reason(ctx.baseline):
+        baseline = f"{sh([str(ctx.baseline), '--version']).splitlines()[0]} ({ctx.baseline})"
     git = sh(["git", "-C", str(REPO), "describe", "--always", "--dirty"])
     return dict(
         cores=os.cpu_count(), cpu_model=cpu_model, mem_gib=mem_kb / 1024 / 1024,
@@ -2002,7 +2050,7 @@ def machine_info(ctx):
         postgres=psql("SHOW server_version", db="postgres"),
         pg_recvlogical=sh(["pg_recvlogical", "--version"]), pgbench=sh(["pgbench", "--version"]),
         kafka=os.environ.get("WALRELAY_KAFKA_VERSION", "?"), connect=CONNECT_VERSION, debezium=DEBEZIUM_VERSION,
-        java=java[0] if java else "?", kcat=sh(["kcat", "-V"]).splitlines()[0],
+        baseline=baseline, java=java[0] if java else "?", kcat=sh(["kcat", "-V"]).splitlines()[0],
         walrelay=walrelay, git=git,
     )
 
@@ -2076,6 +2124,14 @@ def w_and_d_in_words(w, d, memory):
     return parts
 
 
+def against_w(o, w, who):
+    """One contender's rate and CPU per event against W's in the same runs, in words."""
+    if not (o and o["status"] == "ok" and w and w["status"] == "ok"):
+        return []
+    return [f"{who} drains at **{fmt(o.get('x_w'), '.2f', '?')}× W's rate**, using "
+            f"{o['cpu_drain_per_m'] / w['cpu_drain_per_m']:.2f}× W's CPU per event (drain)"]
+
+
 def headline(summary, lat, snap_summary=(), snap_n=None):
     """The ratios, in words, first: they are what the benchmark is for."""
     out = []
@@ -2088,6 +2144,8 @@ def headline(summary, lat, snap_summary=(), snap_n=None):
             parts.append(f"over SASL_SSL (S) walrelay drains at {fmt(sec.get('x_w'), '.2f', '?')}× its "
                          f"PLAINTEXT rate (W), using {sec['cpu_drain_per_m'] / w['cpu_drain_per_m']:.2f}× "
                          f"W's CPU per event (drain)")
+        parts += against_w(by.get((k, "B")), w, "the baseline binary (B)")
+        parts += against_w(by.get((k, "E")), w, "with format = \"cloudevents\" (E)")
         xo = by.get((k, "X"))
         if xo and xo["status"] == "ok" and w and w["status"] == "ok":
             parts.append(f"with delivery = \"exactly_once\" (X) walrelay drains at **{fmt(xo.get('x_w'), '.2f', '?')}× "
@@ -2098,7 +2156,7 @@ def headline(summary, lat, snap_summary=(), snap_n=None):
     ok = [l for l in lat if l["status"] == "ok"]
     if ok:
         bits = []
-        order = {"R": 0, "W": 1, "X": 2, "D": 3}
+        order = {"R": 0, "W": 1, "B": 2, "E": 3, "X": 4, "D": 5}
         for l in sorted(ok, key=lambda l: (order.get(l["contender"], 3), l.get("poll_ms") or 0)):
             who = f"D (poll.interval.ms={l['poll_ms']})" if l["contender"] == "D" else l["contender"]
             bits.append(f"{who} p50 {l['p50']:.0f} ms / p99 {l['p99']:.0f} ms")
@@ -2110,6 +2168,8 @@ def headline(summary, lat, snap_summary=(), snap_n=None):
 
 
 NAMES = {"R": "R  pg_recvlogical (ceiling)", "D": "D  Debezium + EventRouter", "W": "W  walrelay",
+         "B": "B  walrelay, baseline binary (--baseline)",
+         "E": "E  walrelay, format = \"cloudevents\" (binary mode)",
          "S": "S  walrelay over SASL_SSL (SCRAM-SHA-512, TLS)",
          "X": "X  walrelay, delivery = \"exactly_once\" (read_committed)"}
 SNAP_NAMES = {"C": "C  COPY … ORDER BY id (ceiling)", "D": "D  Debezium snapshot.mode=initial + EventRouter",
@@ -2209,12 +2269,14 @@ def tables_headline(summary):
     for k in sorted({r["k"] for r in summary}):
         d, wr = by.get((k, "D")), by.get((k, "W"))
         parts = w_and_d_in_words(wr, d, lambda: f", peak RSS {wr['rss_mib']:,.0f} MiB")
+        parts += against_w(by.get((k, "B")), wr, "the baseline binary (B)")
         if parts:
             out.append(f"- Table events, K={k}: " + "; ".join(parts) + ".")
     return out
 
 
-TABLE_NAMES = {"R": "R  pg_recvlogical (ceiling)", "D": "D  Debezium, plain table events", "W": "W  walrelay [[table]]"}
+TABLE_NAMES = {"R": "R  pg_recvlogical (ceiling)", "D": "D  Debezium, plain table events", "W": "W  walrelay [[table]]",
+               "B": "B  walrelay [[table]], baseline binary (--baseline)"}
 
 
 def report(ctx, results, lat, info, started, finished, snaps=(), tres=()):
@@ -2231,11 +2293,11 @@ def report(ctx, results, lat, info, started, finished, snaps=(), tres=()):
     w("")
     w(f"Versions: PostgreSQL {info['postgres']} · {info['pg_recvlogical']} · Kafka broker {info['kafka']} · "
       f"Kafka Connect {info['connect']} · Debezium {info['debezium']} · {info['java']} · "
-      f"walrelay: {info['walrelay']} (git {info['git']}).")
+      f"walrelay: {info['walrelay']} (git {info['git']})"
+      + (f"; B, the baseline: {info['baseline']}" if info.get("baseline") else "") + ".")
     w("")
     snap_summary = summarize_snapshot(snaps, snapshot_contenders(ctx)) if snaps else []
-    table_contenders = [c for c in ctx.contenders if c not in "SX"]
-    tsummary = summarize(tres, table_contenders, ctx.tables_txn_sizes) if tres else []
+    tsummary = summarize(tres, table_contenders(ctx), ctx.tables_txn_sizes) if tres else []
     head = headline(summarize(results, ctx.contenders, ctx.txn_sizes) if results else [], lat,
                     snap_summary, ctx.snap_fill and ctx.snap_fill["n"])
     if tsummary:
@@ -2389,7 +2451,9 @@ def parse_args(argv):
     ap.add_argument("--runs", type=int, default=3, help="runs per K; the table shows medians (default 3)")
     ap.add_argument("--writers", type=int, default=4, help="concurrent pgbench writers (default 4)")
     ap.add_argument("--contenders", default="R D W",
-                    help='subset of "R D W S X" (default "R D W"); S = walrelay over the dev broker\'s '
+                    help='subset of "R D W B E S X" (default "R D W"); B = walrelay run from the --baseline '
+                         'binary (before/after a change); E = walrelay with format = "cloudevents" in binary '
+                         'mode (throughput and latency passes); S = walrelay over the dev broker\'s '
                          'SASL_SSL listener (throughput pass only), to compare with W; X = walrelay with '
                          '[kafka] delivery = "exactly_once" (throughput and latency passes), counted and '
                          'timed as a read_committed consumer sees its records')
@@ -2429,6 +2493,8 @@ def parse_args(argv):
     ap.add_argument("--walrelay", default=default_bin,
                     help="walrelay binary (default $WALRELAY_BIN, else $CARGO_TARGET_DIR/release/walrelay, "
                          "else target/release/walrelay)")
+    ap.add_argument("--baseline", default=None,
+                    help="contender B's walrelay binary, e.g. a release build of an earlier commit")
     ap.add_argument("--require-walrelay", action="store_true",
                     help='fail instead of printing "not yet" when walrelay is missing or does not deliver')
     ap.add_argument("--no-docs", action="store_true", help="do not write docs/benchmarks.md")
@@ -2462,10 +2528,15 @@ def main(argv):
         a if re.fullmatch(r"[\w./=:-]+", a) else f"'{a}'" for a in argv))
     ctx.txn_sizes = [int(x) for x in args.txn_sizes.split()]
     ctx.tables_txn_sizes = [int(x) for x in args.tables_txn_sizes.split()]
-    ctx.contenders = [c for c in "RDWSX" if c in args.contenders.upper().split()]
+    ctx.contenders = [c for c in "RDWBESX" if c in args.contenders.upper().split()]
     ctx.dbz_latency_poll_ms = [int(x) for x in args.dbz_latency_poll_ms.split()]
     ctx.walrelay = Path(args.walrelay)
-    ctx.w_reason = walrelay_missing_reason(ctx) if {"W", "S", "X"} & set(ctx.contenders) else None
+    ctx.w_reason = walrelay_missing_reason(ctx.walrelay) if set("WESX") & set(ctx.contenders) else None
+    if "B" in ctx.contenders and not args.baseline:
+        print("bench: error: contender B needs --baseline PATH (a walrelay binary to compare with)", file=sys.stderr)
+        return 1
+    ctx.baseline = Path(args.baseline) if args.baseline else None
+    ctx.b_reason = walrelay_missing_reason(ctx.baseline) if "B" in ctx.contenders else None
     if "S" in ctx.contenders and not (SASL_SSL["brokers"] and SASL_SSL["password"]):
         print("bench: error: contender S needs the SASL_SSL listener: WALRELAY_KAFKA_SASL_SSL_BROKERS etc. "
               "(deploy/dev/kafka.sh up prints them; restart a broker started by an older kafka.sh)",
