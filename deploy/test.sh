@@ -16,11 +16,15 @@ ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)
 cd "$ROOT"
 EXTRA_MAJORS=${WALRELAY_TEST_MAJORS-"14 15 16 17"}
 
-log() { printf '\n==> %s\n' "$*" >&2; }
+T0=$SECONDS
+# Each stage's line says when it started (UTC and minutes into the run): CI has a
+# 30-minute budget, and these lines show where it went.
+log() { printf '\n==> [%s +%dm%02ds] %s\n' "$(date -u +%H:%M:%S)" $(((SECONDS - T0) / 60)) $(((SECONDS - T0) % 60)) "$*" >&2; }
 
 cleanup() {
   local rc=$?
-  [[ -z ${matrix_pid:-} ]] || kill -- "$matrix_pid" 2>/dev/null || true
+  local pid
+  for pid in ${matrix_pid:-} ${outage_pid:-} ${bench_pid:-} ${lost_slot_pid:-}; do kill -- "$pid" 2>/dev/null || true; done
   log "taking services down"
   for m in 18 $EXTRA_MAJORS; do PG_MAJOR=$m deploy/dev/postgres.sh down >/dev/null 2>&1 || true; done
   for m in 17 18; do PG_MAJOR=$m deploy/dev/pg_pair.sh down >/dev/null 2>&1 || true; done
@@ -82,10 +86,11 @@ run_test() { # run_test <tests/NAME.rs> [libtest args...]
 # tests/kafka_outage.rs stops and starts its broker and mostly waits (a
 # 360 s outage): it runs on a broker of its own (KAFKA_PORT=39092), beside
 # the other tests instead of after them; then, in the same background job,
-# the multi-instance tests (ha) and the slow-acknowledgement tests
-# (delivery), which mostly wait for leases and lingering producers, against
-# the shared services.
-log "broker-outage tests (own broker), then ha and delivery, in the background"
+# the multi-instance tests (ha), the slow-acknowledgement tests (delivery),
+# which mostly wait for leases and lingering producers, and the incremental
+# snapshots, against the shared services (the two lanes take about as long).
+BG_TESTS=(ha delivery incremental)
+log "broker-outage tests (own broker), then ${BG_TESTS[*]}, in the background"
 outage_env=$(KAFKA_PORT=39092 deploy/dev/kafka.sh up)
 outage_log="$ROOT/.state/kafka_outage.log"
 (
@@ -93,7 +98,7 @@ outage_log="$ROOT/.state/kafka_outage.log"
     eval "$outage_env"
     export WALRELAY_KAFKA_BROKERS KAFKA_PORT=39092
     run_test kafka_outage
-  ) && run_test ha && run_test delivery
+  ) && for t in "${BG_TESTS[@]}"; do run_test "$t" || exit 1; done
 ) >"$outage_log" 2>&1 &
 outage_pid=$!
 
@@ -105,16 +110,16 @@ for f in tests/*.rs; do
   # slot of the outage test running beside it lost too. It runs after.
   # failover crashes the primary of a pair of its own (below).
   case $name in
-    kafka_outage | ha | delivery | lost_slot | failover) ;;
+    kafka_outage | ha | delivery | incremental | lost_slot | failover) ;;
     *) tests+=(--test "$name") ;;
   esac
 done
 cargo test --locked --lib --bins "${tests[@]}"
 
-log "waiting for the broker-outage, ha and delivery tests"
+log "waiting for the broker-outage, ${BG_TESTS[*]} tests"
 if ! wait "$outage_pid"; then
   cat "$outage_log" >&2
-  echo "tests/kafka_outage.rs, ha.rs or delivery.rs failed (the output above)" >&2
+  echo "tests/kafka_outage.rs or one of ${BG_TESTS[*]} failed (the output above)" >&2
   exit 1
 fi
 grep -E "^test |test result" "$outage_log" >&2 || true
@@ -163,8 +168,14 @@ if ((${#BG_MAJORS[@]})); then
   matrix_pid=$!
 fi
 
-log "lost slot (alone: it lowers max_slot_wal_keep_size for the whole server)"
-cargo test --locked --test lost_slot
+# The benchmark harness in its smoke mode (2,000 rows through pg_recvlogical,
+# Debezium and walrelay), so it cannot rot; its numbers are not results. It
+# runs beside the failover stage (that one has servers of its own).
+log "benchmark harness, smoke mode, in the background"
+bench_log="$ROOT/.state/bench_smoke.log"
+deploy/bench/run.sh --smoke --walrelay "${CARGO_TARGET_DIR:-$ROOT/target}/debug/walrelay" --require-walrelay \
+  >"$bench_log" 2>&1 &
+bench_pid=$!
 
 # PostgreSQL failover for real: a primary and a physical standby of 17 and of 18
 # (failover slots need 17+), the primary crashed and the standby promoted under
@@ -175,15 +186,26 @@ for m in 18 17; do
   (
     eval "$pair_env"
     export WALRELAY_PAIR_MAJOR WALRELAY_PAIR_PRIMARY_PORT WALRELAY_PAIR_STANDBY_PORT
-    cargo test --locked --test failover
+    run_test failover
   )
   PG_MAJOR=$m deploy/dev/pg_pair.sh down >/dev/null
 done
 
-# The benchmark harness in its smoke mode (2,000 rows through pg_recvlogical,
-# Debezium and walrelay), so it cannot rot; its numbers are not results.
-log "benchmark harness, smoke mode"
-deploy/bench/run.sh --smoke --walrelay "${CARGO_TARGET_DIR:-$ROOT/target}/debug/walrelay" --require-walrelay >/dev/null
+log "waiting for the benchmark smoke"
+if ! wait "$bench_pid"; then
+  cat "$bench_log" >&2
+  echo "deploy/bench/run.sh --smoke failed (its output above)" >&2
+  exit 1
+fi
+tail -n 1 "$bench_log" >&2
+
+# lost_slot lowers max_slot_wal_keep_size for the whole PostgreSQL 18 server,
+# which would make other slots of that server lost too: nothing else uses it
+# meanwhile. The soaks use services of their own, so it runs beside them.
+log "lost slot, in the background (alone on PostgreSQL 18: it lowers max_slot_wal_keep_size)"
+lost_slot_log="$ROOT/.state/lost_slot.log"
+run_test lost_slot >"$lost_slot_log" 2>&1 &
+lost_slot_pid=$!
 
 # The fault soak, short version (~3 min): kills walrelay, stops its broker,
 # restarts its PostgreSQL, terminates the walsender, then checks every event;
@@ -198,6 +220,14 @@ SOAK_PG_MAJOR=$SOAK_MAJOR deploy/soak.sh --ci
 log "fault soak, exactly_once (deploy/soak.sh --exactly-once, 6 cycles)"
 SOAK_PG_MAJOR=$SOAK_MAJOR deploy/soak.sh --exactly-once --cycles 6 --load 1-3 --outage 5-10 \
   --faults kill-9,sigterm,broker-stop,pg-restart-immediate,second-instance
+
+log "waiting for the lost-slot tests"
+if ! wait "$lost_slot_pid"; then
+  cat "$lost_slot_log" >&2
+  echo "tests/lost_slot.rs failed (its output above)" >&2
+  exit 1
+fi
+grep -E "^test |test result" "$lost_slot_log" >&2 || true
 
 # The majors the fault soak does not use finish in the background (started
 # above); the soak's major runs now that the soak has taken it down.
