@@ -76,6 +76,16 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["target"]["name"], m["executable"])')
+# await_job <pid> <log> <what failed> <grep -E pattern of the lines to keep>:
+# waits for a background stage; on failure prints its whole log and stops.
+await_job() {
+  if ! wait "$1"; then
+    cat "$2" >&2
+    echo "$3 failed (the output above)" >&2
+    exit 1
+  fi
+  grep -E "$4" "$2" >&2 || true
+}
 run_test() { # run_test <tests/NAME.rs> [libtest args...]
   local exe=${TEST_BIN[$1]:-}
   [[ -x $exe ]] || { echo "cannot find the $1 test binary" >&2; return 1; }
@@ -117,12 +127,7 @@ done
 cargo test --locked --lib --bins "${tests[@]}"
 
 log "waiting for the broker-outage, ${BG_TESTS[*]} tests"
-if ! wait "$outage_pid"; then
-  cat "$outage_log" >&2
-  echo "tests/kafka_outage.rs or one of ${BG_TESTS[*]} failed (the output above)" >&2
-  exit 1
-fi
-grep -E "^test |test result" "$outage_log" >&2 || true
+await_job "$outage_pid" "$outage_log" "tests/kafka_outage.rs or one of ${BG_TESTS[*]}" "^test |test result"
 KAFKA_PORT=39092 deploy/dev/kafka.sh down >/dev/null
 
 # Tests that depend on the server version run against every supported major,
@@ -192,12 +197,7 @@ for m in 18 17; do
 done
 
 log "waiting for the benchmark smoke"
-if ! wait "$bench_pid"; then
-  cat "$bench_log" >&2
-  echo "deploy/bench/run.sh --smoke failed (its output above)" >&2
-  exit 1
-fi
-tail -n 1 "$bench_log" >&2
+await_job "$bench_pid" "$bench_log" "deploy/bench/run.sh --smoke" "^bench: done"
 
 # lost_slot lowers max_slot_wal_keep_size for the whole PostgreSQL 18 server,
 # which would make other slots of that server lost too: nothing else uses it
@@ -222,12 +222,7 @@ SOAK_PG_MAJOR=$SOAK_MAJOR deploy/soak.sh --exactly-once --cycles 6 --load 1-3 --
   --faults kill-9,sigterm,broker-stop,pg-restart-immediate,second-instance
 
 log "waiting for the lost-slot tests"
-if ! wait "$lost_slot_pid"; then
-  cat "$lost_slot_log" >&2
-  echo "tests/lost_slot.rs failed (its output above)" >&2
-  exit 1
-fi
-grep -E "^test |test result" "$lost_slot_log" >&2 || true
+await_job "$lost_slot_pid" "$lost_slot_log" "tests/lost_slot.rs" "^test |test result"
 
 # The majors the fault soak does not use finish in the background (started
 # above); the soak's major runs now that the soak has taken it down.
@@ -235,10 +230,5 @@ if ((${#FG_MAJORS[@]})); then
   matrix "${FG_MAJORS[@]}"
 fi
 log "waiting for the version-sensitive tests on PostgreSQL ${BG_MAJORS[*]:-(none)}"
-if [[ -n ${matrix_pid:-} ]] && ! wait "$matrix_pid"; then
-  cat "$matrix_log" >&2
-  echo "the version-sensitive tests failed (their output above)" >&2
-  exit 1
-fi
-[[ -z ${matrix_pid:-} ]] || grep -E "^==>|Running |test result" "$matrix_log" >&2 || true
+[[ -z ${matrix_pid:-} ]] || await_job "$matrix_pid" "$matrix_log" "the version-sensitive tests" "^==>|Running |test result"
 log "all tests passed"
