@@ -26,8 +26,9 @@ Per transaction size K and run i:
      Kafka transaction, on wrbench.offsets, X's own offset topic) reached a read_committed consumer
      that follows that topic during the run: when the last record became visible.
   B: walrelay as W, run from another binary (--baseline PATH, e.g. a build of an earlier
-     commit): the before/after comparison of a change on the same backlog (throughput, table-events
-     and latency passes).
+     commit) and/or with other [kafka] settings (--baseline-kafka 'linger = "20ms"'): the
+     before/after comparison of a change on the same backlog (throughput, table-events and latency
+     passes).
   E: walrelay as W with [[outbox]] format = "cloudevents" in binary mode (ce_* headers, the payload
      as the value; throughput and latency passes); verified as W, by its ce_id header.
      The order of the contenders rotates from run to run.
@@ -908,7 +909,7 @@ def start_connect(ctx, d, slot, poll_ms, snapshot_mode="no_data", mode=None):
 
 
 def start_walrelay(ctx, d, slot, name, snapshot_mode=None, sasl_ssl=False, mode=None, exactly_once=False,
-                   health_port=None, cloudevents=False, binary=None):
+                   health_port=None, cloudevents=False, binary=None, kafka_keys=None):
     """Streaming (the slot exists, made by the harness), or with snapshot_mode the snapshot
     pass: walrelay creates the slot itself (its snapshot is the one the slot exports).
     sasl_ssl: over the SASL_SSL listener (contender S) instead of PLAINTEXT.
@@ -917,7 +918,7 @@ def start_walrelay(ctx, d, slot, name, snapshot_mode=None, sasl_ssl=False, mode=
     section listening on 127.0.0.1:<port> (X: /metrics is read once, after the drain, for the
     transaction counters). cloudevents: the [[outbox]] section gets `format = "cloudevents"` in
     binary mode (contender E). binary: the walrelay binary to run (contender B: --baseline),
-    default ctx.walrelay.
+    default ctx.walrelay. kafka_keys: TOML lines added to [kafka] (contender B: --baseline-kafka).
     mode: TABLE_MODE replaces the [[outbox]] section by a [[table]] section for mode's table
     (topic prefix "wrbench", as Debezium's topic.prefix) and uses mode's publication."""
     mode = mode or OUTBOX_MODE
@@ -952,6 +953,11 @@ def start_walrelay(ctx, d, slot, name, snapshot_mode=None, sasl_ssl=False, mode=
                 f'sasl_username = "{SASL_SSL["user"]}"\nsasl_password = "${{BENCH_KAFKA_PASSWORD}}"\n'
                 f'ssl_ca = "{SASL_SSL["tls_dir"]}/ca.pem"\n')
         cfg.write_text(text.replace("[kafka]\n", "[kafka]\n" + keys, 1))
+    if kafka_keys:
+        text = cfg.read_text()
+        if "[kafka]\n" not in text:
+            raise BenchError("walrelay.toml.in: no [kafka] section for --baseline-kafka")
+        cfg.write_text(text.replace("[kafka]\n", "[kafka]\n" + kafka_keys.rstrip("\n") + "\n", 1))
     if exactly_once:
         text = cfg.read_text()
         if "[kafka]\n" not in text:
@@ -1010,7 +1016,8 @@ def run_kafka_contender(ctx, contender, slot, k, run, n, mode=None):
         t0, t0_wall = time.monotonic(), time.time()
         p, plog = start_walrelay(ctx, d, slot,
                                  f"wrbench-{ctx.stamp}-{mode['prefix']}k{k}-run{run}-{contender.lower()}",
-                                 sasl_ssl=secured, mode=mode, cloudevents=contender == "E", binary=binary)
+                                 sasl_ssl=secured, mode=mode, cloudevents=contender == "E", binary=binary,
+                                 kafka_keys=ctx.args.baseline_kafka if contender == "B" else None)
         first_timeout, name = 120, "walrelay"
     neighbours = Neighbours(slot, broker=True)
     try:
@@ -1742,7 +1749,8 @@ def latency(ctx):
                 name = "Kafka Connect"
             else:
                 p, plog = start_walrelay(ctx, d, slot, f"wrbench-{ctx.stamp}-latency-{c.lower()}",
-                                         cloudevents=c == "E", binary=ctx.baseline if c == "B" else None)
+                                         cloudevents=c == "E", binary=ctx.baseline if c == "B" else None,
+                                         kafka_keys=ctx.args.baseline_kafka if c == "B" else None)
                 name = "walrelay"
             # Warm-up: a few rows, wait until they are in Kafka (the contender is streaming).
             warm = 4 * ctx.args.writers
@@ -2041,8 +2049,10 @@ def machine_info(ctx):
     if not walrelay_missing_reason(ctx.walrelay):
         walrelay = sh([str(ctx.walrelay), "--version"]).splitlines()[0]
     baseline = None
-    if ctx.baseline and not walrelay_missing_reason(ctx.baseline):
+    if "B" in ctx.contenders and not walrelay_missing_reason(ctx.baseline):
         baseline = f"{sh([str(ctx.baseline), '--version']).splitlines()[0]} ({ctx.baseline})"
+        if ctx.args.baseline_kafka:
+            baseline += f" with [kafka] {ctx.args.baseline_kafka!r}"
     git = sh(["git", "-C", str(REPO), "describe", "--always", "--dirty"])
     return dict(
         cores=os.cpu_count(), cpu_model=cpu_model, mem_gib=mem_kb / 1024 / 1024,
@@ -2144,7 +2154,7 @@ def headline(summary, lat, snap_summary=(), snap_n=None):
             parts.append(f"over SASL_SSL (S) walrelay drains at {fmt(sec.get('x_w'), '.2f', '?')}× its "
                          f"PLAINTEXT rate (W), using {sec['cpu_drain_per_m'] / w['cpu_drain_per_m']:.2f}× "
                          f"W's CPU per event (drain)")
-        parts += against_w(by.get((k, "B")), w, "the baseline binary (B)")
+        parts += against_w(by.get((k, "B")), w, "the baseline (B)")
         parts += against_w(by.get((k, "E")), w, "with format = \"cloudevents\" (E)")
         xo = by.get((k, "X"))
         if xo and xo["status"] == "ok" and w and w["status"] == "ok":
@@ -2168,7 +2178,7 @@ def headline(summary, lat, snap_summary=(), snap_n=None):
 
 
 NAMES = {"R": "R  pg_recvlogical (ceiling)", "D": "D  Debezium + EventRouter", "W": "W  walrelay",
-         "B": "B  walrelay, baseline binary (--baseline)",
+         "B": "B  walrelay, baseline (--baseline, --baseline-kafka)",
          "E": "E  walrelay, format = \"cloudevents\" (binary mode)",
          "S": "S  walrelay over SASL_SSL (SCRAM-SHA-512, TLS)",
          "X": "X  walrelay, delivery = \"exactly_once\" (read_committed)"}
@@ -2269,14 +2279,14 @@ def tables_headline(summary):
     for k in sorted({r["k"] for r in summary}):
         d, wr = by.get((k, "D")), by.get((k, "W"))
         parts = w_and_d_in_words(wr, d, lambda: f", peak RSS {wr['rss_mib']:,.0f} MiB")
-        parts += against_w(by.get((k, "B")), wr, "the baseline binary (B)")
+        parts += against_w(by.get((k, "B")), wr, "the baseline (B)")
         if parts:
             out.append(f"- Table events, K={k}: " + "; ".join(parts) + ".")
     return out
 
 
 TABLE_NAMES = {"R": "R  pg_recvlogical (ceiling)", "D": "D  Debezium, plain table events", "W": "W  walrelay [[table]]",
-               "B": "B  walrelay [[table]], baseline binary (--baseline)"}
+               "B": "B  walrelay [[table]], baseline (--baseline, --baseline-kafka)"}
 
 
 def report(ctx, results, lat, info, started, finished, snaps=(), tres=()):
@@ -2494,7 +2504,11 @@ def parse_args(argv):
                     help="walrelay binary (default $WALRELAY_BIN, else $CARGO_TARGET_DIR/release/walrelay, "
                          "else target/release/walrelay)")
     ap.add_argument("--baseline", default=None,
-                    help="contender B's walrelay binary, e.g. a release build of an earlier commit")
+                    help="contender B's walrelay binary, e.g. a release build of an earlier commit "
+                         "(default: W's)")
+    ap.add_argument("--baseline-kafka", default=None,
+                    help='TOML lines added to contender B\'s [kafka] section, e.g. \'linger = "20ms"\': '
+                         "W against the same binary with other producer settings")
     ap.add_argument("--require-walrelay", action="store_true",
                     help='fail instead of printing "not yet" when walrelay is missing or does not deliver')
     ap.add_argument("--no-docs", action="store_true", help="do not write docs/benchmarks.md")
@@ -2532,10 +2546,11 @@ def main(argv):
     ctx.dbz_latency_poll_ms = [int(x) for x in args.dbz_latency_poll_ms.split()]
     ctx.walrelay = Path(args.walrelay)
     ctx.w_reason = walrelay_missing_reason(ctx.walrelay) if set("WESX") & set(ctx.contenders) else None
-    if "B" in ctx.contenders and not args.baseline:
-        print("bench: error: contender B needs --baseline PATH (a walrelay binary to compare with)", file=sys.stderr)
+    if "B" in ctx.contenders and not (args.baseline or args.baseline_kafka):
+        print("bench: error: contender B needs --baseline PATH (another walrelay binary) and/or --baseline-kafka "
+              "(other [kafka] settings)", file=sys.stderr)
         return 1
-    ctx.baseline = Path(args.baseline) if args.baseline else None
+    ctx.baseline = Path(args.baseline) if args.baseline else ctx.walrelay
     ctx.b_reason = walrelay_missing_reason(ctx.baseline) if "B" in ctx.contenders else None
     if "S" in ctx.contenders and not (SASL_SSL["brokers"] and SASL_SSL["password"]):
         print("bench: error: contender S needs the SASL_SSL listener: WALRELAY_KAFKA_SASL_SSL_BROKERS etc. "
