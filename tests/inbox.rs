@@ -577,6 +577,53 @@ async fn one_key_topic(dst: &TestDb, n: usize, bad: usize) -> (String, Vec<Strin
     (topic, ids)
 }
 
+/// Waits (up to a minute) until `group` has committed offset `end` of
+/// partition 0 of `topic`: the inbox's frontier there. `what` names the wait.
+async fn wait_committed(group: &str, topic: &str, end: i64, what: &str) {
+    wait_for(what, Duration::from_secs(60), || {
+        let (group, topic) = (group.to_owned(), topic.to_owned());
+        async move {
+            let c = committed(&group, std::slice::from_ref(&topic));
+            (c.get(&(topic, 0)) == Some(&end)).then_some(())
+        }
+    })
+    .await;
+}
+
+/// Runs the inbox as a library (`run_with`, `extra` added to its
+/// `[inbox]` config) with `handler` on the one-partition `topic` of
+/// [`one_key_topic`]'s six records until its group has committed offset 6
+/// (`what` names that wait), stops it, and returns its metrics.
+async fn run_handler_until<H>(
+    dst: &TestDb,
+    name: &str,
+    topic: &str,
+    extra: &str,
+    handler: H,
+    what: &str,
+) -> std::sync::Arc<walrelay::inbox::InboxMetrics>
+where
+    H: walrelay::inbox::Handler + Send + Sync + 'static,
+{
+    use std::sync::Arc;
+    let group = unique(&format!("{name}_group"));
+    let topics = [topic.to_owned()];
+    let path = inbox_config(dst, &group, &topics, "127.0.0.1:0", "unused", "[]", extra);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let env = |name: &str| (name == "PGPASSWORD_FOR_INBOX").then(|| "postgres".to_owned());
+    let loaded = walrelay::inbox::config::from_str(&text, "inbox.toml", &env).unwrap();
+    let metrics = Arc::new(walrelay::inbox::InboxMetrics::new(name));
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn({
+        let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
+        async move { walrelay::inbox::run_with(&loaded.inbox, handler, metrics, shutdown).await }
+    });
+    wait_committed(&group, topic, 6, what).await;
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+    metrics
+}
+
 async fn applied_ids(dst: &TestDb) -> Vec<String> {
     dst.client
         .query("SELECT event_id FROM applied ORDER BY n", &[])
@@ -609,18 +656,7 @@ async fn a_record_that_keeps_failing_is_quarantined_and_the_partition_goes_on() 
         "max_attempts = 3\non_quarantine = \"continue\"",
     );
     let mut inbox = InboxProcess::start(&config);
-    wait_for(
-        "the frontier at the end of the topic",
-        Duration::from_secs(30),
-        || {
-            let (group, topic) = (group.clone(), topic.clone());
-            async move {
-                let c = committed(&group, std::slice::from_ref(&topic));
-                (c.get(&(topic, 0)) == Some(&11)).then_some(())
-            }
-        },
-    )
-    .await;
+    wait_committed(&group, &topic, 11, "the frontier at the end of the topic").await;
     let metrics = http_get(&listen, "/metrics");
     assert_eq!(inbox.stop(), Some(0), "{}", inbox.log());
 
@@ -721,18 +757,7 @@ async fn a_record_that_keeps_failing_goes_to_the_quarantine_topic() {
     );
     std::fs::write(&config, text).unwrap();
     let mut inbox = InboxProcess::start(&config);
-    wait_for(
-        "the frontier at the end of the topic",
-        Duration::from_secs(30),
-        || {
-            let (group, topic) = (group.clone(), topic.clone());
-            async move {
-                let c = committed(&group, std::slice::from_ref(&topic));
-                (c.get(&(topic, 0)) == Some(&6)).then_some(())
-            }
-        },
-    )
-    .await;
+    wait_committed(&group, &topic, 6, "the frontier at the end of the topic").await;
     let metrics = http_get(&listen, "/metrics");
     assert_eq!(inbox.stop(), Some(0), "{}", inbox.log());
 
@@ -847,18 +872,7 @@ async fn a_database_unreachable_at_start_is_waited_for() {
         )
         .await
         .unwrap();
-    wait_for(
-        "the frontier at the end of the topic",
-        Duration::from_secs(60),
-        || {
-            let (group, topic) = (group.clone(), topic.clone());
-            async move {
-                let c = committed(&group, std::slice::from_ref(&topic));
-                (c.get(&(topic, 0)) == Some(&3)).then_some(())
-            }
-        },
-    )
-    .await;
+    wait_committed(&group, &topic, 3, "the frontier at the end of the topic").await;
     assert_eq!(inbox.stop(), Some(0), "{}", inbox.log());
     let applied: Vec<String> = client
         .query("SELECT event_id FROM applied ORDER BY n", &[])
@@ -942,18 +956,7 @@ async fn with_on_quarantine_stop_the_partition_stops_at_the_record_until_fixed()
         .replace("$2::jsonb", "to_jsonb($2)");
     std::fs::write(&config, text).unwrap();
     let mut inbox = InboxProcess::start(&config);
-    wait_for(
-        "the frontier at the end of the topic",
-        Duration::from_secs(30),
-        || {
-            let (group, topic) = (group.clone(), topic.clone());
-            async move {
-                let c = committed(&group, std::slice::from_ref(&topic));
-                (c.get(&(topic, 0)) == Some(&8)).then_some(())
-            }
-        },
-    )
-    .await;
+    wait_committed(&group, &topic, 8, "the frontier at the end of the topic").await;
     assert_eq!(inbox.stop(), Some(0), "{}", inbox.log());
     assert_eq!(applied_ids(&dst).await, ids, "each once, in order");
 }
@@ -965,9 +968,8 @@ async fn with_on_quarantine_stop_the_partition_stops_at_the_record_until_fixed()
 /// quarantined, every event applied once in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rust_handler_retried_after_failures_applies_every_event_once() {
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};
-    use walrelay::inbox::{Event, Handler, HandlerError, InboxMetrics, run_with};
+    use walrelay::inbox::{Event, Handler, HandlerError};
 
     struct Flaky {
         failures_left: AtomicU32,
@@ -999,42 +1001,18 @@ async fn a_rust_handler_retried_after_failures_applies_every_event_once() {
     require_kafka();
     let dst = TestDb::new("inbox_lib").await;
     let (topic, ids) = one_key_topic(&dst, 6, usize::MAX).await;
-    let group = unique("inbox_lib_group");
-    let path = inbox_config(
-        &dst,
-        &group,
-        std::slice::from_ref(&topic),
-        "127.0.0.1:0",
-        "unused",
-        "[]",
-        "max_attempts = 3",
-    );
-    let text = std::fs::read_to_string(&path).unwrap();
-    let env = |name: &str| (name == "PGPASSWORD_FOR_INBOX").then(|| "postgres".to_owned());
-    let loaded = walrelay::inbox::config::from_str(&text, "inbox.toml", &env).unwrap();
-    let metrics = Arc::new(InboxMetrics::new("lib"));
-    let shutdown = tokio_util::sync::CancellationToken::new();
     let handler = Flaky {
         failures_left: AtomicU32::new(2),
     };
-    let task = tokio::spawn({
-        let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
-        async move { run_with(&loaded.inbox, handler, metrics, shutdown).await }
-    });
-    wait_for(
+    let metrics = run_handler_until(
+        &dst,
+        "inbox_lib",
+        &topic,
+        "max_attempts = 3",
+        handler,
         "the frontier at the end of the topic",
-        Duration::from_secs(30),
-        || {
-            let (group, topic) = (group.clone(), topic.clone());
-            async move {
-                let c = committed(&group, std::slice::from_ref(&topic));
-                (c.get(&(topic, 0)) == Some(&6)).then_some(())
-            }
-        },
     )
     .await;
-    shutdown.cancel();
-    task.await.unwrap().unwrap();
     assert_eq!(
         applied_ids(&dst).await,
         ids,
@@ -1065,9 +1043,8 @@ async fn a_rust_handler_retried_after_failures_applies_every_event_once() {
 /// applied once in order, and the frontier committed to the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_handler_is_retried_then_quarantined_and_the_worker_lives_on() {
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};
-    use walrelay::inbox::{Event, Handler, HandlerError, InboxMetrics, run_with};
+    use walrelay::inbox::{Event, Handler, HandlerError};
 
     struct Panicky {
         once_left: AtomicU32,
@@ -1103,42 +1080,18 @@ async fn a_panicking_handler_is_retried_then_quarantined_and_the_worker_lives_on
     require_kafka();
     let dst = TestDb::new("inbox_panic").await;
     let (topic, ids) = one_key_topic(&dst, 6, usize::MAX).await;
-    let group = unique("inbox_panic_group");
-    let path = inbox_config(
-        &dst,
-        &group,
-        std::slice::from_ref(&topic),
-        "127.0.0.1:0",
-        "unused",
-        "[]",
-        "max_attempts = 3\nworkers = 1",
-    );
-    let text = std::fs::read_to_string(&path).unwrap();
-    let env = |name: &str| (name == "PGPASSWORD_FOR_INBOX").then(|| "postgres".to_owned());
-    let loaded = walrelay::inbox::config::from_str(&text, "inbox.toml", &env).unwrap();
-    let metrics = Arc::new(InboxMetrics::new("panic"));
-    let shutdown = tokio_util::sync::CancellationToken::new();
     let handler = Panicky {
         once_left: AtomicU32::new(1),
     };
-    let task = tokio::spawn({
-        let (metrics, shutdown) = (metrics.clone(), shutdown.clone());
-        async move { run_with(&loaded.inbox, handler, metrics, shutdown).await }
-    });
-    wait_for(
+    let metrics = run_handler_until(
+        &dst,
+        "inbox_panic",
+        &topic,
+        "max_attempts = 3\nworkers = 1",
+        handler,
         "the frontier at the end of the topic (a dead worker leaves it at 2)",
-        Duration::from_secs(60),
-        || {
-            let (group, topic) = (group.clone(), topic.clone());
-            async move {
-                let c = committed(&group, std::slice::from_ref(&topic));
-                (c.get(&(topic, 0)) == Some(&6)).then_some(())
-            }
-        },
     )
     .await;
-    shutdown.cancel();
-    task.await.unwrap().unwrap();
     let mut want = ids.clone();
     want.remove(2);
     assert_eq!(
