@@ -78,24 +78,7 @@ async fn begin_and_end_survive_kill_9_identical_and_are_confirmed_only_once_in_k
             .unwrap()
     };
 
-    let writer = tokio::spawn({
-        let db_name = db.name.clone();
-        async move {
-            let client = pg_connect(&db_name).await;
-            for n in 0..TRANSACTIONS as i64 {
-                let (x, y) = (2 * n, 2 * n + 1);
-                client
-                    .batch_execute(&format!(
-                        "BEGIN; INSERT INTO a VALUES ({x}, 'x'), ({y}, 'y');
-                         INSERT INTO b VALUES ({n}, 'b');
-                         UPDATE a SET v = 'u' WHERE id = {x}; COMMIT;"
-                    ))
-                    .await
-                    .expect("transaction");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-    });
+    let writer = spawn_writer(&db, TRANSACTIONS);
 
     // (slot position right after the kill, transaction records Kafka held)
     let mut kill_points: Vec<(u64, HashSet<String>)> = Vec::new();
@@ -132,7 +115,7 @@ async fn begin_and_end_survive_kill_9_identical_and_are_confirmed_only_once_in_k
 
     // Everything arrives: one END per transaction.
     let consumed = wait_for(
-        &format!("{TRANSACTIONS} END records in {tx_topic}"),
+        &format!("{TRANSACTIONS} END records in {tx_topic} and their events"),
         Duration::from_secs(180),
         || async {
             let got = consume_to_end(&topic_refs);
@@ -142,7 +125,14 @@ async fn begin_and_end_survive_kill_9_identical_and_are_confirmed_only_once_in_k
                 .filter_map(|c| c.header_str("walrelay.event_id"))
                 .filter(|id| id.ends_with(":end"))
                 .collect();
-            (ends.len() >= TRANSACTIONS).then_some(got)
+            // And every change event: an END can be in Kafka before an
+            // event of its transaction on another partition is.
+            let changes: HashSet<(&str, String)> = got
+                .iter()
+                .filter(|c| c.topic != tx_topic)
+                .filter_map(|c| Some((c.topic.as_str(), c.header_str("walrelay.event_id")?)))
+                .collect();
+            (ends.len() >= TRANSACTIONS && changes.len() >= 4 * TRANSACTIONS).then_some(got)
         },
     )
     .await;
@@ -323,24 +313,7 @@ async fn under_exactly_once_begin_events_and_end_commit_together_once() {
         format!("{prefix}.public.b"),
     ];
     let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
-    let writer = tokio::spawn({
-        let db_name = db.name.clone();
-        async move {
-            let client = pg_connect(&db_name).await;
-            for n in 0..N as i64 {
-                let (x, y) = (2 * n, 2 * n + 1);
-                client
-                    .batch_execute(&format!(
-                        "BEGIN; INSERT INTO a VALUES ({x}, 'x'), ({y}, 'y');
-                         INSERT INTO b VALUES ({n}, 'b');
-                         UPDATE a SET v = 'u' WHERE id = {x}; COMMIT;"
-                    ))
-                    .await
-                    .expect("transaction");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-    });
+    let writer = spawn_writer(&db, N);
     // BEGIN ⇔ END among what a read_committed reader sees now.
     let whole = |records: &[Consumed]| -> Result<usize, String> {
         let ids: HashSet<String> = records
@@ -410,4 +383,26 @@ async fn under_exactly_once_begin_events_and_end_commit_together_once() {
     assert_eq!(records.len() - tx.len(), 4 * N, "every event once");
     eprintln!("exactly_once: {N} transactions, BEGIN/END and events once each after {kills} kills");
     assert!(relay.stop().success(), "{}", relay.log());
+}
+
+/// Writes `transactions` transactions, 20 ms apart, each with two inserts
+/// into `a`, one into `b` and an update of `a` (four table events, two
+/// tables): transaction `n` inserts ids `2n`, `2n + 1` into `a` and `n` into `b`.
+fn spawn_writer(db: &TestDb, transactions: usize) -> tokio::task::JoinHandle<()> {
+    let db_name = db.name.clone();
+    tokio::spawn(async move {
+        let client = pg_connect(&db_name).await;
+        for n in 0..transactions as i64 {
+            let (x, y) = (2 * n, 2 * n + 1);
+            client
+                .batch_execute(&format!(
+                    "BEGIN; INSERT INTO a VALUES ({x}, 'x'), ({y}, 'y');
+                     INSERT INTO b VALUES ({n}, 'b');
+                     UPDATE a SET v = 'u' WHERE id = {x}; COMMIT;"
+                ))
+                .await
+                .expect("transaction");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
 }
