@@ -33,7 +33,12 @@
 //!   [`CommitTime::lead`] before the bound: the recent commits' duration
 //!   plus four times its deviation (TCP's retransmission-timeout estimate),
 //!   at most half the bound. So a record handed to the producer as its
-//!   transaction opens is usually committed by the bound.
+//!   transaction opens is usually committed by the bound. While walrelay is
+//!   caught up (the record's PostgreSQL commit less than a quarter of the
+//!   bound ago) the bound counts from that commit, not from the record's
+//!   arrival ([`opened_at`]): the walsender's delay is spent of it. Older
+//!   commits (a backlog), snapshot rows and a PostgreSQL clock ahead of
+//!   ours count from the arrival, so a drain keeps its large transactions.
 //! - **Waiting has one rule,** the streaming loop's: while Kafka does not
 //!   answer, wait and say so ([`KafkaWatch`]); a producer that delivers
 //!   nothing while the cluster answers a fresh client ends the session
@@ -108,6 +113,22 @@ impl CommitTime {
     }
 }
 
+/// When a Kafka transaction opened at `now` (Unix ms `now_ms`) by a record
+/// whose PostgreSQL transaction committed at `commit_ms` (0: not a streamed
+/// record) counts as opened for `max_time`: at that commit if it was less
+/// than a quarter of `max_time` ago, else at `now` (module doc).
+fn opened_at(now: Instant, now_ms: i64, commit_ms: i64, max_time: Duration) -> Instant {
+    let age_ms = now_ms.saturating_sub(commit_ms);
+    if commit_ms <= 0 || age_ms <= 0 {
+        return now;
+    }
+    let age = Duration::from_millis(age_ms.unsigned_abs());
+    if age >= max_time / 4 {
+        return now;
+    }
+    now.checked_sub(age).unwrap_or(now)
+}
+
 /// The Kafka transaction being filled.
 #[derive(Debug, Clone, Copy)]
 struct OpenTransaction {
@@ -163,19 +184,29 @@ impl OffsetWriter {
     }
 
     /// Before a record of `bytes` is sent: opens a Kafka transaction when
-    /// none is (`exactly_once`) and counts the record in it.
-    pub(super) fn before_send(&mut self, sink: &Sink, bytes: usize) -> Result<(), RelayError> {
-        let Some((_, open)) = self.transactions.as_mut() else {
+    /// none is (`exactly_once`) and counts the record in it. `commit_ms`:
+    /// the PostgreSQL commit time of a streamed record (Unix ms), 0 for
+    /// others.
+    pub(super) fn before_send(
+        &mut self,
+        sink: &Sink,
+        bytes: usize,
+        commit_ms: i64,
+    ) -> Result<(), RelayError> {
+        let Some((limits, open)) = self.transactions.as_mut() else {
             return Ok(());
         };
         let txn = match open {
             Some(txn) => txn,
             None => {
                 sink.begin_transaction().map_err(RelayError::Sink)?;
+                let now_ms = crate::pg::replication::pg_us_to_unix_ms(
+                    crate::pg::replication::pg_now_us(),
+                );
                 open.insert(OpenTransaction {
                     records: 0,
                     bytes: 0,
-                    opened: Instant::now(),
+                    opened: opened_at(Instant::now(), now_ms, commit_ms, limits.max_time),
                 })
             }
         };
@@ -329,7 +360,7 @@ impl OffsetWriter {
         offset.written_at_ms =
             crate::pg::replication::pg_us_to_unix_ms(crate::pg::replication::pg_now_us());
         let record = offset.to_record(&self.topic);
-        self.before_send(sink, record.size())?;
+        self.before_send(sink, record.size(), 0)?;
         sink.send(&record, Token::Offset { lsn })
             .await
             .map_err(|error| RelayError::Delivery {
@@ -453,6 +484,30 @@ mod tests {
             t.observe(Duration::from_secs(2));
         }
         assert_eq!(t.lead(bound), bound / 2);
+    }
+
+    /// The bound counts from a fresh commit (the walsender's delay spent of
+    /// it), from the arrival for an old one, a snapshot row, or a commit
+    /// time ahead of ours.
+    #[test]
+    fn a_transaction_counts_from_a_fresh_commit_else_from_its_first_record() {
+        let now = Instant::now();
+        let bound = Duration::from_millis(100);
+        let now_ms = 1_700_000_000_000;
+        assert_eq!(
+            opened_at(now, now_ms, now_ms - 12, bound),
+            now - Duration::from_millis(12),
+            "caught up: 12 ms of the bound already spent"
+        );
+        for (commit_ms, why) in [
+            (now_ms - 25, "a quarter of the bound old: a backlog"),
+            (now_ms - 60_000, "a minute old"),
+            (0, "not a streamed record"),
+            (now_ms + 40, "PostgreSQL's clock ahead of ours"),
+            (now_ms, "this millisecond"),
+        ] {
+            assert_eq!(opened_at(now, now_ms, commit_ms, bound), now, "{why}");
+        }
     }
 
     fn writer() -> (

@@ -665,7 +665,7 @@ impl Streaming {
             .record_sent(txn, bytes)
             .map_err(|e| Sent::Error(e.into()))?;
         self.offsets
-            .before_send(&self.sink, bytes)
+            .before_send(&self.sink, bytes, commit_ms)
             .map_err(Sent::Error)?;
         self.metrics
             .records_published
