@@ -125,7 +125,7 @@ fn media_type_problem(text: &str) -> Option<&'static str> {
 pub(super) fn check(outbox: &OutboxConfig, at: &dyn Fn(&str) -> String, out: &mut Vec<Problem>) {
     let ce = &outbox.cloudevents;
     // A header column must not pose as a header walrelay writes.
-    for (j, column) in outbox.header_columns.iter().enumerate() {
+    for (j, (_, column)) in outbox.header_placements().enumerate() {
         let lower = column.to_ascii_lowercase();
         let trace =
             outbox.trace_context_column.is_some() && TRACE_ATTRIBUTES.contains(&lower.as_str());
