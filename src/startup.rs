@@ -1021,6 +1021,24 @@ mod tests {
                 "created_at"
             ]
         );
+        // Placements name columns before the ':' (the rest is an alias).
+        let placed: OutboxConfig = toml::from_str(
+            "table = \"outbox\"\nheader_columns = [\"type:eventType\", \"tenant:t\"]\n\
+             envelope_columns = [\"type:eventType\", \"region:r\", \"aggregatetype\"]",
+        )
+        .unwrap();
+        assert_eq!(
+            route_columns(&placed),
+            [
+                "id",
+                "aggregateid",
+                "payload",
+                "aggregatetype",
+                "type",
+                "tenant",
+                "region"
+            ]
+        );
     }
 
     fn pg(create_slot: bool) -> PostgresConfig {

@@ -1239,7 +1239,7 @@ fn topic(outbox: &OutboxConfig, key: &str, out: &mut Vec<Problem>) {
                     key,
                     format!(
                         "template references {{{}}}, which is not a configured column; \
-                         use one of {choices} or add the column to header_columns",
+                         use one of {choices} or add the column to header_columns (or envelope_columns)",
                         shorten(column, MAX_VALUE_CHARS)
                     ),
                 ));

@@ -27,6 +27,7 @@
 use bytes::Bytes;
 use serde::de::IgnoredAny;
 
+use super::cloudevents::FindColumn;
 use super::debezium::{self, Kind, Mapping, Modes};
 use super::{BYTEA_OID, Bound, RouteError, Unroutable};
 use crate::Lsn;
@@ -76,7 +77,7 @@ impl Envelope {
         config: &OutboxConfig,
         payload: usize,
         rel: &Relation,
-        find: &dyn Fn(&str) -> Result<usize, (String, String)>,
+        find: &FindColumn<'_>,
     ) -> Result<Envelope, (String, String)> {
         let expand = config.expands_json_payload();
         let payload_oid = rel.columns.get(payload).map_or(0, |c| c.type_oid);
