@@ -6,8 +6,12 @@
 //! We add header `walrelay.lsn` (the transaction's commit LSN) for positional
 //! de-duplication. Opt-in per route: `format = "cloudevents"` makes each
 //! record a CloudEvent ([`cloudevents`]), `trace_context_column` adds the
-//! writer's W3C trace context headers ([`trace`]); with both off a record is
-//! built as before, one `None` test per option aside.
+//! writer's W3C trace context headers ([`trace`]), `envelope_columns` makes
+//! the value a JSON envelope with columns beside the payload (Debezium's
+//! additional placement, [`envelope`]); with them off a record is built as
+//! before, one `None` test per option aside. `header_columns` entries may
+//! name their header (`"type:eventType"`), resolved when a relation is
+//! bound, never per row.
 //!
 //! Invariants:
 //! - **Stable identity.** A record depends only on the row and its commit LSN,
@@ -40,7 +44,7 @@ use crate::pgoutput::{Cell, Oid, Relation, TupleData};
 pub mod arena;
 pub mod cloudevents;
 pub mod debezium;
-mod envelope;
+pub mod envelope;
 pub mod mask;
 pub mod message;
 pub mod table;
