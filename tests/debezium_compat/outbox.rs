@@ -139,14 +139,34 @@ fn jackson_strings() {
     );
 }
 
-/// Debezium's default outbox columns, as its documentation lists them.
+/// Debezium's default outbox columns, as its documentation lists them,
+/// and columns of other types that only the envelope setups place
+/// ([`ENVELOPE_MEMBERS`]; every row has their defaults).
 const OUTBOX: &str = "CREATE TABLE outbox (
     id uuid PRIMARY KEY,
     aggregatetype varchar(255) NOT NULL,
     aggregateid varchar(255) NOT NULL,
     type varchar(255) NOT NULL,
-    payload jsonb);
+    payload jsonb,
+    attempt int DEFAULT 3,
+    amount numeric(10,2) DEFAULT 12.50,
+    occurred timestamptz DEFAULT '2026-12-03 10:01:48.123456+00',
+    meta jsonb DEFAULT '{\"k\": 1}',
+    flag bool);
   ALTER TABLE outbox OWNER TO walrelay;";
+
+/// The envelope members beyond `payload`, `eventType` and `aggregatetype`
+/// (placed in this order after them), and what every row's defaults are
+/// in Debezium's type mapping: an `int4` a number, `numeric(10,2)` Kafka
+/// Connect's `Decimal` (base64 of the unscaled 1250), `timestamptz` an ISO
+/// string, `jsonb` a string, a NULL `bool` null.
+const ENVELOPE_MEMBERS: &[(&str, &str)] = &[
+    ("attempt", "3"),
+    ("amt", r#""BOI=""#),
+    ("occurred", r#""2026-12-03T10:01:48.123456Z""#),
+    ("meta", r#""{\"k\": 1}""#),
+    ("flag", "null"),
+];
 
 /// Rows in the table before either connector starts (`{order}` and
 /// `{customer}` stand for the two aggregate types).
@@ -362,7 +382,7 @@ transforms.outbox.table.fields.additional.placement=type:header:type
 value.converter=org.apache.kafka.connect.json.JsonConverter
 value.converter.schemas.enable=false
 transforms.outbox.table.expand.json.payload=true
-transforms.outbox.table.fields.additional.placement=type:envelope:eventType,aggregatetype:envelope,type:header:eventType
+transforms.outbox.table.fields.additional.placement=type:envelope:eventType,aggregatetype:envelope,attempt:envelope,amount:envelope:amt,occurred:envelope,meta:envelope,flag:envelope,type:header:eventType
 ",
     },
     Setup {
@@ -371,15 +391,16 @@ transforms.outbox.table.fields.additional.placement=type:envelope:eventType,aggr
         properties: "key.converter=org.apache.kafka.connect.storage.StringConverter
 value.converter=org.apache.kafka.connect.json.JsonConverter
 value.converter.schemas.enable=false
-transforms.outbox.table.fields.additional.placement=type:envelope:eventType,aggregatetype:envelope,type:header:eventType
+transforms.outbox.table.fields.additional.placement=type:envelope:eventType,aggregatetype:envelope,attempt:envelope,amount:envelope:amt,occurred:envelope,meta:envelope,flag:envelope,type:header:eventType
 ",
     },
 ];
 
-/// The envelope setups' placement, as [`Setup::properties`] spells it:
-/// Debezium's `type:envelope:eventType,aggregatetype:envelope,type:header:eventType`.
+/// The envelope setups' placement, as [`Setup::properties`] spells it in
+/// Debezium's terms (`type:envelope:eventType,aggregatetype:envelope,…,
+/// amount:envelope:amt,…,type:header:eventType`).
 const ENVELOPE_PLACEMENT: &str = "header_columns = [\"type:eventType\"]
-envelope_columns = [\"type:eventType\", \"aggregatetype\"]
+envelope_columns = [\"type:eventType\", \"aggregatetype\", \"attempt\", \"amount:amt\", \"occurred\", \"meta\", \"flag\"]
 ";
 
 /// The `[[outbox]]` keys of the walrelay compared with an envelope setup.
@@ -395,7 +416,8 @@ const WALRELAY_ENVELOPE_HEADERS: &[&str] = &["id", "eventType", "walrelay.lsn"];
 /// payload as the row has it, the `type` header) for what each must be.
 ///
 /// walrelay's envelope must be `{"payload": P, "eventType": type,
-/// "aggregatetype": the aggregate type}` with P the payload embedded
+/// "aggregatetype": the aggregate type, …}` ([`ENVELOPE_MEMBERS`] after
+/// them) with P the payload embedded
 /// (expand: parsed equal to the row's JSON) or its text as a string;
 /// Debezium's must be equal to it but for the differences
 /// docs/compatibility.md lists for `table.expand.json.payload`: members
@@ -472,6 +494,9 @@ fn compare_envelope(
                 Value::String(raw.header_str("type").unwrap_or_default()),
             );
             want.insert("aggregatetype".into(), Value::String(aggregate_type.into()));
+            for (name, value) in ENVELOPE_MEMBERS {
+                want.insert((*name).into(), serde_json::from_str(value).unwrap());
+            }
             let want = Value::Object(want);
             let (got_w, got_d) = (
                 parse("walrelay", a.value.as_deref()),
@@ -506,11 +531,18 @@ fn compare_envelope(
                     cut(&want_d)
                 ));
             }
-            // Member order: payload first, then the placement's order.
+            // Member order: payload first, then the placement's order
+            // (found from the end: the payload holds none of these names).
             for (who, v) in [("walrelay", &a.value), ("Debezium", &b.value)] {
                 let v = String::from_utf8_lossy(v.as_deref().unwrap_or_default());
-                let (t, g) = (v.rfind("\"eventType\":"), v.rfind("\"aggregatetype\":"));
-                if !v.starts_with("{\"payload\":") || t.is_none() || t >= g {
+                let at_of = |name: &str| v.rfind(&format!("\"{name}\":"));
+                let order: Vec<Option<usize>> = ["eventType", "aggregatetype"]
+                    .into_iter()
+                    .chain(ENVELOPE_MEMBERS.iter().map(|(n, _)| *n))
+                    .map(at_of)
+                    .collect();
+                let ordered = order.iter().all(Option::is_some) && order.is_sorted();
+                if !v.starts_with("{\"payload\":") || !ordered {
                     out.push(format!("{at}: {who}'s members are not in order: {v:.200}"));
                 }
             }
