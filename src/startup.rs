@@ -198,7 +198,7 @@ pub async fn outbox_table(
                 "outbox table {schema}.{name} has no column(s) {} that its [[outbox]] section uses",
                 missing.join(", ")
             ),
-            "add the columns or change the *_column settings (and topic/header_columns) of this [[outbox]] section",
+            "add the columns or change the *_column settings (and topic/header_columns/envelope_columns) of this [[outbox]] section",
         ));
     }
     let payload_type = columns

@@ -331,6 +331,18 @@ mod tests {
              [outbox.cloudevents]\nsource = \"/o\"",
         );
         assert!(err.contains("outbox[0].header_columns[1]:"), "{err}");
+        // An alias is the header's name: the one checked.
+        let err = load_err(
+            "format = \"cloudevents\"\nheader_columns = [\"type:ce_type\"]\n\
+             [outbox.cloudevents]\nsource = \"/s\"",
+        );
+        assert!(err.contains("outbox[0].header_columns[0]:"), "{err}");
+        // A column named like one is fine under another header name.
+        let text = "[connector]\nname = \"t\"\n[postgres]\ndatabase = \"d\"\n[kafka]\n\
+                    brokers = \"k:9092\"\n[[outbox]]\ntable = \"public.outbox\"\n\
+                    format = \"cloudevents\"\nheader_columns = [\"ce_type:kind\"]\n\
+                    [outbox.cloudevents]\nsource = \"/s\"\n";
+        super::super::Config::from_str(text, "test.toml").unwrap();
         let err = load_err("trace_context_column = \"t\"\nheader_columns = [\"traceparent\"]");
         assert!(err.contains("outbox[0].header_columns[0]:"), "{err}");
         let err = load_err("[outbox.cloudevents]\nsource = \"/o\"");
