@@ -6,8 +6,12 @@
 //! We add header `walrelay.lsn` (the transaction's commit LSN) for positional
 //! de-duplication. Opt-in per route: `format = "cloudevents"` makes each
 //! record a CloudEvent ([`cloudevents`]), `trace_context_column` adds the
-//! writer's W3C trace context headers ([`trace`]); with both off a record is
-//! built as before, one `None` test per option aside.
+//! writer's W3C trace context headers ([`trace`]), `envelope_columns` makes
+//! the value a JSON envelope with columns beside the payload (Debezium's
+//! additional placement, [`envelope`]); with them off a record is built as
+//! before, one `None` test per option aside. `header_columns` entries may
+//! name their header (`"type:eventType"`), resolved when a relation is
+//! bound, never per row.
 //!
 //! Invariants:
 //! - **Stable identity.** A record depends only on the row and its commit LSN,
@@ -40,6 +44,7 @@ use crate::pgoutput::{Cell, Oid, Relation, TupleData};
 pub mod arena;
 pub mod cloudevents;
 pub mod debezium;
+pub mod envelope;
 pub mod mask;
 pub mod message;
 pub mod table;
@@ -47,6 +52,7 @@ pub mod trace;
 pub mod txmeta;
 
 use cloudevents::{CloudEvents, TimeCache};
+use envelope::Envelope;
 use trace::Parsed;
 
 /// Header marking a record made from the initial snapshot (value `true`).
@@ -193,6 +199,8 @@ struct Bound {
     trace: Option<usize>,
     /// `format = "cloudevents"`: the attribute mapping.
     cloudevents: Option<Box<CloudEvents>>,
+    /// `envelope_columns`: the value is a JSON envelope.
+    envelope: Option<Box<Envelope>>,
     /// Headers a record has beyond `header_columns`, at most: `id` and
     /// `walrelay.lsn`, plus the options' (so the vector grows once).
     extra_headers: usize,
@@ -492,8 +500,8 @@ fn bind(route: Arc<Route>, rel: &Relation) -> Result<Bound, (String, String)> {
         topic_columns.insert(name.to_owned(), find(name)?);
     }
     let mut headers = Vec::new();
-    for h in &c.header_columns {
-        headers.push((Arc::from(h.as_str()), find(h)?));
+    for (column, name) in c.header_placements() {
+        headers.push((Arc::from(name), find(column)?));
     }
     let timestamp = match c.timestamp_column.as_deref() {
         Some(col) if !col.is_empty() => Some(find(col)?),
@@ -513,7 +521,13 @@ fn bind(route: Arc<Route>, rel: &Relation) -> Result<Bound, (String, String)> {
             &find,
         )?)),
     };
+    let envelope = if c.envelope_columns.is_empty() {
+        None
+    } else {
+        Some(Box::new(Envelope::bind(c, payload, rel, &find)?))
+    };
     Ok(Bound {
+        envelope,
         route,
         display,
         id,
@@ -660,31 +674,36 @@ impl Bound {
 
         let topic = self.topic(row, lsn)?;
 
-        let value = match row.get(self.payload) {
-            Some(Cell::Text(b) | Cell::Binary(b))
-                if b.is_empty() && c.tombstone_on_empty_payload =>
-            {
-                None
-            }
-            Some(Cell::Text(b)) if self.payload_is_bytea => {
-                Some(decode_bytea_hex(b).ok_or_else(|| {
-                    self.err(
+        // `envelope_columns`: one test on the default path.
+        let value = if let Some(envelope) = &self.envelope {
+            envelope.value(self, row, lsn)?
+        } else {
+            match row.get(self.payload) {
+                Some(Cell::Text(b) | Cell::Binary(b))
+                    if b.is_empty() && c.tombstone_on_empty_payload =>
+                {
+                    None
+                }
+                Some(Cell::Text(b)) if self.payload_is_bytea => {
+                    Some(decode_bytea_hex(b).ok_or_else(|| {
+                        self.err(
+                            &c.payload_column,
+                            lsn,
+                            "the bytea value is not in hex format",
+                            "walrelay sets bytea_output = 'hex' on its connections; report this as a bug",
+                        )
+                    })?)
+                }
+                Some(Cell::Text(b) | Cell::Binary(b)) => Some(b.clone()),
+                Some(Cell::Null) => None,
+                Some(Cell::UnchangedToast) | None => {
+                    return Err(self.err(
                         &c.payload_column,
                         lsn,
-                        "the bytea value is not in hex format",
-                        "walrelay sets bytea_output = 'hex' on its connections; report this as a bug",
-                    )
-                })?)
-            }
-            Some(Cell::Text(b) | Cell::Binary(b)) => Some(b.clone()),
-            Some(Cell::Null) => None,
-            Some(Cell::UnchangedToast) | None => {
-                return Err(self.err(
-                    &c.payload_column,
-                    lsn,
-                    "the payload was not sent",
-                    "report it as a bug",
-                ));
+                        "the payload was not sent",
+                        "report it as a bug",
+                    ));
+                }
             }
         };
 

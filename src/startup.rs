@@ -135,7 +135,7 @@ const PAYLOAD_TYPES: &[&str] = &["jsonb", "json", "text", "bytea"];
 
 /// The columns an `[[outbox]]` route reads from each row (what the router
 /// binds): id, aggregate id, payload, topic template columns, header
-/// columns, the timestamp and trace context columns, and with
+/// and envelope columns, the timestamp and trace context columns, and with
 /// `format = "cloudevents"` the type, `dataschema` and extension columns,
 /// without duplicates.
 pub fn route_columns(outbox: &OutboxConfig) -> Vec<&str> {
@@ -145,7 +145,8 @@ pub fn route_columns(outbox: &OutboxConfig) -> Vec<&str> {
         &outbox.payload_column,
     ];
     columns.extend(outbox.topic.columns());
-    columns.extend(outbox.header_columns.iter().map(String::as_str));
+    columns.extend(outbox.header_placements().map(|(column, _)| column));
+    columns.extend(outbox.envelope_placements().map(|(column, _)| column));
     columns.extend(outbox.timestamp_column.as_deref().filter(|c| !c.is_empty()));
     columns.extend(outbox.trace_context_column.as_deref());
     if outbox.format == crate::config::OutboxFormat::CloudEvents {
@@ -197,7 +198,7 @@ pub async fn outbox_table(
                 "outbox table {schema}.{name} has no column(s) {} that its [[outbox]] section uses",
                 missing.join(", ")
             ),
-            "add the columns or change the *_column settings (and topic/header_columns) of this [[outbox]] section",
+            "add the columns or change the *_column settings (and topic/header_columns/envelope_columns) of this [[outbox]] section",
         ));
     }
     let payload_type = columns
@@ -1018,6 +1019,24 @@ mod tests {
                 "type",
                 "tenant",
                 "created_at"
+            ]
+        );
+        // Placements name columns before the ':' (the rest is an alias).
+        let placed: OutboxConfig = toml::from_str(
+            "table = \"outbox\"\nheader_columns = [\"type:eventType\", \"tenant:t\"]\n\
+             envelope_columns = [\"type:eventType\", \"region:r\", \"aggregatetype\"]",
+        )
+        .unwrap();
+        assert_eq!(
+            route_columns(&placed),
+            [
+                "id",
+                "aggregateid",
+                "payload",
+                "aggregatetype",
+                "type",
+                "tenant",
+                "region"
             ]
         );
     }

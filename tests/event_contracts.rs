@@ -1,8 +1,10 @@
-//! Event contracts end to end (issue 25 items 1 and 4): a real `walrelay
+//! Event contracts end to end (issue 25 items 1, 4 and 6): a real `walrelay
 //! run` against real PostgreSQL and Kafka publishes outbox rows as
 //! CloudEvents 1.0.2 (binary and structured Kafka binding) with W3C trace
 //! context headers, and a consumer reads every record back with the
-//! CloudEvents SDK (tests/support/ce_reader.rs).
+//! CloudEvents SDK (tests/support/ce_reader.rs); and outbox rows in a JSON
+//! envelope with placed columns and aliased headers (Debezium's additional
+//! placement; compared with Debezium itself in tests/debezium_compat).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -387,4 +389,108 @@ async fn raw_outbox_records_carry_the_writers_trace_context() {
         );
     }
     assert!(relay.stop().success());
+}
+
+/// Issue 25 item 6: `envelope_columns` (a topic routed by one of them) and
+/// a `header_columns` alias, on a snapshot row and streamed rows (a NULL
+/// payload, a NULL placed column), with the exact bytes of each value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envelope_columns_and_header_aliases_end_to_end() {
+    require_kafka();
+    let db = TestDb::new("envelope").await;
+    db.create_outbox("outbox").await;
+    sql(
+        &db,
+        "ALTER TABLE outbox ADD COLUMN tenant text NOT NULL DEFAULT 'acme', \
+         ADD COLUMN attempt int",
+    )
+    .await;
+    let names = Names::new("envelope");
+    let id = |n: u8| format!("00000000-0000-4000-8000-00000000000{n}");
+    let row = |n: u8, payload: &str, attempt: &str| {
+        format!(
+            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, attempt) \
+             VALUES ('{}', 'order', 'order-{n}', 'OrderCreated', {payload}, {attempt})",
+            id(n)
+        )
+    };
+    // Read by the initial snapshot.
+    sql(&db, &row(1, "'{\"n\": 1}'", "7")).await;
+    let mut relay = RelayProcess::start(
+        &connector_config(
+            &db,
+            &names,
+            &format!(
+                "[[outbox]]\ntable = \"public.outbox\"\ntopic = \"{}.{{tenant}}\"\n\
+                 header_columns = [\"type:eventType\"]\n\
+                 envelope_columns = [\"type:eventType\", \"tenant\", \"attempt:try\"]\n",
+                names.topic_prefix
+            ),
+        ),
+        &[],
+    );
+    relay.wait_log("streaming", START).await;
+    sql(
+        &db,
+        &format!(
+            "{}; {}; {}",
+            row(2, "'{\"a\": [1, {\"b\": null}], \"z\": \"ü😀\"}'", "NULL"),
+            row(3, "NULL", "0"),
+            row(4, "'\"scalar\"'", "-1"),
+        ),
+    )
+    .await;
+    let records = consume(
+        &[&names.topic("acme")],
+        4,
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+    );
+    assert_eq!(records.len(), 4, "{records:?}");
+    let member = r#""eventType":"OrderCreated","tenant":"acme""#;
+    for (n, value) in [
+        (1, format!(r#"{{"payload":{{"n": 1}},{member},"try":7}}"#)),
+        (
+            2,
+            format!(r#"{{"payload":{{"a": [1, {{"b": null}}], "z": "ü😀"}},{member},"try":null}}"#),
+        ),
+        // A NULL payload is not a tombstone in an envelope (Debezium's).
+        (3, format!(r#"{{"payload":null,{member},"try":0}}"#)),
+        (4, format!(r#"{{"payload":"scalar",{member},"try":-1}}"#)),
+    ] {
+        let rec = by_id(&records, &id(n));
+        assert_eq!(
+            rec.value.as_deref().map(String::from_utf8_lossy).as_deref(),
+            Some(value.as_str()),
+            "row {n}"
+        );
+        assert_eq!(rec.key.as_deref(), Some(format!("order-{n}").as_bytes()));
+        let headers: Vec<&str> = rec.headers.iter().map(|(k, _)| k.as_str()).collect();
+        let mut want = vec!["id", "eventType", "walrelay.lsn"];
+        if n == 1 {
+            want.push("walrelay.snapshot");
+        }
+        assert_eq!(headers, want, "row {n}");
+        assert_eq!(rec.header_str("eventType").as_deref(), Some("OrderCreated"));
+    }
+    assert!(relay.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_and_run_name_a_missing_envelope_column() {
+    require_kafka();
+    let db = TestDb::new("envcol").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("envcol");
+    let path = write_config(&relay_config(
+        &db,
+        &names,
+        "envelope_columns = [\"type:eventType\", \"tenant_id:tenant\"]",
+        "",
+    ));
+    let (code, report) = check(&path);
+    assert_eq!(code, Some(1), "{report}");
+    let failed = failures(&report).join("\n");
+    assert!(failed.contains("tenant_id"), "{report}");
+    run_refuses(&path, "tenant_id");
 }

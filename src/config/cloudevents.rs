@@ -125,7 +125,7 @@ fn media_type_problem(text: &str) -> Option<&'static str> {
 pub(super) fn check(outbox: &OutboxConfig, at: &dyn Fn(&str) -> String, out: &mut Vec<Problem>) {
     let ce = &outbox.cloudevents;
     // A header column must not pose as a header walrelay writes.
-    for (j, column) in outbox.header_columns.iter().enumerate() {
+    for (j, (_, column)) in outbox.header_placements().enumerate() {
         let lower = column.to_ascii_lowercase();
         let trace =
             outbox.trace_context_column.is_some() && TRACE_ATTRIBUTES.contains(&lower.as_str());
@@ -331,6 +331,18 @@ mod tests {
              [outbox.cloudevents]\nsource = \"/o\"",
         );
         assert!(err.contains("outbox[0].header_columns[1]:"), "{err}");
+        // An alias is the header's name: the one checked.
+        let err = load_err(
+            "format = \"cloudevents\"\nheader_columns = [\"type:ce_type\"]\n\
+             [outbox.cloudevents]\nsource = \"/s\"",
+        );
+        assert!(err.contains("outbox[0].header_columns[0]:"), "{err}");
+        // A column named like one is fine under another header name.
+        let text = "[connector]\nname = \"t\"\n[postgres]\ndatabase = \"d\"\n[kafka]\n\
+                    brokers = \"k:9092\"\n[[outbox]]\ntable = \"public.outbox\"\n\
+                    format = \"cloudevents\"\nheader_columns = [\"ce_type:kind\"]\n\
+                    [outbox.cloudevents]\nsource = \"/s\"\n";
+        super::super::Config::from_str(text, "test.toml").unwrap();
         let err = load_err("trace_context_column = \"t\"\nheader_columns = [\"traceparent\"]");
         assert!(err.contains("outbox[0].header_columns[0]:"), "{err}");
         let err = load_err("[outbox.cloudevents]\nsource = \"/o\"");

@@ -41,6 +41,7 @@
 
 mod cloudevents;
 mod duplicate_key;
+mod envelope;
 mod error;
 mod interpolate;
 mod message;
@@ -72,7 +73,7 @@ pub use schema::{
     HealthConfig, HeartbeatConfig, IntervalHandlingMode, KafkaConfig, LogConfig, LogFormat,
     OnUpdate, OutboxConfig, OutboxFormat, PostgresConfig, SaslMechanism, SecurityProtocol,
     SkippedOperations, SnapshotConfig, SnapshotMode, SpecialValues, SslMode, TableConfig,
-    TableDefaults, TimePrecisionMode, UnmappedTypes, glob_match, is_secret_property,
+    TableDefaults, TimePrecisionMode, UnmappedTypes, glob_match, is_secret_property, placement,
 };
 pub use template::{
     Segment, TableRef, TopicTemplate, is_topic_char, sanitized_topic_name, topic_name_problem,

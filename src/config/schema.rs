@@ -749,9 +749,22 @@ pub struct OutboxConfig {
     /// Destination topic, with `{column}` placeholders.
     #[serde(default = "TopicTemplate::default_template")]
     pub topic: TopicTemplate,
-    /// Columns copied into record headers (header name = column name).
+    /// Columns copied into record headers: `"column"` (header name =
+    /// column name) or `"column:alias"` ([`placement`]).
     #[serde(default = "defaults::header_columns")]
     pub header_columns: Vec<String>,
+    /// Columns placed beside the payload in a JSON envelope value
+    /// (`{"payload": …, "<alias>": …}`, Debezium's
+    /// `table.fields.additional.placement=<column>:envelope:<alias>`):
+    /// `"column"` or `"column:alias"`. Empty: the value is the payload.
+    #[serde(default)]
+    pub envelope_columns: Vec<String>,
+    /// With `envelope_columns`: a json/jsonb payload (and a text payload
+    /// holding a JSON object) is embedded as JSON (`true`, the default) or
+    /// as a JSON string (`false`); Debezium's `table.expand.json.payload`.
+    /// `None`: not set (only allowed to be set with `envelope_columns`).
+    #[serde(default)]
+    pub expand_json_payload: Option<bool>,
     /// A `timestamptz` column used as the record timestamp; `None` lets Kafka
     /// stamp the record. `""` in the file means `None`.
     #[serde(default, deserialize_with = "units::optional_name")]
@@ -843,13 +856,35 @@ impl OutboxConfig {
             self.aggregate_id_column.as_str(),
             self.type_column.as_str(),
         ];
-        for column in &self.header_columns {
-            if !columns.contains(&column.as_str()) {
+        for (column, _) in self.header_placements().chain(self.envelope_placements()) {
+            if !columns.contains(&column) {
                 columns.push(column);
             }
         }
         columns
     }
+
+    /// `header_columns` as (column, header name).
+    pub fn header_placements(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.header_columns.iter().map(|e| placement(e))
+    }
+
+    /// `envelope_columns` as (column, member name).
+    pub fn envelope_placements(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.envelope_columns.iter().map(|e| placement(e))
+    }
+
+    /// Whether an envelope embeds a JSON payload as JSON (the default).
+    pub fn expands_json_payload(&self) -> bool {
+        self.expand_json_payload.unwrap_or(true)
+    }
+}
+
+/// An entry of `header_columns` or `envelope_columns`, `"column"` or
+/// `"column:alias"`, as (column, the name it is placed under). Split at the
+/// first `:`; validation refuses entries with more than one.
+pub fn placement(entry: &str) -> (&str, &str) {
+    entry.split_once(':').unwrap_or((entry, entry))
 }
 
 /// `table_defaults.decimal_handling_mode`: how `numeric`/`decimal` values

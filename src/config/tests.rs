@@ -1328,7 +1328,7 @@ fn topic_template_columns_are_checked_against_the_configured_ones() {
     assert!(
         error.contains(
             "outbox[0].topic: template references {payload}, which is not a configured column; \
-             use one of {id}, {aggregatetype}, {aggregateid}, {type} or add the column to header_columns"
+             use one of {id}, {aggregatetype}, {aggregateid}, {type} or add the column to header_columns (or envelope_columns)"
         ),
         "{error}"
     );

@@ -911,24 +911,7 @@ fn outboxes(outboxes: &[OutboxConfig], tables: bool, out: &mut Vec<Problem>) {
             }
         }
         super::cloudevents::check(outbox, &at, out);
-        let mut listed = HashSet::new();
-        for (j, column) in outbox.header_columns.iter().enumerate() {
-            let key = at(&format!("header_columns[{j}]"));
-            identifier(&key, column, out);
-            let first = listed.insert(column);
-            if column == "id" {
-                out.push(Problem::new(
-                    key,
-                    "the \"id\" header is reserved: every record carries the event id \
-                     (id_column) in it; remove \"id\" from header_columns",
-                ));
-            } else if !first {
-                out.push(Problem::new(
-                    key,
-                    format!("{} is listed twice; remove the duplicate", quoted(column)),
-                ));
-            }
-        }
+        super::envelope::check(outbox, &at, out);
         topic(outbox, &at("topic"), out);
         let mut ordered = HashSet::new();
         for (j, column) in outbox.snapshot_order_by.iter().enumerate() {
@@ -1256,7 +1239,7 @@ fn topic(outbox: &OutboxConfig, key: &str, out: &mut Vec<Problem>) {
                     key,
                     format!(
                         "template references {{{}}}, which is not a configured column; \
-                         use one of {choices} or add the column to header_columns",
+                         use one of {choices} or add the column to header_columns (or envelope_columns)",
                         shorten(column, MAX_VALUE_CHARS)
                     ),
                 ));
@@ -1270,7 +1253,7 @@ fn topic(outbox: &OutboxConfig, key: &str, out: &mut Vec<Problem>) {
     }
 }
 
-fn identifier(key: &str, value: &str, out: &mut Vec<Problem>) {
+pub(super) fn identifier(key: &str, value: &str, out: &mut Vec<Problem>) {
     if value.is_empty() {
         out.push(Problem::new(key, "is empty; set a name"));
     } else if value.len() > MAX_IDENTIFIER_BYTES {

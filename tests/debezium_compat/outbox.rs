@@ -2,8 +2,9 @@
 //! Event Router (`io.debezium.transforms.outbox.EventRouter` on the
 //! PostgreSQL connector, its default options), on the same rows of a table
 //! with Debezium's default outbox columns, under the converters outbox
-//! deployments run it with. One Kafka Connect worker runs four connectors,
-//! one per converter setup ([`SETUPS`]); every topic has [`PARTITIONS`]
+//! deployments run it with, and (issue 25 item 6) with envelope placement
+//! and a header alias. One Kafka Connect worker runs six connectors, one
+//! per setup ([`SETUPS`]); every topic has [`PARTITIONS`]
 //! partitions on both sides.
 //!
 //! Invariants checked (docs/compatibility.md, "Outbox records"):
@@ -26,6 +27,14 @@
 //!   `__debezium.context.*` headers; walrelay `id`, `type` (equal to
 //!   Debezium's with `table.fields.additional.placement=type:header:type`),
 //!   `walrelay.lsn`, and `walrelay.snapshot` on snapshot rows. Exactly those.
+//! - Envelope placement (`type:envelope:eventType,aggregatetype:envelope`,
+//!   and `type:header:eventType`; `StringConverter` keys, `JsonConverter`
+//!   values, with and without `table.expand.json.payload`): a walrelay per
+//!   setup with `envelope_columns`/`header_columns` aliases alike and
+//!   `expand_json_payload` alike writes the same keys, partitions, `id` and
+//!   `eventType` headers, members in the same order, and values equal but
+//!   for the expansion differences docs/compatibility.md lists
+//!   ([`compare_envelope`]).
 //!
 //! The rows: a snapshot of four, 40 aggregates over two aggregate types with
 //! two events each, non-ASCII and non-BMP text, quotes and backslashes,
@@ -130,14 +139,34 @@ fn jackson_strings() {
     );
 }
 
-/// Debezium's default outbox columns, as its documentation lists them.
+/// Debezium's default outbox columns, as its documentation lists them,
+/// and columns of other types that only the envelope setups place
+/// ([`ENVELOPE_MEMBERS`]; every row has their defaults).
 const OUTBOX: &str = "CREATE TABLE outbox (
     id uuid PRIMARY KEY,
     aggregatetype varchar(255) NOT NULL,
     aggregateid varchar(255) NOT NULL,
     type varchar(255) NOT NULL,
-    payload jsonb);
+    payload jsonb,
+    attempt int DEFAULT 3,
+    amount numeric(10,2) DEFAULT 12.50,
+    occurred timestamptz DEFAULT '2026-12-03 10:01:48.123456+00',
+    meta jsonb DEFAULT '{\"k\": 1}',
+    flag bool);
   ALTER TABLE outbox OWNER TO walrelay;";
+
+/// The envelope members beyond `payload`, `eventType` and `aggregatetype`
+/// (placed in this order after them), and what every row's defaults are
+/// in Debezium's type mapping: an `int4` a number, `numeric(10,2)` Kafka
+/// Connect's `Decimal` (base64 of the unscaled 1250), `timestamptz` an ISO
+/// string, `jsonb` a string, a NULL `bool` null.
+const ENVELOPE_MEMBERS: &[(&str, &str)] = &[
+    ("attempt", "3"),
+    ("amt", r#""BOI=""#),
+    ("occurred", r#""2026-12-03T10:01:48.123456Z""#),
+    ("meta", r#""{\"k\": 1}""#),
+    ("flag", "null"),
+];
 
 /// Rows in the table before either connector starts (`{order}` and
 /// `{customer}` stand for the two aggregate types).
@@ -202,6 +231,12 @@ enum Converters {
     /// `JsonConverter` with its default `schemas.enable=true`, as Kafka's
     /// `config/connect-standalone.properties` sets it for the worker.
     JsonSchemas,
+    /// Envelope placement (`table.fields.additional.placement=…:envelope`,
+    /// [`ENVELOPE_PLACEMENT`]): `StringConverter` keys, `JsonConverter`
+    /// values (`schemas.enable=false`), `table.expand.json.payload` as
+    /// `expand` says. Compared with a walrelay of its own
+    /// ([`walrelay_envelope`], [`compare_envelope`]).
+    Envelope { expand: bool },
 }
 
 /// What a Debezium value must be.
@@ -241,6 +276,9 @@ impl Converters {
                     None => (quoted, json_string(value)),
                 }
             }
+            Converters::Envelope { .. } => {
+                unreachable!("envelope setups are compared by compare_envelope")
+            }
             Converters::JsonSchemas => (
                 format!(
                     r#"{{"schema":{{"type":"string","optional":false}},"payload":{}}}"#,
@@ -269,7 +307,9 @@ impl Converters {
             })
         };
         let id = match self {
-            Converters::String => Some(String::from_utf8_lossy(key).into_owned()),
+            Converters::String | Converters::Envelope { .. } => {
+                Some(String::from_utf8_lossy(key).into_owned())
+            }
             Converters::Json | Converters::JsonExpanded => json().as_str().map(str::to_owned),
             Converters::JsonSchemas => json()["payload"].as_str().map(str::to_owned),
         };
@@ -299,7 +339,7 @@ struct Setup {
     properties: &'static str,
 }
 
-/// One Connect worker runs them all (one JVM start for all four). The
+/// One Connect worker runs them all (one JVM start for all six). The
 /// worker's own converters are `connect-standalone.properties`'s: the
 /// `JsonConverter` with schemas; the others override them per connector.
 const SETUPS: &[Setup] = &[
@@ -335,7 +375,197 @@ transforms.outbox.table.fields.additional.placement=type:header:type
         converters: Converters::JsonSchemas,
         properties: "",
     },
+    Setup {
+        name: "envelope",
+        converters: Converters::Envelope { expand: true },
+        properties: "key.converter=org.apache.kafka.connect.storage.StringConverter
+value.converter=org.apache.kafka.connect.json.JsonConverter
+value.converter.schemas.enable=false
+transforms.outbox.table.expand.json.payload=true
+transforms.outbox.table.fields.additional.placement=type:envelope:eventType,aggregatetype:envelope,attempt:envelope,amount:envelope:amt,occurred:envelope,meta:envelope,flag:envelope,type:header:eventType
+",
+    },
+    Setup {
+        name: "envstr",
+        converters: Converters::Envelope { expand: false },
+        properties: "key.converter=org.apache.kafka.connect.storage.StringConverter
+value.converter=org.apache.kafka.connect.json.JsonConverter
+value.converter.schemas.enable=false
+transforms.outbox.table.fields.additional.placement=type:envelope:eventType,aggregatetype:envelope,attempt:envelope,amount:envelope:amt,occurred:envelope,meta:envelope,flag:envelope,type:header:eventType
+",
+    },
 ];
+
+/// The envelope setups' placement, as [`Setup::properties`] spells it in
+/// Debezium's terms (`type:envelope:eventType,aggregatetype:envelope,…,
+/// amount:envelope:amt,…,type:header:eventType`).
+const ENVELOPE_PLACEMENT: &str = "header_columns = [\"type:eventType\"]
+envelope_columns = [\"type:eventType\", \"aggregatetype\", \"attempt\", \"amount:amt\", \"occurred\", \"meta\", \"flag\"]
+";
+
+/// The `[[outbox]]` keys of the walrelay compared with an envelope setup.
+fn walrelay_envelope(expand: bool) -> String {
+    format!("{ENVELOPE_PLACEMENT}expand_json_payload = {expand}\n")
+}
+
+/// The headers of each record of a walrelay with [`ENVELOPE_PLACEMENT`].
+const WALRELAY_ENVELOPE_HEADERS: &[&str] = &["id", "eventType", "walrelay.lsn"];
+
+/// Compares an envelope setup's records (`d`) with those of the walrelay
+/// configured alike (`we`), using the default walrelay's records (`w`: the
+/// payload as the row has it, the `type` header) for what each must be.
+///
+/// walrelay's envelope must be `{"payload": P, "eventType": type,
+/// "aggregatetype": the aggregate type, …}` ([`ENVELOPE_MEMBERS`] after
+/// them) with P the payload embedded
+/// (expand: parsed equal to the row's JSON) or its text as a string;
+/// Debezium's must be equal to it but for the differences
+/// docs/compatibility.md lists for `table.expand.json.payload`: members
+/// `null` or `[]` left out of an object payload, and any other payload as
+/// its text. Keys, partitions, the `id` and `eventType` headers: equal.
+fn compare_envelope(
+    setup: &Setup,
+    w: &ByAggregate,
+    we: &ByAggregate,
+    d: &ByAggregate,
+) -> Vec<String> {
+    let Converters::Envelope { expand } = setup.converters else {
+        unreachable!()
+    };
+    let name = setup.name;
+    let mut out = Vec::new();
+    let aggregates: std::collections::BTreeSet<&(String, String)> =
+        w.keys().chain(we.keys()).chain(d.keys()).collect();
+    let parse = |who: &str, v: Option<&[u8]>| -> Value {
+        match v {
+            None => Value::Null,
+            Some(v) => serde_json::from_slice(v).unwrap_or_else(|e| {
+                panic!("{who}: not JSON ({e}): {}", String::from_utf8_lossy(v))
+            }),
+        }
+    };
+    for agg in aggregates {
+        fn get<'a>(m: &'a ByAggregate, agg: &(String, String)) -> &'a [Consumed] {
+            m.get(agg).map_or(&[][..], Vec::as_slice)
+        }
+        let (ws, wes, ds) = (get(w, agg), get(we, agg), get(d, agg));
+        if ws.len() != wes.len() || wes.len() != ds.len() {
+            out.push(format!(
+                "{agg:?}: walrelay wrote {} records, walrelay with an envelope ({name}) {}, \
+                 Debezium ({name}) {}",
+                ws.len(),
+                wes.len(),
+                ds.len()
+            ));
+            continue;
+        }
+        let aggregate_type = agg.0.strip_prefix("outbox.event.").unwrap_or(&agg.0);
+        for (i, ((raw, a), b)) in ws.iter().zip(wes).zip(ds).enumerate() {
+            let at = format!("{agg:?} record {i} ({name})");
+            if a.key != b.key || a.key != raw.key {
+                out.push(format!(
+                    "{at}: keys {:?} and {:?}",
+                    a.key.as_deref().map(String::from_utf8_lossy),
+                    b.key.as_deref().map(String::from_utf8_lossy)
+                ));
+            }
+            let key = a.key.as_deref().unwrap_or_default();
+            if a.partition != partition_of(key) || b.partition != partition_of(key) {
+                out.push(format!(
+                    "{at}: partitions {} and {}, murmur2 gives {}",
+                    a.partition,
+                    b.partition,
+                    partition_of(key)
+                ));
+            }
+            let payload_text = raw
+                .value
+                .as_deref()
+                .map(|v| String::from_utf8(v.to_vec()).expect("UTF-8 payload"));
+            let payload = match &payload_text {
+                None => Value::Null,
+                Some(t) if expand => serde_json::from_str(t).expect("a jsonb payload"),
+                Some(t) => Value::String(t.clone()),
+            };
+            let mut want = serde_json::Map::new();
+            want.insert("payload".into(), payload);
+            want.insert(
+                "eventType".into(),
+                Value::String(raw.header_str("type").unwrap_or_default()),
+            );
+            want.insert("aggregatetype".into(), Value::String(aggregate_type.into()));
+            for (name, value) in ENVELOPE_MEMBERS {
+                want.insert((*name).into(), serde_json::from_str(value).unwrap());
+            }
+            let want = Value::Object(want);
+            let (got_w, got_d) = (
+                parse("walrelay", a.value.as_deref()),
+                parse("Debezium", b.value.as_deref()),
+            );
+            if got_w != want {
+                out.push(format!(
+                    "{at}: walrelay's envelope {got_w}, expected {want}"
+                ));
+            }
+            // Debezium's form of walrelay's envelope.
+            let mut want_d = got_w.clone();
+            if expand && let Some(p) = want_d.get_mut("payload") {
+                match p {
+                    Value::Object(_) => drop_null_and_empty_arrays(p),
+                    Value::Null => {}
+                    _ => *p = Value::String(payload_text.clone().unwrap_or_default()),
+                }
+            }
+            if got_d != want_d {
+                let cut = |v: &Value| {
+                    let s = v.to_string();
+                    if s.len() > 400 {
+                        format!("<{} bytes>", s.len())
+                    } else {
+                        s
+                    }
+                };
+                out.push(format!(
+                    "{at}: Debezium's envelope {}, walrelay's in Debezium's form {}",
+                    cut(&got_d),
+                    cut(&want_d)
+                ));
+            }
+            // Member order: payload first, then the placement's order
+            // (found from the end: the payload holds none of these names).
+            for (who, v) in [("walrelay", &a.value), ("Debezium", &b.value)] {
+                let v = String::from_utf8_lossy(v.as_deref().unwrap_or_default());
+                let at_of = |name: &str| v.rfind(&format!("\"{name}\":"));
+                let order: Vec<Option<usize>> = ["eventType", "aggregatetype"]
+                    .into_iter()
+                    .chain(ENVELOPE_MEMBERS.iter().map(|(n, _)| *n))
+                    .map(at_of)
+                    .collect();
+                let ordered = order.iter().all(Option::is_some) && order.is_sorted();
+                if !v.starts_with("{\"payload\":") || !ordered {
+                    out.push(format!("{at}: {who}'s members are not in order: {v:.200}"));
+                }
+            }
+            for header in ["id", "eventType"] {
+                if a.header(header).is_none() || a.header(header) != b.header(header) {
+                    out.push(format!(
+                        "{at}: {header} header: walrelay {:?}, Debezium {:?}",
+                        a.header_str(header),
+                        b.header_str(header)
+                    ));
+                }
+            }
+            if header_names(b) != sorted(DEBEZIUM_HEADERS, Some("eventType")) {
+                out.push(format!("{at}: Debezium's headers {:?}", header_names(b)));
+            }
+            let snapshot = a.header("walrelay.snapshot").map(|_| "walrelay.snapshot");
+            if header_names(a) != sorted(WALRELAY_ENVELOPE_HEADERS, snapshot) {
+                out.push(format!("{at}: walrelay's headers {:?}", header_names(a)));
+            }
+        }
+    }
+    out
+}
 
 /// The headers of each walrelay record (and `walrelay.snapshot` on
 /// snapshot rows): `type` is `header_columns`' default.
@@ -531,8 +761,15 @@ async fn walrelay_and_debezium_write_the_same_outbox_records() {
             .map(|t| format!("{prefix}outbox.event.{t}"))
             .collect()
     };
+    // A walrelay of its own for each envelope setup.
+    let w_envelope = |setup: &str| format!("{tag}_w{setup}.");
+    let envelope_setups: Vec<&Setup> = SETUPS
+        .iter()
+        .filter(|s| matches!(s.converters, Converters::Envelope { .. }))
+        .collect();
     let prefixes: Vec<String> = std::iter::once(w_prefix.clone())
         .chain(SETUPS.iter().map(|s| prefix(s.name)))
+        .chain(envelope_setups.iter().map(|s| w_envelope(s.name)))
         .collect();
     let all_topics: Vec<String> = prefixes.iter().flat_map(|p| topics_of(p)).collect();
     create_topics(&all_topics, PARTITIONS).await;
@@ -608,7 +845,31 @@ transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
         ),
     );
     let mut relay = RelayProcess::start(&config, &[]);
+    let mut envelope_relays = Vec::new();
+    for setup in &envelope_setups {
+        let Converters::Envelope { expand } = setup.converters else {
+            unreachable!()
+        };
+        let own = Names {
+            publication: names.publication.clone(),
+            ..Names::new(&format!("wr_do{}", setup.name))
+        };
+        let config = connector_config(
+            &db,
+            &own,
+            &format!(
+                "[[outbox]]\ntable = \"public.outbox\"\ntopic = \"{}{}\"\n{}",
+                w_envelope(setup.name),
+                walrelay::config::TopicTemplate::DEFAULT,
+                walrelay_envelope(expand)
+            ),
+        );
+        envelope_relays.push(RelayProcess::start(&config, &[]));
+    }
     relay.wait_log("snapshot completed", CATCH_UP).await;
+    for r in &mut envelope_relays {
+        r.wait_log("snapshot completed", CATCH_UP).await;
+    }
 
     let count = |prefix: &str| {
         let topics = topics_of(prefix);
@@ -677,6 +938,16 @@ transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
         let d = by_aggregate(read(&prefix(setup.name)), &prefix(setup.name), |k| {
             setup.converters.aggregate(k)
         });
+        if let Converters::Envelope { .. } = setup.converters {
+            let we_prefix = w_envelope(setup.name);
+            let we = by_aggregate(read(&we_prefix), &we_prefix, |k| {
+                String::from_utf8_lossy(k).into_owned()
+            });
+            let diffs = compare_envelope(setup, &w, &we, &d);
+            eprintln!("{}: {} differences", setup.name, diffs.len());
+            differences.extend(diffs);
+            continue;
+        }
         let (diffs, moved) = compare_setup(setup, &w, &d);
         differences.extend(diffs);
         // The same key bytes, the same partitions; quoted keys, others.
@@ -701,5 +972,8 @@ transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
         differences.join("\n")
     );
     assert_eq!(relay.stop().code(), Some(0), "{}", relay.log());
+    for mut r in envelope_relays {
+        assert_eq!(r.stop().code(), Some(0), "{}", r.log());
+    }
     eprintln!("compared in {:?}", started.elapsed());
 }

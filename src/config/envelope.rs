@@ -1,0 +1,287 @@
+//! Validation of `outbox.header_columns` and `outbox.envelope_columns`
+//! (entries `"column"` or `"column:alias"`, Debezium's
+//! `table.fields.additional.placement=<column>:header|envelope[:<alias>]`)
+//! and `outbox.expand_json_payload`. A configuration that passes here
+//! places every column under a name of its own that no name walrelay
+//! writes takes: the router then only binds columns to positions.
+
+use std::collections::HashSet;
+
+use super::error::{Problem, quoted};
+use super::schema::{OutboxConfig, OutboxFormat, placement};
+use super::validate::identifier;
+
+/// The envelope member holding the payload.
+pub const PAYLOAD_MEMBER: &str = "payload";
+
+/// Checks the placements of `outbox[i]`.
+pub(super) fn check(outbox: &OutboxConfig, at: &dyn Fn(&str) -> String, out: &mut Vec<Problem>) {
+    let mut names = HashSet::new();
+    for (j, entry) in outbox.header_columns.iter().enumerate() {
+        let key = at(&format!("header_columns[{j}]"));
+        let Some(name) = entry_problem(&key, entry, "header", out) else {
+            continue;
+        };
+        if name == "id" {
+            out.push(Problem::new(
+                key,
+                "the \"id\" header is reserved: every record carries the event id \
+                 (id_column) in it; remove \"id\" from header_columns (or give the column \
+                 another header name, \"id:alias\")",
+            ));
+        } else if !names.insert(name) {
+            out.push(duplicate(key, entry, name, "header"));
+        }
+    }
+    let mut names = HashSet::new();
+    for (j, entry) in outbox.envelope_columns.iter().enumerate() {
+        let key = at(&format!("envelope_columns[{j}]"));
+        let Some(name) = entry_problem(&key, entry, "envelope", out) else {
+            continue;
+        };
+        if name == PAYLOAD_MEMBER {
+            out.push(Problem::new(
+                key,
+                format!(
+                    "{} would be placed as the envelope's \"payload\" member, which holds the \
+                     payload column; give it another name, e.g. \"{}:{}_column\"",
+                    quoted(entry),
+                    placement(entry).0,
+                    placement(entry).0
+                ),
+            ));
+        } else if !names.insert(name) {
+            out.push(duplicate(key, entry, name, "envelope member"));
+        }
+    }
+    if outbox.envelope_columns.is_empty() {
+        if outbox.expand_json_payload.is_some() {
+            out.push(Problem::new(
+                at("expand_json_payload"),
+                "is set, but envelope_columns is empty: without an envelope the value is the \
+                 payload's bytes unchanged (a JSON payload is JSON already); remove \
+                 expand_json_payload or set envelope_columns",
+            ));
+        }
+    } else if outbox.format == OutboxFormat::CloudEvents {
+        out.push(Problem::new(
+            at("envelope_columns"),
+            "cannot be combined with format = \"cloudevents\": both decide what the record \
+             value is (a CloudEvent carries the payload as its data); remove envelope_columns \
+             and carry the columns as CloudEvents extensions \
+             ([outbox.cloudevents] extensions = { name = \"column\" }), or set format = \"raw\"",
+        ));
+    }
+}
+
+/// The name `entry` places its column under, or `None` after reporting
+/// why it is not `"column"` or `"column:alias"`.
+fn entry_problem<'a>(
+    key: &str,
+    entry: &'a str,
+    what: &str,
+    out: &mut Vec<Problem>,
+) -> Option<&'a str> {
+    if entry.matches(':').count() > 1 {
+        let parts: Vec<&str> = entry.split(':').collect();
+        let hint = match parts.as_slice() {
+            [column, "header" | "envelope", alias] => {
+                format!(
+                    " (Debezium's \"{column}:{}:{alias}\" is \"{column}:{alias}\" here)",
+                    parts[1]
+                )
+            }
+            _ => String::new(),
+        };
+        out.push(Problem::new(
+            key,
+            format!(
+                "{} has more than one ':'; write \"column\" or \"column:alias\"{hint}",
+                quoted(entry)
+            ),
+        ));
+        return None;
+    }
+    let (column, name) = placement(entry);
+    let before = out.len();
+    identifier(key, column, out);
+    if out.len() > before {
+        return None;
+    }
+    if name.is_empty() {
+        out.push(Problem::new(
+            key,
+            format!(
+                "{} has an empty {what} name after ':'; write \"{column}\" or \"{column}:alias\"",
+                quoted(entry)
+            ),
+        ));
+        return None;
+    }
+    if name.chars().any(char::is_control) {
+        out.push(Problem::new(
+            key,
+            format!(
+                "the {what} name of {} contains a control character; remove it",
+                quoted(entry)
+            ),
+        ));
+        return None;
+    }
+    Some(name)
+}
+
+fn duplicate(key: String, entry: &str, name: &str, what: &str) -> Problem {
+    let message = if placement(entry).0 == name {
+        format!("{} is listed twice; remove the duplicate", quoted(entry))
+    } else {
+        format!(
+            "{} places a second {what} named {}; each name may be used once: remove one or \
+             give it another alias",
+            quoted(entry),
+            quoted(name)
+        )
+    };
+    Problem::new(key, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    const BASE: &str = "[connector]\nname = \"t\"\n[postgres]\nhost = \"h\"\nuser = \"u\"\n\
+                        database = \"d\"\nslot = \"s\"\npublication = \"p\"\n[kafka]\n\
+                        brokers = \"b:9092\"\n[[outbox]]\ntable = \"public.outbox\"\n";
+
+    fn load(extra: &str) -> Result<Config, String> {
+        Config::from_str(&format!("{BASE}{extra}"), "test.toml").map_err(|e| e.to_string())
+    }
+
+    fn load_err(extra: &str) -> String {
+        match load(extra) {
+            Ok(_) => panic!("accepted: {extra}"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn aliases_and_envelopes_are_accepted_and_split() {
+        let config = load(
+            "header_columns = [\"type:eventType\", \"tenant\"]\n\
+             envelope_columns = [\"type:eventType\", \"aggregatetype\", \"created_at:at\"]\n\
+             expand_json_payload = false\ntopic = \"ev.{tenant}.{created_at}\"",
+        )
+        .unwrap();
+        let o = &config.outbox[0];
+        assert_eq!(
+            o.header_placements().collect::<Vec<_>>(),
+            [("type", "eventType"), ("tenant", "tenant")]
+        );
+        assert_eq!(
+            o.envelope_placements().collect::<Vec<_>>(),
+            [
+                ("type", "eventType"),
+                ("aggregatetype", "aggregatetype"),
+                ("created_at", "at")
+            ]
+        );
+        assert!(!o.expands_json_payload());
+        // The same column as a header and in the envelope, and a column
+        // placed twice under two names: allowed, as in Debezium.
+        load("header_columns = [\"type\", \"type:eventType\"]").unwrap();
+        let defaults = load("").unwrap();
+        assert!(defaults.outbox[0].envelope_columns.is_empty());
+        assert!(defaults.outbox[0].expands_json_payload());
+    }
+
+    #[test]
+    fn bad_aliases_are_refused_naming_the_entry() {
+        let err = load_err("header_columns = [\"type:\"]");
+        assert!(
+            err.contains("outbox[0].header_columns[0]: \"type:\" has an empty header name"),
+            "{err}"
+        );
+        let err = load_err("envelope_columns = [\":x\"]");
+        assert!(
+            err.contains("outbox[0].envelope_columns[0]: is empty"),
+            "{err}"
+        );
+        let err = load_err("header_columns = [\"type:header:eventType\"]");
+        assert!(
+            err.contains("more than one ':'") && err.contains("is \"type:eventType\" here"),
+            "{err}"
+        );
+        let err = load_err("envelope_columns = [\"a:b:c:d\"]");
+        assert!(
+            err.contains("envelope_columns[0]: \"a:b:c:d\" has more than one ':'"),
+            "{err}"
+        );
+        let err = load_err("header_columns = [\"type:a\\nb\"]");
+        assert!(err.contains("control character"), "{err}");
+        let err = load_err("header_columns = [\"type:id\"]");
+        assert!(
+            err.contains("header_columns[0]: the \"id\" header is reserved"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn duplicate_names_are_refused() {
+        let err = load_err("header_columns = [\"type\", \"kind:type\"]");
+        assert!(
+            err.contains("header_columns[1]: \"kind:type\" places a second header named \"type\""),
+            "{err}"
+        );
+        let err = load_err("envelope_columns = [\"tenant\", \"tenant\"]");
+        assert!(
+            err.contains("envelope_columns[1]: \"tenant\" is listed twice"),
+            "{err}"
+        );
+        let err = load_err("envelope_columns = [\"a:x\", \"b:x\"]");
+        assert!(err.contains("second envelope member named \"x\""), "{err}");
+    }
+
+    #[test]
+    fn the_payload_member_is_reserved() {
+        let err = load_err("envelope_columns = [\"payload\"]");
+        assert!(
+            err.contains("envelope_columns[0]: \"payload\" would be placed as the envelope's \"payload\" member"),
+            "{err}"
+        );
+        let err = load_err("envelope_columns = [\"body:payload\"]");
+        assert!(err.contains("e.g. \"body:body_column\""), "{err}");
+        // Another name for the payload column itself is fine.
+        load("envelope_columns = [\"payload:raw\"]").unwrap();
+    }
+
+    #[test]
+    fn envelope_and_cloudevents_are_refused_together() {
+        let err = load_err(
+            "format = \"cloudevents\"\nenvelope_columns = [\"type\"]\n\
+             [outbox.cloudevents]\nsource = \"/s\"",
+        );
+        assert!(
+            err.contains(
+                "outbox[0].envelope_columns: cannot be combined with format = \"cloudevents\""
+            ) && err.contains("extensions"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn expand_json_payload_needs_an_envelope() {
+        let err = load_err("expand_json_payload = true");
+        assert!(
+            err.contains("outbox[0].expand_json_payload: is set, but envelope_columns is empty"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn placed_columns_may_name_topics() {
+        load("envelope_columns = [\"tenant:t\"]\ntopic = \"ev.{tenant}\"").unwrap();
+        load("header_columns = [\"tenant:t\"]\ntopic = \"ev.{tenant}\"").unwrap();
+        let err = load_err("header_columns = [\"tenant:t\"]\ntopic = \"ev.{t}\"");
+        assert!(err.contains("template references {t}"), "{err}");
+    }
+}
