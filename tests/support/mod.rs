@@ -12,6 +12,7 @@
 
 pub mod ce_reader;
 pub mod ledger;
+pub mod message_load;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
