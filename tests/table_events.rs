@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use support::row_load::{VersionWriters, holds_versions, verify_versions};
 use support::*;
 
 const CATCH_UP: Duration = Duration::from_secs(120);
@@ -1390,59 +1391,6 @@ async fn replica_identity_using_index_keys_events_by_the_index_columns() {
     assert_eq!(relay.stop().code(), Some(0), "{}", relay.log());
 }
 
-/// Writers updating `accounts` (`v = v + 1` of a random row) and inserting
-/// rows (`v` 0) until stopped: every `(id, v)` they committed.
-struct AccountWriters {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    task: tokio::task::JoinHandle<Vec<(i32, i32)>>,
-}
-
-impl AccountWriters {
-    fn start(db: &TestDb, first_new_id: i32) -> AccountWriters {
-        use rand::{RngExt, SeedableRng};
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let task = tokio::spawn({
-            let (db_name, stop) = (db.name.clone(), stop.clone());
-            async move {
-                let client = pg_connect(&db_name).await;
-                let mut rng = rand::rngs::StdRng::seed_from_u64(u64::from(std::process::id()));
-                let (mut next, mut done) = (first_new_id, Vec::new());
-                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                    if rng.random_range(0..4) == 0 {
-                        client
-                            .execute(
-                                "INSERT INTO accounts (id, email, code, v) VALUES ($1::int4, 'e' || $1::int4 || '@x', 'c' || $1::int4, 0)",
-                                &[&next],
-                            )
-                            .await
-                            .expect("insert");
-                        done.push((next, 0));
-                        next += 1;
-                    } else {
-                        let id = rng.random_range(1..next);
-                        let row = client
-                            .query_one(
-                                "UPDATE accounts SET v = v + 1 WHERE id = $1 RETURNING v",
-                                &[&id],
-                            )
-                            .await
-                            .expect("update");
-                        done.push((id, row.get(0)));
-                    }
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                done
-            }
-        });
-        AccountWriters { stop, task }
-    }
-
-    async fn stop(self) -> Vec<(i32, i32)> {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        self.task.await.unwrap()
-    }
-}
-
 /// DDL on a REPLICA IDENTITY USING INDEX table while writers run. Without
 /// `key_columns` the key follows the identity from the change that carries
 /// the new shape on (index → other index → primary key under DEFAULT and
@@ -1487,7 +1435,13 @@ async fn replica_identity_changes_mid_stream_move_the_key_with_a_warning_or_stop
     relay.wait_log("snapshot completed", CATCH_UP).await;
     keyed.wait_log("snapshot completed", CATCH_UP).await;
 
-    let writers = AccountWriters::start(&db, 11);
+    let writers = VersionWriters::start(
+        &db.name,
+        "accounts",
+        "INSERT INTO accounts (id, email, code, v) \
+         VALUES ($1::int4, 'e' || $1::int4 || '@x', 'c' || $1::int4, 0)",
+        11,
+    );
     // Each step: (LSN before, LSN after, the key column from then on).
     let mut steps: Vec<(u64, u64, &str)> = Vec::new();
     let mut seen = wait_records(&topic, 40).await.len();
@@ -1521,37 +1475,18 @@ async fn replica_identity_changes_mid_stream_move_the_key_with_a_warning_or_stop
     steps.push((before, before, "id"));
     committed.push((100000, 0));
 
-    let all = wait_for("every change in Kafka", CATCH_UP, || {
-        let (topic, committed) = (&topic, &committed);
-        async move {
-            let got = read(topic);
-            let have: std::collections::HashSet<(i64, i64)> = got
-                .iter()
-                .filter_map(|e| {
-                    let after = &e.value.as_ref()?["after"];
-                    Some((after["id"].as_i64()?, after["v"].as_i64()?))
-                })
-                .collect();
-            committed
-                .iter()
-                .all(|&(id, v)| have.contains(&(i64::from(id), i64::from(v))))
-                .then_some(got)
-        }
+    wait_for("every change in Kafka", CATCH_UP, || async {
+        let got = consume_to_end(&[&topic]);
+        holds_versions(&committed, &got).then_some(())
     })
     .await;
-    let mut last_v: std::collections::HashMap<(String, i64), i64> = Default::default();
+    assert_eq!(verify_versions(&committed, &consume_to_end(&[&topic])), 0);
+    let all = read(&topic);
     let mut checked = [0usize; 2];
     for e in all.iter().filter(|e| e.value.is_some()) {
         let value = e.value.as_ref().unwrap();
         let after = &value["after"];
         let key = e.key.clone().expect("a key");
-        let (id, v) = (after["id"].as_i64().unwrap(), after["v"].as_i64().unwrap());
-        // Per key, a row's events in commit order.
-        let prev = last_v.insert((key.to_string(), id), v);
-        assert!(
-            prev.is_none_or(|p| p < v),
-            "key {key}: row {id} v {v} after {prev:?}"
-        );
         if value["op"] == "r" {
             continue;
         }
