@@ -546,10 +546,19 @@ pub async fn publication(
         }
         statements.push(sql);
     }
-    let unclaimed = if messages_only {
-        catalog::published_tables(client, name).await?
-    } else {
+    let unclaimed = if !messages_only {
         Vec::new()
+    } else if publication.all_tables {
+        vec!["every table (FOR ALL TABLES)".to_owned()]
+    } else {
+        let mut tables = catalog::published_tables(client, name).await?;
+        const SHOWN: usize = 10;
+        if tables.len() > SHOWN {
+            let more = tables.len() - SHOWN;
+            tables.truncate(SHOWN);
+            tables.push(format!("and {more} more"));
+        }
+        tables
     };
     Ok(PublicationPlan {
         publication: name.clone(),
