@@ -337,7 +337,7 @@ pub async fn check(config: &Config) -> Report {
         report.push(
             "publication",
             outcome(result, |plan| {
-                if plan.exists && !plan.statements.is_empty() {
+                if plan.exists && (!plan.statements.is_empty() || !plan.unclaimed.is_empty()) {
                     Outcome::Warn(plan.describe())
                 } else {
                     Outcome::Ok(plan.describe())

@@ -250,12 +250,33 @@ pub struct PublicationPlan {
     pub statements: Vec<String>,
     /// The publication exists already (statements change it).
     pub exists: bool,
+    /// No table is captured (only `[[message]]` sections): the publication
+    /// only has to exist, since logical messages are not filtered by it.
+    pub messages_only: bool,
+    /// With `messages_only`: the tables the existing publication publishes
+    /// anyway, whose rows walrelay receives and drops.
+    pub unclaimed: Vec<String>,
 }
 
 impl PublicationPlan {
     /// For `check`: what is there, or what `run` will do.
     pub fn describe(&self) -> String {
-        if self.statements.is_empty() {
+        if self.statements.is_empty() && self.messages_only && !self.unclaimed.is_empty() {
+            format!(
+                "{} also publishes table(s) {} that no section claims: with only [[message]] \
+                 sections walrelay receives their rows and drops them (counted in \
+                 walrelay_rows_unclaimed_total, one warning per table); give walrelay a \
+                 publication of its own, or remove them from this one",
+                self.publication,
+                self.unclaimed.join(", ")
+            )
+        } else if self.statements.is_empty() && self.messages_only {
+            format!(
+                "{} exists (only [[message]] sections: logical messages are not filtered by \
+                 publication, so no table needs to be in it)",
+                self.publication
+            )
+        } else if self.statements.is_empty() {
             format!("{} covers the captured tables", self.publication)
         } else if self.exists {
             format!("run will change {}: {}", self.publication, self.sql())
@@ -321,11 +342,18 @@ pub async fn publication(
         .chain(captured.iter().map(|t| (Vec::new(), *t)))
         .collect();
     let all: Vec<&CapturedTable> = tables.iter().map(|(_, t)| *t).collect();
+    let messages_only = all.is_empty();
     let Some(publication) = catalog::publication(client, name).await? else {
-        let sql = format!(
-            "CREATE PUBLICATION {p} FOR TABLE {} WITH (publish_via_partition_root = true)",
-            table_list(&all)
-        );
+        // With no table (only [[message]] sections) the publication is
+        // empty: pgoutput sends logical messages whatever it publishes.
+        let sql = if messages_only {
+            format!("CREATE PUBLICATION {p} WITH (publish_via_partition_root = true)")
+        } else {
+            format!(
+                "CREATE PUBLICATION {p} FOR TABLE {} WITH (publish_via_partition_root = true)",
+                table_list(&all)
+            )
+        };
         if !pg.create_publication {
             return Err(CheckError::setup(
                 format!("publication {name} does not exist"),
@@ -360,9 +388,11 @@ pub async fn publication(
             publication: name.clone(),
             statements: vec![sql],
             exists: false,
+            messages_only,
+            unclaimed: Vec::new(),
         });
     };
-    if !publication.inserts {
+    if !messages_only && !publication.inserts {
         return Err(CheckError::setup(
             format!(
                 "publication {name} does not publish inserts (its publish setting lacks 'insert'), so outbox rows would never be sent"
@@ -517,10 +547,26 @@ pub async fn publication(
         }
         statements.push(sql);
     }
+    let unclaimed = if !messages_only {
+        Vec::new()
+    } else if publication.all_tables {
+        vec!["every table (FOR ALL TABLES)".to_owned()]
+    } else {
+        let mut tables = catalog::published_tables(client, name).await?;
+        const SHOWN: usize = 10;
+        if tables.len() > SHOWN {
+            let more = tables.len() - SHOWN;
+            tables.truncate(SHOWN);
+            tables.push(format!("and {more} more"));
+        }
+        tables
+    };
     Ok(PublicationPlan {
         publication: name.clone(),
         statements,
         exists: true,
+        messages_only,
+        unclaimed,
     })
 }
 

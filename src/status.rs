@@ -394,18 +394,13 @@ async fn read_publication(
     else {
         return Ok(None);
     };
-    let rows = client
-        .query(
-            "SELECT schemaname || '.' || tablename FROM pg_publication_tables \
-             WHERE pubname = $1 ORDER BY 1",
-            &[&name],
-        )
+    let tables = catalog::published_tables(client, name)
         .await
-        .map_err(|e| format!("reading pg_publication_tables: {}", catalog::describe(&e)))?;
+        .map_err(|e| e.to_string())?;
     Ok(Some(PublicationStatus {
         name: name.to_owned(),
         all_tables: publication.all_tables,
-        tables: rows.iter().map(|r| r.get(0)).collect(),
+        tables,
     }))
 }
 

@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 
 use rand::{RngExt, SeedableRng};
 use support::ledger::{CREATE_LEDGER, LedgerWriters, ledger};
+use support::message_load::{MessageWriters, verify_message_delivery};
+use support::row_load::{VersionWriters, verify_versions};
 use support::*;
 
 const CATCH_UP: Duration = Duration::from_secs(120);
@@ -321,6 +323,190 @@ async fn twenty_takeovers_lose_nothing() {
             .collect::<Vec<_>>(),
     );
     active.stop();
+}
+
+/// Outbox rows with a NULL aggregate id (each goes to the dead-letter
+/// topic), one per transaction, until stopped: their ids.
+fn dead_letter_writer(
+    db_name: &str,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<String>> {
+    let db_name = db_name.to_owned();
+    tokio::spawn(async move {
+        let client = pg_connect(&db_name).await;
+        let mut ids = Vec::new();
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            let row = client
+                .query_one(
+                    "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) \
+                     VALUES (gen_random_uuid(), 'order', NULL, 'Orphan', '{}') RETURNING id::text",
+                    &[],
+                )
+                .await
+                .expect("dead-letter row");
+            ids.push(row.get(0));
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        ids
+    })
+}
+
+/// The active instance killed -9 while every kind of record is in flight:
+/// outbox rows (some to the dead-letter topic: NULL aggregate id),
+/// transactional logical messages routed by `[[message]]`, and `[[table]]`
+/// changes with `provide_transaction_metadata` (BEGIN/END records). After
+/// the standby takes over, every record of each kind is in Kafka, re-sent
+/// copies identical (same ids), per key in commit order, and each
+/// transaction of table changes has its BEGIN and its END counting them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_takeover_with_messages_table_events_and_dead_letters_in_flight_loses_nothing() {
+    require_kafka();
+    let (db, names) = setup("ha_kinds", 0).await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE items (id int4 PRIMARY KEY, v int4 NOT NULL);
+             ALTER TABLE items OWNER TO walrelay;
+             INSERT INTO items SELECT g, 0 FROM generate_series(1, 10) g;",
+        )
+        .await
+        .unwrap();
+    let base = &names.topic_prefix;
+    let (load, dlq, items, tx) = (
+        format!("{base}.load"),
+        format!("{base}.dlq"),
+        format!("{base}_cdc.public.items"),
+        format!("{base}_cdc.transaction"),
+    );
+    let config = |health: &str| {
+        config(&db, &names, health)
+            + &format!(
+                "[table_defaults]\ntopic_prefix = \"{base}_cdc\"\nprovide_transaction_metadata = true\n\n\
+                 [[table]]\nname = \"public.items\"\n\n\
+                 [[message]]\nprefix = \"load\"\ntopic = \"{load}\"\nkey_field = \"key\"\n\n\
+                 [dead_letter]\ntopic = \"{dlq}\"\n"
+            )
+    };
+    let mut a = RelayProcess::start(&config(&free_local_addr()), &[]);
+    a.wait_log(SLOT_CREATED, CATCH_UP).await;
+    let outbox = LedgerWriters::start(&db.name, &[pg_port()], 4);
+    let messages = MessageWriters::start(&db.name, "load", 2, 8);
+    let rows = VersionWriters::start(
+        &db.name,
+        "items",
+        "INSERT INTO items (id, v) VALUES ($1, 0)",
+        11,
+    );
+    let stop_dead = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dead = dead_letter_writer(&db.name, stop_dead.clone());
+    wait_for("the first instance streams", CATCH_UP, || async {
+        slot_active_pid(&db, &names.slot).await
+    })
+    .await;
+    let mut b = RelayProcess::start(&config(&free_local_addr()), &[]);
+    b.wait_log(
+        "standby: another instance of this connector holds the lease",
+        CATCH_UP,
+    )
+    .await;
+    let all_topics = [
+        names.topic("order"),
+        names.topic("invoice"),
+        load.clone(),
+        dlq.clone(),
+        items.clone(),
+        tx.clone(),
+    ];
+    let count = |topic: &str| consume_to_end(&[topic]).len();
+    wait_for("records of every kind in Kafka", CATCH_UP, || async {
+        all_topics.iter().all(|t| count(t) >= 10).then_some(())
+    })
+    .await;
+    a.kill9();
+    let at_kill = count(&load);
+    b.wait_log(
+        "holding the lease: this instance is the active one",
+        CATCH_UP,
+    )
+    .await;
+    wait_for("the new active instance publishes", CATCH_UP, || async {
+        (count(&load) >= at_kill + 50).then_some(())
+    })
+    .await;
+    let written = outbox.stop().await;
+    let emitted = messages.stop().await;
+    let committed = rows.stop().await;
+    stop_dead.store(true, std::sync::atomic::Ordering::SeqCst);
+    let dead = dead.await.unwrap();
+
+    // verify_all waits until the slot confirms every write: then Kafka
+    // holds everything.
+    let (events, outbox_dups) = verify_all(&db, &names).await;
+    let message_dups = verify_message_delivery(&emitted, &consume_to_end(&[&load]));
+    let changes = consume_to_end(&[&items]);
+    let change_dups = verify_versions(&committed, &changes);
+    let (dead_letters, dead_dups) = {
+        let consumed = consume_to_end(&[&dlq]);
+        let (first, dups) = first_copies(&consumed);
+        let ids: std::collections::HashSet<String> =
+            first.iter().filter_map(|c| c.header_str("id")).collect();
+        assert!(
+            dead.iter().all(|id| ids.contains(id)),
+            "a dead letter is missing"
+        );
+        assert_eq!(first.len(), dead.len(), "one dead letter per orphan row");
+        (first.len(), dups)
+    };
+    // Each transaction of table changes: a BEGIN, and an END counting its
+    // changes (snapshot rows have neither).
+    let tx_records = consume_to_end(&[&tx]);
+    let (tx_first, tx_dups) = first_copies(&tx_records);
+    let markers: std::collections::HashMap<String, serde_json::Value> = tx_first
+        .iter()
+        .map(|c| {
+            (
+                c.header_str("walrelay.event_id").unwrap(),
+                serde_json::from_slice(c.value.as_deref().unwrap()).unwrap(),
+            )
+        })
+        .collect();
+    let mut per_txn: std::collections::HashMap<String, usize> = Default::default();
+    for c in first_copies(&changes).0 {
+        let value: serde_json::Value = serde_json::from_slice(c.value.as_deref().unwrap()).unwrap();
+        if value["op"] != "r" {
+            *per_txn
+                .entry(c.header_str("walrelay.lsn").unwrap())
+                .or_default() += 1;
+        }
+    }
+    for (lsn, n) in &per_txn {
+        assert_eq!(markers[&format!("{lsn}:begin")]["status"], "BEGIN");
+        let end = &markers[&format!("{lsn}:end")];
+        assert_eq!(
+            (&end["status"], end["event_count"].as_u64()),
+            (&serde_json::json!("END"), Some(*n as u64)),
+            "{lsn}"
+        );
+    }
+    assert_eq!(
+        markers.len(),
+        2 * per_txn.len(),
+        "no BEGIN/END of anything else"
+    );
+    let resent = outbox_dups + message_dups + change_dups + dead_dups + tx_dups;
+    eprintln!(
+        "takeover with every kind in flight: {events} outbox events ({written} by writers), \
+         {} messages, {} row versions in {} transactions, {dead_letters} dead letters; re-sent: \
+         outbox {outbox_dups}, messages {message_dups}, changes {change_dups}, BEGIN/END \
+         {tx_dups}, dead letters {dead_dups}",
+        emitted.len(),
+        committed.len(),
+        per_txn.len()
+    );
+    assert!(
+        resent > 0,
+        "the takeover re-sent nothing: the kill landed with nothing in flight"
+    );
+    b.stop();
 }
 
 /// The time at the start of the first log line containing `needle`

@@ -488,3 +488,205 @@ async fn with_a_dead_letter_topic_an_unroutable_message_goes_there_in_its_place(
     assert!(relay.is_running(), "the connector goes on");
     relay.stop();
 }
+
+/// A config with only a `[[message]]` section (no outbox, no table): the
+/// `load` prefix keyed by the payload's `key` (see support::message_load).
+fn messages_only_config(db: &TestDb, names: &Names, postgres_extra: &str) -> String {
+    connector_config(
+        db,
+        names,
+        &format!(
+            "[[message]]\nprefix = \"load\"\ntopic = \"{}.load\"\nkey_field = \"key\"\n",
+            names.topic_prefix
+        ),
+    )
+    .replace(
+        "status_interval = \"200ms\"",
+        &format!("status_interval = \"200ms\"\n{postgres_extra}"),
+    )
+}
+
+/// The value of the series of metric `name` whose labels include `label`
+/// (e.g. `topic="t"`; "" for any) in `/metrics` at `addr`.
+fn metric(addr: &str, name: &str, label: &str) -> Option<f64> {
+    http_get(addr, "/metrics").lines().find_map(|l| {
+        let (series, value) = l.rsplit_once(' ')?;
+        let labels = series.strip_prefix(name)?.strip_prefix('{')?;
+        labels.contains(label).then(|| value.parse().ok())?
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_only_config_streams_through_an_empty_publication_across_kill_9() {
+    use support::message_load::{MessageWriters, holds_all, verify_message_delivery};
+    require_kafka();
+    let db = TestDb::new("msgonly").await;
+    let names = Names::new("msgonly");
+    let addr = free_local_addr();
+    let config =
+        messages_only_config(&db, &names, "") + &format!("\n[health]\nlisten = \"{addr}\"\n");
+    let path = write_config(&config);
+    // Before the first run: the publication is to be created without tables.
+    let (_, report) = check(&path);
+    let create = format!(
+        "CREATE PUBLICATION \"{}\" WITH (publish_via_partition_root = true)",
+        names.publication
+    );
+    assert!(
+        report.contains(&format!("run will create it: {create}")),
+        "{report}"
+    );
+    assert!(failures(&report).is_empty(), "{report}");
+
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    let published: i64 = db
+        .client
+        .query_one(
+            "SELECT count(*) FROM pg_publication_tables WHERE pubname = $1",
+            &[&names.publication],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(published, 0, "the publication has no table");
+    // (Only this line: the slot and the offset store move while it runs.)
+    let (_, report) = check(&path);
+    assert!(
+        report.contains("exists (only [[message]] sections"),
+        "{report}"
+    );
+
+    // Writers run through a kill -9 and the restart.
+    let topic = format!("{}.load", names.topic_prefix);
+    let writers = MessageWriters::start(&db.name, "load", 3, 8);
+    wait_for(
+        "some messages in Kafka",
+        Duration::from_secs(60),
+        || async { (consume_to_end(&[&topic]).len() >= 50).then_some(()) },
+    )
+    .await;
+    relay.kill9();
+    let at_kill = consume_to_end(&[&topic]).len();
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    wait_for(
+        "more messages after the restart",
+        Duration::from_secs(60),
+        || async { (consume_to_end(&[&topic]).len() >= at_kill + 50).then_some(()) },
+    )
+    .await;
+    let emitted = writers.stop().await;
+    let consumed = wait_for(
+        "every message in Kafka",
+        Duration::from_secs(90),
+        || async {
+            let got = consume_to_end(&[&topic]);
+            holds_all(&emitted, &got).then_some(got)
+        },
+    )
+    .await;
+    let duplicates = verify_message_delivery(&emitted, &consumed);
+    eprintln!(
+        "{} messages, {duplicates} re-sent after the kill",
+        emitted.len()
+    );
+
+    // Status and metrics know what there is to know.
+    let published = metric(
+        &addr,
+        "walrelay_records_published_by_topic_total",
+        &format!("topic=\"{topic}\""),
+    );
+    assert!(published.is_some_and(|n| n > 0.0), "{published:?}");
+    assert_eq!(
+        metric(&addr, "walrelay_rows_unclaimed_total", ""),
+        Some(0.0)
+    );
+    let out = std::process::Command::new(walrelay_bin())
+        .args(["status", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{status}");
+    assert!(status.contains("no tables"), "{status}");
+    relay.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_only_config_uses_an_existing_publication_and_drops_its_tables_rows() {
+    require_kafka();
+    let db = TestDb::new("msgonly_pub").await;
+    let names = Names::new("msgonly_pub");
+    let addr = free_local_addr();
+    let config = messages_only_config(&db, &names, "create_publication = false")
+        + &format!("\n[health]\nlisten = \"{addr}\"\n");
+    let path = write_config(&config);
+    // No publication and walrelay may not create it: the fix is the empty one.
+    let (_, report) = check(&path);
+    let p = &names.publication;
+    assert!(
+        failures(&report)
+            .iter()
+            .any(|f| f.contains(&format!("publication {p} does not exist"))),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!(
+            "CREATE PUBLICATION \"{p}\" WITH (publish_via_partition_root = true)`"
+        )),
+        "{report}"
+    );
+    // A publication of someone else's tables: fine, with a warning.
+    db.client
+        .batch_execute(&format!(
+            "CREATE TABLE noise (id int PRIMARY KEY); CREATE PUBLICATION \"{p}\" FOR TABLE noise"
+        ))
+        .await
+        .unwrap();
+    let (_, report) = check(&path);
+    assert!(failures(&report).is_empty(), "{report}");
+    assert!(
+        report.contains("also publishes table(s) public.noise that no section claims"),
+        "{report}"
+    );
+
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    db.client
+        .batch_execute(
+            r#"BEGIN;
+               INSERT INTO noise VALUES (1);
+               SELECT pg_logical_emit_message(true, 'load', '{"type":"Load","key":"k1","w":0,"s":0}');
+               COMMIT;"#,
+        )
+        .await
+        .unwrap();
+    let committed = db.current_wal_lsn().await;
+    let topic = format!("{}.load", names.topic_prefix);
+    let got = consume(
+        &[&topic],
+        1,
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+    );
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert_eq!(got[0].key.as_deref(), Some(&b"k1"[..]));
+    relay
+        .wait_log("no [[outbox]] section claims", Duration::from_secs(30))
+        .await;
+    assert!(relay.log().contains("public.noise"), "{}", relay.log());
+    assert_eq!(
+        metric(&addr, "walrelay_rows_unclaimed_total", ""),
+        Some(1.0)
+    );
+    // The dropped row does not hold the slot back.
+    db.wait_confirmed(
+        &names.slot,
+        committed,
+        "the slot past the transaction",
+        Duration::from_secs(60),
+    )
+    .await;
+    relay.stop();
+}

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use support::row_load::{VersionWriters, holds_versions, verify_versions};
 use support::*;
 
 const CATCH_UP: Duration = Duration::from_secs(120);
@@ -1388,4 +1389,185 @@ async fn replica_identity_using_index_keys_events_by_the_index_columns() {
     assert_eq!(for_key(&k("b@x")), vec![d("c"), d("d"), None], "{got:?}");
     assert_eq!(shape.len(), 7, "no record keyed otherwise: {got:?}");
     assert_eq!(relay.stop().code(), Some(0), "{}", relay.log());
+}
+
+/// DDL on a REPLICA IDENTITY USING INDEX table while writers run. Without
+/// `key_columns` the key follows the identity from the change that carries
+/// the new shape on (index → other index → primary key under DEFAULT and
+/// FULL → index, and the primary key once the identity index is dropped),
+/// each move said in one warning naming table and LSN; columns added and
+/// dropped move nothing. No change is lost, and per key a row's events stay
+/// in order. With `key_columns` outside the new identity the connector
+/// stops at the first change decoded with it, naming table, column and
+/// LSN, and confirms nothing past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_identity_changes_mid_stream_move_the_key_with_a_warning_or_stop() {
+    require_kafka();
+    let db = TestDb::new("wr_ident_ddl").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE accounts (id int4 PRIMARY KEY, email text NOT NULL, code text NOT NULL,
+               v int4 NOT NULL);
+             CREATE UNIQUE INDEX accounts_email ON accounts (email);
+             CREATE UNIQUE INDEX accounts_code ON accounts (code);
+             ALTER TABLE accounts REPLICA IDENTITY USING INDEX accounts_email;
+             ALTER TABLE accounts OWNER TO walrelay;
+             INSERT INTO accounts SELECT i, 'e' || i || '@x', 'c' || i, 0
+               FROM generate_series(1, 10) i;",
+        )
+        .await
+        .expect("table");
+    let start = |tag: &str, section: &str| {
+        let names = Names::new(tag);
+        let prefix = format!("{}_cdc", names.connector);
+        let config = table_config(&db, &names, Some(&prefix), section);
+        (
+            RelayProcess::start(&config, &[]),
+            format!("{prefix}.public.accounts"),
+            names,
+        )
+    };
+    let (mut relay, topic, _) = start("wr_idd", "[[table]]\nname = \"public.accounts\"\n");
+    let (mut keyed, keyed_topic, keyed_names) = start(
+        "wr_idd_k",
+        "[[table]]\nname = \"public.accounts\"\nkey_columns = [\"email\"]\n",
+    );
+    relay.wait_log("snapshot completed", CATCH_UP).await;
+    keyed.wait_log("snapshot completed", CATCH_UP).await;
+
+    let writers = VersionWriters::start(
+        &db.name,
+        "accounts",
+        "INSERT INTO accounts (id, email, code, v) \
+         VALUES ($1::int4, 'e' || $1::int4 || '@x', 'c' || $1::int4, 0)",
+        11,
+    );
+    // Each step: (LSN before, LSN after, the key column from then on).
+    let mut steps: Vec<(u64, u64, &str)> = Vec::new();
+    let mut seen = wait_records(&topic, 40).await.len();
+    for (sql, key) in [
+        ("REPLICA IDENTITY USING INDEX accounts_code", "code"),
+        ("ADD COLUMN note text", "code"),
+        ("REPLICA IDENTITY DEFAULT", "id"),
+        ("DROP COLUMN note", "id"),
+        ("REPLICA IDENTITY FULL", "id"),
+        ("REPLICA IDENTITY USING INDEX accounts_email", "email"),
+    ] {
+        let before = db.current_wal_lsn().await;
+        db.client
+            .batch_execute(&format!("ALTER TABLE accounts {sql}"))
+            .await
+            .unwrap();
+        steps.push((before, db.current_wal_lsn().await, key));
+        seen = wait_records(&topic, seen + 40).await.len();
+    }
+    let mut committed = writers.stop().await;
+    // The identity index dropped: PostgreSQL now refuses updates (no
+    // identity); an insert is keyed by the primary key.
+    let before = db.current_wal_lsn().await;
+    db.client
+        .batch_execute(
+            "DROP INDEX accounts_email;
+             INSERT INTO accounts VALUES (100000, 'last@x', 'last', 0);",
+        )
+        .await
+        .unwrap();
+    steps.push((before, before, "id"));
+    committed.push((100000, 0));
+
+    wait_for("every change in Kafka", CATCH_UP, || async {
+        let got = consume_to_end(&[&topic]);
+        holds_versions(&committed, &got).then_some(())
+    })
+    .await;
+    assert_eq!(verify_versions(&committed, &consume_to_end(&[&topic])), 0);
+    let all = read(&topic);
+    let mut checked = [0usize; 2];
+    for e in all.iter().filter(|e| e.value.is_some()) {
+        let value = e.value.as_ref().unwrap();
+        let after = &value["after"];
+        let key = e.key.clone().expect("a key");
+        if value["op"] == "r" {
+            continue;
+        }
+        // The key of the identity in force at the change's commit.
+        let lsn = parse_lsn(&e.lsn);
+        if steps.iter().any(|&(b, a, _)| b <= lsn && lsn <= a) {
+            checked[1] += 1;
+            continue;
+        }
+        let field = steps
+            .iter()
+            .rev()
+            .find(|&&(_, a, _)| a < lsn)
+            .map_or("email", |s| s.2);
+        assert_eq!(
+            key,
+            json!({ field: after[field].clone() }),
+            "at {}: {value}",
+            e.lsn
+        );
+        checked[0] += 1;
+    }
+    eprintln!(
+        "{} changes committed, {} records; keys checked {}, {} left out (during an ALTER)",
+        committed.len(),
+        all.len(),
+        checked[0],
+        checked[1]
+    );
+    // One warning per move of the key (code, id, email, id), none for the
+    // columns or DEFAULT → FULL; each names the table, the LSN and both keys.
+    let log = relay.log();
+    let moves: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("the key of public.accounts's events changes at"))
+        .collect();
+    assert_eq!(moves.len(), 4, "{moves:#?}");
+    for (line, (from, to)) in moves.iter().zip([
+        ("(email)", "(code)"),
+        ("(code)", "(id)"),
+        ("(id)", "(email)"),
+        ("(email)", "(id)"),
+    ]) {
+        assert!(
+            line.contains(&format!("from {from} to {to}")) && line.contains("lsn="),
+            "{line}"
+        );
+    }
+    assert!(
+        moves[3].contains("USING INDEX of a dropped index"),
+        "{}",
+        moves[3]
+    );
+    assert_eq!(relay.stop().code(), Some(0), "{log}");
+
+    // key_columns = ["email"] outside the new identity (code): stopped at
+    // the first change decoded with it, before publishing it.
+    let log = keyed.expect_exit(1, CATCH_UP);
+    for needle in [
+        "cannot make a change event for table public.accounts (column email, at ",
+        "key column email is not in the table's replica identity (code)",
+        "altering the table back does not help them",
+    ] {
+        assert!(log.contains(needle), "{needle:?} not in:\n{log}");
+    }
+    let keyed_records = read(&keyed_topic);
+    assert!(
+        keyed_records
+            .iter()
+            .all(|e| e.key.as_ref().is_some_and(|k| k.get("email").is_some())),
+        "{keyed_records:?}"
+    );
+    let first_code = all
+        .iter()
+        .filter(|e| e.key.as_ref().is_some_and(|k| k.get("code").is_some()))
+        .map(|e| parse_lsn(&e.lsn))
+        .min()
+        .expect("events keyed by code");
+    let confirmed = db.confirmed_flush(&keyed_names.slot).await.expect("slot");
+    assert!(
+        confirmed < first_code,
+        "the slot passed the first change under the new identity: {confirmed:x} >= {first_code:x}"
+    );
 }

@@ -127,3 +127,25 @@ fn overlapping_prefixes_are_refused() {
     load("[[message]]\nprefix = \"orders.*\"\ntopic = \"t\"\n[[message]]\nprefix = \"order\"\ntopic = \"u\"\n")
         .unwrap();
 }
+
+#[test]
+fn message_sections_alone_are_something_to_capture() {
+    let text = r#"
+[connector]
+name = "t"
+[postgres]
+database = "d"
+[kafka]
+brokers = "k:9092"
+[[message]]
+prefix = "orders"
+topic = "orders"
+"#;
+    let c = Config::from_str(text, "test.toml").unwrap();
+    assert!(c.outbox.is_empty() && c.tables.is_empty());
+    assert_eq!(c.messages.len(), 1);
+    // Without it, nothing is configured: the error names all three.
+    let none = text.split("[[message]]").next().unwrap();
+    let e = Config::from_str(none, "test.toml").unwrap_err().to_string();
+    assert!(e.contains("[[message]] section"), "{e}");
+}

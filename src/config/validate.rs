@@ -124,7 +124,11 @@ pub(crate) fn problems(config: &Config) -> Vec<Problem> {
     connector_name(&config.connector.name, &mut out);
     postgres(&config.postgres, &mut out);
     kafka(&config.kafka, &mut out);
-    outboxes(&config.outbox, !config.tables.is_empty(), &mut out);
+    outboxes(
+        &config.outbox,
+        !config.tables.is_empty() || !config.messages.is_empty(),
+        &mut out,
+    );
     tables(config, &mut out);
     super::message::problems(&config.messages, &mut out);
     snapshot(&config.snapshot, &mut out);
@@ -861,13 +865,16 @@ fn librdkafka_map(map: &BTreeMap<String, String>, out: &mut Vec<Problem>) {
     }
 }
 
-fn outboxes(outboxes: &[OutboxConfig], tables: bool, out: &mut Vec<Problem>) {
-    if outboxes.is_empty() && !tables {
+/// `others`: a `[[table]]` or `[[message]]` section is configured (either
+/// is something to capture without an outbox).
+fn outboxes(outboxes: &[OutboxConfig], others: bool, out: &mut Vec<Problem>) {
+    if outboxes.is_empty() && !others {
         out.push(Problem::new(
             "outbox",
-            "nothing to capture: no outbox table and no table is configured; add an \
-             [[outbox]] section with table = \"public.outbox\", or a [[table]] section with \
-             name = \"public.orders\"",
+            "nothing to capture: no outbox table, no table and no message prefix is \
+             configured; add an [[outbox]] section with table = \"public.outbox\", a [[table]] \
+             section with name = \"public.orders\", or a [[message]] section with \
+             prefix = \"orders\"",
         ));
     }
     let mut seen = BTreeMap::new();

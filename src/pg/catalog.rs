@@ -723,6 +723,23 @@ pub async fn publication(client: &Client, name: &str) -> Result<Option<Publicati
     }))
 }
 
+/// The tables publication `name` publishes (`schema.table`, sorted), as
+/// `pg_publication_tables` lists them.
+pub async fn published_tables(client: &Client, name: &str) -> Result<Vec<String>, CatalogError> {
+    let rows = client
+        .query(
+            "SELECT schemaname || '.' || tablename FROM pg_publication_tables \
+             WHERE pubname = $1 ORDER BY 1",
+            &[&name],
+        )
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "reading pg_publication_tables",
+            source,
+        })?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
 /// How a publication covers one relation.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Membership {

@@ -392,9 +392,7 @@ impl Streaming {
             }
             SourceEvent::Relation(r) => {
                 self.router.on_relation(&r);
-                if let Some(warning) = self.tables.on_relation(&r, source.received())? {
-                    tracing::warn!("{warning}");
-                }
+                self.on_table_relation(&r, source.received())?;
             }
             SourceEvent::Change(change) => self.on_change(change).await?,
             SourceEvent::Truncate {

@@ -51,7 +51,87 @@ pub(super) struct SnapshotMarks {
     any_read: bool,
 }
 
+/// The relation's `REPLICA IDENTITY`, for log lines.
+fn identity_name(rel: &Relation) -> &'static str {
+    match rel.replica_identity {
+        b'd' => "DEFAULT",
+        b'f' => "FULL",
+        b'i' if rel.key_columns().next().is_none() => {
+            "USING INDEX of a dropped index (PostgreSQL treats it as NOTHING)"
+        }
+        b'i' => "USING INDEX",
+        b'n' => "NOTHING",
+        _ => "unknown",
+    }
+}
+
 impl Streaming {
+    /// A streamed Relation message: (re)binds a `[[table]]` relation. Its
+    /// key follows the relation from here on — a replica identity changed
+    /// by `ALTER TABLE … REPLICA IDENTITY` moves the key of a table keyed by
+    /// its identity (USING INDEX) — and a moved key is said once, naming the
+    /// table, the position and both keys: a row's events before and after
+    /// it have different keys (partitions, compaction). A new identity that
+    /// leaves a configured key outside it stops the connector at `lsn`,
+    /// before any change decoded with it.
+    pub(super) fn on_table_relation(&mut self, rel: &Relation, lsn: Lsn) -> Result<(), RelayError> {
+        let before: Option<Vec<String>> = self
+            .tables
+            .key_names(rel.oid)
+            .map(|k| k.into_iter().map(str::to_owned).collect());
+        let warning = self.tables.on_relation(rel, lsn).map_err(|mut e| {
+            if before.is_some() {
+                e.fix = format!(
+                    "the table's shape changed in the stream at {lsn} (REPLICA IDENTITY {} now) \
+                     and every change after it is decoded with that shape, so altering the table \
+                     back does not help them: set key_columns of this [[table]] section to \
+                     columns of the new identity (the key of its events changes), or skip \
+                     deletes (skipped_operations), then start again",
+                    identity_name(rel)
+                );
+            }
+            e
+        })?;
+        if let Some(warning) = warning {
+            tracing::warn!("{warning}");
+        }
+        let after = self.tables.key_names(rel.oid);
+        let table = format!("{}.{}", rel.namespace, rel.name);
+        let shown = |k: &[&str]| {
+            if k.is_empty() {
+                "a null key".to_owned()
+            } else {
+                format!("({})", k.join(", "))
+            }
+        };
+        match (before, after) {
+            (None, Some(after)) => tracing::info!(
+                %table, %lsn, key = %shown(&after),
+                replica_identity = identity_name(rel),
+                "table events of {table} are keyed by {}", shown(&after)
+            ),
+            (Some(before), Some(after)) if before != after => {
+                let before: Vec<&str> = before.iter().map(String::as_str).collect();
+                tracing::warn!(
+                    %table, %lsn, before = %shown(&before), after = %shown(&after),
+                    replica_identity = identity_name(rel),
+                    "the key of {table}'s events changes at {lsn} from {} to {}: the table's \
+                     replica identity is REPLICA IDENTITY {} from here on (ALTER TABLE … \
+                     REPLICA IDENTITY, or its identity index dropped), and events without \
+                     key_columns are keyed by the identity index's columns, else the primary \
+                     key. A row's events before and after this point have different keys \
+                     (possibly partitions) and compaction keeps the records of the old key; set \
+                     key_columns to keep one key",
+                    shown(&before),
+                    shown(&after),
+                    identity_name(rel)
+                );
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// Tells the table router the primary keys and user-defined types the
     /// catalog knows.
     pub(super) fn set_primary_keys(&mut self, tables: &[TableEventTable]) {

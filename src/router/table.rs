@@ -313,6 +313,22 @@ impl TableRouter {
         }
     }
 
+    /// The names of the columns keying relation `oid`'s events (empty: a
+    /// null key), once it is bound without error.
+    pub fn key_names(&self, oid: Oid) -> Option<Vec<&str>> {
+        match self.bound.get(&oid) {
+            Some(Ok(b)) => Some(
+                b.key
+                    .iter()
+                    .flatten()
+                    .filter_map(|&i| b.columns.get(i))
+                    .map(|c| c.name.as_str())
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
+
     /// Whether changes of relation `oid` are table events.
     pub fn claims(&self, oid: Oid) -> bool {
         self.bound.contains_key(&oid)
@@ -1146,7 +1162,10 @@ fn unmaskable(entry: usize, column: &str, oid: Oid) -> (String, String) {
 /// The columns keying `[[table]]` `config`'s events, by name: `key_columns`,
 /// else under REPLICA IDENTITY USING INDEX (`replica_identity` `b'i'`) the
 /// index's columns (`identity`; a delete's old row holds nothing else),
-/// else the `primary_key`. The one rule `check`, `run` and the router share.
+/// else the `primary_key` — also under USING INDEX when the index was
+/// dropped (`identity` empty: PostgreSQL then treats the table as REPLICA
+/// IDENTITY NOTHING, and a null key would hide every row's identity). The
+/// one rule `check`, `run` and the router share.
 pub fn key_columns<'a, S: AsRef<str>>(
     config: &'a TableConfig,
     replica_identity: u8,
@@ -1155,7 +1174,7 @@ pub fn key_columns<'a, S: AsRef<str>>(
 ) -> Vec<&'a str> {
     if !config.key_columns.is_empty() {
         config.key_columns.iter().map(String::as_str).collect()
-    } else if replica_identity == b'i' {
+    } else if replica_identity == b'i' && !identity.is_empty() {
         identity.iter().map(AsRef::as_ref).collect()
     } else {
         primary_key.iter().map(AsRef::as_ref).collect()

@@ -1091,3 +1091,23 @@ fn special_values_are_written_by_default_and_refused_when_asked() {
     assert!(e.reason.contains("special_values"), "{e}");
     assert!(e.fix.contains("special_values = \"write\""), "{e}");
 }
+
+#[test]
+fn a_relation_that_changes_its_identity_moves_the_key_and_a_dropped_index_keys_by_the_primary_key()
+{
+    let mut r = TableRouter::new(&config(TABLE));
+    r.set_primary_key("public", "customers", vec!["id".into()]);
+    let mut by_name = customers(b'i');
+    by_name.columns[0].flags = 0;
+    by_name.columns[1].flags = 1;
+    r.on_relation(&by_name, Lsn(1)).unwrap();
+    assert_eq!(r.key_names(7), Some(vec!["name"]));
+    r.on_relation(&customers(b'd'), Lsn(2)).unwrap();
+    assert_eq!(r.key_names(7), Some(vec!["id"]));
+    // USING INDEX whose index was dropped: no column is in the identity.
+    let mut dropped = customers(b'i');
+    dropped.columns[0].flags = 0;
+    r.on_relation(&dropped, Lsn(3)).unwrap();
+    assert_eq!(r.key_names(7), Some(vec!["id"]), "not a null key");
+    assert_eq!(r.key_names(8), None, "not bound");
+}

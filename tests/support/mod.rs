@@ -12,6 +12,8 @@
 
 pub mod ce_reader;
 pub mod ledger;
+pub mod message_load;
+pub mod row_load;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -972,6 +974,46 @@ fn watermarks(consumer: &BaseConsumer, topic: &str, partition: i32) -> (i64, i64
             Err(e) => kafka_unreachable(&e),
         }
     }
+}
+
+/// The first copy of each record in `consumed`, in partition order (by
+/// topic, `walrelay.event_id` and whether it is a tombstone, which shares
+/// its delete's id), after checking that every later copy is identical to
+/// it (on the same partition, unless its key is null); and how many later
+/// copies there were.
+pub fn first_copies(consumed: &[Consumed]) -> (Vec<&Consumed>, usize) {
+    let mut sorted: Vec<&Consumed> = consumed.iter().collect();
+    sorted
+        .sort_by(|a, b| (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset)));
+    let mut first: std::collections::HashMap<(&str, String, bool), &Consumed> =
+        std::collections::HashMap::new();
+    let mut out = Vec::new();
+    let mut copies = 0;
+    for c in sorted {
+        let id = c
+            .header_str("walrelay.event_id")
+            .expect("walrelay.event_id");
+        match first.entry((c.topic.as_str(), id, c.value.is_some())) {
+            std::collections::hash_map::Entry::Occupied(f) => {
+                copies += 1;
+                let f = f.get();
+                // A null key has no partition of its own (librdkafka picks
+                // one at random), so only keyed copies must share theirs.
+                let partition = |c: &Consumed| c.key.as_ref().map(|_| c.partition);
+                assert_eq!(
+                    (&f.key, &f.value, &f.headers, partition(f)),
+                    (&c.key, &c.value, &c.headers, partition(c)),
+                    "a re-sent copy on {} differs from the first",
+                    c.topic
+                );
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(c);
+                out.push(c);
+            }
+        }
+    }
+    (out, copies)
 }
 
 /// Reads every record currently in `topics` (up to each partition's high
