@@ -367,6 +367,7 @@ pub async fn check(config: &Config) -> Report {
     let tables: Vec<_> = routes.iter().map(|(o, t)| (*o, t)).collect();
     match catalog::slot_state(&client, &pg.slot).await {
         Ok(slot) => {
+            let stored = reread_after_slot(config, stored).await;
             let line = slot_line(
                 config,
                 &client,
@@ -394,6 +395,25 @@ pub async fn check(config: &Config) -> Report {
         Err(e) => report.push("replication slot", fail(e.to_string(), "see the error")),
     }
     report
+}
+
+/// The offset store read again, now that the slot has been read: a running
+/// connector stores a position before it confirms it to the slot, so the
+/// store read before the slot (by [`check_kafka`]) can be behind a slot that
+/// moved in between — a slot "ahead of the stored offset" that is not. Read
+/// in the connector's own order (slot, then store), `slot ≤ stored` holds
+/// for a running connector. Keeps the first read if this one fails (it was
+/// reported above), and reads nothing when that one failed.
+async fn reread_after_slot(
+    config: &Config,
+    first: Option<Option<offsets::StoredOffset>>,
+) -> Option<Option<offsets::StoredOffset>> {
+    first.as_ref()?;
+    match read_offset_store(config, &producer_properties(config)).await {
+        Ok(StoredRead::NoTopic | StoredRead::Nothing) => Some(None),
+        Ok(StoredRead::At(s)) => Some(Some(*s)),
+        Err(_) => first,
+    }
 }
 
 /// The table's REPLICA IDENTITY and what it means for `before`.

@@ -665,3 +665,36 @@ async fn check_and_run_refuse_a_snapshot_without_an_order_alike() {
     relay.wait_log("snapshot completed", START).await;
     assert!(relay.stop().success());
 }
+
+/// `check` beside a running connector under writers never reports the slot
+/// ahead of the stored offset: the connector stores a position before it
+/// confirms it to the slot, so `check` compares the slot with the store
+/// read after it, in the same order. (Reading the store first, one check
+/// in a few saw a slot that had moved on since.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_beside_a_running_connector_never_sees_the_slot_ahead_of_its_offset() {
+    require_kafka();
+    let db = TestDb::new("chk_live").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("chk_live");
+    // Confirmed often: the slot moves several times during each check.
+    let config = relay_config(&db, &names, "", "").replacen(
+        "status_interval = \"200ms\"",
+        "status_interval = \"50ms\"",
+        1,
+    );
+    let path = write_config(&config);
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    relay.wait_log("streaming", START).await;
+    let writers = Writers::start(&db);
+    for round in 0..10 {
+        let (_, report) = check(&path);
+        let problems = failures(&report);
+        assert!(
+            problems.is_empty(),
+            "check {round} beside the running connector failed:\n{report}"
+        );
+    }
+    writers.stop().await;
+    assert!(relay.stop().success(), "{}", relay.log());
+}
