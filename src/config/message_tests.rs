@@ -3,19 +3,7 @@
 use super::super::Config;
 
 fn load(sections: &str) -> Result<Config, String> {
-    let text = format!(
-        r#"
-[connector]
-name = "t"
-[postgres]
-database = "d"
-[kafka]
-brokers = "k:9092"
-[[outbox]]
-table = "public.outbox"
-{sections}
-"#
-    );
+    let text = crate::config::test_config_text(sections);
     Config::from_str(&text, "test.toml").map_err(|e| e.to_string())
 }
 

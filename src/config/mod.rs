@@ -54,6 +54,17 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
+/// A valid configuration text with one `[[outbox]]` section on
+/// `public.outbox` and `extra` appended (keys of that section, or whole
+/// sections): what the modules' unit tests build on.
+#[cfg(test)]
+pub(crate) fn test_config_text(extra: &str) -> String {
+    format!(
+        "[connector]\nname = \"t\"\n[postgres]\ndatabase = \"d\"\n[kafka]\nbrokers = \"k:9092\"\n\
+         [[outbox]]\ntable = \"public.outbox\"\n{extra}\n"
+    )
+}
+
 use std::fmt;
 use std::path::{Path, PathBuf};
 

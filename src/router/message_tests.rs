@@ -4,19 +4,7 @@ use super::*;
 use crate::config::Config;
 
 fn router(sections: &str) -> MessageRouter {
-    let text = format!(
-        r#"
-[connector]
-name = "t"
-[postgres]
-database = "d"
-[kafka]
-brokers = "k:9092"
-[[outbox]]
-table = "public.outbox"
-{sections}
-"#
-    );
+    let text = crate::config::test_config_text(sections);
     MessageRouter::new(&Config::from_str(&text, "test.toml").expect("valid"))
 }
 

@@ -3,19 +3,7 @@ use crate::config::Config;
 use crate::pgoutput::Column;
 
 fn config(outbox_extra: &str) -> Vec<OutboxConfig> {
-    let text = format!(
-        r#"
-[connector]
-name = "t"
-[postgres]
-database = "d"
-[kafka]
-brokers = "k:9092"
-[[outbox]]
-table = "public.outbox"
-{outbox_extra}
-"#
-    );
+    let text = crate::config::test_config_text(outbox_extra);
     Config::from_str(&text, "test.toml")
         .expect("valid config")
         .outbox
