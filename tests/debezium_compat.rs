@@ -515,6 +515,64 @@ fn connect_libs() -> (PathBuf, String) {
     (libs, version)
 }
 
+/// The JSON converter without schemas, for keys and values: the worker
+/// converters of the comparisons of table events and messages.
+const JSON_WITHOUT_SCHEMAS: &str = "key.converter=org.apache.kafka.connect.json.JsonConverter
+key.converter.schemas.enable=false
+value.converter=org.apache.kafka.connect.json.JsonConverter
+value.converter.schemas.enable=false
+";
+
+/// One Debezium PostgreSQL connector reading the test database as
+/// walrelay does, through the publication it is given
+/// (`publication.autocreate.mode=disabled`), with Debezium's defaults for
+/// everything not named here.
+struct Debezium<'a> {
+    name: &'a str,
+    topic_prefix: &'a str,
+    slot: &'a str,
+    /// `initial` or `no_data`.
+    snapshot_mode: &'a str,
+    /// `table.include.list`, as the properties file spells it.
+    tables: &'a str,
+    /// Further properties lines.
+    more: &'a str,
+}
+
+impl Debezium<'_> {
+    /// The connector's properties file for database `db` and publication
+    /// `publication`.
+    fn properties(&self, db: &TestDb, publication: &str) -> String {
+        format!(
+            "name={name}
+connector.class=io.debezium.connector.postgresql.PostgresConnector
+tasks.max=1
+database.hostname=127.0.0.1
+database.port={port}
+database.user=walrelay
+database.password=walrelay
+database.dbname={db}
+topic.prefix={topic_prefix}
+plugin.name=pgoutput
+slot.name={slot}
+publication.name={publication}
+publication.autocreate.mode=disabled
+snapshot.mode={snapshot_mode}
+table.include.list={tables}
+poll.interval.ms=100
+{more}",
+            name = self.name,
+            port = pg_port(),
+            db = db.name,
+            topic_prefix = self.topic_prefix,
+            slot = self.slot,
+            snapshot_mode = self.snapshot_mode,
+            tables = self.tables,
+            more = self.more,
+        )
+    }
+}
+
 /// A Kafka Connect standalone worker running one or more Debezium
 /// PostgreSQL connectors (one properties text each); killed when dropped.
 struct Connect {
@@ -523,8 +581,25 @@ struct Connect {
 }
 
 impl Connect {
-    fn start(dir: &Path, libs: &Path, worker: &str, connectors: &[String]) -> Connect {
+    /// Starts a worker in a new directory under the temporary one (`name`
+    /// in its name) that talks to the test broker and converts with
+    /// `converters` (worker properties lines), running `connectors`.
+    fn start(name: &str, libs: &Path, converters: &str, connectors: &[String]) -> Connect {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let dir = std::env::temp_dir().join(unique(name));
+        std::fs::create_dir_all(&dir).unwrap();
+        let worker = format!(
+            "bootstrap.servers={brokers}
+{converters}offset.storage.file.filename={offsets}
+offset.flush.interval.ms=1000
+listeners=http://{rest}
+rest.advertised.host.name=127.0.0.1
+plugin.discovery=service_load
+",
+            brokers = kafka_brokers(),
+            offsets = dir.join("offsets.dat").display(),
+            rest = free_local_addr(),
+        );
         std::fs::write(dir.join("worker.properties"), worker).unwrap();
         let connectors: Vec<PathBuf> = connectors
             .iter()
@@ -1231,52 +1306,23 @@ async fn compare_with_debezium(run: Run) {
     );
     let d_slot = format!("{}_dbz", names.slot);
 
-    let dir = std::env::temp_dir().join(unique("walrelay_dbz_compat"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let worker = format!(
-        "bootstrap.servers={brokers}
-key.converter=org.apache.kafka.connect.json.JsonConverter
-key.converter.schemas.enable=false
-value.converter=org.apache.kafka.connect.json.JsonConverter
-value.converter.schemas.enable=false
-offset.storage.file.filename={offsets}
-offset.flush.interval.ms=1000
-listeners=http://{rest}
-rest.advertised.host.name=127.0.0.1
-plugin.discovery=service_load
-",
-        brokers = kafka_brokers(),
-        offsets = dir.join("offsets.dat").display(),
-        rest = free_local_addr(),
-    );
     // Debezium's defaults for everything that shapes a record; only what
     // names things (prefix, slot, publication, tables) and the key of the
     // table without a primary key is set.
-    let connector = format!(
-        "name={d_prefix}
-connector.class=io.debezium.connector.postgresql.PostgresConnector
-tasks.max=1
-database.hostname=127.0.0.1
-database.port={port}
-database.user=walrelay
-database.password=walrelay
-database.dbname={db}
-topic.prefix={d_prefix}
-plugin.name=pgoutput
-slot.name={d_slot}
-publication.name={pub}
-publication.autocreate.mode=disabled
-snapshot.mode=initial
-table.include.list=public\\\\.types_t,public\\\\.nopk_t,public\\\\.full_t,public\\\\.trunc_t,public\\\\.toast_t,public\\\\.values_t,public\\\\.diff_t,public\\\\.ident_t
-message.key.columns=public.nopk_t:code
-poll.interval.ms=100
-{debezium_options}",
-        debezium_options = run.debezium,
-        port = pg_port(),
-        db = db.name,
-        pub = names.publication,
+    let connector = Debezium {
+        name: &d_prefix,
+        topic_prefix: &d_prefix,
+        slot: &d_slot,
+        snapshot_mode: "initial",
+        tables: "public\\\\.types_t,public\\\\.nopk_t,public\\\\.full_t,public\\\\.trunc_t,public\\\\.toast_t,public\\\\.values_t,public\\\\.diff_t,public\\\\.ident_t",
+        more: &format!("message.key.columns=public.nopk_t:code\n{}", run.debezium),
+    };
+    let mut connect = Connect::start(
+        "walrelay_dbz_compat",
+        &libs,
+        JSON_WITHOUT_SCHEMAS,
+        &[connector.properties(&db, &names.publication)],
     );
-    let mut connect = Connect::start(&dir, &libs, &worker, &[connector]);
 
     let config = connector_config(
         &db,
