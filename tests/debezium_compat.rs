@@ -875,6 +875,70 @@ fn diff(path: &str, w: &Value, d: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// walrelay's records `w` and Debezium's `d`, paired: partition by partition
+/// (the one `place` puts a record in), the `i`th record of each side in
+/// offset order (`None` when that side has fewer); the records placed in
+/// partition -1 ("any") in LSN order instead.
+fn pairs<'a>(
+    w: &'a [Rec],
+    d: &'a [Rec],
+    place: impl Fn(&Rec) -> i32,
+) -> Vec<(i32, usize, Option<&'a Rec>, Option<&'a Rec>)> {
+    let by_partition = |recs: &'a [Rec]| {
+        let mut m: BTreeMap<i32, Vec<&'a Rec>> = BTreeMap::new();
+        for r in recs {
+            m.entry(place(r)).or_default().push(r);
+        }
+        if let Some(keyless) = m.get_mut(&-1) {
+            keyless.sort_by_key(|r| {
+                r.value
+                    .as_ref()
+                    .and_then(|v| v["source"]["lsn"].as_u64())
+                    .unwrap_or(0)
+            });
+        }
+        m
+    };
+    let (wp, dp) = (by_partition(w), by_partition(d));
+    let partitions: std::collections::BTreeSet<i32> = wp.keys().chain(dp.keys()).copied().collect();
+    let mut out = Vec::new();
+    for p in partitions {
+        let (ws, ds) = (
+            wp.get(&p).map(Vec::as_slice).unwrap_or_default(),
+            dp.get(&p).map(Vec::as_slice).unwrap_or_default(),
+        );
+        for i in 0..ws.len().max(ds.len()) {
+            out.push((p, i, ws.get(i).copied(), ds.get(i).copied()));
+        }
+    }
+    out
+}
+
+#[test]
+fn pairs_match_records_by_partition_and_keyless_ones_by_lsn() {
+    let rec = |partition: i32, offset: i64, lsn: u64| Rec {
+        partition,
+        offset,
+        key: (partition >= 0).then(|| serde_json::json!({"id": offset})),
+        value: Some(serde_json::json!({"source": {"lsn": lsn}})),
+    };
+    let w = [rec(1, 0, 10), rec(-1, 1, 30), rec(0, 2, 20), rec(-1, 3, 20)];
+    let d = [rec(0, 5, 20), rec(-1, 6, 20), rec(-1, 7, 30)];
+    let got: Vec<(i32, usize, Option<i64>, Option<i64>)> = pairs(&w, &d, |r| r.partition)
+        .into_iter()
+        .map(|(p, i, a, b)| (p, i, a.map(|r| r.offset), b.map(|r| r.offset)))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (-1, 0, Some(3), Some(6)),
+            (-1, 1, Some(1), Some(7)),
+            (0, 0, Some(2), Some(5)),
+            (1, 0, Some(0), None),
+        ]
+    );
+}
+
 /// Compares one topic's records; returns the differences.
 fn compare(table: &str, w: &[Rec], d: &[Rec], keys_differ: &[KeyDifference]) -> Vec<String> {
     let op = |r: &Rec| {
@@ -902,71 +966,50 @@ fn compare(table: &str, w: &[Rec], d: &[Rec], keys_differ: &[KeyDifference]) -> 
     // librdkafka's murmur2_random picks a random partition); among
     // themselves they are compared in LSN order. So do records whose key
     // differs on purpose (`keys_differ`): the key picks the partition.
-    let by_partition = |recs: &[Rec]| {
-        let mut m: BTreeMap<i32, Vec<Rec>> = BTreeMap::new();
-        for r in recs {
-            let p = if r.key.is_none() || key_differs(r) {
-                -1
-            } else {
-                r.partition
-            };
-            m.entry(p).or_default().push(r.clone());
+    let place = |r: &Rec| {
+        if r.key.is_none() || key_differs(r) {
+            -1
+        } else {
+            r.partition
         }
-        if let Some(keyless) = m.get_mut(&-1) {
-            keyless.sort_by_key(|r| {
-                r.value
-                    .as_ref()
-                    .and_then(|v| v["source"]["lsn"].as_u64())
-                    .unwrap_or(0)
-            });
-        }
-        m
     };
-    let (wp, dp) = (by_partition(w), by_partition(d));
-    let partitions: std::collections::BTreeSet<i32> = wp.keys().chain(dp.keys()).copied().collect();
-    for p in partitions {
-        let (ws, ds) = (
-            wp.get(&p).cloned().unwrap_or_default(),
-            dp.get(&p).cloned().unwrap_or_default(),
-        );
-        for i in 0..ws.len().max(ds.len()) {
-            let at = format!("{table} partition {p} record {i}");
-            let (Some(a), Some(b)) = (ws.get(i), ds.get(i)) else {
-                let (who, r) = match ws.get(i) {
-                    Some(r) => ("only walrelay", r),
-                    None => ("only Debezium", &ds[i]),
-                };
-                out.push(format!(
-                    "{at}: {who} wrote offset {} key {:?} value {:?}",
-                    r.offset, r.key, r.value
-                ));
-                continue;
+    for (p, i, a, b) in pairs(w, d, place) {
+        let at = format!("{table} partition {p} record {i}");
+        let (Some(a), Some(b)) = (a, b) else {
+            let (who, r) = match a {
+                Some(r) => ("only walrelay", r),
+                None => ("only Debezium", b.expect("a record on one side")),
             };
-            let at = format!("{at} (key {})", a.key.clone().unwrap_or(Value::Null));
-            if a.key != b.key && !(key_differs(a) && key_differs(b)) {
-                out.push(format!(
-                    "{at}: key: walrelay {:?}, Debezium {:?}",
-                    a.key, b.key
-                ));
-            }
-            match (&a.value, &b.value) {
-                (Some(av), Some(bv)) => {
-                    let (mut av, mut bv) = (av.clone(), bv.clone());
-                    let (sa, sb) = (normalize(&mut av), normalize(&mut bv));
-                    if sa != sb {
-                        out.push(format!(
-                            "{at}: source.sequence[1]: walrelay {sa:?}, Debezium {sb:?}"
-                        ));
-                    }
-                    let mut d = Vec::new();
-                    diff("value", &av, &bv, &mut d);
-                    out.extend(d.into_iter().map(|d| format!("{at}: {d}")));
+            out.push(format!(
+                "{at}: {who} wrote offset {} key {:?} value {:?}",
+                r.offset, r.key, r.value
+            ));
+            continue;
+        };
+        let at = format!("{at} (key {})", a.key.clone().unwrap_or(Value::Null));
+        if a.key != b.key && !(key_differs(a) && key_differs(b)) {
+            out.push(format!(
+                "{at}: key: walrelay {:?}, Debezium {:?}",
+                a.key, b.key
+            ));
+        }
+        match (&a.value, &b.value) {
+            (Some(av), Some(bv)) => {
+                let (mut av, mut bv) = (av.clone(), bv.clone());
+                let (sa, sb) = (normalize(&mut av), normalize(&mut bv));
+                if sa != sb {
+                    out.push(format!(
+                        "{at}: source.sequence[1]: walrelay {sa:?}, Debezium {sb:?}"
+                    ));
                 }
-                (None, None) => {}
-                (av, bv) => out.push(format!(
-                    "{at}: value: walrelay {av:?}, Debezium {bv:?} (one is a tombstone)"
-                )),
+                let mut d = Vec::new();
+                diff("value", &av, &bv, &mut d);
+                out.extend(d.into_iter().map(|d| format!("{at}: {d}")));
             }
+            (None, None) => {}
+            (av, bv) => out.push(format!(
+                "{at}: value: walrelay {av:?}, Debezium {bv:?} (one is a tombstone)"
+            )),
         }
     }
     out
