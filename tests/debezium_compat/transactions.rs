@@ -228,20 +228,3 @@ fn check_walrelays_own(prefix: &str, recs: &[Rec], out: &mut Vec<String>) {
         out.push("walrelay's change events carry no transaction block".into());
     }
 }
-
-#[test]
-fn empty_transactions_are_a_row_of_compatibility_md() {
-    let doc = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/compatibility.md"),
-    )
-    .unwrap();
-    let table = doc
-        .split("## Where walrelay differs, and why")
-        .nth(1)
-        .expect("the section \"Where walrelay differs, and why\"");
-    assert!(
-        table.contains(&format!("\n| {EMPTY_TRANSACTIONS} |")),
-        "{EMPTY_TRANSACTIONS:?} is not a row of docs/compatibility.md's \"Where walrelay \
-         differs, and why\""
-    );
-}
