@@ -200,9 +200,8 @@ impl OffsetWriter {
             Some(txn) => txn,
             None => {
                 sink.begin_transaction().map_err(RelayError::Sink)?;
-                let now_ms = crate::pg::replication::pg_us_to_unix_ms(
-                    crate::pg::replication::pg_now_us(),
-                );
+                let now_ms =
+                    crate::pg::replication::pg_us_to_unix_ms(crate::pg::replication::pg_now_us());
                 open.insert(OpenTransaction {
                     records: 0,
                     bytes: 0,
