@@ -265,6 +265,18 @@ impl Messages {
         }
     }
 
+    /// The current-thread runtime a command runs on; when it cannot start,
+    /// says so and gives the exit code.
+    fn runtime(&self) -> Result<tokio::runtime::Runtime, ExitCode> {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                self.fatal("", &format!("cannot start the async runtime: {e}"));
+                ExitCode::FAILURE
+            })
+    }
+
     /// Says why walrelay cannot go on, once: a `walrelay: …` line in text
     /// mode (the last line of the log), an `ERROR` event in JSON mode, so
     /// that every line of a JSON log parses.
@@ -352,15 +364,9 @@ fn main() -> ExitCode {
             tracing::warn!("{warning}");
         }
     }
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match messages.runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            messages.fatal("", &format!("cannot start the async runtime: {e}"));
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     runtime.block_on(async move {
         match cli.command {
@@ -523,15 +529,9 @@ fn inbox(path: &Path, format: Option<config::LogFormat>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match messages.runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            messages.fatal("", &format!("cannot start the async runtime: {e}"));
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     runtime.block_on(async move {
         let shutdown = CancellationToken::new();

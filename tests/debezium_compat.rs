@@ -464,11 +464,16 @@ fn every_deliberate_difference_is_a_row_of_compatibility_md() {
         .expect("the section \"Where walrelay differs, and why\"");
     let keys = EXCLUDED_KEY_COLUMN.iter().map(|(t, _, row)| (t, row));
     let half = std::iter::once((&"drop_lone_high_surrogates", &HALF_CHARACTER));
+    let empty = std::iter::once((
+        &"transactions::EMPTY_TRANSACTIONS",
+        &transactions::EMPTY_TRANSACTIONS,
+    ));
     for (path, row) in DELIBERATE
         .iter()
         .map(|(p, _, row)| (p, row))
         .chain(keys)
         .chain(half)
+        .chain(empty)
     {
         assert!(
             table.contains(&format!("\n| {row} |")),
@@ -515,6 +520,64 @@ fn connect_libs() -> (PathBuf, String) {
     (libs, version)
 }
 
+/// The JSON converter without schemas, for keys and values: the worker
+/// converters of the comparisons of table events and messages.
+const JSON_WITHOUT_SCHEMAS: &str = "key.converter=org.apache.kafka.connect.json.JsonConverter
+key.converter.schemas.enable=false
+value.converter=org.apache.kafka.connect.json.JsonConverter
+value.converter.schemas.enable=false
+";
+
+/// One Debezium PostgreSQL connector reading the test database as
+/// walrelay does, through the publication it is given
+/// (`publication.autocreate.mode=disabled`), with Debezium's defaults for
+/// everything not named here.
+struct Debezium<'a> {
+    name: &'a str,
+    topic_prefix: &'a str,
+    slot: &'a str,
+    /// `initial` or `no_data`.
+    snapshot_mode: &'a str,
+    /// `table.include.list`, as the properties file spells it.
+    tables: &'a str,
+    /// Further properties lines.
+    more: &'a str,
+}
+
+impl Debezium<'_> {
+    /// The connector's properties file for database `db` and publication
+    /// `publication`.
+    fn properties(&self, db: &TestDb, publication: &str) -> String {
+        format!(
+            "name={name}
+connector.class=io.debezium.connector.postgresql.PostgresConnector
+tasks.max=1
+database.hostname=127.0.0.1
+database.port={port}
+database.user=walrelay
+database.password=walrelay
+database.dbname={db}
+topic.prefix={topic_prefix}
+plugin.name=pgoutput
+slot.name={slot}
+publication.name={publication}
+publication.autocreate.mode=disabled
+snapshot.mode={snapshot_mode}
+table.include.list={tables}
+poll.interval.ms=100
+{more}",
+            name = self.name,
+            port = pg_port(),
+            db = db.name,
+            topic_prefix = self.topic_prefix,
+            slot = self.slot,
+            snapshot_mode = self.snapshot_mode,
+            tables = self.tables,
+            more = self.more,
+        )
+    }
+}
+
 /// A Kafka Connect standalone worker running one or more Debezium
 /// PostgreSQL connectors (one properties text each); killed when dropped.
 struct Connect {
@@ -523,8 +586,25 @@ struct Connect {
 }
 
 impl Connect {
-    fn start(dir: &Path, libs: &Path, worker: &str, connectors: &[String]) -> Connect {
+    /// Starts a worker in a new directory under the temporary one (`name`
+    /// in its name) that talks to the test broker and converts with
+    /// `converters` (worker properties lines), running `connectors`.
+    fn start(name: &str, libs: &Path, converters: &str, connectors: &[String]) -> Connect {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let dir = std::env::temp_dir().join(unique(name));
+        std::fs::create_dir_all(&dir).unwrap();
+        let worker = format!(
+            "bootstrap.servers={brokers}
+{converters}offset.storage.file.filename={offsets}
+offset.flush.interval.ms=1000
+listeners=http://{rest}
+rest.advertised.host.name=127.0.0.1
+plugin.discovery=service_load
+",
+            brokers = kafka_brokers(),
+            offsets = dir.join("offsets.dat").display(),
+            rest = free_local_addr(),
+        );
         std::fs::write(dir.join("worker.properties"), worker).unwrap();
         let connectors: Vec<PathBuf> = connectors
             .iter()
@@ -800,6 +880,70 @@ fn diff(path: &str, w: &Value, d: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// walrelay's records `w` and Debezium's `d`, paired: partition by partition
+/// (the one `place` puts a record in), the `i`th record of each side in
+/// offset order (`None` when that side has fewer); the records placed in
+/// partition -1 ("any") in LSN order instead.
+fn pairs<'a>(
+    w: &'a [Rec],
+    d: &'a [Rec],
+    place: impl Fn(&Rec) -> i32,
+) -> Vec<(i32, usize, Option<&'a Rec>, Option<&'a Rec>)> {
+    let by_partition = |recs: &'a [Rec]| {
+        let mut m: BTreeMap<i32, Vec<&'a Rec>> = BTreeMap::new();
+        for r in recs {
+            m.entry(place(r)).or_default().push(r);
+        }
+        if let Some(keyless) = m.get_mut(&-1) {
+            keyless.sort_by_key(|r| {
+                r.value
+                    .as_ref()
+                    .and_then(|v| v["source"]["lsn"].as_u64())
+                    .unwrap_or(0)
+            });
+        }
+        m
+    };
+    let (wp, dp) = (by_partition(w), by_partition(d));
+    let partitions: std::collections::BTreeSet<i32> = wp.keys().chain(dp.keys()).copied().collect();
+    let mut out = Vec::new();
+    for p in partitions {
+        let (ws, ds) = (
+            wp.get(&p).map(Vec::as_slice).unwrap_or_default(),
+            dp.get(&p).map(Vec::as_slice).unwrap_or_default(),
+        );
+        for i in 0..ws.len().max(ds.len()) {
+            out.push((p, i, ws.get(i).copied(), ds.get(i).copied()));
+        }
+    }
+    out
+}
+
+#[test]
+fn pairs_match_records_by_partition_and_keyless_ones_by_lsn() {
+    let rec = |partition: i32, offset: i64, lsn: u64| Rec {
+        partition,
+        offset,
+        key: (partition >= 0).then(|| serde_json::json!({"id": offset})),
+        value: Some(serde_json::json!({"source": {"lsn": lsn}})),
+    };
+    let w = [rec(1, 0, 10), rec(-1, 1, 30), rec(0, 2, 20), rec(-1, 3, 20)];
+    let d = [rec(0, 5, 20), rec(-1, 6, 20), rec(-1, 7, 30)];
+    let got: Vec<(i32, usize, Option<i64>, Option<i64>)> = pairs(&w, &d, |r| r.partition)
+        .into_iter()
+        .map(|(p, i, a, b)| (p, i, a.map(|r| r.offset), b.map(|r| r.offset)))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (-1, 0, Some(3), Some(6)),
+            (-1, 1, Some(1), Some(7)),
+            (0, 0, Some(2), Some(5)),
+            (1, 0, Some(0), None),
+        ]
+    );
+}
+
 /// Compares one topic's records; returns the differences.
 fn compare(table: &str, w: &[Rec], d: &[Rec], keys_differ: &[KeyDifference]) -> Vec<String> {
     let op = |r: &Rec| {
@@ -827,71 +971,50 @@ fn compare(table: &str, w: &[Rec], d: &[Rec], keys_differ: &[KeyDifference]) -> 
     // librdkafka's murmur2_random picks a random partition); among
     // themselves they are compared in LSN order. So do records whose key
     // differs on purpose (`keys_differ`): the key picks the partition.
-    let by_partition = |recs: &[Rec]| {
-        let mut m: BTreeMap<i32, Vec<Rec>> = BTreeMap::new();
-        for r in recs {
-            let p = if r.key.is_none() || key_differs(r) {
-                -1
-            } else {
-                r.partition
-            };
-            m.entry(p).or_default().push(r.clone());
+    let place = |r: &Rec| {
+        if r.key.is_none() || key_differs(r) {
+            -1
+        } else {
+            r.partition
         }
-        if let Some(keyless) = m.get_mut(&-1) {
-            keyless.sort_by_key(|r| {
-                r.value
-                    .as_ref()
-                    .and_then(|v| v["source"]["lsn"].as_u64())
-                    .unwrap_or(0)
-            });
-        }
-        m
     };
-    let (wp, dp) = (by_partition(w), by_partition(d));
-    let partitions: std::collections::BTreeSet<i32> = wp.keys().chain(dp.keys()).copied().collect();
-    for p in partitions {
-        let (ws, ds) = (
-            wp.get(&p).cloned().unwrap_or_default(),
-            dp.get(&p).cloned().unwrap_or_default(),
-        );
-        for i in 0..ws.len().max(ds.len()) {
-            let at = format!("{table} partition {p} record {i}");
-            let (Some(a), Some(b)) = (ws.get(i), ds.get(i)) else {
-                let (who, r) = match ws.get(i) {
-                    Some(r) => ("only walrelay", r),
-                    None => ("only Debezium", &ds[i]),
-                };
-                out.push(format!(
-                    "{at}: {who} wrote offset {} key {:?} value {:?}",
-                    r.offset, r.key, r.value
-                ));
-                continue;
+    for (p, i, a, b) in pairs(w, d, place) {
+        let at = format!("{table} partition {p} record {i}");
+        let (Some(a), Some(b)) = (a, b) else {
+            let (who, r) = match a {
+                Some(r) => ("only walrelay", r),
+                None => ("only Debezium", b.expect("a record on one side")),
             };
-            let at = format!("{at} (key {})", a.key.clone().unwrap_or(Value::Null));
-            if a.key != b.key && !(key_differs(a) && key_differs(b)) {
-                out.push(format!(
-                    "{at}: key: walrelay {:?}, Debezium {:?}",
-                    a.key, b.key
-                ));
-            }
-            match (&a.value, &b.value) {
-                (Some(av), Some(bv)) => {
-                    let (mut av, mut bv) = (av.clone(), bv.clone());
-                    let (sa, sb) = (normalize(&mut av), normalize(&mut bv));
-                    if sa != sb {
-                        out.push(format!(
-                            "{at}: source.sequence[1]: walrelay {sa:?}, Debezium {sb:?}"
-                        ));
-                    }
-                    let mut d = Vec::new();
-                    diff("value", &av, &bv, &mut d);
-                    out.extend(d.into_iter().map(|d| format!("{at}: {d}")));
+            out.push(format!(
+                "{at}: {who} wrote offset {} key {:?} value {:?}",
+                r.offset, r.key, r.value
+            ));
+            continue;
+        };
+        let at = format!("{at} (key {})", a.key.clone().unwrap_or(Value::Null));
+        if a.key != b.key && !(key_differs(a) && key_differs(b)) {
+            out.push(format!(
+                "{at}: key: walrelay {:?}, Debezium {:?}",
+                a.key, b.key
+            ));
+        }
+        match (&a.value, &b.value) {
+            (Some(av), Some(bv)) => {
+                let (mut av, mut bv) = (av.clone(), bv.clone());
+                let (sa, sb) = (normalize(&mut av), normalize(&mut bv));
+                if sa != sb {
+                    out.push(format!(
+                        "{at}: source.sequence[1]: walrelay {sa:?}, Debezium {sb:?}"
+                    ));
                 }
-                (None, None) => {}
-                (av, bv) => out.push(format!(
-                    "{at}: value: walrelay {av:?}, Debezium {bv:?} (one is a tombstone)"
-                )),
+                let mut d = Vec::new();
+                diff("value", &av, &bv, &mut d);
+                out.extend(d.into_iter().map(|d| format!("{at}: {d}")));
             }
+            (None, None) => {}
+            (av, bv) => out.push(format!(
+                "{at}: value: walrelay {av:?}, Debezium {bv:?} (one is a tombstone)"
+            )),
         }
     }
     out
@@ -1231,52 +1354,23 @@ async fn compare_with_debezium(run: Run) {
     );
     let d_slot = format!("{}_dbz", names.slot);
 
-    let dir = std::env::temp_dir().join(unique("walrelay_dbz_compat"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let worker = format!(
-        "bootstrap.servers={brokers}
-key.converter=org.apache.kafka.connect.json.JsonConverter
-key.converter.schemas.enable=false
-value.converter=org.apache.kafka.connect.json.JsonConverter
-value.converter.schemas.enable=false
-offset.storage.file.filename={offsets}
-offset.flush.interval.ms=1000
-listeners=http://{rest}
-rest.advertised.host.name=127.0.0.1
-plugin.discovery=service_load
-",
-        brokers = kafka_brokers(),
-        offsets = dir.join("offsets.dat").display(),
-        rest = free_local_addr(),
-    );
     // Debezium's defaults for everything that shapes a record; only what
     // names things (prefix, slot, publication, tables) and the key of the
     // table without a primary key is set.
-    let connector = format!(
-        "name={d_prefix}
-connector.class=io.debezium.connector.postgresql.PostgresConnector
-tasks.max=1
-database.hostname=127.0.0.1
-database.port={port}
-database.user=walrelay
-database.password=walrelay
-database.dbname={db}
-topic.prefix={d_prefix}
-plugin.name=pgoutput
-slot.name={d_slot}
-publication.name={pub}
-publication.autocreate.mode=disabled
-snapshot.mode=initial
-table.include.list=public\\\\.types_t,public\\\\.nopk_t,public\\\\.full_t,public\\\\.trunc_t,public\\\\.toast_t,public\\\\.values_t,public\\\\.diff_t,public\\\\.ident_t
-message.key.columns=public.nopk_t:code
-poll.interval.ms=100
-{debezium_options}",
-        debezium_options = run.debezium,
-        port = pg_port(),
-        db = db.name,
-        pub = names.publication,
+    let connector = Debezium {
+        name: &d_prefix,
+        topic_prefix: &d_prefix,
+        slot: &d_slot,
+        snapshot_mode: "initial",
+        tables: "public\\\\.types_t,public\\\\.nopk_t,public\\\\.full_t,public\\\\.trunc_t,public\\\\.toast_t,public\\\\.values_t,public\\\\.diff_t,public\\\\.ident_t",
+        more: &format!("message.key.columns=public.nopk_t:code\n{}", run.debezium),
+    };
+    let mut connect = Connect::start(
+        "walrelay_dbz_compat",
+        &libs,
+        JSON_WITHOUT_SCHEMAS,
+        &[connector.properties(&db, &names.publication)],
     );
-    let mut connect = Connect::start(&dir, &libs, &worker, &[connector]);
 
     let config = connector_config(
         &db,

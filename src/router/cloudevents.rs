@@ -463,7 +463,7 @@ pub fn rfc3339(pg_us: i64) -> Option<String> {
     let micros = unix_us.rem_euclid(1_000_000);
     let days = secs.div_euclid(86_400);
     let sod = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
+    let (y, m, d) = super::debezium::civil_from_days(days);
     if !(0..=9999).contains(&y) {
         return None;
     }
@@ -473,21 +473,6 @@ pub fn rfc3339(pg_us: i64) -> Option<String> {
         sod % 3600 / 60,
         sod % 60
     ))
-}
-
-/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard
-/// Hinnant's algorithm; the inverse of `days_from_civil`).
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
 #[cfg(test)]

@@ -31,48 +31,21 @@ async fn debezium_and_walrelay_on_the_same_logical_messages() {
         ))
         .await
         .expect("table and publication");
-    let dir = std::env::temp_dir().join(unique("walrelay_dbz_messages"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let worker = format!(
-        "bootstrap.servers={brokers}
-key.converter=org.apache.kafka.connect.json.JsonConverter
-value.converter=org.apache.kafka.connect.json.JsonConverter
-key.converter.schemas.enable=false
-value.converter.schemas.enable=false
-offset.storage.file.filename={offsets}
-offset.flush.interval.ms=1000
-listeners=http://{rest}
-rest.advertised.host.name=127.0.0.1
-plugin.discovery=service_load
-",
-        brokers = kafka_brokers(),
-        offsets = dir.join("offsets.dat").display(),
-        rest = free_local_addr(),
-    );
     let dbz_slot = format!("{}_dbz", names.slot);
-    let connector = format!(
-        "name={tag}_dbz
-connector.class=io.debezium.connector.postgresql.PostgresConnector
-tasks.max=1
-database.hostname=127.0.0.1
-database.port={port}
-database.user=walrelay
-database.password=walrelay
-database.dbname={db}
-topic.prefix={tag}
-plugin.name=pgoutput
-slot.name={dbz_slot}
-publication.name={pub}
-publication.autocreate.mode=disabled
-snapshot.mode=no_data
-table.include.list=public\\\\.t
-poll.interval.ms=100
-",
-        port = pg_port(),
-        db = db.name,
-        pub = names.publication,
+    let connector = Debezium {
+        name: &format!("{tag}_dbz"),
+        topic_prefix: tag,
+        slot: &dbz_slot,
+        snapshot_mode: "no_data",
+        tables: "public\\\\.t",
+        more: "",
+    };
+    let mut connect = Connect::start(
+        "walrelay_dbz_messages",
+        &libs,
+        JSON_WITHOUT_SCHEMAS,
+        &[connector.properties(&db, &names.publication)],
     );
-    let mut connect = Connect::start(&dir, &libs, &worker, &[connector]);
     let w_topic = format!("{tag}_w.message");
     let config = connector_config(
         &db,

@@ -774,24 +774,6 @@ async fn walrelay_and_debezium_write_the_same_outbox_records() {
     let all_topics: Vec<String> = prefixes.iter().flat_map(|p| topics_of(p)).collect();
     create_topics(&all_topics, PARTITIONS).await;
 
-    let dir = std::env::temp_dir().join(unique("walrelay_dbz_outbox"));
-    std::fs::create_dir_all(&dir).unwrap();
-    // Kafka Connect 4.1 has no default converter: these two lines are those
-    // of Kafka's config/connect-standalone.properties.
-    let worker = format!(
-        "bootstrap.servers={brokers}
-key.converter=org.apache.kafka.connect.json.JsonConverter
-value.converter=org.apache.kafka.connect.json.JsonConverter
-offset.storage.file.filename={offsets}
-offset.flush.interval.ms=1000
-listeners=http://{rest}
-rest.advertised.host.name=127.0.0.1
-plugin.discovery=service_load
-",
-        brokers = kafka_brokers(),
-        offsets = dir.join("offsets.dat").display(),
-        rest = free_local_addr(),
-    );
     let slot = |setup: &str| format!("{}_{setup}", names.slot);
     // The EventRouter with its defaults; besides the converters, only the
     // route's prefix (not for "string") and what names things are set.
@@ -804,36 +786,33 @@ plugin.discovery=service_load
                     "transforms.outbox.route.topic.replacement={p}outbox.event.${{routedByValue}}\n"
                 ),
             };
-            format!(
-                "name={tag}_{name}
-connector.class=io.debezium.connector.postgresql.PostgresConnector
-tasks.max=1
-database.hostname=127.0.0.1
-database.port={port}
-database.user=walrelay
-database.password=walrelay
-database.dbname={db}
-topic.prefix={tag}_{name}
-plugin.name=pgoutput
-slot.name={slot}
-publication.name={pub}
-publication.autocreate.mode=disabled
-snapshot.mode=initial
-table.include.list=public\\\\.outbox
-poll.interval.ms=100
-transforms=outbox
+            let name = format!("{tag}_{}", s.name);
+            Debezium {
+                name: &name,
+                topic_prefix: &name,
+                slot: &slot(s.name),
+                snapshot_mode: "initial",
+                tables: "public\\\\.outbox",
+                more: &format!(
+                    "transforms=outbox
 transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
 {route}{properties}",
-                name = s.name,
-                port = pg_port(),
-                db = db.name,
-                slot = slot(s.name),
-                pub = names.publication,
-                properties = s.properties,
-            )
+                    properties = s.properties
+                ),
+            }
+            .properties(&db, &names.publication)
         })
         .collect();
-    let mut connect = Connect::start(&dir, &libs, &worker, &connectors);
+    // Kafka Connect 4.1 has no default converter: these two lines are those
+    // of Kafka's config/connect-standalone.properties.
+    let mut connect = Connect::start(
+        "walrelay_dbz_outbox",
+        &libs,
+        "key.converter=org.apache.kafka.connect.json.JsonConverter
+value.converter=org.apache.kafka.connect.json.JsonConverter
+",
+        &connectors,
+    );
 
     // walrelay's defaults, its topic template prefixed.
     let config = connector_config(
