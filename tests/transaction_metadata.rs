@@ -41,17 +41,7 @@ fn parsed(b: &Option<Vec<u8>>) -> Value {
 async fn begin_and_end_survive_kill_9_identical_and_are_confirmed_only_once_in_kafka() {
     require_kafka();
     let db = TestDb::new("txmeta").await;
-    db.client.batch_execute(TABLES).await.expect("tables");
-    let names = Names::new("txmeta");
-    let prefix = names.connector.clone();
-    let config = connector_config(
-        &db,
-        &names,
-        &format!(
-            "[table_defaults]\ntopic_prefix = \"{prefix}\"\nprovide_transaction_metadata = true\n\
-             [[table]]\nname = \"public.a\"\n[[table]]\nname = \"public.b\"\n"
-        ),
-    );
+    let (names, prefix, config) = setup(&db, "txmeta").await;
     let mut relay = RelayProcess::start(&config, &[]);
     let config_path = relay.config_path.clone();
     relay.wait_log("streaming", Duration::from_secs(60)).await;
@@ -291,18 +281,8 @@ async fn under_exactly_once_begin_events_and_end_commit_together_once() {
     const N: usize = 300;
     require_kafka();
     let db = TestDb::new("txmeta_eos").await;
-    db.client.batch_execute(TABLES).await.expect("tables");
-    let names = Names::new("txmeta_eos");
-    let prefix = names.connector.clone();
-    let config = connector_config(
-        &db,
-        &names,
-        &format!(
-            "[table_defaults]\ntopic_prefix = \"{prefix}\"\nprovide_transaction_metadata = true\n\
-             [[table]]\nname = \"public.a\"\n[[table]]\nname = \"public.b\"\n"
-        ),
-    )
-    .replace("[kafka]\n", "[kafka]\ndelivery = \"exactly_once\"\n");
+    let (_, prefix, config) = setup(&db, "txmeta_eos").await;
+    let config = config.replace("[kafka]\n", "[kafka]\ndelivery = \"exactly_once\"\n");
     let mut relay = RelayProcess::start(&config, &[]);
     let config_path = relay.config_path.clone();
     relay.wait_log("streaming", Duration::from_secs(60)).await;
@@ -405,4 +385,21 @@ fn spawn_writer(db: &TestDb, transactions: usize) -> tokio::task::JoinHandle<()>
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
+}
+
+/// Tables `a` and `b` in `db`, and a connector capturing both with
+/// transaction metadata on: its names, topic prefix and config text.
+async fn setup(db: &TestDb, name: &str) -> (Names, String, String) {
+    db.client.batch_execute(TABLES).await.expect("tables");
+    let names = Names::new(name);
+    let prefix = names.connector.clone();
+    let config = connector_config(
+        db,
+        &names,
+        &format!(
+            "[table_defaults]\ntopic_prefix = \"{prefix}\"\nprovide_transaction_metadata = true\n\
+             [[table]]\nname = \"public.a\"\n[[table]]\nname = \"public.b\"\n"
+        ),
+    );
+    (names, prefix, config)
 }
