@@ -25,8 +25,15 @@
 //! - Certificate and configuration problems are definite errors (retrying
 //!   cannot fix them); only I/O during the handshake is transient.
 //! - Both connections (replication on [`super::wire`], catalog on
-//!   tokio-postgres) are built from the same [`connector`], so they verify
-//!   alike and present the same client certificate.
+//!   tokio-postgres) verify alike and present the same client certificate:
+//!   one function ([`apply`]) sets verification and certificates on both
+//!   contexts. The replication connection's ([`replication_context`]) is
+//!   rust-openssl's [`SslConnector`] context minus
+//!   `SSL_MODE_RELEASE_BUFFERS`: the walsender sends one TLS record per
+//!   message, and releasing the 16 KiB read buffer after each record made
+//!   every message a large `malloc`/`free` (and a consolidation of the
+//!   allocator's free lists). Handshakes and host-name checks are the same
+//!   (`replication_ssl` does what `SslConnector::configure` does).
 //! - A client certificate problem (unreadable file, key not matching the
 //!   certificate, encrypted key without or with a wrong password) is found
 //!   when the connector is built, before any connection, and names the key
@@ -37,8 +44,12 @@ use std::path::{Path, PathBuf};
 use std::cell::Cell;
 
 use openssl::pkey::{PKey, Private};
-use openssl::ssl::{SslConnector, SslConnectorBuilder, SslMethod, SslVerifyMode};
+use openssl::ssl::{
+    Ssl, SslConnector, SslContext, SslContextBuilder, SslMethod, SslMode as OpensslMode,
+    SslOptions, SslVerifyMode,
+};
 use openssl::x509::X509;
+use openssl::x509::verify::X509CheckFlags;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::config::SslMode;
@@ -79,26 +90,70 @@ impl TlsError {
     }
 }
 
-/// The OpenSSL connector for `settings`, or `None` for `sslmode = disable`.
+/// The OpenSSL connector for `settings` (the catalog connection through
+/// tokio-postgres), or `None` for `sslmode = disable`.
 pub fn connector(settings: &TlsSettings) -> Result<Option<SslConnector>, TlsError> {
     if settings.mode == SslMode::Disable {
         return Ok(None);
     }
-    let openssl = |what: &str, e: openssl::error::ErrorStack| {
-        TlsError::new(format!("cannot set up TLS for PostgreSQL ({what}): {e}"))
-    };
     let mut builder =
         SslConnector::builder(SslMethod::tls_client()).map_err(|e| openssl("client context", e))?;
+    apply(&mut builder, settings)?;
+    Ok(Some(builder.build()))
+}
+
+/// The OpenSSL context of the replication connection, or `None` for
+/// `sslmode = disable`: what [`SslConnector::builder`] sets (options, modes,
+/// cipher list, the system's trust store) except `SSL_MODE_RELEASE_BUFFERS`,
+/// then [`apply`] as for [`connector`].
+pub fn replication_context(settings: &TlsSettings) -> Result<Option<SslContext>, TlsError> {
+    if settings.mode == SslMode::Disable {
+        return Ok(None);
+    }
+    let mut builder = replication_base().map_err(|e| openssl("client context", e))?;
+    apply(&mut builder, settings)?;
+    Ok(Some(builder.build()))
+}
+
+/// [`SslConnector::builder`]'s context without `SSL_MODE_RELEASE_BUFFERS`.
+fn replication_base() -> Result<SslContextBuilder, openssl::error::ErrorStack> {
+    let mut builder = SslContextBuilder::new(SslMethod::tls_client())?;
+    builder.set_options(
+        (SslOptions::ALL
+            | SslOptions::NO_COMPRESSION
+            | SslOptions::NO_SSLV2
+            | SslOptions::NO_SSLV3
+            | SslOptions::SINGLE_DH_USE
+            | SslOptions::SINGLE_ECDH_USE)
+            & !SslOptions::DONT_INSERT_EMPTY_FRAGMENTS,
+    );
+    builder.set_mode(
+        OpensslMode::AUTO_RETRY
+            | OpensslMode::ACCEPT_MOVING_WRITE_BUFFER
+            | OpensslMode::ENABLE_PARTIAL_WRITE,
+    );
+    builder.set_cipher_list(
+        "DEFAULT:!aNULL:!eNULL:!MD5:!3DES:!DES:!RC4:!IDEA:!SEED:!aDSS:!SRP:!PSK",
+    )?;
+    builder.set_default_verify_paths()?;
+    Ok(builder)
+}
+
+fn openssl(what: &str, e: openssl::error::ErrorStack) -> TlsError {
+    TlsError::new(format!("cannot set up TLS for PostgreSQL ({what}): {e}"))
+}
+
+/// Verification and the client certificate, the same on both connections.
+fn apply(builder: &mut SslContextBuilder, settings: &TlsSettings) -> Result<(), TlsError> {
     if settings.mode.verifies_certificate() {
         if let Some(path) = &settings.root_cert {
-            load_root_cert(&mut builder, path)?;
+            load_root_cert(builder, path)?;
         }
         builder.set_verify(SslVerifyMode::PEER);
     } else {
         builder.set_verify(SslVerifyMode::NONE);
     }
-    load_client_certificate(&mut builder, settings)?;
-    Ok(Some(builder.build()))
+    load_client_certificate(builder, settings)
 }
 
 const ROOT: &str = "postgres.sslrootcert";
@@ -109,7 +164,7 @@ const PASSWORD: &str = "postgres.sslpassword";
 /// Loads the client certificate and its key, checking that they belong
 /// together and that an encrypted key opens with the password.
 fn load_client_certificate(
-    builder: &mut SslConnectorBuilder,
+    builder: &mut SslContextBuilder,
     settings: &TlsSettings,
 ) -> Result<(), TlsError> {
     let (cert_path, key_path) = match (&settings.client_cert, &settings.client_key) {
@@ -220,10 +275,7 @@ fn load_private_key(
     }
 }
 
-fn load_root_cert(
-    builder: &mut openssl::ssl::SslConnectorBuilder,
-    path: &Path,
-) -> Result<(), TlsError> {
+fn load_root_cert(builder: &mut SslContextBuilder, path: &Path) -> Result<(), TlsError> {
     let pem = std::fs::read(path).map_err(|e| {
         TlsError::of(
             ROOT,
@@ -263,24 +315,67 @@ fn load_root_cert(
     Ok(())
 }
 
-/// The OpenSSL handshake configuration for one connection to `host`.
-pub fn configure(
-    connector: &SslConnector,
+/// The OpenSSL handshake of the replication connection to `host`, as
+/// `SslConnector::configure().into_ssl(host)` makes it: SNI when `host` is
+/// a name, and with `verify-full` the certificate checked against `host`
+/// (a DNS name, or an IP address).
+pub fn replication_ssl(
+    context: &SslContext,
     settings: &TlsSettings,
     host: &str,
-) -> Result<openssl::ssl::Ssl, TlsError> {
-    connector
-        .configure()
-        .and_then(|c| {
-            c.verify_hostname(settings.mode.verifies_host_name())
-                .into_ssl(host)
-        })
-        .map_err(|e| TlsError::new(format!("cannot set up TLS for PostgreSQL at {host}: {e}")))
+) -> Result<Ssl, TlsError> {
+    let failed = |e: openssl::error::ErrorStack| {
+        TlsError::new(format!("cannot set up TLS for PostgreSQL at {host}: {e}"))
+    };
+    let mut ssl = Ssl::new(context).map_err(failed)?;
+    let ip = host.parse::<std::net::IpAddr>();
+    if ip.is_err() {
+        ssl.set_hostname(host).map_err(failed)?;
+    }
+    if settings.mode.verifies_host_name() {
+        let param = ssl.param_mut();
+        param.set_hostflags(X509CheckFlags::NO_PARTIAL_WILDCARDS);
+        match ip {
+            Ok(ip) => param.set_ip(ip),
+            Err(_) => param.set_host(host),
+        }
+        .map_err(failed)?;
+    }
+    Ok(ssl)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn both_connections_get_the_same_options_and_verification() {
+        for mode in [SslMode::Require, SslMode::VerifyCa, SslMode::VerifyFull] {
+            let settings = TlsSettings {
+                mode,
+                ..TlsSettings::default()
+            };
+            let Ok(Some(connector)) = connector(&settings) else {
+                panic!("no connector for {mode:?}");
+            };
+            let Ok(Some(replication)) = replication_context(&settings) else {
+                panic!("no replication context for {mode:?}");
+            };
+            assert_eq!(
+                SslConnector::builder(SslMethod::tls_client())
+                    .map(|b| b.options())
+                    .ok(),
+                replication_base().map(|b| b.options()).ok(),
+                "{mode:?}"
+            );
+            assert_eq!(
+                connector.context().verify_mode(),
+                replication.verify_mode(),
+                "{mode:?}"
+            );
+        }
+        assert!(replication_context(&TlsSettings::default()).is_ok());
+    }
 
     #[test]
     fn modes_mean_what_libpq_means() {

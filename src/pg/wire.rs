@@ -320,7 +320,8 @@ async fn negotiate_tls(
         mode: settings.mode.as_str(),
         reason,
     };
-    let Some(connector) = tls::connector(settings).map_err(|e| tls_error(e.message))? else {
+    let Some(context) = tls::replication_context(settings).map_err(|e| tls_error(e.message))?
+    else {
         return Ok(Box::new(tcp));
     };
     let io = |context| move |source| WireError::Io { context, source };
@@ -348,7 +349,7 @@ async fn negotiate_tls(
         }
     }
     let ssl =
-        tls::configure(&connector, settings, &params.host).map_err(|e| tls_error(e.message))?;
+        tls::replication_ssl(&context, settings, &params.host).map_err(|e| tls_error(e.message))?;
     let mut stream = tokio_openssl::SslStream::new(ssl, tcp)
         .map_err(|e| tls_error(format!("cannot start the handshake: {e}")))?;
     match std::pin::Pin::new(&mut stream).connect().await {
