@@ -143,6 +143,10 @@ pub struct Metrics {
     pub kafka_transactions_committed: AtomicU64,
     pub kafka_transactions_aborted: AtomicU64,
     pub kafka_transactions_fenced: AtomicU64,
+    /// 1 while records go to the producer for while walrelay is behind
+    /// (`kafka.linger_while_behind`), 0 otherwise; switches between the two.
+    pub kafka_producer_behind: AtomicU64,
+    pub kafka_producer_switches: AtomicU64,
     /// `exactly_once`: records per committed Kafka transaction.
     pub kafka_transaction_records: Histogram,
     /// `exactly_once`: a Kafka transaction's first record to its commit.
@@ -308,6 +312,8 @@ impl Metrics {
             kafka_transactions_committed: AtomicU64::new(0),
             kafka_transactions_aborted: AtomicU64::new(0),
             kafka_transactions_fenced: AtomicU64::new(0),
+            kafka_producer_behind: AtomicU64::new(0),
+            kafka_producer_switches: AtomicU64::new(0),
             kafka_transaction_records: Histogram::new(TRANSACTION_RECORDS_BUCKETS),
             kafka_transaction_seconds: Histogram::new(COMMIT_TO_ACK_BUCKETS),
             records_by_topic: Family::default(),

@@ -309,6 +309,11 @@ pub struct KafkaConfig {
     /// How long the producer waits to fill a batch (librdkafka `linger.ms`).
     #[serde(default = "defaults::linger", deserialize_with = "units::duration")]
     pub linger: Duration,
+    /// The linger of the second producer used while walrelay is behind
+    /// (see [`KafkaConfig::bulk_linger_ms`]); unset = the larger of
+    /// `linger` and 20 ms.
+    #[serde(default, deserialize_with = "units::optional_duration")]
+    pub linger_while_behind: Option<Duration>,
     /// Records produced but not yet acknowledged, at most. When reached,
     /// walrelay stops reading from PostgreSQL until acknowledgements arrive.
     #[serde(default = "defaults::max_in_flight_records")]
@@ -436,6 +441,23 @@ impl KafkaConfig {
             .collect()
     }
 
+    /// The linger while walrelay is behind: `linger_while_behind`, or the
+    /// larger of `linger` and 20 ms.
+    pub fn linger_while_behind(&self) -> Duration {
+        self.linger_while_behind
+            .unwrap_or(self.linger.max(defaults::linger_while_behind()))
+    }
+
+    /// `linger.ms` of the second producer, the one records go to while
+    /// walrelay is behind (`sink::kafka`'s `with_bulk`), or `None` when there
+    /// is none: it lingers as long as the first, or the producer is
+    /// transactional (one transactional id; transactions size the batches).
+    pub fn bulk_linger_ms(&self) -> Option<String> {
+        let behind = self.linger_while_behind();
+        (behind > self.linger && self.delivery != crate::config::Delivery::ExactlyOnce)
+            .then(|| millis(behind))
+    }
+
     /// The librdkafka properties of the typed security keys (only those
     /// that are set). Host-name verification is emitted whenever
     /// `security_protocol` uses TLS: on unless `ssl_verify_hostname = false`.
@@ -534,6 +556,7 @@ impl fmt::Debug for KafkaConfig {
             .field("brokers", &self.brokers)
             .field("compression", &self.compression)
             .field("linger", &self.linger)
+            .field("linger_while_behind", &self.linger_while_behind)
             .field("max_in_flight_records", &self.max_in_flight_records)
             .field("max_in_flight_bytes", &self.max_in_flight_bytes)
             .field("shutdown_flush_timeout", &self.shutdown_flush_timeout)
@@ -1435,6 +1458,9 @@ pub(crate) mod defaults {
     }
     pub(crate) fn linger() -> Duration {
         Duration::from_millis(5)
+    }
+    pub(crate) fn linger_while_behind() -> Duration {
+        Duration::from_millis(20)
     }
     pub(crate) fn max_in_flight_records() -> usize {
         100_000

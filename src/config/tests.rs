@@ -3241,3 +3241,45 @@ fn transaction_metadata_is_off_by_default_and_its_topic_name_checked() {
     )
     .unwrap();
 }
+
+/// `linger_while_behind`: the larger of `linger` and 20 ms unless set, never
+/// below `linger`, and no second producer when it equals `linger` or the
+/// producer is transactional.
+#[test]
+fn linger_while_behind_defaults_bounds_and_when_there_is_a_second_producer() {
+    let kafka = |extra: &str| {
+        load(&MINIMAL.replace("[kafka]", &format!("[kafka]\n{extra}")))
+            .unwrap()
+            .kafka
+    };
+    assert_eq!(kafka("").bulk_linger_ms().as_deref(), Some("20"));
+    assert_eq!(kafka("linger = \"50ms\"").bulk_linger_ms(), None);
+    assert_eq!(
+        kafka("linger = \"50ms\"").linger_while_behind(),
+        Duration::from_millis(50)
+    );
+    assert_eq!(
+        kafka("linger = \"1ms\"\nlinger_while_behind = \"12.5ms\"")
+            .bulk_linger_ms()
+            .as_deref(),
+        Some("12.5")
+    );
+    assert_eq!(
+        kafka("linger_while_behind = \"5ms\"").bulk_linger_ms(),
+        None
+    );
+    assert_eq!(kafka("delivery = \"exactly_once\"").bulk_linger_ms(), None);
+    let error = load_err(&MINIMAL.replace(
+        "[kafka]",
+        "[kafka]\nlinger = \"10ms\"\nlinger_while_behind = \"5ms\"",
+    ));
+    assert!(
+        error.contains("kafka.linger_while_behind: must be at least kafka.linger (10ms; got 5ms)"),
+        "{error}"
+    );
+    let error = load_err(&MINIMAL.replace("[kafka]", "[kafka]\nlinger_while_behind = \"2m\""));
+    assert!(
+        error.contains("kafka.linger_while_behind: must be at most 1m (got 2m)"),
+        "{error}"
+    );
+}

@@ -595,6 +595,27 @@ fn kafka(kafka: &KafkaConfig, out: &mut Vec<Problem>) {
         example: "5ms",
     }
     .check(out);
+    if let Some(behind) = kafka.linger_while_behind {
+        DurationRule {
+            key: "kafka.linger_while_behind",
+            value: behind,
+            zero_allowed: true,
+            max: limits::LINGER,
+            example: "20ms",
+        }
+        .check(out);
+        if behind < kafka.linger {
+            out.push(Problem::new(
+                "kafka.linger_while_behind",
+                format!(
+                    "must be at least kafka.linger ({}; got {}); set it equal to kafka.linger \
+                     to linger alike at any lag (one producer)",
+                    format_duration(kafka.linger),
+                    format_duration(behind)
+                ),
+            ));
+        }
+    }
     DurationRule {
         key: "kafka.shutdown_flush_timeout",
         value: kafka.shutdown_flush_timeout,

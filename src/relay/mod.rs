@@ -39,6 +39,7 @@ mod heartbeat;
 pub(crate) mod incremental;
 mod messages;
 mod offset_writer;
+mod pace;
 mod session;
 mod slot_watch;
 mod snapshot;

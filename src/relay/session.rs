@@ -262,8 +262,11 @@ impl Session {
 
         // 2. Kafka: producer, offset topic, stored offset.
         let properties = producer_properties(&config);
-        let (sink, mut acks) =
-            Sink::new(&properties, self.kafka_outage.clone()).map_err(RelayError::Sink)?;
+        let (sink, mut acks) = match config.kafka.bulk_linger_ms() {
+            Some(behind) => Sink::with_bulk(&properties, &behind, self.kafka_outage.clone()),
+            None => Sink::new(&properties, self.kafka_outage.clone()),
+        }
+        .map_err(RelayError::Sink)?;
         // Refused credentials or certificates are definite: find out before
         // the offset-store clients below would only time out (librdkafka
         // retries a refused connection forever). Anything else (brokers

@@ -86,6 +86,8 @@ pub(super) struct Streaming {
     /// With `[dead_letter]`: the relation of the change being published,
     /// to name it if the producer refuses its record as too large.
     pub(super) publishing: Option<Arc<crate::pgoutput::Relation>>,
+    /// Which of the sink's producers records go to (`kafka.linger_while_behind`).
+    pub(super) pace: super::pace::Pace,
 }
 
 /// How [`Streaming::stream`] ended without an error.
@@ -140,6 +142,7 @@ impl Streaming {
             initial: None,
             dead_letter: DeadLetter::new(&config_for_dead_letter),
             publishing: None,
+            pace: Default::default(),
         }
     }
 
@@ -327,7 +330,10 @@ impl Streaming {
                 xid,
                 commit_time,
                 lsn,
+                sent_time,
             } => {
+                self.pace
+                    .on_begin(commit_time, sent_time, crate::pg::replication::pg_now_us());
                 self.checkpoint.begin()?;
                 self.table_transaction_begins(commit_lsn, xid, commit_time, lsn);
             }
@@ -655,9 +661,13 @@ impl Streaming {
     ) -> Result<(), Sent> {
         let (snapshot_table, commit_ms) = match counted {
             Counted::Streamed { commit_ms } => (None, commit_ms),
-            Counted::SnapshotTable(table) => (Some(table), 0),
+            Counted::SnapshotTable(table) => {
+                self.pace.on_snapshot_row();
+                (Some(table), 0)
+            }
             Counted::Other => (None, 0),
         };
+        self.pace.apply(&self.sink, &self.metrics).await;
         let bytes = record.size();
         self.checkpoint
             .record_sent(txn, bytes)

@@ -107,6 +107,11 @@ pub enum SourceEvent {
         /// that its first WAL record. Debezium names the transaction by it
         /// in its BEGIN record.
         lsn: Lsn,
+        /// When the walsender sent the Begin, microseconds since 2000-01-01
+        /// by the server's clock (as `commit_time`): `sent_time -
+        /// commit_time` is how far behind its commits the stream is, without
+        /// comparing two machines' clocks.
+        sent_time: i64,
     },
     /// A relation's shape, before the first change that uses it (and again
     /// when it changes).
@@ -683,9 +688,9 @@ impl Assembler {
             StreamEvent::Message(ReplicationMessage::XLogData {
                 wal_start,
                 wal_end,
+                send_time,
                 data,
-                ..
-            }) => self.on_xlogdata(wal_start, wal_end, data),
+            }) => self.on_xlogdata(wal_start, wal_end, send_time, data),
         }
     }
 
@@ -693,6 +698,7 @@ impl Assembler {
         &mut self,
         wal_start: Lsn,
         wal_end: Lsn,
+        send_time: i64,
         data: Bytes,
     ) -> Result<Option<SourceEvent>, SourceError> {
         // PostgreSQL sends 0/0 as wal_start and wal_end for every message but
@@ -706,13 +712,14 @@ impl Assembler {
         self.note_received(wal_end);
         let msg =
             pgoutput::decode(data).map_err(|source| SourceError::Decode { lsn: at, source })?;
-        self.on_message(msg, at)
+        self.on_message(msg, at, send_time)
     }
 
     fn on_message(
         &mut self,
         msg: LogicalMessage,
         at: Lsn,
+        sent_time: i64,
     ) -> Result<Option<SourceEvent>, SourceError> {
         let out_of_order = |what: &str| SourceError::Stream {
             lsn: at,
@@ -736,6 +743,7 @@ impl Assembler {
                     xid: b.xid,
                     commit_time: b.commit_time,
                     lsn: at,
+                    sent_time,
                 }
             }
             LogicalMessage::Commit(c) => {

@@ -62,6 +62,9 @@ fn insert(oid: u32, cells: &[&str]) -> LogicalMessage {
     })
 }
 
+/// The walsender's send time of every fed message.
+const SENT_TIME: i64 = 812_345_678_901;
+
 /// Feeds one message as XLogData. `wal_start` 0/0 is what PostgreSQL sends
 /// for every message but the last of a write.
 fn feed(
@@ -69,7 +72,7 @@ fn feed(
     msg: &LogicalMessage,
     wal_start: Lsn,
 ) -> Result<Option<SourceEvent>, SourceError> {
-    a.on_xlogdata(wal_start, wal_start, encode(msg).unwrap())
+    a.on_xlogdata(wal_start, wal_start, SENT_TIME, encode(msg).unwrap())
 }
 
 fn feed_all(a: &mut Assembler, msgs: &[LogicalMessage]) -> Vec<SourceEvent> {
@@ -104,8 +107,14 @@ fn a_transaction_comes_out_in_order_with_one_position_per_change() {
         .iter()
         .map(|e| match e {
             SourceEvent::Begin {
-                commit_lsn, xid, ..
-            } => format!("B {commit_lsn} {xid}"),
+                commit_lsn,
+                xid,
+                sent_time,
+                ..
+            } => {
+                assert_eq!(*sent_time, SENT_TIME, "the Begin's XLogData send time");
+                format!("B {commit_lsn} {xid}")
+            }
             SourceEvent::Relation(r) => format!("R {}", r.name),
             SourceEvent::Change(c) => format!(
                 "{:?} {} #{} old={} new={}",
@@ -204,7 +213,7 @@ fn zero_wal_start_never_lowers_the_received_position_or_names_0_0() {
     feed(&mut a, &relation(1, &["id"]), Lsn::ZERO).unwrap();
     assert_eq!(a.received, Lsn(0x5_0000_0000));
     let e = a
-        .on_xlogdata(Lsn::ZERO, Lsn::ZERO, Bytes::from_static(b"Z"))
+        .on_xlogdata(Lsn::ZERO, Lsn::ZERO, 0, Bytes::from_static(b"Z"))
         .unwrap_err();
     assert!(
         matches!(e, SourceError::Decode { lsn, .. } if lsn == Lsn(0x5_0000_0000)),

@@ -130,6 +130,18 @@ impl Collector for View {
             "exactly_once: Kafka transactions aborted (none of their records is visible to read_committed consumers; sent again).",
             u(&m.kafka_transactions_aborted),
         )?;
+        gauge(
+            &mut e,
+            "walrelay_kafka_producer_behind",
+            "1 while records go to the producer that lingers kafka.linger_while_behind (walrelay is behind its commits), 0 while to the one that lingers kafka.linger.",
+            u(&m.kafka_producer_behind),
+        )?;
+        counter(
+            &mut e,
+            "walrelay_kafka_producer_switches",
+            "Switches between the two producers (kafka.linger and kafka.linger_while_behind).",
+            u(&m.kafka_producer_switches),
+        )?;
         counter(
             &mut e,
             "walrelay_kafka_transactions_fenced",
