@@ -240,15 +240,19 @@ impl Streaming {
                 ack = acks.recv() => {
                     let Some(ack) = ack else { return Err(RelayError::Ended("Kafka delivery channel")) };
                     kafka.acknowledged(&self.metrics);
-                    if self.on_ack(ack)? {
+                    // One clock reading for the batch: the reports ready
+                    // now arrived together.
+                    let now_ms = super::heartbeat::now_ms();
+                    if self.on_ack_at(ack, now_ms)? {
                         source.confirm(self.offsets.acked(), false).await?;
                     }
                     // Drain what else is ready without going back to select.
                     while let Ok(ack) = acks.try_recv() {
-                        if self.on_ack(ack)? {
+                        if self.on_ack_at(ack, now_ms)? {
                             source.confirm(self.offsets.acked(), false).await?;
                         }
                     }
+                    self.metrics.record_acked();
                     // An incremental snapshot's next chunk waits for the
                     // last one to be stored: store it as soon as Kafka
                     // holds it, not at the next tick.
@@ -719,6 +723,14 @@ impl Streaming {
     /// Applies one delivery report. Returns true when an offset write was
     /// acknowledged (so a status update is worth sending now).
     pub(super) fn on_ack(&mut self, ack: Ack) -> Result<bool, RelayError> {
+        let confirm = self.on_ack_at(ack, super::heartbeat::now_ms())?;
+        self.metrics.record_acked();
+        Ok(confirm)
+    }
+
+    /// [`Self::on_ack`] with the wall clock read by the caller (once for a
+    /// batch of reports), without marking the time of the last report.
+    pub(super) fn on_ack_at(&mut self, ack: Ack, now_ms: i64) -> Result<bool, RelayError> {
         match ack {
             Ack::Delivered(Token::Record {
                 txn,
@@ -729,12 +741,11 @@ impl Streaming {
             }) => {
                 self.awaiting_reports = self.awaiting_reports.saturating_sub(1);
                 self.checkpoint.ack(txn, bytes)?;
-                self.metrics.record_acked();
                 self.metrics
                     .acked_lsn
                     .store(self.checkpoint.confirmed().0, Ordering::Relaxed);
                 if commit_ms > 0 {
-                    let ms = super::heartbeat::now_ms().saturating_sub(commit_ms).max(0);
+                    let ms = now_ms.saturating_sub(commit_ms).max(0);
                     self.metrics.commit_to_ack.observe(ms as f64 / 1000.0);
                 }
                 if let Some(t) =

@@ -581,7 +581,7 @@ fn write_scalar(
                 }
                 _ => parse_date(text).ok_or_else(|| bad("date", text))?,
             };
-            let _ = write!(out, "{days}");
+            push_int(out, days);
         }
         Kind::TimeMillis | Kind::TimeMicros => {
             let micros = parse_time(text).ok_or_else(|| bad("time", text))?;
@@ -590,7 +590,7 @@ fn write_scalar(
             } else {
                 micros
             };
-            let _ = write!(out, "{v}");
+            push_int(out, v);
         }
         Kind::TimestampMillis | Kind::TimestampMicros => {
             let millis = kind == Kind::TimestampMillis;
@@ -626,7 +626,7 @@ fn write_scalar(
                     }
                 }
             };
-            let _ = write!(out, "{v}");
+            push_int(out, v);
         }
         Kind::TimestampTz { fraction } => match text {
             // Debezium 3.6.1 writes them as these strings.
@@ -666,7 +666,7 @@ fn write_scalar(
             if overflow {
                 allow(strict, Special::Overflow, "interval")?;
             }
-            let _ = write!(out, "{micros}");
+            push_int(out, micros);
         }
         Kind::IntervalString => {
             let parts = parse_interval(text).ok_or_else(|| bad("interval", text))?;
@@ -1392,13 +1392,19 @@ fn write_iso_timestamp(out: &mut Vec<u8>, secs: i64, frac: i64, fraction: u8) {
     let days = secs.div_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
     if y > 9999 {
-        let _ = write!(out, "+{y}");
+        out.push(b'+');
+        push_int(out, y);
     } else if y < 0 {
-        let _ = write!(out, "-{:04}", y.unsigned_abs());
+        out.push(b'-');
+        push_padded(out, y.unsigned_abs(), 4);
     } else {
-        let _ = write!(out, "{y:04}");
+        push_padded(out, y.unsigned_abs(), 4);
     }
-    let _ = write!(out, "-{m:02}-{d:02}T");
+    out.push(b'-');
+    push_padded(out, m.unsigned_abs(), 2);
+    out.push(b'-');
+    push_padded(out, d.unsigned_abs(), 2);
+    out.push(b'T');
     let of_day = secs.rem_euclid(86_400) * 1_000_000 + frac;
     if fraction == 0 {
         write_iso_time(out, of_day);
@@ -1412,13 +1418,38 @@ fn write_iso_timestamp(out: &mut Vec<u8>, secs: i64, frac: i64, fraction: u8) {
 }
 
 fn write_hms(out: &mut Vec<u8>, secs: i64) {
-    let _ = write!(
-        out,
-        "{:02}:{:02}:{:02}",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    );
+    if secs < 0 {
+        let _ = write!(
+            out,
+            "{:02}:{:02}:{:02}",
+            secs / 3600,
+            secs / 60 % 60,
+            secs % 60
+        );
+        return;
+    }
+    let secs = secs.unsigned_abs();
+    push_padded(out, secs / 3600, 2);
+    out.push(b':');
+    push_padded(out, secs / 60 % 60, 2);
+    out.push(b':');
+    push_padded(out, secs % 60, 2);
+}
+
+/// `v` in decimal, without `core::fmt` (a per-value cost on the event path).
+pub(crate) fn push_int<I: itoa::Integer>(out: &mut Vec<u8>, v: I) {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+}
+
+/// `v` with at least `width` digits (zeros in front), as `{v:0width$}`.
+fn push_padded(out: &mut Vec<u8>, v: u64, width: usize) {
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(v);
+    out.extend(std::iter::repeat_n(
+        b'0',
+        width.saturating_sub(digits.len()),
+    ));
+    out.extend_from_slice(digits.as_bytes());
 }
 
 /// The six digits of a fraction of a second given in microseconds.
