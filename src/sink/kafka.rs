@@ -1370,7 +1370,6 @@ mod tests {
         in_flight: &str,
         n: u64,
     ) -> (Vec<(u64, Result<(), SinkError>)>, Vec<String>) {
-        use rdkafka::consumer::{BaseConsumer, Consumer};
         use rdkafka::mocking::MockCluster;
         use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
         let mock = MockCluster::new(1).unwrap();
@@ -1403,6 +1402,14 @@ mod tests {
         }
         got.sort_by_key(|(i, _)| *i);
 
+        (got, read_back(&mock))
+    }
+
+    /// Every value in partition 0 of the mock cluster's topic `t`, in order.
+    fn read_back<C: rdkafka::ClientContext>(
+        mock: &rdkafka::mocking::MockCluster<'_, C>,
+    ) -> Vec<String> {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", mock.bootstrap_servers())
             .set("group.id", "read-back")
@@ -1423,7 +1430,7 @@ mod tests {
                 log.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
             }
         }
-        (got, log)
+        log
     }
 
     /// librdkafka's implicit ack: request 1 fails "not leader", requests 2..
@@ -1637,7 +1644,6 @@ mod tests {
     /// later records overtake.)
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn switching_producers_keeps_the_order_of_a_partition() {
-        use rdkafka::consumer::{BaseConsumer, Consumer};
         use rdkafka::mocking::MockCluster;
         let mock = MockCluster::new(1).unwrap();
         mock.create_topic("t", 1, 1).unwrap();
@@ -1664,23 +1670,7 @@ mod tests {
                 .expect("channel open");
             assert!(matches!(ack, Ack::Delivered(_)), "{ack:?}");
         }
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", mock.bootstrap_servers())
-            .set("group.id", "read-back")
-            .create()
-            .unwrap();
-        let mut tpl = rdkafka::TopicPartitionList::new();
-        tpl.add_partition_offset("t", 0, rdkafka::Offset::Beginning)
-            .unwrap();
-        consumer.assign(&tpl).unwrap();
-        let mut log = Vec::new();
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while log.len() < n as usize && std::time::Instant::now() < deadline {
-            use rdkafka::Message;
-            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
-                log.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
-            }
-        }
+        let log = read_back(&mock);
         let sent: Vec<String> = (0..n).map(|i| format!("v{i}")).collect();
         assert_eq!(log, sent);
     }
