@@ -464,29 +464,7 @@ async fn table_events_stay_fresh_under_concurrent_updates() {
         let topic = topic.clone();
         let table = &table;
         async move {
-            let mut got = consume_to_end(&[topic.as_str()]);
-            got.sort_by_key(|r| (r.partition, r.offset));
-            let mut state: HashMap<i64, i64> = HashMap::new();
-            let mut reads = 0;
-            for r in &got {
-                let Some(value) = r.value.as_deref() else {
-                    continue; // tombstone
-                };
-                let v: Value = serde_json::from_slice(value).unwrap();
-                match v["op"].as_str().unwrap() {
-                    "d" => {
-                        state.remove(&v["before"]["id"].as_i64().unwrap());
-                    }
-                    op => {
-                        reads += usize::from(op == "r");
-                        let after = &v["after"];
-                        state.insert(
-                            after["id"].as_i64().unwrap(),
-                            after["version"].as_i64().unwrap(),
-                        );
-                    }
-                }
-            }
+            let (state, reads) = fold_versions(&topic);
             // Keys the snapshot never saw and the stream never touched are
             // absent from both sides only if deleted before; compare on the
             // table's keys.

@@ -690,3 +690,134 @@ async fn a_message_only_config_uses_an_existing_publication_and_drops_its_tables
     .await;
     relay.stop();
 }
+
+/// A message-only connector (empty publication) gets a `[[table]]` section
+/// while writers emit messages and change the table the whole time: the
+/// restart adds the table to the publication, publishes its existing rows by
+/// an incremental snapshot beside the stream, streams its changes from
+/// there on, and loses no message across the stop and the new
+/// configuration. Folding the table's topic gives the table's final state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_added_to_a_message_only_config_gets_its_rows_and_its_changes() {
+    use support::message_load::{MessageWriters, holds_all, verify_message_delivery};
+    require_kafka();
+    let db = TestDb::new("msgonly_add").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE items (id int8 PRIMARY KEY, version int8 NOT NULL, note text);
+             ALTER TABLE items OWNER TO walrelay;
+             INSERT INTO items SELECT g, 0, repeat('n', 50) FROM generate_series(1, 3000) g;",
+        )
+        .await
+        .unwrap();
+    let names = Names::new("msgonly_add");
+    let messages_only = messages_only_config(&db, &names, "");
+    let path = write_config(&messages_only);
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    relay.wait_log("streaming", START).await;
+
+    // Writers all along: messages, and updates, deletes and inserts of items.
+    let messages = MessageWriters::start(&db.name, "load", 2, 8);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..2u64 {
+        let (name, stop) = (db.name.clone(), stop.clone());
+        writers.push(tokio::spawn(async move {
+            use rand::{RngExt, SeedableRng};
+            let client = pg_connect(&name).await;
+            let mut rng = rand::rngs::StdRng::seed_from_u64(w + u64::from(std::process::id()));
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let id = rng.random_range(1..=3500i64);
+                let sql = match rng.random_range(0..10) {
+                    0 => format!("DELETE FROM items WHERE id = {id}"),
+                    1 => format!(
+                        "INSERT INTO items VALUES ({id}, 0, 'new') ON CONFLICT (id) DO NOTHING"
+                    ),
+                    _ => format!("UPDATE items SET version = version + 1 WHERE id = {id}"),
+                };
+                client.batch_execute(&sql).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }));
+    }
+    let topic = format!("{}.load", names.topic_prefix);
+    wait_for("some messages in Kafka", START, || async {
+        (consume_to_end(&[&topic]).len() >= 50).then_some(())
+    })
+    .await;
+    assert!(relay.stop().success());
+
+    // The same connector with a [[table]] section.
+    let prefix = format!("{}_cdc", names.connector);
+    let with_table = write_config(&format!(
+        "{messages_only}\n[table_defaults]\ntopic_prefix = \"{prefix}\"\n[[table]]\nname = \"public.items\"\n\
+         [snapshot]\nchunk_rows = 500\n"
+    ));
+    let (_, report) = check(&with_table);
+    assert!(
+        report.contains("run will publish the existing rows of public.items"),
+        "{report}"
+    );
+    let mut relay = RelayProcess::start_with(&with_table, &[]);
+    relay
+        .wait_log("public.items was added to the configuration", START)
+        .await;
+    relay
+        .wait_log("incremental snapshot completed", Duration::from_secs(180))
+        .await;
+    let published: i64 = db
+        .client
+        .query_one(
+            "SELECT count(*) FROM pg_publication_tables WHERE pubname = $1 AND tablename = 'items'",
+            &[&names.publication],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(published, 1, "the table was added to the publication");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for w in writers {
+        w.await.unwrap();
+    }
+    let emitted = messages.stop().await;
+
+    let table: HashMap<i64, i64> = db
+        .client
+        .query("SELECT id, version FROM items", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let items = format!("{prefix}.public.items");
+    let reads = wait_for(
+        "the table's topic folds to the table",
+        Duration::from_secs(90),
+        || {
+            let (items, table) = (items.clone(), &table);
+            async move {
+                let (state, reads) = fold_versions(&items);
+                (state == *table).then_some(reads)
+            }
+        },
+    )
+    .await;
+    assert!(reads > 0, "the existing rows came as read events");
+    let consumed = wait_for(
+        "every message in Kafka",
+        Duration::from_secs(90),
+        || async {
+            let got = consume_to_end(&[&topic]);
+            holds_all(&emitted, &got).then_some(got)
+        },
+    )
+    .await;
+    let duplicates = verify_message_delivery(&emitted, &consumed);
+    eprintln!(
+        "{} keys folded ({reads} read events); {} messages, {duplicates} re-sent",
+        table.len(),
+        emitted.len()
+    );
+    assert!(relay.stop().success());
+}

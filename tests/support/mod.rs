@@ -1370,3 +1370,34 @@ impl Drop for SystemSetting {
         .join();
     }
 }
+
+/// Folds a `[[table]]` topic of a table `(id int8, version int8, …)` in
+/// partition order: read, create and update events upsert `after.id ->
+/// after.version`, deletes remove `before.id`, tombstones are skipped.
+/// Returns the state and the number of read (`op: "r"`) events.
+pub fn fold_versions(topic: &str) -> (std::collections::HashMap<i64, i64>, usize) {
+    let mut got = consume_to_end(&[topic]);
+    got.sort_by_key(|r| (r.partition, r.offset));
+    let mut state = std::collections::HashMap::new();
+    let mut reads = 0;
+    for r in &got {
+        let Some(value) = r.value.as_deref() else {
+            continue; // tombstone
+        };
+        let v: serde_json::Value = serde_json::from_slice(value).unwrap();
+        match v["op"].as_str().unwrap() {
+            "d" => {
+                state.remove(&v["before"]["id"].as_i64().unwrap());
+            }
+            op => {
+                reads += usize::from(op == "r");
+                let after = &v["after"];
+                state.insert(
+                    after["id"].as_i64().unwrap(),
+                    after["version"].as_i64().unwrap(),
+                );
+            }
+        }
+    }
+    (state, reads)
+}
