@@ -108,9 +108,10 @@ pub enum SourceEvent {
         /// in its BEGIN record.
         lsn: Lsn,
         /// When the walsender sent the Begin, microseconds since 2000-01-01
-        /// by the server's clock (as `commit_time`): `sent_time -
-        /// commit_time` is how far behind its commits the stream is, without
-        /// comparing two machines' clocks.
+        /// by the server's clock (as `commit_time`). Read against walrelay's
+        /// clock when the Begin arrives, it bounds the two clocks' difference
+        /// (`relay::pace` estimates how far behind its commits the stream is
+        /// read from it).
         sent_time: i64,
     },
     /// A relation's shape, before the first change that uses it (and again
