@@ -39,7 +39,7 @@ use tokio::time::Instant;
 use super::Sink;
 use crate::telemetry::Metrics;
 
-/// A transaction sent this long after its commit: walrelay is behind.
+/// A transaction read this long after its commit: walrelay is behind.
 pub(super) const BEHIND: Duration = Duration::from_secs(1);
 /// Below this lag walrelay is caught up again.
 pub(super) const CAUGHT_UP: Duration = Duration::from_millis(100);
