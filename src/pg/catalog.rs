@@ -70,7 +70,19 @@ impl CatalogError {
             // A refused certificate, or a server that will not do TLS when
             // sslmode requires it, stays that way until someone acts.
             CatalogError::Tls { .. } => false,
-            CatalogError::Query { source, .. } => source.is_closed() || source.code().is_none(),
+            // A connection that closed, or a server that ended the session
+            // mid-query (57P01 when an administrator or a fast shutdown
+            // terminates it, 57P02/57P03 around a crash or a start-up, 08*
+            // connection exceptions): the next connection may succeed. Any
+            // other answer to a query (a missing function, no permission,
+            // a slot in use) is the same next time.
+            CatalogError::Query { source, .. } => {
+                source.is_closed()
+                    || source.code().is_none_or(|code| {
+                        let code = code.code();
+                        code.starts_with("57P") || code.starts_with("08")
+                    })
+            }
             CatalogError::Invalid(_) => false,
             CatalogError::NoPrimary { .. } | CatalogError::Ended(_) => true,
         }

@@ -14,6 +14,12 @@
 //!   its position and the error: `walrelay.event_id` is `<commit LSN>:<index>`
 //!   (a table event's own id; for an outbox row its `id` header too when
 //!   the id column is not NULL).
+//! - **One partition per dead letter.** Its key is the change's key, or,
+//!   when the change has none (a NULL aggregate id, a table change that
+//!   could not be encoded), its `walrelay.event_id`: the producer's
+//!   partitioner then puts a re-sent copy on the first copy's partition,
+//!   where a keyless record would land on any. `walrelay.dead_letter.key`
+//!   is present only for an original key.
 //! - **Row data stays out of logs and metrics.** The one log line per
 //!   dead letter names table, LSN, position and reason; the metric's labels
 //!   are a fixed reason and a table name (at most [`MAX_TABLE_LABELS`]
@@ -127,18 +133,17 @@ impl DeadLetter {
         })
     }
 
-    /// The dead-letter record of `f`: key = the original key, value = the
-    /// original bytes, headers naming what failed and where.
+    /// The dead-letter record of `f`: key = the original key (else the
+    /// event id, see the module's invariants), value = the original bytes,
+    /// headers naming what failed and where.
     pub(super) fn record(&self, f: &Failure) -> Record {
         let n = &self.names;
         let mut headers = Vec::with_capacity(9);
         if let Some(id) = &f.id {
             headers.push((n.id.clone(), id.clone()));
         }
-        headers.push((
-            n.event_id.clone(),
-            Bytes::from(format!("{}:{}", f.pos.commit_lsn, f.pos.index)),
-        ));
+        let event_id = Bytes::from(format!("{}:{}", f.pos.commit_lsn, f.pos.index));
+        headers.push((n.event_id.clone(), event_id.clone()));
         headers.push((n.lsn.clone(), Bytes::from(f.pos.commit_lsn.to_string())));
         headers.push((
             n.reason.clone(),
@@ -157,7 +162,7 @@ impl DeadLetter {
         }
         Record {
             topic: self.topic.clone(),
-            key: f.key.clone(),
+            key: Some(f.key.clone().unwrap_or(event_id)),
             value: f.value.clone(),
             headers,
             timestamp_ms: None,
@@ -204,4 +209,59 @@ pub(super) fn row_json(relation: &Relation, row: &TupleData) -> Bytes {
         map.insert(col.name.clone(), value);
     }
     Bytes::from(serde_json::Value::Object(map).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::lsn::Lsn;
+
+    fn failure(key: Option<&'static [u8]>) -> Failure {
+        Failure {
+            reason: Reason::Unencodable,
+            error: "not valid".into(),
+            table: "public.t".into(),
+            pos: Position {
+                commit_lsn: Lsn(0x16_B374_D848),
+                index: 7,
+            },
+            id: None,
+            topic: Some("cdc.public.t".into()),
+            key: key.map(Bytes::from_static),
+            value: Some(Bytes::from_static(b"{}")),
+            refused_bytes: None,
+        }
+    }
+
+    #[test]
+    fn a_dead_letter_keeps_its_key_and_is_keyed_by_its_event_id_without_one() {
+        let config = Config::from_str(
+            "[connector]\nname = \"orders\"\n[postgres]\ndatabase = \"app\"\n[kafka]\n\
+             brokers = \"127.0.0.1:9\"\n[[outbox]]\ntable = \"public.outbox\"\n\
+             [dead_letter]\ntopic = \"dlq\"\n",
+            "test.toml",
+        )
+        .unwrap();
+        let dead = DeadLetter::new(&config).unwrap();
+        let header = |r: &Record, name: &str| {
+            r.headers
+                .iter()
+                .find(|(k, _)| &**k == name)
+                .map(|(_, v)| v.clone())
+        };
+
+        let keyed = dead.record(&failure(Some(b"{\"id\":1}")));
+        assert_eq!(keyed.key.as_deref(), Some(&b"{\"id\":1}"[..]));
+        assert_eq!(header(&keyed, KEY_HEADER), keyed.key);
+
+        let keyless = dead.record(&failure(None));
+        let event_id = header(&keyless, EVENT_ID_HEADER).unwrap();
+        assert_eq!(&event_id[..], b"16/B374D848:7");
+        assert_eq!(keyless.key, Some(event_id), "keyed by its event id");
+        assert_eq!(header(&keyless, KEY_HEADER), None, "no original key");
+        // The same failure makes the same record: a re-send is identical.
+        let again = dead.record(&failure(None));
+        assert_eq!((again.key, again.headers), (keyless.key, keyless.headers));
+    }
 }
