@@ -2,11 +2,12 @@
 # deploy/test.sh — runs walrelay's whole test suite on a fresh machine.
 #
 # Brings up the real services (PostgreSQL 18 + Apache Kafka, via deploy/dev/*.sh,
-# which install what they need), runs every cargo test against them, runs the
-# failover test on a primary/standby pair of 17 and of 18, the benchmark smoke
-# and the fault soaks, with the version-sensitive tests against PostgreSQL 14,
-# 15, 16 and 17 running beside them, and takes everything down again (also on
-# failure or Ctrl-C).
+# which install what they need), runs the quickstart and every test against them,
+# the version-sensitive tests against PostgreSQL 14, 15, 16 and 17, the fault
+# soaks, the benchmark smoke and the failover test on a primary/standby pair of
+# 17 and of 18 — in two lanes (below) — and takes everything down again (also on
+# failure or Ctrl-C). A failure ends the output with a summary: the lane, the
+# failing tests, their assertions and the tail of their walrelay log.
 #
 #   deploy/test.sh                  everything (what .ci/run calls)
 #   WALRELAY_TEST_MAJORS="16" deploy/test.sh   limit the extra PostgreSQL majors
@@ -15,22 +16,78 @@ set -euo pipefail
 ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)
 cd "$ROOT"
 EXTRA_MAJORS=${WALRELAY_TEST_MAJORS-"14 15 16 17"}
+STATE=$ROOT/.state
+mkdir -p "$STATE"
+rm -f "$STATE/side_lane.seconds"
 
 T0=$SECONDS
-# Each stage's line says when it started (UTC and minutes into the run): CI has a
-# 30-minute budget, and these lines show where it went.
+LOST_SLOT_PORT=55318   # a second PostgreSQL 18, for tests/it/lost_slot.rs alone
+# Each stage's line says when it started (UTC and minutes into the run): these
+# lines show where CI's time went.
 log() { printf '\n==> [%s +%dm%02ds] %s\n' "$(date -u +%H:%M:%S)" $(((SECONDS - T0) / 60)) $(((SECONDS - T0) % 60)) "$*" >&2; }
 
+# A lane's processes (test binaries, walrelay, soak scripts) die before the
+# services they use go down: otherwise they would fail against the stopped
+# services and their failures would hide the one that ended the run.
+tree_pids() { # tree_pids <pid>: it and its descendants
+  local child
+  echo "$1"
+  for child in $(pgrep -P "$1" 2>/dev/null); do tree_pids "$child"; done
+}
+kill_tree() { # the whole tree at once, so no parent starts a new child meanwhile
+  local pids
+  pids=$(tree_pids "$1")
+  # shellcheck disable=SC2086 # a list of pids
+  kill -STOP $pids 2>/dev/null || true
+  kill -TERM $pids 2>/dev/null || true
+  kill -CONT $pids 2>/dev/null || true
+}
+
+# The machine's load over the run, for docs/development.md: load average
+# sampled every 15 s, CPU time split (user, system, idle, steal) from
+# /proc/stat at the start and the end.
+cpu_times() { awk '/^cpu /{print $2+$3, $4, $5+$6, $9}' /proc/stat; }
+CPU_START=$(cpu_times)
+(while :; do cut -d' ' -f1 /proc/loadavg; sleep 15; done) >"$STATE/loadavg.log" 2>/dev/null &
+load_pid=$!
+load_report() {
+  local now
+  now=$(cpu_times)
+  # shellcheck disable=SC2086 # two lists of numbers
+  set -- $CPU_START $now
+  awk -v u0="$1" -v s0="$2" -v i0="$3" -v st0="$4" -v u1="$5" -v s1="$6" -v i1="$7" -v st1="$8" \
+    -v loads="$(tr '\n' ' ' <"$STATE/loadavg.log")" 'BEGIN {
+      t = (u1 - u0) + (s1 - s0) + (i1 - i0) + (st1 - st0); if (t <= 0) t = 1
+      n = split(loads, l, " "); sum = 0; max = 0
+      for (k = 1; k <= n; k++) { sum += l[k]; if (l[k] > max) max = l[k] }
+      printf "load: average %.2f, peak %.2f (1-minute load, %d samples); CPU user %.0f %%, system %.0f %%, idle+iowait %.0f %%, steal %.0f %%\n",
+        n ? sum / n : 0, max, n, 100 * (u1 - u0) / t, 100 * (s1 - s0) / t, 100 * (i1 - i0) / t, 100 * (st1 - st0) / t
+    }'
+}
+
+# lane_time <name> <seconds>: remembered for the closing lines.
+LANE_TIMES=()
+lane_time() { LANE_TIMES+=("$(printf '%s %dm%02ds' "$1" $(($2 / 60)) $(($2 % 60)))"); }
+
+FAILED_LANE="" FAILED_LOG=""
 cleanup() {
   local rc=$?
   local pid
-  for pid in ${matrix_pid:-} ${outage_pid:-} ${bench_pid:-} ${lost_slot_pid:-}; do kill -- "$pid" 2>/dev/null || true; done
+  for pid in ${side_pid:-}; do kill_tree "$pid"; done
+  kill "${load_pid:-}" 2>/dev/null || true
   log "taking services down"
   for m in 18 $EXTRA_MAJORS; do PG_MAJOR=$m deploy/dev/postgres.sh down >/dev/null 2>&1 || true; done
+  PG_PORT=$LOST_SLOT_PORT deploy/dev/postgres.sh down >/dev/null 2>&1 || true
   for m in 17 18; do PG_MAJOR=$m deploy/dev/pg_pair.sh down >/dev/null 2>&1 || true; done
   deploy/dev/kafka.sh down >/dev/null 2>&1 || true
   KAFKA_PORT=29092 deploy/dev/kafka.sh down >/dev/null 2>&1 || true   # the soak's broker
   KAFKA_PORT=39092 deploy/dev/kafka.sh down >/dev/null 2>&1 || true   # the outage tests' broker
+  ((${#LANE_TIMES[@]})) && printf 'lane %s\n' "${LANE_TIMES[@]}" >&2
+  load_report >&2 || true
+  # The last lines of the output say why: CI keeps nothing else.
+  if ((rc != 0)) && [[ -n $FAILED_LOG ]]; then
+    python3 deploy/failure_summary.py "$FAILED_LANE" "$FAILED_LOG" >&2 || tail -n 40 "$FAILED_LOG" >&2
+  fi
   exit $rc
 }
 trap cleanup EXIT INT TERM
@@ -42,10 +99,13 @@ log "alert rules: promtool check and rule unit tests"
 deploy/prometheus/check.sh
 
 log "building (first build compiles librdkafka: a few minutes)"
+build_start=$SECONDS
 cargo build --locked --all-targets
+log "built in $((SECONDS - build_start)) s"
+WALRELAY_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug/walrelay
 
 log "deploy files: systemd-analyze, kubernetes-validate, hadolint"
-deploy/validate.sh "${CARGO_TARGET_DIR:-$ROOT/target}/debug/walrelay"
+deploy/validate.sh "$WALRELAY_BIN"
 
 log "starting PostgreSQL 18 and Kafka"
 # `env_lines=$(... up)` and then eval, never eval "$(... up)": eval of the empty
@@ -58,7 +118,7 @@ env_lines=$(deploy/dev/kafka.sh up)
 eval "$env_lines"
 export WALRELAY_PG_MAJOR WALRELAY_PG_PORT WALRELAY_PG_SOCKET_DIR WALRELAY_KAFKA_BROKERS
 
-# Kafka Connect + Debezium for tests/debezium_compat.rs (and the benchmark
+# Kafka Connect + Debezium for tests/it/debezium_compat.rs (and the benchmark
 # below): jars only, no service. A resolution failure stops here, not as a
 # skipped comparison.
 log "resolving Kafka Connect + Debezium (deploy/dev/connect.sh)"
@@ -66,74 +126,47 @@ connect_env=$(deploy/dev/connect.sh up)
 eval "$connect_env"
 export WALRELAY_CONNECT_LIBS WALRELAY_CONNECT_VERSION WALRELAY_DEBEZIUM_VERSION
 
-# Test binaries by name. Stages that run beside others run them directly: a
-# second `cargo test` would wait for the first one's lock.
-declare -A TEST_BIN=()
-while read -r name exe; do TEST_BIN[$name]=$exe; done < <(
-  cargo test --locked --tests --no-run --message-format=json 2>/dev/null |
-    python3 -c 'import json, sys
+# The integration tests are one binary (tests/it/main.rs), its modules named
+# after their files; `soak` is the fault soak's (deploy/soak.sh runs it).
+IT=$(cargo test --locked --test it --no-run --message-format=json 2>/dev/null |
+  python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
-        print(m["target"]["name"], m["executable"])')
-# await_job <pid> <log> <what failed> <grep -E pattern of the lines to keep>:
-# waits for a background stage; on failure prints its whole log and stops.
-await_job() {
-  if ! wait "$1"; then
-    cat "$2" >&2
-    echo "$3 failed (the output above)" >&2
-    exit 1
-  fi
-  grep -E "$4" "$2" >&2 || true
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "it":
+        print(m["executable"])')
+[[ -x $IT ]] || { echo "cannot find the integration-test binary (tests/it)" >&2; exit 1; }
+ALL_TESTS=$("$IT" --list --format terse 2>/dev/null | sed -n 's/: test$//p')
+# it_tests <module>...: the full names of those modules' tests, for --exact
+# (a filter such as `cli::` would also pick config_cli::).
+it_tests() {
+  local re
+  re="^($(IFS='|'; echo "$*"))::"
+  grep -E "$re" <<<"$ALL_TESTS"
 }
-run_test() { # run_test <tests/NAME.rs> [libtest args...]
-  local exe=${TEST_BIN[$1]:-}
-  [[ -x $exe ]] || { echo "cannot find the $1 test binary" >&2; return 1; }
-  echo "     Running tests/$1.rs" >&2
-  "$exe" "${@:2}"
+run_it() { # run_it <what> <test name>... — the named tests, exactly
+  local names=("${@:2}")
+  ((${#names[@]})) || { echo "no tests for $1" >&2; return 1; }
+  echo "     Running tests/it: $1 (${#names[@]} tests)" >&2
+  "$IT" --exact "${names[@]}"
 }
+mapfile -t MAIN_TESTS < <(grep -vE '^(kafka_outage|lost_slot|failover)::' <<<"$ALL_TESTS")
 
-# tests/kafka_outage.rs stops and starts its broker and mostly waits (a
-# 360 s outage): it runs on a broker of its own (KAFKA_PORT=39092), beside
-# the other tests instead of after them; then, in the same background job,
-# the multi-instance tests (ha), the slow-acknowledgement tests (delivery),
-# which mostly wait for leases and lingering producers, and the incremental
-# snapshots, against the shared services (the two lanes take about as long).
-BG_TESTS=(ha delivery incremental)
-log "broker-outage tests (own broker), then ${BG_TESTS[*]}, in the background"
-outage_env=$(KAFKA_PORT=39092 deploy/dev/kafka.sh up)
-outage_log="$ROOT/.state/kafka_outage.log"
-(
-  (
-    eval "$outage_env"
-    export WALRELAY_KAFKA_BROKERS KAFKA_PORT=39092
-    run_test kafka_outage
-  ) && for t in "${BG_TESTS[@]}"; do run_test "$t" || exit 1; done
-) >"$outage_log" 2>&1 &
-outage_pid=$!
-
-log "cargo test — everything else, against PostgreSQL 18"
-tests=()
-for f in tests/*.rs; do
-  name=$(basename "$f" .rs)
-  # lost_slot exceeds max_slot_wal_keep_size on purpose: it would make the
-  # slot of the outage test running beside it lost too. It runs after.
-  # failover crashes the primary of a pair of its own (below).
-  case $name in
-    kafka_outage | ha | delivery | incremental | lost_slot | failover) ;;
-    *) tests+=(--test "$name") ;;
-  esac
-done
-cargo test --locked --lib --bins "${tests[@]}"
-
-log "waiting for the broker-outage, ${BG_TESTS[*]} tests"
-await_job "$outage_pid" "$outage_log" "tests/kafka_outage.rs or one of ${BG_TESTS[*]}" "^test |test result"
-KAFKA_PORT=39092 deploy/dev/kafka.sh down >/dev/null
-
+# Two lanes. The machine has 2 cores; the main lane's test binary runs two
+# tests at a time, and the side lane mostly waits (a 360 s broker outage, fault
+# cycles, servers starting) — a third lane made tests race each other for CPU
+# (docs/development.md has the measurements).
+#
+#   main  the quickstart, the unit tests, every integration test but the three
+#         below (PostgreSQL 18, the shared broker), then the failover tests on
+#         primary/standby pairs of 18 and 17
+#   side  tests/it/kafka_outage.rs on a broker of its own (it stops it),
+#         tests/it/lost_slot.rs on a PostgreSQL 18 of its own (it lowers
+#         max_slot_wal_keep_size, which would make other tests' slots lost),
+#         the fault soaks (PostgreSQL 16 and a broker of their own), the
+#         version-sensitive tests on PostgreSQL 14-17, the benchmark smoke
+#
 # Tests that depend on the server version run against every supported major,
-# each on a server of its own (port 543<major>), with test binaries run
-# directly. All but the fault soak's major run in the background, beside the
-# lost-slot, failover, benchmark and soak stages below (those mostly wait).
+# each on a server of its own (port 543<major>).
 matrix() { # matrix <major>...
   local m env_lines
   for m in "$@"; do
@@ -141,94 +174,113 @@ matrix() { # matrix <major>...
     env_lines=$(PG_MAJOR=$m deploy/dev/postgres.sh up) || return 1
     eval "$env_lines"
     export WALRELAY_PG_MAJOR WALRELAY_PG_PORT WALRELAY_PG_SOCKET_DIR
-    local t
-    for t in services relay_matrix wire snapshot_reader pg_security; do run_test "$t" || return 1; done
+    local names
+    mapfile -t names < <(it_tests services relay_matrix wire snapshot_reader pg_security)
     # These read catalog columns or call functions whose shape changes at 17
     # (invalidation_reason, pg_logical_emit_message's signature): the two
     # sides of that boundary. The lagging lost-slot case differs from the
     # runbook case only in walrelay's own timing: 18 runs it.
     if [[ $m == 14 || $m == 17 ]]; then
-      run_test status || return 1
-      run_test heartbeat || return 1
-      run_test lost_slot --skip a_slot_lost_while_walrelay_lags || return 1
+      mapfile -t -O "${#names[@]}" names < <(it_tests status heartbeat lost_slot | grep -v '::a_slot_lost_while_walrelay_lags$')
     fi
     # Snapshot, then stream end to end on 14 too (it exports the snapshot with
     # other syntax); the 1,000,000-row memory test measures walrelay alone and
     # runs on 18 only. 15-17 share 18's syntax (snapshot_reader covers them).
     if [[ $m == 14 ]]; then
-      run_test snapshot --skip a_million_row_snapshot || return 1
+      mapfile -t -O "${#names[@]}" names < <(it_tests snapshot | grep -v '::a_million_row_snapshot')
     fi
+    run_it "the version-sensitive tests on PostgreSQL $m" "${names[@]}" || return 1
     PG_MAJOR=$m deploy/dev/postgres.sh down >/dev/null
   done
 }
 SOAK_MAJOR=16   # deploy/soak.sh's PostgreSQL (its default SOAK_PG_MAJOR)
-BG_MAJORS=() FG_MAJORS=()
-for m in $EXTRA_MAJORS; do
-  if [[ $m == "$SOAK_MAJOR" ]]; then FG_MAJORS+=("$m"); else BG_MAJORS+=("$m"); fi
-done
-matrix_log="$ROOT/.state/matrix.log"
-if ((${#BG_MAJORS[@]})); then
-  log "version-sensitive tests on PostgreSQL ${BG_MAJORS[*]}, in the background"
-  ( matrix "${BG_MAJORS[@]}" ) >"$matrix_log" 2>&1 &
-  matrix_pid=$!
-fi
 
-# The benchmark harness in its smoke mode (2,000 rows through pg_recvlogical,
-# Debezium and walrelay), so it cannot rot; its numbers are not results. It
-# runs beside the failover stage (that one has servers of its own).
-log "benchmark harness, smoke mode, in the background"
-bench_log="$ROOT/.state/bench_smoke.log"
-deploy/bench/run.sh --smoke --walrelay "${CARGO_TARGET_DIR:-$ROOT/target}/debug/walrelay" --require-walrelay \
-  >"$bench_log" 2>&1 &
-bench_pid=$!
-
-# PostgreSQL failover for real: a primary and a physical standby of 17 and of 18
-# (failover slots need 17+), the primary crashed and the standby promoted under
-# writers; walrelay follows by itself (tests/failover.rs).
-for m in 18 17; do
-  log "failover, PostgreSQL $m (deploy/dev/pg_pair.sh)"
-  pair_env=$(PG_MAJOR=$m deploy/dev/pg_pair.sh up)
+log "side lane: kafka_outage (own broker), lost_slot (own PostgreSQL 18), fault soaks, PostgreSQL ${EXTRA_MAJORS:-(none)}, benchmark smoke (.state/side_lane.log)"
+side_log="$STATE/side_lane.log"
+(
+  side_start=$SECONDS
+  # (errexit does not reach into a subshell followed by `||`: each step says
+  # what it does on failure)
   (
-    eval "$pair_env"
-    export WALRELAY_PAIR_MAJOR WALRELAY_PAIR_PRIMARY_PORT WALRELAY_PAIR_STANDBY_PORT
-    run_test failover
-  )
-  PG_MAJOR=$m deploy/dev/pg_pair.sh down >/dev/null
-done
+    log "kafka_outage on a broker of its own (KAFKA_PORT=39092)"
+    outage_env=$(KAFKA_PORT=39092 deploy/dev/kafka.sh up) || exit 1
+    eval "$outage_env"
+    export WALRELAY_KAFKA_BROKERS KAFKA_PORT=39092
+    mapfile -t names < <(it_tests kafka_outage)
+    run_it "kafka_outage" "${names[@]}"
+  ) || exit 1
+  KAFKA_PORT=39092 deploy/dev/kafka.sh down >/dev/null
+  (
+    log "lost_slot on a PostgreSQL 18 of its own (port $LOST_SLOT_PORT)"
+    lost_slot_env=$(PG_MAJOR=18 PG_PORT=$LOST_SLOT_PORT deploy/dev/postgres.sh up) || exit 1
+    eval "$lost_slot_env"
+    export WALRELAY_PG_MAJOR WALRELAY_PG_PORT WALRELAY_PG_SOCKET_DIR
+    mapfile -t names < <(it_tests lost_slot)
+    run_it "lost_slot" "${names[@]}"
+  ) || exit 1
+  PG_PORT=$LOST_SLOT_PORT deploy/dev/postgres.sh down >/dev/null
+  # The fault soak, short version (~3 min): kills walrelay, stops its broker,
+  # restarts its PostgreSQL, terminates the walsender, then checks every event;
+  # meanwhile `walrelay inbox` consumes the topics, killed -9 every 2-8 s, and
+  # must have applied every committed event exactly once, in order. Then the
+  # same with delivery = "exactly_once": the faults that re-send a tail under
+  # at_least_once, and not one duplicate may reach a read_committed reader.
+  # The soaks take their PostgreSQL 16 down again, so the matrix finds it free.
+  log "fault soak, CI length (deploy/soak.sh --ci)"
+  SOAK_PG_MAJOR=$SOAK_MAJOR deploy/soak.sh --ci || exit 1
+  log "fault soak, exactly_once (deploy/soak.sh --exactly-once, 6 cycles)"
+  SOAK_PG_MAJOR=$SOAK_MAJOR deploy/soak.sh --exactly-once --cycles 6 --load 1-3 --outage 5-10 \
+    --faults kill-9,sigterm,broker-stop,pg-restart-immediate,second-instance || exit 1
+  # shellcheck disable=SC2086 # a list of majors
+  [[ -z $EXTRA_MAJORS ]] || matrix $EXTRA_MAJORS || exit 1
+  # The benchmark harness in its smoke mode (2,000 rows through
+  # pg_recvlogical, Debezium and walrelay), so it cannot rot; its numbers
+  # are not results.
+  log "benchmark harness, smoke mode"
+  deploy/bench/run.sh --smoke --walrelay "$WALRELAY_BIN" --require-walrelay
+  echo $((SECONDS - side_start)) >"$STATE/side_lane.seconds"
+) >"$side_log" 2>&1 &
+side_pid=$!
 
-log "waiting for the benchmark smoke"
-await_job "$bench_pid" "$bench_log" "deploy/bench/run.sh --smoke" "^bench: done"
+main_log="$STATE/main_lane.log"
+main_start=$SECONDS
+FAILED_LANE=main FAILED_LOG=$main_log
+{
+  # What a new user runs first: it must show every order, every time.
+  log "main lane: the quickstart (deploy/quickstart.sh, this build)"
+  WALRELAY_QUICKSTART_BIN=$WALRELAY_BIN deploy/quickstart.sh
 
-# lost_slot lowers max_slot_wal_keep_size for the whole PostgreSQL 18 server,
-# which would make other slots of that server lost too: nothing else uses it
-# meanwhile. The soaks use services of their own, so it runs beside them.
-log "lost slot, in the background (alone on PostgreSQL 18: it lowers max_slot_wal_keep_size)"
-lost_slot_log="$ROOT/.state/lost_slot.log"
-run_test lost_slot >"$lost_slot_log" 2>&1 &
-lost_slot_pid=$!
+  log "main lane: unit tests"
+  cargo test --locked --lib --bins
 
-# The fault soak, short version (~3 min): kills walrelay, stops its broker,
-# restarts its PostgreSQL, terminates the walsender, then checks every event;
-# meanwhile `walrelay inbox` consumes the topics, killed -9 every 2-8 s, and
-# must have applied every committed event exactly once, in order.
-# It uses services of its own (PostgreSQL 16, a broker on 29092) and takes
-# them down again, so the matrix below finds PostgreSQL 16 as before.
-log "fault soak, CI length (deploy/soak.sh --ci)"
-SOAK_PG_MAJOR=$SOAK_MAJOR deploy/soak.sh --ci
-# The same with delivery = "exactly_once": the faults that re-send a tail
-# under at_least_once, and not one duplicate may reach a read_committed reader.
-log "fault soak, exactly_once (deploy/soak.sh --exactly-once, 6 cycles)"
-SOAK_PG_MAJOR=$SOAK_MAJOR deploy/soak.sh --exactly-once --cycles 6 --load 1-3 --outage 5-10 \
-  --faults kill-9,sigterm,broker-stop,pg-restart-immediate,second-instance
+  log "main lane: integration tests against PostgreSQL 18 (${#MAIN_TESTS[@]} tests)"
+  run_it "everything but kafka_outage, lost_slot, failover" "${MAIN_TESTS[@]}"
 
-log "waiting for the lost-slot tests"
-await_job "$lost_slot_pid" "$lost_slot_log" "tests/lost_slot.rs" "^test |test result"
+  # PostgreSQL failover for real: a primary and a physical standby of 17 and of 18
+  # (failover slots need 17+), the primary crashed and the standby promoted under
+  # writers; walrelay follows by itself (tests/it/failover.rs).
+  for m in 18 17; do
+    log "main lane: failover, PostgreSQL $m (deploy/dev/pg_pair.sh)"
+    pair_env=$(PG_MAJOR=$m deploy/dev/pg_pair.sh up)
+    (   # (a subshell: the pair's environment stays in it)
+      eval "$pair_env"
+      export WALRELAY_PAIR_MAJOR WALRELAY_PAIR_PRIMARY_PORT WALRELAY_PAIR_STANDBY_PORT
+      mapfile -t names < <(it_tests failover)
+      run_it "failover on PostgreSQL $m" "${names[@]}"
+    )
+    PG_MAJOR=$m deploy/dev/pg_pair.sh down >/dev/null
+  done
+} 2>&1 | tee "$main_log"
+lane_time main $((SECONDS - main_start))
 
-# The majors the fault soak does not use finish in the background (started
-# above); the soak's major runs now that the soak has taken it down.
-if ((${#FG_MAJORS[@]})); then
-  matrix "${FG_MAJORS[@]}"
+log "waiting for the side lane"
+FAILED_LANE=side FAILED_LOG=$side_log
+if ! wait "$side_pid"; then
+  echo "the side lane failed; its log (.state/side_lane.log) follows" >&2
+  cat "$side_log" >&2
+  exit 1
 fi
-log "waiting for the version-sensitive tests on PostgreSQL ${BG_MAJORS[*]:-(none)}"
-[[ -z ${matrix_pid:-} ]] || await_job "$matrix_pid" "$matrix_log" "the version-sensitive tests" "^==>|Running |test result"
+grep -E "^==>|Running |test result|^SOAK |^bench: done" "$side_log" >&2 || true
+lane_time side "$(cat "$STATE/side_lane.seconds")"
+FAILED_LOG=""
 log "all tests passed"

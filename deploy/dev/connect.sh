@@ -3,7 +3,7 @@
 # one flat classpath, resolved from Maven Central (the machines reach package
 # registries only: no Connect/Debezium tarballs). Used by the benchmark's
 # Debezium side (deploy/bench/run.sh) and by the Debezium compatibility test
-# (tests/debezium_compat.rs, issue 10).
+# (tests/it/debezium_compat.rs, issue 10).
 #
 # Usage: deploy/dev/connect.sh up|env
 #

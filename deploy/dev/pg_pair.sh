@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # deploy/dev/pg_pair.sh - a PostgreSQL primary and a physical standby, for the failover
-# test (tests/failover.rs), the fault soak's `promote` fault, and trying a failover by hand.
+# test (tests/it/failover.rs), the fault soak's `promote` fault, and trying a failover by hand.
 #
 # Usage:  PG_MAJOR=17|18 deploy/dev/pg_pair.sh COMMAND
 #
@@ -40,6 +40,8 @@ HOST=127.0.0.1
 PAIR_NAME=${PAIR_NAME:-pair$PG_MAJOR}
 IFS=, read -r PORT_A PORT_B <<<"${PAIR_PORTS:-$((55400 + PG_MAJOR)),$((55500 + PG_MAJOR))}"
 STATE_DIR=$REPO_ROOT/.state/$PAIR_NAME
+# Sockets in a short directory of their own (paths stop at 107 bytes; see postgres.sh).
+SOCKET_DIR=/tmp/walrelay-$PAIR_NAME
 ROLE_FILE=$STATE_DIR/primary    # "a" or "b": the node that is the primary now
 READY_TIMEOUT_S=60
 
@@ -76,7 +78,7 @@ other() { if [[ $1 == a ]]; then echo b; else echo a; fi; }
 primary() { cat "$ROLE_FILE" 2>/dev/null || echo a; }
 
 pg_ctl() { as_pg "$PG_BIN/pg_ctl" "$@"; }
-psql_at() { psql -X -q -v ON_ERROR_STOP=1 -h "$STATE_DIR/run" -p "$1" -U postgres -d postgres "${@:2}"; }
+psql_at() { psql -X -q -v ON_ERROR_STOP=1 -h "$SOCKET_DIR" -p "$1" -U postgres -d postgres "${@:2}"; }
 running() { [[ -f $1/postmaster.pid ]] && pg_ctl status -D "$1" >/dev/null 2>&1; }
 
 start() {
@@ -146,9 +148,9 @@ cmd_up() {
   fi
   cmd_down
   reserve_ports "$PORT_A" "$PORT_B"
-  mkdir -p "$(dir_of a)" "$STATE_DIR/run"
-  chown -R "$OS_USER:" "$STATE_DIR"
-  chmod 755 "$STATE_DIR" "$STATE_DIR/run"
+  mkdir -p "$(dir_of a)" "$SOCKET_DIR"
+  chown -R "$OS_USER:" "$STATE_DIR" "$SOCKET_DIR"
+  chmod 755 "$STATE_DIR" "$SOCKET_DIR"
   chmod 700 "$(dir_of a)"
   as_pg "$PG_BIN/initdb" -D "$(dir_of a)" -U postgres -E UTF8 --locale=C \
     --auth-local=trust --auth-host=scram-sha-256 --no-sync --no-instructions \
@@ -158,7 +160,7 @@ cmd_up() {
 # ---- walrelay failover pair (written by $SELF) ----
 listen_addresses = '$HOST'
 port = $PORT_A
-unix_socket_directories = '$STATE_DIR/run'
+unix_socket_directories = '$SOCKET_DIR'
 max_connections = 100
 wal_level = logical
 max_replication_slots = 16
@@ -192,7 +194,7 @@ SQL
 cmd_down() {
   stop b immediate
   stop a immediate
-  rm -rf "$STATE_DIR"
+  rm -rf "$STATE_DIR" "$SOCKET_DIR"
 }
 
 cmd_promote() {

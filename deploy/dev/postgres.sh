@@ -3,6 +3,7 @@
 #
 # Usage:  deploy/dev/postgres.sh up|down|restart-fast|restart-immediate|env|status|install|psql [psql args...]
 #         PG_MAJOR=14..18 selects the server major version (default 18).
+#         PG_PORT=<port> runs another cluster of that major on <port> (default 543<major>).
 #
 #   up      install the server (if needed), create/start the cluster, print env lines
 #           on stdout:  eval "$(deploy/dev/postgres.sh up)"
@@ -61,15 +62,15 @@ READY_TIMEOUT_S=30               # deadline for start/stop/readiness waits
 unset PGHOST PGHOSTADDR PGPORT PGDATABASE PGUSER PGPASSWORD PGPASSFILE PGSERVICE \
       PGSERVICEFILE PGOPTIONS PGDATA PGSSLMODE PGCLUSTER PGCONNECT_TIMEOUT || true
 
-log() { printf 'postgres.sh[pg%s]: %s\n' "$PG_MAJOR" "$*" >&2; }
-die() { printf 'postgres.sh[pg%s]: ERROR: %s\n' "$PG_MAJOR" "$*" >&2; exit 1; }
+log() { printf 'postgres.sh[%s]: %s\n' "${PG_LABEL:-pg$PG_MAJOR}" "$*" >&2; }
+die() { printf 'postgres.sh[%s]: ERROR: %s\n' "${PG_LABEL:-pg$PG_MAJOR}" "$*" >&2; exit 1; }
 is_root() { [[ $(id -u) -eq 0 ]]; }
 
 usage() {
   cat >&2 <<EOF
-usage: [PG_MAJOR=14..18] $SELF up|down|restart-fast|restart-immediate|env|status|psql [psql args...]
+usage: [PG_MAJOR=14..18] [PG_PORT=<port>] $SELF up|down|restart-fast|restart-immediate|env|status|psql [psql args...]
   up      install (if needed) + start the cluster, then print env lines (eval them)
-  down    stop the cluster and remove .state/pg<major>
+  down    stop the cluster and remove its state directory (.state/pg<major>[-<port>])
   restart-fast|restart-immediate
           stop the running cluster in that shutdown mode and start it again (data kept)
   env     print the env lines (WALRELAY_PG_*)
@@ -82,15 +83,29 @@ EOF
 [[ $PG_MAJOR =~ ^[0-9]+$ && -n ${PG_NPM_VERSION[$PG_MAJOR]:-} ]] ||
   die "unsupported PG_MAJOR='$PG_MAJOR'; supported: $(printf '%s ' "${!PG_NPM_VERSION[@]}" | tr ' ' '\n' | sort -n | xargs)"
 
-PG_PORT=$((54300 + PG_MAJOR))    # fixed per major so several majors can run side by side
+# Fixed per major so several majors can run side by side. PG_PORT=<port> runs a
+# second cluster of the same major (state in .state/pg<major>-<port>): deploy/test.sh
+# gives tests/it/lost_slot.rs one of its own, since it changes server-wide settings.
+DEFAULT_PG_PORT=$((54300 + PG_MAJOR))
+PG_PORT=${PG_PORT:-$DEFAULT_PG_PORT}
+[[ $PG_PORT =~ ^[0-9]+$ ]] && ((PG_PORT > 1024 && PG_PORT < 65536)) ||
+  die "PG_PORT='$PG_PORT' is not a port number (1025-65535); unset it for the default $DEFAULT_PG_PORT"
 PG_VERSION_PIN=${PG_NPM_VERSION[$PG_MAJOR]}
 DEPS_DIR=$REPO_ROOT/.deps/pg/$PG_MAJOR
 PKG_DIR=$DEPS_DIR/node_modules/$PG_NPM_PACKAGE
 PG_BIN=$PKG_DIR/native/bin
 STATE_ROOT=$REPO_ROOT/.state
-STATE_DIR=$STATE_ROOT/pg$PG_MAJOR
+if [[ $PG_PORT == "$DEFAULT_PG_PORT" ]]; then
+  STATE_DIR=$STATE_ROOT/pg$PG_MAJOR
+else
+  STATE_DIR=$STATE_ROOT/pg$PG_MAJOR-$PG_PORT PG_LABEL=pg$PG_MAJOR:$PG_PORT
+fi
 DATA_DIR=$STATE_DIR/data
-SOCKET_DIR=$STATE_DIR/run
+# The Unix socket lives in a short directory of its own, not under the checkout:
+# socket paths stop at 107 bytes, and a checkout in a long folder (CI clones
+# into one) must not decide whether the server can start. One per port, so
+# several clusters (and checkouts, one at a time per port) do not meet.
+SOCKET_DIR=/tmp/walrelay-pg-$PG_PORT
 LOG_FILE=$STATE_DIR/postgres.log
 # Written as the very last step of a successful first `up`; a data dir without it is
 # the leftover of an interrupted setup and gets recreated.
@@ -384,8 +399,17 @@ check_port_free() {
       "$DATA_DIR). See who: ss -ltnp 'sport = :$PG_PORT'. Stop it, or use another PG_MAJOR."
 }
 
+# The socket directory (in /tmp, which a reboot empties), owned by the server's
+# user, readable by every local user.
+ensure_socket_dir() {
+  mkdir -p "$SOCKET_DIR"
+  chown "$PG_OS_USER:" "$SOCKET_DIR"
+  chmod 755 "$SOCKET_DIR"   # any local user may use the socket
+}
+
 start_cluster() {
   check_port_free
+  ensure_socket_dir
   clear_stale_locks
   log "starting (log: $LOG_FILE)"
   if ! as_pg "$PG_BIN/pg_ctl" start -D "$DATA_DIR" -l "$LOG_FILE" -w -t "$READY_TIMEOUT_S" -s >&2; then
@@ -441,14 +465,12 @@ kill_leftovers() {
 
 init_cluster() {
   log "creating cluster in $DATA_DIR (owner: $PG_OS_USER)"
-  rm -rf "$STATE_DIR"
-  mkdir -p "$DATA_DIR" "$SOCKET_DIR"
-  # Unix socket paths are limited to 107 bytes.
-  local sock="$SOCKET_DIR/.s.PGSQL.$PG_PORT"
-  ((${#sock} <= 107)) || die "unix socket path too long (${#sock} > 107 bytes): $sock; move the repo to a shorter path"
+  rm -rf "$STATE_DIR" "$SOCKET_DIR"
+  mkdir -p "$DATA_DIR"
+  ensure_socket_dir
   touch "$LOG_FILE"
   chown -R "$PG_OS_USER:" "$STATE_DIR"
-  chmod 755 "$STATE_DIR" "$SOCKET_DIR"   # any local user may use the socket
+  chmod 755 "$STATE_DIR"
   chmod 644 "$LOG_FILE"                  # ... and read the server log
   chmod 700 "$DATA_DIR"                  # PostgreSQL insists on this
   ensure_traversable "$SOCKET_DIR"
@@ -564,6 +586,7 @@ cmd_up() {
   # reserves them before the run's many client connections could take one.
   local m ports=()
   for m in "${!PG_NPM_VERSION[@]}"; do ports+=($((54300 + m))); done
+  [[ $PG_PORT == "$DEFAULT_PG_PORT" ]] || ports+=("$PG_PORT")
   reserve_ports "${ports[@]}"
   ensure_server
   ensure_os_user
@@ -615,7 +638,7 @@ cmd_down() {
   if cluster_exists; then stop_cluster; fi
   kill_leftovers
   if [[ -e $STATE_DIR ]]; then
-    rm -rf "$STATE_DIR"
+    rm -rf "$STATE_DIR" "$SOCKET_DIR"
     log "stopped and removed $STATE_DIR"
   else
     log "nothing to do ($STATE_DIR does not exist)"

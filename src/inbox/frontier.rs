@@ -2,7 +2,7 @@
 //! order of the records in progress. Pure: no I/O, no clock (the caller
 //! passes what it wants kept per record, e.g. when it arrived).
 //!
-//! Invariants (tests/inbox.rs checks them with proptests):
+//! Invariants (tests/it/inbox.rs checks them with proptests):
 //! 1. [`Frontier::position`] — the offset to commit to Kafka, i.e. the next
 //!    offset a restarted consumer reads — is never past a record received
 //!    and not yet completed: it is the lowest such offset, or one past the

@@ -362,7 +362,7 @@ pub fn write_value(
 /// (PostgreSQL does not send such values): the `unavailable.value.placeholder`
 /// in a form that depends on the column's type, as Debezium 3.6.1's
 /// `UnchangedToastedPlaceholder` makes it (compared by
-/// tests/debezium_compat.rs).
+/// tests/it/debezium_compat.rs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unchanged {
     /// The placeholder as a string (scalars; `bytea` in `hex` mode).

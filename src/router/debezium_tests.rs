@@ -123,7 +123,7 @@ fn decimal_string_and_double_modes() {
     };
     assert_eq!(json_with(1700, numeric(5, 2), string, "12.50"), "\"12.50\"");
     // SpecialValueDecimal's names (compared with Debezium 3.6 by
-    // tests/debezium_compat.rs).
+    // tests/it/debezium_compat.rs).
     assert_eq!(json_with(1700, -1, string, "NaN"), "\"NAN\"");
     assert_eq!(
         json_with(1700, -1, string, "Infinity"),
@@ -218,7 +218,7 @@ fn zoned_timestamps_and_times_are_iso_strings_in_utc() {
     // "Temporal types": TIMESTAMPTZ → io.debezium.time.ZonedTimestamp and
     // TIMETZ → io.debezium.time.ZonedTime, ISO-8601 strings in UTC (GMT).
     // ZonedTimestamp pads the fraction to the column's precision (6 when
-    // unset), as Debezium 3.6 does (tests/debezium_compat.rs compares it);
+    // unset), as Debezium 3.6 does (tests/it/debezium_compat.rs compares it);
     // timestamptz(0) has no fraction.
     assert_eq!(
         json(1184, -1, "2024-01-01 05:30:00.5+05:30"),
@@ -320,7 +320,7 @@ fn one_dimensional_arrays_are_json_arrays_of_their_elements() {
 }
 
 /// Issue 27: the arrays once refused, as Debezium 3.6.1 wrote them in
-/// tests/debezium_compat.rs.
+/// tests/it/debezium_compat.rs.
 #[test]
 fn arrays_of_numeric_time_timetz_inet_and_bytea() {
     assert_eq!(
@@ -590,7 +590,7 @@ fn money_bits_hstore_point_ranges_tsvector() {
 #[test]
 fn unchanged_toast_placeholder_takes_the_column_representation() {
     // unavailable.value.placeholder in the forms of Debezium 3.6.1's
-    // UnchangedToastedPlaceholder (tests/debezium_compat.rs compares them).
+    // UnchangedToastedPlaceholder (tests/it/debezium_compat.rs compares them).
     let p = "__debezium_unavailable_value";
     let placeholder = |oid: Oid, modes: Modes| {
         let mapping = Mapping::of(oid, -1, modes).unwrap();

@@ -3,7 +3,7 @@
 //! Debezium's Outbox Event Router writes with
 //! `table.fields.additional.placement=<column>:envelope:<name>` through
 //! Kafka Connect's `JsonConverter` with `schemas.enable=false`
-//! (tests/debezium_compat/outbox.rs compares the two on the same rows).
+//! (tests/it/debezium_compat/outbox.rs compares the two on the same rows).
 //!
 //! Invariants:
 //! - **Debezium's shape.** `payload` first, then the placed columns in the

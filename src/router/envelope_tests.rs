@@ -1,6 +1,6 @@
 //! The envelope against what Debezium 3.6.1's EventRouter wrote for the
 //! same values through the JsonConverter (`schemas.enable=false`), seen in
-//! a Kafka Connect run (tests/debezium_compat/outbox.rs compares whole
+//! a Kafka Connect run (tests/it/debezium_compat/outbox.rs compares whole
 //! records on real rows).
 
 use bytes::Bytes;

@@ -25,7 +25,7 @@
 //!   output or an error.
 //! - Pure: the same value always yields the same output; no I/O, no clock.
 //!
-//! `tests/debezium_compat.rs` compares every kind of mask with Debezium
+//! `tests/it/debezium_compat.rs` compares every kind of mask with Debezium
 //! 3.6.1 itself (hash v1 and v2 on non-ASCII and non-BMP text, a cut
 //! `varchar(n)` hash, NULLs, an unchanged TOAST placeholder); the unit
 //! tests below pin golden values computed with Java 17.

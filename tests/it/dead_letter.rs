@@ -1,12 +1,12 @@
 //! `[dead_letter]` against the real services (issue 25, item 5): a change
 //! that cannot become its record goes to the dead-letter topic instead of
 //! stopping the connector, as a record like any other for the checkpoint.
-//! (Without the section the connector stops: tests/relay.rs,
+//! (Without the section the connector stops: tests/it/relay.rs,
 //! `a_null_aggregate_id_stops_the_connector_before_the_slot_passes_it`.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
@@ -236,7 +236,12 @@ async fn unpublishable_changes_go_to_the_dead_letter_topic_and_the_connector_goe
             Some("public.outbox")
         );
         assert!(c.header_str("id").is_some(), "the row id");
-        assert_eq!(c.key, None, "no aggregate id, no key");
+        assert_eq!(
+            c.key.as_deref().map(String::from_utf8_lossy),
+            c.header_str("walrelay.event_id").map(Into::into),
+            "no aggregate id: keyed by its event id"
+        );
+        assert_eq!(c.header_str("walrelay.dead_letter.key"), None);
         let error = c.header_str("walrelay.dead_letter.error").unwrap();
         assert!(
             error.contains("column aggregateid") && error.contains("NULL"),

@@ -68,7 +68,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 #[path = "debezium_compat/messages.rs"]
 mod messages;
@@ -167,7 +167,7 @@ const DELIBERATE: &[(&str, &str, &str)] = &[
     ("after.a_2d", "*", "arrays of several dimensions"),
     ("after.a_2d_text", "*", "arrays of several dimensions"),
     ("after.a_3d", "*", "arrays of several dimensions"),
-    // diff_t (tests/debezium_compat/differences.rs): issue 27's items.
+    // diff_t (tests/it/debezium_compat/differences.rs): issue 27's items.
     ("after.gen_c", "r", "STORED generated columns"),
     ("after.moods_null", "*", "enum arrays with a NULL element"),
     (

@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -347,7 +347,17 @@ async fn every_committed_event_is_applied_exactly_once_through_kills_and_resends
     let mut kills_between_commits = 0;
     let mut second: Option<InboxProcess> = None;
     for round in 0..6 {
+        let applied_before = applied_count(&dst.client).await;
         tokio::time::sleep(Duration::from_millis(rng.random_range(700..2200))).await;
+        // Each kill falls while this consumer applies: on a loaded machine
+        // joining the group (a killed member stays in it until its session
+        // times out) can take longer than the pause above.
+        wait_for(
+            "the consumer to apply events since its start",
+            Duration::from_secs(120),
+            || async { (applied_count(&dst.client).await > applied_before).then_some(()) },
+        )
+        .await;
         if round == 4 {
             // The consumer's database connections cut (as by a server
             // restart) while it applies: reconnected, nothing counted as a
@@ -467,9 +477,11 @@ async fn every_committed_event_is_applied_exactly_once_through_kills_and_resends
     assert!(events > 100, "writers committed only {events} events");
 
     let truth = ledger(&src.client).await;
+    // A bound on liveness only: after the last kill the consumer may wait for
+    // the killed member's session (45 s) to end before it gets partitions.
     wait_for(
         "every ledger event applied",
-        Duration::from_secs(60),
+        Duration::from_secs(180),
         || {
             let dst = &dst.client;
             let want = truth.len() as i64;
@@ -546,6 +558,14 @@ async fn every_committed_event_is_applied_exactly_once_through_kills_and_resends
         "{} events applied once; {kills_between_commits} of 6 kills between the commits",
         truth.len()
     );
+}
+
+/// Rows in the business table `applied`.
+async fn applied_count(dst: &tokio_postgres::Client) -> i64 {
+    dst.query_one("SELECT count(*) FROM applied", &[])
+        .await
+        .map(|r| r.get(0))
+        .unwrap_or(0)
 }
 
 // ---------------------------------------------------------------- quarantine

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -70,6 +70,11 @@ enum Cut {
     /// stopped (SIGTERM), alternately, and the standby takes over; a new
     /// standby is started after each.
     Takeover,
+    /// walrelay's snapshot reader and catalog sessions (not the walsender,
+    /// not the lease: losing it drops everything at once) ended by
+    /// `pg_terminate_backend`, as a PostgreSQL restart or an administrator
+    /// ends them: the same process reconnects and goes on, it does not exit.
+    Terminate,
 }
 
 /// 30,000 rows that predate the connector (`no_data`: never streamed),
@@ -89,6 +94,15 @@ async fn an_incremental_snapshot_beside_writers_and_kill_9_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_incremental_snapshot_through_takeovers_loses_nothing() {
     incremental_snapshot_through(Cut::Takeover, "inc_takeover", false).await;
+}
+
+/// Walrelay's sessions terminated three times mid-snapshot (a soak run
+/// found walrelay exiting when PostgreSQL ended the snapshot reader's
+/// session with 57P01, "terminating connection due to administrator
+/// command", instead of reconnecting as it does for the stream).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incremental_snapshot_through_terminated_sessions_loses_nothing() {
+    incremental_snapshot_through(Cut::Terminate, "inc_term", false).await;
 }
 
 /// The kill -9 scenario with `delivery = "exactly_once"`: each chunk is
@@ -134,7 +148,7 @@ async fn incremental_snapshot_through(cut: Cut, name: &str, exactly_once: bool) 
     relay.wait_log("streaming", START).await;
     // Each standby logs to a file of its own.
     let mut standby = match cut {
-        Cut::Kill9 => None,
+        Cut::Kill9 | Cut::Terminate => None,
         Cut::Takeover => {
             let mut standby = RelayProcess::start(&text, &[]);
             standby.wait_log(STANDBY, START).await;
@@ -183,6 +197,33 @@ async fn incremental_snapshot_through(cut: Cut, name: &str, exactly_once: bool) 
             kill + 1
         );
         match standby.as_mut() {
+            None if cut == Cut::Terminate => {
+                // For 2 s, every 20 ms: most sessions are then ended in
+                // the middle of a query (the server's FATAL answers it),
+                // not only between queries (the connection just closes).
+                let mut ended = 0i64;
+                let until = std::time::Instant::now() + Duration::from_secs(2);
+                while std::time::Instant::now() < until {
+                    let n: i64 = db
+                        .client
+                        .query_one(
+                            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                             WHERE backend_type = 'client backend' AND application_name = $1",
+                            &[&format!("walrelay-{}", names.connector)],
+                        )
+                        .await
+                        .unwrap()
+                        .get(0);
+                    ended += n;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                eprintln!(
+                    "terminated {ended} sessions (#{}) after {before}+ incremental records",
+                    kill + 1
+                );
+                assert!(ended > 0, "walrelay had no session to terminate");
+                assert!(relay.is_running(), "walrelay exited:\n{}", relay.log());
+            }
             None => {
                 eprintln!("kill -9 #{} after {before}+ incremental records", kill + 1);
                 relay.kill9();
@@ -310,6 +351,7 @@ async fn incremental_snapshot_through(cut: Cut, name: &str, exactly_once: bool) 
         status.contains("incremental") && status.contains("completed"),
         "{status}"
     );
+    assert!(relay.is_running(), "walrelay exited:\n{}", relay.log());
     assert!(relay.stop().success());
     if let Some(mut standby) = standby {
         assert!(standby.stop().success());
@@ -399,14 +441,7 @@ async fn a_table_added_to_the_configuration_gets_its_existing_rows() {
 async fn table_events_stay_fresh_under_concurrent_updates() {
     require_kafka();
     let db = TestDb::new("inc_fresh").await;
-    db.client
-        .batch_execute(
-            "CREATE TABLE items (id int8 PRIMARY KEY, version int8 NOT NULL, note text);
-             ALTER TABLE items OWNER TO walrelay;
-             INSERT INTO items SELECT g, 0, repeat('n', 50) FROM generate_series(1, 6000) g;",
-        )
-        .await
-        .unwrap();
+    create_items(&db.client, 6000).await;
     let names = Names::new("inc_fresh");
     let prefix = format!("{}_cdc", names.connector);
     let config = write_config(&connector_config(
@@ -421,45 +456,14 @@ async fn table_events_stay_fresh_under_concurrent_updates() {
     relay.wait_log("streaming", START).await;
 
     // Writers: updates, deletes and inserts on random keys, all along.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut writers = Vec::new();
-    for w in 0..4u64 {
-        let name = db.name.clone();
-        let stop = stop.clone();
-        writers.push(tokio::spawn(async move {
-            use rand::{RngExt, SeedableRng};
-            let client = pg_connect(&name).await;
-            let mut rng = rand::rngs::StdRng::seed_from_u64(w + u64::from(std::process::id()));
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let id = rng.random_range(1..=7000i64);
-                let sql = match rng.random_range(0..10) {
-                    0 => format!("DELETE FROM items WHERE id = {id}"),
-                    1 => format!(
-                        "INSERT INTO items VALUES ({id}, 0, 'new') ON CONFLICT (id) DO NOTHING"
-                    ),
-                    _ => format!("UPDATE items SET version = version + 1 WHERE id = {id}"),
-                };
-                client.batch_execute(&sql).await.unwrap();
-            }
-        }));
-    }
+    let writers = ItemsWriters::start(&db.name, 4, 7000, Duration::ZERO);
     request_snapshot(&config, "public.items", None);
     relay
         .wait_log("incremental snapshot completed", CATCH_UP)
         .await;
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    for w in writers {
-        w.await.unwrap();
-    }
+    writers.stop().await;
     let topic = format!("{prefix}.public.items");
-    let table: HashMap<i64, i64> = db
-        .client
-        .query("SELECT id, version FROM items", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let table = items_state(&db.client).await;
     let folded = wait_for("the topic folds to the table", CATCH_UP, || {
         let topic = topic.clone();
         let table = &table;

@@ -14,9 +14,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "support/runbook.rs"]
-mod runbook;
-mod support;
+use crate::support;
+use crate::support::runbook;
 
 use std::time::Duration;
 
@@ -105,13 +104,19 @@ async fn a_slot_lost_while_walrelay_lags_is_reconciled_from_the_stored_commit_ti
     let db = TestDb::new("lagslot").await;
     db.create_outbox("outbox").await;
     let names = Names::new("lagslot");
-    // The broker lets this connector's producer write 5 kB/s (a few dozen
-    // compressed records a second) while the writers commit hundreds. Small
-    // batches keep each request's throttle short: Kafka keeps acknowledging,
-    // slowly, as it does for a connector that merely lags.
+    // The broker lets this connector's producer write 5 kB/s while the
+    // writers commit hundreds of rows a second. Kafka throttles by delaying
+    // each response, so the drain rate follows the request size as much as
+    // the quota: with 5-record batches walrelay drains a few records a
+    // second — fewer than the writers commit even when they are slowed, as
+    // while the incident's WAL is written below — and its lag keeps growing
+    // until the slot is lost. (With 50-record batches it kept up with writers
+    // slowed by a loaded machine, and the lag never reached 15 s or shrank
+    // again before the slot was lost.) Kafka keeps acknowledging, slowly, as
+    // it does for a connector that merely lags.
     let quota = ProduceQuota::set(&names.connector, 5_000);
     let client_id = format!(
-        "[kafka.librdkafka]\n\"client.id\" = \"{}\"\n\"batch.num.messages\" = \"50\"\n",
+        "[kafka.librdkafka]\n\"client.id\" = \"{}\"\n\"batch.num.messages\" = \"5\"\n",
         names.connector
     );
     let mut relay = RelayProcess::start(&relay_config(&db, &names, "", &client_id), &[]);
@@ -119,17 +124,22 @@ async fn a_slot_lost_while_walrelay_lags_is_reconciled_from_the_stored_commit_ti
     let writers = Writers::start(&db);
     const LAG_MS: i64 = 15_000;
     let admin = pg_connect("postgres").await;
+    let polls = std::sync::atomic::AtomicU32::new(0);
     wait_for(
         "the stored offset to lag its write by 15 s",
         Duration::from_secs(180),
         || async {
             tokio::time::sleep(Duration::from_millis(500)).await;
-            let (_, out, _) = runbook::walrelay(&[
+            let (_, out, err) = runbook::walrelay(&[
                 "status",
                 "--config",
                 relay.config_path.to_str().unwrap(),
                 "--json",
             ]);
+            // Shown only if the wait times out: how the lag went.
+            if polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 20 == 0 {
+                eprintln!("status: {out}{err}");
+            }
             let status: serde_json::Value = serde_json::from_str(&out).ok()?;
             let s = &status["stored_offset"];
             let written = s["written_at_ms"].as_i64()?;

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -482,6 +482,11 @@ async fn with_a_dead_letter_topic_an_unroutable_message_goes_there_in_its_place(
         "{dead:?}"
     );
     assert!(header(dead, "walrelay.dead_letter.error").contains("payload field order_id"));
+    assert_eq!(
+        dead.key.as_deref(),
+        Some(header(dead, "walrelay.event_id").as_bytes()),
+        "no key of its own: keyed by its event id"
+    );
     let (lsn, index) = position(dead);
     assert_eq!((lsn.clone(), index), (position(good).0, 0));
     assert_eq!(position(good), (lsn, 1));
@@ -702,14 +707,7 @@ async fn a_table_added_to_a_message_only_config_gets_its_rows_and_its_changes() 
     use support::message_load::{MessageWriters, holds_all, verify_message_delivery};
     require_kafka();
     let db = TestDb::new("msgonly_add").await;
-    db.client
-        .batch_execute(
-            "CREATE TABLE items (id int8 PRIMARY KEY, version int8 NOT NULL, note text);
-             ALTER TABLE items OWNER TO walrelay;
-             INSERT INTO items SELECT g, 0, repeat('n', 50) FROM generate_series(1, 3000) g;",
-        )
-        .await
-        .unwrap();
+    create_items(&db.client, 3000).await;
     let names = Names::new("msgonly_add");
     let messages_only = messages_only_config(&db, &names, "");
     let path = write_config(&messages_only);
@@ -718,28 +716,7 @@ async fn a_table_added_to_a_message_only_config_gets_its_rows_and_its_changes() 
 
     // Writers all along: messages, and updates, deletes and inserts of items.
     let messages = MessageWriters::start(&db.name, "load", 2, 8);
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut writers = Vec::new();
-    for w in 0..2u64 {
-        let (name, stop) = (db.name.clone(), stop.clone());
-        writers.push(tokio::spawn(async move {
-            use rand::{RngExt, SeedableRng};
-            let client = pg_connect(&name).await;
-            let mut rng = rand::rngs::StdRng::seed_from_u64(w + u64::from(std::process::id()));
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let id = rng.random_range(1..=3500i64);
-                let sql = match rng.random_range(0..10) {
-                    0 => format!("DELETE FROM items WHERE id = {id}"),
-                    1 => format!(
-                        "INSERT INTO items VALUES ({id}, 0, 'new') ON CONFLICT (id) DO NOTHING"
-                    ),
-                    _ => format!("UPDATE items SET version = version + 1 WHERE id = {id}"),
-                };
-                client.batch_execute(&sql).await.unwrap();
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        }));
-    }
+    let items_writers = ItemsWriters::start(&db.name, 2, 3500, Duration::from_millis(2));
     let topic = format!("{}.load", names.topic_prefix);
     wait_for("some messages in Kafka", START, || async {
         (consume_to_end(&[&topic]).len() >= 50).then_some(())
@@ -776,20 +753,10 @@ async fn a_table_added_to_a_message_only_config_gets_its_rows_and_its_changes() 
         .get(0);
     assert_eq!(published, 1, "the table was added to the publication");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    for w in writers {
-        w.await.unwrap();
-    }
+    items_writers.stop().await;
     let emitted = messages.stop().await;
 
-    let table: HashMap<i64, i64> = db
-        .client
-        .query("SELECT id, version FROM items", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let table = items_state(&db.client).await;
     let items = format!("{prefix}.public.items");
     let reads = wait_for(
         "the table's topic folds to the table",

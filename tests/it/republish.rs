@@ -10,9 +10,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "support/runbook.rs"]
-mod runbook;
-mod support;
+use crate::support;
+use crate::support::runbook;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -83,7 +83,7 @@ async fn a_wrong_password_is_a_definite_error_without_the_password_in_it() {
 #[tokio::test]
 async fn connects_over_the_unix_socket() {
     let dir = std::env::var("WALRELAY_PG_SOCKET_DIR")
-        .unwrap_or_else(|_| format!("{}/.state/pg{}/run", env!("CARGO_MANIFEST_DIR"), pg_major()));
+        .unwrap_or_else(|_| format!("/tmp/walrelay-pg-{}", pg_port()));
     identify(&params(&dir, "walrelay", Some("walrelay")))
         .await
         .unwrap_or_else(|e| panic!("{dir}: {e}"));

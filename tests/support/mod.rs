@@ -14,6 +14,7 @@ pub mod ce_reader;
 pub mod ledger;
 pub mod message_load;
 pub mod row_load;
+pub mod runbook;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -164,11 +165,30 @@ fn pg_unreachable(e: &dyn std::fmt::Display) -> ! {
     )
 }
 
-/// A superuser connection to `database`.
+/// A superuser connection to `database`. A refusal by the server (too
+/// many clients for a moment, a server starting up) is retried for up to
+/// 15 s, then reported with the server's message.
 pub async fn pg_connect(database: &str) -> Client {
-    let (client, conn) = match tokio_postgres::connect(&pg_superuser_url(database), NoTls).await {
-        Ok(c) => c,
-        Err(e) => pg_unreachable(&e),
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (client, conn) = loop {
+        match tokio_postgres::connect(&pg_superuser_url(database), NoTls).await {
+            Ok(c) => break c,
+            // The server answered: say what it said ("db error" alone hides
+            // e.g. "too many clients" or a database that does not exist).
+            Err(e) => match e.as_db_error() {
+                Some(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Some(db) => panic!(
+                    "PostgreSQL {} at 127.0.0.1:{} refused a connection to {database}: {} (SQLSTATE {})",
+                    pg_major(),
+                    pg_port(),
+                    db.message(),
+                    db.code().code()
+                ),
+                None => pg_unreachable(&e),
+            },
+        }
     };
     tokio::spawn(async move {
         let _ = conn.await;
@@ -499,6 +519,9 @@ pub struct RelayProcess {
     pub child: std::process::Child,
     pub log_path: std::path::PathBuf,
     pub config_path: std::path::PathBuf,
+    /// Where this process's output starts in `log_path`: a restart on the
+    /// same config appends to the earlier processes' log.
+    pub log_start: usize,
 }
 
 impl RelayProcess {
@@ -519,6 +542,7 @@ impl RelayProcess {
             .append(true)
             .open(&log_path)
             .expect("log file");
+        let log_start = log.metadata().map_or(0, |m| m.len() as usize);
         eprintln!("walrelay log: {}", log_path.display());
         let child = std::process::Command::new(walrelay_bin())
             .arg("run")
@@ -539,11 +563,20 @@ impl RelayProcess {
             child,
             log_path,
             config_path: config_path.to_owned(),
+            log_start,
         }
     }
 
+    /// The whole log file: this process's output after its predecessors' on
+    /// the same config.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// What this process has written to the log (not its predecessors).
+    pub fn own_log(&self) -> String {
+        let log = std::fs::read(&self.log_path).unwrap_or_default();
+        String::from_utf8_lossy(log.get(self.log_start..).unwrap_or_default()).into_owned()
     }
 
     pub fn signal(&self, sig: &str) {
@@ -606,11 +639,13 @@ impl RelayProcess {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Waits until the log contains `needle`.
+    /// Waits until this process has logged `needle` (a line an earlier
+    /// process on the same config wrote does not count: a restarted
+    /// instance has not started streaming because its predecessor did).
     pub async fn wait_log(&mut self, needle: &str, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
-            if self.log().contains(needle) {
+            if self.own_log().contains(needle) {
                 return;
             }
             if Instant::now() > deadline {
@@ -634,6 +669,19 @@ impl Drop for RelayProcess {
     fn drop(&mut self) {
         if self.is_running() {
             self.kill9();
+        }
+        // A failed test's walrelay log is gone with CI's machine: its tail
+        // goes to the test's output.
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(60)..];
+            eprintln!(
+                "--- last {} lines of {} ---\n{}\n---",
+                tail.len(),
+                self.log_path.display(),
+                tail.join("\n")
+            );
         }
     }
 }
@@ -1016,6 +1064,48 @@ pub fn first_copies(consumed: &[Consumed]) -> (Vec<&Consumed>, usize) {
     (out, copies)
 }
 
+/// Records currently in `topics` (sum of high minus low watermarks); a topic
+/// that does not exist yet holds none. Retries while a partition that is
+/// being created does not answer yet.
+pub fn records_in<T: AsRef<str>>(topics: &[T]) -> i64 {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("allow.auto.create.topics", "false")
+        .create()
+        .expect("consumer");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    'retry: loop {
+        let mut total = 0;
+        for topic in topics {
+            let topic = topic.as_ref();
+            let Ok(md) = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)) else {
+                continue;
+            };
+            for t in md
+                .topics()
+                .iter()
+                .filter(|t| t.name() == topic && t.error().is_none())
+            {
+                for p in t.partitions() {
+                    match consumer.fetch_watermarks(topic, p.id(), Duration::from_secs(10)) {
+                        Ok((low, high)) => total += high - low,
+                        Err(e) => {
+                            assert!(
+                                Instant::now() < deadline,
+                                "watermarks of {topic} [{}]: {e}",
+                                p.id()
+                            );
+                            std::thread::sleep(Duration::from_millis(100));
+                            continue 'retry;
+                        }
+                    }
+                }
+            }
+        }
+        return total;
+    }
+}
+
 /// Reads every record currently in `topics` (up to each partition's high
 /// watermark at the time of the call). Deterministic, unlike a subscription.
 /// Topics that do not exist yet contribute nothing.
@@ -1157,15 +1247,23 @@ fn consume_committed_topic(topic: &str) -> Vec<Consumed> {
 }
 
 /// Runs `deploy/dev/kafka.sh <command>` (`stop`, `start`, `quota <client>
-/// <rate>`), panicking on failure.
+/// <rate>`), panicking on failure with what the script said (its progress
+/// lines are the test's output, shown when the test fails).
 pub fn kafka_script(command: &str) {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/dev/kafka.sh");
-    let status = std::process::Command::new(script)
+    let out = std::process::Command::new(script)
         .args(command.split_whitespace())
         .stdout(std::process::Stdio::null())
-        .status()
+        .stderr(std::process::Stdio::piped())
+        .output()
         .expect("run deploy/dev/kafka.sh");
-    assert!(status.success(), "deploy/dev/kafka.sh {command} failed");
+    let said = String::from_utf8_lossy(&out.stderr);
+    eprint!("{said}");
+    assert!(
+        out.status.success(),
+        "deploy/dev/kafka.sh {command} failed ({}):\n{said}",
+        out.status
+    );
 }
 
 /// A plain HTTP/1.0 GET (for `/healthz` and `/metrics`); empty when nothing
@@ -1368,6 +1466,80 @@ impl Drop for SystemSetting {
             });
         })
         .join();
+    }
+}
+
+/// Creates `items (id int8 PRIMARY KEY, version int8, note text)` owned by
+/// walrelay, with `rows` rows at version 0: the table the freshness tests
+/// fold ([`fold_versions`]) and write to ([`ItemsWriters`]).
+pub async fn create_items(client: &Client, rows: i64) {
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE items (id int8 PRIMARY KEY, version int8 NOT NULL, note text);
+             ALTER TABLE items OWNER TO walrelay;
+             INSERT INTO items SELECT g, 0, repeat('n', 50) FROM generate_series(1, {rows}) g;"
+        ))
+        .await
+        .unwrap();
+}
+
+/// `items`' state as [`fold_versions`] reads it from its topic: id -> version.
+pub async fn items_state(client: &Client) -> std::collections::HashMap<i64, i64> {
+    client
+        .query("SELECT id, version FROM items", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+/// Writers on `items` until stopped: each repeatedly picks a random id in
+/// `1..=max_id` and deletes it (1 in 10), inserts it if absent (1 in 10)
+/// or bumps its version, each statement its own transaction, `pause`
+/// between statements.
+pub struct ItemsWriters {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl ItemsWriters {
+    pub fn start(db: &str, writers: u64, max_id: i64, pause: Duration) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let tasks = (0..writers)
+            .map(|w| {
+                let (name, stop) = (db.to_string(), stop.clone());
+                tokio::spawn(async move {
+                    use rand::{RngExt, SeedableRng};
+                    let client = pg_connect(&name).await;
+                    let seed = w + u64::from(std::process::id());
+                    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        let id = rng.random_range(1..=max_id);
+                        let sql = match rng.random_range(0..10) {
+                            0 => format!("DELETE FROM items WHERE id = {id}"),
+                            1 => format!(
+                                "INSERT INTO items VALUES ({id}, 0, 'new') ON CONFLICT (id) DO NOTHING"
+                            ),
+                            _ => format!("UPDATE items SET version = version + 1 WHERE id = {id}"),
+                        };
+                        client.batch_execute(&sql).await.unwrap();
+                        if !pause.is_zero() {
+                            tokio::time::sleep(pause).await;
+                        }
+                    }
+                })
+            })
+            .collect();
+        Self { stop, tasks }
+    }
+
+    /// Stops the writers and waits for their last statement.
+    pub async fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        for t in self.tasks {
+            t.await.unwrap();
+        }
     }
 }
 

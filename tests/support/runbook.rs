@@ -1,5 +1,5 @@
 //! docs/operations.md, "Lost slot", followed word for word while writers
-//! keep committing (tests/republish.rs: a dropped slot; tests/lost_slot.rs:
+//! keep committing (tests/it/republish.rs: a dropped slot; tests/it/lost_slot.rs:
 //! a slot PostgreSQL invalidated). Every outbox row must reach Kafka.
 
 use std::collections::HashSet;
