@@ -6,6 +6,11 @@ Run it through deploy/bench/run.sh, which starts PostgreSQL and Kafka, resolves
 the Kafka Connect + Debezium classpath and exports BENCH_* / WALRELAY_* env
 variables. Standard library only. How each number is measured: docs/benchmarks.md.
 
+Backlog size N (--rows): without --rows, 1,000,000 rows, raised per pass (throughput, table
+events) when one R drain of a 200,000-row probe at the pass's largest K shows that the fastest
+drain would last under MIN_DRAIN_S (10 s); the report says what the calibration decided, and warns
+(without failing) when any drain of a full run lasted under 10 s anyway (not for --smoke).
+
 Per transaction size K and run i:
   1. TRUNCATE the outbox table, create one fresh logical slot per contender
      (before the fill, so each must stream the whole backlog), fill N rows in
@@ -50,7 +55,7 @@ Table-events pass (--tables): public.bench_table (10 columns of mixed types, wor
 Latency pass (--latency): commit -> LogAppendTime for D and W; for X commit -> the moment a
   read_committed consumer (kcat, one per partition, following them during the run) received the
   record, i.e. after its Kafka transaction committed. X runs in the throughput and latency passes only.
-Then the medians over runs go into Markdown tables.
+Then the medians over runs, each with its min–max over the runs, go into Markdown tables.
 """
 
 import argparse
@@ -143,6 +148,13 @@ OFFSETS_TOPIC = "wrbench.offsets"
 # Contender E: the CloudEvents `source` attribute ([outbox.cloudevents] source).
 CE_SOURCE = "/walrelay/bench"
 QUIET_S = 0.5         # X: end offsets still this long (> transaction_max_time, 100 ms) before counting
+# Backlogs: drains shorter than this measure start-up and the machine's moment more than the
+# contender (at 200,000 rows, 1.1–2.8 s, W's rows/s at K=10 swung ±20 % between runs of one binary);
+# the report warns when any drain (snapshot: start → done) was shorter (not for --smoke).
+MIN_DRAIN_S = 10.0
+DEFAULT_ROWS = 1_000_000        # --rows (without it: calibrated, see backlog_rows) and --snapshot-rows
+CALIBRATION_ROWS = 200_000      # the probe R drains to calibrate a pass's backlog
+MAX_CALIBRATED_ROWS = 5_000_000  # calibration never goes past this (time, and WAL the slots pin)
 
 DOCS = REPO / "docs" / "benchmarks.md"
 DOCS_BEGIN = "<!-- bench:results:begin (written by deploy/bench/run.sh; edit outside these markers) -->"
@@ -256,15 +268,20 @@ def proc_cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def proc_hwm_kb(pid):
-    """Peak resident set size (VmHWM), KiB; None if gone."""
+def proc_status_kb(pid, field):
+    """A KiB field of /proc/<pid>/status ("VmHWM", "VmRSS"); None if gone."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     except OSError:
         pass
     return None
+
+
+def proc_hwm_kb(pid):
+    """Peak resident set size (VmHWM), KiB; None if gone."""
+    return proc_status_kb(pid, "VmHWM")
 
 
 def loadavg():
@@ -1354,29 +1371,87 @@ def note_failure(ctx, c, e):
 # --------------------------------------------------------------------------------------
 # Throughput
 
+def fill_backlog(ctx, k, rows, log_name, mode):
+    """After the slots exist: writes a backlog of `rows` rows (rounded up to whole transactions
+    of all writers) in k-row transactions, outbox INSERTs (OUTBOX_MODE) or UPDATEs of TABLE
+    (TABLE_MODE), then VACUUM (ANALYZE) + CHECKPOINT so neither lands inside a measurement.
+    Returns (n, end LSN, fill s, tps)."""
+    per_txn = k * ctx.args.writers
+    txns = -(-rows // per_txn)
+    if mode["table"]:
+        n = txns * per_txn  # every transaction updates exactly k rows (R's count proves it)
+        # ids 1 .. blocks*k are updated, in blocks of k consecutive ids
+        fill_s, tps = pgbench(k, ctx.args.writers, transactions=txns, log_path=ctx.rundir / log_name,
+                              script="table_update.pgbench", defines=[f"blocks={TABLE_ROWS // k}"])
+        end_lsn = psql("SELECT pg_current_wal_lsn()")
+        psql(f"VACUUM (ANALYZE) {TABLE}")
+        done = f"wrote {n} updates"
+    else:
+        fill_s, tps = pgbench(k, ctx.args.writers, transactions=txns, log_path=ctx.rundir / log_name)
+        end_lsn = psql("SELECT pg_current_wal_lsn()")
+        n = int(psql("SELECT count(*) FROM public.outbox"))
+        if n != txns * per_txn:
+            raise BenchError(f"fill wrote {n} rows, expected {txns * per_txn}")
+        psql("VACUUM (ANALYZE) public.outbox")
+        done = f"filled {n} rows"
+    psql("CHECKPOINT")
+    log(f"  {done} in {n // k} transactions by {ctx.args.writers} writers in {fill_s:.1f}s "
+        f"({n / fill_s:,.0f} rows/s); end LSN {end_lsn}")
+    return n, end_lsn, fill_s, tps
+
+
+def backlog_rows(ctx, mode):
+    """N of the throughput (OUTBOX_MODE) or table-events (TABLE_MODE) pass. --rows if given (as
+    is, also by --smoke); otherwise DEFAULT_ROWS, raised if need be so that the fastest drain
+    lasts at least MIN_DRAIN_S: one R drain of a CALIBRATION_ROWS probe at the pass's largest K
+    (the fastest drains) on a slot of its own, then N = the rows R would drain in MIN_DRAIN_S
+    + 20 % (suggest_rows), at least DEFAULT_ROWS, at most MAX_CALIBRATED_ROWS. The probe is not
+    a result; what it decided goes into the report (ctx.calibration)."""
+    if ctx.args.rows is not None:
+        return ctx.args.rows
+    what = "table-events" if mode["table"] else "throughput"
+    k = max(ctx.tables_txn_sizes if mode["table"] else ctx.txn_sizes)
+    slot = f"{SLOT_PREFIX}calibrate_{'t' if mode['table'] else 'o'}"
+    log(f"== calibrating the {what} backlog: R drains a probe of {CALIBRATION_ROWS:,} rows at K={k}")
+    if not mode["table"]:
+        psql("TRUNCATE public.outbox")
+    create_slot(slot)
+    try:
+        n, end_lsn, _, _ = fill_backlog(ctx, k, CALIBRATION_ROWS, f"{mode['prefix']}calibrate-fill.log", mode)
+        r = run_r(ctx, slot, k, "calibrate", n, end_lsn, mode=mode)
+    finally:
+        drop_slot(slot)
+    secs = r["drain_s"]
+    want = suggest_rows(n, secs)
+    rows = min(MAX_CALIBRATED_ROWS, max(DEFAULT_ROWS, want))
+    probe = (f"Backlog calibrated: R (pg_recvlogical) drained a {n:,}-row probe at K={k} in {secs:.2f} s "
+             f"({n / secs:,.0f} rows/s)")
+    if rows == DEFAULT_ROWS:
+        why = (f"the default {DEFAULT_ROWS:,} rows stand (≈ {DEFAULT_ROWS / n * secs:.0f} s at that rate, "
+               f"≥ {MIN_DRAIN_S:.0f} s with 20 % to spare)")
+    elif rows < want:
+        why = f"N raised to the cap of {rows:,} rows (≥ {MIN_DRAIN_S:.0f} s would take {want:,})"
+    else:
+        why = (f"N raised from the default {DEFAULT_ROWS:,} to {rows:,} rows, so the fastest drain lasts "
+               f"≥ ~{MIN_DRAIN_S:.0f} s (the rows R drains in {MIN_DRAIN_S:.0f} s, + 20 %)")
+    ctx.calibration[what] = f"{probe}; {why}. `--rows N` skips the calibration."
+    log(f"  {ctx.calibration[what]}")
+    return rows
+
+
 def throughput(ctx):
     results = []
     contenders = ctx.contenders
+    rows = backlog_rows(ctx, OUTBOX_MODE)
     for k in ctx.txn_sizes:
         for run in range(1, ctx.args.runs + 1):
-            log(f"== K={k} run {run}/{ctx.args.runs}: backlog of {ctx.args.rows} rows")
+            log(f"== K={k} run {run}/{ctx.args.runs}: backlog of {rows} rows")
             psql("TRUNCATE public.outbox")
             use = [c for c in contenders if not not_yet_reason(ctx, c)]
             slots = {c: f"{SLOT_PREFIX}{c.lower()}_k{k}_r{run}" for c in use}
             for s in slots.values():
                 create_slot(s)
-            per_txn = k * ctx.args.writers
-            txns = -(-ctx.args.rows // per_txn)
-            fill_s, tps = pgbench(k, ctx.args.writers, transactions=txns,
-                                  log_path=ctx.rundir / f"k{k}-run{run}-fill.log")
-            end_lsn = psql("SELECT pg_current_wal_lsn()")
-            n = int(psql("SELECT count(*) FROM public.outbox"))
-            if n != txns * per_txn:
-                raise BenchError(f"fill wrote {n} rows, expected {txns * per_txn}")
-            psql("VACUUM (ANALYZE) public.outbox")
-            psql("CHECKPOINT")
-            log(f"  filled {n} rows in {n // k} transactions by {ctx.args.writers} writers in {fill_s:.1f}s "
-                f"({n / fill_s:,.0f} rows/s); end LSN {end_lsn}")
+            n, end_lsn, fill_s, tps = fill_backlog(ctx, k, rows, f"k{k}-run{run}-fill.log", OUTBOX_MODE)
             ctx.fills.append(dict(k=k, run=run, n=n, fill_s=fill_s, tps=tps))
             # Rotate who goes first (run 1: R D W, run 2: D W R, run 3: W R D) so no contender
             # always gets the freshly written, just-checkpointed backlog first.
@@ -1439,27 +1514,18 @@ def tables(ctx):
     tables_setup(ctx)
     results = []
     contenders = table_contenders(ctx)
-    blocks_of = lambda k: TABLE_ROWS // k  # noqa: E731 - ids 1 .. blocks*k are updated
     for k in ctx.tables_txn_sizes:
-        if blocks_of(k) < 1:
+        if TABLE_ROWS // k < 1:
             raise BenchError(f"table pass: K={k} is more than the table's {TABLE_ROWS} rows")
+    rows = backlog_rows(ctx, TABLE_MODE)
+    for k in ctx.tables_txn_sizes:
         for run in range(1, ctx.args.runs + 1):
-            log(f"== table events K={k} run {run}/{ctx.args.runs}: backlog of {ctx.args.rows} updates")
+            log(f"== table events K={k} run {run}/{ctx.args.runs}: backlog of {rows} updates")
             use = [c for c in contenders if not not_yet_reason(ctx, c)]
             slots = {c: f"{SLOT_PREFIX}t{c.lower()}_k{k}_r{run}" for c in use}
             for sl in slots.values():
                 create_slot(sl)
-            per_txn = k * ctx.args.writers
-            txns = -(-ctx.args.rows // per_txn)
-            n = txns * per_txn  # every transaction updates exactly k rows (R's count proves it)
-            fill_s, tps = pgbench(k, ctx.args.writers, transactions=txns,
-                                  log_path=ctx.rundir / f"tables-k{k}-run{run}-fill.log",
-                                  script="table_update.pgbench", defines=[f"blocks={blocks_of(k)}"])
-            end_lsn = psql("SELECT pg_current_wal_lsn()")
-            psql(f"VACUUM (ANALYZE) {TABLE}")
-            psql("CHECKPOINT")
-            log(f"  wrote {n} updates in {n // k} transactions by {ctx.args.writers} writers in {fill_s:.1f}s "
-                f"({n / fill_s:,.0f} rows/s); end LSN {end_lsn}")
+            n, end_lsn, fill_s, tps = fill_backlog(ctx, k, rows, f"tables-k{k}-run{run}-fill.log", TABLE_MODE)
             ctx.tfills.append(dict(k=k, run=run, n=n, fill_s=fill_s, tps=tps))
             rot = (run - 1) % len(contenders)
             for c in contenders[rot:] + contenders[:rot]:
@@ -1481,6 +1547,94 @@ def tables(ctx):
                     drop_slot(slots[c])
                 results.append(r)
     return results
+
+
+# --------------------------------------------------------------------------------------
+# Idle: what a contender costs while nothing is written
+
+def proc_switches(pid):
+    """Context switches of every thread of `pid` (voluntary + involuntary), or None if gone:
+    each one is a thread going to sleep or being put off the CPU, so their rate over an
+    idle window counts wake-ups."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tasks:
+        try:
+            for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                    total += int(line.split()[1])
+        except OSError:
+            pass  # a thread that ended meanwhile
+    return total
+
+
+def idle_contenders(ctx):
+    return [c for c in ctx.contenders if c in "RDWB"]
+
+
+def idle(ctx):
+    """Per contender: a fresh slot at the current position, the contender streaming from it,
+    nothing written. After a warm-up, CPU (utime + stime of all threads) and context switches
+    are read at the start and the end of a window; RSS at its end."""
+    results = []
+    warmup, secs = ctx.args.idle_warmup_seconds, ctx.args.idle_seconds
+    for c in idle_contenders(ctx):
+        if not_yet_reason(ctx, c):
+            results.append(dict(contender=c, status=f"not yet ({not_yet_reason(ctx, c)})"))
+            continue
+        slot = f"{SLOT_PREFIX}idle_{c.lower()}"
+        create_slot(slot)
+        d = ctx.rundir / f"idle-{c}"
+        d.mkdir()
+        log(f"== idle {c}: {warmup}s warm-up, then {secs}s measured with nothing written")
+        try:
+            if c == "R":
+                errf = open(d / "pg_recvlogical.log", "w")
+                p = spawn(["pg_recvlogical", "-d", conninfo(PG_RELAY), "--slot", slot, "--plugin=pgoutput",
+                           "-o", "proto_version=1", "-o", f"publication_names={OUTBOX_MODE['pub']}",
+                           "--start", "-f", "/dev/null"], slot,
+                          stdout=subprocess.DEVNULL, stderr=errf, env=pg_env(PG_RELAY))
+                errf.close()
+            elif c == "D":
+                p, _ = start_connect(ctx, d, slot, ctx.args.dbz_poll_ms)
+            else:
+                p, _ = start_walrelay(ctx, d, slot, f"wrbench-{ctx.stamp}-idle-{c.lower()}",
+                                      binary=ctx.baseline if c == "B" else ctx.walrelay)
+            try:
+                time.sleep(warmup)
+                cpu0, sw0, t0 = proc_cpu_s(p.pid), proc_switches(p.pid), time.monotonic()
+                time.sleep(secs)
+                cpu1, sw1, t1 = proc_cpu_s(p.pid), proc_switches(p.pid), time.monotonic()
+                rss = proc_status_kb(p.pid, "VmRSS")
+                if None in (cpu0, cpu1, sw0, sw1) or p.poll() is not None:
+                    raise BenchError(f"idle {c}: the process exited during the idle window (see {rel(d)})")
+            finally:
+                stop_process(p)
+        finally:
+            drop_slot(slot)
+        window = t1 - t0
+        r = dict(contender=c, window_s=window, cpu_s=cpu1 - cpu0, cpu_pct=100 * (cpu1 - cpu0) / window,
+                 switches_per_s=(sw1 - sw0) / window, rss_kb=rss, status="ok")
+        log(f"  {c}: {r['cpu_s']:.2f} CPU-s in {window:.0f}s ({r['cpu_pct']:.2f} % of a core), "
+            f"{r['switches_per_s']:.0f} context switches/s, RSS {(rss or 0) / 1024:.0f} MiB")
+        results.append(r)
+    return results
+
+
+def idle_table(idles):
+    lines = ["#### Idle: nothing written", "",
+             "| contender | CPU-s per minute | % of a core | context switches/s | RSS |",
+             "|---|---:|---:|---:|---:|"]
+    for r in idles:
+        if r["status"] != "ok":
+            lines.append(f"| {r['contender']} | {r['status']} | | | |")
+            continue
+        lines.append(f"| {r['contender']} | {60 * r['cpu_s'] / r['window_s']:.2f} | {r['cpu_pct']:.2f} | "
+                     f"{r['switches_per_s']:.0f} | {fmt((r['rss_kb'] or 0) / 1024, '.0f')} MiB |")
+    return lines
 
 
 # --------------------------------------------------------------------------------------
@@ -2074,9 +2228,55 @@ def median(vals):
     return statistics.median(vals) if vals else None
 
 
+def value_range(vals):
+    """(min, max) of the values that are not None, or None for fewer than two: the spread that
+    fmt_med prints beside a median."""
+    vals = [v for v in vals if v is not None]
+    return (min(vals), max(vals)) if len(vals) > 1 else None
+
+
+def with_medians(row, samples):
+    """Puts into `row`, for each key of `samples` (key -> the per-run values), the median and,
+    under row["range"][key], the (min, max) over the runs. Returns `row`."""
+    rng = row.setdefault("range", {})
+    for key, vals in samples.items():
+        row[key] = median(vals)
+        rng[key] = value_range(vals)
+    return row
+
+
+def fmt_med(row, key, spec, none="—"):
+    """A median over runs with its spread: `128,400 (121,655–146,843)` = median (min–max over the
+    runs). Just the value after one run, or when every run prints the same."""
+    v = row.get(key)
+    if v is None:
+        return none
+    text = format(v, spec)
+    r = row.get("range", {}).get(key)
+    if r:
+        lo, hi = format(r[0], spec), format(r[1], spec)
+        if lo != hi:
+            text += f" ({lo}–{hi})"
+    return text
+
+
+def fmt_vals(vals, spec):
+    """fmt_med of a plain list of per-run values."""
+    return fmt_med(with_medians({}, dict(v=vals)), "v", spec)
+
+
+def fmt_range(row, key, spec):
+    """Only the spread of fmt_med, as " (min–max)", or "" (one run, or all runs the same)."""
+    r = row.get("range", {}).get(key)
+    if not r:
+        return ""
+    lo, hi = format(r[0], spec), format(r[1], spec)
+    return "" if lo == hi else f" ({lo}–{hi})"
+
+
 def summarize(results, contenders, txn_sizes):
-    """Per K and contender: medians over runs; ratios are per run (same backlog, same minute)
-    and then the median of those."""
+    """Per K and contender: medians over runs, each with its (min, max) in row["range"]; ratios
+    are per run (same backlog, same minute), then the median (and range) of those."""
     rows = []
     for k in txn_sizes:
         by_run = {}
@@ -2090,29 +2290,26 @@ def summarize(results, contenders, txn_sizes):
                 rows.append(dict(k=k, contender=c, status=rs[0]["status"] if rs else "not run"))
                 continue
 
-            def ratio(other):
+            def ratios(other):
                 vals = []
                 for runs in by_run.values():
                     a, b = runs.get(c), runs.get(other)
-                    if a and b and a["status"] == b["status"] == "ok":
+                    if a and b and a["status"] == b["status"] == "ok" and a["rows_per_s"] and b["rows_per_s"]:
                         vals.append(a["rows_per_s"] / b["rows_per_s"])
-                return median(vals)
+                return vals
 
-            n = ok[0]["n"]
-            rows.append(dict(
-                k=k, contender=c, status="ok", runs=len(ok), n=n,
-                rows_per_s=median([r["rows_per_s"] for r in ok]),
-                x_r=ratio("R"), x_d=ratio("D"), x_w=ratio("W"),
-                first_s=median([r["first_s"] for r in ok]), wall_s=median([r["wall_s"] for r in ok]),
-                cpu_per_m=median([r["cpu_total_s"] / r["n"] * 1e6 for r in ok]),
-                cpu_drain_per_m=median([r["cpu_drain_s"] / r["n"] * 1e6 for r in ok]),
-                rss_mib=median([r["rss_kb"] / 1024 for r in ok]),
-                walsender_per_m=median([r["cpu_walsender_s"] / r["n"] * 1e6 for r in ok
-                                        if r.get("cpu_walsender_s") is not None]),
-                broker_per_m=median([r["cpu_broker_s"] / r["n"] * 1e6 for r in ok
-                                     if r.get("cpu_broker_s") is not None]),
-                spread=(min(r["rows_per_s"] for r in ok), max(r["rows_per_s"] for r in ok)),
-            ))
+            def per_m(key):
+                return [r[key] / r["n"] * 1e6 if r.get(key) is not None else None for r in ok]
+
+            rows.append(with_medians(dict(k=k, contender=c, status="ok", runs=len(ok), n=ok[0]["n"]), dict(
+                rows_per_s=[r["rows_per_s"] for r in ok],
+                x_r=ratios("R"), x_d=ratios("D"), x_w=ratios("W"),
+                first_s=[r["first_s"] for r in ok], wall_s=[r["wall_s"] for r in ok],
+                drain_s=[r["drain_s"] for r in ok],
+                cpu_per_m=per_m("cpu_total_s"), cpu_drain_per_m=per_m("cpu_drain_s"),
+                rss_mib=[r["rss_kb"] and r["rss_kb"] / 1024 for r in ok],
+                walsender_per_m=per_m("cpu_walsender_s"), broker_per_m=per_m("cpu_broker_s"),
+            )))
     return rows
 
 
@@ -2121,16 +2318,16 @@ def w_and_d_in_words(w, d, memory):
     the text after W's CPU ratio (called only when both ran)."""
     parts = []
     if w and w["status"] == "ok":
-        s = f"W drains at **{fmt(w.get('x_r'), '.2f', '?')}× R**"
+        s = f"W drains at **{fmt(w.get('x_r'), '.2f', '?')}× R**{fmt_range(w, 'x_r', '.2f')}"
         if d and d["status"] == "ok":
-            s += (f" and **{fmt(w.get('x_d'), '.1f', '?')}× D**, using "
+            s += (f" and **{fmt(w.get('x_d'), '.1f', '?')}× D**{fmt_range(w, 'x_d', '.1f')}, using "
                   f"{w['cpu_drain_per_m'] / d['cpu_drain_per_m']:.2f}× D's CPU per event (drain)"
                   + memory())
         parts.append(s)
     elif w:
         parts.append(f"W {w['status']}")
     if d and d["status"] == "ok":
-        parts.append(f"D drains at {fmt(d.get('x_r'), '.2f', '?')}× R")
+        parts.append(f"D drains at {fmt(d.get('x_r'), '.2f', '?')}× R{fmt_range(d, 'x_r', '.2f')}")
     return parts
 
 
@@ -2138,7 +2335,7 @@ def against_w(o, w, who):
     """One contender's rate and CPU per event against W's in the same runs, in words."""
     if not (o and o["status"] == "ok" and w and w["status"] == "ok"):
         return []
-    return [f"{who} drains at **{fmt(o.get('x_w'), '.2f', '?')}× W's rate**, using "
+    return [f"{who} drains at **{fmt(o.get('x_w'), '.2f', '?')}× W's rate**{fmt_range(o, 'x_w', '.2f')}, using "
             f"{o['cpu_drain_per_m'] / w['cpu_drain_per_m']:.2f}× W's CPU per event (drain)"]
 
 
@@ -2151,7 +2348,8 @@ def headline(summary, lat, snap_summary=(), snap_n=None):
         parts = w_and_d_in_words(w, d, lambda: f" and {w['rss_mib'] / d['rss_mib']:.3f}× its peak RSS")
         sec = by.get((k, "S"))
         if sec and sec["status"] == "ok" and w and w["status"] == "ok":
-            parts.append(f"over SASL_SSL (S) walrelay drains at {fmt(sec.get('x_w'), '.2f', '?')}× its "
+            parts.append(f"over SASL_SSL (S) walrelay drains at {fmt(sec.get('x_w'), '.2f', '?')}×"
+                         f"{fmt_range(sec, 'x_w', '.2f')} its "
                          f"PLAINTEXT rate (W), using {sec['cpu_drain_per_m'] / w['cpu_drain_per_m']:.2f}× "
                          f"W's CPU per event (drain)")
         parts += against_w(by.get((k, "B")), w, "the baseline (B)")
@@ -2159,7 +2357,7 @@ def headline(summary, lat, snap_summary=(), snap_n=None):
         xo = by.get((k, "X"))
         if xo and xo["status"] == "ok" and w and w["status"] == "ok":
             parts.append(f"with delivery = \"exactly_once\" (X) walrelay drains at **{fmt(xo.get('x_w'), '.2f', '?')}× "
-                         f"its at-least-once rate (W)** to the last commit, using "
+                         f"its at-least-once rate (W)**{fmt_range(xo, 'x_w', '.2f')} to the last commit, using "
                          f"{xo['cpu_drain_per_m'] / w['cpu_drain_per_m']:.2f}× W's CPU per event (drain)")
         if parts:
             out.append(f"- K={k}: " + "; ".join(parts) + ".")
@@ -2173,7 +2371,7 @@ def headline(summary, lat, snap_summary=(), snap_n=None):
         out.append(f"- Latency at {ok[0]['offered']:,} rows/s: " + "; ".join(bits) + ".")
     out += snapshot_headline(snap_summary, snap_n)
     if out:
-        out = ["Headline (medians; details below):", ""] + out + [""]
+        out = [HEADLINE_TITLE, ""] + out + [""]
     return out
 
 
@@ -2187,7 +2385,8 @@ SNAP_NAMES = {"C": "C  COPY … ORDER BY id (ceiling)", "D": "D  Debezium snapsh
 
 
 def summarize_snapshot(snaps, contenders):
-    """Per contender: medians over runs; ×C and ×D per run, then the median."""
+    """Per contender: medians over runs, each with its (min, max) in row["range"]; ×C and ×D per
+    run, then the median (and range) of those."""
     by_run = {}
     for r in snaps:
         by_run.setdefault(r["run"], {})[r["contender"]] = r
@@ -2199,20 +2398,17 @@ def summarize_snapshot(snaps, contenders):
             rows.append(dict(contender=c, status=rs[0]["status"] if rs else "not run"))
             continue
 
-        def ratio(other):
-            vals = [runs[c]["rows_per_s"] / runs[other]["rows_per_s"] for runs in by_run.values()
+        def ratios(other):
+            return [runs[c]["rows_per_s"] / runs[other]["rows_per_s"] for runs in by_run.values()
                     if c in runs and other in runs and runs[c]["status"] == runs[other]["status"] == "ok"]
-            return median(vals)
 
-        rows.append(dict(
-            contender=c, status="ok", runs=len(ok), n=ok[0]["n"],
-            rows_per_s=median([r["rows_per_s"] for r in ok]), x_c=ratio("C"), x_d=ratio("D"),
-            wall_s=median([r["wall_s"] for r in ok]), first_s=median([r["first_s"] for r in ok]),
-            kafka_s=median([r["kafka_s"] for r in ok]),
-            cpu_per_m=median([r["cpu_total_s"] / r["n"] * 1e6 for r in ok]),
-            rss_mib=median([r["rss_kb"] and r["rss_kb"] / 1024 for r in ok]),
-            spread=(min(r["rows_per_s"] for r in ok), max(r["rows_per_s"] for r in ok)),
-        ))
+        rows.append(with_medians(dict(contender=c, status="ok", runs=len(ok), n=ok[0]["n"]), dict(
+            rows_per_s=[r["rows_per_s"] for r in ok], x_c=ratios("C"), x_d=ratios("D"),
+            wall_s=[r["wall_s"] for r in ok], first_s=[r["first_s"] for r in ok],
+            kafka_s=[r["kafka_s"] for r in ok],
+            cpu_per_m=[r["cpu_total_s"] / r["n"] * 1e6 for r in ok],
+            rss_mib=[r["rss_kb"] and r["rss_kb"] / 1024 for r in ok],
+        )))
     return rows
 
 
@@ -2221,38 +2417,38 @@ def snapshot_headline(summary, n):
     d, w = by.get("D"), by.get("W")
     parts = []
     if w and w["status"] == "ok":
-        s = f"W snapshots at **{fmt(w.get('x_c'), '.2f', '?')}× C**"
+        s = f"W snapshots at **{fmt(w.get('x_c'), '.2f', '?')}× C**{fmt_range(w, 'x_c', '.2f')}"
         if d and d["status"] == "ok":
-            s += (f" and **{fmt(w.get('x_d'), '.1f', '?')}× D**, with "
+            s += (f" and **{fmt(w.get('x_d'), '.1f', '?')}× D**{fmt_range(w, 'x_d', '.1f')}, with "
                   f"{w['rss_mib'] / d['rss_mib']:.3f}× D's peak RSS")
         parts.append(s)
     elif w:
         parts.append(f"W {w['status']}")
     if d and d["status"] == "ok":
-        parts.append(f"D snapshots at {fmt(d.get('x_c'), '.2f', '?')}× C")
+        parts.append(f"D snapshots at {fmt(d.get('x_c'), '.2f', '?')}× C{fmt_range(d, 'x_c', '.2f')}")
     if not parts:
         return []
     return [f"- Snapshot of {n:,} rows: " + "; ".join(parts) + "."]
 
 
 def drain_table(w, summary, names):
-    """The per-K table of the throughput and table-events passes."""
-    w("| K | contender | rows/s | ×R | ×D | first record after start, s | start → all in Kafka, s "
+    """The per-K table of the throughput and table-events passes: every number a median over runs,
+    with its min–max beside it (fmt_med)."""
+    w("| K | contender | runs | rows/s | ×R | ×D | first record after start, s | start → all in Kafka, s "
       "| CPU-s / M events | CPU-s / M events, drain only | its walsender + the broker, CPU-s / M events, "
-      "drain | peak RSS MiB | runs (rows/s min–max) |")
-    w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+      "drain | peak RSS MiB |")
+    w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for s in summary:
         if s["status"] != "ok":
-            w(f"| {s['k']} | {names[s['contender']]} | {s['status']} | | | | | | | | | |")
+            w(f"| {s['k']} | {names[s['contender']]} | | {s['status']} | | | | | | | | |")
             continue
-        others = " + ".join(fmt(v, ",.1f") for v in (s.get("walsender_per_m"), s.get("broker_per_m"))
-                            if v is not None) or "—"
-        xd = "" if s["contender"] in ("R", "D") else fmt(s["x_d"], ".2f")
-        xr = "1" if s["contender"] == "R" else fmt(s["x_r"], ".2f")
-        w(f"| {s['k']} | {names[s['contender']]} | {s['rows_per_s']:,.0f} | {xr} | {xd} "
-          f"| {fmt(s['first_s'], '.1f')} | {fmt(s['wall_s'], '.1f')} | {s['cpu_per_m']:,.1f} "
-          f"| {s['cpu_drain_per_m']:,.1f} | {others} | {s['rss_mib']:,.0f} "
-          f"| {s['runs']} ({s['spread'][0]:,.0f}–{s['spread'][1]:,.0f}) |")
+        others = " + ".join(fmt_med(s, key, ",.1f") for key in ("walsender_per_m", "broker_per_m")
+                            if s.get(key) is not None) or "—"
+        xd = "" if s["contender"] in ("R", "D") else fmt_med(s, "x_d", ".2f")
+        xr = "1" if s["contender"] == "R" else fmt_med(s, "x_r", ".2f")
+        w(f"| {s['k']} | {names[s['contender']]} | {s['runs']} | {fmt_med(s, 'rows_per_s', ',.0f')} | {xr} | {xd} "
+          f"| {fmt_med(s, 'first_s', '.1f')} | {fmt_med(s, 'wall_s', '.1f')} | {fmt_med(s, 'cpu_per_m', ',.1f')} "
+          f"| {fmt_med(s, 'cpu_drain_per_m', ',.1f')} | {others} | {fmt_med(s, 'rss_mib', ',.0f')} |")
     w("")
 
 
@@ -2289,7 +2485,46 @@ TABLE_NAMES = {"R": "R  pg_recvlogical (ceiling)", "D": "D  Debezium, plain tabl
                "B": "B  walrelay [[table]], baseline (--baseline, --baseline-kafka)"}
 
 
-def report(ctx, results, lat, info, started, finished, snaps=(), tres=()):
+HEADLINE_TITLE = "Headline (medians over runs, min–max in parentheses; details below):"
+SPREAD_NOTE = ("Every number is the median over the runs with its min–max over the runs in parentheses "
+               "(no parentheses: one run, or every run gave the same value at the precision shown).")
+
+
+def suggest_rows(n, secs):
+    """A backlog that makes a drain of `n` rows that took `secs` last MIN_DRAIN_S, with 20 % to
+    spare for the spread between runs, rounded up to two significant digits."""
+    want = n * MIN_DRAIN_S * 1.2 / max(secs, 1e-3)
+    step = 10 ** max(0, int(math.log10(max(want, 1))) - 1)
+    return int(math.ceil(want / step) * step)
+
+
+def noise_warnings(ctx, results=(), snaps=(), tres=()):
+    """Markdown paragraphs, one per pass in which some contender's measured time (drain, or for
+    the snapshot pass start → done) was under MIN_DRAIN_S: rows/s over so short a time measure
+    start-up and the machine's moment more than the contender. Not for --smoke (tiny on purpose)."""
+    if ctx.args.smoke:
+        return []
+    out = []
+    for what, rs, key, option in (("throughput", results, "drain_s", "--rows"),
+                                  ("table-events", tres, "drain_s", "--rows"),
+                                  ("snapshot", snaps, "wall_s", "--snapshot-rows")):
+        short = [r for r in rs if r["status"] == "ok" and r.get(key) is not None and r[key] < MIN_DRAIN_S]
+        if not short:
+            continue
+        worst = min(short, key=lambda r: r[key])
+        at = f"K={worst['k']}, " if worst.get("k") is not None else ""
+        measured = "drains" if key == "drain_s" else "snapshots (start → done)"
+        out.append(
+            f"**Warning: these {what} numbers are dominated by noise.** {len(short)} of "
+            f"{sum(1 for r in rs if r['status'] == 'ok')} {measured} took under {MIN_DRAIN_S:.0f} s "
+            f"(shortest: {worst['contender']}, {at}run {worst['run']}, {worst[key]:.1f} s for "
+            f"{worst['n']:,} rows). Measurements that short swing rows/s and the ratios by ±20 % between runs "
+            f"of one binary (docs/benchmarks.md, \"Backlog size and spread\"). For drains of at least ~{MIN_DRAIN_S:.0f} s "
+            f"re-run with `{option} {suggest_rows(worst['n'], worst[key])}`.")
+    return out
+
+
+def report(ctx, results, lat, info, started, finished, snaps=(), tres=(), idles=()):
     a = ctx.args
     lines = []
     w = lines.append
@@ -2314,22 +2549,29 @@ def report(ctx, results, lat, info, started, finished, snaps=(), tres=()):
         if head:
             head = head[:-1] + tables_headline(tsummary) + [""]
         else:
-            head = ["Headline (medians; details below):", ""] + tables_headline(tsummary) + [""]
+            head = [HEADLINE_TITLE, ""] + tables_headline(tsummary) + [""]
+    for warning in noise_warnings(ctx, results, snaps, tres):
+        log(warning.replace("**", ""))
+        w(warning)
+        w("")
     for line in head:
         w(line)
     if results:
         fills = {}
         for f in ctx.fills:
             fills.setdefault(f["k"], []).append(f["n"] / f["fill_s"])
-        w(f"Throughput: backlog of {ctx.fills[0]['n'] if ctx.fills else a.rows:,} outbox rows "
+        w(f"Throughput: backlog of {ctx.fills[0]['n'] if ctx.fills else (a.rows or DEFAULT_ROWS):,} outbox rows "
           f"(≈430-byte jsonb payload, 10,000 aggregates, 2 aggregate types), written by {a.writers} "
           f"concurrent pgbench writers in K-row transactions, slot created before the fill; "
-          f"median of {a.runs} run(s). ×R and ×D are per-run ratios (same backlog, minutes apart), "
-          f"then the median.")
+          f"{a.runs} run(s). ×R and ×D are per-run ratios (same backlog, minutes apart), "
+          f"then the median. {SPREAD_NOTE}")
         w("")
+        if ctx.calibration.get("throughput"):
+            w(ctx.calibration["throughput"])
+            w("")
         drain_table(w, summarize(results, ctx.contenders, ctx.txn_sizes), NAMES)
         w("Fill rate (pgbench, for context): " + "; ".join(
-            f"K={k}: {median(v):,.0f} rows/s" for k, v in fills.items()) + ".")
+            f"K={k}: {fmt_vals(v, ',.0f')} rows/s" for k, v in fills.items()) + ".")
         w("")
     if lat:
         w(f"Latency: offered load {a.latency_rate} rows/s in 1-row transactions ({a.writers} pgbench "
@@ -2374,23 +2616,24 @@ def report(ctx, results, lat, info, started, finished, snaps=(), tres=()):
         w(f"Snapshot: {f['n']:,} outbox rows ({f['table_bytes'] / 1e6:,.0f} MB table; the same rows as the "
           f"throughput backlog, written in {SNAPSHOT_K}-row transactions) existing before any slot; each "
           f"contender reads all of them once, on a slot of its own created at its start (D and W) and "
-          f"dropped after; median of {a.runs} run(s). rows/s = rows ÷ (start → done): C until psql "
+          f"dropped after; {a.runs} run(s). rows/s = rows ÷ (start → done): C until psql "
           f"exits, D until its last record's LogAppendTime, W until it exits 0 (after its last record "
-          f"is acknowledged and the slot confirmed). ×C and ×D are per-run ratios, then the median.")
+          f"is acknowledged and the slot confirmed). ×C and ×D are per-run ratios, then the median. "
+          f"{SPREAD_NOTE}")
         w("")
-        w("| contender | rows/s | ×C | ×D | start → done, s | first record after start, s "
-          "| start → all in Kafka, s | CPU-s / M rows | peak RSS MiB | runs (rows/s min–max) |")
-        w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        w("| contender | runs | rows/s | ×C | ×D | start → done, s | first record after start, s "
+          "| start → all in Kafka, s | CPU-s / M rows | peak RSS MiB |")
+        w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for x in snap_summary:
             name = SNAP_NAMES[x["contender"]]
             if x["status"] != "ok":
-                w(f"| {name} | {x['status']} | | | | | | | | |")
+                w(f"| {name} | | {x['status']} | | | | | | | |")
                 continue
-            xc = "1" if x["contender"] == "C" else fmt(x["x_c"], ".2f")
-            xd = fmt(x["x_d"], ".2f") if x["contender"] == "W" else ""
-            w(f"| {name} | {x['rows_per_s']:,.0f} | {xc} | {xd} | {x['wall_s']:.1f} "
-              f"| {fmt(x['first_s'], '.1f')} | {fmt(x['kafka_s'], '.1f')} | {x['cpu_per_m']:,.1f} "
-              f"| {fmt(x['rss_mib'], ',.0f')} | {x['runs']} ({x['spread'][0]:,.0f}–{x['spread'][1]:,.0f}) |")
+            xc = "1" if x["contender"] == "C" else fmt_med(x, "x_c", ".2f")
+            xd = fmt_med(x, "x_d", ".2f") if x["contender"] == "W" else ""
+            w(f"| {name} | {x['runs']} | {fmt_med(x, 'rows_per_s', ',.0f')} | {xc} | {xd} | {fmt_med(x, 'wall_s', '.1f')} "
+              f"| {fmt_med(x, 'first_s', '.1f')} | {fmt_med(x, 'kafka_s', '.1f')} | {fmt_med(x, 'cpu_per_m', ',.1f')} "
+              f"| {fmt_med(x, 'rss_mib', ',.0f')} |")
         w("")
         w(f"Fill rate (pgbench, for context): {f['n'] / f['fill_s']:,.0f} rows/s.")
         w("")
@@ -2398,16 +2641,27 @@ def report(ctx, results, lat, info, started, finished, snaps=(), tres=()):
         tfills = {}
         for f in ctx.tfills:
             tfills.setdefault(f["k"], []).append(f["n"] / f["fill_s"])
-        w(f"Table events: backlog of {ctx.tfills[0]['n'] if ctx.tfills else a.rows:,} UPDATEs of "
+        w(f"Table events: backlog of {ctx.tfills[0]['n'] if ctx.tfills else (a.rows or DEFAULT_ROWS):,} UPDATEs of "
           f"`{TABLE}` (10 columns: int8 pk, int4, text, varchar, numeric(12,2), timestamptz, bool, jsonb, "
           f"uuid, float8; {TABLE_ROWS:,} rows, REPLICA IDENTITY DEFAULT), written by {a.writers} concurrent "
           f"pgbench writers in K-row transactions, slot created before the backlog; D = Debezium without "
           f"the EventRouter, JSON converter for key and value (schemas.enable=false), W = walrelay "
-          f"`[[table]]`, both to `{TABLE_TOPIC}`; median of {a.runs} run(s), ratios per run as above.")
+          f"`[[table]]`, both to `{TABLE_TOPIC}`; {a.runs} run(s), medians (min–max) and ratios per run as above.")
         w("")
+        if ctx.calibration.get("table-events"):
+            w(ctx.calibration["table-events"])
+            w("")
         drain_table(w, tsummary, TABLE_NAMES)
         w("Update rate (pgbench, for context): " + "; ".join(
-            f"K={k}: {median(v):,.0f} rows/s" for k, v in tfills.items()) + ".")
+            f"K={k}: {fmt_vals(v, ',.0f')} rows/s" for k, v in tfills.items()) + ".")
+        w("")
+    if idles:
+        for line in idle_table(idles):
+            w(line)
+        w("")
+        w(f"Each contender streams from a fresh slot of the same database while nothing is written: "
+          f"{a.idle_warmup_seconds} s of warm-up, then CPU (all threads, utime + stime), context switches "
+          f"(all threads) and RSS over {a.idle_seconds} s. D is Kafka Connect's whole JVM.")
         w("")
     if OUTAGES:
         w(f"Note: the shared broker stopped answering {len(OUTAGES)} time(s) during this benchmark "
@@ -2456,9 +2710,14 @@ class Ctx:
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog="deploy/bench/run.sh", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=200_000, help="backlog size N (default 200000)")
+    ap.add_argument("--rows", type=int, default=None,
+                    help=f"backlog size N of the throughput and table-events passes (default: {DEFAULT_ROWS}, "
+                         f"raised per pass if one R drain of a {CALIBRATION_ROWS}-row probe shows that the "
+                         f"fastest drain would last under ~{MIN_DRAIN_S:.0f} s; a given N is used as is). "
+                         f"The report warns when any drain lasted under {MIN_DRAIN_S:.0f} s")
     ap.add_argument("--txn-sizes", default="1 10", help='rows per transaction K, e.g. "1 10" (default)')
-    ap.add_argument("--runs", type=int, default=3, help="runs per K; the table shows medians (default 3)")
+    ap.add_argument("--runs", type=int, default=3,
+                    help="runs per K; the tables show medians with their min–max (default 3)")
     ap.add_argument("--writers", type=int, default=4, help="concurrent pgbench writers (default 4)")
     ap.add_argument("--contenders", default="R D W",
                     help='subset of "R D W B E S X" (default "R D W"); B = walrelay run from the --baseline '
@@ -2485,8 +2744,8 @@ def parse_args(argv):
                     help="also run the snapshot pass (C = COPY ceiling, D = Debezium snapshot.mode=initial, "
                          "W = walrelay [snapshot] initial_only) on rows that exist before any slot")
     ap.add_argument("--snapshot-only", action="store_true", help="only the snapshot pass")
-    ap.add_argument("--snapshot-rows", type=int, default=200_000,
-                    help="rows in the table for the snapshot pass (default 200000)")
+    ap.add_argument("--snapshot-rows", type=int, default=DEFAULT_ROWS,
+                    help=f"rows in the table for the snapshot pass (default {DEFAULT_ROWS})")
     ap.add_argument("--tables", action="store_true",
                     help="also run the table-events pass: a backlog of --rows UPDATEs of a 10-column table, "
                          "R = pg_recvlogical, D = Debezium plain table events (no EventRouter), W = walrelay "
@@ -2494,10 +2753,16 @@ def parse_args(argv):
     ap.add_argument("--tables-only", action="store_true", help="only the table-events pass")
     ap.add_argument("--tables-txn-sizes", default=None,
                     help="rows per transaction K for the table-events pass (default: --txn-sizes)")
+    ap.add_argument("--idle", action="store_true",
+                    help="also run the idle pass: CPU, wake-ups and RSS of R, D, W (and B) while nothing is written")
+    ap.add_argument("--idle-only", action="store_true", help="only the idle pass")
+    ap.add_argument("--idle-seconds", type=int, default=60, help="measured idle window (default 60)")
+    ap.add_argument("--idle-warmup-seconds", type=int, default=30,
+                    help="wait after a contender's start before the idle window (default 30)")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny run for CI: 2000 rows, 1 run, K=1 and 10, 3+10 s latency pass at 200 rows/s, "
                          "a 2000-row snapshot pass, a 2000-update table-events pass at K=10; "
-                         "never touches docs/")
+                         f"never touches docs/, no warning about drains under {MIN_DRAIN_S:.0f} s")
     default_bin = os.environ.get("WALRELAY_BIN") or str(
         Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target") / "release" / "walrelay")
     ap.add_argument("--walrelay", default=default_bin,
@@ -2519,6 +2784,7 @@ def parse_args(argv):
         a.latency_rate, a.latency_seconds, a.latency_warmup_seconds = 200, 10, 3
         a.snapshot, a.snapshot_rows = True, 2000
         a.tables, a.tables_txn_sizes = True, a.tables_txn_sizes or "10"
+        a.idle, a.idle_seconds, a.idle_warmup_seconds = True, 5, 5
         a.no_docs = True
     if a.latency_only:
         a.latency = True
@@ -2526,6 +2792,8 @@ def parse_args(argv):
         a.snapshot = True
     if a.tables_only:
         a.tables = True
+    if a.idle_only:
+        a.idle = True
     if a.tables_txn_sizes is None:
         a.tables_txn_sizes = a.txn_sizes
     return a
@@ -2574,6 +2842,7 @@ def main(argv):
     ctx.load_start = loadavg()
     ctx.fills = []
     ctx.tfills = []
+    ctx.calibration = {}  # pass -> what backlog_rows decided, for the report
     log(f"state and logs: {ctx.rundir.relative_to(REPO)}")
     if ctx.w_reason:
         log(f"W: not yet ({ctx.w_reason})")
@@ -2583,7 +2852,7 @@ def main(argv):
 
     signal.signal(signal.SIGTERM, on_signal)
     rc = 0
-    results, lat, snaps, tres = [], [], [], []
+    results, lat, snaps, tres, idles = [], [], [], [], []
     tables_only = args.tables_only
     try:
         cleanup_leftover_children()
@@ -2592,15 +2861,19 @@ def main(argv):
         parts = ensure_topics(TOPICS + ([TABLE_TOPIC] if args.tables or args.tables_only else []))
         ctx.parts = {t: parts[t] for t in TOPICS}
         ctx.tparts = {t: parts[t] for t in parts if t == TABLE_TOPIC}
-        if not args.latency_only and not args.snapshot_only and not tables_only:
+        only = tables_only or args.latency_only or args.snapshot_only or args.idle_only
+        if not only:
             results = throughput(ctx)
         if args.latency and not args.snapshot_only and (not tables_only or args.latency_only):
             lat = latency(ctx)
         if args.snapshot and (not tables_only or args.snapshot_only):
             snaps = snapshot(ctx)
         # --latency-only / --snapshot-only mean only that pass, unless --tables-only adds this one.
-        if tables_only or (args.tables and not args.latency_only and not args.snapshot_only):
+        if tables_only or (args.tables and not args.latency_only and not args.snapshot_only
+                           and not args.idle_only):
             tres = tables(ctx)
+        if args.idle_only or (args.idle and not only):
+            idles = idle(ctx)
     except BenchError as e:
         log(f"error: {e}")
         rc = 1
@@ -2619,10 +2892,11 @@ def main(argv):
         return rc
     finished = dt.datetime.now(dt.timezone.utc)
     info = machine_info(ctx)
-    md = report(ctx, results, lat, info, started, finished, snaps, tres)
+    md = report(ctx, results, lat, info, started, finished, snaps, tres, idles)
     (ctx.rundir / "results.md").write_text(md + "\n")
     (ctx.rundir / "results.json").write_text(json.dumps(dict(results=results, latency=lat, snapshot=snaps,
-                                                             tables=tres, info=info, fills=ctx.fills,
+                                                             tables=tres, idle=idles, info=info,
+                                                             fills=ctx.fills,
                                                              snapshot_fill=ctx.snap_fill,
                                                              tables_fills=ctx.tfills),
                                                         indent=1, default=str))
