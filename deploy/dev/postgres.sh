@@ -292,6 +292,13 @@ ensure_server() {
   # --ignore-scripts + explicit hydration below: the package ships without its shared-lib
   # symlinks (libpq.so.5, libicuuc.so.60, ...) and recreates them in a postinstall
   # script; newer npm versions may refuse to run install scripts, so we run it ourselves.
+  # Node trusts only its own CA list: a machine that reaches the registry through a
+  # TLS-intercepting proxy trusts the proxy's CA in the system bundle, which a login
+  # environment does not name (CI's reduced one did not: SELF_SIGNED_CERT_IN_CHAIN,
+  # then 70 s for npm to fall back to a stale cache, and a failure for a package it
+  # had not cached). The system bundle is added, never a replacement for Node's.
+  local ca_bundle=/etc/ssl/certs/ca-certificates.crt
+  if [[ -z ${NODE_EXTRA_CA_CERTS:-} && -r $ca_bundle ]]; then export NODE_EXTRA_CA_CERTS=$ca_bundle; fi
   npm install --prefix "$tmp" --no-save --no-package-lock --ignore-scripts \
       --no-audit --no-fund --no-update-notifier --loglevel=error "$PG_NPM_PACKAGE@$PG_VERSION_PIN" >&2 ||
     die "npm install $PG_NPM_PACKAGE@$PG_VERSION_PIN failed (registry reachable? try: npm view $PG_NPM_PACKAGE@$PG_VERSION_PIN version)"

@@ -446,6 +446,13 @@ async fn a_takeover_with_messages_table_events_and_dead_letters_in_flight_loses_
     let change_dups = verify_versions(&committed, &changes);
     let (dead_letters, dead_dups) = {
         let consumed = consume_to_end(&[&dlq]);
+        // Every dead letter is keyed (these rows have no aggregate id: by
+        // their event id), so first_copies checks that each re-sent copy
+        // landed on its first copy's partition.
+        assert!(
+            consumed.iter().all(|c| c.key.is_some()),
+            "a dead letter without a key: a re-sent copy could land on another partition"
+        );
         let (first, dups) = first_copies(&consumed);
         let ids: std::collections::HashSet<String> =
             first.iter().filter_map(|c| c.header_str("id")).collect();
