@@ -132,11 +132,16 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
         /// The table (`schema.table`), one this connector captures.
-        #[arg(long)]
-        table: String,
+        #[arg(long, required_unless_present = "cancel")]
+        table: Option<String>,
         /// Only the rows satisfying this SQL condition.
-        #[arg(long = "where", value_name = "SQL")]
+        #[arg(long = "where", value_name = "SQL", conflicts_with = "cancel")]
         filter: Option<String>,
+        /// Give up the running (or stored) incremental snapshot of --table,
+        /// or of every table without --table: its remaining rows are not
+        /// read.
+        #[arg(long)]
+        cancel: bool,
     },
     /// Show the slot, the stored offset and the running instance's health,
     /// without a running instance (exit 1 when something needs a person).
@@ -449,7 +454,27 @@ fn main() -> ExitCode {
                     }
                 }
             }
+            Command::Snapshot {
+                table,
+                cancel: true,
+                ..
+            } => match walrelay::relay::cancel_snapshot(&config, table.as_deref()).await {
+                Ok((id, lsn)) => {
+                    say(&format!(
+                        "asked for the incremental snapshot of {} to be given up (signal {id} at \
+                         {lsn}); the running connector acts on it where the stream carries it, or \
+                         the next one to stream — `walrelay status` shows it given up\n",
+                        table.as_deref().unwrap_or("every table")
+                    ));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    messages.fatal("", &e);
+                    ExitCode::FAILURE
+                }
+            },
             Command::Snapshot { table, filter, .. } => {
+                let table = table.unwrap_or_default();
                 match walrelay::relay::request_snapshot(&config, &table, filter.as_deref()).await {
                     Ok((id, lsn)) => {
                         say(&format!(

@@ -137,6 +137,9 @@ pub struct IncrementalTableProgress {
     pub after: Option<Vec<Option<String>>>,
     #[serde(default)]
     pub done: bool,
+    /// Why the table was given up (done without all of its rows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abandoned: Option<String>,
 }
 
 impl IncrementalProgress {
@@ -171,6 +174,11 @@ impl std::fmt::Display for IncrementalProgress {
                 },
             );
             write!(f, "; reading {} after {at}", t.table)?;
+        }
+        for t in &self.tables {
+            if let Some(why) = &t.abandoned {
+                write!(f, "; {} given up: {why}", t.table)?;
+            }
         }
         Ok(())
     }

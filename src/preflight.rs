@@ -620,6 +620,15 @@ async fn slot_line(
                      an incremental snapshot beside the stream",
                     added.join(", ")
                 ),
+                (Some(plan), true) if plan.done() => format!(
+                    "; run will give up the stored incremental snapshot {} ({})",
+                    plan.id,
+                    plan.tables
+                        .iter()
+                        .filter_map(|t| Some(format!("{}: {}", t.display(), t.abandoned.as_ref()?)))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
                 (Some(plan), true) => format!(
                     "; run will go on with incremental snapshot {} ({} of {} tables done)",
                     plan.id,

@@ -120,6 +120,15 @@ pub enum SnapshotError {
         what: &'static str,
         columns: String,
     },
+    /// No unique, non-NULL key to read the table in chunks by (an
+    /// incremental snapshot's keyset paging skips rows of a key value that
+    /// crosses a chunk boundary, and a NULL ends the table).
+    #[error(
+        "table {table} cannot be read in chunks: {why}; give it a primary key, or a unique index \
+         on NOT NULL columns that its replica identity includes, and set key_columns to those \
+         columns"
+    )]
+    NoChunkKey { table: String, why: String },
     /// An operator's row condition that could leave its parentheses
     /// (`pg::filter`).
     #[error("the row condition for table {table} is refused: {why}")]
@@ -156,8 +165,40 @@ impl SnapshotError {
             | SnapshotError::NoColumns { .. }
             | SnapshotError::NoOrder { .. }
             | SnapshotError::UnknownColumn { .. }
+            | SnapshotError::NoChunkKey { .. }
             | SnapshotError::InvalidSplit { .. }
             | SnapshotError::BadFilter { .. }
+            | SnapshotError::Malformed { .. } => false,
+        }
+    }
+}
+
+impl SnapshotError {
+    /// Whether an incremental snapshot gives its table up (saying why)
+    /// rather than ending the session: the error is about the table as it
+    /// is now — gone, changed, its key or condition no longer valid, not
+    /// readable by this role — so reading it again would meet it again, at
+    /// every start.
+    pub fn gives_up_table(&self) -> bool {
+        match self {
+            SnapshotError::NoSuchTable { .. }
+            | SnapshotError::NotATable { .. }
+            | SnapshotError::NoColumns { .. }
+            | SnapshotError::NoOrder { .. }
+            | SnapshotError::UnknownColumn { .. }
+            | SnapshotError::NoChunkKey { .. }
+            | SnapshotError::BadFilter { .. } => true,
+            // Syntax or access (42: an undefined column in a condition, a
+            // privilege revoked), data (22: a stored key value that no
+            // longer fits the column's type), not supported (0A).
+            SnapshotError::Query { source, .. } => source.code().is_some_and(|c| {
+                let c = c.code();
+                c.starts_with("42") || c.starts_with("22") || c.starts_with("0A")
+            }),
+            SnapshotError::Connect(_)
+            | SnapshotError::Import { .. }
+            | SnapshotError::ChangedSinceSnapshot { .. }
+            | SnapshotError::InvalidSplit { .. }
             | SnapshotError::Malformed { .. } => false,
         }
     }
@@ -585,12 +626,28 @@ impl SnapshotReader {
     /// One chunk of an incremental snapshot: in a repeatable-read
     /// transaction of its own, at most `limit` rows of `schema.name` (the
     /// publication's columns, as [`SnapshotReader::table_relation`]) whose
-    /// `key` columns come after `after`, in key order, that satisfy
-    /// `filter`. Also returns the transactions the chunk's snapshot does not
-    /// see although they were running when it was taken (top-level xids,
-    /// low 32 bits as pgoutput sends them): a change of theirs that the
-    /// stream carries before the chunk's low watermark is newer than the
-    /// chunk's row.
+    /// chunk key comes after `after`, in key order, that satisfy `filter`.
+    ///
+    /// The table is locked (`ACCESS SHARE`, as COPY would) *before* the
+    /// transaction's snapshot is taken: PostgreSQL shows a table rewritten
+    /// or truncated after a snapshot as empty to that snapshot, so a
+    /// snapshot taken before a rewrite's commit and used after it would
+    /// read a short chunk and end the table early. With the lock first, a
+    /// rewrite has either committed before the snapshot (which then sees
+    /// its rows) or waits until the chunk is read.
+    ///
+    /// The chunk key is `key` when it is unique and NULL-free (and, unless
+    /// `inserts_only`, within the replica identity, so that the stream's
+    /// deletes carry it); otherwise the table's primary key or another such
+    /// unique index ([`Chunk::key`] says which, [`Chunk::key_note`] why).
+    /// `after` is a position in `key`: under another key the chunk starts
+    /// at the first row.
+    ///
+    /// Also returns the transactions the chunk's snapshot does not see
+    /// although they were running when it was taken (top-level xids, low
+    /// 32 bits as pgoutput sends them): a change of theirs that the stream
+    /// carries before the chunk's low watermark is newer than the chunk's
+    /// row.
     #[allow(clippy::too_many_arguments)]
     pub async fn read_chunk(
         &mut self,
@@ -598,6 +655,7 @@ impl SnapshotReader {
         name: &str,
         publication: &str,
         key: &[String],
+        inserts_only: bool,
         filter: Option<&str>,
         after: Option<&[Option<String>]>,
         limit: usize,
@@ -609,6 +667,22 @@ impl SnapshotReader {
             .await
             .map_err(query("beginning a chunk's transaction"))?;
         let result = async {
+            // LOCK takes no snapshot: the transaction's is taken by the
+            // first query after it.
+            let lock = format!(
+                "LOCK TABLE {}.{} IN ACCESS SHARE MODE",
+                escape_identifier(schema),
+                escape_identifier(name)
+            );
+            match self.client.batch_execute(&lock).await {
+                Ok(()) => {}
+                Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {
+                    return Err(SnapshotError::NoSuchTable {
+                        table: table.clone(),
+                    });
+                }
+                Err(e) => return Err(query("locking the table in ACCESS SHARE mode")(e)),
+            }
             let invisible: Vec<u32> = self
                 .client
                 .query(
@@ -622,9 +696,11 @@ impl SnapshotReader {
                 .map(|r| r.get::<_, i64>(0) as u32)
                 .collect();
             let relation = self.table_relation(schema, name, Some(publication)).await?;
+            let (used, key_note) = self.chunk_key(&relation, key, inserts_only).await?;
+            let after = if used.as_slice() == key { after } else { None };
             let rows = {
                 let mut read = self
-                    .read_chunk_rows(&relation, key, filter, after, limit)
+                    .read_chunk_rows(&relation, &used, filter, after, limit)
                     .await?;
                 let mut rows = Vec::new();
                 while let Some(batch) = read.next_batch(limit, usize::MAX).await? {
@@ -636,6 +712,8 @@ impl SnapshotReader {
                 relation,
                 rows,
                 invisible,
+                key: used,
+                key_note,
             })
         }
         .await;
@@ -649,6 +727,84 @@ impl SnapshotReader {
         let chunk = result?;
         end?;
         Ok(chunk)
+    }
+
+    /// The key to read `relation` in chunks by: `wanted` if it is a chunk
+    /// key (see [`chunk_key_problem`]), else the primary key, else another
+    /// unique index that is one (the replica identity's first, then the
+    /// narrowest), with why `wanted` is not; an error when none is.
+    pub async fn chunk_key(
+        &self,
+        relation: &Relation,
+        wanted: &[String],
+        inserts_only: bool,
+    ) -> Result<(Vec<String>, Option<String>), SnapshotError> {
+        let table = relation_display(relation);
+        let rows = self
+            .client
+            .query(
+                "SELECT i.indisprimary, i.indisreplident, \
+                        array_agg(a.attname::text ORDER BY k.ord) \
+                 FROM pg_index i \
+                 CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
+                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+                 WHERE i.indrelid = $1::oid AND i.indisunique AND i.indisvalid \
+                   AND i.indpred IS NULL AND i.indexprs IS NULL AND k.ord <= i.indnkeyatts \
+                 GROUP BY i.indexrelid, i.indisprimary, i.indisreplident",
+                &[&relation.oid],
+            )
+            .await
+            .map_err(query_error(table.clone())(
+                "reading the table's unique indexes",
+            ))?;
+        let mut unique: Vec<(bool, bool, Vec<String>)> = rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        let not_null: Vec<String> = self
+            .client
+            .query(
+                "SELECT attname::text FROM pg_attribute \
+                 WHERE attrelid = $1::oid AND attnum > 0 AND attnotnull AND NOT attisdropped",
+                &[&relation.oid],
+            )
+            .await
+            .map_err(query_error(table.clone())("reading the NOT NULL columns"))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let indexes: Vec<Vec<String>> = unique.iter().map(|(_, _, c)| c.clone()).collect();
+        let problem =
+            |key: &[String]| chunk_key_problem(relation, key, inserts_only, &indexes, &not_null);
+        let why = if wanted.is_empty() {
+            String::from("no key columns were given")
+        } else {
+            match problem(wanted) {
+                None => return Ok((wanted.to_vec(), None)),
+                Some(why) => why,
+            }
+        };
+        // Primary key first, then the replica identity's, then the narrowest.
+        unique.sort_by_key(|(primary, identity, columns)| (!primary, !identity, columns.len()));
+        for (primary, _, columns) in &unique {
+            if problem(columns).is_none() {
+                let what = if *primary {
+                    "its primary key"
+                } else {
+                    "a unique index"
+                };
+                let note = format!("chunked by {what} ({}) instead: {why}", columns.join(", "));
+                return Ok((columns.clone(), Some(note)));
+            }
+        }
+        Err(SnapshotError::NoChunkKey {
+            table,
+            why: if unique.is_empty() {
+                format!("{why}, and it has no primary key or unique index")
+            } else {
+                format!("{why}, and no primary key or unique index of it is one")
+            },
+        })
     }
 
     async fn read_chunk_rows(
@@ -696,6 +852,47 @@ impl SnapshotReader {
                 source,
             })
     }
+}
+
+/// Why `key` cannot page `relation` in chunks, or `None` when it can: every
+/// column published and NOT NULL (a NULL compares as nothing, so it would
+/// end the table), a unique index covering no other column (keyset paging
+/// on a non-unique key skips the rest of a value that crosses a chunk
+/// boundary), and — unless the table's rows are only inserted — every
+/// column in the replica identity, so that the stream's deletes and key
+/// updates carry it and the chunk's stale rows can be found.
+pub fn chunk_key_problem(
+    relation: &Relation,
+    key: &[String],
+    inserts_only: bool,
+    unique_indexes: &[Vec<String>],
+    not_null: &[String],
+) -> Option<String> {
+    let shown = key.join(", ");
+    for column in key {
+        let Some(c) = relation.columns.iter().find(|c| &c.name == column) else {
+            return Some(format!(
+                "the key column {column:?} is not a published column of {}",
+                relation_display(relation)
+            ));
+        };
+        if !not_null.contains(column) {
+            return Some(format!("the key column {column:?} allows NULL"));
+        }
+        if !inserts_only && c.flags & Column::FLAG_KEY == 0 {
+            return Some(format!(
+                "the key column {column:?} is not in the replica identity, so deletes do not \
+                 carry it"
+            ));
+        }
+    }
+    if !unique_indexes
+        .iter()
+        .any(|index| !index.is_empty() && index.iter().all(|c| key.contains(c)))
+    {
+        return Some(format!("no unique index makes ({shown}) unique"));
+    }
+    None
 }
 
 /// Name, kind, storage (`relfilenode`: a rewrite or `TRUNCATE` gives a new
@@ -958,6 +1155,10 @@ pub struct Chunk {
     /// Transactions running (so not seen) when the chunk's snapshot was
     /// taken, as pgoutput's 32-bit xids.
     pub invisible: Vec<u32>,
+    /// The key the chunk was read by.
+    pub key: Vec<String>,
+    /// Why it is not the key asked for, when it is not.
+    pub key_note: Option<String>,
 }
 
 /// The rows of one [`SnapshotReader::read`], pulled in batches.
@@ -1426,6 +1627,49 @@ mod tests {
             .to_string();
         assert!(text.contains("no primary key"), "{text}");
         assert!(text.contains("snapshot_order_by"), "{text}");
+    }
+
+    #[test]
+    fn a_chunk_key_must_be_unique_not_null_and_in_the_replica_identity() {
+        let mut r = relation(&["id", "customer_id", "note"]);
+        r.columns[0].flags = Column::FLAG_KEY; // REPLICA IDENTITY DEFAULT: the primary key
+        let s = |v: &[&str]| v.iter().map(|c| (*c).to_owned()).collect::<Vec<String>>();
+        let pk = vec![s(&["id"])];
+        let not_null = s(&["id", "customer_id"]);
+        assert_eq!(
+            chunk_key_problem(&r, &s(&["id"]), false, &pk, &not_null),
+            None
+        );
+        // Not unique (issue 38: 100 rows per customer_id, 7,199 never sent).
+        let why = chunk_key_problem(&r, &s(&["customer_id"]), true, &pk, &not_null).unwrap();
+        assert!(
+            why.contains("no unique index makes (customer_id) unique"),
+            "{why}"
+        );
+        // A unique index on a subset makes a wider key unique.
+        assert_eq!(
+            chunk_key_problem(&r, &s(&["id", "customer_id"]), true, &pk, &not_null),
+            None
+        );
+        // NULL ends the table; not in the identity, deletes do not carry it.
+        let unique_note = vec![s(&["note"])];
+        let why = chunk_key_problem(&r, &s(&["note"]), true, &unique_note, &not_null).unwrap();
+        assert!(why.contains("allows NULL"), "{why}");
+        let unique_customer = vec![s(&["customer_id"])];
+        let why = chunk_key_problem(&r, &s(&["customer_id"]), false, &unique_customer, &not_null)
+            .unwrap();
+        assert!(why.contains("not in the replica identity"), "{why}");
+        // …which only matters when rows change: an outbox's inserts carry all.
+        assert_eq!(
+            chunk_key_problem(&r, &s(&["customer_id"]), true, &unique_customer, &not_null),
+            None
+        );
+        // A renamed key column is not a column.
+        let why = chunk_key_problem(&r, &s(&["order_id"]), false, &pk, &not_null).unwrap();
+        assert!(
+            why.contains("\"order_id\" is not a published column"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -83,7 +83,10 @@ impl Specs {
         self.tables.iter().find(|(t, _)| t == table).map(|(_, s)| s)
     }
 
-    /// A chunk table for `table`, or why not.
+    /// A chunk table for `table`, or why not. Its key is the configured
+    /// one; the chunk reader checks it against the table and pages by a
+    /// unique key of the table instead when it is not one
+    /// ([`crate::pg::snapshot::SnapshotReader::chunk_key`]).
     pub(super) fn chunk_table(
         &self,
         table: &str,
@@ -95,12 +98,6 @@ impl Specs {
                 self.names().join(", ")
             )
         })?;
-        if spec.key.is_empty() {
-            return Err(format!(
-                "{table} has no primary key and no key_columns: an incremental snapshot reads it \
-                 in chunks by a unique key; set key_columns"
-            ));
-        }
         if let Some(filter) = &filter {
             crate::pg::filter::check(filter)
                 .map_err(|why| format!("the condition for {table} is refused: {why}"))?;
@@ -114,6 +111,7 @@ impl Specs {
             inserts_only: spec.inserts_only,
             after: None,
             done: false,
+            abandoned: None,
         })
     }
 }
@@ -132,6 +130,9 @@ pub(crate) fn plan_at_start(
         .and_then(|s| s.incremental.as_ref())
         .filter(|p| !p.done())
         .map(|p| from_stored(p, chunk_rows));
+    if let Some(p) = &mut plan {
+        recheck(p, specs);
+    }
     let known_before: Option<Vec<String>> = stored.and_then(|s| {
         if !s.known_tables.is_empty() {
             Some(s.known_tables.clone())
@@ -180,6 +181,46 @@ pub(crate) fn plan_at_start(
     (plan, added_names)
 }
 
+/// Checks a stored plan against the configuration of this start: a table
+/// no longer configured, or whose condition is now refused, is given up
+/// with a warning that says so (a plan that cannot run must not stop every
+/// start). What only the database can tell — the table dropped or renamed,
+/// its key gone — is found by the chunk that reads it
+/// ([`crate::pg::snapshot::SnapshotError::gives_up_table`]).
+fn recheck(plan: &mut IncrementalPlan, specs: &Specs) {
+    let id = plan.id.clone();
+    for t in plan.tables.iter_mut().filter(|t| !t.done) {
+        let table = t.display();
+        let why = match specs.get(&table) {
+            None => Some(format!(
+                "{table} is no longer a table this connector captures ({})",
+                specs.names().join(", ")
+            )),
+            Some(spec) => {
+                if t.after.is_none() && !spec.key.is_empty() {
+                    // Not started: follow the configuration as it is now.
+                    t.key.clone_from(&spec.key);
+                }
+                t.inserts_only = spec.inserts_only;
+                t.filter.as_deref().and_then(|f| {
+                    crate::pg::filter::check(f)
+                        .err()
+                        .map(|why| format!("its condition is refused: {why}"))
+                })
+            }
+        };
+        if let Some(why) = why {
+            tracing::warn!(
+                %table, %id,
+                "the stored incremental snapshot {id} cannot go on with {table}, which is given \
+                 up: {why}"
+            );
+            t.done = true;
+            t.abandoned = Some(why);
+        }
+    }
+}
+
 /// The plan as the offset store keeps it.
 pub(super) fn to_stored(plan: &IncrementalPlan, rows: u64) -> IncrementalProgress {
     IncrementalProgress {
@@ -195,6 +236,7 @@ pub(super) fn to_stored(plan: &IncrementalPlan, rows: u64) -> IncrementalProgres
                 inserts_only: t.inserts_only,
                 after: t.after.clone(),
                 done: t.done,
+                abandoned: t.abandoned.clone(),
             })
             .collect(),
     }
@@ -218,6 +260,7 @@ pub(super) fn from_stored(p: &IncrementalProgress, chunk_rows: usize) -> Increme
                     inserts_only: t.inserts_only,
                     after: t.after.clone(),
                     done: t.done,
+                    abandoned: t.abandoned.clone(),
                 }
             })
             .collect(),
@@ -227,13 +270,16 @@ pub(super) fn from_stored(p: &IncrementalProgress, chunk_rows: usize) -> Increme
 /// A signal: Debezium's `execute-snapshot` shape
 /// (`{"id": …, "type": "execute-snapshot", "data": {"data-collections":
 /// ["schema.table"], "type": "incremental", "additional-conditions":
-/// [{"data-collection": "schema.table", "filter": "…"}]}}`), optionally
+/// [{"data-collection": "schema.table", "filter": "…"}]}}`) or its
+/// `stop-snapshot` (`data-collections` optional: all tables), optionally
 /// with `"connector"` naming the one connector it is for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Signal {
     pub(super) id: String,
-    /// `(table, filter)`.
+    /// `(table, filter)`; for a stop, the tables to stop (none: all).
     pub(super) tables: Vec<(String, Option<String>)>,
+    /// `stop-snapshot`: give the tables up.
+    pub(super) stop: bool,
 }
 
 /// The signal in `content`, if it is an `execute-snapshot` for
@@ -251,11 +297,16 @@ pub(super) fn parse_signal(
         return Ok(None);
     }
     let kind = v.get("type").and_then(|t| t.as_str()).unwrap_or_default();
-    if kind != "execute-snapshot" {
-        return Err(format!(
-            "the signal at {lsn} has type {kind:?}; walrelay knows \"execute-snapshot\""
-        ));
-    }
+    let stop = match kind {
+        "execute-snapshot" => false,
+        "stop-snapshot" => true,
+        _ => {
+            return Err(format!(
+                "the signal at {lsn} has type {kind:?}; walrelay knows \"execute-snapshot\" and \
+                 \"stop-snapshot\""
+            ));
+        }
+    };
     let data = v.get("data").cloned().unwrap_or_default();
     let snapshot_type = data
         .get("type")
@@ -290,7 +341,7 @@ pub(super) fn parse_signal(
                 .collect()
         })
         .unwrap_or_default();
-    if tables.is_empty() {
+    if tables.is_empty() && !stop {
         return Err(format!(
             "the signal at {lsn} names no table (data.data-collections)"
         ));
@@ -299,7 +350,53 @@ pub(super) fn parse_signal(
         .get("id")
         .and_then(|i| i.as_str())
         .map_or_else(|| format!("signal-{lsn}"), str::to_owned);
-    Ok(Some(Signal { id, tables }))
+    Ok(Some(Signal { id, tables, stop }))
+}
+
+/// The signal `walrelay snapshot --cancel` writes: stop `table`'s
+/// incremental snapshot (all tables' when `None`).
+pub fn stop_signal_json(connector: &str, id: &str, table: Option<&str>) -> String {
+    let mut data = serde_json::json!({"type": "incremental"});
+    if let Some(table) = table {
+        data["data-collections"] = serde_json::json!([table]);
+    }
+    serde_json::json!({
+        "id": id,
+        "type": "stop-snapshot",
+        "connector": connector,
+        "data": data,
+    })
+    .to_string()
+}
+
+/// `walrelay snapshot --cancel`: writes the signal that makes the running
+/// connector (or the next one to stream, where the stream carries it) give
+/// up the incremental snapshot of `table` (of every table when `None`).
+/// Returns the signal's id and LSN.
+pub async fn cancel_snapshot(
+    config: &Config,
+    table: Option<&str>,
+) -> Result<(String, Lsn), String> {
+    let params = super::connect_params(config);
+    let client = crate::pg::catalog::connect(&params)
+        .await
+        .map_err(|e| e.to_string())?;
+    let table = table.map(|t| {
+        if t.contains('.') {
+            t.to_owned()
+        } else {
+            format!("public.{t}")
+        }
+    });
+    let id = format!("cancel-{}", super::heartbeat::now_ms());
+    let lsn = crate::pg::catalog::emit_message_flushed(
+        &client,
+        SIGNAL_PREFIX,
+        &stop_signal_json(&config.connector.name, &id, table.as_deref()),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    Ok((id, lsn))
 }
 
 /// The signal `walrelay snapshot` writes.
@@ -344,7 +441,25 @@ pub async fn request_snapshot(
     } else {
         format!("public.{table}")
     };
-    specs.chunk_table(&table, filter.map(str::to_owned))?;
+    let chunk = specs.chunk_table(&table, filter.map(str::to_owned))?;
+    // A table with no key to page by is refused now, not found out by the
+    // running connector.
+    let reader = crate::pg::snapshot::SnapshotReader::open_for_chunks(&params)
+        .await
+        .map_err(|e| e.to_string())?;
+    let relation = reader
+        .table_relation(
+            &chunk.schema,
+            &chunk.name,
+            Some(&config.postgres.publication),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    reader
+        .chunk_key(&relation, &chunk.key, chunk.inserts_only)
+        .await
+        .map_err(|e| e.to_string())?;
+    drop(reader);
     if let Some(filter) = filter {
         // A condition the server cannot parse would stop the snapshot at
         // its first chunk: find out now.
@@ -397,6 +512,28 @@ impl super::streaming::Streaming {
                 return;
             }
         };
+        if signal.stop {
+            let names: Vec<String> = signal.tables.into_iter().map(|(t, _)| t).collect();
+            let why = format!("cancelled by signal {} at {lsn}", signal.id);
+            match source.cancel_incremental(&names, &why) {
+                Some((given_up, plan)) if !given_up.is_empty() => {
+                    tracing::warn!(
+                        %lsn, signal = %signal.id, id = %plan.id,
+                        "incremental snapshot cancelled for {}", given_up.join(", ")
+                    );
+                    let rows = self.incremental_rows_before(&plan.id);
+                    self.incremental_pending
+                        .push_back((lsn, plan.clone(), rows));
+                    self.incremental_metrics(&plan);
+                }
+                _ => tracing::info!(
+                    %lsn, signal = %signal.id,
+                    "stop-snapshot signal: no incremental snapshot of {} runs",
+                    if names.is_empty() { "any table".to_owned() } else { names.join(", ") }
+                ),
+            }
+            return;
+        }
         let mut tables = Vec::new();
         for (table, filter) in signal.tables {
             match self.chunk_specs.chunk_table(&table, filter) {
@@ -436,31 +573,56 @@ impl super::streaming::Streaming {
             plan,
         );
         if let Some(plan) = source.incremental_plan() {
-            self.metrics
-                .incremental_running
-                .store(!plan.done(), std::sync::atomic::Ordering::Relaxed);
-            self.metrics.incremental_tables_remaining.store(
-                plan.tables.iter().filter(|t| !t.done).count() as u64,
-                std::sync::atomic::Ordering::Relaxed,
-            );
+            let plan = plan.clone();
+            self.incremental_metrics(&plan);
         }
+    }
+
+    /// The running and remaining-tables gauges for `plan`.
+    fn incremental_metrics(&self, plan: &IncrementalPlan) {
+        use std::sync::atomic::Ordering;
+        self.metrics
+            .incremental_running
+            .store(!plan.done(), Ordering::Relaxed);
+        self.metrics.incremental_tables_remaining.store(
+            plan.tables.iter().filter(|t| !t.done).count() as u64,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Rows of snapshot `id` published before now (in progress not yet
+    /// stored, else stored).
+    fn incremental_rows_before(&self, id: &str) -> u64 {
+        self.incremental_pending
+            .back()
+            .filter(|(_, p, _)| p.id == id)
+            .map(|(_, _, r)| *r)
+            .or_else(|| {
+                self.offsets
+                    .template()
+                    .incremental
+                    .as_ref()
+                    .filter(|p| p.id == id)
+                    .map(|p| p.rows)
+            })
+            .unwrap_or(0)
     }
 
     /// Publishes one chunk as a transaction of its own at its high
     /// watermark `lsn`, and keeps its progress until the offset store may
-    /// hold it.
+    /// hold it. Without `relation` the table was given up: an empty
+    /// transaction carries the plan that says so.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn on_snapshot_chunk(
         &mut self,
         lsn: Lsn,
         table: usize,
-        relation: &std::sync::Arc<crate::pgoutput::Relation>,
+        relation: Option<&std::sync::Arc<crate::pgoutput::Relation>>,
         rows: Vec<crate::pgoutput::TupleData>,
         read: usize,
         plan: IncrementalPlan,
         source: &crate::source::Source,
     ) -> Result<(), super::RelayError> {
-        use std::sync::atomic::Ordering;
         if self.checkpoint.open_txn().is_some() {
             return Err(super::RelayError::Stream {
                 lsn,
@@ -472,12 +634,16 @@ impl super::streaming::Streaming {
             .get(table)
             .map(ChunkTable::display)
             .unwrap_or_default();
+        let txn = self.checkpoint.begin()?;
+        let Some(relation) = relation else {
+            self.checkpoint.commit(txn, lsn)?;
+            return self.chunk_published(lsn, table, 0, read, plan).await;
+        };
         // Route with the chunk's shape, then put back the stream's.
         self.router.on_relation(relation);
         if let Some(warning) = self.tables.on_relation(relation, lsn)? {
             tracing::warn!("{warning}");
         }
-        let txn = self.checkpoint.begin()?;
         let published = rows.len() as u64;
         let now_ms = super::heartbeat::now_ms();
         let result = async {
@@ -538,18 +704,36 @@ impl super::streaming::Streaming {
         }
         result?;
         self.checkpoint.commit(txn, lsn)?;
+        self.chunk_published(lsn, table, published, read, plan)
+            .await
+    }
+
+    /// A chunk's `published` rows are in the checkpoint's transaction at
+    /// `lsn`: counts them and keeps the plan until the offset store may
+    /// hold it.
+    async fn chunk_published(
+        &mut self,
+        lsn: Lsn,
+        table: usize,
+        published: u64,
+        read: usize,
+        plan: IncrementalPlan,
+    ) -> Result<(), super::RelayError> {
+        use std::sync::atomic::Ordering;
+        let table_name = plan
+            .tables
+            .get(table)
+            .map(ChunkTable::display)
+            .unwrap_or_default();
         self.incremental_rows += published;
         self.metrics
             .incremental_rows
             .fetch_add(published, Ordering::Relaxed);
-        self.metrics
-            .incremental_running
-            .store(!plan.done(), Ordering::Relaxed);
-        self.metrics.incremental_tables_remaining.store(
-            plan.tables.iter().filter(|t| !t.done).count() as u64,
-            Ordering::Relaxed,
-        );
-        let table_done = plan.tables.get(table).is_some_and(|t| t.done);
+        self.incremental_metrics(&plan);
+        let table_done = plan
+            .tables
+            .get(table)
+            .is_some_and(|t| t.done && t.abandoned.is_none());
         tracing::debug!(
             table = %table_name, %lsn, read, published,
             "incremental snapshot chunk published"
@@ -561,20 +745,7 @@ impl super::streaming::Streaming {
             );
         }
         // Rows of this snapshot published before this chunk.
-        let stored_rows = self
-            .incremental_pending
-            .back()
-            .filter(|(_, p, _)| p.id == plan.id)
-            .map(|(_, _, r)| *r)
-            .or_else(|| {
-                self.offsets
-                    .template()
-                    .incremental
-                    .as_ref()
-                    .filter(|p| p.id == plan.id)
-                    .map(|p| p.rows)
-            })
-            .unwrap_or(0);
+        let stored_rows = self.incremental_rows_before(&plan.id);
         self.incremental_pending
             .push_back((lsn, plan, stored_rows + published));
         // `exactly_once`: a commit here carries this chunk's progress with
@@ -614,7 +785,22 @@ mod tests {
                 .unwrap_err()
                 .contains("blocking")
         );
-        assert!(parse_signal(br#"{"type":"stop-snapshot"}"#, "orders", Lsn(1)).is_err());
+        assert!(parse_signal(br#"{"type":"pause-snapshot"}"#, "orders", Lsn(1)).is_err());
+        // A stop names its tables, or none (all).
+        let stop = parse_signal(br#"{"type":"stop-snapshot"}"#, "orders", Lsn(1))
+            .unwrap()
+            .unwrap();
+        assert!(stop.stop && stop.tables.is_empty());
+        let text = stop_signal_json("orders", "c1", Some("public.items"));
+        let stop = parse_signal(text.as_bytes(), "orders", Lsn(1))
+            .unwrap()
+            .unwrap();
+        assert_eq!((stop.id.as_str(), stop.stop), ("c1", true));
+        assert_eq!(stop.tables, [("public.items".to_owned(), None)]);
+        assert_eq!(
+            parse_signal(text.as_bytes(), "billing", Lsn(1)).unwrap(),
+            None
+        );
         assert!(parse_signal(b"{", "orders", Lsn(1)).is_err());
     }
 
@@ -631,6 +817,7 @@ mod tests {
                 inserts_only: true,
                 after: Some(vec![Some("k".into()), None]),
                 done: false,
+                abandoned: None,
             }],
         };
         assert_eq!(from_stored(&to_stored(&plan, 3), 10), plan);

@@ -70,7 +70,7 @@ use crate::source::lease::{Instance, Lease};
 use crate::telemetry::outage::{Outage, OutageLog, Said};
 use crate::telemetry::{self, Metrics, Role};
 
-pub use incremental::{SIGNAL_PREFIX, request_snapshot, signal_json};
+pub use incremental::{SIGNAL_PREFIX, cancel_snapshot, request_snapshot, signal_json};
 use session::Session;
 
 /// What a produced record stands for: handed to the sink with the record,

@@ -623,7 +623,15 @@ impl Session {
                  incremental snapshot while streaming continues"
             );
         }
-        if let Some(plan) = plan {
+        if let Some(stored) = stored.as_ref().and_then(|s| s.incremental.as_ref())
+            && let Some(plan) = &plan
+            && stored.id == plan.id
+        {
+            // What the start's checks gave up is kept, said once.
+            run.offsets.template_mut().incremental =
+                Some(super::incremental::to_stored(plan, stored.rows));
+        }
+        if let Some(plan) = plan.filter(|p| !p.done()) {
             tracing::info!(
                 id = %plan.id,
                 tables = %plan.tables.iter().filter(|t| !t.done).map(|t| t.display()).collect::<Vec<_>>().join(", "),

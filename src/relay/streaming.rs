@@ -397,7 +397,7 @@ impl Streaming {
                 read,
                 plan,
             } => {
-                self.on_snapshot_chunk(lsn, table, &relation, rows, read, plan, source)
+                self.on_snapshot_chunk(lsn, table, relation.as_ref(), rows, read, plan, source)
                     .await?
             }
             SourceEvent::Relation(r) => {
@@ -878,10 +878,26 @@ impl Streaming {
         {
             if let Some((_, plan, rows)) = self.incremental_pending.pop_front() {
                 if plan.done() {
-                    tracing::info!(
-                        id = %plan.id, rows,
-                        "incremental snapshot completed: every chunk is in Kafka"
-                    );
+                    let given_up: Vec<String> = plan
+                        .tables
+                        .iter()
+                        .filter_map(|t| {
+                            Some(format!("{} ({})", t.display(), t.abandoned.as_ref()?))
+                        })
+                        .collect();
+                    if given_up.is_empty() {
+                        tracing::info!(
+                            id = %plan.id, rows,
+                            "incremental snapshot completed: every chunk is in Kafka"
+                        );
+                    } else {
+                        tracing::warn!(
+                            id = %plan.id, rows,
+                            "incremental snapshot ended with tables given up, their remaining \
+                             rows not read: {}; every chunk read is in Kafka",
+                            given_up.join("; ")
+                        );
+                    }
                 }
                 self.offsets.template_mut().incremental =
                     Some(super::incremental::to_stored(&plan, rows));

@@ -67,6 +67,9 @@ pub struct ChunkTable {
     /// The key of the last row done; `None`: from the first row.
     pub after: Option<Vec<Option<String>>>,
     pub done: bool,
+    /// Why the table was given up (done without all of its rows): it can
+    /// no longer be read as planned, or the snapshot was cancelled.
+    pub abandoned: Option<String>,
 }
 
 impl ChunkTable {
@@ -94,6 +97,20 @@ impl IncrementalPlan {
     fn current(&self) -> Option<usize> {
         self.tables.iter().position(|t| !t.done)
     }
+
+    /// Gives up the tables not done that `tables` names (all when empty),
+    /// saying `why`; returns their names.
+    pub fn abandon(&mut self, tables: &[String], why: &str) -> Vec<String> {
+        let mut given_up = Vec::new();
+        for t in &mut self.tables {
+            if !t.done && (tables.is_empty() || tables.contains(&t.display())) {
+                t.done = true;
+                t.abandoned = Some(why.to_owned());
+                given_up.push(t.display());
+            }
+        }
+        given_up
+    }
 }
 
 /// Changes of the chunk's table kept from before its low watermark: a
@@ -117,7 +134,9 @@ struct Request {
 #[derive(Debug)]
 struct ChunkRead {
     chunk: u64,
-    chunk_data: Chunk,
+    /// The rows, or why the table cannot be read as planned (it is given
+    /// up: see [`SnapshotError::gives_up_table`]).
+    outcome: Result<Chunk, String>,
 }
 
 #[derive(Debug)]
@@ -128,12 +147,18 @@ enum Phase {
     /// next is asked for once the offset store holds it, so that a crash
     /// re-sends at most the chunk in flight.
     Publishing { lsn: Lsn },
-    /// Chunk asked for; its low watermark not seen yet. Changes of the
-    /// table seen meanwhile, with their transaction.
-    Requested { chunk: u64, before: Vec<(u32, Key)> },
+    /// Chunk asked for (of the plan's table `table`); its low watermark
+    /// not seen yet. Changes of the table seen meanwhile, with their
+    /// transaction.
+    Requested {
+        chunk: u64,
+        table: usize,
+        before: Vec<(u32, Key)>,
+    },
     /// Between the watermarks.
     Window {
         chunk: u64,
+        table: usize,
         before: Vec<(u32, Key)>,
         touched: HashSet<Key>,
         truncated: bool,
@@ -273,6 +298,7 @@ impl Incremental {
         }
         self.phase = Phase::Requested {
             chunk,
+            table: current,
             before: Vec::new(),
         };
     }
@@ -285,8 +311,7 @@ impl Incremental {
             SourceEvent::Commit { .. } => self.xid = None,
             SourceEvent::Change(change) => self.on_change(change),
             SourceEvent::Truncate { relations, .. } => {
-                if let Some(current) = self.plan.current() {
-                    let t = &self.plan.tables[current];
+                if let Some(t) = self.in_flight().map(|i| &self.plan.tables[i]) {
                     let hit = relations
                         .iter()
                         .any(|r| r.namespace == t.schema && r.name == t.name);
@@ -314,8 +339,16 @@ impl Incremental {
         Ok(event)
     }
 
+    /// The plan's index of the table whose chunk is in flight.
+    fn in_flight(&self) -> Option<usize> {
+        match self.phase {
+            Phase::Requested { table, .. } | Phase::Window { table, .. } => Some(table),
+            Phase::Idle | Phase::Publishing { .. } => None,
+        }
+    }
+
     fn on_change(&mut self, change: &super::Change) {
-        let Some(current) = self.plan.current() else {
+        let Some(current) = self.in_flight() else {
             return;
         };
         let t = &self.plan.tables[current];
@@ -363,10 +396,18 @@ impl Incremental {
         lsn: Lsn,
     ) -> Result<Option<SourceEvent>, SnapshotError> {
         match (&mut self.phase, high) {
-            (Phase::Requested { chunk: c, before }, false) if *c == chunk => {
-                let before = std::mem::take(before);
+            (
+                Phase::Requested {
+                    chunk: c,
+                    table,
+                    before,
+                },
+                false,
+            ) if *c == chunk => {
+                let (table, before) = (*table, std::mem::take(before));
                 self.phase = Phase::Window {
                     chunk,
+                    table,
                     before,
                     touched: HashSet::new(),
                     truncated: false,
@@ -375,6 +416,7 @@ impl Incremental {
             }
             (Phase::Window { chunk: c, .. }, true) if *c == chunk => {
                 let Phase::Window {
+                    table,
                     before,
                     touched,
                     truncated,
@@ -398,13 +440,10 @@ impl Incremental {
                         reason: format!("chunk {} arrived for watermark {chunk}", read.chunk),
                     });
                 }
-                Ok(Some(self.finish_chunk(
-                    read.chunk_data,
-                    before,
-                    touched,
-                    truncated,
-                    lsn,
-                )))
+                Ok(Some(match read.outcome {
+                    Ok(chunk) => self.finish_chunk(table, chunk, before, touched, truncated, lsn),
+                    Err(why) => self.give_up(table, &why, lsn),
+                }))
             }
             // Another run's, an old chunk's, or out of order: not ours.
             _ => Ok(None),
@@ -412,23 +451,40 @@ impl Incremental {
     }
 
     /// The chunk's event: its rows minus the stale ones; advances the plan
-    /// and asks for the next chunk.
+    /// and asks for the next chunk. A table given up (cancelled) while the
+    /// chunk was in flight publishes none of it.
     fn finish_chunk(
         &mut self,
+        index: usize,
         chunk: Chunk,
         before: Vec<(u32, Key)>,
         touched: HashSet<Key>,
         truncated: bool,
         lsn: Lsn,
     ) -> SourceEvent {
-        let Some(current) = self.plan.current() else {
-            return SourceEvent::Idle {
-                wal_end: Lsn::ZERO,
-                reply: false,
-            };
-        };
         let limit = self.plan.chunk_rows;
-        let table = &mut self.plan.tables[current];
+        let Some(table) = self.plan.tables.get_mut(index) else {
+            return self.next_after(index, None, Vec::new(), 0, lsn);
+        };
+        if table.done {
+            return self.next_after(index, Some(chunk.relation), Vec::new(), 0, lsn);
+        }
+        if chunk.key != table.key {
+            // Read by another key than the plan's: the stored position is
+            // in the old key, and the changes seen while the chunk was in
+            // flight were keyed by it, so this chunk's rows cannot be told
+            // fresh from stale. Publish none; the table starts over by the
+            // key the reader chose.
+            tracing::warn!(
+                table = %table.display(),
+                "incremental snapshot of {}: {} — read from its first row",
+                table.display(),
+                chunk.key_note.as_deref().unwrap_or("the chunk key changed")
+            );
+            table.key = chunk.key;
+            table.after = None;
+            return self.next_after(index, Some(chunk.relation), Vec::new(), 0, lsn);
+        }
         let invisible: HashSet<u32> = chunk.invisible.iter().copied().collect();
         let newer: HashSet<&Key> = touched
             .iter()
@@ -465,20 +521,50 @@ impl Incremental {
         if read < limit {
             table.done = true;
         }
-        let event = SourceEvent::SnapshotChunk {
-            lsn,
-            table: current,
-            relation: Arc::new(chunk.relation),
-            rows,
-            read,
-            plan: self.plan.clone(),
-        };
+        self.next_after(index, Some(chunk.relation), rows, read, lsn)
+    }
+
+    /// Gives table `index` up because it cannot be read as planned (`why`).
+    fn give_up(&mut self, index: usize, why: &str, lsn: Lsn) -> SourceEvent {
+        if let Some(table) = self.plan.tables.get_mut(index)
+            && !table.done
+        {
+            tracing::warn!(
+                table = %table.display(), id = %self.plan.id,
+                "incremental snapshot of {} given up, its remaining rows are not read: {why}; \
+                 once fixed, ask again with `walrelay snapshot --table {}`",
+                table.display(),
+                table.display()
+            );
+            table.done = true;
+            table.abandoned = Some(why.to_owned());
+        }
+        self.next_after(index, None, Vec::new(), 0, lsn)
+    }
+
+    /// The event of a chunk of table `index` at `lsn`; the plan waits for
+    /// the offset store to hold it before the next chunk.
+    fn next_after(
+        &mut self,
+        index: usize,
+        relation: Option<Relation>,
+        rows: Vec<TupleData>,
+        read: usize,
+        lsn: Lsn,
+    ) -> SourceEvent {
         self.phase = if self.plan.done() {
             Phase::Idle
         } else {
             Phase::Publishing { lsn }
         };
-        event
+        SourceEvent::SnapshotChunk {
+            lsn,
+            table: index,
+            relation: relation.map(Arc::new),
+            rows,
+            read,
+            plan: self.plan.clone(),
+        }
     }
 
     /// The offset store holds everything up to `up_to`: once that covers
@@ -489,6 +575,13 @@ impl Incremental {
         {
             self.request_next();
         }
+    }
+
+    /// Gives up the tables of the plan that `tables` names (all when
+    /// empty), saying `why` (a cancel); returns their names. A chunk in
+    /// flight of one of them publishes nothing.
+    pub(super) fn cancel(&mut self, tables: &[String], why: &str) -> Vec<String> {
+        self.plan.abandon(tables, why)
     }
 
     /// The high watermark of the chunk published and not yet stored.
@@ -530,21 +623,27 @@ async fn chunk_task(
             catalog::emit_message_flushed(reader.client(), WATERMARK_PREFIX, &mark("low"))
                 .await
                 .map_err(SnapshotError::Connect)?;
-            let chunk_data = reader
+            let outcome = match reader
                 .read_chunk(
                     &t.schema,
                     &t.name,
                     &publication,
                     &t.key,
+                    t.inserts_only,
                     t.filter.as_deref(),
                     t.after.as_deref(),
                     request.limit,
                 )
-                .await?;
+                .await
+            {
+                Ok(chunk) => Ok(chunk),
+                Err(e) if e.gives_up_table() => Err(e.to_string()),
+                Err(e) => return Err(e),
+            };
             if chunks
                 .send(ChunkRead {
                     chunk: request.chunk,
-                    chunk_data,
+                    outcome,
                 })
                 .await
                 .is_err()

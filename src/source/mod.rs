@@ -185,11 +185,12 @@ pub enum SourceEvent {
     /// no newer version of, at `lsn` (its high watermark's position: every
     /// streamed event before it came first). `read` rows were read (before
     /// leaving the stale ones out); `plan` is the snapshot's progress with
-    /// this chunk done.
+    /// this chunk done. No `relation` (and no rows): the table was given up
+    /// (`plan` says why).
     SnapshotChunk {
         lsn: Lsn,
         table: usize,
-        relation: Arc<Relation>,
+        relation: Option<Arc<Relation>>,
         rows: Vec<TupleData>,
         read: usize,
         plan: IncrementalPlan,
@@ -482,6 +483,19 @@ impl Source {
     /// not yet stored, if any: the offset store should hold it soon.
     pub fn incremental_publishing(&self) -> Option<Lsn> {
         self.incremental.as_ref().and_then(|i| i.publishing())
+    }
+
+    /// Gives up the tables of the running incremental snapshot that
+    /// `tables` names (all when empty), saying `why`; returns their names
+    /// and the plan as it now stands.
+    pub fn cancel_incremental(
+        &mut self,
+        tables: &[String],
+        why: &str,
+    ) -> Option<(Vec<String>, IncrementalPlan)> {
+        let i = self.incremental.as_mut()?;
+        let given_up = i.cancel(tables, why);
+        Some((given_up, i.plan.clone()))
     }
 
     /// The incremental snapshot's progress, while one runs.
