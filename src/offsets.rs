@@ -109,6 +109,13 @@ pub struct StoredOffset {
     /// in offsets written before walrelay stored it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub known_tables: Vec<String>,
+    /// The term of the lease its writer held (crate::source::lease,
+    /// invariant 5): the reader takes the newest record of the highest
+    /// term, so a holder that returns after losing its lease cannot move
+    /// the offset backwards. Absent in offsets written before walrelay
+    /// kept it (they count as of the term of the record before them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub term: Option<u64>,
 }
 
 /// An incremental snapshot as stored: its tables and how far each got.
@@ -763,6 +770,8 @@ impl OffsetStore {
         let mut deadline = StallDeadline::new(stall, Instant::now());
         // The newest record of our key: (partition, offset, payload).
         let mut latest: Option<(i32, i64, Option<Vec<u8>>)> = None;
+        // Its lease term (see [`StoredOffset::term`]).
+        let mut latest_term: Option<u64> = None;
         let mut records: u64 = 0;
         while parts.iter().any(|(_, _, _, done)| !done) {
             let now = Instant::now();
@@ -815,11 +824,31 @@ impl OffsetStore {
             deadline.progressed(Instant::now());
             records += 1;
             if msg.key() == Some(self.connector.as_bytes()) {
-                latest = Some((
-                    msg.partition(),
-                    msg.offset(),
-                    msg.payload().map(<[u8]>::to_vec),
-                ));
+                let term = msg.payload().map(record_term);
+                // A record of an older lease term than the newest so far
+                // was written by a holder that had lost its lease: ignored.
+                let older = matches!((term, latest_term), (Some(Some(t)), Some(best)) if t < best);
+                if older {
+                    tracing::warn!(
+                        topic = %self.topic, partition = msg.partition(), offset = msg.offset(),
+                        "ignoring an offset record written by an earlier lease holder after a \
+                         newer one took over (lease term {} < {})",
+                        term.flatten().unwrap_or_default(),
+                        latest_term.unwrap_or_default()
+                    );
+                } else {
+                    latest_term = match term {
+                        // A tombstone starts over; a record without a term
+                        // (an older walrelay) keeps the term before it.
+                        None => None,
+                        Some(t) => t.or(latest_term),
+                    };
+                    latest = Some((
+                        msg.partition(),
+                        msg.offset(),
+                        msg.payload().map(<[u8]>::to_vec),
+                    ));
+                }
             }
             if let Some(part) = parts.iter_mut().find(|x| x.0 == msg.partition()) {
                 part.2 = msg.offset() + 1;
@@ -853,6 +882,16 @@ impl OffsetStore {
                 message: e.to_string(),
             })
     }
+}
+
+/// The lease term an offset record's JSON carries, if any.
+fn record_term(payload: &[u8]) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    struct Term {
+        #[serde(default)]
+        term: Option<u64>,
+    }
+    serde_json::from_slice::<Term>(payload).ok()?.term
 }
 
 /// Why a topic with this `cleanup.policy` cannot hold offsets, if it cannot.
@@ -914,6 +953,7 @@ mod tests {
             accepted_gap: None,
             incremental: None,
             known_tables: Vec::new(),
+            term: None,
         }
     }
 

@@ -1168,6 +1168,7 @@ mod tests {
             accepted_gap: None,
             incremental: None,
             known_tables: Vec::new(),
+            term: None,
         }
     }
 

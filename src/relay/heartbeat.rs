@@ -236,6 +236,7 @@ mod tests {
             accepted_gap: None,
             incremental: None,
             known_tables: Vec::new(),
+            term: None,
         };
         let metrics = Arc::new(Metrics::new("orders"));
         let offsets = super::super::offset_writer::OffsetWriter::new(template, "offsets", START);

@@ -620,8 +620,8 @@ pub async fn run(
             // 0. The lease, before anything of the connector is read or
             //    changed (crate::source::lease): wait as a standby while
             //    another instance holds it.
-            let lost = match &lease {
-                Some(l) if !l.is_lost() => l.lost().clone(),
+            let (lost, fence) = match &lease {
+                Some(l) if !l.is_lost() => (l.lost().clone(), l.fence()),
                 _ => {
                     if let Some(old) = lease.take() {
                         stale_lease = Some(old.backend_pid());
@@ -639,9 +639,9 @@ pub async fn run(
                                 instance = %instance, slot = %config.postgres.slot,
                                 "holding the lease: this instance is the active one"
                             );
-                            let lost = l.lost().clone();
+                            let taken = (l.lost().clone(), l.fence());
                             lease = Some(l);
-                            lost
+                            taken
                         }
                         Err(e) => break 'attempt Err(e.into()),
                     }
@@ -652,6 +652,7 @@ pub async fn run(
                 accept_slot_position: accept,
                 metrics: metrics.clone(),
                 kafka_outage: kafka_outage.clone(),
+                fence,
             };
             // Setup (connecting, checks) is simply abandoned on shutdown; once
             // streaming, the session stops gracefully by itself. Losing the

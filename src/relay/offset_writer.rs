@@ -45,6 +45,7 @@
 //!   (transient: a new session, a new producer). No fixed time limit that
 //!   would end a session in the middle of a broker's restart.
 
+use crate::source::lease::Fence;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
@@ -150,6 +151,9 @@ pub(super) struct OffsetWriter {
     transactions: Option<(TransactionLimits, Option<OpenTransaction>)>,
     /// `exactly_once`: how long commits take.
     commit_time: CommitTime,
+    /// The lease's check before anything is handed to Kafka (records and
+    /// offsets alike: [`OffsetWriter::check_lease`]); none in unit tests.
+    fence: Option<Fence>,
 }
 
 impl OffsetWriter {
@@ -163,6 +167,26 @@ impl OffsetWriter {
             acked,
             transactions: None,
             commit_time: CommitTime::default(),
+            fence: None,
+        }
+    }
+
+    /// Checks the lease before every write and record
+    /// ([`crate::source::lease`], invariant 5).
+    pub(super) fn fenced(mut self, fence: Fence) -> OffsetWriter {
+        self.fence = Some(fence);
+        self
+    }
+
+    /// Returns once the lease is known to be still ours (at once, unless
+    /// the process was paused or the lease's pings are late);
+    /// [`RelayError::LeaseLost`] when it is not. Called before anything is
+    /// handed to the producer: a holder that returns from a pause after
+    /// another instance took over hands nothing more over.
+    pub(super) async fn check_lease(&self) -> Result<(), RelayError> {
+        match &self.fence {
+            Some(fence) => fence.check().await.map_err(|_| RelayError::LeaseLost),
+            None => Ok(()),
         }
     }
 
@@ -359,6 +383,7 @@ impl OffsetWriter {
         offset.written_at_ms =
             crate::pg::replication::pg_us_to_unix_ms(crate::pg::replication::pg_now_us());
         let record = offset.to_record(&self.topic);
+        self.check_lease().await?;
         self.before_send(sink, record.size(), 0)?;
         sink.send(&record, Token::Offset { lsn })
             .await
@@ -539,6 +564,7 @@ mod tests {
             accepted_gap: None,
             incremental: None,
             known_tables: Vec::new(),
+            term: None,
         };
         let writer = OffsetWriter::new(template, "offsets", Lsn(100));
         (writer, sink, acks, config, Metrics::new("orders"))

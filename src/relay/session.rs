@@ -31,6 +31,8 @@ pub(super) struct Session {
     pub(super) metrics: Arc<Metrics>,
     /// Kafka's outages, shared by every session's producer.
     pub(super) kafka_outage: Arc<crate::telemetry::outage::OutageLog>,
+    /// The lease's check before anything is handed to Kafka, and its term.
+    pub(super) fence: crate::source::lease::Fence,
 }
 
 /// A session that reached START_REPLICATION.
@@ -330,10 +332,12 @@ impl Session {
             accepted_gap: stored.as_ref().and_then(|s| s.accepted_gap.clone()),
             incremental: stored.as_ref().and_then(|s| s.incremental.clone()),
             known_tables: specs.names(),
+            term: Some(self.fence.term()),
         };
         let mut offsets =
             OffsetWriter::new(offset_template, &config.kafka.offsets_topic, Lsn::ZERO)
-                .transactional(transactions);
+                .transactional(transactions)
+                .fenced(self.fence.clone());
         let plan = startup::slot_plan(
             config.snapshot.mode,
             stored.as_ref(),

@@ -698,6 +698,7 @@ impl Streaming {
             snapshot_table,
             commit_ms,
         };
+        self.offsets.check_lease().await.map_err(Sent::Error)?;
         self.sink.send(record, token).await.map_err(Sent::Refused)?;
         self.awaiting_reports += 1;
         Ok(())

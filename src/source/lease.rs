@@ -37,7 +37,22 @@
 //!    whole host freezes and later resumes with records already handed to
 //!    its producer: docs/delivery.md, "Fencing and its limits".
 //!
-//! 5. **A silent lease connection of our own does not block us.** A lease
+//! 5. **Every grant has a term, and a holder checks its lease before it
+//!    hands anything over.** Right after the lock is granted the holder
+//!    writes a WAL record (`pg_logical_emit_message`, prefix
+//!    [`LEASE_PREFIX`]); its LSN is the lease's **term**, greater than
+//!    every earlier grant's. Offset records carry the term, and the offset
+//!    store's reader takes the newest record of the highest term, so a
+//!    holder that returns after losing its lease (a frozen VM, a long
+//!    pause) cannot move the stored offset backwards. Before each record
+//!    or offset write the holder asks its [`Fence`]: a lease not confirmed
+//!    by a ping *sent* within [`DETECT`] (the process was paused, or the
+//!    pings are late) is confirmed by a ping now before anything more is
+//!    handed over; a lost one stops the session, whose producer's queue is
+//!    purged. What librdkafka had already queued before the pause is
+//!    beyond that check: docs/delivery.md, "Fencing and its limits".
+//!
+//! 6. **A silent lease connection of our own does not block us.** A lease
 //!    connection can go half-open behind a proxy or NAT that keeps answering
 //!    the server's keepalives: the holder gives the lease up (invariant 3),
 //!    but the server still grants the lock to that connection. When the same
@@ -48,13 +63,19 @@
 //! Knows nothing of Kafka or the slot: the caller says what the lease is for
 //! (the slot name) and what to do while it waits.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
+use tokio::sync::Notify;
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::pg::catalog::{self, CatalogError};
 use crate::pg::wire::ConnectParams;
+
+/// The prefix of the WAL record whose LSN is a lease's term.
+pub const LEASE_PREFIX: &str = "walrelay.lease";
 
 /// How often the holder checks its lease connection.
 pub const PING_EVERY: Duration = Duration::from_millis(500);
@@ -234,8 +255,81 @@ pub struct Lease {
     lost: CancellationToken,
     /// The server process of the lease connection (`pg_backend_pid()`).
     backend_pid: i32,
+    fence: Fence,
     /// The ping loop (owns the client) and the connection's task.
     _tasks: [AbortOnDrop; 3],
+}
+
+/// What a holder checks before it hands a record or an offset over
+/// (invariant 5): cheap while the lease's pings are answered; after a
+/// pause, a ping now.
+#[derive(Debug, Clone)]
+pub struct Fence {
+    term: u64,
+    epoch: Instant,
+    /// When (ms after `epoch`) the newest answered ping was sent.
+    confirmed_ms: Arc<AtomicU64>,
+    /// Asks the pinger for a ping now.
+    confirm: Arc<Notify>,
+    lost: CancellationToken,
+}
+
+/// The lease is lost (or may have passed to another instance).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseGone;
+
+impl Fence {
+    /// The lease's term: the LSN of the WAL record written when it was
+    /// granted, greater than every earlier grant's.
+    pub fn term(&self) -> u64 {
+        self.term
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether a ping sent within [`DETECT`] was answered.
+    pub fn fresh(&self) -> bool {
+        self.now_ms()
+            .saturating_sub(self.confirmed_ms.load(Ordering::Acquire))
+            < DETECT.as_millis() as u64
+    }
+
+    /// Returns at once while the lease is fresh; otherwise asks for a ping
+    /// now and returns once one sent after this call is answered, or
+    /// [`LeaseGone`] when the lease is lost.
+    pub async fn check(&self) -> Result<(), LeaseGone> {
+        if self.lost.is_cancelled() {
+            return Err(LeaseGone);
+        }
+        if self.fresh() {
+            return Ok(());
+        }
+        let asked = self.now_ms();
+        self.confirm.notify_one();
+        loop {
+            tokio::select! {
+                _ = self.lost.cancelled() => return Err(LeaseGone),
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {
+                    if self.confirmed_ms.load(Ordering::Acquire) >= asked {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// A fence whose lease never lapses (for tests of what uses one).
+    pub fn always(term: u64) -> Fence {
+        Fence {
+            term,
+            epoch: Instant::now(),
+            confirmed_ms: Arc::new(AtomicU64::new(u64::MAX / 2)),
+            confirm: Arc::new(Notify::new()),
+            lost: CancellationToken::new(),
+        }
+    }
 }
 
 impl Lease {
@@ -338,19 +432,32 @@ impl Lease {
                     source,
                 })?;
         }
+        let term = lease_term(&client, &params.application_name).await?;
+        let fence = Fence {
+            term,
+            epoch: Instant::now(),
+            confirmed_ms: Arc::new(AtomicU64::new(0)),
+            confirm: Arc::new(Notify::new()),
+            lost: lost.clone(),
+        };
         let pinger = {
-            let lost = lost.clone();
+            let (lost, fence) = (lost.clone(), fence.clone());
             tokio::spawn(async move {
                 loop {
-                    tokio::select! {
-                        _ = tokio::time::sleep(PING_EVERY) => {}
-                        _ = lost.cancelled() => break,
-                    }
+                    // The send time counts: an answer read after a pause
+                    // proves nothing about the pause.
+                    let sent = fence.now_ms();
                     let ping =
                         tokio::time::timeout(PING_TIMEOUT, client.simple_query("SELECT 1")).await;
                     if !matches!(ping, Ok(Ok(_))) {
                         lost.cancel();
                         break;
+                    }
+                    fence.confirmed_ms.fetch_max(sent, Ordering::AcqRel);
+                    tokio::select! {
+                        _ = tokio::time::sleep(PING_EVERY) => {}
+                        _ = fence.confirm.notified() => {}
+                        _ = lost.cancelled() => break,
                     }
                 }
             })
@@ -358,6 +465,7 @@ impl Lease {
         let lease = Lease {
             lost,
             backend_pid,
+            fence,
             _tasks: [
                 AbortOnDrop(pinger.abort_handle()),
                 watcher,
@@ -386,6 +494,40 @@ impl Lease {
     pub fn backend_pid(&self) -> i32 {
         self.backend_pid
     }
+
+    /// The check before handing anything over, and the term.
+    pub fn fence(&self) -> Fence {
+        self.fence.clone()
+    }
+}
+
+/// The term of a lease just granted (invariant 5): the LSN of a WAL record
+/// written now. Without `EXECUTE` on `pg_logical_emit_message`, the WAL's
+/// current end (greater than any earlier grant's unless no WAL at all was
+/// written between the two).
+async fn lease_term(client: &Client, holder: &str) -> Result<u64, CatalogError> {
+    let content = serde_json::json!({"holder": holder}).to_string();
+    let row = match client
+        .query_one(
+            "SELECT pg_logical_emit_message(false, $1, $2)::text",
+            &[&LEASE_PREFIX, &content],
+        )
+        .await
+    {
+        Ok(row) => row,
+        Err(e) => {
+            tracing::debug!(error = %e, "lease term from the WAL's end instead of a lease record");
+            client
+                .query_one("SELECT pg_current_wal_lsn()::text", &[])
+                .await
+                .map_err(|source| CatalogError::Query {
+                    context: "reading the lease's term (pg_current_wal_lsn)",
+                    source,
+                })?
+        }
+    };
+    let text: String = row.get(0);
+    Ok(text.parse::<crate::Lsn>().map_or(0, |l| l.0))
 }
 
 #[cfg(test)]

@@ -591,3 +591,115 @@ async fn a_lost_lease_stops_the_holder_before_the_standby_starts() {
     b.stop();
     a.stop();
 }
+
+/// `(Kafka offset, lease term)` of every offset record of `connector`.
+fn offset_terms(connector: &str) -> Vec<(i64, Option<u64>)> {
+    let mut records: Vec<(i64, Option<u64>)> = consume_to_end(&["walrelay.offsets"])
+        .iter()
+        .filter(|r| r.key.as_deref() == Some(connector.as_bytes()))
+        .filter_map(|r| {
+            let v: serde_json::Value = serde_json::from_slice(r.value.as_deref()?).ok()?;
+            Some((r.offset, v["term"].as_u64()))
+        })
+        .collect();
+    records.sort_unstable();
+    records
+}
+
+/// Issue 38, item 5: the active instance frozen (SIGSTOP) while writers
+/// run, its lease connection ended on the server, the standby takes over
+/// and streams, and the old holder is thawed 10 s later. The old holder
+/// must hand nothing more to Kafka once it returns (its lease is checked
+/// by a ping before the next record or offset write), every offset record
+/// carries its writer's lease term, the new holder's term is higher, and
+/// an offset record the old holder may still have had queued cannot move
+/// the stored offset backwards: a third instance starts from the new
+/// holder's position (not refused as "slot ahead of the stored offset"),
+/// and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_holder_that_returns_after_losing_its_lease_hands_nothing_more_over() {
+    require_kafka();
+    let (db, names) = setup("ha_return", 1_000).await;
+    let mut a = RelayProcess::start(&config(&db, &names, &free_local_addr()), &[]);
+    a.wait_log(SLOT_CREATED, CATCH_UP).await;
+    let writers = LedgerWriters::start(&db.name, &[pg_port()], 8);
+    wait_for("the first instance streams", CATCH_UP, || async {
+        slot_active_pid(&db, &names.slot).await
+    })
+    .await;
+    let mut b = RelayProcess::start(&config(&db, &names, &free_local_addr()), &[]);
+    b.wait_log(
+        "standby: another instance of this connector holds the lease",
+        CATCH_UP,
+    )
+    .await;
+    wait_for("the first holder writes offsets", CATCH_UP, || async {
+        (!offset_terms(&names.connector).is_empty()).then_some(())
+    })
+    .await;
+    a.signal("STOP");
+    let holder: i32 = db
+        .client
+        .query_one(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            &[],
+        )
+        .await
+        .expect("the lease holder's backend")
+        .get(0);
+    db.client
+        .execute("SELECT pg_terminate_backend($1)", &[&holder])
+        .await
+        .expect("terminate the lease connection");
+    b.wait_log(
+        "holding the lease: this instance is the active one",
+        CATCH_UP,
+    )
+    .await;
+    // The new holder streams and stores offsets of its own term.
+    let before = offset_terms(&names.connector);
+    let a_term = before
+        .last()
+        .and_then(|(_, t)| *t)
+        .expect("offset records carry a term");
+    wait_for(
+        "the new holder stores offsets of a higher term",
+        CATCH_UP,
+        || async {
+            offset_terms(&names.connector)
+                .iter()
+                .any(|(_, t)| t.is_some_and(|t| t > a_term))
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    a.signal("CONT");
+    a.wait_log("lost the lease", CATCH_UP).await;
+    writers.stop().await;
+    let (events, duplicates) = verify_all(&db, &names).await;
+    let terms = offset_terms(&names.connector);
+    let b_term = terms.iter().filter_map(|(_, t)| *t).max().expect("terms");
+    let stale_after: Vec<_> = terms
+        .iter()
+        .skip_while(|(_, t)| *t != Some(b_term))
+        .filter(|(_, t)| *t != Some(b_term))
+        .collect();
+    eprintln!(
+        "returning holder: {events} events, {duplicates} duplicates, 0 lost; terms {a_term} -> \
+         {b_term}; offset records of the old term after the new one's first: {stale_after:?}"
+    );
+    assert!(b_term > a_term);
+    assert!(
+        terms.iter().all(|(_, t)| t.is_some()),
+        "an offset record without a term: {terms:?}"
+    );
+    a.stop();
+    assert!(b.stop().success());
+    // The stored offset is the new holder's: a third instance streams.
+    let mut c = RelayProcess::start(&config(&db, &names, &free_local_addr()), &[]);
+    c.wait_log("streaming", CATCH_UP).await;
+    assert!(c.is_running(), "{}", c.own_log());
+    c.stop();
+}

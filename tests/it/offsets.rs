@@ -43,6 +43,7 @@ fn offset(connector: &str, lsn: u64) -> StoredOffset {
         accepted_gap: None,
         incremental: None,
         known_tables: Vec::new(),
+        term: None,
     }
 }
 
@@ -317,6 +318,7 @@ async fn check_and_run_refuse_a_stored_offset_of_another_slot_or_timeline() {
         accepted_gap: None,
         incremental: None,
         known_tables: Vec::new(),
+        term: None,
     };
     write_offset(&topic, &stored);
     let dir = std::env::temp_dir().join(unique("offtl"));
@@ -439,5 +441,52 @@ async fn an_open_transaction_on_a_shared_topic_never_yields_a_stale_offset() {
     assert!(
         aborting.load(std::sync::atomic::Ordering::SeqCst),
         "the load answered before the open transaction ended: it did not wait for it"
+    );
+}
+
+/// Issue 38, item 5: an offset record written by a holder that had lost
+/// its lease (an older term) after the new holder's is ignored; a record
+/// without a term (an older walrelay) counts as of the term before it; a
+/// tombstone deletes whatever came before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_offset_of_the_highest_lease_term_counts() {
+    require_kafka();
+    let topic = unique("offsets_terms");
+    let ours = "conn-terms";
+    store(&topic, ours)
+        .ensure_topic(Duration::from_secs(30))
+        .await
+        .expect("create the offset topic");
+    let with_term = |lsn: u64, term: Option<u64>| {
+        let mut o = offset(ours, lsn);
+        o.term = term;
+        o
+    };
+    let load = || {
+        let topic = topic.clone();
+        async move {
+            tokio::task::spawn_blocking(move || store(&topic, ours).load(Duration::from_secs(10)))
+                .await
+                .unwrap()
+                .expect("load")
+                .map(|o| (o.lsn, o.term))
+        }
+    };
+    write_offset(&topic, &with_term(0x100, Some(10)));
+    write_offset(&topic, &with_term(0x300, Some(20)));
+    // The old holder's queued write, delivered after the new holder's.
+    write_offset(&topic, &with_term(0x200, Some(10)));
+    assert_eq!(
+        load().await,
+        Some((walrelay::Lsn(0x300).to_string(), Some(20)))
+    );
+    write_offset(&topic, &with_term(0x400, None));
+    assert_eq!(load().await, Some((walrelay::Lsn(0x400).to_string(), None)));
+    write_offset(&topic, &with_term(0x350, Some(10)));
+    assert_eq!(load().await, Some((walrelay::Lsn(0x400).to_string(), None)));
+    write_offset(&topic, &with_term(0x500, Some(30)));
+    assert_eq!(
+        load().await,
+        Some((walrelay::Lsn(0x500).to_string(), Some(30)))
     );
 }
