@@ -1130,6 +1130,8 @@ struct Verdict {
     dups_by_cycle: BTreeMap<usize, usize>,
     lost: Vec<String>,
     order_breaks: Vec<String>,
+    /// Events an incremental snapshot published (header `walrelay.snapshot`).
+    snapshot_ids: std::collections::HashSet<String>,
 }
 
 /// Checks Kafka's records, streamed in partition order, against the
@@ -1177,6 +1179,9 @@ impl<'a, T: Fn(&str) -> String> Check<'a, T> {
             v.phantoms.push(format!("record without id at {at}"));
             return;
         };
+        if rec.header_str("walrelay.snapshot").is_some() {
+            v.snapshot_ids.insert(id.clone());
+        }
         let Some(c) = self.committed.get(&id) else {
             if self.rolled_back.contains(&id) {
                 v.rolled_back_seen += 1;
@@ -1421,6 +1426,9 @@ async fn fault_soak() {
     };
     let kafka_env = [("KAFKA_PORT", kafka_port.as_str())];
     let mut cycles: Vec<CycleRecord> = Vec::new();
+    // `(cycle, the outbox's ids just before the request)` of every
+    // incremental snapshot asked for.
+    let mut snapshot_requests: Vec<(usize, std::collections::HashSet<String>)> = Vec::new();
     let mut term_unclean: Vec<String> = Vec::new();
     let mut stall: Option<String> = None;
     let mut drain_note = String::new();
@@ -1495,17 +1503,8 @@ async fn fault_soak() {
                 detail = format!("slot synced at {synced}");
             }
             Fault::IncrementalSnapshot => {
-                let out = std::process::Command::new(walrelay_bin())
-                    .args(["snapshot", "--config"])
-                    .arg(&config_path)
-                    .args(["--table", "public.outbox"])
-                    .output()
-                    .expect("run walrelay snapshot");
-                assert!(
-                    out.status.success(),
-                    "walrelay snapshot: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                snapshot_requests.push((cycle, outbox_ids(&db.name).await));
+                request_outbox_snapshot(&config_path);
                 let wait = rng.random_range(200..3000u64);
                 detail = format!("kill -9 {wait} ms after the request");
                 tokio::time::sleep(Duration::from_millis(wait)).await;
@@ -1513,10 +1512,17 @@ async fn fault_soak() {
                 sup.restart();
             }
             Fault::Ddl => {
+                // In the middle of an incremental snapshot: asked for now,
+                // the rewrite a moment later, its lock held 2 s.
+                snapshot_requests.push((cycle, outbox_ids(&db.name).await));
+                request_outbox_snapshot(&config_path);
+                let wait = rng.random_range(100..1500u64);
+                tokio::time::sleep(Duration::from_millis(wait)).await;
                 // A connection of its own: an earlier fault may have ended
                 // the test's (a PostgreSQL restart, a promotion).
                 let sql = format!(
-                    "ALTER TABLE outbox ADD COLUMN IF NOT EXISTS soak_ddl_{cycle} float8 DEFAULT random()"
+                    "BEGIN; ALTER TABLE outbox ADD COLUMN IF NOT EXISTS soak_ddl_{cycle} float8 \
+                     DEFAULT random(); SELECT pg_sleep(2); COMMIT"
                 );
                 wait_for("the DDL on the outbox", Duration::from_secs(60), || {
                     let (database, sql) = (db.name.clone(), sql.clone());
@@ -1526,7 +1532,7 @@ async fn fault_soak() {
                     }
                 })
                 .await;
-                detail = "table rewritten".into();
+                detail = format!("table rewritten {wait} ms into a snapshot");
             }
             Fault::SecondInstance => {
                 let mut first = sup.start_second();
@@ -1642,8 +1648,35 @@ async fn fault_soak() {
             _ => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
+    // The incremental snapshots asked for end before the check.
+    let mut snapshot_end = None;
+    if !snapshot_requests.is_empty() {
+        let deadline = Instant::now() + CATCH_UP_DEADLINE;
+        loop {
+            sup.check(params.cycles + 1);
+            let log = sup.relay.log();
+            let asked = log.rfind("signal: incremental snapshot requested");
+            let ended = log
+                .rfind("incremental snapshot completed")
+                .max(log.rfind("incremental snapshot ended with tables given up"));
+            if ended > asked {
+                if log[ended.unwrap_or(0)..].starts_with("incremental snapshot ended") {
+                    snapshot_end = Some("the last incremental snapshot gave tables up".to_owned());
+                }
+                break;
+            }
+            if Instant::now() > deadline {
+                snapshot_end = Some(format!(
+                    "the last incremental snapshot did not end within {CATCH_UP_DEADLINE:?}"
+                ));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
     let final_exit = sup.relay.stop();
     let elapsed = soak_start.elapsed();
+    let outbox_at_end = outbox_ids(&db.name).await;
 
     // Ground truth: the committed events.
     let client = connect_retry(&db.name).await;
@@ -1768,7 +1801,38 @@ async fn fault_soak() {
         dups_by_cycle,
         lost,
         order_breaks,
+        snapshot_ids,
     } = check.finish(&starts);
+    // Every row that existed when an incremental snapshot was asked for and
+    // still exists was read by one (issue 38: a rewrite once ended a
+    // table's snapshot early, silently).
+    let mut incomplete = Vec::new();
+    let mut requested_rows = 0;
+    for (cycle, at_request) in &snapshot_requests {
+        let expected: Vec<&String> = at_request
+            .iter()
+            .filter(|id| outbox_at_end.contains(*id))
+            .collect();
+        requested_rows += expected.len();
+        let missing: Vec<&&String> = expected
+            .iter()
+            .filter(|id| !snapshot_ids.contains(**id))
+            .collect();
+        if !missing.is_empty() {
+            incomplete.push(format!(
+                "cycle {cycle}: {} of {} rows in the table at the request and at the end were \
+                 never read by an incremental snapshot (e.g. {})",
+                missing.len(),
+                expected.len(),
+                missing
+                    .iter()
+                    .take(3)
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
 
     // Report.
     let duplicates = dup_identical + dup_differing.len();
@@ -1873,6 +1937,17 @@ async fn fault_soak() {
     list(&mut report, "DIFFERING DUPLICATES", &dup_differing);
     list(&mut report, "PHANTOMS", &phantoms);
     list(&mut report, "MISMATCHES", &mismatches);
+    let _ = writeln!(
+        report,
+        "incremental snapshots: {} asked for, {requested_rows} rows to read (in the table at the \
+         request and at the end), {} incomplete{}",
+        snapshot_requests.len(),
+        incomplete.len(),
+        snapshot_end
+            .as_deref()
+            .map_or(String::new(), |e| format!("; {e}"))
+    );
+    list(&mut report, "INCOMPLETE INCREMENTAL SNAPSHOTS", &incomplete);
     if let Some(s) = &stall {
         let _ = writeln!(report, "STALL: {s}");
         let _ = writeln!(report, "  {drain_note}");
@@ -1969,6 +2044,8 @@ async fn fault_soak() {
         || !mismatches.is_empty()
         || stall.is_some()
         || inbox_failed
+        || !incomplete.is_empty()
+        || snapshot_end.is_some()
         || committed.is_empty();
     let summary = format!(
         "SOAK {}: delivery={} cycles={} committed={} in_kafka={} lost={} order_breaks={} duplicates={} \
@@ -2002,6 +2079,35 @@ async fn fault_soak() {
         !failed,
         "{summary}\nsee {}",
         params.out_dir.join("report.txt").display()
+    );
+}
+
+/// The outbox's ids now (a connection of its own, retried: a fault may
+/// have restarted the server).
+async fn outbox_ids(database: &str) -> std::collections::HashSet<String> {
+    wait_for("the outbox's ids", Duration::from_secs(60), || async {
+        let client = try_connect(database).await.ok()?;
+        let rows = client
+            .query("SELECT id::text FROM outbox", &[])
+            .await
+            .ok()?;
+        Some(rows.iter().map(|r| r.get::<_, String>(0)).collect())
+    })
+    .await
+}
+
+/// `walrelay snapshot --table public.outbox`.
+fn request_outbox_snapshot(config_path: &Path) {
+    let out = std::process::Command::new(walrelay_bin())
+        .args(["snapshot", "--config"])
+        .arg(config_path)
+        .args(["--table", "public.outbox"])
+        .output()
+        .expect("run walrelay snapshot");
+    assert!(
+        out.status.success(),
+        "walrelay snapshot: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 

@@ -175,6 +175,10 @@ pub(super) struct Incremental {
     phase: Phase,
     /// The transaction being assembled.
     xid: Option<u32>,
+    /// The table of the chunk in flight was asked for again (and set back
+    /// to its first row) meanwhile: that chunk's rows are published, but it
+    /// does not move the table's position.
+    restarted: bool,
     requests: mpsc::Sender<Request>,
     chunks: mpsc::Receiver<ChunkRead>,
     pub(super) failed: Option<oneshot::Receiver<SnapshotError>>,
@@ -250,6 +254,7 @@ impl Incremental {
             next_chunk: 0,
             phase: Phase::Idle,
             xid: None,
+            restarted: false,
             requests,
             chunks,
             failed: Some(failed),
@@ -259,17 +264,35 @@ impl Incremental {
         incremental
     }
 
-    /// Adds tables to the plan (a signal while one runs); a table already in
-    /// it and not done is not added twice.
+    /// Adds tables to the plan (a signal while one runs). A table already
+    /// in it and not done is not added twice: it is read again from its
+    /// first row (with the new request's condition), so that every row
+    /// existing at the new request is read too — the rows before its
+    /// position may have been inserted since the first request.
     pub(super) fn add(&mut self, tables: Vec<ChunkTable>) {
+        let in_flight = self.in_flight();
         for t in tables {
-            let known = self
+            match self
                 .plan
                 .tables
-                .iter()
-                .any(|p| !p.done && p.schema == t.schema && p.name == t.name);
-            if !known {
-                self.plan.tables.push(t);
+                .iter_mut()
+                .enumerate()
+                .find(|(_, p)| !p.done && p.schema == t.schema && p.name == t.name)
+            {
+                Some((index, running)) => {
+                    self.restarted |= in_flight == Some(index);
+                    if running.after.is_some() {
+                        tracing::info!(
+                            table = %running.display(),
+                            "incremental snapshot of {} asked for again: read again from its \
+                             first row",
+                            running.display()
+                        );
+                    }
+                    running.after = None;
+                    running.filter = t.filter;
+                }
+                None => self.plan.tables.push(t),
             }
         }
         if matches!(self.phase, Phase::Idle) {
@@ -463,6 +486,7 @@ impl Incremental {
         lsn: Lsn,
     ) -> SourceEvent {
         let limit = self.plan.chunk_rows;
+        let restarted = std::mem::take(&mut self.restarted);
         let Some(table) = self.plan.tables.get_mut(index) else {
             return self.next_after(index, None, Vec::new(), 0, lsn);
         };
@@ -511,15 +535,20 @@ impl Incremental {
                 })
                 .collect()
         };
-        if let Some(last) = last {
-            table.after = Some(
-                last.iter()
-                    .map(|v| v.as_ref().map(|b| String::from_utf8_lossy(b).into_owned()))
-                    .collect(),
-            );
-        }
-        if read < limit {
-            table.done = true;
+        if restarted {
+            // Asked for again while this chunk was read: the table starts
+            // over from its first row; these rows are fresh all the same.
+        } else {
+            if let Some(last) = last {
+                table.after = Some(
+                    last.iter()
+                        .map(|v| v.as_ref().map(|b| String::from_utf8_lossy(b).into_owned()))
+                        .collect(),
+                );
+            }
+            if read < limit {
+                table.done = true;
+            }
         }
         self.next_after(index, Some(chunk.relation), rows, read, lsn)
     }
