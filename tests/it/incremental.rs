@@ -858,3 +858,59 @@ async fn a_stored_snapshot_that_cannot_go_on_is_given_up_not_a_crash_loop() {
     );
     assert!(relay.stop().success());
 }
+
+/// Asked for again while its snapshot runs, a table is read again from its
+/// first row: rows inserted since the first request before its position
+/// (here negative ids, below every key read) exist at the second request
+/// and must be read too. (They were not: the second request was merged
+/// into the first unchanged.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_asked_for_again_is_read_again_from_its_first_row() {
+    require_kafka();
+    let db = TestDb::new("inc_again").await;
+    create_items(&db.client, 20_000).await;
+    let names = Names::new("inc_again");
+    let prefix = format!("{}_cdc", names.connector);
+    let config = write_config(&connector_config(
+        &db,
+        &names,
+        &format!(
+            "[table_defaults]\ntopic_prefix = \"{prefix}\"\n[[table]]\nname = \"public.items\"\n\
+             [snapshot]\nmode = \"no_data\"\nchunk_rows = 200\n\
+             [kafka.librdkafka]\n\"client.id\" = \"{}\"\n",
+            names.connector
+        ),
+    ));
+    // Slow enough that the second request arrives mid-snapshot.
+    let quota = ProduceQuota::set(&names.connector, 300_000);
+    let mut relay = RelayProcess::start_with(&config, &[]);
+    relay.wait_log("streaming", START).await;
+    let topic = format!("{prefix}.public.items");
+    request_snapshot(&config, "public.items", None);
+    wait_for("part of the table read", CATCH_UP, || {
+        let topic = topic.clone();
+        async move { (reads_of(&topic, "id").len() >= 1000).then_some(()) }
+    })
+    .await;
+    db.client
+        .batch_execute("INSERT INTO items SELECT -g, 0, 'late' FROM generate_series(1, 100) g")
+        .await
+        .unwrap();
+    request_snapshot(&config, "public.items", None);
+    relay
+        .wait_log("asked for again: read again from its first row", CATCH_UP)
+        .await;
+    quota.lift();
+    relay
+        .wait_log("incremental snapshot completed", CATCH_UP)
+        .await;
+    wait_for("every row read, the late ones too", CATCH_UP, || {
+        let topic = topic.clone();
+        async move {
+            let read = reads_of(&topic, "id");
+            (read.len() == 20_100).then_some(())
+        }
+    })
+    .await;
+    assert!(relay.stop().success());
+}
