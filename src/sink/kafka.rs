@@ -622,6 +622,13 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
         }
     }
 
+    /// How many times librdkafka reported a broker unreachable so far (to
+    /// this sink's outage log, shared by sessions): a caller compares two
+    /// readings to learn whether an outage happened in between.
+    pub fn unreachable_reports(&self) -> u64 {
+        self.producer.context().outage.failures()
+    }
+
     /// Whether the sink has a second producer ([`Self::with_bulk`]).
     pub fn has_bulk(&self) -> bool {
         self.bulk.is_some()
