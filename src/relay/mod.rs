@@ -47,6 +47,7 @@ mod stop;
 mod streaming;
 mod table_events;
 pub(crate) mod topic_metric;
+mod transaction_clock;
 mod watchdog;
 
 use std::sync::Arc;
@@ -213,6 +214,11 @@ pub enum RelayError {
     },
     #[error("Kafka: {0}")]
     Sink(SinkError),
+    /// `exactly_once`: one PostgreSQL transaction (or the initial snapshot)
+    /// kept its Kafka transaction open past `kafka.transaction_timeout`
+    /// (see `transaction_clock`): a retry would fail the same way.
+    #[error("{0}")]
+    TransactionOverrun(Box<transaction_clock::Overrun>),
     #[error("offset store: {0}")]
     Offsets(#[from] offsets::OffsetStoreError),
     #[error("internal consistency check failed: {0}")]
@@ -291,7 +297,8 @@ impl RelayError {
             | RelayError::TableEvent(_)
             | RelayError::Checkpoint(_)
             | RelayError::Refused { .. }
-            | RelayError::Setup { .. } => false,
+            | RelayError::Setup { .. }
+            | RelayError::TransactionOverrun(_) => false,
         }
     }
 
@@ -328,6 +335,13 @@ impl RelayError {
                 lsn: Some(*lsn),
                 ..ErrorAbout::default()
             },
+            RelayError::TransactionOverrun(o) => match o.unit {
+                transaction_clock::Unit::Pg { commit_lsn, .. } => ErrorAbout {
+                    lsn: Some(commit_lsn),
+                    ..ErrorAbout::default()
+                },
+                transaction_clock::Unit::Snapshot => ErrorAbout::default(),
+            },
             _ => ErrorAbout::default(),
         }
     }
@@ -352,6 +366,7 @@ impl RelayError {
             RelayError::TableEvent(_) => "table_event",
             RelayError::Delivery { .. } => "delivery",
             RelayError::Sink(_) => "kafka",
+            RelayError::TransactionOverrun(_) => "transaction_timeout",
             RelayError::Offsets(_) => "offset_store",
             RelayError::Checkpoint(_) => "checkpoint",
             RelayError::Refused { .. } => "slot",

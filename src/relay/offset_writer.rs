@@ -50,6 +50,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use super::transaction_clock::{Overrun, TransactionClock, Unit};
 use super::watchdog::KafkaWatch;
 use super::{Ack, RelayError, Sink, Token};
 use crate::Lsn;
@@ -154,6 +155,9 @@ pub(super) struct OffsetWriter {
     /// The lease's check before anything is handed to Kafka (records and
     /// offsets alike: [`OffsetWriter::check_lease`]); none in unit tests.
     fence: Option<Fence>,
+    /// `exactly_once`: how long the open transaction has been open, and
+    /// what keeps it open (a transaction too big for the timeout).
+    clock: Option<TransactionClock>,
 }
 
 impl OffsetWriter {
@@ -168,6 +172,7 @@ impl OffsetWriter {
             transactions: None,
             commit_time: CommitTime::default(),
             fence: None,
+            clock: None,
         }
     }
 
@@ -194,7 +199,42 @@ impl OffsetWriter {
     /// `limits`, committed with the offset record of its position.
     pub(super) fn transactional(mut self, limits: Option<TransactionLimits>) -> OffsetWriter {
         self.transactions = limits.map(|l| (l, None));
+        self.clock = limits.map(|l| TransactionClock::new(l.timeout, l.max_time));
         self
+    }
+
+    /// `exactly_once`: a PostgreSQL transaction (or the initial snapshot)
+    /// begins: what the transaction clock names if it keeps the Kafka
+    /// transaction open too long.
+    pub(super) fn unit_begins(&mut self, unit: Unit) {
+        if let Some(clock) = &mut self.clock {
+            clock.unit_begins(unit);
+        }
+    }
+
+    /// `exactly_once`: the unit begun last entered the checkpoint whole.
+    pub(super) fn unit_ends(&mut self) {
+        if let Some(clock) = &mut self.clock {
+            clock.unit_ends(Instant::now());
+        }
+    }
+
+    /// `exactly_once`: the open Kafka transaction has been open for
+    /// `transaction_timeout` with a PostgreSQL transaction (or the
+    /// snapshot) partly in it, Kafka answering (see `transaction_clock`).
+    pub(super) fn overrun(&self, sink: &Sink) -> Option<Overrun> {
+        self.clock
+            .as_ref()?
+            .overrun(Instant::now(), sink.unreachable_reports())
+    }
+
+    /// `exactly_once`: what a transient Kafka failure of the open
+    /// transaction stands for, if one transaction kept it open past the
+    /// timeout (see `transaction_clock`).
+    pub(super) fn explain_failure(&self, sink: &Sink) -> Option<Overrun> {
+        self.clock
+            .as_ref()?
+            .explain(Instant::now(), sink.unreachable_reports())
     }
 
     /// Whether records go in Kafka transactions (`exactly_once`).
@@ -217,6 +257,20 @@ impl OffsetWriter {
         bytes: usize,
         commit_ms: i64,
     ) -> Result<(), RelayError> {
+        self.count_in_transaction(sink, bytes, commit_ms)?;
+        if let Some(clock) = &mut self.clock {
+            clock.sent(bytes, Instant::now());
+        }
+        Ok(())
+    }
+
+    /// [`Self::before_send`] for any record, an offset-store record too.
+    fn count_in_transaction(
+        &mut self,
+        sink: &Sink,
+        bytes: usize,
+        commit_ms: i64,
+    ) -> Result<(), RelayError> {
         let Some((limits, open)) = self.transactions.as_mut() else {
             return Ok(());
         };
@@ -224,6 +278,9 @@ impl OffsetWriter {
             Some(txn) => txn,
             None => {
                 sink.begin_transaction().map_err(RelayError::Sink)?;
+                if let Some(clock) = &mut self.clock {
+                    clock.kafka_began(Instant::now(), sink.unreachable_reports());
+                }
                 let now_ms =
                     crate::pg::replication::pg_us_to_unix_ms(crate::pg::replication::pg_now_us());
                 open.insert(OpenTransaction {
@@ -297,6 +354,9 @@ impl OffsetWriter {
         match sink.commit_transaction(limits.timeout).await {
             Ok(()) => {
                 self.acked = self.acked.max(lsn);
+                if let Some(clock) = &mut self.clock {
+                    clock.kafka_ended();
+                }
                 self.commit_time.observe(commit_began.elapsed());
                 metrics.kafka_transaction_committed(records, bytes, started.elapsed());
                 Ok(())
@@ -328,6 +388,9 @@ impl OffsetWriter {
         };
         if open.take().is_none() {
             return Ok(());
+        }
+        if let Some(clock) = &mut self.clock {
+            clock.kafka_ended();
         }
         self.in_flight = None;
         metrics.kafka_transaction_aborted(false);
@@ -384,7 +447,7 @@ impl OffsetWriter {
             crate::pg::replication::pg_us_to_unix_ms(crate::pg::replication::pg_now_us());
         let record = offset.to_record(&self.topic);
         self.check_lease().await?;
-        self.before_send(sink, record.size(), 0)?;
+        self.count_in_transaction(sink, record.size(), 0)?;
         sink.send(&record, Token::Offset { lsn })
             .await
             .map_err(|error| RelayError::Delivery {

@@ -83,7 +83,11 @@ impl Started {
         if let Some(job) = self.snapshot.take() {
             self.run.begin_snapshot(&self.source)?;
             let end = match self.stream(shutdown).await {
-                Ok(LoopEnd::SnapshotSafe) => self.run.complete_snapshot(&mut self.acks).await,
+                Ok(LoopEnd::SnapshotSafe) => match self.run.complete_snapshot(&mut self.acks).await
+                {
+                    Err(e) => Err(self.run.explain_overrun(e).await),
+                    done => done,
+                },
                 Ok(LoopEnd::Shutdown) => {
                     self.run.snapshot_abandoned();
                     tracing::info!(

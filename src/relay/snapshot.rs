@@ -80,6 +80,8 @@ impl Streaming {
     pub(super) fn begin_snapshot(&mut self, source: &Source) -> Result<(), RelayError> {
         let started = Instant::now();
         let txn = self.checkpoint.begin()?;
+        self.offsets
+            .unit_begins(super::transaction_clock::Unit::Snapshot);
         self.snapshot_marks = Default::default();
         self.snapshot_tables = source
             .snapshot_progress()
@@ -218,6 +220,7 @@ impl Streaming {
         };
         // Every record is acknowledged and no write is in flight (the loop
         // ends only then): `completed` is the one thing awaited.
+        self.offsets.unit_ends();
         self.note_snapshot_progress(SnapshotState::Completed);
         let stored = self
             .offsets

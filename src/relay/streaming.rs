@@ -154,7 +154,68 @@ impl Streaming {
     /// connection for silence; during the snapshot (the replication
     /// connection idle) it logs and stores the snapshot's progress instead,
     /// and ends once the snapshot is safe in Kafka.
+    ///
+    /// `exactly_once`: a transaction too big for `kafka.transaction_timeout`
+    /// ends it with a definite error (see `transaction_clock`).
     pub(super) async fn stream(
+        &mut self,
+        source: &mut Source,
+        acks: &mut mpsc::UnboundedReceiver<Ack>,
+        status_interval: Duration,
+        receive_timeout: Duration,
+        shutdown: &CancellationToken,
+    ) -> Result<LoopEnd, RelayError> {
+        match self
+            .stream_loop(source, acks, status_interval, receive_timeout, shutdown)
+            .await
+        {
+            Err(e) => Err(self.explain_overrun(e).await),
+            ended => ended,
+        }
+    }
+
+    /// `exactly_once`: a transient Kafka failure of a Kafka transaction that
+    /// one PostgreSQL transaction (or the snapshot) kept open past
+    /// `kafka.transaction_timeout` is that definite error instead (the
+    /// transaction aborted); any other error passes unchanged.
+    pub(super) async fn explain_overrun(&mut self, e: RelayError) -> RelayError {
+        let transient_kafka = matches!(
+            &e,
+            RelayError::Delivery { error, .. } | RelayError::Sink(error)
+                if error.kind == crate::sink::kafka::SinkErrorKind::Transient
+        );
+        if !transient_kafka {
+            return e;
+        }
+        match self.offsets.explain_failure(&self.sink) {
+            Some(overrun) => {
+                tracing::debug!(error = %e, "the Kafka failure that revealed the overrun");
+                self.stop_overrun(overrun).await
+            }
+            None => e,
+        }
+    }
+
+    /// `exactly_once`: the open Kafka transaction has been open for
+    /// `kafka.transaction_timeout` with one PostgreSQL transaction (or the
+    /// snapshot) partly in it: aborts it and returns the definite error.
+    async fn check_transaction_clock(&mut self) -> Result<(), RelayError> {
+        match self.offsets.overrun(&self.sink) {
+            Some(overrun) => Err(self.stop_overrun(overrun).await),
+            None => Ok(()),
+        }
+    }
+
+    /// Aborts the open Kafka transaction (best effort: the broker aborts it
+    /// anyway) and makes the error of `overrun`.
+    async fn stop_overrun(&mut self, overrun: super::transaction_clock::Overrun) -> RelayError {
+        if let Err(e) = self.offsets.abort(&self.sink, &self.metrics).await {
+            tracing::debug!(error = %e, "aborting the overrun Kafka transaction failed");
+        }
+        RelayError::TransactionOverrun(Box::new(overrun))
+    }
+
+    async fn stream_loop(
         &mut self,
         source: &mut Source,
         acks: &mut mpsc::UnboundedReceiver<Ack>,
@@ -272,6 +333,7 @@ impl Streaming {
                     self.write_offset_if_due().await?;
                 }
                 _ = ticker.tick() => {
+                    self.check_transaction_clock().await?;
                     if snapshotting {
                         self.snapshot_tick(source).await?;
                     } else {
@@ -339,6 +401,8 @@ impl Streaming {
                 self.pace
                     .on_begin(commit_time, sent_time, crate::pg::replication::pg_now_us());
                 self.checkpoint.begin()?;
+                self.offsets
+                    .unit_begins(super::transaction_clock::Unit::Pg { xid, commit_lsn });
                 self.table_transaction_begins(commit_lsn, xid, commit_time, lsn);
             }
             SourceEvent::Commit {
@@ -361,6 +425,7 @@ impl Streaming {
                 self.table_transaction_ends(open, commit_lsn, end_lsn, commit_ms)
                     .await?;
                 self.checkpoint.commit_at(open, end_lsn, Some(commit_ms))?;
+                self.offsets.unit_ends();
                 self.metrics.transactions.fetch_add(1, Ordering::Relaxed);
                 self.at_commit_point().await?;
             }
@@ -672,6 +737,7 @@ impl Streaming {
             Counted::Other => (None, 0),
         };
         self.pace.apply(&self.sink, &self.metrics).await;
+        self.check_transaction_clock().await.map_err(Sent::Error)?;
         let bytes = record.size();
         self.checkpoint
             .record_sent(txn, bytes)

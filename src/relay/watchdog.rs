@@ -10,8 +10,19 @@
 //!   only after a fresh client found every partition's leader for
 //!   [`STUCK_AFTER`] while this producer acknowledged nothing. A broker
 //!   outage alone never restarts the session; it waits.
+//! - **Time walrelay itself was not running is not Kafka's.** A process
+//!   frozen (SIGSTOP, a paused container or VM) or starved of CPU sees, once
+//!   thawed, every clock moved on: a stall measured across the freeze would
+//!   blame Kafka ("is the broker reachable?") for time nothing here could
+//!   run. A [`Freezes`] clock — a thread that sleeps [`FREEZE_STEP`] at a
+//!   time and counts every wake-up more than [`FREEZE_SLACK`] late as time
+//!   the process was not running — tells; the watch moves its stall clocks
+//!   forward by that time and says once, per freeze, that walrelay was not
+//!   running, instead of warning about Kafka.
 //! - Knows nothing of what is in flight beyond the caller's counts.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -20,6 +31,86 @@ use super::{RelayError, STALL_WARNING};
 use crate::config::Config;
 use crate::sink::kafka::SinkError;
 use crate::telemetry::Metrics;
+
+/// How long the freeze clock's thread sleeps at a time.
+const FREEZE_STEP: Duration = Duration::from_millis(500);
+/// How late a wake-up must be to count as time the process was not running
+/// (a busy host delays a wake-up by milliseconds, rarely by a second).
+const FREEZE_SLACK: Duration = Duration::from_secs(2);
+
+/// Time the process was not running (see the module doc), in total since
+/// it started.
+#[derive(Debug, Default)]
+pub(super) struct Freezes {
+    frozen_ms: AtomicU64,
+    /// The thread's last wake-up, in ms after `base` + 1 (0: no thread).
+    woke_at: AtomicU64,
+    base: OnceLock<std::time::Instant>,
+}
+
+impl Freezes {
+    /// The process's one freeze clock, its thread started on first use.
+    pub(super) fn process() -> Arc<Freezes> {
+        static CLOCK: OnceLock<Arc<Freezes>> = OnceLock::new();
+        CLOCK
+            .get_or_init(|| {
+                let freezes = Arc::new(Freezes::default());
+                let clock = freezes.clone();
+                let started = std::thread::Builder::new()
+                    .name("freeze clock".into())
+                    .spawn(move || {
+                        loop {
+                            let before = std::time::Instant::now();
+                            std::thread::sleep(FREEZE_STEP);
+                            clock.woke(FREEZE_STEP, before.elapsed());
+                        }
+                    });
+                if let Err(e) = started {
+                    // Without it a freeze is blamed on Kafka, as before.
+                    tracing::debug!(error = %e, "could not start the freeze clock");
+                }
+                freezes
+            })
+            .clone()
+    }
+
+    /// A sleep of `slept` took `took`: a wake-up more than [`FREEZE_SLACK`]
+    /// late counts its lateness as frozen.
+    fn woke(&self, slept: Duration, took: Duration) {
+        let late = took.saturating_sub(slept);
+        if late > FREEZE_SLACK {
+            self.add(late);
+        }
+        let base = *self.base.get_or_init(std::time::Instant::now);
+        let at = u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.woke_at.store(at.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// Whether the thread is overdue now: the process has just been thawed
+    /// and the thread has not yet counted the freeze (its verdict comes at
+    /// its next wake-up, within a step).
+    fn overdue(&self) -> bool {
+        let (Some(base), at) = (self.base.get(), self.woke_at.load(Ordering::Relaxed)) else {
+            return false;
+        };
+        if at == 0 {
+            return false;
+        }
+        let now = u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let limit = u64::try_from((FREEZE_STEP + FREEZE_SLACK).as_millis()).unwrap_or(u64::MAX);
+        now.saturating_sub(at - 1) > limit
+    }
+
+    fn add(&self, frozen: Duration) {
+        let ms = u64::try_from(frozen.as_millis()).unwrap_or(u64::MAX);
+        self.frozen_ms.fetch_add(ms, Ordering::Relaxed);
+    }
+
+    /// Time not running so far.
+    fn total(&self) -> Duration {
+        Duration::from_millis(self.frozen_ms.load(Ordering::Relaxed))
+    }
+}
 
 /// How often a stalled session probes the cluster with a fresh client.
 const PROBE_EVERY: Duration = Duration::from_secs(10);
@@ -39,17 +130,54 @@ pub(super) struct KafkaWatch {
     stall_reported: bool,
     cluster_back_since: Option<Instant>,
     last_probe: Instant,
+    /// Time the process was not running, and how much of it was seen.
+    freezes: Arc<Freezes>,
+    frozen_seen: Duration,
 }
 
 impl KafkaWatch {
     pub(super) fn new(what: &'static str) -> KafkaWatch {
+        KafkaWatch::with_freezes(what, Freezes::process())
+    }
+
+    fn with_freezes(what: &'static str, freezes: Arc<Freezes>) -> KafkaWatch {
+        let frozen_seen = freezes.total();
         KafkaWatch {
             what,
             last_ack: Instant::now(),
             stall_reported: false,
             cluster_back_since: None,
             last_probe: Instant::now(),
+            freezes,
+            frozen_seen,
         }
+    }
+
+    /// Moves the stall clocks forward by the time the process was not
+    /// running since the last look, and says so once per freeze. Returns
+    /// whether there was such time.
+    fn discount_freezes(&mut self, records: u64) -> bool {
+        let total = self.freezes.total();
+        let frozen = total.saturating_sub(self.frozen_seen);
+        if frozen.is_zero() {
+            return false;
+        }
+        self.frozen_seen = total;
+        let now = Instant::now();
+        self.last_ack = (self.last_ack + frozen).min(now);
+        if let Some(since) = self.cluster_back_since.as_mut() {
+            *since = (*since + frozen).min(now);
+        }
+        tracing::warn!(
+            frozen_secs = frozen.as_secs_f64(),
+            records,
+            "walrelay itself was not running for {:.1} s (the process was stopped — SIGSTOP, a \
+             paused container or VM — or the host gave it no CPU); that time is not counted \
+             as Kafka not acknowledging {}",
+            frozen.as_secs_f64(),
+            self.what
+        );
+        true
     }
 
     /// Nothing is awaited from Kafka: no stall can be under way.
@@ -70,7 +198,13 @@ impl KafkaWatch {
     }
 
     /// Warns once when `records` have waited longer than [`STALL_WARNING`].
+    /// Time the process was not running does not count (module doc).
     pub(super) fn warn_if_stalled(&mut self, records: u64, reads_paused: bool) {
+        self.discount_freezes(records);
+        if self.freezes.overdue() {
+            // Thawed a moment ago: the freeze is counted within a step.
+            return;
+        }
         if !self.stall_reported && self.last_ack.elapsed() > STALL_WARNING {
             self.stall_reported = true;
             tracing::warn!(
@@ -102,6 +236,7 @@ impl KafkaWatch {
 
     /// What a probe found: whether the cluster answered a fresh client.
     fn cluster_answered(&mut self, answers: bool) -> Result<(), RelayError> {
+        self.discount_freezes(0);
         match (answers, self.cluster_back_since) {
             (false, _) => self.cluster_back_since = None,
             (true, None) => self.cluster_back_since = Some(Instant::now()),
@@ -117,6 +252,69 @@ impl KafkaWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 38, item 6: after a freeze the stall clock does not count
+    /// the time the process was not running, so Kafka is not blamed; a
+    /// real stall after the thaw is still reported.
+    #[tokio::test(start_paused = true)]
+    async fn time_the_process_was_frozen_is_not_a_kafka_stall() {
+        let freezes = Arc::new(Freezes::default());
+        let mut watch = KafkaWatch::with_freezes("records", freezes.clone());
+        // Frozen for 20 s: every clock moved on while nothing ran.
+        tokio::time::advance(Duration::from_secs(20)).await;
+        freezes.woke(FREEZE_STEP, Duration::from_secs(20) + FREEZE_STEP);
+        watch.warn_if_stalled(10, false);
+        assert!(!watch.stall_reported, "the freeze is not Kafka's");
+        assert!(!watch.discount_freezes(10), "said once per freeze");
+        // Kafka then really silent for longer than the warning: reported.
+        tokio::time::advance(STALL_WARNING + Duration::from_secs(1)).await;
+        watch.warn_if_stalled(10, false);
+        assert!(watch.stall_reported);
+    }
+
+    /// Thawed, before the freeze clock's thread has counted the freeze: no
+    /// verdict yet (it comes within a step).
+    #[tokio::test(start_paused = true)]
+    async fn no_stall_is_reported_while_the_freeze_clock_is_overdue() {
+        let freezes = Arc::new(Freezes::default());
+        let base = std::time::Instant::now()
+            .checked_sub(Duration::from_secs(60))
+            .unwrap();
+        freezes.base.set(base).unwrap();
+        let mut watch = KafkaWatch::with_freezes("records", freezes.clone());
+        tokio::time::advance(STALL_WARNING + Duration::from_secs(1)).await;
+        // The thread last woke FREEZE_STEP + FREEZE_SLACK + 1 s ago.
+        let late = FREEZE_STEP + FREEZE_SLACK + Duration::from_secs(1);
+        let at = u64::try_from((base.elapsed() - late).as_millis()).unwrap();
+        freezes.woke_at.store(at + 1, Ordering::Relaxed);
+        assert!(freezes.overdue());
+        watch.warn_if_stalled(10, false);
+        assert!(!watch.stall_reported, "no verdict while overdue");
+        // It wakes on time: nothing was frozen, the stall is Kafka's.
+        freezes.woke(FREEZE_STEP, FREEZE_STEP);
+        assert!(!freezes.overdue());
+        watch.warn_if_stalled(10, false);
+        assert!(watch.stall_reported);
+    }
+
+    /// Only a wake-up later than the slack counts; a busy host's small
+    /// delays do not add up to a freeze.
+    #[test]
+    fn only_a_late_wake_up_counts_as_frozen() {
+        let f = Freezes::default();
+        for _ in 0..100 {
+            f.woke(FREEZE_STEP, FREEZE_STEP + Duration::from_millis(300));
+        }
+        assert_eq!(f.total(), Duration::ZERO);
+        f.woke(FREEZE_STEP, FREEZE_STEP + Duration::from_secs(15));
+        assert_eq!(f.total(), Duration::from_secs(15));
+    }
+
+    /// The process's clock really runs: a thread of its own, started once.
+    #[test]
+    fn the_process_clock_is_one() {
+        assert!(Arc::ptr_eq(&Freezes::process(), &Freezes::process()));
+    }
 
     fn stuck(result: Result<(), RelayError>) -> bool {
         matches!(result, Err(RelayError::Sink(e)) if e.to_string().contains("fresh producer"))

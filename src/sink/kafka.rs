@@ -218,6 +218,7 @@ fn is_definite(code: RDKafkaErrorCode) -> bool {
             | SaslAuthenticationFailed
             | Authentication
             | PolicyViolation
+            | InvalidRecord
     )
 }
 
@@ -249,6 +250,23 @@ fn describe(e: &KafkaError, code: Option<RDKafkaErrorCode>, topic: Option<&str>)
              user> --operation Write --operation Describe --transactional-id \
              walrelay-<connector.name> --resource-pattern-type prefixed (docs/security.md)"
                 .to_owned()
+        }
+        Some(InvalidRecord) => {
+            let topic = topic.unwrap_or("<topic>");
+            format!(
+                " (INVALID_RECORD: the broker refused the batch holding this record, and \
+                 refuses it again on every retry). The usual cause: topic {topic} has \
+                 cleanup.policy=compact and the batch holds a record without a key, which a \
+                 compacted topic never accepts. walrelay sends records without a key for a \
+                 TRUNCATE event (skipped_operations without \"t\"), for a change of a table \
+                 with neither a primary key nor key_columns, and for a [[message]] route \
+                 without a key. Fix: give topic {topic} cleanup.policy=delete \
+                 (kafka-configs.sh --bootstrap-server <brokers> --alter --entity-type topics \
+                 --entity-name {topic} --add-config cleanup.policy=delete), or keep keyless \
+                 records off it (skipped_operations = \"t\", key_columns, a key for the \
+                 message route, or another topic), then start again: the refused records are \
+                 sent again"
+            )
         }
         Some(UnknownTopicOrPartition | UnknownTopic) => {
             "; create the topic, or enable auto.create.topics.enable on the brokers".to_owned()
@@ -620,6 +638,13 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
             Some(bulk) if self.bulk_active.load(Ordering::Relaxed) => bulk,
             _ => &self.producer,
         }
+    }
+
+    /// How many times librdkafka reported a broker unreachable so far (to
+    /// this sink's outage log, shared by sessions): a caller compares two
+    /// readings to learn whether an outage happened in between.
+    pub fn unreachable_reports(&self) -> u64 {
+        self.producer.context().outage.failures()
     }
 
     /// Whether the sink has a second producer ([`Self::with_bulk`]).
@@ -1572,6 +1597,27 @@ mod tests {
         // A fatal producer error ends this producer, not the connector: the
         // next session's fresh producer is librdkafka's documented recovery.
         assert_eq!(e(RDKafkaErrorCode::Fatal).kind, SinkErrorKind::Transient);
+    }
+
+    /// Issue 38, item 6a: a batch the broker refuses to validate (a record
+    /// without a key on a compacted topic) is refused again on every retry:
+    /// definite, naming the topic, the keyless kinds of record and the fix.
+    #[test]
+    fn an_invalid_record_is_definite_and_names_compaction() {
+        let e = SinkError::for_topic(
+            &KafkaError::MessageProduction(RDKafkaErrorCode::InvalidRecord),
+            Some("app.public.ledger"),
+        );
+        assert_eq!(e.kind, SinkErrorKind::Definite);
+        for needle in [
+            "app.public.ledger",
+            "cleanup.policy=compact",
+            "without a key",
+            "TRUNCATE",
+            "cleanup.policy=delete",
+        ] {
+            assert!(e.message.contains(needle), "{needle:?} in {e}");
+        }
     }
 
     /// librdkafka's fatal error (e.g. the idempotent producer cannot keep its

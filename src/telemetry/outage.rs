@@ -21,7 +21,7 @@
 //! delivery path of every record.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How often a continuing outage is logged again.
@@ -136,6 +136,8 @@ impl Outage {
 pub struct OutageLog {
     what: &'static str,
     down: AtomicBool,
+    /// Every [`OutageLog::failed`] call so far.
+    failures: AtomicU64,
     state: Mutex<Outage>,
 }
 
@@ -146,6 +148,7 @@ impl OutageLog {
         OutageLog {
             what,
             down: AtomicBool::new(false),
+            failures: AtomicU64::new(0),
             state: Mutex::new(Outage::new(settle)),
         }
     }
@@ -153,6 +156,7 @@ impl OutageLog {
     /// Something failed because `what` is unreachable; `cause` says how.
     /// Returns whether this call wrote a line.
     pub fn failed(&self, cause: &str) -> bool {
+        self.failures.fetch_add(1, Ordering::Relaxed);
         let said = self.with(|o| {
             let said = o.failed(Instant::now());
             self.down.store(true, Ordering::Relaxed);
@@ -221,6 +225,11 @@ impl OutageLog {
     /// Whether an outage is under way.
     pub fn is_down(&self) -> bool {
         self.down.load(Ordering::Relaxed)
+    }
+
+    /// How many failures were reported so far (never decreases).
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut Outage) -> R) -> R {

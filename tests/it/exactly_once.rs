@@ -291,3 +291,107 @@ async fn table_events_and_heartbeats_commit_once_through_kills() {
     );
     assert!(relay.stop().success());
 }
+
+/// Issue 38, item 4: one PostgreSQL transaction (2,000 rows) that Kafka
+/// cannot take within `transaction_timeout = "2s"`: with one record in
+/// flight at a time and `linger = "5ms"` (the producer waits that long
+/// before each request), handing it over takes at least 10 s — a condition,
+/// not a race. Before, the broker aborted the Kafka transaction, the session
+/// restarted and failed the same way forever, delivering nothing. Now
+/// walrelay stops after one attempt with a definite error naming the
+/// transaction (xid, commit LSN), its size and the setting; nothing of it
+/// is visible to a `read_committed` consumer; and with the setting raised
+/// the next start delivers every event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_transaction_too_big_for_the_timeout_stops_with_its_name_and_the_setting() {
+    require_kafka();
+    let db = TestDb::new("eos_overrun").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("eos_overrun");
+    let slow = "transaction_timeout = \"2s\"\nmax_in_flight_records = 1\n";
+    let mut relay = RelayProcess::start(
+        &eos_config(&db, &names, slow, "").replace("linger = \"2ms\"", "linger = \"5ms\""),
+        &[],
+    );
+    let config = relay.config_path.clone();
+    relay.wait_log("streaming", START).await;
+    let insert = |from: i64, to: i64| {
+        format!(
+            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+             SELECT gen_random_uuid(), 'order', 'agg-' || (g % 50), 'Created',
+                    jsonb_build_object('n', g, 'pad', repeat('x', 400))
+             FROM generate_series({from}, {to}) g"
+        )
+    };
+    // Small transactions before: committed on their own.
+    for i in 0..20 {
+        db.client.batch_execute(&insert(i, i)).await.unwrap();
+    }
+    let big = db
+        .client
+        .query_one(
+            &format!(
+                "WITH ins AS ({} RETURNING 1) SELECT txid_current()::text, count(*)::bigint FROM ins",
+                insert(1_000, 2_999)
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let xid: String = big.get(0);
+    assert_eq!(big.get::<_, i64>(1), 2_000);
+    for i in 100..110 {
+        db.client.batch_execute(&insert(i, i)).await.unwrap();
+    }
+    let log = relay.expect_exit(1, Duration::from_secs(180));
+    let sessions = log
+        .matches("exactly_once: transactional producer ready")
+        .count();
+    eprintln!("stopped after {sessions} session(s)");
+    assert!(
+        sessions <= 2,
+        "{sessions} sessions: the session was restarted instead of stopping\n{log}"
+    );
+    let error_line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("too big to reach Kafka within kafka.transaction_timeout"))
+        .unwrap_or_else(|| panic!("no error naming the setting:\n{log}"))
+        .to_owned();
+    for needle in [
+        format!("xid {xid}"),
+        "commit LSN".to_owned(),
+        "records".to_owned(),
+        "transaction.max.timeout.ms".to_owned(),
+    ] {
+        assert!(error_line.contains(&needle), "{needle:?} in {error_line}");
+    }
+    // Nothing of it reached a read_committed consumer (the 20 before it did).
+    let topic = names.topic("order");
+    let seen = consume_committed(&[topic.as_str()]);
+    let big_ones = seen
+        .iter()
+        .filter(|r| {
+            let v: serde_json::Value =
+                serde_json::from_slice(r.value.as_deref().unwrap_or(b"null")).unwrap();
+            v["payload"]["n"].as_i64().is_some_and(|n| n >= 1_000)
+                || v["n"].as_i64().is_some_and(|n| n >= 1_000)
+        })
+        .count();
+    assert_eq!(
+        big_ones, 0,
+        "records of the aborted transaction are visible to read_committed"
+    );
+    // The fix the error names: raise the setting; everything arrives once
+    // (as slowly: 10 s or more).
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "transaction_timeout = \"2s\"",
+        "transaction_timeout = \"120s\"",
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut relay = RelayProcess::start_with(&config, &[]);
+    relay.wait_log("streaming", START).await;
+    let records = verify_exactly_once(&db, &names).await;
+    eprintln!("exactly_once: {records} records once each after raising transaction_timeout");
+    assert!(relay.stop().success());
+}

@@ -1571,3 +1571,72 @@ async fn replica_identity_changes_mid_stream_move_the_key_with_a_warning_or_stop
         "the slot passed the first change under the new identity: {confirmed:x} >= {first_code:x}"
     );
 }
+
+/// Issue 38, item 6a: a record without a key (here a TRUNCATE event,
+/// published with `skipped_operations = "none"`) sent to a topic with
+/// `cleanup.policy=compact`: the broker refuses it for good
+/// (INVALID_RECORD, "compacted topic cannot accept message without key").
+/// Before, that was transient and the session restarted forever; now
+/// walrelay stops with an error that names the topic, says the record had
+/// no key and what kinds of record have none, and gives the fix — and the
+/// keyed insert before it is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyless_record_to_a_compacted_topic_stops_naming_topic_and_fix() {
+    require_kafka();
+    let db = TestDb::new("wr_table_compact").await;
+    let names = Names::new("wr_tc");
+    db.client
+        .batch_execute(
+            "CREATE TABLE ledger (id int4 PRIMARY KEY, amount int4);
+             ALTER TABLE ledger OWNER TO walrelay;",
+        )
+        .await
+        .expect("table");
+    let prefix = format!("{}_cdc", names.connector);
+    let topic = format!("{prefix}.public.ledger");
+    create_topic_with_config(&topic, &[("cleanup.policy", "compact")]).await;
+    let config = table_config(
+        &db,
+        &names,
+        Some(&prefix),
+        "[[table]]\nname = \"public.ledger\"\nskipped_operations = \"none\"\n",
+    );
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", START).await;
+    db.client
+        .batch_execute("INSERT INTO ledger VALUES (1, 10)")
+        .await
+        .unwrap();
+    // In Kafka before the TRUNCATE (else both share a refused batch).
+    wait_for("the insert in Kafka", START, || {
+        let topic = topic.clone();
+        async move { (!consume_to_end(&[topic.as_str()]).is_empty()).then_some(()) }
+    })
+    .await;
+    db.client.batch_execute("TRUNCATE ledger").await.unwrap();
+    let log = relay.expect_exit(1, Duration::from_secs(120));
+    let restarts = log.matches("will retry with backoff").count();
+    assert_eq!(restarts, 0, "the session was retried:\n{log}");
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("cleanup.policy"))
+        .unwrap_or_else(|| panic!("no error naming cleanup.policy:\n{log}"))
+        .to_owned();
+    for needle in [topic.as_str(), "without a key", "TRUNCATE", "compact"] {
+        assert!(line.contains(needle), "{needle:?} in {line}");
+    }
+    // The fix it names: the topic no longer compacted, the next start
+    // sends the TRUNCATE event.
+    set_topic_config(&topic, "cleanup.policy", "delete").await;
+    let mut relay = RelayProcess::start_with(&relay.config_path.clone(), &[]);
+    wait_for("the TRUNCATE event in Kafka", START, || {
+        let topic = topic.clone();
+        async move {
+            let got = consume_to_end(&[topic.as_str()]);
+            got.iter().any(|r| r.key.is_none()).then_some(())
+        }
+    })
+    .await;
+    assert!(relay.stop().success());
+}
