@@ -1654,13 +1654,14 @@ async fn fault_soak() {
         let deadline = Instant::now() + CATCH_UP_DEADLINE;
         loop {
             sup.check(params.cycles + 1);
-            let log = sup.relay.log();
-            let asked = log.rfind("signal: incremental snapshot requested");
-            let ended = log
-                .rfind("incremental snapshot completed")
-                .max(log.rfind("incremental snapshot ended with tables given up"));
-            if ended > asked {
-                if log[ended.unwrap_or(0)..].starts_with("incremental snapshot ended") {
+            // Every instance's log (a second instance logs to a file of its
+            // own): the newest lines by their timestamps.
+            let newest = |needle: &str| last_logged(&sup.relay.log_path, needle);
+            let asked = newest("signal: incremental snapshot requested");
+            let completed = newest("incremental snapshot completed");
+            let gave_up = newest("incremental snapshot ended with tables given up");
+            if completed.clone().max(gave_up.clone()) > asked {
+                if gave_up > completed {
                     snapshot_end = Some("the last incremental snapshot gave tables up".to_owned());
                 }
                 break;
@@ -2094,6 +2095,28 @@ async fn outbox_ids(database: &str) -> std::collections::HashSet<String> {
         Some(rows.iter().map(|r| r.get::<_, String>(0)).collect())
     })
     .await
+}
+
+/// The timestamp (RFC 3339, as walrelay's text log writes it; sorts as
+/// text) of the newest line containing `needle` in any walrelay log beside
+/// `log_path` (`walrelay*.log`).
+fn last_logged(log_path: &Path, needle: &str) -> Option<String> {
+    let dir = log_path.parent()?;
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with("walrelay") && name.ends_with(".log")
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .flat_map(|text| {
+            text.lines()
+                .filter(|l| l.contains(needle))
+                .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+                .collect::<Vec<_>>()
+        })
+        .max()
 }
 
 /// `walrelay snapshot --table public.outbox`.

@@ -783,6 +783,25 @@ async fn a_stored_snapshot_that_cannot_go_on_is_given_up_not_a_crash_loop() {
     request_snapshot(&config, "public.gone", None);
     request_snapshot(&config, "public.filt", Some("note = 'n'"));
     let ren = format!("{prefix}.public.ren");
+    // A writer bumps random rows of ren all along (by ctid: its key column
+    // is renamed below).
+    let stop_writer = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (name, stop) = (db.name.clone(), stop_writer.clone());
+        tokio::spawn(async move {
+            let client = pg_connect(&name).await;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                client
+                    .batch_execute(
+                        "UPDATE ren SET version = version + 1 WHERE ctid = \
+                         (SELECT ctid FROM ren OFFSET (random() * 4999)::int LIMIT 1)",
+                    )
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
     wait_for("part of ren in Kafka", CATCH_UP, || {
         let ren = ren.clone();
         async move { (reads_of(&ren, "id").len() >= 500).then_some(()) }
@@ -814,12 +833,40 @@ async fn a_stored_snapshot_that_cannot_go_on_is_given_up_not_a_crash_loop() {
         assert!(log.contains(needle), "{needle:?} not in:\n{log}");
     }
     assert!(relay.is_running());
-    // ren was read again by its new key, whole.
-    wait_for("all of ren read by rid", CATCH_UP, || {
+    // ren was read again by its new key, whole and fresh: folding the
+    // records written since the rename (read events and the writer's
+    // updates, all keyed by rid) gives the table.
+    stop_writer.store(true, std::sync::atomic::Ordering::SeqCst);
+    writer.await.unwrap();
+    let table: HashMap<i64, i64> = db
+        .client
+        .query("SELECT rid, version FROM ren", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let reads = wait_for("ren folds to the table by rid", CATCH_UP, || {
         let ren = ren.clone();
-        async move { (reads_of(&ren, "rid").len() == 5000).then_some(()) }
+        let table = &table;
+        async move {
+            let mut got = consume_to_end(&[ren.as_str()]);
+            got.sort_by_key(|r| (r.partition, r.offset));
+            let mut state = HashMap::new();
+            let mut reads = 0;
+            for r in &got {
+                let Some(v) = r.value.as_deref() else { continue };
+                let v: Value = serde_json::from_slice(v).unwrap();
+                if let Some(rid) = v["after"]["rid"].as_i64() {
+                    reads += usize::from(v["op"] == "r");
+                    state.insert(rid, v["after"]["version"].as_i64().unwrap());
+                }
+            }
+            (state == *table).then_some(reads)
+        }
     })
     .await;
+    assert!(reads >= 4000, "only {reads} of 5000 rows read by rid");
     assert!(relay.stop().success());
 
     // A cancelled snapshot is given up, and stays given up: asked for and
