@@ -441,11 +441,24 @@ impl TableRouter {
         // The key: `key_columns`, the identity index's columns, or the
         // primary key (see [`key_columns`]); a router the catalog told
         // nothing takes the replica identity's columns for the primary key.
+        // Under REPLICA IDENTITY DEFAULT the identity *is* the primary key as
+        // of this point of the WAL: where it names other columns than the
+        // catalog's key read at start (a key column renamed or the key
+        // changed since, with changes from before the DDL still to stream),
+        // the stream's description is the one that fits these rows.
         let identity: Vec<&str> = rel.key_columns().map(|(_, c)| c.name.as_str()).collect();
         let primary_key: Vec<&str> = match self
             .primary_keys
             .get(&(rel.namespace.clone(), rel.name.clone()))
         {
+            Some(pk)
+                if rel.replica_identity == b'd'
+                    && !identity.is_empty()
+                    && (pk.len() != identity.len()
+                        || pk.iter().any(|c| !identity.contains(&c.as_str()))) =>
+            {
+                identity.clone()
+            }
             Some(pk) => pk.iter().map(String::as_str).collect(),
             None if rel.replica_identity != b'f' => identity.clone(),
             None => Vec::new(),

@@ -1111,3 +1111,31 @@ fn a_relation_that_changes_its_identity_moves_the_key_and_a_dropped_index_keys_b
     assert_eq!(r.key_names(7), Some(vec!["id"]), "not a null key");
     assert_eq!(r.key_names(8), None, "not bound");
 }
+
+/// The key column renamed (`id` → `rid`) after changes that are still to
+/// stream: the catalog's key at start says `rid`, the stream's relation
+/// from before the rename says `id` (REPLICA IDENTITY DEFAULT: its
+/// identity is the primary key as of that point). Those changes are keyed
+/// by `id` — they used to stop the connector at every start ("key column
+/// rid is not in the table's replica identity (id)").
+#[test]
+fn a_key_renamed_since_start_keys_earlier_changes_by_the_streams_identity() {
+    let rel = customers(b'd');
+    let mut r = router(TABLE, &rel);
+    r.set_primary_key("public", "customers", vec!["rid".into()]);
+    r.on_relation(&rel, Lsn(1)).unwrap();
+    let mut out = Vec::new();
+    let new = row(vec![t("1"), t("Bo"), t("12.50"), t("x")]);
+    r.on_change(&change(Op::Insert, &rel, None, Some(new)), TXN, &mut out)
+        .unwrap();
+    assert_eq!(text(&out[0].key).as_deref(), Some(r#"{"id":1}"#));
+    // The same key told by the catalog keeps the catalog's order.
+    let mut r = router(TABLE, &rel);
+    r.set_primary_key("public", "customers", vec!["id".into()]);
+    r.on_relation(&rel, Lsn(1)).unwrap();
+    let mut out = Vec::new();
+    let new = row(vec![t("2"), t("Bo"), t("12.50"), t("x")]);
+    r.on_change(&change(Op::Insert, &rel, None, Some(new)), TXN, &mut out)
+        .unwrap();
+    assert_eq!(text(&out[0].key).as_deref(), Some(r#"{"id":2}"#));
+}

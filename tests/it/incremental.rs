@@ -855,7 +855,9 @@ async fn a_stored_snapshot_that_cannot_go_on_is_given_up_not_a_crash_loop() {
             let mut state = HashMap::new();
             let mut reads = 0;
             for r in &got {
-                let Some(v) = r.value.as_deref() else { continue };
+                let Some(v) = r.value.as_deref() else {
+                    continue;
+                };
                 let v: Value = serde_json::from_slice(v).unwrap();
                 if let Some(rid) = v["after"]["rid"].as_i64() {
                     reads += usize::from(v["op"] == "r");
