@@ -290,7 +290,7 @@ impl Fence {
     }
 
     /// Whether a ping sent within [`DETECT`] was answered.
-    pub fn fresh(&self) -> bool {
+    fn fresh(&self) -> bool {
         self.now_ms()
             .saturating_sub(self.confirmed_ms.load(Ordering::Acquire))
             < DETECT.as_millis() as u64
@@ -317,17 +317,6 @@ impl Fence {
                     }
                 }
             }
-        }
-    }
-
-    /// A fence whose lease never lapses (for tests of what uses one).
-    pub fn always(term: u64) -> Fence {
-        Fence {
-            term,
-            epoch: Instant::now(),
-            confirmed_ms: Arc::new(AtomicU64::new(u64::MAX / 2)),
-            confirm: Arc::new(Notify::new()),
-            lost: CancellationToken::new(),
         }
     }
 }
@@ -537,6 +526,53 @@ mod tests {
     /// Every instance, of every version, must compute the same key: these
     /// values are part of the contract (changing them lets an old and a new
     /// version run side by side during an upgrade).
+    fn fence(confirmed_ms: u64) -> Fence {
+        Fence {
+            term: 7,
+            epoch: Instant::now(),
+            confirmed_ms: Arc::new(AtomicU64::new(confirmed_ms)),
+            confirm: Arc::new(Notify::new()),
+            lost: CancellationToken::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fresh_lease_passes_a_stale_one_waits_for_a_ping_a_lost_one_stops() {
+        // Confirmed just now: passes at once.
+        let f = fence(0);
+        assert!(f.fresh());
+        assert_eq!(f.check().await, Ok(()));
+        // Not confirmed for longer than DETECT (a pause): asks for a ping and
+        // passes only once one sent after the check is answered.
+        let f = fence(0);
+        let stale = Fence {
+            epoch: Instant::now() - DETECT - Duration::from_millis(100),
+            ..f.clone()
+        };
+        assert!(!stale.fresh());
+        let pinger = {
+            let stale = stale.clone();
+            tokio::spawn(async move {
+                stale.confirm.notified().await;
+                stale.confirmed_ms.store(stale.now_ms(), Ordering::Release);
+            })
+        };
+        assert_eq!(stale.check().await, Ok(()));
+        pinger.await.unwrap();
+        // The ping fails instead: the lease is lost, nothing passes.
+        let stale = Fence {
+            epoch: Instant::now() - DETECT - Duration::from_millis(100),
+            ..fence(0)
+        };
+        let lost = stale.lost.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            lost.cancel();
+        });
+        assert_eq!(stale.check().await, Err(LeaseGone));
+        assert_eq!(stale.term(), 7);
+    }
+
     #[test]
     fn the_key_is_stable() {
         assert_eq!(key("walrelay"), key("walrelay"));
