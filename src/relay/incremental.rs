@@ -14,7 +14,9 @@
 //!   one.
 //! - **A signal starts one snapshot.** A signal is acted on where the stream
 //!   carries it; once the offset store is past it, it is never replayed,
-//!   and the snapshot it started is in the stored progress.
+//!   and the snapshot it started is in the stored progress: the plan goes
+//!   into the offset template at the signal's position, before any chunk
+//!   (a kill between the signal and the first chunk once lost it).
 //! - **A table added to the configuration gets its existing rows.** The
 //!   offset store keeps the tables the connector was configured with
 //!   (`known_tables`); a start that finds one more (and a snapshot mode
@@ -557,6 +559,15 @@ impl super::streaming::Streaming {
             chunk_rows: self.config.snapshot.chunk_rows,
         };
         self.start_incremental(source, plan);
+        // Stored with the first offset at or past the signal, before any
+        // chunk: the offset store passing the signal means it is never
+        // replayed, so the snapshot it asked for must be in the stored
+        // progress from then on (a kill before the first chunk lost it).
+        if let Some(plan) = source.incremental_plan() {
+            let rows = self.incremental_rows_before(&plan.id);
+            self.incremental_pending
+                .push_back((lsn, plan.clone(), rows));
+        }
     }
 
     /// Starts `plan` beside the stream (see [`crate::source::Source::start_incremental`]).

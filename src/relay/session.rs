@@ -631,13 +631,19 @@ impl Session {
                  incremental snapshot while streaming continues"
             );
         }
-        if let Some(stored) = stored.as_ref().and_then(|s| s.incremental.as_ref())
-            && let Some(plan) = &plan
-            && stored.id == plan.id
-        {
-            // What the start's checks gave up is kept, said once.
+        if let Some(plan) = &plan {
+            // Every offset from now on carries the plan: what the start's
+            // checks gave up is kept (said once), and tables added to the
+            // configuration stay to be read even when an offset is written
+            // before their first chunk (the offset also lists them as
+            // known from now on).
+            let rows = stored
+                .as_ref()
+                .and_then(|s| s.incremental.as_ref())
+                .filter(|s| s.id == plan.id)
+                .map_or(0, |s| s.rows);
             run.offsets.template_mut().incremental =
-                Some(super::incremental::to_stored(plan, stored.rows));
+                Some(super::incremental::to_stored(plan, rows));
         }
         if let Some(plan) = plan.filter(|p| !p.done()) {
             tracing::info!(
