@@ -8,7 +8,7 @@
 //! logical slot of the database decodes and the walsender sends (pgoutput,
 //! with `messages 'true'`) as a Message outside any Begin..Commit, carrying the
 //! LSN where the record ends. The streaming loop passes it to the checkpoint
-//! as a transaction of its own ([`Streaming::on_message`](super::streaming)).
+//! as a transaction of its own ([`on_message`]).
 //!
 //! Invariants:
 //! - **A heartbeat is confirmed like a transaction.** It enters the checkpoint
@@ -38,9 +38,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use super::RelayError;
+use super::publish::{Counted, Publisher};
+use crate::Lsn;
 use crate::pg::catalog;
 use crate::pg::wire::ConnectParams;
 use crate::router::Record;
+use crate::source::Position;
 use crate::telemetry::Metrics;
 
 /// The prefix of walrelay's heartbeat messages.
@@ -167,6 +171,49 @@ async fn write(
         .map_err(|e| e.to_string())
 }
 
+/// A non-transactional logical message. A walrelay heartbeat (any
+/// connector's) enters the checkpoint as a transaction of its own that
+/// ends at `lsn`, so the frontier reaches it only once everything before
+/// it is acked; this connector's own heartbeats also feed the metrics and,
+/// with `publish = true`, add their record to that transaction. Other
+/// prefixes are someone else's: ignored.
+pub(super) async fn on_message(
+    publisher: &mut Publisher,
+    lsn: Lsn,
+    prefix: &str,
+    content: &[u8],
+) -> Result<(), RelayError> {
+    if prefix != PREFIX {
+        return Ok(());
+    }
+    if publisher.checkpoint().open_txn().is_some() {
+        return Err(RelayError::Stream {
+            lsn,
+            what: "a heartbeat inside a transaction".into(),
+        });
+    }
+    let config = publisher.config().clone();
+    let ours = Beat::parse(content).filter(|b| b.connector == config.connector.name);
+    let id = publisher.checkpoint_mut().begin()?;
+    if let Some(beat) = ours {
+        publisher
+            .metrics()
+            .heartbeat_received(beat.round_trip(now_ms()));
+        if config.heartbeat.publish {
+            let prefix = config.topic_prefix();
+            let topic = config.heartbeat.topic_for(prefix);
+            let record = beat.record(prefix, &topic);
+            let pos = Position {
+                commit_lsn: lsn,
+                index: 0,
+            };
+            publisher.publish(id, pos, &record, Counted::Other).await?;
+        }
+    }
+    publisher.checkpoint_mut().commit(id, lsn)?;
+    publisher.at_commit_point().await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,14 +251,14 @@ mod tests {
 
     use crate::Lsn;
     use crate::config::Config;
-    use crate::relay::streaming::Streaming;
+    use crate::relay::publish::Publisher;
     use crate::relay::{Ack, Sink, Token};
     use crate::source::Position;
     use tokio::sync::mpsc::UnboundedReceiver;
 
     const START: Lsn = Lsn(0x1000);
 
-    fn streaming(publish: bool) -> (Streaming, UnboundedReceiver<Ack>) {
+    fn publisher(publish: bool) -> (Publisher, UnboundedReceiver<Ack>) {
         let text = format!(
             "[connector]\nname = \"orders\"\n[postgres]\ndatabase = \"app\"\n[kafka]\n\
              brokers = \"127.0.0.1:9\"\n[[outbox]]\ntable = \"public.outbox\"\n\
@@ -240,7 +287,7 @@ mod tests {
         };
         let metrics = Arc::new(Metrics::new("orders"));
         let offsets = super::super::offset_writer::OffsetWriter::new(template, "offsets", START);
-        let s = Streaming::new(config, metrics, sink, router, START, offsets);
+        let s = Publisher::new(config, metrics, sink, router, START, offsets);
         (s, acks)
     }
 
@@ -256,8 +303,8 @@ mod tests {
 
     /// One outbox-like record in flight in a transaction ending at `end`;
     /// returns the token that acknowledges it.
-    async fn record_in_flight(s: &mut Streaming, end: Lsn) -> Token {
-        let txn = s.checkpoint.begin().unwrap();
+    async fn record_in_flight(s: &mut Publisher, end: Lsn) -> Token {
+        let txn = s.checkpoint_mut().begin().unwrap();
         let record = Record {
             topic: "t".into(),
             key: None,
@@ -269,10 +316,10 @@ mod tests {
             commit_lsn: end,
             index: 0,
         };
-        s.publish(txn, pos, &record, super::super::streaming::Counted::Other)
+        s.publish(txn, pos, &record, crate::relay::publish::Counted::Other)
             .await
             .unwrap();
-        s.checkpoint.commit(txn, end).unwrap();
+        s.checkpoint_mut().commit(txn, end).unwrap();
         Token::Record {
             txn,
             bytes: record.size(),
@@ -286,63 +333,67 @@ mod tests {
 
     #[tokio::test]
     async fn a_heartbeat_advances_an_idle_frontier() {
-        let (mut s, _acks) = streaming(false);
-        s.on_message(Lsn(0x2000), PREFIX, &beat("orders"))
+        let (mut s, _acks) = publisher(false);
+        on_message(&mut s, Lsn(0x2000), PREFIX, &beat("orders"))
             .await
             .unwrap();
-        assert_eq!(s.checkpoint.confirmed(), Lsn(0x2000));
-        assert_eq!(s.metrics.heartbeats_received.load(Ordering::Relaxed), 1);
-        assert!(s.metrics.heartbeat_age().is_some());
+        assert_eq!(s.checkpoint().confirmed(), Lsn(0x2000));
+        assert_eq!(s.metrics().heartbeats_received.load(Ordering::Relaxed), 1);
+        assert!(s.metrics().heartbeat_age().is_some());
         // Another connector's heartbeat is a safe point too, but not ours to count.
-        s.on_message(Lsn(0x3000), PREFIX, &beat("billing"))
+        on_message(&mut s, Lsn(0x3000), PREFIX, &beat("billing"))
             .await
             .unwrap();
-        assert_eq!(s.checkpoint.confirmed(), Lsn(0x3000));
-        assert_eq!(s.metrics.heartbeats_received.load(Ordering::Relaxed), 1);
+        assert_eq!(s.checkpoint().confirmed(), Lsn(0x3000));
+        assert_eq!(s.metrics().heartbeats_received.load(Ordering::Relaxed), 1);
         // Another prefix is not a heartbeat at all.
-        s.on_message(Lsn(0x4000), "dblog.watermark", b"x")
+        on_message(&mut s, Lsn(0x4000), "dblog.watermark", b"x")
             .await
             .unwrap();
-        assert_eq!(s.checkpoint.confirmed(), Lsn(0x3000));
+        assert_eq!(s.checkpoint().confirmed(), Lsn(0x3000));
     }
 
     #[tokio::test]
     async fn a_heartbeat_never_passes_an_unacknowledged_record() {
-        let (mut s, _acks) = streaming(false);
+        let (mut s, _acks) = publisher(false);
         let token = record_in_flight(&mut s, Lsn(0x1800)).await;
-        s.on_message(Lsn(0x2000), PREFIX, &beat("orders"))
+        on_message(&mut s, Lsn(0x2000), PREFIX, &beat("orders"))
             .await
             .unwrap();
-        s.checkpoint.keepalive(Lsn(0x2100));
+        s.checkpoint_mut().keepalive(Lsn(0x2100));
         assert_eq!(
-            s.checkpoint.confirmed(),
+            s.checkpoint().confirmed(),
             START,
             "heartbeat jumped the queue"
         );
         s.on_ack(Ack::Delivered(token)).unwrap();
-        assert_eq!(s.checkpoint.confirmed(), Lsn(0x2000));
+        assert_eq!(s.checkpoint().confirmed(), Lsn(0x2000));
     }
 
     #[tokio::test]
     async fn a_published_heartbeat_waits_for_its_own_record() {
-        let (mut s, _acks) = streaming(true);
+        let (mut s, _acks) = publisher(true);
         let token = record_in_flight(&mut s, Lsn(0x1800)).await;
-        s.on_message(Lsn(0x2000), PREFIX, &beat("orders"))
+        on_message(&mut s, Lsn(0x2000), PREFIX, &beat("orders"))
             .await
             .unwrap();
-        assert_eq!(s.checkpoint.in_flight_records(), 2, "the heartbeat record");
+        assert_eq!(
+            s.checkpoint().in_flight_records(),
+            2,
+            "the heartbeat record"
+        );
         s.on_ack(Ack::Delivered(token)).unwrap();
         assert_eq!(
-            s.checkpoint.confirmed(),
+            s.checkpoint().confirmed(),
             Lsn(0x1800),
             "confirmed past the unacknowledged heartbeat record"
         );
         // Another connector's heartbeat publishes nothing of ours.
-        s.on_message(Lsn(0x3000), PREFIX, &beat("billing"))
+        on_message(&mut s, Lsn(0x3000), PREFIX, &beat("billing"))
             .await
             .unwrap();
-        assert_eq!(s.checkpoint.in_flight_records(), 1);
-        assert_eq!(s.checkpoint.confirmed(), Lsn(0x1800));
+        assert_eq!(s.checkpoint().in_flight_records(), 1);
+        assert_eq!(s.checkpoint().confirmed(), Lsn(0x1800));
     }
 
     #[test]

@@ -46,6 +46,7 @@
 //!   would end a session in the middle of a broker's restart.
 
 use crate::source::lease::Fence;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
@@ -55,7 +56,7 @@ use super::watchdog::KafkaWatch;
 use super::{Ack, RelayError, Sink, Token};
 use crate::Lsn;
 use crate::config::Config;
-use crate::offsets::StoredOffset;
+use crate::offsets::{IncrementalProgress, StoredOffset};
 use crate::telemetry::Metrics;
 
 /// `exactly_once`: the bounds of one Kafka transaction
@@ -158,6 +159,11 @@ pub(super) struct OffsetWriter {
     /// `exactly_once`: how long the open transaction has been open, and
     /// what keeps it open (a transaction too big for the timeout).
     clock: Option<TransactionClock>,
+    /// Incremental snapshot progress published and not yet in the
+    /// template: the chunk's high watermark (or the signal's position) and
+    /// the progress with it done. It joins the template with the first
+    /// write at or past that position ([`OffsetWriter::carry_up_to`]).
+    carried: VecDeque<(Lsn, IncrementalProgress)>,
 }
 
 impl OffsetWriter {
@@ -173,6 +179,7 @@ impl OffsetWriter {
             commit_time: CommitTime::default(),
             fence: None,
             clock: None,
+            carried: VecDeque::new(),
         }
     }
 
@@ -407,12 +414,41 @@ impl OffsetWriter {
     }
 
     /// What the next write carries besides its position.
-    pub(super) fn template(&self) -> &StoredOffset {
-        &self.template
-    }
-
     pub(super) fn template_mut(&mut self) -> &mut StoredOffset {
         &mut self.template
+    }
+
+    /// `progress` goes into the offset store with the first write at or
+    /// past `lsn` (once the frontier passed it, Kafka holds what it says is
+    /// done).
+    pub(super) fn carry(&mut self, lsn: Lsn, progress: IncrementalProgress) {
+        self.carried.push_back((lsn, progress));
+    }
+
+    /// Moves the progress carried up to `confirmed` into the template,
+    /// saying so when it ends an incremental snapshot.
+    pub(super) fn carry_up_to(&mut self, confirmed: Lsn) {
+        while let Some((lsn, _)) = self.carried.front()
+            && *lsn <= confirmed
+        {
+            if let Some((_, progress)) = self.carried.pop_front() {
+                if progress.done() {
+                    log_ended(&progress);
+                }
+                self.template.incremental = Some(progress);
+            }
+        }
+    }
+
+    /// Rows of incremental snapshot `id` published before now (carried
+    /// and not yet stored, else stored).
+    pub(super) fn incremental_rows(&self, id: &str) -> u64 {
+        self.carried
+            .back()
+            .map(|(_, p)| p)
+            .filter(|p| p.id == id)
+            .or_else(|| self.template.incremental.as_ref().filter(|p| p.id == id))
+            .map_or(0, |p| p.rows)
     }
 
     /// The newest position Kafka acknowledged a write of.
@@ -538,6 +574,29 @@ impl OffsetWriter {
                 }
             }
         }
+    }
+}
+
+/// The one line that says an incremental snapshot ended, logged when its
+/// last progress goes into the offset store (every chunk is in Kafka).
+fn log_ended(progress: &IncrementalProgress) {
+    let given_up: Vec<String> = progress
+        .tables
+        .iter()
+        .filter_map(|t| Some(format!("{} ({})", t.table, t.abandoned.as_ref()?)))
+        .collect();
+    if given_up.is_empty() {
+        tracing::info!(
+            id = %progress.id, rows = progress.rows,
+            "incremental snapshot completed: every chunk is in Kafka"
+        );
+    } else {
+        tracing::warn!(
+            id = %progress.id, rows = progress.rows,
+            "incremental snapshot ended with tables given up, their remaining \
+             rows not read: {}; every chunk read is in Kafka",
+            given_up.join("; ")
+        );
     }
 }
 
