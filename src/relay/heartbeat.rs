@@ -8,7 +8,7 @@
 //! logical slot of the database decodes and the walsender sends (pgoutput,
 //! with `messages 'true'`) as a Message outside any Begin..Commit, carrying the
 //! LSN where the record ends. The streaming loop passes it to the checkpoint
-//! as a transaction of its own ([`Streaming::on_message`](super::streaming)).
+//! as a transaction of its own ([`on_message`]).
 //!
 //! Invariants:
 //! - **A heartbeat is confirmed like a transaction.** It enters the checkpoint
@@ -38,9 +38,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use super::RelayError;
+use super::publish::{Counted, Publisher};
+use crate::Lsn;
 use crate::pg::catalog;
 use crate::pg::wire::ConnectParams;
 use crate::router::Record;
+use crate::source::Position;
 use crate::telemetry::Metrics;
 
 /// The prefix of walrelay's heartbeat messages.
@@ -167,202 +171,48 @@ async fn write(
         .map_err(|e| e.to_string())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn beat_round_trips_through_json() {
-        let beat = Beat {
-            connector: "orders".into(),
-            seq: 7,
-            ts_ms: 1_733_000_000_123,
-        };
-        let json = beat.to_json();
-        assert_eq!(
-            json,
-            r#"{"connector":"orders","seq":7,"ts_ms":1733000000123}"#
-        );
-        assert_eq!(Beat::parse(json.as_bytes()), Some(beat));
-        assert_eq!(Beat::parse(b"not json"), None);
-        assert_eq!(Beat::parse(br#"{"connector":"x"}"#), None);
+/// A non-transactional logical message. A walrelay heartbeat (any
+/// connector's) enters the checkpoint as a transaction of its own that
+/// ends at `lsn`, so the frontier reaches it only once everything before
+/// it is acked; this connector's own heartbeats also feed the metrics and,
+/// with `publish = true`, add their record to that transaction. Other
+/// prefixes are someone else's: ignored.
+pub(super) async fn on_message(
+    publisher: &mut Publisher,
+    lsn: Lsn,
+    prefix: &str,
+    content: &[u8],
+) -> Result<(), RelayError> {
+    if prefix != PREFIX {
+        return Ok(());
     }
-
-    #[test]
-    fn round_trip_is_never_negative() {
-        let beat = Beat {
-            connector: "c".into(),
-            seq: 1,
-            ts_ms: 10_000,
-        };
-        assert_eq!(beat.round_trip(10_250), Duration::from_millis(250));
-        assert_eq!(beat.round_trip(9_000), Duration::ZERO, "clock stepped back");
+    if publisher.checkpoint().open_txn().is_some() {
+        return Err(RelayError::Stream {
+            lsn,
+            what: "a heartbeat inside a transaction".into(),
+        });
     }
-
-    // The streaming loop's handling, with a producer whose broker does not
-    // exist: records stay in flight for as long as the test needs.
-
-    use crate::Lsn;
-    use crate::config::Config;
-    use crate::relay::streaming::Streaming;
-    use crate::relay::{Ack, Sink, Token};
-    use crate::source::Position;
-    use tokio::sync::mpsc::UnboundedReceiver;
-
-    const START: Lsn = Lsn(0x1000);
-
-    fn streaming(publish: bool) -> (Streaming, UnboundedReceiver<Ack>) {
-        let text = format!(
-            "[connector]\nname = \"orders\"\n[postgres]\ndatabase = \"app\"\n[kafka]\n\
-             brokers = \"127.0.0.1:9\"\n[[outbox]]\ntable = \"public.outbox\"\n\
-             [heartbeat]\ninterval = \"10s\"\npublish = {publish}\n"
-        );
-        let config = Arc::new(Config::from_str(&text, "test.toml").unwrap());
-        let outage = Arc::new(crate::telemetry::outage::OutageLog::new(
-            "Kafka",
-            Duration::ZERO,
-        ));
-        let (sink, acks) = Sink::new(&crate::relay::producer_properties(&config), outage).unwrap();
-        let router = crate::router::Router::new(&config.outbox);
-        let template = crate::offsets::StoredOffset {
-            connector: "orders".into(),
-            system_id: "1".into(),
-            timeline: 1,
-            slot: "s".into(),
-            lsn: String::new(),
-            written_at_ms: 0,
-            committed_at_ms: None,
-            snapshot: None,
-            accepted_gap: None,
-            incremental: None,
-            known_tables: Vec::new(),
-            term: None,
-        };
-        let metrics = Arc::new(Metrics::new("orders"));
-        let offsets = super::super::offset_writer::OffsetWriter::new(template, "offsets", START);
-        let s = Streaming::new(config, metrics, sink, router, START, offsets);
-        (s, acks)
-    }
-
-    fn beat(connector: &str) -> Vec<u8> {
-        Beat {
-            connector: connector.into(),
-            seq: 1,
-            ts_ms: now_ms(),
-        }
-        .to_json()
-        .into_bytes()
-    }
-
-    /// One outbox-like record in flight in a transaction ending at `end`;
-    /// returns the token that acknowledges it.
-    async fn record_in_flight(s: &mut Streaming, end: Lsn) -> Token {
-        let txn = s.checkpoint.begin().unwrap();
-        let record = Record {
-            topic: "t".into(),
-            key: None,
-            value: Some(Bytes::from_static(b"v")),
-            headers: Vec::new(),
-            timestamp_ms: None,
-        };
-        let pos = Position {
-            commit_lsn: end,
-            index: 0,
-        };
-        s.publish(txn, pos, &record, super::super::streaming::Counted::Other)
-            .await
-            .unwrap();
-        s.checkpoint.commit(txn, end).unwrap();
-        Token::Record {
-            txn,
-            bytes: record.size(),
-            commit_lsn: end,
-            index: 0,
-            event_id: None,
-            snapshot_table: None,
-            commit_ms: 0,
+    let config = publisher.config().clone();
+    let ours = Beat::parse(content).filter(|b| b.connector == config.connector.name);
+    let id = publisher.checkpoint_mut().begin()?;
+    if let Some(beat) = ours {
+        publisher
+            .metrics()
+            .heartbeat_received(beat.round_trip(now_ms()));
+        if config.heartbeat.publish {
+            let prefix = config.topic_prefix();
+            let topic = config.heartbeat.topic_for(prefix);
+            let record = beat.record(prefix, &topic);
+            let pos = Position {
+                commit_lsn: lsn,
+                index: 0,
+            };
+            publisher.publish(id, pos, &record, Counted::Other).await?;
         }
     }
-
-    #[tokio::test]
-    async fn a_heartbeat_advances_an_idle_frontier() {
-        let (mut s, _acks) = streaming(false);
-        s.on_message(Lsn(0x2000), PREFIX, &beat("orders"))
-            .await
-            .unwrap();
-        assert_eq!(s.checkpoint.confirmed(), Lsn(0x2000));
-        assert_eq!(s.metrics.heartbeats_received.load(Ordering::Relaxed), 1);
-        assert!(s.metrics.heartbeat_age().is_some());
-        // Another connector's heartbeat is a safe point too, but not ours to count.
-        s.on_message(Lsn(0x3000), PREFIX, &beat("billing"))
-            .await
-            .unwrap();
-        assert_eq!(s.checkpoint.confirmed(), Lsn(0x3000));
-        assert_eq!(s.metrics.heartbeats_received.load(Ordering::Relaxed), 1);
-        // Another prefix is not a heartbeat at all.
-        s.on_message(Lsn(0x4000), "dblog.watermark", b"x")
-            .await
-            .unwrap();
-        assert_eq!(s.checkpoint.confirmed(), Lsn(0x3000));
-    }
-
-    #[tokio::test]
-    async fn a_heartbeat_never_passes_an_unacknowledged_record() {
-        let (mut s, _acks) = streaming(false);
-        let token = record_in_flight(&mut s, Lsn(0x1800)).await;
-        s.on_message(Lsn(0x2000), PREFIX, &beat("orders"))
-            .await
-            .unwrap();
-        s.checkpoint.keepalive(Lsn(0x2100));
-        assert_eq!(
-            s.checkpoint.confirmed(),
-            START,
-            "heartbeat jumped the queue"
-        );
-        s.on_ack(Ack::Delivered(token)).unwrap();
-        assert_eq!(s.checkpoint.confirmed(), Lsn(0x2000));
-    }
-
-    #[tokio::test]
-    async fn a_published_heartbeat_waits_for_its_own_record() {
-        let (mut s, _acks) = streaming(true);
-        let token = record_in_flight(&mut s, Lsn(0x1800)).await;
-        s.on_message(Lsn(0x2000), PREFIX, &beat("orders"))
-            .await
-            .unwrap();
-        assert_eq!(s.checkpoint.in_flight_records(), 2, "the heartbeat record");
-        s.on_ack(Ack::Delivered(token)).unwrap();
-        assert_eq!(
-            s.checkpoint.confirmed(),
-            Lsn(0x1800),
-            "confirmed past the unacknowledged heartbeat record"
-        );
-        // Another connector's heartbeat publishes nothing of ours.
-        s.on_message(Lsn(0x3000), PREFIX, &beat("billing"))
-            .await
-            .unwrap();
-        assert_eq!(s.checkpoint.in_flight_records(), 1);
-        assert_eq!(s.checkpoint.confirmed(), Lsn(0x1800));
-    }
-
-    #[test]
-    fn record_has_debeziums_shape() {
-        let beat = Beat {
-            connector: "orders".into(),
-            seq: 1,
-            ts_ms: 1_733_000_000_123,
-        };
-        let record = beat.record("orders", "__debezium-heartbeat.orders");
-        assert_eq!(&*record.topic, "__debezium-heartbeat.orders");
-        assert_eq!(
-            record.key.as_deref(),
-            Some(&br#"{"serverName":"orders"}"#[..])
-        );
-        assert_eq!(
-            record.value.as_deref(),
-            Some(&br#"{"ts_ms":1733000000123}"#[..])
-        );
-        assert_eq!(record.timestamp_ms, Some(1_733_000_000_123));
-        assert!(record.headers.is_empty());
-    }
+    publisher.checkpoint_mut().commit(id, lsn)?;
+    publisher.at_commit_point().await
 }
+
+#[cfg(test)]
+mod tests;

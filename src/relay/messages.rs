@@ -18,7 +18,7 @@ use bytes::Bytes;
 
 use super::RelayError;
 use super::dead_letter::{Failure, Reason};
-use super::streaming::{Counted, Streaming};
+use super::publish::{Counted, Publisher};
 use crate::Lsn;
 use crate::router::message::{MessageAt, MessageRouter};
 use crate::source::{Position, Txn};
@@ -54,18 +54,19 @@ impl Messages {
     }
 }
 
-impl Streaming {
+impl Messages {
     /// A transactional message of the open transaction at `pos`: publishes
     /// its record when a section routes its prefix.
     pub(super) async fn on_txn_message(
         &mut self,
+        publisher: &mut Publisher,
         pos: Position,
         txn: Txn,
         lsn: Lsn,
         prefix: &str,
         content: &Bytes,
     ) -> Result<(), RelayError> {
-        let open = self.open_txn(pos.commit_lsn)?;
+        let open = publisher.open_txn(pos.commit_lsn)?;
         let commit_ms = crate::pg::replication::pg_us_to_unix_ms(txn.commit_time);
         let at = MessageAt {
             commit_lsn: pos.commit_lsn,
@@ -74,14 +75,14 @@ impl Streaming {
             commit_ms,
             lsn,
         };
-        if self.unroutable.is_some() {
+        if publisher.refusing() {
             // Stopping at this transaction's Commit: publish nothing more.
             return Ok(());
         }
-        let record = match self.messages.router.on_message(at, prefix, content) {
+        let record = match self.router.on_message(at, prefix, content) {
             Ok(Some(record)) => record,
             Ok(None) => return Ok(()),
-            Err(e) if self.dead_letter.is_some() => {
+            Err(e) if publisher.has_dead_letter() => {
                 // The dead-letter record takes the message's place.
                 let failure = Failure {
                     reason: Reason::Outbox(e.kind),
@@ -89,21 +90,22 @@ impl Streaming {
                     table: e.table,
                     pos,
                     id: None,
-                    topic: self.messages.router.topic_template(prefix),
+                    topic: self.router.topic_template(prefix),
                     key: None,
                     value: Some(content.clone()),
                     refused_bytes: None,
                 };
-                return self
+                return publisher
                     .publish_dead_letter(open, failure, Counted::Streamed { commit_ms })
                     .await;
             }
             Err(e) => {
-                self.unroutable = Some((e, None));
+                publisher.refuse_rest_of_transaction(e, None);
                 return Ok(());
             }
         };
-        self.publish(open, pos, &record, Counted::Streamed { commit_ms })
+        publisher
+            .publish(open, pos, &record, Counted::Streamed { commit_ms })
             .await
     }
 }

@@ -39,11 +39,13 @@ mod heartbeat;
 pub(crate) mod incremental;
 mod messages;
 mod offset_writer;
+mod outbox;
 mod pace;
+mod publish;
 mod session;
+mod signal;
 mod slot_watch;
 mod snapshot;
-mod stop;
 mod streaming;
 mod table_events;
 pub(crate) mod topic_metric;
@@ -71,8 +73,8 @@ use crate::source::lease::{Instance, Lease};
 use crate::telemetry::outage::{Outage, OutageLog, Said};
 use crate::telemetry::{self, Metrics, Role};
 
-pub use incremental::{SIGNAL_PREFIX, cancel_snapshot, request_snapshot, signal_json};
 use session::Session;
+pub use signal::{SIGNAL_PREFIX, cancel_snapshot, request_snapshot, signal_json};
 
 /// What a produced record stands for: handed to the sink with the record,
 /// and back with its delivery report (the sink never looks inside).
@@ -843,16 +845,16 @@ mod tests {
             timestamp_ms: None,
         };
         let outbox = record(&[("id", "7b0c"), ("walrelay.lsn", "0/1")]);
-        assert_eq!(streaming::describe_record(&outbox), "outbox row id=7b0c");
+        assert_eq!(publish::describe_record(&outbox), "outbox row id=7b0c");
         let change = record(&[
             ("walrelay.lsn", "0/16B3748"),
             (crate::router::table::EVENT_ID_HEADER, "0/16B3748:3"),
         ]);
         assert_eq!(
-            streaming::describe_record(&change),
+            publish::describe_record(&change),
             "table change event_id=0/16B3748:3"
         );
-        assert!(!streaming::describe_record(&record(&[])).contains("secret"));
+        assert!(!publish::describe_record(&record(&[])).contains("secret"));
     }
 
     const SECRET: &str = "s3cret-Kq8!";

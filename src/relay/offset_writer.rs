@@ -46,6 +46,7 @@
 //!   would end a session in the middle of a broker's restart.
 
 use crate::source::lease::Fence;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
@@ -55,7 +56,7 @@ use super::watchdog::KafkaWatch;
 use super::{Ack, RelayError, Sink, Token};
 use crate::Lsn;
 use crate::config::Config;
-use crate::offsets::StoredOffset;
+use crate::offsets::{IncrementalProgress, StoredOffset};
 use crate::telemetry::Metrics;
 
 /// `exactly_once`: the bounds of one Kafka transaction
@@ -158,6 +159,11 @@ pub(super) struct OffsetWriter {
     /// `exactly_once`: how long the open transaction has been open, and
     /// what keeps it open (a transaction too big for the timeout).
     clock: Option<TransactionClock>,
+    /// Incremental snapshot progress published and not yet in the
+    /// template: the chunk's high watermark (or the signal's position) and
+    /// the progress with it done. It joins the template with the first
+    /// write at or past that position ([`OffsetWriter::carry_up_to`]).
+    carried: VecDeque<(Lsn, IncrementalProgress)>,
 }
 
 impl OffsetWriter {
@@ -173,6 +179,7 @@ impl OffsetWriter {
             commit_time: CommitTime::default(),
             fence: None,
             clock: None,
+            carried: VecDeque::new(),
         }
     }
 
@@ -407,12 +414,41 @@ impl OffsetWriter {
     }
 
     /// What the next write carries besides its position.
-    pub(super) fn template(&self) -> &StoredOffset {
-        &self.template
-    }
-
     pub(super) fn template_mut(&mut self) -> &mut StoredOffset {
         &mut self.template
+    }
+
+    /// `progress` goes into the offset store with the first write at or
+    /// past `lsn` (once the frontier passed it, Kafka holds what it says is
+    /// done).
+    pub(super) fn carry(&mut self, lsn: Lsn, progress: IncrementalProgress) {
+        self.carried.push_back((lsn, progress));
+    }
+
+    /// Moves the progress carried up to `confirmed` into the template,
+    /// saying so when it ends an incremental snapshot.
+    pub(super) fn carry_up_to(&mut self, confirmed: Lsn) {
+        while let Some((lsn, _)) = self.carried.front()
+            && *lsn <= confirmed
+        {
+            if let Some((_, progress)) = self.carried.pop_front() {
+                if progress.done() {
+                    log_ended(&progress);
+                }
+                self.template.incremental = Some(progress);
+            }
+        }
+    }
+
+    /// Rows of incremental snapshot `id` published before now (carried
+    /// and not yet stored, else stored).
+    pub(super) fn incremental_rows(&self, id: &str) -> u64 {
+        self.carried
+            .back()
+            .map(|(_, p)| p)
+            .filter(|p| p.id == id)
+            .or_else(|| self.template.incremental.as_ref().filter(|p| p.id == id))
+            .map_or(0, |p| p.rows)
     }
 
     /// The newest position Kafka acknowledged a write of.
@@ -541,162 +577,28 @@ impl OffsetWriter {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::*;
-
-    #[test]
-    fn a_commit_begins_its_recent_duration_and_deviation_before_the_bound() {
-        let bound = Duration::from_millis(100);
-        let mut t = CommitTime::default();
-        assert_eq!(t.lead(bound), Duration::ZERO, "no commit seen yet");
-        for _ in 0..50 {
-            t.observe(Duration::from_millis(10));
-        }
-        let steady = t.lead(bound);
-        assert!(
-            steady >= Duration::from_millis(10) && steady < Duration::from_millis(12),
-            "{steady:?}"
+/// The one line that says an incremental snapshot ended, logged when its
+/// last progress goes into the offset store (every chunk is in Kafka).
+fn log_ended(progress: &IncrementalProgress) {
+    let given_up: Vec<String> = progress
+        .tables
+        .iter()
+        .filter_map(|t| Some(format!("{} ({})", t.table, t.abandoned.as_ref()?)))
+        .collect();
+    if given_up.is_empty() {
+        tracing::info!(
+            id = %progress.id, rows = progress.rows,
+            "incremental snapshot completed: every chunk is in Kafka"
         );
-        // Jitter widens the lead; a slow broker is capped at half the bound.
-        t.observe(Duration::from_millis(30));
-        assert!(
-            t.lead(bound) > steady + Duration::from_millis(10),
-            "{:?}",
-            t.lead(bound)
+    } else {
+        tracing::warn!(
+            id = %progress.id, rows = progress.rows,
+            "incremental snapshot ended with tables given up, their remaining \
+             rows not read: {}; every chunk read is in Kafka",
+            given_up.join("; ")
         );
-        for _ in 0..50 {
-            t.observe(Duration::from_secs(2));
-        }
-        assert_eq!(t.lead(bound), bound / 2);
-    }
-
-    /// The bound counts from a fresh commit (the walsender's delay spent of
-    /// it), from the arrival for an old one, a snapshot row, or a commit
-    /// time ahead of ours.
-    #[test]
-    fn a_transaction_counts_from_a_fresh_commit_else_from_its_first_record() {
-        let now = Instant::now();
-        let bound = Duration::from_millis(100);
-        let now_ms = 1_700_000_000_000;
-        assert_eq!(
-            opened_at(now, now_ms, now_ms - 12, bound),
-            now - Duration::from_millis(12),
-            "caught up: 12 ms of the bound already spent"
-        );
-        for (commit_ms, why) in [
-            (now_ms - 25, "a quarter of the bound old: a backlog"),
-            (now_ms - 60_000, "a minute old"),
-            (0, "not a streamed record"),
-            (now_ms + 40, "PostgreSQL's clock ahead of ours"),
-            (now_ms, "this millisecond"),
-        ] {
-            assert_eq!(opened_at(now, now_ms, commit_ms, bound), now, "{why}");
-        }
-    }
-
-    fn writer() -> (
-        OffsetWriter,
-        Sink,
-        mpsc::UnboundedReceiver<Ack>,
-        Config,
-        Metrics,
-    ) {
-        let config = Config::from_str(
-            "[connector]\nname = \"orders\"\n[postgres]\ndatabase = \"app\"\n[kafka]\n\
-             brokers = \"127.0.0.1:9\"\n[[outbox]]\ntable = \"public.outbox\"\n",
-            "test.toml",
-        )
-        .unwrap();
-        let outage = Arc::new(crate::telemetry::outage::OutageLog::new(
-            "Kafka",
-            Duration::ZERO,
-        ));
-        let (sink, acks) = Sink::new(&super::super::producer_properties(&config), outage).unwrap();
-        let template = StoredOffset {
-            connector: "orders".into(),
-            system_id: "1".into(),
-            timeline: 1,
-            slot: "s".into(),
-            lsn: String::new(),
-            written_at_ms: 0,
-            committed_at_ms: None,
-            snapshot: None,
-            accepted_gap: None,
-            incremental: None,
-            known_tables: Vec::new(),
-            term: None,
-        };
-        let writer = OffsetWriter::new(template, "offsets", Lsn(100));
-        (writer, sink, acks, config, Metrics::new("orders"))
-    }
-
-    #[tokio::test]
-    async fn one_write_in_flight_and_acked_only_grows() {
-        let (mut w, sink, _acks, _config, metrics) = writer();
-        w.send(&sink, Lsn(200), "a write").await.unwrap();
-        assert_eq!(w.in_flight(), Some(Lsn(200)));
-        let second = w.send(&sink, Lsn(300), "a second write").await;
-        assert!(
-            matches!(&second, Err(RelayError::Stream { what, .. }) if what.contains("in flight")),
-            "{second:?}"
-        );
-        assert_eq!(w.acked(), Lsn(100), "nothing acknowledged yet");
-        w.delivered(Lsn(200), &metrics);
-        assert_eq!((w.in_flight(), w.acked()), (None, Lsn(200)));
-        // A marker written at 0/0 (a snapshot's) moves nothing back.
-        w.send(&sink, Lsn::ZERO, "a marker").await.unwrap();
-        w.delivered(Lsn::ZERO, &metrics);
-        assert_eq!(w.acked(), Lsn(200));
-        w.starting_at(Lsn(150));
-        assert_eq!(w.acked(), Lsn(200));
-    }
-
-    #[tokio::test]
-    async fn a_failed_write_reports_nothing() {
-        let (mut w, sink, _acks, _config, _metrics) = writer();
-        w.send(&sink, Lsn(200), "a write").await.unwrap();
-        w.failed(Lsn(200));
-        assert_eq!((w.in_flight(), w.acked()), (None, Lsn(100)));
-    }
-
-    /// `store` returns only on the acknowledgement of its own write; a
-    /// failure of it, or a report of anything else, is an error.
-    #[tokio::test]
-    async fn store_waits_for_its_own_acknowledgement() {
-        use crate::sink::kafka::SinkError;
-        let (mut w, sink, _acks, config, metrics) = writer();
-        let (tx, mut acks) = mpsc::unbounded_channel();
-        tx.send(Ack::Delivered(Token::Offset { lsn: Lsn(300) }))
-            .unwrap();
-        w.store(&sink, &mut acks, Lsn(300), "a write", &config, &metrics)
-            .await
-            .unwrap();
-        assert_eq!(w.acked(), Lsn(300));
-
-        tx.send(Ack::Failed {
-            token: Token::Offset { lsn: Lsn(400) },
-            topic: "offsets".into(),
-            error: SinkError::timed_out(Duration::from_secs(1)),
-        })
-        .unwrap();
-        let failed = w
-            .store(&sink, &mut acks, Lsn(400), "a write", &config, &metrics)
-            .await;
-        assert!(
-            matches!(failed, Err(RelayError::Delivery { at_send: false, .. })),
-            "{failed:?}"
-        );
-        assert_eq!((w.in_flight(), w.acked()), (None, Lsn(300)));
-
-        tx.send(Ack::Delivered(Token::Offset { lsn: Lsn(1) }))
-            .unwrap();
-        let other = w
-            .store(&sink, &mut acks, Lsn(500), "a write", &config, &metrics)
-            .await;
-        assert!(matches!(other, Err(RelayError::Stream { .. })), "{other:?}");
-        assert_eq!(w.acked(), Lsn(300));
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -100,7 +100,7 @@ impl Started {
                     Err(e)
                 }
             };
-            let pg = &self.run.config.postgres;
+            let pg = &self.run.config().postgres;
             let end = match end {
                 Ok(end) => end,
                 Err(e) => {
@@ -122,7 +122,7 @@ impl Started {
                 }
             };
             match end {
-                SnapshotEnd::Stopped => return super::stopped_by_signal(&self.run.config),
+                SnapshotEnd::Stopped => return super::stopped_by_signal(self.run.config()),
                 SnapshotEnd::Completed { .. } if job.stop_after => {
                     tracing::info!(
                         slot = %pg.slot,
@@ -135,7 +135,7 @@ impl Started {
                 SnapshotEnd::Completed {
                     consistent_point, ..
                 } => {
-                    let catalog = catalog::connect(&connect_params(&self.run.config)).await?;
+                    let catalog = catalog::connect(&connect_params(self.run.config())).await?;
                     self.source
                         .start_streaming(&catalog, &pg.slot, &pg.publication)
                         .await
@@ -150,13 +150,13 @@ impl Started {
             }
         }
         // Heartbeats while this session streams; the writer ends with it.
-        let heartbeats = self.run.config.heartbeat.enabled().map(|interval| {
-            let config = &self.run.config;
+        let heartbeats = self.run.config().heartbeat.enabled().map(|interval| {
+            let config = &self.run.config();
             AbortOnDrop(tokio::spawn(super::heartbeat::write_loop(
                 connect_params(config),
                 config.connector.name.clone(),
                 interval,
-                self.run.metrics.clone(),
+                self.run.metrics().clone(),
             )))
         });
         let result = self.stream(shutdown).await;
@@ -184,7 +184,7 @@ impl Started {
             // the next session re-sends them after the refused one. (Refused
             // when handed to the producer, nothing is queued behind it, and
             // the records before it are let through.)
-            self.run.sink.purge_queued();
+            self.run.purge_queued();
         }
         let one_bad_change = refused
             || matches!(
@@ -221,8 +221,8 @@ impl Started {
         }
         Err(super::explain_stream_error(
             e,
-            &self.run.config.postgres.publication,
-            &self.run.config.postgres.slot,
+            &self.run.config().postgres.publication,
+            &self.run.config().postgres.slot,
         ))
     }
 }
@@ -512,12 +512,13 @@ impl Session {
                     router,
                     created.consistent_point,
                     offsets,
+                    &captured,
+                    specs,
                 );
-                run.set_primary_keys(&captured);
-                run.chunk_specs = specs;
                 // Debezium's source.ts_ms of snapshot rows: the snapshot's time.
-                run.snapshot_ms =
-                    crate::pg::replication::pg_us_to_unix_ms(crate::pg::replication::pg_now_us());
+                run.set_snapshot_ms(crate::pg::replication::pg_us_to_unix_ms(
+                    crate::pg::replication::pg_now_us(),
+                ));
                 return Ok(Some(Started {
                     run,
                     source,
@@ -612,6 +613,9 @@ impl Session {
             ?status_interval, "streaming"
         );
 
+        // An incremental snapshot to go on with, or tables added since the
+        // offset was written.
+        let (plan, added) = super::incremental::plan_at_start(&config, stored.as_ref(), &specs);
         let mut run = Streaming::new(
             config.clone(),
             self.metrics.clone(),
@@ -619,11 +623,9 @@ impl Session {
             router,
             start,
             offsets,
+            &captured,
+            specs,
         );
-        run.set_primary_keys(&captured);
-        // An incremental snapshot to go on with, or tables added since the
-        // offset was written.
-        let (plan, added) = super::incremental::plan_at_start(&config, stored.as_ref(), &specs);
         for table in &added {
             tracing::info!(
                 %table,
@@ -642,8 +644,7 @@ impl Session {
                 .and_then(|s| s.incremental.as_ref())
                 .filter(|s| s.id == plan.id)
                 .map_or(0, |s| s.rows);
-            run.offsets.template_mut().incremental =
-                Some(super::incremental::to_stored(plan, rows));
+            run.offset_template_mut().incremental = Some(super::incremental::to_stored(plan, rows));
         }
         if let Some(plan) = plan.filter(|p| !p.done()) {
             tracing::info!(
@@ -653,7 +654,6 @@ impl Session {
             );
             run.start_incremental(&mut source, plan);
         }
-        run.chunk_specs = specs;
         drop(catalog);
         Ok(Some(Started {
             run,
@@ -708,36 +708,4 @@ fn receive_timeout(wal_sender_timeout: &str) -> Duration {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn status_interval_is_capped_by_half_the_sender_timeout() {
-        let one = Duration::from_secs(1);
-        assert_eq!(effective_status_interval(one, "10s"), one);
-        assert_eq!(
-            effective_status_interval(one, "1s"),
-            Duration::from_millis(500)
-        );
-        assert_eq!(
-            effective_status_interval(one, "600ms"),
-            Duration::from_millis(300)
-        );
-        assert_eq!(effective_status_interval(one, "1min"), one);
-        assert_eq!(effective_status_interval(one, "0"), one);
-        assert_eq!(
-            effective_status_interval(one, "1000"),
-            Duration::from_millis(500)
-        );
-        // Absurd values neither overflow nor panic.
-        assert_eq!(effective_status_interval(one, "18446744073709551615h"), one);
-    }
-
-    #[test]
-    fn receive_timeout_follows_the_sender_timeout_with_a_floor() {
-        assert_eq!(receive_timeout("10s"), Duration::from_secs(30));
-        assert_eq!(receive_timeout("2min"), Duration::from_secs(120));
-        assert_eq!(receive_timeout("0"), Duration::from_secs(60));
-        assert_eq!(receive_timeout("nonsense"), Duration::from_secs(60));
-    }
-}
+mod tests;

@@ -1,9 +1,11 @@
 //! The snapshot phase of a session: snapshot rows in, records out, and the
 //! offset store told `completed` only once Kafka holds every one of them.
-//! The phase runs in the session's one loop ([`Streaming::stream`]: sends,
+//! The phase runs in the session's one loop (`Streaming::stream`: sends,
 //! acknowledgements, the stall watchdog, offset writes); this module is its
 //! share of that loop: the rows, the per-table counts, the progress, and
-//! `completed`.
+//! `completed`. [`InitialSnapshot`] is the phase's state; it publishes
+//! through the session's [`Publisher`] (and `[[table]]` rows through
+//! [`TableEvents`]).
 //!
 //! Invariants (beside the parent module's):
 //! - **Nothing streams before the snapshot is safe.** Streaming starts (the
@@ -25,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use super::streaming::{Counted, Streaming};
+use super::publish::{Counted, Publisher};
+use super::table_events::TableEvents;
 use super::{Ack, RelayError};
 use crate::Lsn;
 use crate::offsets::{SnapshotProgress, SnapshotState};
@@ -47,11 +50,11 @@ pub(super) enum SnapshotEnd {
 
 /// Per-table bookkeeping: rows read, acknowledged, whether reading ended.
 #[derive(Debug, Clone, Default)]
-pub(super) struct TableCount {
-    pub(super) table: String,
-    pub(super) sent: u64,
-    pub(super) acked: u64,
-    pub(super) read: bool,
+struct TableCount {
+    table: String,
+    sent: u64,
+    acked: u64,
+    read: bool,
 }
 
 impl TableCount {
@@ -60,10 +63,13 @@ impl TableCount {
     }
 }
 
-/// The initial snapshot under way: what the session's one loop
-/// ([`Streaming::stream`]) needs besides what streaming needs.
+/// The initial snapshot under way: what the session's one loop needs
+/// besides what streaming needs.
 #[derive(Debug)]
 pub(super) struct InitialSnapshot {
+    /// The snapshot's tables (records sent and acknowledged per table),
+    /// index for index the source's progress list.
+    tables: Vec<TableCount>,
     /// The checkpoint transaction every snapshot record belongs to.
     txn: crate::checkpoint::TxnId,
     started: Instant,
@@ -74,16 +80,22 @@ pub(super) struct InitialSnapshot {
     read_all: Option<Lsn>,
 }
 
-impl Streaming {
+impl InitialSnapshot {
     /// Starts the snapshot phase: the loop then publishes the rows `source`
-    /// reads (see the module doc) until [`Streaming::snapshot_safe`].
-    pub(super) fn begin_snapshot(&mut self, source: &Source) -> Result<(), RelayError> {
+    /// reads (see the module doc) until [`InitialSnapshot::safe`].
+    pub(super) fn begin(
+        publisher: &mut Publisher,
+        table_events: &mut TableEvents,
+        source: &Source,
+    ) -> Result<InitialSnapshot, RelayError> {
         let started = Instant::now();
-        let txn = self.checkpoint.begin()?;
-        self.offsets
+        let txn = publisher.checkpoint_mut().begin()?;
+        publisher
+            .offsets_mut()
             .unit_begins(super::transaction_clock::Unit::Snapshot);
-        self.snapshot_marks = Default::default();
-        self.snapshot_tables = source
+        publisher.hold_commits();
+        table_events.snapshot_begins();
+        let tables: Vec<TableCount> = source
             .snapshot_progress()
             .iter()
             .map(|p| TableCount {
@@ -91,65 +103,73 @@ impl Streaming {
                 ..TableCount::default()
             })
             .collect();
-        self.metrics.snapshot_running.store(true, Ordering::Relaxed);
-        self.metrics
+        let metrics = publisher.metrics();
+        metrics.snapshot_running.store(true, Ordering::Relaxed);
+        metrics
             .snapshot_tables_remaining
-            .store(self.snapshot_tables.len() as u64, Ordering::Relaxed);
-        self.initial = Some(InitialSnapshot {
+            .store(tables.len() as u64, Ordering::Relaxed);
+        Ok(InitialSnapshot {
+            tables,
             txn,
             started,
             last_report: started,
             rows_read: 0,
             rates: RateWindow::new(started),
             read_all: None,
-        });
-        Ok(())
+        })
     }
 
     /// Whether every table was read (the source has nothing more before
     /// streaming starts).
-    pub(super) fn snapshot_read_all(&self) -> bool {
-        self.initial.as_ref().is_some_and(|i| i.read_all.is_some())
+    pub(super) fn read_all(&self) -> bool {
+        self.read_all.is_some()
     }
 
     /// Every table was read and every record acknowledged, no offset write
-    /// pending: the loop ends, and [`Streaming::complete_snapshot`] stores
+    /// pending: the loop ends, and [`InitialSnapshot::complete`] stores
     /// `completed`. Also keeps the tables-remaining gauge current.
-    pub(super) fn snapshot_safe(&self) -> bool {
-        self.metrics.snapshot_tables_remaining.store(
-            self.snapshot_tables.iter().filter(|t| !t.done()).count() as u64,
+    pub(super) fn safe(&self, publisher: &Publisher) -> bool {
+        publisher.metrics().snapshot_tables_remaining.store(
+            self.tables.iter().filter(|t| !t.done()).count() as u64,
             Ordering::Relaxed,
         );
-        self.snapshot_read_all()
-            && self.awaiting_reports == 0
-            && self.checkpoint.pending_txns() == 0
-            && self.offsets.in_flight().is_none()
+        self.read_all()
+            && publisher.awaiting_reports() == 0
+            && publisher.checkpoint().pending_txns() == 0
+            && publisher.offsets().in_flight().is_none()
+    }
+
+    /// A record of table #`table` was acknowledged.
+    pub(super) fn acked(&mut self, table: u32) {
+        if let Some(t) = self.tables.get_mut(table as usize) {
+            t.acked += 1;
+        }
     }
 
     /// The snapshot's share of a tick: progress logged and stored every
     /// [`PROGRESS_EVERY`].
-    pub(super) async fn snapshot_tick(&mut self, source: &Source) -> Result<(), RelayError> {
-        let Some(initial) = self.initial.as_mut() else {
-            return Ok(());
-        };
-        if initial.last_report.elapsed() < PROGRESS_EVERY {
+    pub(super) async fn tick(
+        &mut self,
+        publisher: &mut Publisher,
+        source: &Source,
+    ) -> Result<(), RelayError> {
+        if self.last_report.elapsed() < PROGRESS_EVERY {
             return Ok(());
         }
-        initial.last_report = Instant::now();
-        initial.rates.note(initial.rows_read);
-        report_progress(source, initial.rows_read, &initial.rates, initial.started);
-        self.store_snapshot_progress().await
+        self.last_report = Instant::now();
+        self.rates.note(self.rows_read);
+        report_progress(source, self.rows_read, &self.rates, self.started);
+        self.store_progress(publisher).await
     }
 
     /// One event of the snapshot phase.
-    pub(super) async fn on_snapshot_event(&mut self, event: SourceEvent) -> Result<(), RelayError> {
-        let Some(initial) = self.initial.as_mut() else {
-            return Err(RelayError::Stream {
-                lsn: Lsn::ZERO,
-                what: format!("a snapshot event while streaming: {event:?}"),
-            });
-        };
-        let txn = initial.txn;
+    pub(super) async fn on_event(
+        &mut self,
+        publisher: &mut Publisher,
+        table_events: &mut TableEvents,
+        event: SourceEvent,
+    ) -> Result<(), RelayError> {
+        let txn = self.txn;
         match event {
             SourceEvent::SnapshotRow {
                 pos,
@@ -157,30 +177,34 @@ impl Streaming {
                 relation,
                 row,
             } => {
-                initial.rows_read += 1;
-                self.metrics.snapshot_rows.fetch_add(1, Ordering::Relaxed);
-                self.publish_snapshot_row(txn, pos, table, &relation, &row)
+                self.rows_read += 1;
+                publisher
+                    .metrics()
+                    .snapshot_rows
+                    .fetch_add(1, Ordering::Relaxed);
+                self.publish_row(publisher, table_events, txn, pos, table, &relation, &row)
                     .await
             }
             SourceEvent::SnapshotTableDone { table, rows } => {
-                // `snapshot_tables` mirrors the source's progress list, index
-                // for index.
-                let count = self.snapshot_tables.get_mut(table);
+                // `tables` mirrors the source's progress list, index for
+                // index.
+                let count = self.tables.get_mut(table);
                 let name = count.as_ref().map_or("?", |t| t.table.as_str()).to_owned();
                 if let Some(t) = count {
                     t.read = true;
                 }
                 tracing::info!(table = %name, rows, "snapshot: table read");
-                self.note_invalid_trace_contexts();
+                publisher.note_invalid_trace_contexts();
                 match u32::try_from(table) {
-                    Ok(i) => self.table_snapshot_read(i).await,
+                    Ok(i) => table_events.snapshot_table_read(publisher, i).await,
                     Err(_) => Ok(()),
                 }
             }
             SourceEvent::SnapshotDone { consistent_point } => {
-                initial.read_all = Some(consistent_point);
-                self.finish_table_snapshot().await?;
-                self.checkpoint
+                self.read_all = Some(consistent_point);
+                table_events.snapshot_read(publisher).await?;
+                publisher
+                    .checkpoint_mut()
                     .commit(txn, consistent_point)
                     .map_err(RelayError::from)
             }
@@ -193,26 +217,23 @@ impl Streaming {
 
     /// The snapshot phase ended without `completed` (shutdown, an error):
     /// `running` stays stored, and the next start takes it again.
-    pub(super) fn snapshot_abandoned(&mut self) {
-        self.initial = None;
-        self.metrics
+    pub(super) fn abandoned(self, publisher: &mut Publisher) {
+        publisher.release_commits();
+        publisher
+            .metrics()
             .snapshot_running
             .store(false, Ordering::Relaxed);
     }
 
-    /// After [`Streaming::snapshot_safe`]: stores `completed` with the
+    /// After [`InitialSnapshot::safe`]: stores `completed` with the
     /// consistent point and waits until Kafka holds it.
-    pub(super) async fn complete_snapshot(
-        &mut self,
+    pub(super) async fn complete(
+        self,
+        publisher: &mut Publisher,
         acks: &mut mpsc::UnboundedReceiver<Ack>,
     ) -> Result<SnapshotEnd, RelayError> {
-        let Some(InitialSnapshot {
-            started,
-            rows_read,
-            read_all: Some(consistent_point),
-            ..
-        }) = self.initial.take()
-        else {
+        publisher.release_commits();
+        let Some(consistent_point) = self.read_all else {
             return Err(RelayError::Stream {
                 lsn: Lsn::ZERO,
                 what: "the snapshot completed before it was read".into(),
@@ -220,78 +241,82 @@ impl Streaming {
         };
         // Every record is acknowledged and no write is in flight (the loop
         // ends only then): `completed` is the one thing awaited.
-        self.offsets.unit_ends();
-        self.note_snapshot_progress(SnapshotState::Completed);
-        let stored = self
-            .offsets
-            .store(
-                &self.sink,
+        publisher.offsets_mut().unit_ends();
+        self.note_progress(publisher, SnapshotState::Completed);
+        let stored = publisher
+            .store_offset(
                 acks,
                 consistent_point,
                 "the offset-store write marking the snapshot completed",
-                &self.config,
-                &self.metrics,
             )
             .await;
-        self.metrics
-            .snapshot_running
-            .store(false, Ordering::Relaxed);
+        let metrics = publisher.metrics();
+        metrics.snapshot_running.store(false, Ordering::Relaxed);
         stored?;
-        self.metrics
+        metrics
             .snapshot_tables_remaining
             .store(0, Ordering::Relaxed);
-        self.metrics
+        metrics
             .snapshot_duration_ms
-            .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
-        let secs = started.elapsed().as_secs_f64();
+            .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        let secs = self.started.elapsed().as_secs_f64();
         tracing::info!(
-            rows = rows_read,
-            tables = self.snapshot_tables.len(),
-            took = ?started.elapsed(),
-            rows_per_second = (rows_read as f64 / secs.max(0.001)).round(),
+            rows = self.rows_read,
+            tables = self.tables.len(),
+            took = ?self.started.elapsed(),
+            rows_per_second = (self.rows_read as f64 / secs.max(0.001)).round(),
             lsn = %consistent_point,
             "snapshot completed: every row is in Kafka; streaming continues from the snapshot's consistent point"
         );
         Ok(SnapshotEnd::Completed {
             consistent_point,
-            rows: rows_read,
+            rows: self.rows_read,
         })
     }
 
-    async fn publish_snapshot_row(
+    #[allow(clippy::too_many_arguments)]
+    async fn publish_row(
         &mut self,
+        publisher: &mut Publisher,
+        table_events: &mut TableEvents,
         txn: crate::checkpoint::TxnId,
         pos: Position,
         table: usize,
         relation: &Arc<Relation>,
         row: &TupleData,
     ) -> Result<(), RelayError> {
-        if self.tables.claims(relation.oid) {
+        if table_events.claims(relation.oid) {
             let table_index = u32::try_from(table).ok();
-            return self
-                .publish_table_snapshot_row(txn, pos, relation, row, table_index)
+            // Counted as sent at once, so the table is not reported done
+            // before its held row is acknowledged.
+            if let Some(t) = table_index.and_then(|i| self.tables.get_mut(i as usize)) {
+                t.sent += 1;
+            }
+            return table_events
+                .publish_snapshot_row(publisher, txn, pos, relation, row, table_index)
                 .await;
         }
-        let record = match self
-            .router
-            .on_snapshot_row(relation.oid, row, pos.commit_lsn)?
-        {
-            Routed::Record(record) => record,
-            // Only configured tables are read; a row no route takes is a bug.
-            other => {
-                return Err(RelayError::Stream {
-                    lsn: pos.commit_lsn,
-                    what: format!(
-                        "a snapshot row of {}.{} was not routed: {other:?}",
-                        relation.namespace, relation.name
-                    ),
-                });
-            }
-        };
-        // `snapshot_tables` mirrors the source's progress list, index for
-        // index (built from it when the snapshot started).
+        let record =
+            match publisher
+                .router_mut()
+                .on_snapshot_row(relation.oid, row, pos.commit_lsn)?
+            {
+                Routed::Record(record) => record,
+                // Only configured tables are read; a row no route takes is a bug.
+                other => {
+                    return Err(RelayError::Stream {
+                        lsn: pos.commit_lsn,
+                        what: format!(
+                            "a snapshot row of {}.{} was not routed: {other:?}",
+                            relation.namespace, relation.name
+                        ),
+                    });
+                }
+            };
+        // `tables` mirrors the source's progress list, index for index
+        // (built from it when the snapshot started).
         let count = self
-            .snapshot_tables
+            .tables
             .get_mut(table)
             .ok_or_else(|| RelayError::Stream {
                 lsn: pos.commit_lsn,
@@ -302,37 +327,34 @@ impl Streaming {
             })?;
         count.sent += 1;
         let counted = u32::try_from(table).map_or(Counted::Other, Counted::SnapshotTable);
-        if self.dead_letter.is_some() {
-            self.publishing = Some(relation.clone());
-        }
-        let sent = self.publish(txn, pos, &record, counted).await;
-        self.publishing = None;
-        sent
+        publisher
+            .publish_row(relation, txn, pos, &record, counted)
+            .await
     }
 
     /// Writes the snapshot's progress (`running`) to the offset store unless
     /// a write is pending (then the next tick writes).
     /// (`exactly_once`: never; the whole snapshot is one Kafka transaction,
     /// and a write inside it would be visible only with `completed`.)
-    async fn store_snapshot_progress(&mut self) -> Result<(), RelayError> {
-        if self.offsets.in_flight().is_some() || self.offsets.exactly_once() {
+    async fn store_progress(&self, publisher: &mut Publisher) -> Result<(), RelayError> {
+        if publisher.offsets().in_flight().is_some() || publisher.offsets().exactly_once() {
             return Ok(());
         }
-        self.note_snapshot_progress(SnapshotState::Running);
-        self.write_offset(Lsn::ZERO).await
+        self.note_progress(publisher, SnapshotState::Running);
+        publisher.write_offset(Lsn::ZERO).await
     }
 
     /// Puts the snapshot's progress, in `state`, into what the next
     /// offset-store write carries.
-    fn note_snapshot_progress(&mut self, state: SnapshotState) {
+    fn note_progress(&self, publisher: &mut Publisher, state: SnapshotState) {
         let tables_done: Vec<String> = self
-            .snapshot_tables
+            .tables
             .iter()
             .filter(|t| t.done())
             .map(|t| t.table.clone())
             .collect();
-        let rows = self.snapshot_tables.iter().map(|t| t.acked).sum();
-        let template = self.offsets.template_mut();
+        let rows = self.tables.iter().map(|t| t.acked).sum();
+        let template = publisher.offsets_mut().template_mut();
         let consistent_point = template
             .snapshot
             .as_ref()

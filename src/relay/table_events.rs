@@ -7,24 +7,42 @@
 //! (at its Commit, sent before the transaction closes in the checkpoint):
 //! they count for their transaction like its events, and under
 //! `exactly_once` are in its Kafka transaction.
+//!
+//! [`TableEvents`] is the phase's state (the table router, the snapshot
+//! rows held for their `source.snapshot` marker); it publishes through the
+//! session's [`Publisher`], like every phase.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::RelayError;
 use super::dead_letter::{self, Failure, Reason};
-use super::streaming::{Counted, Streaming};
+use super::publish::{Counted, Publisher};
 use crate::Lsn;
 use crate::checkpoint::TxnId;
+use crate::config::Config;
 use crate::pgoutput::{Relation, TupleData};
-use crate::router::table::{SnapshotMarker, TxnInfo};
+use crate::router::Record;
+use crate::router::table::{SnapshotMarker, TableRouter, TxnInfo};
 use crate::source::{Change, Position, Txn};
 use crate::startup::TableEventTable;
+
+/// Table change events (`[[table]]`): the phase's state.
+pub(super) struct TableEvents {
+    router: TableRouter,
+    /// The records of one table change, reused.
+    records: Vec<Record>,
+    /// Where the `[[table]]` snapshot rows stand (`source.snapshot`).
+    marks: SnapshotMarks,
+    /// When the initial snapshot started, ms since 1970 (`source.ts_ms` of
+    /// its rows).
+    snapshot_ms: i64,
+}
 
 /// A snapshot row of a `[[table]]` table waiting to learn whether it is
 /// its table's last, or the snapshot's.
 #[derive(Debug)]
-pub(super) struct HeldRow {
+struct HeldRow {
     txn: TxnId,
     pos: Position,
     relation: Arc<Relation>,
@@ -42,7 +60,7 @@ pub(super) struct HeldRow {
 /// shows whether it was the snapshot's last. At most one row per table
 /// being read, plus one, is held.
 #[derive(Debug, Default)]
-pub(super) struct SnapshotMarks {
+struct SnapshotMarks {
     /// Per table (its index in the snapshot's tables): its latest row.
     held: BTreeMap<u32, HeldRow>,
     /// The last row of the table read most recently.
@@ -65,7 +83,31 @@ fn identity_name(rel: &Relation) -> &'static str {
     }
 }
 
-impl Streaming {
+impl TableEvents {
+    pub(super) fn new(config: &Config) -> TableEvents {
+        TableEvents {
+            router: TableRouter::new(config),
+            records: Vec::new(),
+            marks: SnapshotMarks::default(),
+            snapshot_ms: 0,
+        }
+    }
+
+    /// Whether `oid` is a `[[table]]` table's relation.
+    pub(super) fn claims(&self, oid: u32) -> bool {
+        self.router.claims(oid)
+    }
+
+    /// The initial snapshot's time, ms since 1970: its rows' `source.ts_ms`.
+    pub(super) fn set_snapshot_ms(&mut self, snapshot_ms: i64) {
+        self.snapshot_ms = snapshot_ms;
+    }
+
+    /// The initial snapshot starts: no row held.
+    pub(super) fn snapshot_begins(&mut self) {
+        self.marks = SnapshotMarks::default();
+    }
+
     /// A streamed Relation message: (re)binds a `[[table]]` relation. Its
     /// key follows the relation from here on — a replica identity changed
     /// by `ALTER TABLE … REPLICA IDENTITY` moves the key of a table keyed by
@@ -74,12 +116,12 @@ impl Streaming {
     /// it have different keys (partitions, compaction). A new identity that
     /// leaves a configured key outside it stops the connector at `lsn`,
     /// before any change decoded with it.
-    pub(super) fn on_table_relation(&mut self, rel: &Relation, lsn: Lsn) -> Result<(), RelayError> {
+    pub(super) fn on_relation(&mut self, rel: &Relation, lsn: Lsn) -> Result<(), RelayError> {
         let before: Option<Vec<String>> = self
-            .tables
+            .router
             .key_names(rel.oid)
             .map(|k| k.into_iter().map(str::to_owned).collect());
-        let warning = self.tables.on_relation(rel, lsn).map_err(|mut e| {
+        let warning = self.router.on_relation(rel, lsn).map_err(|mut e| {
             if before.is_some() {
                 e.fix = format!(
                     "the table's shape changed in the stream at {lsn} (REPLICA IDENTITY {} now) \
@@ -95,7 +137,7 @@ impl Streaming {
         if let Some(warning) = warning {
             tracing::warn!("{warning}");
         }
-        let after = self.tables.key_names(rel.oid);
+        let after = self.router.key_names(rel.oid);
         let table = format!("{}.{}", rel.namespace, rel.name);
         let shown = |k: &[&str]| {
             if k.is_empty() {
@@ -142,17 +184,17 @@ impl Streaming {
                 type_aliases = ?t.type_aliases,
                 "captured table"
             );
-            self.tables
+            self.router
                 .set_primary_key(&t.table.schema, &t.table.name, t.primary_key.clone());
             for &(oid, as_oid, typmod) in &t.type_aliases {
-                self.tables.set_type_alias(oid, as_oid, typmod);
+                self.router.set_type_alias(oid, as_oid, typmod);
             }
         }
     }
 
     /// A transaction begins (its Begin message at `begin_lsn`): the table
     /// router counts its events for the transaction metadata.
-    pub(super) fn table_transaction_begins(
+    pub(super) fn transaction_begins(
         &mut self,
         commit_lsn: Lsn,
         xid: u32,
@@ -164,56 +206,56 @@ impl Streaming {
             xid,
             commit_ms: crate::pg::replication::pg_us_to_unix_ms(commit_time),
         };
-        self.tables.on_begin(txn, begin_lsn);
+        self.router.on_begin(txn, begin_lsn);
     }
 
     /// The open transaction `open`, committed at `commit_lsn`, ends at
     /// `end_lsn`: publishes its END record, if it has one, as a record of
     /// that transaction.
-    pub(super) async fn table_transaction_ends(
+    pub(super) async fn transaction_ends(
         &mut self,
+        publisher: &mut Publisher,
         open: TxnId,
         commit_lsn: Lsn,
         end_lsn: Lsn,
         commit_ms: i64,
     ) -> Result<(), RelayError> {
-        if !self.tables.provides_transaction_metadata() {
+        if !self.router.provides_transaction_metadata() {
             return Ok(());
         }
-        let mut records = std::mem::take(&mut self.table_records);
+        let mut records = std::mem::take(&mut self.records);
         records.clear();
-        self.tables.on_commit(commit_lsn, end_lsn, &mut records);
+        self.router.on_commit(commit_lsn, end_lsn, &mut records);
         let pos = Position {
             commit_lsn,
             index: u64::MAX,
         };
-        let sent = self
-            .send_table_records(&mut records, open, pos, Counted::Streamed { commit_ms })
+        let sent = publisher
+            .publish_all(
+                None,
+                &mut records,
+                open,
+                pos,
+                Counted::Streamed { commit_ms },
+            )
             .await;
-        self.table_records = records;
+        self.records = records;
         sent
     }
 
-    /// Whether `change` is a table event (of a `[[table]]` table).
-    pub(super) fn is_table_change(&self, change: &Change) -> bool {
-        self.tables.claims(change.relation.oid)
-    }
-
     /// Publishes the records of one `[[table]]` change.
-    pub(super) async fn on_table_change(
+    pub(super) async fn on_change(
         &mut self,
+        publisher: &mut Publisher,
         change: &Change,
         open: TxnId,
     ) -> Result<(), RelayError> {
         let txn = txn_info(change.pos, change.txn);
-        let mut records = std::mem::take(&mut self.table_records);
+        let mut records = std::mem::take(&mut self.records);
         records.clear();
-        let made = self.tables.on_change(change, txn, &mut records);
-        if self.dead_letter.is_some() {
-            self.publishing = Some(change.relation.clone());
-        }
+        let made = self.router.on_change(change, txn, &mut records);
         let sent = match made {
-            Err(e) if self.dead_letter.is_some() => {
+            Err(e) if publisher.has_dead_letter() => {
                 let row = change.new.as_ref().or(change.old.as_ref());
                 let failure = Failure {
                     reason: Reason::Unencodable,
@@ -222,37 +264,39 @@ impl Streaming {
                     pos: change.pos,
                     id: None,
                     topic: self
-                        .tables
+                        .router
                         .topic_of(change.relation.oid)
                         .map(|t| t.to_string()),
                     key: None,
                     value: row.map(|row| dead_letter::row_json(&change.relation, row)),
                     refused_bytes: None,
                 };
-                self.publish_dead_letter(
-                    open,
-                    failure,
-                    Counted::Streamed {
-                        commit_ms: txn.commit_ms,
-                    },
-                )
-                .await
+                publisher
+                    .publish_dead_letter(
+                        open,
+                        failure,
+                        Counted::Streamed {
+                            commit_ms: txn.commit_ms,
+                        },
+                    )
+                    .await
             }
             Ok(()) => {
-                self.send_table_records(
-                    &mut records,
-                    open,
-                    change.pos,
-                    Counted::Streamed {
-                        commit_ms: txn.commit_ms,
-                    },
-                )
-                .await
+                publisher
+                    .publish_all(
+                        Some(&change.relation),
+                        &mut records,
+                        open,
+                        change.pos,
+                        Counted::Streamed {
+                            commit_ms: txn.commit_ms,
+                        },
+                    )
+                    .await
             }
             Err(e) => Err(e.into()),
         };
-        self.publishing = None;
-        self.table_records = records;
+        self.records = records;
         sent
     }
 
@@ -262,19 +306,20 @@ impl Streaming {
     /// Outbox tables and other tables publish nothing.
     pub(super) async fn on_truncate(
         &mut self,
+        publisher: &mut Publisher,
         pos: Position,
         txn: Txn,
         lsn: Lsn,
         relations: &[Arc<Relation>],
     ) -> Result<(), RelayError> {
-        let open = self.open_txn(pos.commit_lsn)?;
+        let open = publisher.open_txn(pos.commit_lsn)?;
         let txn = txn_info(pos, txn);
         for (k, relation) in relations.iter().enumerate() {
             let index = pos.index.saturating_add(k as u64);
-            let mut records = std::mem::take(&mut self.table_records);
+            let mut records = std::mem::take(&mut self.records);
             records.clear();
             let made = self
-                .tables
+                .router
                 .on_truncate(relation.oid, txn, lsn, index, &mut records);
             let sent = match made {
                 Ok(()) => {
@@ -285,32 +330,32 @@ impl Streaming {
                     let counted = Counted::Streamed {
                         commit_ms: txn.commit_ms,
                     };
-                    self.send_table_records(&mut records, open, pos, counted)
+                    publisher
+                        .publish_all(None, &mut records, open, pos, counted)
                         .await
                 }
                 Err(e) => Err(e.into()),
             };
-            self.table_records = records;
+            self.records = records;
             sent?;
         }
         Ok(())
     }
 
     /// Publishes a snapshot row of a `[[table]]` table (`op: "r"`), one
-    /// row late (see [`SnapshotMarks`]). It counts as sent for its table at
-    /// once, so the table is not reported done before it is acknowledged.
-    pub(super) async fn publish_table_snapshot_row(
+    /// row late (see [`SnapshotMarks`]). The caller counts it as sent for
+    /// its table at once, so the table is not reported done before it is
+    /// acknowledged.
+    pub(super) async fn publish_snapshot_row(
         &mut self,
+        publisher: &mut Publisher,
         txn: TxnId,
         pos: Position,
         relation: &Arc<Relation>,
         row: &TupleData,
         table_index: Option<u32>,
     ) -> Result<(), RelayError> {
-        if let Some(t) = table_index.and_then(|i| self.snapshot_tables.get_mut(i as usize)) {
-            t.sent += 1;
-        }
-        let marks = &mut self.snapshot_marks;
+        let marks = &mut self.marks;
         let slot = table_index.unwrap_or(u32::MAX);
         let first_in_table = !marks.held.contains_key(&slot);
         let first_in_snapshot = !std::mem::replace(&mut marks.any_read, true);
@@ -327,40 +372,48 @@ impl Streaming {
             },
         );
         match previous {
-            Some(held) => self.send_held_row(held, false, false).await,
+            Some(held) => self.send_held_row(publisher, held, false, false).await,
             None => Ok(()),
         }
     }
 
     /// Table `table_index` of the snapshot was read: its held row was its
     /// last; the previous table's last row was not the snapshot's.
-    pub(super) async fn table_snapshot_read(&mut self, table_index: u32) -> Result<(), RelayError> {
-        let Some(last) = self.snapshot_marks.held.remove(&table_index) else {
+    pub(super) async fn snapshot_table_read(
+        &mut self,
+        publisher: &mut Publisher,
+        table_index: u32,
+    ) -> Result<(), RelayError> {
+        let Some(last) = self.marks.held.remove(&table_index) else {
             return Ok(());
         };
-        match self.snapshot_marks.table_last.replace(last) {
-            Some(previous) => self.send_held_row(previous, true, false).await,
+        match self.marks.table_last.replace(last) {
+            Some(previous) => self.send_held_row(publisher, previous, true, false).await,
             None => Ok(()),
         }
     }
 
     /// At the end of the snapshot: sends the rows still held, the last one
     /// read as the snapshot's last.
-    pub(super) async fn finish_table_snapshot(&mut self) -> Result<(), RelayError> {
+    pub(super) async fn snapshot_read(
+        &mut self,
+        publisher: &mut Publisher,
+    ) -> Result<(), RelayError> {
         // Every table reports being read before the snapshot ends; rows of
         // one that did not are still its last.
-        let unread: Vec<u32> = self.snapshot_marks.held.keys().copied().collect();
+        let unread: Vec<u32> = self.marks.held.keys().copied().collect();
         for table_index in unread {
-            self.table_snapshot_read(table_index).await?;
+            self.snapshot_table_read(publisher, table_index).await?;
         }
-        match self.snapshot_marks.table_last.take() {
-            Some(last) => self.send_held_row(last, true, true).await,
+        match self.marks.table_last.take() {
+            Some(last) => self.send_held_row(publisher, last, true, true).await,
             None => Ok(()),
         }
     }
 
     async fn send_held_row(
         &mut self,
+        publisher: &mut Publisher,
         held: HeldRow,
         last_in_table: bool,
         last_in_snapshot: bool,
@@ -371,9 +424,9 @@ impl Streaming {
             held.first_in_table,
             last_in_table,
         );
-        let mut records = std::mem::take(&mut self.table_records);
+        let mut records = std::mem::take(&mut self.records);
         records.clear();
-        let made = self.tables.on_snapshot_row(
+        let made = self.router.on_snapshot_row(
             held.relation.oid,
             &held.row,
             held.pos.commit_lsn,
@@ -387,28 +440,58 @@ impl Streaming {
                 let counted = held
                     .table_index
                     .map_or(Counted::Other, Counted::SnapshotTable);
-                self.send_table_records(&mut records, held.txn, held.pos, counted)
+                publisher
+                    .publish_all(None, &mut records, held.txn, held.pos, counted)
                     .await
             }
             Err(e) => Err(e.into()),
         };
-        self.table_records = records;
+        self.records = records;
         sent
     }
 
-    /// Publishes the records of one change (or snapshot row) through the
-    /// one send sequence every record takes ([`Streaming::publish`]).
-    async fn send_table_records(
-        &mut self,
-        records: &mut Vec<crate::router::Record>,
-        txn: TxnId,
-        pos: Position,
-        counted: Counted,
-    ) -> Result<(), RelayError> {
-        for record in records.drain(..) {
-            self.publish(txn, pos, &record, counted).await?;
+    /// An incremental snapshot's chunk is read with `relation`'s shape
+    /// (maybe not the stream's): the router takes it until
+    /// [`TableEvents::rebind`] puts the stream's back.
+    pub(super) fn rebind(&mut self, relation: &Relation, lsn: Lsn) -> Result<(), RelayError> {
+        if let Some(warning) = self.router.on_relation(relation, lsn)? {
+            tracing::warn!("{warning}");
         }
         Ok(())
+    }
+
+    /// Publishes one row of an incremental snapshot chunk at `pos` (the
+    /// chunk's high watermark), `op: "r"`, as a record of transaction `txn`.
+    pub(super) async fn publish_chunk_row(
+        &mut self,
+        publisher: &mut Publisher,
+        txn: TxnId,
+        pos: Position,
+        relation: &Relation,
+        row: &TupleData,
+        now_ms: i64,
+    ) -> Result<(), RelayError> {
+        let mut records = std::mem::take(&mut self.records);
+        records.clear();
+        let made = self.router.on_snapshot_row(
+            relation.oid,
+            row,
+            pos.commit_lsn,
+            pos.index,
+            now_ms,
+            SnapshotMarker::Incremental,
+            &mut records,
+        );
+        let sent = match made {
+            Ok(()) => {
+                publisher
+                    .publish_all(None, &mut records, txn, pos, Counted::Other)
+                    .await
+            }
+            Err(e) => Err(e.into()),
+        };
+        self.records = records;
+        sent
     }
 }
 

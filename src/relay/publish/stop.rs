@@ -18,12 +18,12 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::streaming::Streaming;
-use super::{Ack, Token};
+use super::Publisher;
 use crate::Lsn;
+use crate::relay::{Ack, Token};
 use crate::source::Source;
 
-impl Streaming {
+impl Publisher {
     /// Graceful stop (shutdown, or one change that cannot be published):
     /// waits, at most `shutdown_flush_timeout`, until every record handed to
     /// the producer has its delivery report, stores the confirmed position
@@ -36,7 +36,7 @@ impl Streaming {
     /// the frontier does not move on keepalives (a dropped transaction below
     /// a keepalive's `wal_end` must not be confirmed), so they are streamed
     /// again by the next session.
-    pub(super) async fn finish(
+    pub(in crate::relay) async fn finish(
         &mut self,
         source: &mut Source,
         acks: &mut mpsc::UnboundedReceiver<Ack>,
@@ -54,7 +54,7 @@ impl Streaming {
                 // A PostgreSQL transaction partly sent cannot be committed
                 // (the next session sends it whole): abort what the open
                 // Kafka transaction holds. Otherwise commit it.
-                let ended = if self.checkpoint.open_txn().is_some() || self.initial.is_some() {
+                let ended = if self.checkpoint.open_txn().is_some() || self.holding {
                     self.offsets.abort(&self.sink, &self.metrics).await
                 } else {
                     self.commit_transaction_now().await
@@ -143,14 +143,14 @@ impl Streaming {
 
 /// How a graceful stop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Finished {
+pub(in crate::relay) struct Finished {
     /// The stored (acknowledged) position: what may be reported.
-    pub(super) position: Lsn,
+    pub(in crate::relay) position: Lsn,
     /// Records whose delivery failed while stopping (purged after a refused
     /// record, or failed): not confirmed, re-sent by the next session.
-    pub(super) undelivered: u64,
+    pub(in crate::relay) undelivered: u64,
     /// Kafka did not report on everything within `shutdown_flush_timeout`.
-    pub(super) timed_out: bool,
+    pub(in crate::relay) timed_out: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
