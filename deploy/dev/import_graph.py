@@ -30,7 +30,7 @@ LAYERS = [
     ["source", "router", "sink", "checkpoint", "offsets", "telemetry"],
     ["startup"],
     ["relay", "inbox"],
-    ["commands", "preflight", "status", "republish"],
+    ["commands"],
     ["lib", "main"],
 ]
 
