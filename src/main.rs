@@ -322,8 +322,8 @@ impl Messages {
 /// files), so both commands refuse a bad property at once.
 fn load(path: &Path) -> Result<Config, String> {
     Config::from_file(path)
-        .and_then(|c| relay::check_producer_config(&c).map(|()| c))
-        .and_then(|c| relay::check_tls_config(&c).map(|()| c))
+        .and_then(|c| walrelay::sink::properties::check_producer_config(&c).map(|()| c))
+        .and_then(|c| walrelay::pg::params::check_tls_config(&c).map(|()| c))
         .map_err(|e| e.to_string())
 }
 

@@ -22,9 +22,9 @@ use std::fmt;
 
 use crate::config::{Config, OutboxConfig};
 use crate::pg::catalog;
+use crate::pg::params::connect_params;
 use crate::pg::replication::ReplicationClient;
 use crate::pg::wire::ConnectParams;
-use crate::relay::connect_params;
 use crate::startup::{self, CheckError};
 
 /// Result of one check.

@@ -32,10 +32,11 @@ use bytes::Bytes;
 use crate::Lsn;
 use crate::config::{Config, OutboxConfig};
 use crate::pg::catalog;
+use crate::pg::params::connect_params;
 use crate::pg::snapshot::SnapshotReader;
-use crate::relay::{connect_params, producer_properties};
 use crate::router::{Record, Routed, Router};
 use crate::sink::kafka::{Ack, KafkaSink};
+use crate::sink::properties::producer_properties;
 use crate::startup;
 use crate::telemetry::outage::OutageLog;
 

@@ -38,8 +38,9 @@ use crate::commands::probe::{
 use crate::config::Config;
 use crate::offsets::{self, StartDecision};
 use crate::pg::catalog;
+use crate::pg::params::connect_params;
 use crate::pg::replication::ReplicationClient;
-use crate::relay::{connect_params, producer_properties};
+use crate::sink::properties::producer_properties;
 use crate::source::lease::Peer;
 use crate::telemetry::unix_ms as now_ms;
 

@@ -58,11 +58,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Lsn;
 use crate::checkpoint::{CheckpointError, TxnId};
-use crate::config::{Config, ConfigError, KafkaConfig, librdkafka_key_path};
+use crate::config::Config;
 use crate::offsets;
 use crate::pg::catalog::CatalogError;
-use crate::pg::tls::TlsSettings;
-use crate::pg::wire::{ConnectParams, WireError};
+use crate::pg::wire::WireError;
 use crate::pgoutput::DecodeError;
 use crate::router::RouteError;
 use crate::sink::kafka::{KafkaSink, SinkError, SinkErrorKind};
@@ -72,6 +71,10 @@ use crate::telemetry::outage::{Outage, OutageLog, Said};
 use crate::telemetry::{self, Metrics, Role};
 
 pub use incremental::{SIGNAL_PREFIX, cancel_snapshot, request_snapshot, signal_json};
+// Shims: the translators live beside their clients now; these keep the
+// relay's own files (and config's tests) compiling unchanged.
+pub use crate::pg::params::connect_params;
+pub use crate::sink::properties::{producer_properties, transactional_id};
 use session::Session;
 
 /// What a produced record stands for: handed to the sink with the record,
@@ -413,146 +416,6 @@ impl<'a> ErrorAbout<'a> {
     }
 }
 
-/// Connection parameters for both PostgreSQL connections.
-pub fn connect_params(config: &Config) -> ConnectParams {
-    let pg = &config.postgres;
-    ConnectParams {
-        host: pg.host.clone(),
-        port: pg.port,
-        user: pg.user.clone(),
-        password: pg.password.clone(),
-        database: pg.database.clone(),
-        application_name: format!("walrelay-{}", config.connector.name),
-        connect_timeout: pg.connect_timeout,
-        max_message_size: usize::try_from(pg.max_message_size).unwrap_or(usize::MAX),
-        tls: TlsSettings {
-            mode: pg.sslmode,
-            root_cert: pg.sslrootcert.clone(),
-            client_cert: pg.sslcert.clone(),
-            client_key: pg.sslkey.clone(),
-            key_password: pg.sslpassword.clone(),
-        },
-    }
-}
-
-/// Builds the PostgreSQL TLS set-up once without connecting, so that `check`
-/// and `run` refuse an unusable client certificate at start (exit code 2):
-/// an unreadable `postgres.sslcert`, a `postgres.sslkey` that does not belong
-/// to it, an encrypted key without (or with a wrong) `postgres.sslpassword`.
-/// The error names the key to fix, never the password.
-pub fn check_tls_config(config: &Config) -> Result<(), ConfigError> {
-    let params = connect_params(config);
-    if params.is_unix() {
-        return Ok(()); // no TLS on Unix sockets, as in libpq
-    }
-    crate::pg::tls::connector(&params.tls)
-        .map(drop)
-        .map_err(|e| config.error_at(e.key.unwrap_or("postgres.sslmode"), e.message))
-}
-
-/// The largest value librdkafka accepts for its queue sizes (`i32::MAX`).
-const LIBRDKAFKA_QUEUE_MAX: u64 = 2_147_483_647;
-
-/// Checks the complete producer configuration ([`producer_properties`]) as
-/// librdkafka will read it, without connecting anywhere, so that `check` and
-/// `run` refuse a bad property at start, before PostgreSQL or Kafka are
-/// needed. The error names the configuration key behind the property
-/// (a `[kafka.librdkafka]` entry, or the `[kafka]` key it is derived from),
-/// never a value.
-pub fn check_producer_config(config: &Config) -> Result<(), ConfigError> {
-    let properties = producer_properties(config);
-    crate::sink::kafka::check_producer_properties(&properties).map_err(|e| {
-        let Some(property) = e.property.as_deref() else {
-            return config.error_at("kafka.librdkafka", e.message);
-        };
-        if config.kafka.librdkafka.contains_key(property) {
-            return config.error_at(&librdkafka_key_path(property), e.message);
-        }
-        if let Some(typed) = KafkaConfig::typed_key_of(property) {
-            let message = format!("{} ({typed} is librdkafka's {property})", e.message);
-            return config.error_at(typed, message);
-        }
-        let key = match property {
-            "bootstrap.servers" => "kafka.brokers",
-            "compression.type" => "kafka.compression",
-            "linger.ms" => "kafka.linger",
-            "queue.buffering.max.messages" => "kafka.max_in_flight_records",
-            "queue.buffering.max.kbytes" => "kafka.max_in_flight_bytes",
-            "client.id" => "connector.name",
-            _ => "kafka.librdkafka",
-        };
-        config.error_at(key, e.message)
-    })
-}
-
-/// librdkafka properties: the config's, plus queue sizes derived from our
-/// in-flight caps so that librdkafka's queue never fills before ours does.
-pub fn producer_properties(config: &Config) -> Vec<(String, String)> {
-    let k = &config.kafka;
-    let mut props = vec![
-        (
-            "client.id".to_owned(),
-            format!("walrelay-{}", config.connector.name),
-        ),
-        // No local delivery timeout (0 = infinite): a record waits for the
-        // broker as long as it takes, with our in-flight caps as the bound.
-        // A finite timeout fails the records of a long outage while later
-        // ones may still be written, breaking per-aggregate order when the
-        // failed ones are re-sent; the stall warning and /healthz tell the
-        // operator instead.
-        ("message.timeout.ms".to_owned(), "0".to_owned()),
-        (
-            "queue.buffering.max.messages".to_owned(),
-            u64::try_from(k.max_in_flight_records)
-                .unwrap_or(u64::MAX)
-                .saturating_add(10_000)
-                .min(LIBRDKAFKA_QUEUE_MAX)
-                .to_string(),
-        ),
-        (
-            "queue.buffering.max.kbytes".to_owned(),
-            (k.max_in_flight_bytes
-                .saturating_add(config.postgres.max_message_size)
-                / 1024)
-                .saturating_add(1024)
-                .min(LIBRDKAFKA_QUEUE_MAX)
-                .to_string(),
-        ),
-    ];
-    if k.delivery == crate::config::Delivery::ExactlyOnce {
-        // One id for every instance of the connector: the active one's
-        // `init_transactions` fences the producer of the one before.
-        props.push(("transactional.id".to_owned(), transactional_id(config)));
-        let timeout = k.transaction_timeout.as_millis().to_string();
-        props.push(("transaction.timeout.ms".to_owned(), timeout.clone()));
-        // A transactional producer's records may not outlive its
-        // transaction (librdkafka refuses 0 = infinite here); a record that
-        // times out fails its whole transaction, which is aborted and sent
-        // again: nothing of it is ever visible, so no order breaks.
-        if let Some(p) = props.iter_mut().find(|(k, _)| k == "message.timeout.ms") {
-            p.1 = timeout;
-        }
-        // Right after a commit the coordinator is still writing the
-        // transaction's markers, and the next transaction's first send is
-        // answered CONCURRENT_TRANSACTIONS, retried after retry.backoff.ms:
-        // librdkafka's 100 ms put a floor under every transaction. 20 ms,
-        // as the Java producer uses for this case (KAFKA-5477); still
-        // exponential up to retry.backoff.max.ms, and the raw map may
-        // change it.
-        props.push(("retry.backoff.ms".to_owned(), "20".to_owned()));
-    }
-    // The config's list last, so its raw map can still tune these.
-    props.extend(k.producer_properties());
-    props
-}
-
-/// `exactly_once`: the connector's Kafka transactional id,
-/// `walrelay-<connector.name>` (ACLs: `TransactionalId` with that name or
-/// prefix; docs/security.md).
-pub fn transactional_id(config: &Config) -> String {
-    format!("walrelay-{}", config.connector.name)
-}
-
 /// Aborts a background task when dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -853,108 +716,5 @@ mod tests {
             "table change event_id=0/16B3748:3"
         );
         assert!(!streaming::describe_record(&record(&[])).contains("secret"));
-    }
-
-    const SECRET: &str = "s3cret-Kq8!";
-
-    fn config(extra: &str) -> Result<Config, ConfigError> {
-        let text = format!(
-            "[connector]\nname = \"c\"\n[postgres]\ndatabase = \"d\"\n[[outbox]]\n\
-             table = \"outbox\"\n[kafka]\nbrokers = \"k:9092\"\n{extra}\n"
-        );
-        Config::from_str_with_env(&text, "c.toml", &|_| Err(std::env::VarError::NotPresent))
-    }
-
-    fn refused(extra: &str) -> String {
-        let config = config(extra).unwrap();
-        let error = check_producer_config(&config).unwrap_err().to_string();
-        assert!(!error.contains(SECRET), "{error}");
-        error
-    }
-
-    #[test]
-    fn queue_sizes_saturate_instead_of_wrapping() {
-        let mut config = config("").unwrap();
-        config.kafka.max_in_flight_records = usize::MAX;
-        config.kafka.max_in_flight_bytes = u64::MAX;
-        config.postgres.max_message_size = u64::MAX;
-        let props = producer_properties(&config);
-        let get = |key: &str| props.iter().find(|(k, _)| k == key).unwrap().1.clone();
-        assert_eq!(get("queue.buffering.max.messages"), "2147483647");
-        assert_eq!(get("queue.buffering.max.kbytes"), "2147483647");
-    }
-
-    #[test]
-    fn the_default_producer_configuration_passes_librdkafka() {
-        check_producer_config(&config("").unwrap()).unwrap();
-        // With message.timeout.ms = 0 (no timeout) librdkafka does not
-        // bound linger.ms by it.
-        check_producer_config(
-            &config("linger = \"60s\"\n[kafka.librdkafka]\n\"message.timeout.ms\" = 0").unwrap(),
-        )
-        .unwrap();
-    }
-
-    /// librdkafka's verdict on the producer settings comes at load, naming
-    /// the configuration key and its line, never the value.
-    #[test]
-    fn a_property_librdkafka_refuses_is_named_with_its_line_not_its_value() {
-        let error = refused(&format!(
-            "[kafka.librdkafka]\n\"sasl.pasword\" = \"{SECRET}\""
-        ));
-        assert!(
-            error.starts_with("c.toml:10:18: kafka.librdkafka.\"sasl.pasword\": librdkafka has no property named \"sasl.pasword\""),
-            "{error}"
-        );
-        let error = refused(&format!(
-            "[kafka.librdkafka]\n\"security.protocol\" = \"{SECRET}\""
-        ));
-        assert!(
-            error.contains("kafka.librdkafka.\"security.protocol\": librdkafka refuses the value of property \"security.protocol\""),
-            "{error}"
-        );
-        let error = refused("[kafka.librdkafka]\n\"batch.num.messages\" = 0");
-        assert!(
-            error.contains("kafka.librdkafka.\"batch.num.messages\"")
-                && error.contains("must be in the range 1..1000000"),
-            "{error}"
-        );
-        // A TLS file librdkafka cannot load: under the typed key that names
-        // it, not [kafka.librdkafka], which the user did not write.
-        let not_pem = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
-        let key_file =
-            std::env::temp_dir().join(format!("walrelay-junk-{}.key", std::process::id()));
-        std::fs::write(&key_file, "not a key").unwrap();
-        std::fs::set_permissions(
-            &key_file,
-            std::os::unix::fs::PermissionsExt::from_mode(0o600),
-        )
-        .unwrap();
-        let with_key = format!("\nssl_key = \"{}\"", key_file.display());
-        for (key, property, more) in [
-            ("ssl_ca", "ssl.ca.location", ""),
-            (
-                "ssl_certificate",
-                "ssl.certificate.location",
-                with_key.as_str(),
-            ),
-        ] {
-            let error = refused(&format!(
-                "security_protocol = \"ssl\"\n{key} = \"{not_pem}\"{more}"
-            ));
-            let at = key.len() + 4;
-            assert!(
-                error.starts_with(&format!("c.toml:10:{at}: kafka.{key}: librdkafka refuses"))
-                    && error.contains(&format!("{property} failed"))
-                    && error.contains(&format!("(kafka.{key} is librdkafka's {property})")),
-                "{error}"
-            );
-        }
-        let error = refused("linger = \"2s\"\n[kafka.librdkafka]\n\"message.timeout.ms\" = 1000");
-        assert!(
-            error.starts_with("c.toml:11:24: kafka.librdkafka.\"message.timeout.ms\": librdkafka refuses the producer configuration: ")
-                && error.contains("`message.timeout.ms` must be greater than `linger.ms`"),
-            "{error}"
-        );
     }
 }

@@ -13,8 +13,8 @@ use std::time::Duration;
 use crate::commands::probe::{StoredRead, reach_kafka, read_offset_store};
 use crate::config::Config;
 use crate::offsets;
-use crate::relay::producer_properties;
 use crate::sink::kafka::tls_handshake;
+use crate::sink::properties::{producer_properties, transactional_id};
 
 use super::{Outcome, Report, fail};
 
@@ -23,7 +23,7 @@ use super::{Outcome, Report, fail};
 /// connector's own id would fence the running instance; a prefixed ACL on
 /// the id covers both).
 async fn check_transactions(config: &Config, props: &[(String, String)], report: &mut Report) {
-    let id = crate::relay::transactional_id(config);
+    let id = transactional_id(config);
     let probe_id = format!("{id}.check");
     let tried = {
         let props = props.to_vec();
