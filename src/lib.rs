@@ -22,6 +22,7 @@ pub mod router;
 pub mod sink;
 pub mod source;
 pub mod startup;
+mod task;
 pub mod telemetry;
 
 pub use lsn::Lsn;

@@ -10,10 +10,10 @@
 //! already given by the failed connection check), so one problem yields one
 //! clear line rather than a cascade.
 //!
-//! Reaching Kafka and reading the offset store ([`super::probe`]) are
+//! Reaching Kafka and reading the offset store (`super::probe`) are
 //! shared with `walrelay status`, so both say a broker refusing connections
-//! at once and in the same words. The Kafka lines are [`kafka`]'s, the slot's
-//! lines (what `run` will do about it, its WAL, failover) [`slot`]'s.
+//! at once and in the same words. The Kafka lines are `kafka`'s, the slot's
+//! lines (what `run` will do about it, its WAL, failover) `slot`'s.
 
 mod kafka;
 mod slot;

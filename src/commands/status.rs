@@ -15,7 +15,7 @@
 //! Invariants:
 //! - Every part is read on its own: PostgreSQL down still shows the stored
 //!   offset, Kafka down still shows the slot; an unreadable part says why.
-//!   Kafka is reached the way `check` reaches it ([`super::probe`]), so
+//!   Kafka is reached the way `check` reaches it (`super::probe`), so
 //!   brokers refusing connections are said at once with librdkafka's
 //!   reason, not after a timeout.
 //! - [`Status::problems`] lists what needs a person (a missing, lost or
