@@ -20,7 +20,7 @@ use serde::Serialize;
 use crate::config::Config;
 use crate::offsets::{self, OffsetStore};
 use crate::pg::catalog;
-use crate::sink::kafka::{ProbeError, ProbeReport, probe_cluster};
+use crate::sink::probe::{ProbeError, ProbeReport, probe_cluster};
 
 /// Why Kafka or the offset store could not be read: the words of `check`'s
 /// FAIL line, which `status` prints too.

@@ -28,9 +28,17 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use rdkafka::ClientConfig;
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseProducer, DeliveryResult, ProducerContext};
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::config::{Config, ConfigError, Delivery, librdkafka_key_path, librdkafka_property};
+use crate::config::{
+    Config, ConfigError, Delivery, is_secret_property, librdkafka_key_path, librdkafka_property,
+    quoted, shorten,
+};
 
 /// Where a property's value comes from: what an error about it names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,7 +275,7 @@ pub fn transactional_id(config: &Config) -> String {
 }
 
 /// Checks the complete producer configuration as librdkafka will read it
-/// ([`super::kafka::check_producer_properties`]), without connecting
+/// ([`check_producer_properties`]), without connecting
 /// anywhere, so that `check` and `run` refuse a bad property at start,
 /// before PostgreSQL or Kafka are needed. The error names the configuration
 /// key behind the property (its [`Origin`]), never a value.
@@ -275,7 +283,7 @@ pub fn check_producer_config(config: &Config) -> Result<(), ConfigError> {
     let properties = ProducerProperties::from_config(config);
     let origin = |name: &str| properties.origin(name);
     let pairs = properties.clone().into_pairs();
-    super::kafka::check_producer_properties(&pairs).map_err(|e| {
+    check_producer_properties(&pairs).map_err(|e| {
         let Some(property) = e.property.as_deref() else {
             return config.error_at("kafka.librdkafka", e.message);
         };
@@ -302,6 +310,137 @@ fn millis(d: Duration) -> String {
             .trim_end_matches('0')
             .to_owned()
     }
+}
+
+/// librdkafka refused a producer configuration. Names the property, never
+/// its value: a misspelt secret property ("SASL.Password") is not known to
+/// be secret, and librdkafka's own messages repeat the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct PropertyError {
+    /// The property librdkafka names, when it names one.
+    pub property: Option<String>,
+    /// What is wrong and what to do, without any property value.
+    pub message: String,
+}
+
+impl PropertyError {
+    /// Describes a failure to create a client from `properties`.
+    pub fn from_kafka(e: &KafkaError, properties: &[(String, String)]) -> PropertyError {
+        use rdkafka::types::RDKafkaConfRes;
+        const REFERENCE: &str =
+            "librdkafka's CONFIGURATION.md lists the properties and their values";
+        match e {
+            KafkaError::ClientConfig(RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN, _, key, _) => {
+                PropertyError {
+                    property: Some(key.clone()),
+                    message: format!(
+                        "librdkafka has no property named {} (its value is not shown); correct \
+                         the name or remove it ({REFERENCE})",
+                        quoted(key)
+                    ),
+                }
+            }
+            KafkaError::ClientConfig(_, description, key, _) => {
+                // "... value 0 is outside allowed range 1..1000000": the
+                // range helps, the rest of librdkafka's text repeats the value.
+                let range = description
+                    .split_once("allowed range ")
+                    .map(|(_, r)| format!(", which must be in the range {}", r.trim()))
+                    .unwrap_or_default();
+                PropertyError {
+                    property: Some(key.clone()),
+                    message: format!(
+                        "librdkafka refuses the value of property {} (the value is not \
+                         shown){}; correct it or remove the property ({REFERENCE})",
+                        quoted(key),
+                        shorten(&range, 80)
+                    ),
+                }
+            }
+            // Checks across properties ("`message.timeout.ms` must be greater
+            // than `linger.ms`") name them in backquotes; a file librdkafka
+            // cannot load is named bare ("ssl.ca.location failed: …").
+            other => {
+                let text = redact_secrets(&other.to_string(), properties);
+                let property = text
+                    .split('`')
+                    .nth(1)
+                    .filter(|p| properties.iter().any(|(k, _)| k == p))
+                    .or_else(|| first_property_in(&text, properties))
+                    .map(str::to_owned);
+                PropertyError {
+                    property,
+                    message: format!(
+                        "librdkafka refuses the producer configuration: {}; correct the \
+                         properties it names ({REFERENCE})",
+                        shorten(&text, 500)
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// The property of `properties` whose name occurs first in `text` as a
+/// word of its own (`ssl.ca.location` in "ssl.ca.location failed: …").
+fn first_property_in<'a>(text: &str, properties: &'a [(String, String)]) -> Option<&'a str> {
+    let name_char = |c: char| c.is_ascii_alphanumeric() || c == '.' || c == '_';
+    properties
+        .iter()
+        .filter_map(|(k, _)| {
+            text.match_indices(k.as_str())
+                .find(|&(at, _)| {
+                    !text[..at].ends_with(name_char) && !text[at + k.len()..].starts_with(name_char)
+                })
+                .map(|(at, _)| (at, k.as_str()))
+        })
+        .min()
+        .map(|(_, k)| k)
+}
+
+/// `text` with the value of every secret property replaced by `[REDACTED]`.
+fn redact_secrets(text: &str, properties: &[(String, String)]) -> String {
+    properties
+        .iter()
+        .filter(|(k, v)| is_secret_property(k) && !v.is_empty())
+        .fold(text.to_owned(), |t, (_, v)| {
+            t.replace(v.as_str(), "[REDACTED]")
+        })
+}
+
+/// A context that drops librdkafka's log lines and errors: used only to
+/// check a configuration, for a producer that never connects.
+struct Silent;
+
+impl ClientContext for Silent {
+    fn log(&self, _: RDKafkaLogLevel, _: &str, _: &str) {}
+    fn error(&self, _: KafkaError, _: &str) {}
+}
+
+impl ProducerContext for Silent {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {}
+}
+
+/// Checks a complete producer property list the way [`KafkaSink::new`]
+/// would use it: every name and value, and librdkafka's checks across
+/// properties (e.g. `linger.ms` below `message.timeout.ms`), by creating a
+/// producer and dropping it. The brokers are left out, so nothing connects
+/// anywhere; call this when the configuration is loaded, before PostgreSQL or
+/// Kafka are reachable. Blocks for well under a second.
+pub fn check_producer_properties(properties: &[(String, String)]) -> Result<(), PropertyError> {
+    let mut cfg = ClientConfig::new();
+    for (k, v) in properties {
+        if k != "bootstrap.servers" && k != "metadata.broker.list" {
+            cfg.set(k, v);
+        }
+    }
+    cfg.set_log_level(RDKafkaLogLevel::Emerg);
+    let created: Result<BaseProducer<Silent>, _> = cfg.create_with_context(Silent);
+    created
+        .map(drop)
+        .map_err(|e| PropertyError::from_kafka(&e, properties))
 }
 
 #[cfg(test)]

@@ -13,8 +13,9 @@ use std::time::Duration;
 use crate::commands::probe::{StoredRead, reach_kafka, read_offset_store};
 use crate::config::Config;
 use crate::offsets;
-use crate::sink::kafka::tls_handshake;
+use crate::sink::probe::{probe_transactions, tls_handshake};
 use crate::sink::properties::{producer_properties, transactional_id};
+use crate::sink::topic::{TopicState, describe_topic};
 
 use super::{Outcome, Report, fail};
 
@@ -29,7 +30,7 @@ async fn check_transactions(config: &Config, props: &[(String, String)], report:
         let props = props.to_vec();
         let probe_id = probe_id.clone();
         tokio::task::spawn_blocking(move || {
-            crate::sink::kafka::probe_transactions(&props, &probe_id, Duration::from_secs(10))
+            probe_transactions(&props, &probe_id, Duration::from_secs(10))
         })
         .await
     };
@@ -58,51 +59,49 @@ async fn check_transactions(config: &Config, props: &[(String, String)], report:
 /// letter (the broker's `auto.create.topics.enable`), and may be described
 /// (an ACL). Writing is not tried: `check` sends nothing.
 async fn check_dead_letter(topic: &str, props: &[(String, String)], report: &mut Report) {
-    use crate::sink::kafka::TopicState;
-    let outcome =
-        match crate::sink::kafka::describe_topic(props, topic, Duration::from_secs(10)).await {
-            Ok(TopicState::Exists {
-                partitions,
-                max_message_bytes,
-            }) => Outcome::Ok(format!(
-                "{topic} exists ({partitions} partition(s), max.message.bytes {}); a change that \
+    let outcome = match describe_topic(props, topic, Duration::from_secs(10)).await {
+        Ok(TopicState::Exists {
+            partitions,
+            max_message_bytes,
+        }) => Outcome::Ok(format!(
+            "{topic} exists ({partitions} partition(s), max.message.bytes {}); a change that \
              cannot be published goes there instead of stopping the connector (the WRITE ACL \
              is proven only by the first dead letter)",
-                max_message_bytes.as_deref().unwrap_or("not readable")
-            )),
-            Ok(TopicState::Missing {
-                auto_create: Some(true),
-            }) => Outcome::Warn(format!(
-                "{topic} does not exist; the broker creates it at the first dead letter \
+            max_message_bytes.as_deref().unwrap_or("not readable")
+        )),
+        Ok(TopicState::Missing {
+            auto_create: Some(true),
+        }) => Outcome::Warn(format!(
+            "{topic} does not exist; the broker creates it at the first dead letter \
              (auto.create.topics.enable = true) with its default settings: create it \
              yourself to choose its retention and partitions"
-            )),
-            Ok(TopicState::Missing {
-                auto_create: Some(false),
-            }) => fail(
-                format!(
-                    "{topic} does not exist and the broker does not create topics on first write \
+        )),
+        Ok(TopicState::Missing {
+            auto_create: Some(false),
+        }) => fail(
+            format!(
+                "{topic} does not exist and the broker does not create topics on first write \
                  (auto.create.topics.enable = false)"
-                ),
-                format!(
-                    "create it, e.g. kafka-topics.sh --create --topic {topic} (a dead letter to a \
-                 missing topic stops the connector)"
-                ),
             ),
-            Ok(TopicState::Missing { auto_create: None }) => Outcome::Warn(format!(
-                "{topic} does not exist, and whether the broker creates it at the first dead \
+            format!(
+                "create it, e.g. kafka-topics.sh --create --topic {topic} (a dead letter to a \
+                 missing topic stops the connector)"
+            ),
+        ),
+        Ok(TopicState::Missing { auto_create: None }) => Outcome::Warn(format!(
+            "{topic} does not exist, and whether the broker creates it at the first dead \
              letter is unknown (auto.create.topics.enable is not readable here): create it, \
              or a dead letter may stop the connector"
-            )),
-            Ok(TopicState::Denied(code)) => fail(
-                format!("may not describe {topic} ({code})"),
-                format!(
-                    "grant the connector's principal WRITE and DESCRIBE on topic {topic} \
+        )),
+        Ok(TopicState::Denied(code)) => fail(
+            format!("may not describe {topic} ({code})"),
+            format!(
+                "grant the connector's principal WRITE and DESCRIBE on topic {topic} \
                  (docs/security.md, \"ACLs walrelay needs\")"
-                ),
             ),
-            Err(e) => fail(e.message, "check that the brokers are reachable".to_owned()),
-        };
+        ),
+        Err(e) => fail(e.message, "check that the brokers are reachable".to_owned()),
+    };
     report.push("dead-letter topic", outcome);
 }
 
