@@ -19,6 +19,7 @@ use crate::pgoutput::DecodeError;
 use crate::router::RouteError;
 use crate::sink::kafka::{SinkError, SinkErrorKind};
 use crate::source::SourceError;
+use crate::startup::CheckError;
 
 use super::transaction_clock;
 
@@ -89,6 +90,14 @@ pub enum RelayError {
     Ended(&'static str),
     #[error("snapshot: {0}; the next start takes the snapshot again from the beginning")]
     Snapshot(#[from] crate::pg::snapshot::SnapshotError),
+    /// A start-up check refused ([`CheckError::Setup`], [`CheckError::Refused`]),
+    /// in its own words.
+    #[error(transparent)]
+    Check(CheckError),
+    /// The slot changed under this session ([`crate::source::slot`]): lost,
+    /// moved by another actor, or gone right after its creation.
+    #[error("{}", slot_trouble(.0))]
+    Slot(SourceError),
     /// The lease connection ended or stopped answering: this instance may
     /// no longer be the active one. The session was dropped at once.
     #[error(
@@ -98,16 +107,18 @@ pub enum RelayError {
     LeaseLost,
 }
 
-impl From<crate::startup::CheckError> for RelayError {
-    fn from(e: crate::startup::CheckError) -> RelayError {
-        use crate::startup::CheckError;
+impl From<CheckError> for RelayError {
+    fn from(e: CheckError) -> RelayError {
         match e {
-            CheckError::Setup { what, fix } => RelayError::Setup { what, fix },
-            CheckError::Refused { reason, hint } => RelayError::Refused { reason, hint },
             CheckError::Catalog(e) => RelayError::Catalog(e),
+            e @ (CheckError::Setup { .. } | CheckError::Refused { .. }) => RelayError::Check(e),
         }
     }
 }
+
+/// SQLSTATE `undefined_object`: what the walsender raises for a
+/// publication it cannot find (`GetPublicationByName`).
+const UNDEFINED_OBJECT: &str = "42704";
 
 /// Explains a walsender error that the slot's history causes: on PostgreSQL
 /// 14–17 a slot created before its publication fails every start with
@@ -117,9 +128,11 @@ pub(crate) fn explain_stream_error(e: RelayError, publication: &str, slot: &str)
     let RelayError::Wire(WireError::Server { error, .. }) = &e else {
         return e;
     };
-    // The server quotes the name as given, without escaping.
+    // undefined_object, and the publication named in the message (the
+    // server quotes the name as given, without escaping; no field of the
+    // error names the object).
     let quoted = format!("publication \"{publication}\" does not exist");
-    if !error.message.contains(&quoted) {
+    if error.code != UNDEFINED_OBJECT || !error.message.contains(&quoted) {
         return e;
     }
     RelayError::Setup {
@@ -156,6 +169,8 @@ impl RelayError {
             | RelayError::Checkpoint(_)
             | RelayError::Refused { .. }
             | RelayError::Setup { .. }
+            | RelayError::Check(_)
+            | RelayError::Slot(_)
             | RelayError::TransactionOverrun(_) => false,
         }
     }
@@ -204,13 +219,17 @@ impl RelayError {
         }
     }
 
-    /// `transient` (retried), `resync` (the slot needs an operator: lost,
-    /// dropped, ahead of the stored offset) or `definite` (stopped).
-    pub fn class(&self) -> &'static str {
+    /// Transient (retried), resync (the slot needs an operator: lost,
+    /// dropped, ahead of the stored offset) or definite (stopped).
+    pub fn class(&self) -> ErrorClass {
         match self {
-            _ if self.is_transient() => "transient",
-            RelayError::Refused { .. } => "resync",
-            _ => "definite",
+            _ if self.is_transient() => ErrorClass::Transient,
+            RelayError::Refused { .. }
+            | RelayError::Check(CheckError::Refused { .. })
+            | RelayError::Slot(SourceError::SlotLost { .. } | SourceError::SlotMoved { .. }) => {
+                ErrorClass::Resync
+            }
+            _ => ErrorClass::Definite,
         }
     }
 
@@ -227,8 +246,11 @@ impl RelayError {
             RelayError::TransactionOverrun(_) => "transaction_timeout",
             RelayError::Offsets(_) => "offset_store",
             RelayError::Checkpoint(_) => "checkpoint",
-            RelayError::Refused { .. } => "slot",
-            RelayError::Setup { .. } => "setup",
+            RelayError::Refused { .. } | RelayError::Check(CheckError::Refused { .. }) => "slot",
+            RelayError::Slot(SourceError::SlotLost { .. } | SourceError::SlotMoved { .. }) => {
+                "slot"
+            }
+            RelayError::Setup { .. } | RelayError::Check(_) | RelayError::Slot(_) => "setup",
             RelayError::Snapshot(_) => "snapshot",
             RelayError::LeaseLost => "lease",
         }
@@ -242,6 +264,36 @@ impl RelayError {
             RelayError::Delivery { .. } | RelayError::Sink(_) | RelayError::Offsets(_) => "Kafka",
             _ => "the session to restart",
         }
+    }
+}
+
+/// What the supervisor does about a [`RelayError`]: the `class` label of
+/// `walrelay_session_errors_by_cause`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Retried with backoff.
+    Transient,
+    /// The slot needs an operator (lost, dropped, ahead of the stored
+    /// offset): stopped.
+    Resync,
+    /// Stopped with the explanation.
+    Definite,
+}
+
+impl ErrorClass {
+    /// `transient`, `resync` or `definite`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Transient => "transient",
+            ErrorClass::Resync => "resync",
+            ErrorClass::Definite => "definite",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -280,25 +332,9 @@ impl From<SourceError> for RelayError {
             SourceError::Ended => RelayError::Ended("the replication stream"),
             SourceError::Snapshot(e) => RelayError::Snapshot(e),
             SourceError::Catalog(e) => RelayError::Catalog(e),
-            e @ SourceError::SlotVanished { .. } => RelayError::Setup {
-                what: e.to_string(),
-                fix: "make sure nothing else drops walrelay's slot".into(),
-            },
-            SourceError::SlotLost { slot } => RelayError::Refused {
-                reason: format!("replication slot {slot:?} became lost"),
-                hint: "see docs/operations.md, \"Lost slot\"".into(),
-            },
-            e @ SourceError::SlotMoved { .. } => RelayError::Refused {
-                reason: format!(
-                    "{e}: another actor advanced, or dropped and recreated, the slot (an operator, \
-                     or a process that does not take walrelay's lease); streaming from it would \
-                     skip what was committed in between"
-                ),
-                hint: "make sure only walrelay consumes this slot (docs/operations.md, \"Running \
-                       several instances\"), then restart: the stored offset and the slot's \
-                       position decide the next start"
-                    .into(),
-            },
+            e @ (SourceError::SlotVanished { .. }
+            | SourceError::SlotLost { .. }
+            | SourceError::SlotMoved { .. }) => RelayError::Slot(e),
             SourceError::Misuse(what) => RelayError::Stream {
                 lsn: Lsn::ZERO,
                 what: what.into(),
@@ -320,6 +356,28 @@ pub(crate) fn stopped_by_signal(config: &Config) -> Result<(), RelayError> {
         });
     }
     Ok(())
+}
+
+/// What [`RelayError::Slot`] says: the slot's error with what it means for
+/// the start, and what to do.
+fn slot_trouble(e: &SourceError) -> String {
+    match e {
+        SourceError::SlotVanished { .. } => {
+            format!("{e}. What to do: make sure nothing else drops walrelay's slot")
+        }
+        SourceError::SlotLost { slot } => format!(
+            "refusing to start: replication slot {slot:?} became lost. What to do: see \
+             docs/operations.md, \"Lost slot\""
+        ),
+        SourceError::SlotMoved { .. } => format!(
+            "refusing to start: {e}: another actor advanced, or dropped and recreated, the slot \
+             (an operator, or a process that does not take walrelay's lease); streaming from it \
+             would skip what was committed in between. What to do: make sure only walrelay \
+             consumes this slot (docs/operations.md, \"Running several instances\"), then \
+             restart: the stored offset and the slot's position decide the next start"
+        ),
+        e => e.to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -64,7 +64,7 @@ pub use incremental::{SIGNAL_PREFIX, cancel_snapshot, request_snapshot, signal_j
 // relay's own files (and config's tests) compiling unchanged.
 pub use crate::pg::params::connect_params;
 pub use crate::sink::properties::{producer_properties, transactional_id};
-pub use error::{ErrorAbout, RelayError};
+pub use error::{ErrorAbout, ErrorClass, RelayError};
 pub(crate) use error::{explain_stream_error, stopped_by_signal};
 pub use supervisor::{RunOptions, run};
 

@@ -194,7 +194,7 @@ pub async fn run(
             }
         };
         if let Err(e) = &result {
-            metrics.session_error(e.class(), e.cause());
+            metrics.session_error(e.class().as_str(), e.cause());
             metrics.set_error(&e.to_string());
         }
         match result {
