@@ -10,20 +10,19 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 pub mod checkpoint;
+pub mod commands;
 pub mod config;
 pub mod inbox;
 pub mod lsn;
 pub mod offsets;
 pub mod pg;
 pub mod pgoutput;
-pub mod preflight;
 pub mod relay;
-pub mod republish;
 pub mod router;
 pub mod sink;
 pub mod source;
 pub mod startup;
-pub mod status;
+mod task;
 pub mod telemetry;
 
 pub use lsn::Lsn;

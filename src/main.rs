@@ -22,9 +22,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
+use walrelay::commands::status::{HealthProbe, HealthUrl};
 use walrelay::config::{self, Config};
 use walrelay::relay::{self, RunOptions};
-use walrelay::status::{HealthProbe, HealthUrl};
 use walrelay::telemetry::{Lossy, RootSpan, log_filter, use_ansi};
 
 /// Shown after every `--help`.
@@ -322,8 +322,8 @@ impl Messages {
 /// files), so both commands refuse a bad property at once.
 fn load(path: &Path) -> Result<Config, String> {
     Config::from_file(path)
-        .and_then(|c| relay::check_producer_config(&c).map(|()| c))
-        .and_then(|c| relay::check_tls_config(&c).map(|()| c))
+        .and_then(|c| walrelay::sink::properties::check_producer_config(&c).map(|()| c))
+        .and_then(|c| walrelay::pg::params::check_tls_config(&c).map(|()| c))
         .map_err(|e| e.to_string())
 }
 
@@ -404,25 +404,26 @@ fn main() -> ExitCode {
                 statement_timeout,
                 ..
             } => {
-                let request = walrelay::republish::Request {
+                let request = walrelay::commands::republish::Request {
                     table,
                     filter,
                     dry_run,
                     statement_timeout,
                 };
-                let printed = walrelay::republish::republish(&config, &request, |record| {
-                    let text = |b: &Option<bytes::Bytes>| {
-                        b.as_deref()
-                            .map_or("-".into(), |b| String::from_utf8_lossy(b).into_owned())
-                    };
-                    let id = record
-                        .headers
-                        .iter()
-                        .find(|(k, _)| &**k == "id")
-                        .map_or("-".into(), |(_, v)| String::from_utf8_lossy(v).into_owned());
-                    say(&format!("{}\t{}\t{id}\n", record.topic, text(&record.key)));
-                })
-                .await;
+                let printed =
+                    walrelay::commands::republish::republish(&config, &request, |record| {
+                        let text = |b: &Option<bytes::Bytes>| {
+                            b.as_deref()
+                                .map_or("-".into(), |b| String::from_utf8_lossy(b).into_owned())
+                        };
+                        let id = record
+                            .headers
+                            .iter()
+                            .find(|(k, _)| &**k == "id")
+                            .map_or("-".into(), |(_, v)| String::from_utf8_lossy(v).into_owned());
+                        say(&format!("{}\t{}\t{id}\n", record.topic, text(&record.key)));
+                    })
+                    .await;
                 match printed {
                     Ok(summary) => {
                         let topics: Vec<String> = summary
@@ -444,7 +445,7 @@ fn main() -> ExitCode {
                         ));
                         ExitCode::SUCCESS
                     }
-                    Err(e @ walrelay::republish::RepublishError::Usage(_)) => {
+                    Err(e @ walrelay::commands::republish::RepublishError::Usage(_)) => {
                         messages.fatal("", &e.to_string());
                         ExitCode::from(2)
                     }
@@ -501,7 +502,7 @@ fn main() -> ExitCode {
                     (None, true) => HealthProbe::Off,
                     (None, false) => HealthProbe::Configured,
                 };
-                let status = walrelay::status::status(&config, &health).await;
+                let status = walrelay::commands::status::status(&config, &health).await;
                 if json {
                     match serde_json::to_string_pretty(&status) {
                         Ok(text) => say(&format!("{text}\n")),
@@ -521,7 +522,7 @@ fn main() -> ExitCode {
             // Handled by `inbox` before the connector's configuration is read.
             Command::Inbox { .. } => ExitCode::from(2),
             Command::Check { .. } => {
-                let report = walrelay::preflight::check(&config).await;
+                let report = walrelay::commands::check::check(&config).await;
                 say(&report.to_string());
                 if report.ok() {
                     ExitCode::SUCCESS

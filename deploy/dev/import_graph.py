@@ -25,12 +25,12 @@ import sys
 # one listed later runs back up. A module may import anything on its own
 # floor or below.
 LAYERS = [
-    ["lsn", "config"],
+    ["lsn", "config", "task"],
     ["pgoutput", "pg"],
     ["source", "router", "sink", "checkpoint", "offsets", "telemetry"],
     ["startup"],
     ["relay", "inbox"],
-    ["commands", "preflight", "status", "republish"],
+    ["commands"],
     ["lib", "main"],
 ]
 

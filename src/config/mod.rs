@@ -78,6 +78,7 @@ pub use cloudevents::{CORE_ATTRIBUTES, absolute_uri_problem};
 pub use error::{ConfigError, Location, Problem, quoted, shorten};
 pub use interpolate::EnvLookup;
 pub use message::{MessageConfig, MessageFormat, PREFIX_PLACEHOLDER};
+pub(crate) use producer::librdkafka_property;
 pub use schema::{
     BinaryHandlingMode, CloudEventsConfig, CloudEventsMode, ColumnFilter, ColumnMask, Compression,
     ConnectorConfig, DeadLetterConfig, DecimalHandlingMode, Delivery, HASH_ALGORITHMS,

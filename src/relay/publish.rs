@@ -632,3 +632,6 @@ fn describe_event(id: Option<&EventId>, index: u64) -> String {
 pub(super) fn describe_record(record: &crate::router::Record) -> String {
     describe_event(record_id(record).as_ref(), 0)
 }
+
+#[cfg(test)]
+mod tests;

@@ -22,6 +22,7 @@ use crate::router::Router;
 use crate::sink::kafka::{ProbeError, SinkErrorKind, probe_cluster};
 use crate::source::{SnapshotTable, Source, slot};
 use crate::startup::{self, SlotPlan};
+use crate::task::AbortOnDrop;
 use crate::telemetry::Metrics;
 
 /// Everything needed to start one replication session.
@@ -45,15 +46,6 @@ pub(super) struct Started {
     pub(super) receive_timeout: Duration,
     /// The initial snapshot this session takes before streaming.
     pub(super) snapshot: Option<SnapshotJob>,
-}
-
-/// Aborts a background task when dropped (when its session ends, however).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// A snapshot to take before streaming.
@@ -152,7 +144,7 @@ impl Started {
         // Heartbeats while this session streams; the writer ends with it.
         let heartbeats = self.run.config().heartbeat.enabled().map(|interval| {
             let config = &self.run.config();
-            AbortOnDrop(tokio::spawn(super::heartbeat::write_loop(
+            AbortOnDrop::from(tokio::spawn(super::heartbeat::write_loop(
                 connect_params(config),
                 config.connector.name.clone(),
                 interval,

@@ -1,3 +1,13 @@
-//! Where records go. Today: Kafka ([`kafka`]).
+//! Where records go: Kafka. [`kafka`] is the producer and its delivery
+//! reports, [`error`] why a record or the producer failed and whether
+//! retrying helps, [`properties`] the librdkafka properties the producer is
+//! made with (built once from the typed configuration, the raw map last, and
+//! checked by librdkafka at load), [`probe`] what is asked of the brokers
+//! without producing (reachability, TLS, transactions), [`topic`] what they
+//! say about a topic.
 
+pub mod error;
 pub mod kafka;
+pub mod probe;
+pub mod properties;
+pub mod topic;

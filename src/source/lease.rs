@@ -73,6 +73,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::pg::catalog::{self, CatalogError};
 use crate::pg::wire::ConnectParams;
+use crate::task::AbortOnDrop;
 
 /// The prefix of the WAL record whose LSN is a lease's term.
 pub const LEASE_PREFIX: &str = "walrelay.lease";
@@ -236,16 +237,6 @@ pub async fn peers(client: &Client, slot: &str) -> Result<Peers, CatalogError> {
         }
     }
     Ok(peers)
-}
-
-/// Aborts a task when dropped.
-#[derive(Debug)]
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// A held lease (see the module doc). Dropping it releases the lock: its

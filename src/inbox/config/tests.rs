@@ -1,6 +1,7 @@
-    use super::*;
 
-    const MINIMAL: &str = r#"
+use super::*;
+
+const MINIMAL: &str = r#"
 [inbox]
 name = "orders"
 topics = ["outbox.event.order"]
@@ -13,73 +14,73 @@ sql = "INSERT INTO t VALUES ($1)"
 params = ["id", "header:type"]
 "#;
 
-    fn env(name: &str) -> Option<String> {
-        match name {
-            "BROKERS" => Some("k:9092".into()),
-            "PW" => Some("s3cret".into()),
-            _ => None,
-        }
+fn env(name: &str) -> Option<String> {
+    match name {
+        "BROKERS" => Some("k:9092".into()),
+        "PW" => Some("s3cret".into()),
+        _ => None,
     }
+}
 
-    #[test]
-    fn a_minimal_file_loads_with_defaults() {
-        let c = from_str(MINIMAL, "f.toml", &env).unwrap();
-        assert_eq!(c.inbox.kafka.brokers, "k:9092");
-        assert_eq!(c.inbox.group_id(), "orders");
-        assert_eq!(c.inbox.on_quarantine, OnQuarantine::Continue);
-        assert_eq!(c.params, vec![Param::Id, Param::Header("type".into())]);
-        assert!(!format!("{c:?}").contains("s3cret"));
-    }
+#[test]
+fn a_minimal_file_loads_with_defaults() {
+    let c = from_str(MINIMAL, "f.toml", &env).unwrap();
+    assert_eq!(c.inbox.kafka.brokers, "k:9092");
+    assert_eq!(c.inbox.group_id(), "orders");
+    assert_eq!(c.inbox.on_quarantine, OnQuarantine::Continue);
+    assert_eq!(c.params, vec![Param::Id, Param::Header("type".into())]);
+    assert!(!format!("{c:?}").contains("s3cret"));
+}
 
-    /// The example sets every key and loads.
-    #[test]
-    fn the_example_file_loads() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/inbox/inbox.toml");
-        let text = std::fs::read_to_string(&path).unwrap();
-        let env = |_: &str| Some("x".to_owned());
-        let c = from_str(&text, "inbox.toml", &env).unwrap();
-        assert_eq!(c.params, vec![Param::Id, Param::Key, Param::Value]);
-        assert!(c.inbox.health.is_some());
-    }
+/// The example sets every key and loads.
+#[test]
+fn the_example_file_loads() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/inbox/inbox.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let env = |_: &str| Some("x".to_owned());
+    let c = from_str(&text, "inbox.toml", &env).unwrap();
+    assert_eq!(c.params, vec![Param::Id, Param::Key, Param::Value]);
+    assert!(c.inbox.health.is_some());
+}
 
-    #[test]
-    fn errors_name_the_key_and_the_fix() {
-        let text = MINIMAL
-            .replace("topics =", "workers = 0\ntopics =")
-            .replace("params = [", "params = [\"nope\", ");
-        let text = text.replace(
+#[test]
+fn errors_name_the_key_and_the_fix() {
+    let text = MINIMAL
+        .replace("topics =", "workers = 0\ntopics =")
+        .replace("params = [", "params = [\"nope\", ");
+    let text = text.replace(
+        "[inbox.kafka]",
+        "[inbox.kafka]\nlibrdkafka = { \"isolation.level\" = \"read_uncommitted\" }",
+    );
+    let e = from_str(&text, "f.toml", &env).unwrap_err();
+    assert!(
+        e.contains("f.toml: inbox.workers: is 0; set 1 to 256"),
+        "{e}"
+    );
+    assert!(e.contains("inbox.handler.params[0]"), "{e}");
+    assert!(
+        e.contains("inbox.kafka.librdkafka.\"isolation.level\""),
+        "{e}"
+    );
+    for bad in ["\"\"", "\"^orders.*\""] {
+        let text = MINIMAL.replace(
             "[inbox.kafka]",
-            "[inbox.kafka]\nlibrdkafka = { \"isolation.level\" = \"read_uncommitted\" }",
+            &format!("[inbox.kafka]\nquarantine_topic = {bad}"),
         );
         let e = from_str(&text, "f.toml", &env).unwrap_err();
         assert!(
-            e.contains("f.toml: inbox.workers: is 0; set 1 to 256"),
-            "{e}"
-        );
-        assert!(e.contains("inbox.handler.params[0]"), "{e}");
-        assert!(
-            e.contains("inbox.kafka.librdkafka.\"isolation.level\""),
-            "{e}"
-        );
-        for bad in ["\"\"", "\"^orders.*\""] {
-            let text = MINIMAL.replace(
-                "[inbox.kafka]",
-                &format!("[inbox.kafka]\nquarantine_topic = {bad}"),
-            );
-            let e = from_str(&text, "f.toml", &env).unwrap_err();
-            assert!(
-                e.contains("f.toml: inbox.kafka.quarantine_topic: must name one topic"),
-                "{e}"
-            );
-        }
-        let text = MINIMAL.replace("[inbox.kafka]", "[inbox.kafka]\nquarantine_topic = \"q\"");
-        let c = from_str(&text, "f.toml", &env).unwrap();
-        assert_eq!(c.inbox.kafka.quarantine_topic.as_deref(), Some("q"));
-        let e = from_str(&MINIMAL.replace("name =", "nam ="), "f.toml", &env).unwrap_err();
-        assert!(e.contains("f.toml") && e.contains("nam"), "{e}");
-        let e = from_str(&MINIMAL.replace("${PW}", "${NOPE}"), "f.toml", &env).unwrap_err();
-        assert!(
-            e.contains("inbox.postgres.url: environment variable NOPE"),
+            e.contains("f.toml: inbox.kafka.quarantine_topic: must name one topic"),
             "{e}"
         );
     }
+    let text = MINIMAL.replace("[inbox.kafka]", "[inbox.kafka]\nquarantine_topic = \"q\"");
+    let c = from_str(&text, "f.toml", &env).unwrap();
+    assert_eq!(c.inbox.kafka.quarantine_topic.as_deref(), Some("q"));
+    let e = from_str(&MINIMAL.replace("name =", "nam ="), "f.toml", &env).unwrap_err();
+    assert!(e.contains("f.toml") && e.contains("nam"), "{e}");
+    let e = from_str(&MINIMAL.replace("${PW}", "${NOPE}"), "f.toml", &env).unwrap_err();
+    assert!(
+        e.contains("inbox.postgres.url: environment variable NOPE"),
+        "{e}"
+    );
+}

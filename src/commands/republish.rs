@@ -32,10 +32,11 @@ use bytes::Bytes;
 use crate::Lsn;
 use crate::config::{Config, OutboxConfig};
 use crate::pg::catalog;
+use crate::pg::params::connect_params;
 use crate::pg::snapshot::SnapshotReader;
-use crate::relay::{connect_params, producer_properties};
 use crate::router::{Record, Routed, Router};
 use crate::sink::kafka::{Ack, KafkaSink};
+use crate::sink::properties::producer_properties;
 use crate::startup;
 use crate::telemetry::outage::OutageLog;
 
@@ -287,23 +288,4 @@ fn settle(ack: Ack<u64>, ids: &[String], acked: &mut u64) -> Result<(), Republis
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_republished_record_drops_the_lsn_header_and_says_it_is_republished() {
-        let record = Record {
-            topic: "t".into(),
-            key: Some(Bytes::from_static(b"k")),
-            value: None,
-            headers: vec![
-                (Arc::from("id"), Bytes::from_static(b"1")),
-                (Arc::from("walrelay.lsn"), Bytes::from_static(b"0/0")),
-            ],
-            timestamp_ms: None,
-        };
-        let out = republished(record, &Arc::from(REPUBLISHED_HEADER));
-        let names: Vec<&str> = out.headers.iter().map(|(k, _)| &**k).collect();
-        assert_eq!(names, ["id", REPUBLISHED_HEADER]);
-    }
-}
+mod tests;

@@ -15,7 +15,7 @@
 //! Invariants:
 //! - Every part is read on its own: PostgreSQL down still shows the stored
 //!   offset, Kafka down still shows the slot; an unreadable part says why.
-//!   Kafka is reached the way `check` reaches it ([`crate::preflight`]), so
+//!   Kafka is reached the way `check` reaches it (`super::probe`), so
 //!   brokers refusing connections are said at once with librdkafka's
 //!   reason, not after a timeout.
 //! - [`Status::problems`] lists what needs a person (a missing, lost or
@@ -32,14 +32,19 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::Lsn;
+use crate::commands::probe::{
+    KafkaFailure, StoredRead, bytes, or_dash, reach_kafka, read_offset_store, read_slot,
+};
 use crate::config::Config;
 use crate::offsets::{self, StartDecision};
 use crate::pg::catalog;
+use crate::pg::params::connect_params;
 use crate::pg::replication::ReplicationClient;
-use crate::preflight::{reach_kafka, read_offset_store};
-use crate::relay::{connect_params, producer_properties};
+use crate::sink::properties::producer_properties;
 use crate::source::lease::Peer;
 use crate::telemetry::unix_ms as now_ms;
+
+pub use crate::commands::probe::SlotStatus;
 
 /// How long an instance may take to answer `GET /healthz`.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(3);
@@ -174,26 +179,6 @@ pub struct Status {
     pub instance: Option<Part<InstanceStatus>>,
     /// What needs a person; empty when all is well.
     pub problems: Vec<String>,
-}
-
-/// A row of `pg_replication_slots`, with the sizes worked out.
-#[derive(Debug, Serialize)]
-pub struct SlotStatus {
-    pub active_pid: Option<i32>,
-    pub confirmed_flush_lsn: Option<String>,
-    pub restart_lsn: Option<String>,
-    pub current_wal_lsn: Option<String>,
-    /// WAL written since the confirmed position.
-    pub lag_bytes: Option<i64>,
-    /// WAL the slot holds back (since `restart_lsn`).
-    pub retained_wal_bytes: Option<i64>,
-    pub wal_status: Option<String>,
-    /// How much more WAL may be written before the slot is lost (`None`:
-    /// unlimited, `max_slot_wal_keep_size = -1`).
-    pub safe_wal_size_bytes: Option<i64>,
-    /// PostgreSQL 17+: why the slot was invalidated.
-    pub invalidation_reason: Option<String>,
-    pub plugin: Option<String>,
 }
 
 /// The stored offset of this connector.
@@ -336,52 +321,12 @@ pub async fn status(config: &Config, health: &HealthProbe) -> Status {
 /// refused connections are said at once.
 async fn read_stored(config: &Config) -> Part<Option<offsets::StoredOffset>> {
     let props = producer_properties(config);
-    let kafka = |f: crate::preflight::KafkaFailure| format!("Kafka: {}", f.problem);
+    let kafka = |f: KafkaFailure| format!("Kafka: {}", f.problem);
     reach_kafka(&props).await.map_err(kafka)?;
     read_offset_store(config, &props)
         .await
-        .map(crate::preflight::StoredRead::into_offset)
+        .map(StoredRead::into_offset)
         .map_err(kafka)
-}
-
-/// Reads the slot's row with its sizes (`check` reports them too).
-pub(crate) async fn read_slot(
-    client: &tokio_postgres::Client,
-    slot: &str,
-) -> Part<Option<SlotStatus>> {
-    let version = catalog::server_version(client)
-        .await
-        .map_err(|e| e.to_string())?;
-    // invalidation_reason exists from PostgreSQL 17 on.
-    let reason = if version >= 170_000 {
-        "invalidation_reason::text"
-    } else {
-        "NULL::text"
-    };
-    let sql = format!(
-        "SELECT active_pid, confirmed_flush_lsn::text, restart_lsn::text, \
-                pg_current_wal_lsn()::text, \
-                pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::int8, \
-                pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8, \
-                wal_status::text, safe_wal_size::int8, {reason}, plugin::text \
-         FROM pg_replication_slots WHERE slot_name = $1"
-    );
-    let row = client
-        .query_opt(&sql, &[&slot])
-        .await
-        .map_err(|e| format!("reading pg_replication_slots: {}", catalog::describe(&e)))?;
-    Ok(row.map(|r| SlotStatus {
-        active_pid: r.get(0),
-        confirmed_flush_lsn: r.get(1),
-        restart_lsn: r.get(2),
-        current_wal_lsn: r.get(3),
-        lag_bytes: r.get(4),
-        retained_wal_bytes: r.get(5),
-        wal_status: r.get(6),
-        safe_wal_size_bytes: r.get(7),
-        invalidation_reason: r.get(8),
-        plugin: r.get(9),
-    }))
 }
 
 async fn read_publication(
@@ -570,43 +515,6 @@ fn problems(s: &Status) -> Vec<String> {
     problems
 }
 
-/// A size for people: `16.0 MiB`.
-pub(crate) fn bytes(n: Option<i64>) -> String {
-    match n {
-        None => "unknown".to_owned(),
-        Some(n) if n.unsigned_abs() >= 1 << 30 => {
-            format!("{:.1} GiB", n as f64 / f64::from(1 << 30))
-        }
-        Some(n) if n.unsigned_abs() >= 1 << 20 => {
-            format!("{:.1} MiB", n as f64 / f64::from(1 << 20))
-        }
-        Some(n) if n.unsigned_abs() >= 1 << 10 => {
-            format!("{:.1} KiB", n as f64 / f64::from(1 << 10))
-        }
-        Some(n) => format!("{n} B"),
-    }
-}
-
-impl SlotStatus {
-    /// Lag, retained WAL and how much more may be written, in one line.
-    pub fn wal_summary(&self) -> String {
-        let safe = match self.safe_wal_size_bytes {
-            None => "unlimited (max_slot_wal_keep_size = -1)".to_owned(),
-            n => bytes(n),
-        };
-        format!(
-            "wal_status {}, lag {}, retained WAL {}, safe_wal_size {safe}",
-            or_dash(self.wal_status.as_deref()),
-            bytes(self.lag_bytes),
-            bytes(self.retained_wal_bytes)
-        )
-    }
-}
-
-fn or_dash(v: Option<&str>) -> &str {
-    v.unwrap_or("-")
-}
-
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "connector            {}", self.connector)?;
@@ -775,210 +683,4 @@ impl fmt::Display for Status {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn slot(wal_status: &str) -> SlotStatus {
-        SlotStatus {
-            active_pid: None,
-            confirmed_flush_lsn: Some("0/3000000".into()),
-            restart_lsn: Some("0/2000000".into()),
-            current_wal_lsn: Some("0/4000000".into()),
-            lag_bytes: Some(16 << 20),
-            retained_wal_bytes: Some(32 << 20),
-            wal_status: Some(wal_status.into()),
-            safe_wal_size_bytes: None,
-            invalidation_reason: None,
-            plugin: Some("pgoutput".into()),
-        }
-    }
-
-    fn status(slot: Part<Option<SlotStatus>>) -> Status {
-        let mut s = Status {
-            connector: "c".into(),
-            slot_name: "s".into(),
-            slot,
-            stored_offset: Ok(None),
-            comparison: None,
-            publication: Ok(None),
-            instances: Ok(InstancesStatus {
-                active: None,
-                standbys: Vec::new(),
-            }),
-            instance: None,
-            problems: Vec::new(),
-        };
-        s.problems = problems(&s);
-        s
-    }
-
-    #[test]
-    fn a_healthy_slot_is_no_problem_and_sizes_read_as_sizes() {
-        let s = status(Ok(Some(slot("reserved"))));
-        assert!(s.problems.is_empty(), "{:?}", s.problems);
-        let text = s.to_string();
-        assert!(text.contains("lag                16.0 MiB"), "{text}");
-        assert!(text.contains("retained WAL       32.0 MiB"), "{text}");
-        assert!(text.contains("unlimited"), "{text}");
-        assert!(text.ends_with("no problems\n"), "{text}");
-    }
-
-    #[test]
-    fn lost_unreserved_and_missing_slots_are_problems() {
-        for (part, needle) in [
-            (Ok(Some(slot("lost"))), "is lost"),
-            (Ok(Some(slot("unreserved"))), "is unreserved"),
-            (Err("PostgreSQL: refused".to_owned()), "unreadable"),
-        ] {
-            let s = status(part);
-            assert!(
-                s.problems.iter().any(|p| p.contains(needle)),
-                "{needle}: {:?}",
-                s.problems
-            );
-            assert!(s.to_string().contains("PROBLEM"));
-        }
-    }
-
-    #[test]
-    fn a_missing_slot_is_a_problem_only_once_an_offset_is_stored() {
-        let s = status(Ok(None));
-        assert!(
-            s.problems.is_empty(),
-            "before the first start: {:?}",
-            s.problems
-        );
-        let mut s = status(Ok(None));
-        s.stored_offset = Ok(Some(StoredStatus {
-            lsn: "0/3000000".into(),
-            slot: "s".into(),
-            system_id: "1".into(),
-            timeline: 1,
-            written_at_ms: 0,
-            age_seconds: 1.0,
-            committed_at_ms: None,
-            snapshot: None,
-            accepted_gap: None,
-            incremental: None,
-        }));
-        assert!(
-            problems(&s).iter().any(|p| p.contains("does not exist")),
-            "{:?}",
-            problems(&s)
-        );
-    }
-
-    #[test]
-    fn the_stored_commit_time_and_the_gap_to_reconcile_are_shown_in_utc() {
-        let mut s = status(Ok(Some(slot("reserved"))));
-        s.stored_offset = Ok(Some(StoredStatus {
-            lsn: "0/3000000".into(),
-            slot: "s".into(),
-            system_id: "1".into(),
-            timeline: 1,
-            written_at_ms: 1_764_547_260_000,
-            age_seconds: 1.0,
-            committed_at_ms: Some(1_764_547_200_123),
-            snapshot: None,
-            accepted_gap: Some(offsets::AcceptedGap {
-                from: "0/2000000".into(),
-                to: "0/3000000".into(),
-                accepted_at_ms: 0,
-                from_committed_at_ms: Some(1_764_540_000_000),
-            }),
-            incremental: None,
-        }));
-        let text = s.to_string();
-        assert!(
-            text.contains("  committed at       2025-12-01T00:00:00.123Z: every later transaction"),
-            "{text}"
-        );
-        assert!(
-            text.contains("reconcile them (the outbox rows committed since 2025-11-30T22:00:00.000Z, less your longest transaction)"),
-            "{text}"
-        );
-        let json = serde_json::to_value(&s).unwrap_or_default();
-        assert_eq!(
-            json["stored_offset"]["committed_at_ms"],
-            1_764_547_200_123_i64
-        );
-        assert_eq!(
-            json["stored_offset"]["accepted_gap"]["from_committed_at_ms"],
-            1_764_540_000_000_i64
-        );
-    }
-
-    #[test]
-    fn health_urls_name_an_instance_anywhere() {
-        let url = |s: &str| s.parse::<HealthUrl>();
-        let ok = |s: &str, address: &str, path: &str| {
-            assert_eq!(
-                url(s),
-                Ok(HealthUrl {
-                    address: address.into(),
-                    path: path.into()
-                }),
-                "{s}"
-            );
-        };
-        ok("http://10.0.3.17:9187", "10.0.3.17:9187", "/healthz");
-        ok("http://orders-7d9f:9187/", "orders-7d9f:9187", "/healthz");
-        ok("http://[::1]:9187/healthz", "[::1]:9187", "/healthz");
-        ok(
-            "http://127.0.0.1:8001/api/v1/namespaces/shop/pods/orders-x:9187/proxy/healthz",
-            "127.0.0.1:8001",
-            "/api/v1/namespaces/shop/pods/orders-x:9187/proxy/healthz",
-        );
-        assert_eq!(
-            url("http://10.0.3.17:9187").unwrap().to_string(),
-            "http://10.0.3.17:9187/healthz"
-        );
-        for bad in [
-            "10.0.3.17:9187",
-            "https://10.0.3.17:9187",
-            "http://10.0.3.17",
-            "http://10.0.3.17:port",
-            "http://:9187",
-            "http://::1:9187",
-            "http://user@host:9187",
-            "http://host:9187?x",
-            "http://host:99999",
-        ] {
-            let e = url(bad).unwrap_err();
-            assert!(e.contains(bad) && e.contains("http://"), "{bad}: {e}");
-        }
-    }
-
-    /// `[health] listen` on all interfaces is asked on loopback.
-    #[test]
-    fn the_configured_listen_address_is_asked_on_this_host() {
-        let local = |listen: &str| HealthUrl::local(listen.parse().unwrap()).to_string();
-        assert_eq!(local("0.0.0.0:9187"), "http://127.0.0.1:9187/healthz");
-        assert_eq!(local("[::]:9187"), "http://[::1]:9187/healthz");
-        assert_eq!(local("10.0.3.17:9187"), "http://10.0.3.17:9187/healthz");
-    }
-
-    #[test]
-    fn an_instance_not_asked_is_no_problem() {
-        let s = status(Ok(Some(slot("reserved"))));
-        assert!(s.problems.is_empty(), "{:?}", s.problems);
-        assert!(
-            s.to_string()
-                .contains("instance             not asked (no [health] section, or --no-health)"),
-            "{s}"
-        );
-    }
-
-    #[test]
-    fn json_has_every_part() {
-        let s = status(Ok(Some(slot("extended"))));
-        let json = serde_json::to_value(&s).unwrap_or_default();
-        assert_eq!(json["slot"]["wal_status"], "extended", "{json}");
-        assert_eq!(json["slot"]["lag_bytes"], 16 << 20, "{json}");
-        assert!(json["problems"].as_array().is_some_and(Vec::is_empty));
-        let s = status(Err("PostgreSQL: refused".into()));
-        let json = serde_json::to_value(&s).unwrap_or_default();
-        assert_eq!(json["slot"]["error"], "PostgreSQL: refused", "{json}");
-        assert!(json["instance"].is_null(), "{json}");
-    }
-}
+mod tests;

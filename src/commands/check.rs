@@ -1,0 +1,467 @@
+//! `walrelay check`: everything `run` needs, verified without streaming.
+//!
+//! Invariant: `check` fails exactly when `run` would refuse to start, in the
+//! same words — the PostgreSQL checks are the functions of
+//! [`crate::startup`] that `run` calls too; `check` only reports instead of
+//! acting (it never creates the publication or the slot).
+//!
+//! Each check reports ok, a warning, or a failure with the fix. Checks that
+//! depend on an unreachable service are reported as skipped (with the reason
+//! already given by the failed connection check), so one problem yields one
+//! clear line rather than a cascade.
+//!
+//! Reaching Kafka and reading the offset store (`super::probe`) are
+//! shared with `walrelay status`, so both say a broker refusing connections
+//! at once and in the same words. The Kafka lines are `kafka`'s, the slot's
+//! lines (what `run` will do about it, its WAL, failover) `slot`'s.
+
+mod kafka;
+mod slot;
+
+use std::fmt;
+
+use crate::config::{Config, OutboxConfig};
+use crate::pg::catalog;
+use crate::pg::params::connect_params;
+use crate::pg::replication::ReplicationClient;
+use crate::pg::wire::ConnectParams;
+use crate::startup::{self, CheckError};
+
+/// Result of one check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Ok(String),
+    Warn(String),
+    Fail { problem: String, fix: String },
+}
+
+/// All checks, in order.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub checks: Vec<(String, Outcome)>,
+}
+
+impl Report {
+    fn push(&mut self, name: &str, outcome: Outcome) {
+        self.checks.push((name.to_owned(), outcome));
+    }
+
+    pub fn ok(&self) -> bool {
+        !self
+            .checks
+            .iter()
+            .any(|(_, o)| matches!(o, Outcome::Fail { .. }))
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (name, outcome) in &self.checks {
+            match outcome {
+                Outcome::Ok(detail) => writeln!(f, "ok    {name}: {detail}")?,
+                Outcome::Warn(detail) => writeln!(f, "warn  {name}: {detail}")?,
+                Outcome::Fail { problem, fix } => {
+                    writeln!(f, "FAIL  {name}: {problem}\n      fix: {fix}")?
+                }
+            }
+        }
+        let failed = self
+            .checks
+            .iter()
+            .filter(|(_, o)| matches!(o, Outcome::Fail { .. }))
+            .count();
+        if failed == 0 {
+            writeln!(f, "all {} checks passed", self.checks.len())
+        } else {
+            writeln!(f, "{failed} of {} checks failed", self.checks.len())
+        }
+    }
+}
+
+fn fail(problem: impl Into<String>, fix: impl Into<String>) -> Outcome {
+    Outcome::Fail {
+        problem: problem.into(),
+        fix: fix.into(),
+    }
+}
+
+/// A shared start-up check's result as a report line.
+fn outcome<T>(result: Result<T, CheckError>, ok: impl FnOnce(T) -> Outcome) -> Outcome {
+    match result {
+        Ok(v) => ok(v),
+        Err(e) => fail(e.problem(), e.fix()),
+    }
+}
+
+/// Streaming needs no read grant on the tables, but the recovery from a
+/// lost slot does (`walrelay republish` reads the outbox tables, `walrelay
+/// snapshot` any table): a role that lacks it would fail in the middle of
+/// an incident, so say so now.
+async fn recovery_reads<'a>(
+    client: &tokio_postgres::Client,
+    tables: impl Iterator<Item = &'a crate::pg::catalog::CapturedTable>,
+) -> Outcome {
+    let mut missing = Vec::new();
+    let mut grants = Vec::new();
+    for table in tables {
+        match startup::missing_read_grants(client, table).await {
+            Ok(None) => {}
+            Ok(Some(m)) => {
+                missing.extend(m.missing);
+                grants.extend(m.grants);
+            }
+            Err(e) => return fail(e.problem(), e.fix()),
+        }
+    }
+    if missing.is_empty() {
+        return Outcome::Ok(
+            "the role may read every configured table (walrelay republish and walrelay \
+             snapshot, the lost-slot recovery, need it)"
+                .into(),
+        );
+    }
+    Outcome::Warn(format!(
+        "the role lacks {}: streaming does not need it, but the recovery from a lost slot does \
+         (walrelay republish and walrelay snapshot read the tables), and would fail in the \
+         middle of an incident; grant it now: {}",
+        missing.join(", "),
+        grants.join(" ")
+    ))
+}
+
+/// Runs every check, in the order the report prints them: the
+/// configuration, Kafka and the offset store, the PostgreSQL connection, the
+/// server's settings and the role's privileges, the replication connection,
+/// the captured tables, the publication, the reads a recovery needs, the
+/// slot. Stops after the PostgreSQL connection when that fails.
+pub async fn check(config: &Config) -> Report {
+    let mut report = Report::default();
+    config_lines(config, &mut report);
+    let params = connect_params(config);
+    // `None` when Kafka could not be read: `run` would wait for it.
+    let stored = kafka::check_kafka(config, &mut report).await;
+    let Some(client) = postgres_connection(config, &params, &mut report).await else {
+        return report;
+    };
+    server_settings(config, &client, &mut report).await;
+    let system = replication_connection(&params, &mut report).await;
+    let routes = outbox_tables(config, &client, &mut report).await;
+    let captured = table_event_tables(config, &client, &mut report).await;
+    for m in &config.messages {
+        report.push(
+            &format!("message prefix {}", m.prefix),
+            Outcome::Ok(m.describe()),
+        );
+    }
+    publication(config, &client, &routes, &captured, &mut report).await;
+    report.push(
+        "recovery reads",
+        recovery_reads(
+            &client,
+            routes
+                .iter()
+                .map(|(_, t)| t)
+                .chain(captured.iter().map(|c| &c.table)),
+        )
+        .await,
+    );
+    let tables: Vec<_> = routes.iter().map(|(o, t)| (*o, t)).collect();
+    slot::slot_lines(
+        config,
+        &client,
+        stored,
+        system.as_ref(),
+        &tables,
+        &captured,
+        &mut report,
+    )
+    .await;
+    report
+}
+
+/// The server as the replication connection identifies it: system
+/// identifier, timeline, and the timeline's history when readable.
+type System = (String, u32, Option<String>);
+
+/// The "config" lines: the file is valid (it was loaded), and its warnings.
+fn config_lines(config: &Config, report: &mut Report) {
+    report.push(
+        "config",
+        Outcome::Ok(format!("{} is valid", config.origin())),
+    );
+    for warning in config.warnings() {
+        report.push("config", Outcome::Warn(warning.clone()));
+    }
+}
+
+/// The "postgres connection" line: connected, and how safely (TLS, and
+/// whether the certificate was checked). `None` when it failed.
+async fn postgres_connection(
+    config: &Config,
+    params: &ConnectParams,
+    report: &mut Report,
+) -> Option<tokio_postgres::Client> {
+    let pg = &config.postgres;
+    let client = match catalog::connect(params).await {
+        Ok(c) => c,
+        Err(e) => {
+            report.push(
+                "postgres connection",
+                fail(e.to_string(), "check postgres.host/port/user/password/database and that the server accepts connections from here (pg_hba.conf)"),
+            );
+            return None;
+        }
+    };
+    let tls = client
+        .query_opt(
+            "SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid() AND ssl",
+            &[],
+        )
+        .await
+        .ok()
+        .flatten()
+        .map(|row| row.get::<_, Option<String>>(0).unwrap_or_default());
+    let mode = pg.sslmode.as_str();
+    let outcome = match tls {
+        // Encrypted, but nobody checked whom to: a man in the middle
+        // passes (prefer and require verify no certificate).
+        Some(version) if !pg.sslmode.verifies_certificate() => Outcome::Warn(format!(
+            "connected to {} over TLS ({version}), but sslmode = {mode} checks no \
+             certificate: the server is not authenticated; set postgres.sslmode = \
+             \"verify-full\" (with postgres.sslrootcert for a private CA)",
+            params.address()
+        )),
+        Some(version) => Outcome::Ok(format!(
+            "connected to {} over TLS ({version}, sslmode = {mode})",
+            params.address()
+        )),
+        None if params.is_unix() => Outcome::Ok(format!(
+            "connected to {} (Unix socket, no TLS)",
+            params.address()
+        )),
+        None => Outcome::Warn(format!(
+            "connected to {} WITHOUT TLS (sslmode = {mode}); set postgres.sslmode = \
+             \"verify-full\" unless the network is trusted",
+            params.address()
+        )),
+    };
+    report.push("postgres connection", outcome);
+    Some(client)
+}
+
+/// `wal_level` and the role's privileges (replication; the heartbeat's
+/// when `[heartbeat]` writes one).
+async fn server_settings(config: &Config, client: &tokio_postgres::Client, report: &mut Report) {
+    let pg = &config.postgres;
+    report.push(
+        "wal_level",
+        outcome(startup::wal_level(client).await, Outcome::Ok),
+    );
+    report.push(
+        "replication privilege",
+        outcome(
+            startup::replication_privilege(client, &pg.user).await,
+            Outcome::Ok,
+        ),
+    );
+    if config.heartbeat.enabled().is_some() {
+        report.push(
+            "heartbeat privilege",
+            outcome(
+                startup::heartbeat_privilege(client, &pg.user).await,
+                Outcome::Ok,
+            ),
+        );
+    }
+}
+
+/// The "replication connection" line. `run` identifies the system on a
+/// replication connection (pg_hba.conf has separate `replication` lines):
+/// so does `check`. `None` when it failed.
+async fn replication_connection(params: &ConnectParams, report: &mut Report) -> Option<System> {
+    match ReplicationClient::connect(params).await {
+        Ok(mut repl) => match repl.identify_system().await {
+            Ok(system) => {
+                report.push(
+                    "replication connection",
+                    Outcome::Ok(format!(
+                        "system {}, timeline {}",
+                        system.system_id, system.timeline
+                    )),
+                );
+                // Unreadable history: a timeline change is then refused, as
+                // `run` would refuse it.
+                let history = repl.timeline_history(system.timeline).await.ok().flatten();
+                Some((system.system_id, system.timeline, history))
+            }
+            Err(e) => {
+                report.push(
+                    "replication connection",
+                    fail(e.to_string(), "see the error"),
+                );
+                None
+            }
+        },
+        Err(e) => {
+            report.push(
+                "replication connection",
+                fail(
+                    e.to_string(),
+                    if e.sqlstate() == Some("42501") {
+                        "give the role the REPLICATION attribute (see the replication privilege \
+                         check above)"
+                    } else {
+                        "allow the role a `replication` connection in pg_hba.conf"
+                    },
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// One line per `[[outbox]]` table; the tables that passed, with their
+/// configuration.
+async fn outbox_tables<'c>(
+    config: &'c Config,
+    client: &tokio_postgres::Client,
+    report: &mut Report,
+) -> Vec<(&'c OutboxConfig, catalog::CapturedTable)> {
+    let mut routes = Vec::with_capacity(config.outbox.len());
+    for outbox in &config.outbox {
+        let name = format!("outbox table {}", outbox.table);
+        match startup::outbox_table(client, outbox).await {
+            Ok((table, detail)) => {
+                report.push(&name, Outcome::Ok(detail));
+                routes.push((outbox, table));
+            }
+            Err(e) => report.push(&name, fail(e.problem(), e.fix())),
+        }
+    }
+    routes
+}
+
+/// One line per `[[table]]` table (key, replica identity, columns, keys a
+/// mask or column list does not hide); one failure line when they cannot
+/// be read, and then none of them.
+async fn table_event_tables(
+    config: &Config,
+    client: &tokio_postgres::Client,
+    report: &mut Report,
+) -> Vec<startup::TableEventTable> {
+    let captured = match startup::table_event_tables(client, config).await {
+        Ok(captured) => captured,
+        Err(e) => {
+            report.push("[[table]] tables", fail(e.problem(), e.fix()));
+            return Vec::new();
+        }
+    };
+    let default_columns = config.table_defaults.column_filter().ok().flatten();
+    for c in &captured {
+        let entry = &config.tables[c.entry];
+        let key_columns = c.key(entry);
+        let key = if key_columns.is_empty() {
+            "no primary key: null keys (set key_columns)".to_owned()
+        } else {
+            format!("key {}", key_columns.join(", "))
+        };
+        let identity = replica_identity(client, c.table.oid).await;
+        let mut detail = format!("{key}, {identity}")
+            + &crate::router::table::describe_columns(
+                entry,
+                default_columns.as_ref(),
+                (&c.table.schema, &c.table.name),
+                &c.columns,
+            );
+        if !c.as_text.is_empty() {
+            detail += &format!(
+                "; written as their text form (unmapped_types = \"text\"): {}",
+                c.as_text.join(", ")
+            );
+        }
+        // Debezium's keys ignore column lists and masks; say so
+        // where that puts a hidden column in the clear.
+        let exposed: Vec<&str> = key_columns
+            .iter()
+            .filter(|k| {
+                entry.mask_of(k).is_some()
+                    || !entry.includes(default_columns.as_ref(), &c.table.schema, &c.table.name, k)
+            })
+            .copied()
+            .collect();
+        let outcome = if exposed.is_empty() {
+            Outcome::Ok(detail)
+        } else {
+            Outcome::Warn(format!(
+                "{detail}; key column(s) {} are masked or left out of before/after \
+                 but stay unmasked in the record key (as with Debezium): key the table \
+                 by other columns with key_columns if they must not reach Kafka",
+                exposed.join(", ")
+            ))
+        };
+        report.push(
+            &format!("table {}.{}", c.table.schema, c.table.name),
+            outcome,
+        );
+    }
+    captured
+}
+
+/// The "publication" line: what `run` would create or add, once every
+/// outbox table passed.
+async fn publication(
+    config: &Config,
+    client: &tokio_postgres::Client,
+    routes: &[(&OutboxConfig, catalog::CapturedTable)],
+    captured: &[startup::TableEventTable],
+    report: &mut Report,
+) {
+    if routes.len() != config.outbox.len() {
+        report.push(
+            "publication",
+            Outcome::Warn("not checked until the outbox tables are right".into()),
+        );
+        return;
+    }
+    let routes: Vec<_> = routes.iter().map(|(o, t)| (*o, t)).collect();
+    let captured_tables: Vec<_> = captured.iter().map(|c| &c.table).collect();
+    let result = startup::publication(client, &config.postgres, &routes, &captured_tables).await;
+    report.push(
+        "publication",
+        outcome(result, |plan| {
+            if plan.exists && (!plan.statements.is_empty() || !plan.unclaimed.is_empty()) {
+                Outcome::Warn(plan.describe())
+            } else {
+                Outcome::Ok(plan.describe())
+            }
+        }),
+    );
+}
+
+/// The table's REPLICA IDENTITY and what it means for `before`.
+async fn replica_identity(client: &tokio_postgres::Client, oid: u32) -> String {
+    let row = client
+        .query_opt(
+            "SELECT relreplident::text FROM pg_class WHERE oid = $1",
+            &[&oid],
+        )
+        .await;
+    match row
+        .ok()
+        .flatten()
+        .and_then(|r| r.get::<_, Option<String>>(0))
+        .as_deref()
+    {
+        Some("d") => "REPLICA IDENTITY DEFAULT (before: the key columns of a delete, none for an \
+                      update)"
+            .to_owned(),
+        Some("f") => "REPLICA IDENTITY FULL (before: the whole old row)".to_owned(),
+        Some("i") => {
+            "REPLICA IDENTITY USING INDEX (before: the index columns of a delete)".to_owned()
+        }
+        Some("n") => "REPLICA IDENTITY NOTHING (no before; PostgreSQL refuses updates and deletes \
+                      on a published table without one)"
+            .to_owned(),
+        _ => "replica identity unknown".to_owned(),
+    }
+}
