@@ -647,7 +647,10 @@ pub fn snapshot_outlived_idle_timeout(
     let never_streamed = stored.is_some_and(|s| {
         s.snapshot.as_ref().is_some_and(|p| {
             p.state == crate::offsets::SnapshotState::Completed
-                && p.consistent_point.as_deref() == Some(s.lsn.as_str())
+                && p.consistent_point
+                    .as_deref()
+                    .and_then(|c| c.parse::<Lsn>().ok())
+                    == Some(s.lsn)
         })
     });
     if idle_on && by_idle_timeout && never_streamed {
@@ -755,7 +758,7 @@ pub fn slot_plan(
                 return Ok(SlotPlan::Snapshot {
                     drop_first: false,
                     why,
-                    replaces_stream_at: Some(stored.lsn.clone()),
+                    replaces_stream_at: Some(stored.lsn.to_string()),
                 });
             }
             missing_slot(pg, Some(stored), accept_slot_position)?;
@@ -773,7 +776,7 @@ pub fn slot_plan(
                 return Ok(SlotPlan::Snapshot {
                     drop_first: true,
                     why,
-                    replaces_stream_at: Some(stored.lsn.clone()),
+                    replaces_stream_at: Some(stored.lsn.to_string()),
                 });
             }
             Ok(SlotPlan::Resume)
@@ -1116,7 +1119,7 @@ mod tests {
         let mut lost = slot("lost");
         lost.invalidation_reason = Some("idle_timeout".into());
         let mut just_snapshotted = stored(Some(SnapshotState::Completed));
-        just_snapshotted.lsn = "0/200".into();
+        just_snapshotted.lsn = "0/200".parse().unwrap();
         just_snapshotted.snapshot = Some(SnapshotProgress {
             state: SnapshotState::Completed,
             tables_done: Vec::new(),
@@ -1138,7 +1141,7 @@ mod tests {
         );
         // Streamed past the consistent point (then down for long): taken again.
         let mut streamed = just_snapshotted.clone();
-        streamed.lsn = "0/300".into();
+        streamed.lsn = "0/300".parse().unwrap();
         assert!(snapshot_outlived_idle_timeout(Some(&streamed), Some(&lost), "s", "1min").is_ok());
         // Lost for another reason: taken again.
         let mut removed = lost.clone();
@@ -1156,7 +1159,7 @@ mod tests {
             system_id: "1".into(),
             timeline: 1,
             slot: "s".into(),
-            lsn: "0/200".into(),
+            lsn: "0/200".parse().unwrap(),
             written_at_ms: 0,
             committed_at_ms: None,
             snapshot: snapshot.map(|state| crate::offsets::SnapshotProgress {

@@ -442,7 +442,7 @@ impl OffsetWriter {
             });
         }
         let mut offset = self.template.clone();
-        offset.lsn = lsn.to_string();
+        offset.lsn = lsn;
         offset.written_at_ms =
             crate::pg::replication::pg_us_to_unix_ms(crate::pg::replication::pg_now_us());
         let record = offset.to_record(&self.topic);
@@ -620,7 +620,7 @@ mod tests {
             system_id: "1".into(),
             timeline: 1,
             slot: "s".into(),
-            lsn: String::new(),
+            lsn: Lsn::ZERO,
             written_at_ms: 0,
             committed_at_ms: None,
             snapshot: None,
