@@ -363,7 +363,7 @@ fn unix_ms_text(ms: i64) -> String {
 fn stored_status(s: &offsets::StoredOffset) -> StoredStatus {
     let now_ms = now_ms();
     StoredStatus {
-        lsn: s.lsn.clone(),
+        lsn: s.lsn.to_string(),
         slot: s.slot.clone(),
         system_id: s.system_id.clone(),
         timeline: s.timeline,
@@ -391,7 +391,7 @@ fn compare(
     history: Option<&str>,
 ) -> Option<Comparison> {
     let confirmed: Lsn = slot.confirmed_flush_lsn.as_deref()?.parse().ok()?;
-    let stored_lsn: Option<Lsn> = stored.and_then(|s| s.lsn.parse().ok());
+    let stored_lsn: Option<Lsn> = stored.map(|s| s.lsn);
     let decision = offsets::compare(
         stored,
         &offsets::SlotPosition {

@@ -72,9 +72,6 @@ mod encode;
 mod reader;
 mod relation;
 
-#[cfg(test)]
-mod tests;
-
 use std::fmt;
 
 use bytes::Bytes;
@@ -798,3 +795,6 @@ fn read_tuple(r: &mut Reader, context: &'static str) -> Result<TupleData, Decode
     }
     Ok(TupleData(cells))
 }
+
+#[cfg(test)]
+mod tests;

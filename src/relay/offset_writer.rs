@@ -478,7 +478,7 @@ impl OffsetWriter {
             });
         }
         let mut offset = self.template.clone();
-        offset.lsn = lsn.to_string();
+        offset.lsn = lsn;
         offset.written_at_ms =
             crate::pg::replication::pg_us_to_unix_ms(crate::pg::replication::pg_now_us());
         let record = offset.to_record(&self.topic);

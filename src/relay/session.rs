@@ -318,7 +318,7 @@ impl Session {
             system_id: system.system_id.clone(),
             timeline: system.timeline,
             slot: pg.slot.clone(),
-            lsn: String::new(),
+            lsn: Lsn::ZERO,
             written_at_ms: 0,
             committed_at_ms: stored.as_ref().and_then(|s| s.committed_at_ms),
             snapshot: stored
@@ -568,7 +568,7 @@ impl Session {
                     start.from
                 );
                 offsets.template_mut().accepted_gap = Some(crate::offsets::AcceptedGap {
-                    from: stored.lsn.clone(),
+                    from: stored.lsn.to_string(),
                     to: start.from.to_string(),
                     accepted_at_ms: super::heartbeat::now_ms(),
                     from_committed_at_ms: stored.committed_at_ms,

@@ -36,7 +36,7 @@ fn offset(connector: &str, lsn: u64) -> StoredOffset {
         system_id: "7000000000000000001".into(),
         timeline: 1,
         slot: format!("{connector}_slot"),
-        lsn: walrelay::Lsn(lsn).to_string(),
+        lsn: walrelay::Lsn(lsn),
         written_at_ms: 1_700_000_000_000,
         committed_at_ms: Some(1_699_999_990_000),
         snapshot: None,
@@ -311,7 +311,7 @@ async fn check_and_run_refuse_a_stored_offset_of_another_slot_or_timeline() {
         system_id,
         timeline: timeline as u32,
         slot: format!("{}_old", names.slot),
-        lsn: walrelay::Lsn(slot_lsn).to_string(),
+        lsn: walrelay::Lsn(slot_lsn),
         written_at_ms: 0,
         committed_at_ms: None,
         snapshot: None,
@@ -435,7 +435,7 @@ async fn an_open_transaction_on_a_shared_topic_never_yields_a_stale_offset() {
     ends.join().unwrap();
     assert_eq!(
         loaded.lsn,
-        walrelay::Lsn(200).to_string(),
+        walrelay::Lsn(200),
         "the newest offset, not the one before the open transaction"
     );
     assert!(
@@ -476,17 +476,11 @@ async fn the_offset_of_the_highest_lease_term_counts() {
     write_offset(&topic, &with_term(0x300, Some(20)));
     // The old holder's queued write, delivered after the new holder's.
     write_offset(&topic, &with_term(0x200, Some(10)));
-    assert_eq!(
-        load().await,
-        Some((walrelay::Lsn(0x300).to_string(), Some(20)))
-    );
+    assert_eq!(load().await, Some((walrelay::Lsn(0x300), Some(20))));
     write_offset(&topic, &with_term(0x400, None));
-    assert_eq!(load().await, Some((walrelay::Lsn(0x400).to_string(), None)));
+    assert_eq!(load().await, Some((walrelay::Lsn(0x400), None)));
     write_offset(&topic, &with_term(0x350, Some(10)));
-    assert_eq!(load().await, Some((walrelay::Lsn(0x400).to_string(), None)));
+    assert_eq!(load().await, Some((walrelay::Lsn(0x400), None)));
     write_offset(&topic, &with_term(0x500, Some(30)));
-    assert_eq!(
-        load().await,
-        Some((walrelay::Lsn(0x500).to_string(), Some(30)))
-    );
+    assert_eq!(load().await, Some((walrelay::Lsn(0x500), Some(30))));
 }

@@ -58,7 +58,7 @@ fn publisher(publish: bool) -> (Publisher, UnboundedReceiver<Ack>) {
         system_id: "1".into(),
         timeline: 1,
         slot: "s".into(),
-        lsn: String::new(),
+        lsn: crate::Lsn::ZERO,
         written_at_ms: 0,
         committed_at_ms: None,
         snapshot: None,

@@ -7,7 +7,7 @@
 //! checkpoint and at an O(n) reference that recomputes everything from scratch,
 //! and compares every observable after every call.
 
-use super::*;
+use super::super::*;
 use proptest::prelude::*;
 
 fn check<T>(result: Result<T, CheckpointError>) -> Result<T, TestCaseError> {

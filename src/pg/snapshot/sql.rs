@@ -1,0 +1,123 @@
+//! The statements the reader runs: `COPY (SELECT … ORDER BY …) TO STDOUT`
+//! for a table ([`copy_sql`]) or one chunk of it ([`chunk_sql`]), with
+//! every identifier quoted and every order and split column checked to be
+//! one of the relation's.
+
+use postgres_protocol::escape::{escape_identifier, escape_literal};
+
+use crate::pgoutput::Relation;
+
+use super::error::{SnapshotError, relation_display};
+use super::split::HashSplit;
+
+/// `COPY (SELECT <columns> FROM [ONLY] <table> [WHERE (<filter>) AND <split>] ORDER BY <order_by>) TO STDOUT`
+/// for `relation`; every order and split column must be one of its columns.
+/// `only` leaves inheritance children out.
+pub fn copy_sql(
+    relation: &Relation,
+    only: bool,
+    order_by: &[String],
+    split: Option<&HashSplit>,
+    filter: Option<&str>,
+) -> Result<String, SnapshotError> {
+    chunk_sql(relation, only, order_by, split, filter, None, None)
+}
+
+/// [`copy_sql`] for one chunk of an incremental snapshot: only rows whose
+/// `order_by` columns come after `after` (a row comparison, so the key must
+/// be unique and not NULL), at most `limit` of them.
+pub fn chunk_sql(
+    relation: &Relation,
+    only: bool,
+    order_by: &[String],
+    split: Option<&HashSplit>,
+    filter: Option<&str>,
+    after: Option<&[Option<String>]>,
+    limit: Option<usize>,
+) -> Result<String, SnapshotError> {
+    let table = relation_display(relation);
+    let known = |column: &str, what: &'static str| {
+        if relation.column_index(column).is_some() {
+            Ok(())
+        } else {
+            Err(SnapshotError::UnknownColumn {
+                table: table.clone(),
+                column: column.to_owned(),
+                what,
+                columns: relation
+                    .columns
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+        }
+    };
+    if relation.columns.is_empty() {
+        return Err(SnapshotError::NoColumns { table });
+    }
+    if order_by.is_empty() {
+        return Err(SnapshotError::NoOrder { table });
+    }
+    for column in order_by {
+        known(column, "snapshot_order_by")?;
+    }
+    if let Some(split) = split {
+        known(split.column(), "hash split")?;
+    }
+    let list = |names: &mut dyn Iterator<Item = &str>| {
+        names.map(escape_identifier).collect::<Vec<_>>().join(", ")
+    };
+    let schema = if relation.namespace.is_empty() {
+        "pg_catalog"
+    } else {
+        &relation.namespace
+    };
+    let mut sql = format!(
+        "COPY (SELECT {} FROM {}{}.{}",
+        list(&mut relation.columns.iter().map(|c| c.name.as_str())),
+        if only { "ONLY " } else { "" },
+        escape_identifier(schema),
+        escape_identifier(&relation.name)
+    );
+    let mut conditions = Vec::new();
+    if let Some(filter) = filter {
+        crate::pg::filter::check(filter).map_err(|why| SnapshotError::BadFilter {
+            table: table.clone(),
+            why,
+        })?;
+        conditions.push(format!("({filter})"));
+    }
+    if let Some(split) = split {
+        conditions.push(split.filter_sql());
+    }
+    if let Some(after) = after {
+        // Untyped literals take the key columns' types; NULL sorts nowhere.
+        let values: Vec<String> = after
+            .iter()
+            .map(|v| {
+                v.as_deref()
+                    .map_or_else(|| "NULL".to_owned(), escape_literal)
+            })
+            .collect();
+        conditions.push(format!(
+            "({}) > ({})",
+            list(&mut order_by.iter().map(String::as_str)),
+            values.join(", ")
+        ));
+    }
+    if !conditions.is_empty() {
+        sql.push_str(" WHERE ");
+        sql.push_str(&conditions.join(" AND "));
+    }
+    sql.push_str(" ORDER BY ");
+    sql.push_str(&list(&mut order_by.iter().map(String::as_str)));
+    if let Some(limit) = limit {
+        sql.push_str(&format!(" LIMIT {}", limit.max(1)));
+    }
+    sql.push_str(") TO STDOUT");
+    Ok(sql)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,82 @@
+use super::*;
+use crate::pgoutput::Column;
+
+fn relation(columns: &[&str]) -> Relation {
+    Relation {
+        oid: 1,
+        namespace: "app".into(),
+        name: "out\"box".into(),
+        replica_identity: b'd',
+        columns: columns
+            .iter()
+            .map(|c| Column {
+                flags: 0,
+                name: (*c).to_owned(),
+                type_oid: 25,
+                type_modifier: -1,
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn copy_sql_quotes_names_and_adds_the_split() {
+    let r = relation(&["id", "Aggregate Id", "payload"]);
+    let split = HashSplit::new("Aggregate Id", 3, 2).unwrap();
+    assert_eq!(
+        copy_sql(&r, false, &["id".to_owned()], Some(&split), None).unwrap(),
+        "COPY (SELECT \"id\", \"Aggregate Id\", \"payload\" FROM \"app\".\"out\"\"box\" \
+         WHERE (coalesce(hashtext(\"Aggregate Id\"::text), 0) & 2147483647) % 3 = 2 \
+         ORDER BY \"id\") TO STDOUT"
+    );
+    assert_eq!(
+        copy_sql(
+            &r,
+            false,
+            &["payload".to_owned(), "id".to_owned()],
+            None,
+            None
+        )
+        .unwrap(),
+        "COPY (SELECT \"id\", \"Aggregate Id\", \"payload\" FROM \"app\".\"out\"\"box\" \
+         ORDER BY \"payload\", \"id\") TO STDOUT"
+    );
+    // An operator's condition (walrelay republish) is parenthesised, so
+    // an OR in it cannot escape the split.
+    assert_eq!(
+        copy_sql(
+            &r,
+            false,
+            &["id".to_owned()],
+            Some(&split),
+            Some("id = 'a' OR true")
+        )
+        .unwrap(),
+        "COPY (SELECT \"id\", \"Aggregate Id\", \"payload\" FROM \"app\".\"out\"\"box\" \
+         WHERE (id = 'a' OR true) AND (coalesce(hashtext(\"Aggregate Id\"::text), 0) & 2147483647) % 3 = 2 \
+         ORDER BY \"id\") TO STDOUT"
+    );
+}
+
+#[test]
+fn copy_sql_refuses_unknown_columns_and_no_order() {
+    let r = relation(&["id", "aggregateid"]);
+    let e = copy_sql(&r, false, &["created".to_owned()], None, None).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("snapshot_order_by column \"created\""),
+        "{text}"
+    );
+    assert!(text.contains("app.out\"box"), "{text}");
+    assert!(text.contains("id, aggregateid"), "{text}");
+    let split = HashSplit::new("tenant", 2, 0).unwrap();
+    let text = copy_sql(&r, false, &["id".to_owned()], Some(&split), None)
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("hash split column \"tenant\""), "{text}");
+    let text = copy_sql(&r, false, &[], None, None)
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("no primary key"), "{text}");
+    assert!(text.contains("snapshot_order_by"), "{text}");
+}
