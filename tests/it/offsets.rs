@@ -47,22 +47,34 @@ fn offset(connector: &str, lsn: u64) -> StoredOffset {
     }
 }
 
-/// The topic's effective configuration, as the broker describes it.
+/// The topic's effective configuration, as the broker describes it. Right
+/// after the topic is created a broker may describe it before its metadata
+/// reached that broker (no entries, or an error): asked again until it
+/// describes the topic, for at most 30 s.
 async fn topic_config(topic: &str) -> Vec<(String, String)> {
-    let res = admin()
-        .describe_configs(&[ResourceSpecifier::Topic(topic)], &AdminOptions::new())
-        .await
-        .expect("describe configs");
-    let resource = res
-        .into_iter()
-        .next()
-        .expect("one resource")
-        .expect("resource");
-    resource
-        .entries
-        .into_iter()
-        .map(|e| (e.name, e.value.unwrap_or_default()))
-        .collect()
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let described = admin()
+            .describe_configs(&[ResourceSpecifier::Topic(topic)], &AdminOptions::new())
+            .await
+            .expect("describe configs")
+            .into_iter()
+            .next()
+            .expect("one resource");
+        match described {
+            Ok(resource) if !resource.entries.is_empty() => {
+                return resource
+                    .entries
+                    .into_iter()
+                    .map(|e| (e.name, e.value.unwrap_or_default()))
+                    .collect();
+            }
+            other if Instant::now() >= deadline => {
+                panic!("the broker did not describe topic {topic} within 30 s: {other:?}")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
 }
 
 fn config_value<'a>(config: &'a [(String, String)], key: &str) -> &'a str {
