@@ -519,26 +519,33 @@ pub fn unix_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// Distinct topic names that get a `records_by_topic` series of their own
+/// (`relay::topic_metric` explains the label set).
+pub const MAX_NAMED_TOPICS: usize = 100;
+
+/// The `records_by_topic` label of topics past [`MAX_NAMED_TOPICS`].
+pub const OTHER: &str = "other";
+
 /// How long Kafka may leave records unacknowledged before health says so.
 pub const STALL: Duration = Duration::from_secs(10);
 
 impl Metrics {
     /// The `records_by_topic` label of a topic that is not made from row
     /// identifiers: its own name while fewer than
-    /// `relay::topic_metric::MAX_NAMED_TOPICS` names have one, else
+    /// [`MAX_NAMED_TOPICS`] names have one, else
     /// `"other"`.
     pub fn topic_label(&self, topic: &str) -> String {
         let Ok(mut named) = self.named_topics.lock() else {
-            return crate::relay::topic_metric::OTHER.to_owned();
+            return OTHER.to_owned();
         };
         if named.contains(topic) {
             return topic.to_owned();
         }
-        if named.len() < crate::relay::topic_metric::MAX_NAMED_TOPICS {
+        if named.len() < MAX_NAMED_TOPICS {
             named.insert(topic.to_owned());
             return topic.to_owned();
         }
-        crate::relay::topic_metric::OTHER.to_owned()
+        OTHER.to_owned()
     }
 
     /// Kafka made progress (or nothing waits for it) now.

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 
 use super::error::{Problem, quoted};
 use super::schema::{OutboxConfig, OutboxFormat, placement};
-use super::validate::identifier;
+use super::template::identifier;
 
 /// The envelope member holding the payload.
 pub const PAYLOAD_MEMBER: &str = "payload";

@@ -18,7 +18,7 @@ use super::schema::{
     KafkaConfig, OutboxConfig, PostgresConfig, SECURITY_KEYS, SaslMechanism, SecurityProtocol,
     SnapshotConfig, SnapshotMode, SslMode, TableDefaults,
 };
-use super::template::{MAX_IDENTIFIER_BYTES, Segment, topic_name_problem};
+use super::template::{MAX_IDENTIFIER_BYTES, Segment, identifier, topic_name_problem};
 
 /// Upper bounds of the numeric and duration keys. Each is far above any
 /// useful setting and low enough that arithmetic on it (doubling a backoff,
@@ -1278,23 +1278,6 @@ fn topic(outbox: &OutboxConfig, key: &str, out: &mut Vec<Problem>) {
         if let Some(why) = topic_name_problem(outbox.topic.as_str()) {
             out.push(Problem::new(key, why));
         }
-    }
-}
-
-pub(super) fn identifier(key: &str, value: &str, out: &mut Vec<Problem>) {
-    if value.is_empty() {
-        out.push(Problem::new(key, "is empty; set a name"));
-    } else if value.len() > MAX_IDENTIFIER_BYTES {
-        out.push(Problem::new(
-            key,
-            format!(
-                "{} is longer than {MAX_IDENTIFIER_BYTES} bytes, the most PostgreSQL keeps \
-                 of a name; shorten it",
-                quoted(value)
-            ),
-        ));
-    } else if value.contains('\0') {
-        out.push(Problem::new(key, "contains a NUL character; remove it"));
     }
 }
 
