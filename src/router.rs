@@ -48,11 +48,13 @@ pub mod envelope;
 pub mod mask;
 pub mod message;
 pub mod table;
+mod time;
 pub mod trace;
 pub mod txmeta;
 
 use cloudevents::{CloudEvents, TimeCache};
 use envelope::Envelope;
+use time::parse_timestamptz_ms;
 use trace::Parsed;
 
 /// Header marking a record made from the initial snapshot (value `true`).
@@ -807,155 +809,6 @@ fn decode_bytea_hex(text: &[u8]) -> Option<Bytes> {
         out.push(nibble(pair[0])? << 4 | nibble(pair[1])?);
     }
     Some(Bytes::from(out))
-}
-
-/// Why a timestamp column's value cannot be a Kafka record timestamp.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TimestampError {
-    /// Not `timestamptz` text in DateStyle ISO (e.g. a `timestamp` without
-    /// time zone, or a foreign DateStyle).
-    NotIso,
-    /// `infinity` or `-infinity`.
-    Infinite,
-    /// Before 1970-01-01 00:00:00 UTC (BC dates included): Kafka timestamps
-    /// are non-negative milliseconds since the Unix epoch.
-    BeforeEpoch,
-    /// Does not fit Kafka's 64-bit millisecond timestamp.
-    OutOfRange,
-}
-
-impl TimestampError {
-    fn reason(self) -> &'static str {
-        match self {
-            TimestampError::NotIso => "the value is not a timestamp with time zone in ISO format",
-            TimestampError::Infinite => "the value is infinity, which no Kafka timestamp can hold",
-            TimestampError::BeforeEpoch => {
-                "the value is before the Unix epoch (1970-01-01 00:00:00 UTC); Kafka timestamps \
-                 cannot be negative"
-            }
-            TimestampError::OutOfRange => {
-                "the value is out of Kafka's timestamp range (milliseconds since 1970 in a signed \
-                 64-bit integer)"
-            }
-        }
-    }
-
-    fn fix(self) -> &'static str {
-        match self {
-            TimestampError::NotIso => {
-                "make the timestamp column a timestamptz (walrelay sets DateStyle=ISO and \
-                 TimeZone=UTC on its connections), or unset outbox.timestamp_column"
-            }
-            TimestampError::Infinite | TimestampError::BeforeEpoch | TimestampError::OutOfRange => {
-                "write a time between 1970 and the year 294276 in that column (a CHECK constraint \
-                 keeps it so), or unset outbox.timestamp_column to let the producer stamp records"
-            }
-        }
-    }
-}
-
-/// Parses timestamptz text output in DateStyle ISO
-/// (`2026-11-30 01:02:03.123456+00`, `…+05:30`, `…+00 BC`, `infinity`) to
-/// Unix milliseconds. Never panics: every number is bounded before it is
-/// used and the arithmetic is checked.
-fn parse_timestamptz_ms(text: &[u8]) -> Result<i64, TimestampError> {
-    use TimestampError::{BeforeEpoch, Infinite, NotIso, OutOfRange};
-    /// All ASCII digits, 1..=max of them, as a number.
-    fn digits(s: &str, max: usize) -> Result<i64, TimestampError> {
-        if s.is_empty() || s.len() > max || !s.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(NotIso);
-        }
-        s.parse().map_err(|_| NotIso)
-    }
-    let s = std::str::from_utf8(text).map_err(|_| NotIso)?;
-    if s == "infinity" || s == "-infinity" {
-        return Err(Infinite);
-    }
-    if s.ends_with(" BC") {
-        return Err(BeforeEpoch);
-    }
-    let (date, rest) = s.split_once(' ').ok_or(NotIso)?;
-    let mut d = date.split('-');
-    // Years grow past four digits (PostgreSQL allows up to 294276); twelve
-    // digits keep the day arithmetic far from overflow.
-    let year = digits(d.next().ok_or(NotIso)?, 12)?;
-    let month = digits(d.next().ok_or(NotIso)?, 2)?;
-    let day = digits(d.next().ok_or(NotIso)?, 2)?;
-    if d.next().is_some()
-        || !(1..=12).contains(&month)
-        || day < 1
-        || day > days_in_month(year, month)
-    {
-        return Err(NotIso);
-    }
-    let tz_at = rest.find(['+', '-']).ok_or(NotIso)?;
-    let (time, tz) = rest.split_at(tz_at);
-    let mut t = time.split(':');
-    let hour = digits(t.next().ok_or(NotIso)?, 2)?;
-    let minute = digits(t.next().ok_or(NotIso)?, 2)?;
-    let sec_text = t.next().ok_or(NotIso)?;
-    if t.next().is_some() {
-        return Err(NotIso);
-    }
-    let (sec, frac) = match sec_text.split_once('.') {
-        Some((s, f)) => (digits(s, 2)?, Some(f)),
-        None => (digits(sec_text, 2)?, None),
-    };
-    if hour > 23 || minute > 59 || sec > 59 {
-        return Err(NotIso);
-    }
-    let millis = match frac {
-        None => 0,
-        Some(f) => {
-            // Microseconds at most; keep the first three digits.
-            digits(f, 6)?;
-            let first3: String = f.chars().chain(std::iter::repeat('0')).take(3).collect();
-            digits(&first3, 3)?
-        }
-    };
-    let sign = if tz.starts_with('-') { -1 } else { 1 };
-    let mut tzp = tz.get(1..).ok_or(NotIso)?.split(':');
-    let tzh = digits(tzp.next().ok_or(NotIso)?, 2)?;
-    let tzm = tzp.next().map_or(Ok(0), |m| digits(m, 2))?;
-    let tzs = tzp.next().map_or(Ok(0), |m| digits(m, 2))?;
-    if tzp.next().is_some() || tzh > 15 || tzm > 59 || tzs > 59 {
-        return Err(NotIso);
-    }
-    let offset = sign * (tzh * 3600 + tzm * 60 + tzs);
-    let days = days_from_civil(year, month, day);
-    let secs = days
-        .checked_mul(86_400)
-        .and_then(|s| s.checked_add(hour * 3600 + minute * 60 + sec - offset))
-        .ok_or(OutOfRange)?;
-    let ms = secs
-        .checked_mul(1000)
-        .and_then(|ms| ms.checked_add(millis))
-        .ok_or(OutOfRange)?;
-    if ms < 0 {
-        return Err(BeforeEpoch);
-    }
-    Ok(ms)
-}
-
-/// Days in `month` (1..=12) of a proleptic Gregorian `year`.
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

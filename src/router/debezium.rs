@@ -40,6 +40,11 @@ use crate::config::{
 };
 use crate::pgoutput::Oid;
 
+use super::time::{
+    IntervalParts, civil_from_days, parse_date, parse_interval, parse_time, parse_timestamp,
+    parse_timetz,
+};
+
 /// The Debezium modes that change how values are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Modes {
@@ -1253,133 +1258,6 @@ pub fn base64(out: &mut Vec<u8>, bytes: &[u8]) {
     }
 }
 
-/// All ASCII digits, 1..=max of them.
-fn number(s: &[u8], max: usize) -> Option<i64> {
-    if s.is_empty() || s.len() > max || !s.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    Some(s.iter().fold(0, |n, &d| n * 10 + i64::from(d - b'0')))
-}
-
-/// `.ffffff` → microseconds (up to six digits, padded).
-fn fraction_micros(f: &[u8]) -> Option<i64> {
-    let v = number(f, 6)?;
-    Some(v * 10_i64.pow(6 - f.len() as u32))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard
-/// Hinnant's algorithm; the inverse of [`days_from_civil`]).
-pub(super) fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-/// `YYYY-MM-DD` (years may be longer; ` BC` allowed) → days since 1970.
-/// `infinity` has no day number: `None`.
-fn parse_date(text: &[u8]) -> Option<i64> {
-    match text.strip_suffix(b" BC") {
-        Some(t) => date_days(t, true),
-        None => date_days(text, false),
-    }
-}
-
-fn date_days(text: &[u8], bc: bool) -> Option<i64> {
-    let mut parts = text.split(|&b| b == b'-');
-    let year = number(parts.next()?, 9)?;
-    let month = number(parts.next()?, 2)?;
-    let day = number(parts.next()?, 2)?;
-    if parts.next().is_some() || !(1..=12).contains(&month) || !(1..=31).contains(&day) {
-        return None;
-    }
-    let year = if bc { 1 - year } else { year };
-    Some(days_from_civil(year, month, day))
-}
-
-/// `HH:MM:SS[.ffffff]` → microseconds (24:00:00 allowed, as PostgreSQL does).
-fn parse_time(text: &[u8]) -> Option<i64> {
-    let (hms, frac) = match text.iter().position(|&b| b == b'.') {
-        Some(i) => (&text[..i], fraction_micros(&text[i + 1..])?),
-        None => (text, 0),
-    };
-    let mut p = hms.split(|&b| b == b':');
-    let h = number(p.next()?, 2)?;
-    let m = number(p.next()?, 2)?;
-    let s = number(p.next()?, 2)?;
-    if p.next().is_some() || h > 24 || m > 59 || s > 60 {
-        return None;
-    }
-    Some(((h * 60 + m) * 60 + s) * 1_000_000 + frac)
-}
-
-/// `+HH[:MM[:SS]]` / `-HH…` → seconds east of UTC.
-fn parse_offset(text: &[u8]) -> Option<i64> {
-    let sign = match text.first()? {
-        b'+' => 1,
-        b'-' => -1,
-        _ => return None,
-    };
-    let mut p = text[1..].split(|&b| b == b':');
-    let h = number(p.next()?, 2)?;
-    let m = p.next().map_or(Some(0), |m| number(m, 2))?;
-    let s = p.next().map_or(Some(0), |s| number(s, 2))?;
-    if p.next().is_some() {
-        return None;
-    }
-    Some(sign * (h * 3600 + m * 60 + s))
-}
-
-/// `YYYY-MM-DD HH:MM:SS[.ffffff][±HH[:MM]][ BC]` → seconds since 1970
-/// (UTC when `zoned`) and the microseconds of the second. `infinity` has
-/// none: `None`.
-fn parse_timestamp(text: &[u8], zoned: bool) -> Option<(i64, i64)> {
-    let (text, bc) = match text.strip_suffix(b" BC") {
-        Some(t) => (t, true),
-        None => (text, false),
-    };
-    let space = text.iter().position(|&b| b == b' ')?;
-    let (date, rest) = (&text[..space], &text[space + 1..]);
-    let (time, offset) = if zoned {
-        let at = rest.iter().position(|&b| b == b'+' || b == b'-')?;
-        (&rest[..at], parse_offset(&rest[at..])?)
-    } else {
-        (rest, 0)
-    };
-    let days = date_days(date, bc)?;
-    let micros = parse_time(time)?;
-    let secs = days
-        .checked_mul(86_400)?
-        .checked_add(micros / 1_000_000)?
-        .checked_sub(offset)?;
-    Some((secs, micros % 1_000_000))
-}
-
-/// `HH:MM:SS[.ffffff]±HH[:MM]` → microseconds of the day in UTC.
-fn parse_timetz(text: &[u8]) -> Option<i64> {
-    let at = text.iter().position(|&b| b == b'+' || b == b'-')?;
-    let local = parse_time(&text[..at])?;
-    let offset = parse_offset(&text[at..])?;
-    Some((local - offset * 1_000_000).rem_euclid(86_400_000_000))
-}
-
 /// Debezium's `ZonedTimestamp`: ISO-8601 in UTC. With `fraction` 1-6 the
 /// fraction has exactly that many digits, zeros included
 /// (`2024-01-01T10:00:00.120Z` for `timestamptz(3)`), as Debezium 3.x's
@@ -1475,14 +1353,6 @@ fn write_iso_time(out: &mut Vec<u8>, micros: i64) {
     }
 }
 
-/// An interval's months, days and microseconds, as PostgreSQL keeps them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct IntervalParts {
-    months: i64,
-    days: i64,
-    micros: i64,
-}
-
 /// Debezium's `MicroDuration`: months count 365.25/12 days (PostgreSQL
 /// connector docs, "Temporal types", `interval.handling.mode` `numeric`).
 /// Beyond 64 bits the result saturates, as Debezium's double-to-long
@@ -1527,50 +1397,6 @@ fn write_iso_interval(out: &mut Vec<u8>, p: IntervalParts) {
         out.extend_from_slice(&digits[..len]);
     }
     out.push(b'S');
-}
-
-/// Interval text in IntervalStyle `postgres` (`1 year 2 mons -3 days
-/// 04:05:06.5`) → its parts.
-fn parse_interval(text: &[u8]) -> Option<IntervalParts> {
-    let s = std::str::from_utf8(text).ok()?;
-    let (mut months, mut days, mut micros) = (0_i64, 0_i64, 0_i64);
-    let mut words = s.split(' ').filter(|w| !w.is_empty());
-    while let Some(word) = words.next() {
-        if word.contains(':') {
-            let (neg, t) = match word.strip_prefix('-') {
-                Some(t) => (true, t),
-                None => (false, word.strip_prefix('+').unwrap_or(word)),
-            };
-            // Hours may exceed 24 here.
-            let (hms, frac) = match t.find('.') {
-                Some(i) => (&t[..i], fraction_micros(&t.as_bytes()[i + 1..])?),
-                None => (t, 0),
-            };
-            let mut p = hms.split(':');
-            let h = number(p.next()?.as_bytes(), 12)?;
-            let m = number(p.next()?.as_bytes(), 2)?;
-            let sec = p.next().map_or(Some(0), |x| number(x.as_bytes(), 2))?;
-            let v = h
-                .checked_mul(3600)?
-                .checked_add(m * 60 + sec)?
-                .checked_mul(1_000_000)?
-                .checked_add(frac)?;
-            micros = micros.checked_add(if neg { -v } else { v })?;
-            continue;
-        }
-        let n: i64 = word.parse().ok()?;
-        match words.next()? {
-            "year" | "years" => months = months.checked_add(n.checked_mul(12)?)?,
-            "mon" | "mons" => months = months.checked_add(n)?,
-            "day" | "days" => days = days.checked_add(n)?,
-            _ => return None,
-        }
-    }
-    Some(IntervalParts {
-        months,
-        days,
-        micros,
-    })
 }
 
 #[cfg(test)]
