@@ -476,5 +476,4 @@ pub fn rfc3339(pg_us: i64) -> Option<String> {
 }
 
 #[cfg(test)]
-#[path = "cloudevents_tests.rs"]
 mod tests;

@@ -308,5 +308,4 @@ fn text(v: &Value) -> Option<Cow<'_, str>> {
 }
 
 #[cfg(test)]
-#[path = "message_tests.rs"]
 mod tests;

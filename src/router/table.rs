@@ -1306,9 +1306,4 @@ pub fn describe_columns(
 }
 
 #[cfg(test)]
-#[path = "table_tests.rs"]
 mod tests;
-
-#[cfg(test)]
-#[path = "table_txmeta_tests.rs"]
-mod txmeta_tests;

@@ -309,5 +309,4 @@ pub(super) fn java_hashmap_order<'a>(keys: impl Iterator<Item = &'a str>) -> Vec
 }
 
 #[cfg(test)]
-#[path = "txmeta_tests.rs"]
 mod tests;

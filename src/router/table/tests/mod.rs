@@ -12,6 +12,8 @@ use super::*;
 use crate::pgoutput::Column;
 use crate::source::Position;
 
+mod txmeta;
+
 const COMMIT: Lsn = Lsn(0x16B_3748);
 const CHANGE_AT: Lsn = Lsn(0x16B_3700);
 const TXN: TxnInfo = TxnInfo {

@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::pgoutput::{Column, TupleData};
 use crate::router::{Routed, Router};
 
-#[path = "../../tests/support/ce_reader.rs"]
+#[path = "../../../tests/support/ce_reader.rs"]
 mod sdk;
 
 const LSN: Lsn = Lsn(0x1_0000_0A00);
