@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
-use crate::pgoutput::Column;
+use crate::pgoutput::{Cell, Column, Relation};
 use crate::source::Position;
 
 mod txmeta;

@@ -8,7 +8,7 @@
 use serde_json::{Value, json};
 
 use super::super::*;
-use crate::pgoutput::Column;
+use crate::pgoutput::{Cell, Column, Relation};
 use crate::source::{Position, Txn};
 
 const COMMIT: Lsn = Lsn(0x16B_3748);
