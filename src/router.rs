@@ -63,7 +63,23 @@ pub const SNAPSHOT_HEADER: &str = "walrelay.snapshot";
 /// PostgreSQL type oids we treat specially.
 const BYTEA_OID: Oid = 17;
 
-/// One Kafka record, ready to produce.
+/// How a record names its event in errors and dead letters (never by its
+/// payload).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventId {
+    /// An outbox record: its row's `id` (the `id` header).
+    OutboxRow(Bytes),
+    /// A table change event (or a transaction or logical-message record):
+    /// its `walrelay.event_id` header.
+    Change(Bytes),
+}
+
+/// One Kafka record, ready to produce, with the facts the layers above
+/// need: its event id and its size, set once when it is built.
+///
+/// The parts are public to read; whoever changes one in place (a header
+/// added, a value rewritten) calls [`Record::recount`] before the record
+/// leaves its hands, so [`Record::size`] stays the size of what is sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     /// Shared: a table's records all name the same topic.
@@ -76,12 +92,69 @@ pub struct Record {
     pub headers: Vec<(Arc<str>, Bytes)>,
     /// Milliseconds since the Unix epoch, or `None` for the producer's clock.
     pub timestamp_ms: Option<i64>,
+    /// See [`Record::event_id`].
+    event_id: Option<EventId>,
+    /// See [`Record::size`].
+    size: usize,
 }
 
 impl Record {
-    /// Bytes this record occupies in the producer queue, roughly.
+    /// A record built outside the router (heartbeat, offsets, dead letters):
+    /// its event id is the first `id` or `walrelay.event_id` header, if
+    /// any — read once, here.
+    pub fn new(
+        topic: Arc<str>,
+        key: Option<Bytes>,
+        value: Option<Bytes>,
+        headers: Vec<(Arc<str>, Bytes)>,
+        timestamp_ms: Option<i64>,
+    ) -> Record {
+        let event_id = headers.iter().find_map(|(k, v)| match &**k {
+            "id" => Some(EventId::OutboxRow(v.clone())),
+            table::EVENT_ID_HEADER => Some(EventId::Change(v.clone())),
+            _ => None,
+        });
+        Record::with_event_id(topic, key, value, headers, timestamp_ms, event_id)
+    }
+
+    /// A record whose builder knows its event (the router's: the id it just
+    /// put in the event's header).
+    pub(crate) fn with_event_id(
+        topic: Arc<str>,
+        key: Option<Bytes>,
+        value: Option<Bytes>,
+        headers: Vec<(Arc<str>, Bytes)>,
+        timestamp_ms: Option<i64>,
+        event_id: Option<EventId>,
+    ) -> Record {
+        let mut record = Record {
+            topic,
+            key,
+            value,
+            headers,
+            timestamp_ms,
+            event_id,
+            size: 0,
+        };
+        record.recount();
+        record
+    }
+
+    /// The event this record carries: the outbox row's id or the change's
+    /// event id; `None` for records of no event (heartbeats, offsets).
+    pub fn event_id(&self) -> Option<&EventId> {
+        self.event_id.as_ref()
+    }
+
+    /// Bytes this record occupies in the producer queue, roughly: counted
+    /// when it was built (or last [`recount`](Record::recount)ed).
     pub fn size(&self) -> usize {
-        self.topic.len()
+        self.size
+    }
+
+    /// Counts the size again after a part was changed in place.
+    pub fn recount(&mut self) {
+        self.size = self.topic.len()
             + self.key.as_ref().map_or(0, Bytes::len)
             + self.value.as_ref().map_or(0, Bytes::len)
             + self
@@ -89,7 +162,7 @@ impl Record {
                 .iter()
                 .map(|(k, v)| k.len() + v.len())
                 .sum::<usize>()
-            + 64
+            + 64;
     }
 }
 
@@ -710,6 +783,7 @@ impl Bound {
         };
 
         let mut headers = Vec::with_capacity(self.headers.len() + self.extra_headers);
+        let event_id = Some(EventId::OutboxRow(id.clone()));
         headers.push((self.id_header.clone(), id));
         for (name, idx) in &self.headers {
             if let Some(Cell::Text(b) | Cell::Binary(b)) = row.get(*idx) {
@@ -733,13 +807,8 @@ impl Bound {
             },
         };
 
-        let mut record = Record {
-            topic,
-            key: Some(key),
-            value,
-            headers,
-            timestamp_ms,
-        };
+        let mut record =
+            Record::with_event_id(topic, Some(key), value, headers, timestamp_ms, event_id);
         // The options below cost the default format one test each.
         let trace = match self.trace {
             None => None,
@@ -752,6 +821,9 @@ impl Bound {
                     kind: Unroutable::CloudEvents,
                     ..e
                 })?;
+        }
+        if self.trace.is_some() || self.cloudevents.is_some() {
+            record.recount();
         }
         Ok(record)
     }

@@ -85,13 +85,13 @@ impl Beat {
     pub(crate) fn record(&self, server_name: &str, topic: &str) -> Record {
         let key = serde_json::json!({ "serverName": server_name }).to_string();
         let value = serde_json::json!({ "ts_ms": self.ts_ms }).to_string();
-        Record {
-            topic: Arc::from(topic),
-            key: Some(Bytes::from(key)),
-            value: Some(Bytes::from(value)),
-            headers: Vec::new(),
-            timestamp_ms: Some(self.ts_ms),
-        }
+        Record::new(
+            Arc::from(topic),
+            Some(Bytes::from(key)),
+            Some(Bytes::from(value)),
+            Vec::new(),
+            Some(self.ts_ms),
+        )
     }
 }
 
@@ -258,13 +258,13 @@ mod tests {
     /// returns the token that acknowledges it.
     async fn record_in_flight(s: &mut Streaming, end: Lsn) -> Token {
         let txn = s.checkpoint.begin().unwrap();
-        let record = Record {
-            topic: "t".into(),
-            key: None,
-            value: Some(Bytes::from_static(b"v")),
-            headers: Vec::new(),
-            timestamp_ms: None,
-        };
+        let record = Record::new(
+            "t".into(),
+            None,
+            Some(Bytes::from_static(b"v")),
+            Vec::new(),
+            None,
+        );
         let pos = Position {
             commit_lsn: end,
             index: 0,

@@ -97,14 +97,9 @@ pub enum Token {
     Offset { lsn: Lsn },
 }
 
-/// How a record names its event in errors (never by its payload).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EventId {
-    /// An outbox record: its row's `id` (the `id` header).
-    OutboxRow(bytes::Bytes),
-    /// A table change event: its `walrelay.event_id` header.
-    Change(bytes::Bytes),
-}
+/// How a record names its event in errors (never by its payload); the
+/// router sets it on each record it builds.
+pub use crate::router::EventId;
 
 /// The producer, carrying [`Token`]s.
 pub(crate) type Sink = KafkaSink<Token>;
@@ -832,15 +827,17 @@ mod tests {
     /// its table change event id, never by its payload.
     #[test]
     fn undeliverable_records_are_named_by_their_ids() {
-        let record = |headers: &[(&str, &str)]| crate::router::Record {
-            topic: "t".into(),
-            key: None,
-            value: Some(bytes::Bytes::from_static(b"{\"secret\":1}")),
-            headers: headers
-                .iter()
-                .map(|(k, v)| (std::sync::Arc::from(*k), bytes::Bytes::from(v.to_string())))
-                .collect(),
-            timestamp_ms: None,
+        let record = |headers: &[(&str, &str)]| {
+            crate::router::Record::new(
+                "t".into(),
+                None,
+                Some(bytes::Bytes::from_static(b"{\"secret\":1}")),
+                headers
+                    .iter()
+                    .map(|(k, v)| (std::sync::Arc::from(*k), bytes::Bytes::from(v.to_string())))
+                    .collect(),
+                None,
+            )
         };
         let outbox = record(&[("id", "7b0c"), ("walrelay.lsn", "0/1")]);
         assert_eq!(streaming::describe_record(&outbox), "outbox row id=7b0c");

@@ -462,3 +462,74 @@ fn unroutable_rows_carry_their_kind_and_salvage_keeps_the_row() {
         Some(Bytes::from_static(&[0, 255]))
     );
 }
+
+/// The size a record reports is the sum of its parts, counted once when it
+/// is built (and again after a change in place).
+fn summed_size(r: &Record) -> usize {
+    r.topic.len()
+        + r.key.as_ref().map_or(0, Bytes::len)
+        + r.value.as_ref().map_or(0, Bytes::len)
+        + r.headers
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
+        + 64
+}
+
+#[test]
+fn a_routed_record_carries_its_event_id_and_size() {
+    let cloudevents = "format = \"cloudevents\"\n[outbox.cloudevents]\nsource = \"/shop\"";
+    for extra in ["", cloudevents] {
+        let r = router(extra);
+        let Ok(Routed::Record(rec)) = r.on_insert(42, &order_row(), LSN, None) else {
+            panic!("not routed with {extra:?}")
+        };
+        let id = rec
+            .headers
+            .iter()
+            .find(|(k, _)| &**k == "id")
+            .map(|(_, v)| v.clone())
+            .unwrap();
+        assert_eq!(rec.event_id(), Some(&EventId::OutboxRow(id)), "{extra:?}");
+        assert_eq!(rec.size(), summed_size(&rec), "{extra:?}");
+    }
+}
+
+#[test]
+fn a_record_built_elsewhere_reads_its_event_id_from_its_headers_once() {
+    let h = |pairs: &[(&str, &str)]| -> Vec<(Arc<str>, Bytes)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (Arc::from(*k), Bytes::from(v.to_string())))
+            .collect()
+    };
+    let outbox = Record::new("t".into(), None, None, h(&[("x", "1"), ("id", "7")]), None);
+    assert_eq!(
+        outbox.event_id(),
+        Some(&EventId::OutboxRow(Bytes::from_static(b"7")))
+    );
+    let change = Record::new(
+        "t".into(),
+        None,
+        None,
+        h(&[(table::EVENT_ID_HEADER, "0/1:2"), ("id", "7")]),
+        None,
+    );
+    assert_eq!(
+        change.event_id(),
+        Some(&EventId::Change(Bytes::from_static(b"0/1:2")))
+    );
+    let mut none = Record::new(
+        "t".into(),
+        Some(Bytes::from_static(b"k")),
+        None,
+        h(&[]),
+        None,
+    );
+    assert_eq!(none.event_id(), None);
+    assert_eq!(none.size(), summed_size(&none));
+    none.headers
+        .push((Arc::from("extra"), Bytes::from_static(b"abc")));
+    none.recount();
+    assert_eq!(none.size(), summed_size(&none));
+}

@@ -15,10 +15,10 @@ use bytes::Bytes;
 
 use super::{Bound, Ctx, Source, TableEventError};
 use crate::pgoutput::{Cell, TupleData};
-use crate::router::Record;
 use crate::router::debezium::{self, push_int};
 use crate::router::mask::Mask;
 use crate::router::txmeta::TxnMetadata;
+use crate::router::{EventId, Record};
 
 impl Ctx<'_> {
     pub(super) fn err(&self, column: usize, reason: String) -> TableEventError {
@@ -264,13 +264,14 @@ impl Ctx<'_> {
             None => buf.extend_from_slice(b"null"),
         }
         buf.push(b'}');
-        out.push(Record {
-            topic: self.bound.topic.clone(),
+        out.push(Record::with_event_id(
+            self.bound.topic.clone(),
             key,
-            value: Some(self.values.copy(buf)),
-            headers: self.headers(id),
-            timestamp_ms: None,
-        });
+            Some(self.values.copy(buf)),
+            self.headers(id),
+            None,
+            Some(EventId::Change(id.clone())),
+        ));
         Ok(())
     }
 
@@ -286,13 +287,14 @@ impl Ctx<'_> {
             return Ok(());
         }
         let key = self.key_of(key_row)?;
-        out.push(Record {
-            topic: self.bound.topic.clone(),
+        out.push(Record::with_event_id(
+            self.bound.topic.clone(),
             key,
-            value: None,
-            headers: self.headers(id),
-            timestamp_ms: None,
-        });
+            None,
+            self.headers(id),
+            None,
+            Some(EventId::Change(id.clone())),
+        ));
         Ok(())
     }
 }
