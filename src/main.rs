@@ -416,11 +416,12 @@ fn main() -> ExitCode {
                             b.as_deref()
                                 .map_or("-".into(), |b| String::from_utf8_lossy(b).into_owned())
                         };
-                        let id = record
-                            .headers
-                            .iter()
-                            .find(|(k, _)| &**k == "id")
-                            .map_or("-".into(), |(_, v)| String::from_utf8_lossy(v).into_owned());
+                        let id = match record.event_id() {
+                            Some(walrelay::router::EventId::OutboxRow(id)) => {
+                                String::from_utf8_lossy(id).into_owned()
+                            }
+                            _ => "-".into(),
+                        };
                         say(&format!("{}\t{}\t{id}\n", record.topic, text(&record.key)));
                     })
                     .await;

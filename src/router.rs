@@ -48,11 +48,13 @@ pub mod envelope;
 pub mod mask;
 pub mod message;
 pub mod table;
+mod time;
 pub mod trace;
 pub mod txmeta;
 
 use cloudevents::{CloudEvents, TimeCache};
 use envelope::Envelope;
+use time::parse_timestamptz_ms;
 use trace::Parsed;
 
 /// Header marking a record made from the initial snapshot (value `true`).
@@ -61,7 +63,23 @@ pub const SNAPSHOT_HEADER: &str = "walrelay.snapshot";
 /// PostgreSQL type oids we treat specially.
 const BYTEA_OID: Oid = 17;
 
-/// One Kafka record, ready to produce.
+/// How a record names its event in errors and dead letters (never by its
+/// payload).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventId {
+    /// An outbox record: its row's `id` (the `id` header).
+    OutboxRow(Bytes),
+    /// A table change event (or a transaction or logical-message record):
+    /// its `walrelay.event_id` header.
+    Change(Bytes),
+}
+
+/// One Kafka record, ready to produce, with the facts the layers above
+/// need: its event id and its size, set once when it is built.
+///
+/// The parts are public to read; whoever changes one in place (a header
+/// added, a value rewritten) calls [`Record::recount`] before the record
+/// leaves its hands, so [`Record::size`] stays the size of what is sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     /// Shared: a table's records all name the same topic.
@@ -74,12 +92,69 @@ pub struct Record {
     pub headers: Vec<(Arc<str>, Bytes)>,
     /// Milliseconds since the Unix epoch, or `None` for the producer's clock.
     pub timestamp_ms: Option<i64>,
+    /// See [`Record::event_id`].
+    event_id: Option<EventId>,
+    /// See [`Record::size`].
+    size: usize,
 }
 
 impl Record {
-    /// Bytes this record occupies in the producer queue, roughly.
+    /// A record built outside the router (heartbeat, offsets, dead letters):
+    /// its event id is the first `id` or `walrelay.event_id` header, if
+    /// any — read once, here.
+    pub fn new(
+        topic: Arc<str>,
+        key: Option<Bytes>,
+        value: Option<Bytes>,
+        headers: Vec<(Arc<str>, Bytes)>,
+        timestamp_ms: Option<i64>,
+    ) -> Record {
+        let event_id = headers.iter().find_map(|(k, v)| match &**k {
+            "id" => Some(EventId::OutboxRow(v.clone())),
+            table::EVENT_ID_HEADER => Some(EventId::Change(v.clone())),
+            _ => None,
+        });
+        Record::with_event_id(topic, key, value, headers, timestamp_ms, event_id)
+    }
+
+    /// A record whose builder knows its event (the router's: the id it just
+    /// put in the event's header).
+    pub(crate) fn with_event_id(
+        topic: Arc<str>,
+        key: Option<Bytes>,
+        value: Option<Bytes>,
+        headers: Vec<(Arc<str>, Bytes)>,
+        timestamp_ms: Option<i64>,
+        event_id: Option<EventId>,
+    ) -> Record {
+        let mut record = Record {
+            topic,
+            key,
+            value,
+            headers,
+            timestamp_ms,
+            event_id,
+            size: 0,
+        };
+        record.recount();
+        record
+    }
+
+    /// The event this record carries: the outbox row's id or the change's
+    /// event id; `None` for records of no event (heartbeats, offsets).
+    pub fn event_id(&self) -> Option<&EventId> {
+        self.event_id.as_ref()
+    }
+
+    /// Bytes this record occupies in the producer queue, roughly: counted
+    /// when it was built (or last [`recount`](Record::recount)ed).
     pub fn size(&self) -> usize {
-        self.topic.len()
+        self.size
+    }
+
+    /// Counts the size again after a part was changed in place.
+    pub fn recount(&mut self) {
+        self.size = self.topic.len()
             + self.key.as_ref().map_or(0, Bytes::len)
             + self.value.as_ref().map_or(0, Bytes::len)
             + self
@@ -87,7 +162,7 @@ impl Record {
                 .iter()
                 .map(|(k, v)| k.len() + v.len())
                 .sum::<usize>()
-            + 64
+            + 64;
     }
 }
 
@@ -708,6 +783,7 @@ impl Bound {
         };
 
         let mut headers = Vec::with_capacity(self.headers.len() + self.extra_headers);
+        let event_id = Some(EventId::OutboxRow(id.clone()));
         headers.push((self.id_header.clone(), id));
         for (name, idx) in &self.headers {
             if let Some(Cell::Text(b) | Cell::Binary(b)) = row.get(*idx) {
@@ -731,13 +807,8 @@ impl Bound {
             },
         };
 
-        let mut record = Record {
-            topic,
-            key: Some(key),
-            value,
-            headers,
-            timestamp_ms,
-        };
+        let mut record =
+            Record::with_event_id(topic, Some(key), value, headers, timestamp_ms, event_id);
         // The options below cost the default format one test each.
         let trace = match self.trace {
             None => None,
@@ -750,6 +821,9 @@ impl Bound {
                     kind: Unroutable::CloudEvents,
                     ..e
                 })?;
+        }
+        if self.trace.is_some() || self.cloudevents.is_some() {
+            record.recount();
         }
         Ok(record)
     }
@@ -807,155 +881,6 @@ fn decode_bytea_hex(text: &[u8]) -> Option<Bytes> {
         out.push(nibble(pair[0])? << 4 | nibble(pair[1])?);
     }
     Some(Bytes::from(out))
-}
-
-/// Why a timestamp column's value cannot be a Kafka record timestamp.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TimestampError {
-    /// Not `timestamptz` text in DateStyle ISO (e.g. a `timestamp` without
-    /// time zone, or a foreign DateStyle).
-    NotIso,
-    /// `infinity` or `-infinity`.
-    Infinite,
-    /// Before 1970-01-01 00:00:00 UTC (BC dates included): Kafka timestamps
-    /// are non-negative milliseconds since the Unix epoch.
-    BeforeEpoch,
-    /// Does not fit Kafka's 64-bit millisecond timestamp.
-    OutOfRange,
-}
-
-impl TimestampError {
-    fn reason(self) -> &'static str {
-        match self {
-            TimestampError::NotIso => "the value is not a timestamp with time zone in ISO format",
-            TimestampError::Infinite => "the value is infinity, which no Kafka timestamp can hold",
-            TimestampError::BeforeEpoch => {
-                "the value is before the Unix epoch (1970-01-01 00:00:00 UTC); Kafka timestamps \
-                 cannot be negative"
-            }
-            TimestampError::OutOfRange => {
-                "the value is out of Kafka's timestamp range (milliseconds since 1970 in a signed \
-                 64-bit integer)"
-            }
-        }
-    }
-
-    fn fix(self) -> &'static str {
-        match self {
-            TimestampError::NotIso => {
-                "make the timestamp column a timestamptz (walrelay sets DateStyle=ISO and \
-                 TimeZone=UTC on its connections), or unset outbox.timestamp_column"
-            }
-            TimestampError::Infinite | TimestampError::BeforeEpoch | TimestampError::OutOfRange => {
-                "write a time between 1970 and the year 294276 in that column (a CHECK constraint \
-                 keeps it so), or unset outbox.timestamp_column to let the producer stamp records"
-            }
-        }
-    }
-}
-
-/// Parses timestamptz text output in DateStyle ISO
-/// (`2026-11-30 01:02:03.123456+00`, `…+05:30`, `…+00 BC`, `infinity`) to
-/// Unix milliseconds. Never panics: every number is bounded before it is
-/// used and the arithmetic is checked.
-fn parse_timestamptz_ms(text: &[u8]) -> Result<i64, TimestampError> {
-    use TimestampError::{BeforeEpoch, Infinite, NotIso, OutOfRange};
-    /// All ASCII digits, 1..=max of them, as a number.
-    fn digits(s: &str, max: usize) -> Result<i64, TimestampError> {
-        if s.is_empty() || s.len() > max || !s.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(NotIso);
-        }
-        s.parse().map_err(|_| NotIso)
-    }
-    let s = std::str::from_utf8(text).map_err(|_| NotIso)?;
-    if s == "infinity" || s == "-infinity" {
-        return Err(Infinite);
-    }
-    if s.ends_with(" BC") {
-        return Err(BeforeEpoch);
-    }
-    let (date, rest) = s.split_once(' ').ok_or(NotIso)?;
-    let mut d = date.split('-');
-    // Years grow past four digits (PostgreSQL allows up to 294276); twelve
-    // digits keep the day arithmetic far from overflow.
-    let year = digits(d.next().ok_or(NotIso)?, 12)?;
-    let month = digits(d.next().ok_or(NotIso)?, 2)?;
-    let day = digits(d.next().ok_or(NotIso)?, 2)?;
-    if d.next().is_some()
-        || !(1..=12).contains(&month)
-        || day < 1
-        || day > days_in_month(year, month)
-    {
-        return Err(NotIso);
-    }
-    let tz_at = rest.find(['+', '-']).ok_or(NotIso)?;
-    let (time, tz) = rest.split_at(tz_at);
-    let mut t = time.split(':');
-    let hour = digits(t.next().ok_or(NotIso)?, 2)?;
-    let minute = digits(t.next().ok_or(NotIso)?, 2)?;
-    let sec_text = t.next().ok_or(NotIso)?;
-    if t.next().is_some() {
-        return Err(NotIso);
-    }
-    let (sec, frac) = match sec_text.split_once('.') {
-        Some((s, f)) => (digits(s, 2)?, Some(f)),
-        None => (digits(sec_text, 2)?, None),
-    };
-    if hour > 23 || minute > 59 || sec > 59 {
-        return Err(NotIso);
-    }
-    let millis = match frac {
-        None => 0,
-        Some(f) => {
-            // Microseconds at most; keep the first three digits.
-            digits(f, 6)?;
-            let first3: String = f.chars().chain(std::iter::repeat('0')).take(3).collect();
-            digits(&first3, 3)?
-        }
-    };
-    let sign = if tz.starts_with('-') { -1 } else { 1 };
-    let mut tzp = tz.get(1..).ok_or(NotIso)?.split(':');
-    let tzh = digits(tzp.next().ok_or(NotIso)?, 2)?;
-    let tzm = tzp.next().map_or(Ok(0), |m| digits(m, 2))?;
-    let tzs = tzp.next().map_or(Ok(0), |m| digits(m, 2))?;
-    if tzp.next().is_some() || tzh > 15 || tzm > 59 || tzs > 59 {
-        return Err(NotIso);
-    }
-    let offset = sign * (tzh * 3600 + tzm * 60 + tzs);
-    let days = days_from_civil(year, month, day);
-    let secs = days
-        .checked_mul(86_400)
-        .and_then(|s| s.checked_add(hour * 3600 + minute * 60 + sec - offset))
-        .ok_or(OutOfRange)?;
-    let ms = secs
-        .checked_mul(1000)
-        .and_then(|ms| ms.checked_add(millis))
-        .ok_or(OutOfRange)?;
-    if ms < 0 {
-        return Err(BeforeEpoch);
-    }
-    Ok(ms)
-}
-
-/// Days in `month` (1..=12) of a proleptic Gregorian `year`.
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

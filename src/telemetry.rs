@@ -51,7 +51,6 @@
 //!   the variable and the problem (the binary exits 2, like a bad config).
 //! - Every line carries the connector's name ([`RootSpan`]).
 
-use std::io;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, Ordering};
 
@@ -61,11 +60,15 @@ use prometheus_client::metrics::histogram::Histogram;
 use std::time::{Duration, Instant};
 
 pub mod exposition;
+mod http;
+mod logging;
 pub mod outage;
 mod process;
 mod root_span;
 
-use root_span::ROOT_SPAN_TARGET;
+pub use http::{serve, serve_routes};
+pub use logging::{DEFAULT_LOG_FILTER, Lossy, log_filter, use_ansi};
+
 pub use root_span::{InConnectorSpan, RootSpan};
 
 /// Counters and gauges shared by the relay and the HTTP endpoint.
@@ -447,71 +450,6 @@ impl Metrics {
     }
 }
 
-/// A log writer that drops write errors: `Lossy(std::io::stderr())` keeps a
-/// broken pipe on stderr from failing — and, through tracing-subscriber's
-/// error report on stderr, from panicking — the code that logs.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Lossy<W>(pub W);
-
-impl<W: io::Write> io::Write for Lossy<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        // All or nothing, as far as the caller can tell: a line that cannot
-        // be written is lost, never reported.
-        let _ = self.0.write_all(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        let _ = self.0.flush();
-        Ok(())
-    }
-}
-
-/// The default log filter when `WALRELAY_LOG` is unset or empty.
-pub const DEFAULT_LOG_FILTER: &str = "info";
-
-/// Parses the value of `WALRELAY_LOG` (`None`: unset). Refuses directives
-/// that do not parse, and bare words that are neither a level nor a walrelay
-/// target (`debg`, `inof`): tracing would read those as a target name and
-/// silently show no log at all. The error is one line naming the variable.
-/// Whatever it says, the filter enables the connector's [`RootSpan`].
-pub fn log_filter(value: Option<&str>) -> Result<tracing_subscriber::EnvFilter, String> {
-    use tracing_subscriber::filter::{Directive, LevelFilter};
-    let root: Directive = format!("{ROOT_SPAN_TARGET}=error")
-        .parse()
-        .map_err(|e| format!("the root span's log directive: {e}"))?;
-    let text = value.map(str::trim).filter(|v| !v.is_empty());
-    let Some(text) = text else {
-        return Ok(tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER).add_directive(root));
-    };
-    let refuse = |problem: String| {
-        format!(
-            "WALRELAY_LOG={text:?} is not a usable log filter: {problem}; use a level (off, error, \
-             warn, info, debug, trace) or directives such as \"info,walrelay=debug\", or unset it \
-             for \"{DEFAULT_LOG_FILTER}\""
-        )
-    };
-    for directive in text.split(',').map(str::trim).filter(|d| !d.is_empty()) {
-        let bare = !directive.contains(['=', '[', ':']);
-        if bare && directive.parse::<LevelFilter>().is_err() && !directive.starts_with("walrelay") {
-            return Err(refuse(format!(
-                "{directive:?} is neither a level nor a walrelay target, so it would hide every \
-                 log line"
-            )));
-        }
-    }
-    tracing_subscriber::EnvFilter::builder()
-        .parse(text)
-        .map(|filter| filter.add_directive(root))
-        .map_err(|e| refuse(e.to_string()))
-}
-
-/// Whether to colour log lines: only on a terminal, and never when
-/// `NO_COLOR` is set to a non-empty value (<https://no-color.org>).
-pub fn use_ansi(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
-    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
-}
-
 /// Milliseconds since 1970, now (0 if the clock is before 1970).
 pub fn unix_ms() -> i64 {
     std::time::SystemTime::now()
@@ -519,26 +457,33 @@ pub fn unix_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// Distinct topic names that get a `records_by_topic` series of their own
+/// (`relay::topic_metric` explains the label set).
+pub const MAX_NAMED_TOPICS: usize = 100;
+
+/// The `records_by_topic` label of topics past [`MAX_NAMED_TOPICS`].
+pub const OTHER: &str = "other";
+
 /// How long Kafka may leave records unacknowledged before health says so.
 pub const STALL: Duration = Duration::from_secs(10);
 
 impl Metrics {
     /// The `records_by_topic` label of a topic that is not made from row
     /// identifiers: its own name while fewer than
-    /// `relay::topic_metric::MAX_NAMED_TOPICS` names have one, else
+    /// [`MAX_NAMED_TOPICS`] names have one, else
     /// `"other"`.
     pub fn topic_label(&self, topic: &str) -> String {
         let Ok(mut named) = self.named_topics.lock() else {
-            return crate::relay::topic_metric::OTHER.to_owned();
+            return OTHER.to_owned();
         };
         if named.contains(topic) {
             return topic.to_owned();
         }
-        if named.len() < crate::relay::topic_metric::MAX_NAMED_TOPICS {
+        if named.len() < MAX_NAMED_TOPICS {
             named.insert(topic.to_owned());
             return topic.to_owned();
         }
-        crate::relay::topic_metric::OTHER.to_owned()
+        OTHER.to_owned()
     }
 
     /// Kafka made progress (or nothing waits for it) now.
@@ -677,279 +622,5 @@ pub enum Role {
     Active = 2,
 }
 
-/// Serves `/healthz` and `/metrics` on a dedicated thread until the process
-/// exits. Returns the bound address (useful with port 0).
-pub fn serve(
-    listen: std::net::SocketAddr,
-    metrics: std::sync::Arc<Metrics>,
-) -> Result<std::net::SocketAddr, String> {
-    let for_render = metrics.clone();
-    serve_routes(
-        listen,
-        "walrelay-health",
-        move || metrics.health(),
-        move || exposition::render(&for_render),
-    )
-}
-
-/// The HTTP endpoint of a walrelay process (the connector's, the inbox
-/// consumer's): `/healthz` answers 200 `ok: …` or 503 `unhealthy: …` from
-/// `health`, `/metrics` the OpenMetrics text from `render`, on a dedicated
-/// thread named `thread` until the process exits. Returns the bound address.
-pub fn serve_routes(
-    listen: std::net::SocketAddr,
-    thread: &str,
-    health: impl Fn() -> Result<String, String> + Send + 'static,
-    render: impl Fn() -> String + Send + 'static,
-) -> Result<std::net::SocketAddr, String> {
-    let server = tiny_http::Server::http(listen)
-        .map_err(|e| format!("cannot listen on {listen} for /healthz and /metrics: {e}"))?;
-    let bound = server
-        .server_addr()
-        .to_ip()
-        .ok_or_else(|| format!("{listen} is not an IP address"))?;
-    std::thread::Builder::new()
-        .name(thread.into())
-        .spawn(move || {
-            for request in server.incoming_requests() {
-                let (code, body, content_type) = match request.url() {
-                    "/healthz" => match health() {
-                        Ok(r) => (200, format!("ok: {r}\n"), "text/plain; charset=utf-8"),
-                        Err(r) => (
-                            503,
-                            format!("unhealthy: {r}\n"),
-                            "text/plain; charset=utf-8",
-                        ),
-                    },
-                    "/metrics" => (200, render(), exposition::CONTENT_TYPE),
-                    _ => (
-                        404,
-                        "try /healthz or /metrics\n".to_owned(),
-                        "text/plain; charset=utf-8",
-                    ),
-                };
-                let mut response = tiny_http::Response::from_string(body).with_status_code(code);
-                if let Ok(h) =
-                    tiny_http::Header::from_bytes(&b"Content-Type"[..], content_type.as_bytes())
-                {
-                    response = response.with_header(h);
-                }
-                let _ = request.respond(response);
-            }
-        })
-        .map_err(|e| format!("cannot start the health thread: {e}"))?;
-    Ok(bound)
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_standby_is_healthy_and_names_the_active_instance() {
-        let m = std::sync::Arc::new(Metrics::new("c1"));
-        assert!(m.health().is_err(), "not streaming, role unknown");
-        m.set_role(Role::Standby, "walrelay-c1 pod-a:7 (backend pid 42)");
-        assert_eq!(
-            m.health(),
-            Ok("standby: the active instance is walrelay-c1 pod-a:7 (backend pid 42)".into())
-        );
-        let text = exposition::render(&m);
-        assert!(
-            text.contains("walrelay_role{connector=\"c1\",role=\"standby\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("walrelay_role{connector=\"c1\",role=\"active\"} 0"),
-            "{text}"
-        );
-        m.set_role(Role::Active, "");
-        assert!(
-            m.health().is_err(),
-            "an active instance is healthy only while streaming"
-        );
-    }
-
-    #[test]
-    fn health_follows_streaming_and_kafka_progress() {
-        let m = Metrics::new("c1");
-        assert!(m.health().is_err());
-        m.set_error("waiting for PostgreSQL");
-        assert!(m.health().unwrap_err().contains("waiting for PostgreSQL"));
-        m.streaming.store(true, Ordering::Relaxed);
-        m.kafka_progress();
-        assert_eq!(m.health(), Ok("streaming".into()));
-        m.set_wal_status("lost");
-        assert!(m.health().is_err());
-    }
-
-    #[test]
-    fn renders_openmetrics_text_without_sentinels() {
-        let m = std::sync::Arc::new(Metrics::new("c1"));
-        let render = || exposition::render(&m);
-        m.records_published.store(7, Ordering::Relaxed);
-        let text = render();
-        // Unknown readings are left out, never -1.
-        for absent in [
-            "walrelay_slot_lag_bytes",
-            "walrelay_slot_safe_wal_bytes",
-            "walrelay_slot_wal_status{",
-            "walrelay_slot_poll_age_seconds",
-            "walrelay_heartbeat_age_seconds",
-            "walrelay_heartbeat_round_trip_seconds",
-            "walrelay_kafka_last_ack_age_seconds",
-            "walrelay_snapshot_duration_seconds{",
-            "walrelay_slot_spill_bytes",
-        ] {
-            assert!(
-                !text.contains(absent),
-                "{absent} before it is known:\n{text}"
-            );
-        }
-        assert!(!text.contains(" -1\n"), "{text}");
-        assert!(text.contains(
-            "# HELP walrelay_records_published Records handed to the Kafka producer.\n# TYPE walrelay_records_published counter\nwalrelay_records_published_total{connector=\"c1\"} 7\n"
-        ), "{text}");
-        assert!(
-            text.contains("walrelay_streaming{connector=\"c1\"} 0\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("walrelay_build_info{connector=\"c1\",version=\""),
-            "{text}"
-        );
-        assert!(
-            text.contains("process_resident_memory_bytes{connector=\"c1\"} "),
-            "{text}"
-        );
-        assert!(
-            text.contains("process_open_fds{connector=\"c1\"} "),
-            "{text}"
-        );
-        assert!(text.ends_with("# EOF\n"), "{text}");
-
-        m.slot_lag_bytes.set(Some(4096));
-        m.slot_safe_wal_bytes.set(None);
-        m.set_wal_status("extended");
-        m.set_slot_stats(Some([1, 2, 3, 0, 0, 0, 9, 10]));
-        m.set_invalidation_reason("wal_removed");
-        m.slot_polled();
-        m.record_acked();
-        m.commit_to_ack.observe(0.02);
-        m.session_error("transient", "kafka");
-        m.heartbeat_received(Duration::from_micros(2_500));
-        let text = render();
-        for present in [
-            "walrelay_slot_lag_bytes{connector=\"c1\"} 4096\n",
-            "walrelay_slot_wal_status{connector=\"c1\",status=\"extended\"} 1\n",
-            "walrelay_slot_wal_status{connector=\"c1\",status=\"lost\"} 0\n",
-            "walrelay_slot_spill_bytes_total{connector=\"c1\"} 3\n",
-            "walrelay_slot_total_bytes_total{connector=\"c1\"} 10\n",
-            "walrelay_slot_invalidation_reason{connector=\"c1\",reason=\"wal_removed\"} 1\n",
-            "walrelay_slot_poll_age_seconds{connector=\"c1\"} 0.",
-            "walrelay_kafka_last_ack_age_seconds{connector=\"c1\"} 0.",
-            "walrelay_commit_to_ack_seconds_bucket{connector=\"c1\",le=\"0.025\"} 1\n",
-            "walrelay_commit_to_ack_seconds_count{connector=\"c1\"} 1\n",
-            "walrelay_session_errors_total{connector=\"c1\"} 1\n",
-            // A failed attempt is not a streaming session that ended.
-            "walrelay_streaming_session_errors_total{connector=\"c1\"} 0\n",
-            "walrelay_session_errors_by_cause_total{connector=\"c1\",class=\"transient\",cause=\"kafka\"} 1\n",
-            "walrelay_heartbeat_round_trip_seconds{connector=\"c1\"} 0.0025\n",
-            "walrelay_heartbeats_received_total{connector=\"c1\"} 1\n",
-        ] {
-            assert!(text.contains(present), "{present:?} missing:\n{text}");
-        }
-        assert!(
-            !text.contains("walrelay_slot_safe_wal_bytes"),
-            "unlimited: absent"
-        );
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let (series, value) = line.rsplit_once(' ').unwrap();
-            assert!(
-                (series.starts_with("walrelay_") || series.starts_with("process_"))
-                    && series.contains("connector=\"c1\""),
-                "{line}"
-            );
-            assert!(value.parse::<f64>().is_ok(), "{line}");
-        }
-    }
-
-    #[test]
-    fn serves_over_http() {
-        let m = std::sync::Arc::new(Metrics::new("c1"));
-        let addr = serve("127.0.0.1:0".parse().unwrap(), m.clone()).unwrap();
-        let get = |path: &str| {
-            use std::io::{Read, Write};
-            let mut s = std::net::TcpStream::connect(addr).unwrap();
-            write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-            let mut out = String::new();
-            s.read_to_string(&mut out).unwrap();
-            out
-        };
-        assert!(get("/healthz").starts_with("HTTP/1.0 503"));
-        m.streaming.store(true, Ordering::Relaxed);
-        m.kafka_progress();
-        assert!(get("/healthz").starts_with("HTTP/1.0 200"));
-        let metrics = get("/metrics");
-        assert!(
-            metrics.contains("walrelay_streaming{connector=\"c1\"} 1"),
-            "{metrics}"
-        );
-        assert!(
-            metrics.contains("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-            "{metrics}"
-        );
-        assert!(get("/nope").starts_with("HTTP/1.0 404"));
-    }
-    #[test]
-    fn lossy_writer_swallows_a_broken_pipe() {
-        use std::io::Write;
-        struct Broken;
-        impl io::Write for Broken {
-            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
-                Err(io::Error::from(io::ErrorKind::BrokenPipe))
-            }
-            fn flush(&mut self) -> io::Result<()> {
-                Err(io::Error::from(io::ErrorKind::BrokenPipe))
-            }
-        }
-        let mut w = Lossy(Broken);
-        assert_eq!(w.write(b"a log line\n").unwrap(), 11);
-        assert!(w.flush().is_ok());
-        let mut ok = Lossy(Vec::new());
-        write!(ok, "kept").unwrap();
-        assert_eq!(ok.0, b"kept");
-    }
-
-    #[test]
-    fn log_filter_refuses_what_would_hide_the_logs() {
-        for good in [
-            None,
-            Some(""),
-            Some("  "),
-            Some("debug"),
-            Some("INFO"),
-            Some("info,walrelay=debug"),
-            Some("warn,walrelay::sink=trace"),
-            Some("walrelay"),
-            Some("off"),
-        ] {
-            assert!(log_filter(good).is_ok(), "{good:?}");
-        }
-        for bad in ["debg", "info,walrelay=verbose", "inof,walrelay=debug", "[{"] {
-            let err = log_filter(Some(bad)).unwrap_err();
-            assert!(err.starts_with("WALRELAY_LOG="), "{err}");
-            assert!(err.contains(&format!("{bad:?}")), "{err}");
-            assert!(!err.contains('\n'), "{err}");
-        }
-    }
-
-    #[test]
-    fn colours_only_on_a_terminal_without_no_color() {
-        use std::ffi::OsStr;
-        assert!(use_ansi(true, None));
-        assert!(use_ansi(true, Some(OsStr::new(""))));
-        assert!(!use_ansi(true, Some(OsStr::new("1"))));
-        assert!(!use_ansi(false, None));
-    }
-}
+mod tests;

@@ -128,6 +128,7 @@ fn republished(mut record: Record, marker: &Arc<str>) -> Record {
     record
         .headers
         .push((marker.clone(), Bytes::from_static(b"true")));
+    record.recount();
     record
 }
 

@@ -218,5 +218,4 @@ fn field_name(key: &str, field: &str, out: &mut Vec<Problem>) {
 }
 
 #[cfg(test)]
-#[path = "message_tests.rs"]
 mod tests;

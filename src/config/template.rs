@@ -9,7 +9,7 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer};
 
-use super::error::quoted;
+use super::error::{Problem, quoted};
 
 /// The longest identifier PostgreSQL keeps (NAMEDATALEN - 1 bytes); longer
 /// names are silently truncated by the server, so we refuse them.
@@ -308,4 +308,23 @@ pub fn topic_name_problem(name: &str) -> Option<String> {
              '.', '_' and '-'"
         )
     })
+}
+
+/// Checks a PostgreSQL name given at `key`: not empty, at most
+/// [`MAX_IDENTIFIER_BYTES`] bytes, no NUL.
+pub(super) fn identifier(key: &str, value: &str, out: &mut Vec<Problem>) {
+    if value.is_empty() {
+        out.push(Problem::new(key, "is empty; set a name"));
+    } else if value.len() > MAX_IDENTIFIER_BYTES {
+        out.push(Problem::new(
+            key,
+            format!(
+                "{} is longer than {MAX_IDENTIFIER_BYTES} bytes, the most PostgreSQL keeps \
+                 of a name; shorten it",
+                quoted(value)
+            ),
+        ));
+    } else if value.contains('\0') {
+        out.push(Problem::new(key, "contains a NUL character; remove it"));
+    }
 }

@@ -200,13 +200,13 @@ impl StoredOffset {
 
     /// The Kafka record that stores this offset.
     pub fn to_record(&self, topic: &str) -> Record {
-        Record {
-            topic: topic.into(),
-            key: Some(self.connector.clone().into_bytes().into()),
-            value: Some(serde_json::to_vec(self).unwrap_or_default().into()),
-            headers: Vec::new(),
-            timestamp_ms: None,
-        }
+        Record::new(
+            topic.into(),
+            Some(self.connector.clone().into_bytes().into()),
+            Some(serde_json::to_vec(self).unwrap_or_default().into()),
+            Vec::new(),
+            None,
+        )
     }
 }
 

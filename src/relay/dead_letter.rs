@@ -160,13 +160,13 @@ impl DeadLetter {
         if let Some(size) = f.refused_bytes {
             headers.push((n.size.clone(), Bytes::from(size.to_string())));
         }
-        Record {
-            topic: self.topic.clone(),
-            key: Some(f.key.clone().unwrap_or(event_id)),
-            value: f.value.clone(),
+        Record::new(
+            self.topic.clone(),
+            Some(f.key.clone().unwrap_or(event_id)),
+            f.value.clone(),
             headers,
-            timestamp_ms: None,
-        }
+            None,
+        )
     }
 
     /// Counts and logs one dead letter handed to the producer: one line,

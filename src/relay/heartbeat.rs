@@ -89,13 +89,13 @@ impl Beat {
     pub(crate) fn record(&self, server_name: &str, topic: &str) -> Record {
         let key = serde_json::json!({ "serverName": server_name }).to_string();
         let value = serde_json::json!({ "ts_ms": self.ts_ms }).to_string();
-        Record {
-            topic: Arc::from(topic),
-            key: Some(Bytes::from(key)),
-            value: Some(Bytes::from(value)),
-            headers: Vec::new(),
-            timestamp_ms: Some(self.ts_ms),
-        }
+        Record::new(
+            Arc::from(topic),
+            Some(Bytes::from(key)),
+            Some(Bytes::from(value)),
+            Vec::new(),
+            Some(self.ts_ms),
+        )
     }
 }
 

@@ -93,14 +93,9 @@ pub enum Token {
     Offset { lsn: Lsn },
 }
 
-/// How a record names its event in errors (never by its payload).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EventId {
-    /// An outbox record: its row's `id` (the `id` header).
-    OutboxRow(bytes::Bytes),
-    /// A table change event: its `walrelay.event_id` header.
-    Change(bytes::Bytes),
-}
+/// How a record names its event in errors (never by its payload); the
+/// router sets it on each record it builds.
+pub use crate::router::EventId;
 
 /// The producer, carrying [`Token`]s.
 pub(crate) type Sink = KafkaSink<Token>;

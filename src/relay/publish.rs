@@ -357,11 +357,10 @@ impl Publisher {
                     || "unknown".to_owned(),
                     |r| format!("{}.{}", r.namespace, r.name),
                 );
-                let id = record
-                    .headers
-                    .iter()
-                    .find(|(k, _)| &**k == "id")
-                    .map(|(_, v)| v.clone());
+                let id = match record.event_id() {
+                    Some(EventId::OutboxRow(id)) => Some(id.clone()),
+                    _ => None,
+                };
                 let failure = Failure {
                     reason: Reason::TooLarge,
                     error: format!(
@@ -607,13 +606,9 @@ impl Publisher {
     }
 }
 
-/// The record's event id (its `id` header), if it has one.
+/// The record's event id (set by the router), if it has one.
 pub(super) fn record_id(record: &crate::router::Record) -> Option<EventId> {
-    record.headers.iter().find_map(|(k, v)| match &**k {
-        "id" => Some(EventId::OutboxRow(v.clone())),
-        crate::router::table::EVENT_ID_HEADER => Some(EventId::Change(v.clone())),
-        _ => None,
-    })
+    record.event_id().cloned()
 }
 
 /// "outbox row id=…", "table change event_id=…" or "record #N of the

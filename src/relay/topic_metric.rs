@@ -15,7 +15,7 @@
 //!   (`topic="outbox.{aggregateid}"`), never under its own name.
 //! - Every other topic (classifier-only templates, `[[table]]` topics, the
 //!   heartbeat topic: all fixed by configuration or by kinds of events) is
-//!   counted under its own name, until [`MAX_NAMED_TOPICS`] names exist;
+//!   counted under its own name, until [`MAX_NAMED_TOPICS`](crate::telemetry::MAX_NAMED_TOPICS) names exist;
 //!   after that, new names count under `topic="other"`.
 //! - Errors name such a topic by its template too ([`TopicCounters::shown`]).
 //! - Memory is bounded: at most `MAX_NAMED_TOPICS` + one per identifying
@@ -31,11 +31,9 @@ use crate::config::Config;
 use crate::config::{Segment, TopicTemplate};
 use crate::telemetry::Metrics;
 
-/// Distinct topic names that get a series of their own.
-pub const MAX_NAMED_TOPICS: usize = 100;
-
-/// The label of topics past [`MAX_NAMED_TOPICS`].
-pub const OTHER: &str = "other";
+/// The label limits live with the metrics (telemetry, below relay), which
+/// apply them to topics not made from row identifiers as well.
+pub use crate::telemetry::OTHER;
 
 /// Topic names remembered per session (a lookup cache, not the series).
 const MAX_CACHED: usize = 1024;

@@ -463,7 +463,7 @@ pub fn rfc3339(pg_us: i64) -> Option<String> {
     let micros = unix_us.rem_euclid(1_000_000);
     let days = secs.div_euclid(86_400);
     let sod = secs.rem_euclid(86_400);
-    let (y, m, d) = super::debezium::civil_from_days(days);
+    let (y, m, d) = super::time::civil_from_days(days);
     if !(0..=9999).contains(&y) {
         return None;
     }
@@ -476,5 +476,4 @@ pub fn rfc3339(pg_us: i64) -> Option<String> {
 }
 
 #[cfg(test)]
-#[path = "cloudevents_tests.rs"]
 mod tests;

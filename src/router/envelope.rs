@@ -226,5 +226,4 @@ fn is_json_object(text: &[u8]) -> bool {
 }
 
 #[cfg(test)]
-#[path = "envelope_tests.rs"]
 mod tests;

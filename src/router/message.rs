@@ -30,7 +30,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
-use super::{Record, RouteError, Unroutable};
+use super::{EventId, Record, RouteError, Unroutable};
 use crate::Lsn;
 use crate::config::{
     Config, MessageConfig, MessageFormat, PREFIX_PLACEHOLDER, Segment, topic_name_problem,
@@ -242,10 +242,8 @@ impl MessageRouter {
 
         let lsn_text = Bytes::from(commit_lsn.to_string());
         let mut headers = Vec::with_capacity(3 + route.header_names.len());
-        headers.push((
-            self.event_id_header.clone(),
-            Bytes::from(format!("{commit_lsn}:{index}")),
-        ));
+        let event_id = Bytes::from(format!("{commit_lsn}:{index}"));
+        headers.push((self.event_id_header.clone(), event_id.clone()));
         headers.push((
             self.prefix_header.clone(),
             Bytes::copy_from_slice(prefix.as_bytes()),
@@ -256,13 +254,14 @@ impl MessageRouter {
             }
         }
         headers.push((self.lsn_header.clone(), lsn_text));
-        Ok(Some(Record {
+        Ok(Some(Record::with_event_id(
             topic,
-            key: Some(key),
-            value: Some(value),
+            Some(key),
+            Some(value),
             headers,
-            timestamp_ms: None,
-        }))
+            None,
+            Some(EventId::Change(event_id)),
+        )))
     }
 }
 
@@ -308,5 +307,4 @@ fn text(v: &Value) -> Option<Cow<'_, str>> {
 }
 
 #[cfg(test)]
-#[path = "message_tests.rs"]
 mod tests;

@@ -327,84 +327,6 @@ fn update_policy() {
 }
 
 #[test]
-fn timestamps_with_offsets() {
-    assert_eq!(parse_timestamptz_ms(b"1970-01-01 00:00:00+00"), Ok(0));
-    assert_eq!(parse_timestamptz_ms(b"1970-01-01 05:30:00+05:30"), Ok(0));
-    assert_eq!(parse_timestamptz_ms(b"1969-12-31 23:00:00.5-01"), Ok(500));
-    assert_eq!(
-        parse_timestamptz_ms(b"2000-02-29 12:00:00+00"),
-        Ok(951_825_600_000)
-    );
-    assert_eq!(
-        parse_timestamptz_ms(b"2026-11-30 01:02:03.123456+00"),
-        Ok(1_796_000_523_123)
-    );
-    // Historic zones print seconds in the offset.
-    assert_eq!(parse_timestamptz_ms(b"1970-01-01 00:00:01+00:00:01"), Ok(0));
-    // PostgreSQL's largest timestamptz.
-    assert_eq!(
-        parse_timestamptz_ms(b"294276-12-31 23:59:59.999999+00"),
-        Ok(9_224_318_015_999_999)
-    );
-    assert_eq!(
-        parse_timestamptz_ms(b"not a time"),
-        Err(TimestampError::NotIso)
-    );
-    assert_eq!(
-        parse_timestamptz_ms(b"2020-13-01 00:00:00+00"),
-        Err(TimestampError::NotIso)
-    );
-}
-
-#[test]
-fn hostile_timestamps_are_named_errors() {
-    use TimestampError::*;
-    let cases: &[(&[u8], TimestampError)] = &[
-        (b"infinity", Infinite),
-        (b"-infinity", Infinite),
-        (b"0044-03-15 12:00:00+00 BC", BeforeEpoch),
-        (b"1969-12-31 23:59:59.999+00", BeforeEpoch),
-        (b"0001-01-01 00:00:00+00", BeforeEpoch),
-        // Overflowed i64 (a panic in debug builds) before checked arithmetic.
-        (b"999999999999-01-01 00:00:00+00", OutOfRange),
-        (b"9999999999999999999-01-01 00:00:00+00", NotIso),
-        (b"2020-01-01 00:00:00+99999999999999999", NotIso),
-        (b"2020-01-01 00:00:00+16", NotIso),
-        (b"2020-01-01 00:00:00-99:99", NotIso),
-        (b"2020-02-30 00:00:00+00", NotIso),
-        (b"2021-02-29 00:00:00+00", NotIso),
-        (b"2020-01-01 24:00:00+00", NotIso),
-        (b"2020-01-01 00:00:00.+00", NotIso),
-        (b"2020-01-01 00:00:00.+5+00", NotIso),
-        (b"2020-01-01 +1:00:00+00", NotIso),
-        (b"2020-01-01 00:00:00+", NotIso),
-        (b"2020-01-01 00:00:00", NotIso),
-        // DateStyle SQL, DMY — what a database default used to produce.
-        (b"30/11/2026 01:02:03.123 UTC", NotIso),
-        (b"\xff\xfe", NotIso),
-        (b"", NotIso),
-    ];
-    for (text, want) in cases {
-        assert_eq!(
-            parse_timestamptz_ms(text),
-            Err(*want),
-            "{}",
-            String::from_utf8_lossy(text)
-        );
-    }
-    for e in [NotIso, Infinite, BeforeEpoch, OutOfRange] {
-        assert!(!e.reason().is_empty() && !e.fix().is_empty());
-    }
-    assert!(Infinite.reason().contains("infinity"));
-    assert!(BeforeEpoch.reason().contains("before the Unix epoch"));
-    assert!(
-        OutOfRange
-            .reason()
-            .contains("out of Kafka's timestamp range")
-    );
-}
-
-#[test]
 fn an_infinite_timestamp_stops_routing_with_a_clear_reason() {
     let r = router("timestamp_column = \"created_at\"");
     let mut row = order_row();
@@ -419,45 +341,6 @@ fn an_infinite_timestamp_stops_routing_with_a_clear_reason() {
         "{text}"
     );
     assert!(text.contains("timestamp_column"), "{text}");
-}
-
-proptest::proptest! {
-    #[test]
-    fn timestamp_parsing_never_panics_on_any_string(s in ".*") {
-        let _ = parse_timestamptz_ms(s.as_bytes());
-    }
-
-    #[test]
-    fn timestamp_parsing_never_panics_on_timestamp_like_text(
-        s in "-?[0-9]{1,22}-[0-9]{1,3}-[0-9]{1,3} [0-9]{1,3}:[0-9]{1,3}:[0-9]{1,22}(\\.[0-9]{0,9})?[+-][0-9]{1,22}(:[0-9]{1,3}){0,3}( BC)?"
-    ) {
-        if let Ok(ms) = parse_timestamptz_ms(s.as_bytes()) {
-            proptest::prop_assert!(ms >= 0, "{s} -> {ms}");
-        }
-    }
-
-    #[test]
-    fn whole_seconds_round_trip_through_the_civil_calendar(secs in 0i64..9_224_318_016) {
-        // Format with a trusted calendar walk (days_in_month), then parse.
-        let (mut days, rem) = (secs / 86_400, secs % 86_400);
-        let mut year = 1970;
-        loop {
-            let len = if days_in_month(year, 2) == 29 { 366 } else { 365 };
-            if days < len { break; }
-            days -= len;
-            year += 1;
-        }
-        let mut month = 1;
-        while days >= days_in_month(year, month) {
-            days -= days_in_month(year, month);
-            month += 1;
-        }
-        let text = format!(
-            "{year:04}-{month:02}-{:02} {:02}:{:02}:{:02}+00",
-            days + 1, rem / 3600, rem / 60 % 60, rem % 60
-        );
-        proptest::prop_assert_eq!(parse_timestamptz_ms(text.as_bytes()), Ok(secs * 1000), "{}", text);
-    }
 }
 
 #[test]
@@ -578,4 +461,75 @@ fn unroutable_rows_carry_their_kind_and_salvage_keeps_the_row() {
         b.salvage(42, &bytea).value,
         Some(Bytes::from_static(&[0, 255]))
     );
+}
+
+/// The size a record reports is the sum of its parts, counted once when it
+/// is built (and again after a change in place).
+fn summed_size(r: &Record) -> usize {
+    r.topic.len()
+        + r.key.as_ref().map_or(0, Bytes::len)
+        + r.value.as_ref().map_or(0, Bytes::len)
+        + r.headers
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
+        + 64
+}
+
+#[test]
+fn a_routed_record_carries_its_event_id_and_size() {
+    let cloudevents = "format = \"cloudevents\"\n[outbox.cloudevents]\nsource = \"/shop\"";
+    for extra in ["", cloudevents] {
+        let r = router(extra);
+        let Ok(Routed::Record(rec)) = r.on_insert(42, &order_row(), LSN, None) else {
+            panic!("not routed with {extra:?}")
+        };
+        let id = rec
+            .headers
+            .iter()
+            .find(|(k, _)| &**k == "id")
+            .map(|(_, v)| v.clone())
+            .unwrap();
+        assert_eq!(rec.event_id(), Some(&EventId::OutboxRow(id)), "{extra:?}");
+        assert_eq!(rec.size(), summed_size(&rec), "{extra:?}");
+    }
+}
+
+#[test]
+fn a_record_built_elsewhere_reads_its_event_id_from_its_headers_once() {
+    let h = |pairs: &[(&str, &str)]| -> Vec<(Arc<str>, Bytes)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (Arc::from(*k), Bytes::from(v.to_string())))
+            .collect()
+    };
+    let outbox = Record::new("t".into(), None, None, h(&[("x", "1"), ("id", "7")]), None);
+    assert_eq!(
+        outbox.event_id(),
+        Some(&EventId::OutboxRow(Bytes::from_static(b"7")))
+    );
+    let change = Record::new(
+        "t".into(),
+        None,
+        None,
+        h(&[(table::EVENT_ID_HEADER, "0/1:2"), ("id", "7")]),
+        None,
+    );
+    assert_eq!(
+        change.event_id(),
+        Some(&EventId::Change(Bytes::from_static(b"0/1:2")))
+    );
+    let mut none = Record::new(
+        "t".into(),
+        Some(Bytes::from_static(b"k")),
+        None,
+        h(&[]),
+        None,
+    );
+    assert_eq!(none.event_id(), None);
+    assert_eq!(none.size(), summed_size(&none));
+    none.headers
+        .push((Arc::from("extra"), Bytes::from_static(b"abc")));
+    none.recount();
+    assert_eq!(none.size(), summed_size(&none));
 }

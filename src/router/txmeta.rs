@@ -42,9 +42,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::Record;
 use super::arena::Arena;
 use super::debezium;
+use super::{EventId, Record};
 use crate::Lsn;
 
 /// The transaction topic's name after the prefix (Debezium's
@@ -252,13 +252,15 @@ impl TxnMetadata {
         id: Bytes,
         (id_header, lsn_header, lsn): (&Arc<str>, &Arc<str>, Bytes),
     ) -> Record {
-        Record {
-            topic: self.topic.clone(),
-            key: Some(key),
-            value: Some(value),
-            headers: vec![(id_header.clone(), id), (lsn_header.clone(), lsn)],
-            timestamp_ms: None,
-        }
+        let event_id = Some(EventId::Change(id.clone()));
+        Record::with_event_id(
+            self.topic.clone(),
+            Some(key),
+            Some(value),
+            vec![(id_header.clone(), id), (lsn_header.clone(), lsn)],
+            None,
+            event_id,
+        )
     }
 }
 
@@ -309,5 +311,4 @@ pub(super) fn java_hashmap_order<'a>(keys: impl Iterator<Item = &'a str>) -> Vec
 }
 
 #[cfg(test)]
-#[path = "txmeta_tests.rs"]
 mod tests;

@@ -48,7 +48,7 @@ const ALL_TYPES_ROW: &str = "INSERT INTO types_t VALUES (2, -5, 9007199254740993
     '08:00:2b:01:02:03', '{1,2,NULL}', '{a,\"b c\"}', 'happy', '{happy,sad}', 7, 'small')";
 
 /// The `after` of [`ALL_TYPES_ROW`], as Debezium writes it (see
-/// src/router/debezium_tests.rs for where each form comes from).
+/// src/router/debezium/tests.rs for where each form comes from).
 fn all_types_after() -> Value {
     json!({
         "id": 2, "c_int2": -5, "c_int8": 9007199254740993_i64, "c_bool": true,

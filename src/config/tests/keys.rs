@@ -1,7 +1,7 @@
 //! Every key of the schema, derived from the schema itself: the file's
 //! `Deserialize` impls run against a deserializer that answers no value but
 //! records the field names serde asks for. A key added to a struct in
-//! `schema.rs` is found here without anyone listing it, so the checks that
+//! `schema.rs` or `schema/` is found here without anyone listing it, so the checks that
 //! `config/example.toml` and `docs/configuration.md` name every key cannot
 //! drift from the code.
 

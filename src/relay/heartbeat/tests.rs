@@ -87,13 +87,13 @@ fn beat(connector: &str) -> Vec<u8> {
 /// returns the token that acknowledges it.
 async fn record_in_flight(s: &mut Publisher, end: Lsn) -> Token {
     let txn = s.checkpoint_mut().begin().unwrap();
-    let record = Record {
-        topic: "t".into(),
-        key: None,
-        value: Some(Bytes::from_static(b"v")),
-        headers: Vec::new(),
-        timestamp_ms: None,
-    };
+    let record = Record::new(
+        "t".into(),
+        None,
+        Some(Bytes::from_static(b"v")),
+        Vec::new(),
+        None,
+    );
     let pos = Position {
         commit_lsn: end,
         index: 0,

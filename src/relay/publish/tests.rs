@@ -2,15 +2,17 @@
 /// its table change event id, never by its payload.
 #[test]
 fn undeliverable_records_are_named_by_their_ids() {
-    let record = |headers: &[(&str, &str)]| crate::router::Record {
-        topic: "t".into(),
-        key: None,
-        value: Some(bytes::Bytes::from_static(b"{\"secret\":1}")),
-        headers: headers
-            .iter()
-            .map(|(k, v)| (std::sync::Arc::from(*k), bytes::Bytes::from(v.to_string())))
-            .collect(),
-        timestamp_ms: None,
+    let record = |headers: &[(&str, &str)]| {
+        crate::router::Record::new(
+            "t".into(),
+            None,
+            Some(bytes::Bytes::from_static(b"{\"secret\":1}")),
+            headers
+                .iter()
+                .map(|(k, v)| (std::sync::Arc::from(*k), bytes::Bytes::from(v.to_string())))
+                .collect(),
+            None,
+        )
     };
     let outbox = record(&[("id", "7b0c"), ("walrelay.lsn", "0/1")]);
     assert_eq!(super::describe_record(&outbox), "outbox row id=7b0c");

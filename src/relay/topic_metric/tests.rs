@@ -1,4 +1,5 @@
 use super::*;
+use crate::telemetry::MAX_NAMED_TOPICS;
 
 fn counters(outbox: &str) -> (TopicCounters, Arc<Metrics>) {
     let config = Config::from_str(

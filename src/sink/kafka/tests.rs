@@ -78,13 +78,13 @@ fn secrets_are_redacted_from_messages_about_several_properties() {
 }
 
 fn record(i: u64) -> Record {
-    Record {
-        topic: "t".into(),
-        key: Some(bytes::Bytes::from(format!("k{i}"))),
-        value: Some(bytes::Bytes::from(format!("v{i}"))),
-        headers: Vec::new(),
-        timestamp_ms: None,
-    }
+    Record::new(
+        "t".into(),
+        Some(bytes::Bytes::from(format!("k{i}"))),
+        Some(bytes::Bytes::from(format!("v{i}"))),
+        Vec::new(),
+        None,
+    )
 }
 
 /// Sends records 0..n (one request each, up to `in_flight` at once) to a

@@ -1,14 +1,14 @@
 //! The table router with `provide_transaction_metadata`: which records a
 //! transaction makes (BEGIN before its first event, the `transaction`
 //! blocks, END at its Commit), in Debezium 3.6.1's shape (see
-//! `txmeta_tests.rs` for the bytes Debezium wrote).
+//! `router/txmeta/tests.rs` for the bytes Debezium wrote).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use serde_json::{Value, json};
 
-use super::*;
-use crate::pgoutput::Column;
+use super::super::*;
+use crate::pgoutput::{Cell, Column, Relation};
 use crate::source::{Position, Txn};
 
 const COMMIT: Lsn = Lsn(0x16B_3748);

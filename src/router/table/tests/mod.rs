@@ -9,8 +9,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
-use crate::pgoutput::Column;
+use crate::pgoutput::{Cell, Column, Relation};
 use crate::source::Position;
+
+mod txmeta;
 
 const COMMIT: Lsn = Lsn(0x16B_3748);
 const CHANGE_AT: Lsn = Lsn(0x16B_3700);

@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::pgoutput::{Column, TupleData};
 use crate::router::{Routed, Router};
 
-#[path = "../../tests/support/ce_reader.rs"]
+#[path = "../../../tests/support/ce_reader.rs"]
 mod sdk;
 
 const LSN: Lsn = Lsn(0x1_0000_0A00);
@@ -446,7 +446,7 @@ proptest::proptest! {
             let (y, m, dd) = (d.next().unwrap_or(0), d.next().unwrap_or(0), d.next().unwrap_or(0));
             let mut t = time.trim_end_matches('Z').split([':', '.']).map(|p| p.parse::<i64>().unwrap_or(-1));
             let (h, mi, s, f) = (t.next().unwrap_or(0), t.next().unwrap_or(0), t.next().unwrap_or(0), t.next().unwrap_or(0));
-            let days = super::super::days_from_civil(y, m, dd);
+            let days = crate::router::time::days_from_civil(y, m, dd);
             let back = ((days * 86_400 + h * 3600 + mi * 60 + s) * 1_000_000 + f) - PG_EPOCH_US;
             proptest::prop_assert_eq!(back, us);
         }

@@ -1,0 +1,189 @@
+//! `[[outbox]]`: an outbox table, its columns, where each column goes
+//! (header, key, value, envelope), the topic template, the update rule and
+//! the CloudEvents form.
+//!
+//! Field documentation here is the source for `docs/configuration.md`;
+//! keep the two in step.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::defaults;
+use crate::config::template::{TableRef, TopicTemplate};
+use crate::config::units;
+
+/// What to do when a row of an outbox table is UPDATEd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnUpdate {
+    /// Publish nothing for the update and log a warning.
+    #[default]
+    Warn,
+    /// Publish nothing for the update; only a metric counts it.
+    Skip,
+    /// Stop the connector with an error naming the table and LSN.
+    Fail,
+}
+
+/// `[[outbox]]`: one outbox table and how its rows become Kafka records.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboxConfig {
+    /// The table, `schema.table` or `table` (schema `public`). Required.
+    pub table: TableRef,
+    /// Unique event id; becomes the record's `id` header.
+    #[serde(default = "defaults::id_column")]
+    pub id_column: String,
+    /// Aggregate type (e.g. `Order`); usually used in the topic template.
+    #[serde(default = "defaults::aggregate_type_column")]
+    pub aggregate_type_column: String,
+    /// Aggregate id; becomes the record key, so one aggregate's events stay in order.
+    #[serde(default = "defaults::aggregate_id_column")]
+    pub aggregate_id_column: String,
+    /// Event type (e.g. `OrderCreated`).
+    #[serde(default = "defaults::type_column")]
+    pub type_column: String,
+    /// Event body; becomes the record value.
+    #[serde(default = "defaults::payload_column")]
+    pub payload_column: String,
+    /// Destination topic, with `{column}` placeholders.
+    #[serde(default = "TopicTemplate::default_template")]
+    pub topic: TopicTemplate,
+    /// Columns copied into record headers: `"column"` (header name =
+    /// column name) or `"column:alias"` ([`placement`]).
+    #[serde(default = "defaults::header_columns")]
+    pub header_columns: Vec<String>,
+    /// Columns placed beside the payload in a JSON envelope value
+    /// (`{"payload": …, "<alias>": …}`, Debezium's
+    /// `table.fields.additional.placement=<column>:envelope:<alias>`):
+    /// `"column"` or `"column:alias"`. Empty: the value is the payload.
+    #[serde(default)]
+    pub envelope_columns: Vec<String>,
+    /// With `envelope_columns`: a json/jsonb payload (and a text payload
+    /// holding a JSON object) is embedded as JSON (`true`, the default) or
+    /// as a JSON string (`false`); Debezium's `table.expand.json.payload`.
+    /// `None`: not set (only allowed to be set with `envelope_columns`).
+    #[serde(default)]
+    pub expand_json_payload: Option<bool>,
+    /// A `timestamptz` column used as the record timestamp; `None` lets Kafka
+    /// stamp the record. `""` in the file means `None`.
+    #[serde(default, deserialize_with = "units::optional_name")]
+    pub timestamp_column: Option<String>,
+    /// Publish a tombstone (null value) for a row whose payload is NULL.
+    #[serde(default)]
+    pub tombstone_on_empty_payload: bool,
+    /// What to do when an outbox row is updated.
+    #[serde(default)]
+    pub on_update: OnUpdate,
+    /// Order of the table's rows in the snapshot (and so of one aggregate's
+    /// snapshot events); empty means the table's primary key.
+    #[serde(default)]
+    pub snapshot_order_by: Vec<String>,
+    /// How a row becomes a record: the payload as is (`raw`), or a
+    /// CloudEvent (`cloudevents`, configured in `cloudevents`).
+    #[serde(default)]
+    pub format: OutboxFormat,
+    /// `[outbox.cloudevents]`: the CloudEvents attributes, read when
+    /// `format = "cloudevents"`.
+    #[serde(default)]
+    pub cloudevents: CloudEventsConfig,
+    /// A column holding the W3C trace context of the transaction that wrote
+    /// the row (a `traceparent` value, or Debezium's `tracingspancontext`
+    /// Java-properties text); becomes the `traceparent` (and `tracestate`)
+    /// header. `None`/`""`: no trace headers.
+    #[serde(default, deserialize_with = "units::optional_name")]
+    pub trace_context_column: Option<String>,
+}
+
+/// `outbox.format`: the shape of an outbox record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutboxFormat {
+    /// The payload as the value, unchanged (Debezium's Outbox Event Router).
+    #[default]
+    Raw,
+    /// A CloudEvents 1.0 event in the Kafka protocol binding.
+    CloudEvents,
+}
+
+/// `outbox.cloudevents.mode`: the Kafka protocol binding's content mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CloudEventsMode {
+    /// Attributes in `ce_*` headers, the payload as the value.
+    #[default]
+    Binary,
+    /// The whole event as `application/cloudevents+json` in the value.
+    Structured,
+}
+
+/// `[outbox.cloudevents]`: how an outbox row maps to CloudEvents
+/// attributes (`id`, `type` and `subject` come from the id, type and
+/// aggregate id columns; `time` is the commit time).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CloudEventsConfig {
+    /// Binary or structured content mode.
+    #[serde(default)]
+    pub mode: CloudEventsMode,
+    /// The `source` attribute (a URI-reference). Required with
+    /// `format = "cloudevents"`.
+    #[serde(default, deserialize_with = "units::optional_name")]
+    pub source: Option<String>,
+    /// A fixed `dataschema` attribute (an absolute URI).
+    #[serde(default, deserialize_with = "units::optional_name")]
+    pub dataschema: Option<String>,
+    /// A column whose value is the `dataschema` attribute (an absolute URI;
+    /// NULL leaves it out). Excludes `dataschema`.
+    #[serde(default, deserialize_with = "units::optional_name")]
+    pub dataschema_column: Option<String>,
+    /// The `datacontenttype` attribute (`content-type` header in binary
+    /// mode); default from the payload column's type.
+    #[serde(default, deserialize_with = "units::optional_name")]
+    pub datacontenttype: Option<String>,
+    /// Extension attributes: attribute name → column.
+    #[serde(default)]
+    pub extensions: BTreeMap<String, String>,
+}
+
+impl OutboxConfig {
+    /// Columns a topic template may refer to: the id, aggregate type,
+    /// aggregate id and type columns, then the header columns.
+    pub fn template_columns(&self) -> Vec<&str> {
+        let mut columns = vec![
+            self.id_column.as_str(),
+            self.aggregate_type_column.as_str(),
+            self.aggregate_id_column.as_str(),
+            self.type_column.as_str(),
+        ];
+        for (column, _) in self.header_placements().chain(self.envelope_placements()) {
+            if !columns.contains(&column) {
+                columns.push(column);
+            }
+        }
+        columns
+    }
+
+    /// `header_columns` as (column, header name).
+    pub fn header_placements(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.header_columns.iter().map(|e| placement(e))
+    }
+
+    /// `envelope_columns` as (column, member name).
+    pub fn envelope_placements(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.envelope_columns.iter().map(|e| placement(e))
+    }
+
+    /// Whether an envelope embeds a JSON payload as JSON (the default).
+    pub fn expands_json_payload(&self) -> bool {
+        self.expand_json_payload.unwrap_or(true)
+    }
+}
+
+/// An entry of `header_columns` or `envelope_columns`, `"column"` or
+/// `"column:alias"`, as (column, the name it is placed under). Split at the
+/// first `:`; validation refuses entries with more than one.
+pub fn placement(entry: &str) -> (&str, &str) {
+    entry.split_once(':').unwrap_or((entry, entry))
+}

@@ -1,0 +1,142 @@
+//! `[postgres]`: where and how to connect (hosts, TLS, client certificate,
+//! timeouts and backoff), and the slot and publication names.
+//!
+//! Field documentation here is the source for `docs/configuration.md`;
+//! keep the two in step.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use secrecy::SecretString;
+use serde::Deserialize;
+
+use super::defaults;
+use crate::config::units;
+
+/// `[postgres]`: the source database and its replication slot.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// Host name, IP address, or a Unix socket directory (starts with `/`).
+    #[serde(default = "defaults::host")]
+    pub host: String,
+    /// TCP port (also names the socket file `.s.PGSQL.<port>` in a socket directory).
+    #[serde(default = "defaults::pg_port")]
+    pub port: u16,
+    /// Role to connect as; needs the REPLICATION attribute.
+    #[serde(default = "defaults::user")]
+    pub user: String,
+    /// Password, if the server asks for one. Never printed.
+    #[serde(default, deserialize_with = "units::secret")]
+    pub password: Option<SecretString>,
+    /// Database holding the outbox tables. Required.
+    pub database: String,
+    /// Logical replication slot name.
+    #[serde(default = "defaults::slot")]
+    pub slot: String,
+    /// Publication name.
+    #[serde(default = "defaults::publication")]
+    pub publication: String,
+    /// Create the slot at start if it does not exist.
+    #[serde(default = "defaults::yes")]
+    pub create_slot: bool,
+    /// PostgreSQL 17+: create the slot as a failover slot (and make an
+    /// existing one so), which standbys with `sync_replication_slots` keep a
+    /// copy of, so that walrelay resumes on a promoted standby. Ignored
+    /// before 17.
+    #[serde(default = "defaults::yes")]
+    pub failover_slot: bool,
+    /// Create the publication (for the outbox tables) at start if it does not exist.
+    #[serde(default = "defaults::yes")]
+    pub create_publication: bool,
+    /// Time allowed to establish a connection, including authentication.
+    #[serde(
+        default = "defaults::connect_timeout",
+        deserialize_with = "units::duration"
+    )]
+    pub connect_timeout: Duration,
+    /// How often to send standby status updates; the effective interval is
+    /// `min(status_interval, wal_sender_timeout / 2)`.
+    #[serde(
+        default = "defaults::status_interval",
+        deserialize_with = "units::duration"
+    )]
+    pub status_interval: Duration,
+    /// Largest single replication message accepted, in bytes.
+    #[serde(
+        default = "defaults::max_message_size",
+        deserialize_with = "units::byte_size"
+    )]
+    pub max_message_size: u64,
+    /// First delay before reconnecting after a transient error; doubles per attempt.
+    #[serde(
+        default = "defaults::reconnect_backoff_initial",
+        deserialize_with = "units::duration"
+    )]
+    pub reconnect_backoff_initial: Duration,
+    /// Upper bound for the reconnect delay.
+    #[serde(
+        default = "defaults::reconnect_backoff_max",
+        deserialize_with = "units::duration"
+    )]
+    pub reconnect_backoff_max: Duration,
+    /// TLS, with libpq's `sslmode` meanings (see `pg::tls`).
+    #[serde(default)]
+    pub sslmode: SslMode,
+    /// PEM file of CA certificates for `verify-ca` / `verify-full`; the
+    /// system trust store when unset.
+    #[serde(default)]
+    pub sslrootcert: Option<PathBuf>,
+    /// PEM file with the client certificate (and any intermediates) to
+    /// present, for `cert` authentication or `clientcert=verify-*` in
+    /// `pg_hba.conf`. Requires `sslkey`.
+    #[serde(default)]
+    pub sslcert: Option<PathBuf>,
+    /// PEM file with the private key of `sslcert`; requires `sslcert`.
+    #[serde(default)]
+    pub sslkey: Option<PathBuf>,
+    /// Password of an encrypted `sslkey`. Never printed.
+    #[serde(default, deserialize_with = "units::secret")]
+    pub sslpassword: Option<SecretString>,
+}
+
+/// `postgres.sslmode`: libpq's `sslmode` names and meanings (the table in
+/// `pg::tls`, which acts on them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SslMode {
+    Disable,
+    #[default]
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl SslMode {
+    /// The name as written in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
+
+    /// Whether a server that declines TLS is acceptable.
+    pub fn allows_plaintext(self) -> bool {
+        matches!(self, SslMode::Disable | SslMode::Prefer)
+    }
+
+    /// Whether the server's certificate chain is verified.
+    pub fn verifies_certificate(self) -> bool {
+        matches!(self, SslMode::VerifyCa | SslMode::VerifyFull)
+    }
+
+    /// Whether the certificate must name the host we connect to.
+    pub fn verifies_host_name(self) -> bool {
+        self == SslMode::VerifyFull
+    }
+}
