@@ -10,4 +10,5 @@
 pub mod check;
 pub(crate) mod probe;
 pub mod republish;
+pub mod snapshot;
 pub mod status;

@@ -17,7 +17,7 @@ use crate::pg::catalog::CatalogError;
 use crate::pg::wire::WireError;
 use crate::pgoutput::DecodeError;
 use crate::router::RouteError;
-use crate::sink::kafka::{SinkError, SinkErrorKind};
+use crate::sink::error::{SinkError, SinkErrorKind};
 use crate::source::SourceError;
 use crate::startup::CheckError;
 

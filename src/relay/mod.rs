@@ -61,11 +61,7 @@ use crate::checkpoint::TxnId;
 use crate::sink::kafka::KafkaSink;
 use crate::telemetry;
 
-pub use signal::{SIGNAL_PREFIX, cancel_snapshot, request_snapshot, signal_json};
-// Shims: the translators live beside their clients now; these keep the
-// relay's own files (and config's tests) compiling unchanged.
-pub use crate::pg::params::connect_params;
-pub use crate::sink::properties::{producer_properties, transactional_id};
+pub use signal::{SIGNAL_PREFIX, signal_json, stop_signal_json};
 pub use error::{ErrorAbout, ErrorClass, RelayError};
 pub(crate) use error::{explain_stream_error, stopped_by_signal};
 pub use supervisor::{RunOptions, run};

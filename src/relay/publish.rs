@@ -105,7 +105,7 @@ pub(super) enum Counted {
 /// How [`Publisher::send_one`] failed.
 enum Sent {
     /// The producer refused the record when handed it.
-    Refused(crate::sink::kafka::SinkError),
+    Refused(crate::sink::error::SinkError),
     Error(RelayError),
 }
 
@@ -456,7 +456,7 @@ impl Publisher {
         let transient_kafka = matches!(
             &e,
             RelayError::Delivery { error, .. } | RelayError::Sink(error)
-                if error.kind == crate::sink::kafka::SinkErrorKind::Transient
+                if error.kind == crate::sink::error::SinkErrorKind::Transient
         );
         if !transient_kafka {
             return e;

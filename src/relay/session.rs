@@ -12,14 +12,17 @@ use tokio_util::sync::CancellationToken;
 use super::offset_writer::{OffsetWriter, TransactionLimits};
 use super::snapshot::SnapshotEnd;
 use super::streaming::{LoopEnd, Streaming};
-use super::{Ack, RelayError, Sink, connect_params, producer_properties};
+use super::{Ack, RelayError, Sink};
+use crate::pg::params::connect_params;
+use crate::sink::properties::{producer_properties, transactional_id};
 use crate::Lsn;
 use crate::config::{Config, SnapshotMode};
 use crate::offsets::{self, OffsetStore, SnapshotProgress, SnapshotState, StoredOffset};
 use crate::pg::catalog;
 use crate::pg::replication::ReplicationClient;
 use crate::router::Router;
-use crate::sink::kafka::{ProbeError, SinkErrorKind, probe_cluster};
+use crate::sink::error::SinkErrorKind;
+use crate::sink::probe::{ProbeError, probe_cluster};
 use crate::source::{SnapshotTable, Source, slot};
 use crate::startup::{self, SlotPlan};
 use crate::task::AbortOnDrop;
@@ -290,7 +293,7 @@ impl Session {
                 .await
                 .map_err(RelayError::Sink)?;
             tracing::info!(
-                transactional_id = %super::transactional_id(&config),
+                transactional_id = %transactional_id(&config),
                 "exactly_once: transactional producer ready (any earlier producer of this connector is fenced)"
             );
         }

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use super::{RelayError, STALL_WARNING};
 use crate::config::Config;
-use crate::sink::kafka::SinkError;
+use crate::sink::error::SinkError;
 use crate::telemetry::Metrics;
 
 /// How long the freeze clock's thread sleeps at a time.
@@ -225,9 +225,9 @@ impl KafkaWatch {
             return Ok(());
         }
         self.last_probe = Instant::now();
-        let properties = super::producer_properties(config);
+        let properties = crate::sink::properties::producer_properties(config);
         let answers = tokio::task::spawn_blocking(move || {
-            crate::sink::kafka::cluster_answers(&properties, PROBE_TIMEOUT)
+            crate::sink::probe::cluster_answers(&properties, PROBE_TIMEOUT)
         })
         .await
         .unwrap_or(false);

@@ -76,10 +76,8 @@ use tokio::sync::mpsc;
 use crate::router::Record;
 use crate::telemetry::outage::OutageLog;
 
-pub use super::error::{SinkError, SinkErrorKind, security_failure};
+use super::error::{SinkError, SinkErrorKind, security_failure};
 use super::properties::PropertyError;
-// Shims for the relay's files: the probes are `sink::probe`'s now.
-pub use super::probe::{ProbeError, cluster_answers, probe_cluster};
 
 /// A delivery report, carrying back the caller's token for the record.
 #[derive(Debug)]

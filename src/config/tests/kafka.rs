@@ -133,7 +133,7 @@ fn exactly_once_and_its_transaction_bounds() {
     assert_eq!(kafka.transaction_max_bytes, 1 << 20);
     assert_eq!(kafka.transaction_max_time, Duration::from_millis(250));
     assert_eq!(kafka.transaction_timeout, Duration::from_secs(900));
-    let properties = crate::relay::producer_properties(&config);
+    let properties = crate::sink::properties::producer_properties(&config);
     let get = |k: &str| {
         properties
             .iter()
@@ -144,7 +144,7 @@ fn exactly_once_and_its_transaction_bounds() {
     assert_eq!(get("transactional.id"), Some("walrelay-orders"));
     assert_eq!(get("transaction.timeout.ms"), Some("900000"));
     assert_eq!(get("message.timeout.ms"), Some("900000"));
-    let at_least_once = crate::relay::producer_properties(&load(MINIMAL).unwrap());
+    let at_least_once = crate::sink::properties::producer_properties(&load(MINIMAL).unwrap());
     assert!(!at_least_once.iter().any(|(k, _)| k == "transactional.id"));
 
     for (keys, expected) in [

@@ -222,7 +222,7 @@ fn postgres_host_lists_are_split_and_checked() {
         "[postgres]\nhost = \"db-a,db-b:5433,[::1]:5434\"\nport = 5432\n",
     ))
     .unwrap();
-    let params = crate::relay::connect_params(&config);
+    let params = crate::pg::params::connect_params(&config);
     assert!(params.is_host_list());
     let targets: Vec<(String, u16)> = params
         .targets()

@@ -51,7 +51,7 @@ fn publisher(publish: bool) -> (Publisher, UnboundedReceiver<Ack>) {
         "Kafka",
         Duration::ZERO,
     ));
-    let (sink, acks) = Sink::new(&crate::relay::producer_properties(&config), outage).unwrap();
+    let (sink, acks) = Sink::new(&crate::sink::properties::producer_properties(&config), outage).unwrap();
     let router = crate::router::Router::new(&config.outbox);
     let template = crate::offsets::StoredOffset {
         connector: "orders".into(),

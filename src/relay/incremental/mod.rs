@@ -209,7 +209,7 @@ impl Incremental {
 pub(super) fn start(publisher: &Publisher, source: &mut Source, plan: IncrementalPlan) {
     let config = publisher.config();
     source.start_incremental(
-        &super::connect_params(config),
+        &crate::pg::params::connect_params(config),
         &config.postgres.publication,
         &config.connector.name,
         plan,

@@ -74,7 +74,7 @@ impl Specs {
     /// one; the chunk reader checks it against the table and pages by a
     /// unique key of the table instead when it is not one
     /// ([`crate::pg::snapshot::SnapshotReader::chunk_key`]).
-    pub(in crate::relay) fn chunk_table(
+    pub(crate) fn chunk_table(
         &self,
         table: &str,
         filter: Option<String>,

@@ -69,7 +69,7 @@ fn writer() -> (
         "Kafka",
         Duration::ZERO,
     ));
-    let (sink, acks) = Sink::new(&super::super::producer_properties(&config), outage).unwrap();
+    let (sink, acks) = Sink::new(&crate::sink::properties::producer_properties(&config), outage).unwrap();
     let template = StoredOffset {
         connector: "orders".into(),
         system_id: "1".into(),
@@ -121,7 +121,7 @@ async fn a_failed_write_reports_nothing() {
 /// failure of it, or a report of anything else, is an error.
 #[tokio::test]
 async fn store_waits_for_its_own_acknowledgement() {
-    use crate::sink::kafka::SinkError;
+    use crate::sink::error::SinkError;
     let (mut w, sink, _acks, config, metrics) = writer();
     let (tx, mut acks) = mpsc::unbounded_channel();
     tx.send(Ack::Delivered(Token::Offset { lsn: Lsn(300) }))
