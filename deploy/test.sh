@@ -98,6 +98,9 @@ deploy/dev/prereqs.sh
 log "alert rules: promtool check and rule unit tests"
 deploy/prometheus/check.sh
 
+log "import graph: no circle, no arrow back up, nothing a folder must never import (deploy/dev/import_graph.py)"
+deploy/dev/import_graph.py --check --top 5
+
 log "building (first build compiles librdkafka: a few minutes)"
 build_start=$SECONDS
 cargo build --locked --all-targets

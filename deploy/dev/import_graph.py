@@ -2,7 +2,12 @@
 """The import graph of src/ (docs/development.md, "Where things are").
 
 Files are rooms, `crate::`/`super::`/`self::` paths between them are arrows
-(every path in the code, not only `use` lines). Test code is left out:
+(every path in the code, not only `use` lines), and so are plain paths
+through a module's own submodules (`child::x`, `use child::X`). An arrow
+from a module to one of its own submodules is *containment* (the parent
+declares the child and is made of it): counted with the arrows, but not
+followed when looking for circles — a module split into files by size is
+one responsibility. Every other arrow is. Test code is left out:
 files named `tests.rs`, `*_tests.rs`, `proptests.rs`, files under a
 `tests/` folder of src, and `#[cfg(test)]` items.
 
@@ -11,8 +16,9 @@ is one room), the import circles (strongly connected components of more than
 one room), arrows running back up (from a module to one on a higher floor of
 LAYERS below), and the largest files by lines of code (not blank, not
 comments, not test code). `--dot` prints the graph for Graphviz instead;
-`--check` exits 1 on any circle not listed in KEPT_CIRCLES or any arrow back
-up (deploy/test.sh runs it).
+`--check` exits 1 on any circle not listed in KEPT_CIRCLES, any arrow back
+up, any arrow NEVER forbids, or a file above MAX_LINES lines of code
+(deploy/test.sh runs it).
 
     deploy/dev/import_graph.py [--top N] [--dot] [--check] [SRC]
 """
@@ -33,6 +39,36 @@ LAYERS = [
     ["commands"],
     ["lib", "main"],
 ]
+
+# A file above this many lines of code (test code and comments left out)
+# fails --check: time to split it by responsibility (aim: under ~700).
+MAX_LINES = 800
+
+# What each folder must never import (docs/development.md, "Where things
+# are"): room prefix -> forbidden room prefixes.
+NEVER = {
+    "lsn": ["config", "pg", "pgoutput", "source", "router", "sink", "checkpoint",
+            "offsets", "telemetry", "startup", "relay", "inbox", "commands"],
+    "config": ["pg", "pgoutput", "source", "router", "sink", "checkpoint", "offsets",
+               "telemetry", "startup", "relay", "inbox", "commands"],
+    "pgoutput": ["pg", "source", "router", "sink", "offsets", "relay", "commands"],
+    "pg": ["source", "router", "sink", "offsets", "checkpoint", "relay", "inbox", "commands"],
+    "source": ["router", "sink", "offsets", "checkpoint", "relay", "inbox", "commands"],
+    "router": ["pg/wire", "pg/catalog", "pg/snapshot", "sink", "offsets",
+               "relay", "inbox", "commands"],
+    "sink": ["pg", "pgoutput", "source", "checkpoint", "lsn", "offsets", "relay",
+             "inbox", "commands"],
+    "checkpoint": ["pg", "pgoutput", "source", "router", "sink", "offsets", "relay",
+                   "commands"],
+    "offsets": ["pg", "pgoutput", "source", "relay", "commands"],
+    "telemetry": ["pg", "source", "router", "sink", "offsets", "startup", "relay",
+                  "commands"],
+    "startup": ["sink", "relay", "inbox", "commands"],
+    "relay": ["inbox", "commands"],
+    "inbox": ["pg", "pgoutput", "source", "router", "sink", "checkpoint", "offsets",
+              "startup", "relay", "commands"],
+    "commands": ["main"],
+}
 
 # Circles kept on purpose (each named in docs/development.md with why), as
 # sorted tuples of room names.
@@ -263,6 +299,14 @@ def main():
                 paths.append(p)
         for m in PATH.finditer(code):
             paths.append(m.group(0))
+        # Plain paths through this module's own submodules.
+        children = re.findall(r"^\s*(?:pub(?:\([\w:]+\))?\s+)?mod\s+(\w+)\s*;", code, re.M)
+        for child in children:
+            for m in re.finditer(r"(?<![\w:])" + child + r"((?:::\w+)+)", code):
+                paths.append("self::" + child + m.group(1))
+            for m in re.finditer(r"\buse\s+(" + child + r"\b[^;]*);", code):
+                for p in expand_use(m.group(1)):
+                    paths.append("self::" + p)
         for p in paths:
             parts = [x for x in p.split("::") if x]
             if not parts or parts[0] not in ("crate", "super", "self", "walrelay"):
@@ -286,9 +330,22 @@ def main():
         print("}")
         return 0
     # Strongly connected components (Tarjan).
+    def module_key(rel):
+        return ("<main>",) if rel == "main.rs" else tuple(module_of(rel))
+
+    def contains(a, b):
+        """Whether room b is a submodule (at any depth) of room a."""
+        ka, kb = module_key(a), module_key(b)
+        return len(kb) > len(ka) and kb[: len(ka)] == ka and rel_is_module(a)
+
+    def rel_is_module(rel):
+        return rel != "main.rs"
+
+    containment = {(a, b) for a, b in edges if contains(a, b)}
     graph = {r: [] for r in rooms}
     for a, b in edges:
-        graph[a].append(b)
+        if (a, b) not in containment:
+            graph[a].append(b)
     index, low, stack, on, sccs = {}, {}, [], set(), []
     counter = [0]
 
@@ -319,7 +376,11 @@ def main():
             strong(r)
     comp_of = {r: i for i, c in enumerate(sccs) for r in c}
     # Floors: longest path in the condensation.
-    cedges = {(comp_of[a], comp_of[b]) for a, b in edges if comp_of[a] != comp_of[b]}
+    cedges = {
+        (comp_of[a], comp_of[b])
+        for a, b in edges
+        if comp_of[a] != comp_of[b] and (a, b) not in containment
+    }
     floor = {}
 
     def height(c):
@@ -343,20 +404,35 @@ def main():
         for a, b in edges
         if layer(a) is not None and layer(b) is not None and layer(b) > layer(a)
     )
-    print(f"rooms {len(rooms)}, arrows {len(edges)}, floors {floors}, "
-          f"circles {len(circles)}, arrows back up {len(back_up)}")
+    def never(a, b):
+        na, nb = names[a], names[b]
+        for prefix, forbidden in NEVER.items():
+            if na == prefix or na.startswith(prefix + "/"):
+                if any(nb == f or nb.startswith(f + "/") for f in forbidden):
+                    return True
+        return False
+
+    forbidden = sorted((a, b) for a, b in edges if never(a, b))
+    print(f"rooms {len(rooms)}, arrows {len(edges)} ({len(containment)} of them a module "
+          f"to its own submodule), floors {floors}, circles {len(circles)}, "
+          f"arrows back up {len(back_up)}, forbidden arrows {len(forbidden)}")
     unkept = [c for c in circles if tuple(names[r] for r in c) not in KEPT_CIRCLES]
     for c in circles:
         kept = "" if c in unkept else " (kept)"
         print(f"  circle{kept}: " + " <-> ".join(names[r] for r in c))
     for a, b in back_up:
         print(f"  back up: {names[a]} -> {names[b]}")
+    for a, b in forbidden:
+        print(f"  forbidden: {names[a]} -> {names[b]}")
     over = sorted(((n, r) for r, n in loc.items()), reverse=True)
     print(f"largest files (lines of code, test code left out):")
     for n, r in over[:top]:
         print(f"  {n:5d} {r}")
     print(f"files above 700 lines of code: {sum(1 for n, _ in over if n > 700)}")
-    if check and (unkept or back_up):
+    too_big = [r for n, r in over if n > MAX_LINES]
+    for r in too_big:
+        print(f"  above {MAX_LINES} lines of code: {r}")
+    if check and (unkept or back_up or forbidden or too_big):
         return 1
     return 0
 
