@@ -2,7 +2,7 @@
 //!
 //! Invariant: **check == run.** Every condition under which `run` refuses to
 //! start is one function here. `run` (`relay::session`) calls it and stops
-//! with its error; `check` (`preflight`) calls the same function and prints
+//! with its error; `check` (`commands::check`) calls the same function and prints
 //! the same words as a FAIL line. So `check` fails exactly when `run` would
 //! refuse, and says it the same way.
 //!

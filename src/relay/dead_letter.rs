@@ -3,7 +3,7 @@
 //!
 //! A dead-letter record takes the failed change's place in the stream: it
 //! is published at the change's position, in its transaction, through the
-//! one send path every record takes ([`Streaming::publish`]), so the
+//! one send path every record takes ([`Publisher::publish`]), so the
 //! checkpoint confirms past the change only once Kafka acknowledged the
 //! dead-letter record, `exactly_once` puts it in the same Kafka
 //! transaction, and a restart re-sends the same record (every header is
@@ -25,7 +25,7 @@
 //!   are a fixed reason and a table name (at most [`MAX_TABLE_LABELS`]
 //!   names, then `other`). The row's bytes go only to Kafka.
 //!
-//! [`Streaming::publish`]: super::streaming::Streaming::publish
+//! [`Publisher::publish`]: super::publish::Publisher::publish
 
 use std::collections::HashSet;
 use std::sync::Arc;
