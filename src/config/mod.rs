@@ -11,7 +11,7 @@
 //! - The producer settings walrelay's guarantees rest on (`acks=all`,
 //!   `enable.idempotence=true`, `partitioner=murmur2_random`) cannot be
 //!   weakened through `[kafka.librdkafka]`: validation rejects such properties
-//!   and [`KafkaConfig::producer_properties`] never emits them.
+//!   and the producer's properties (`sink::properties`) never emits them.
 //! - Secrets (`postgres.password`, `postgres.sslpassword`, librdkafka properties such as
 //!   `sasl.password`) never appear in `Debug` output or error messages.
 //!   librdkafka property names must be spelt as librdkafka spells them

@@ -1,7 +1,7 @@
 //! The raw `[kafka.librdkafka]` properties walrelay refuses, and why.
 //!
 //! Both validation (which reports a refused property as a problem) and
-//! [`super::KafkaConfig::producer_properties`] (which leaves one out of a
+//! `crate::sink::properties` (which leaves one out of a
 //! hand-built, unvalidated config) ask the same functions here, so the two
 //! cannot disagree. This module depends on no other part of the schema.
 //!

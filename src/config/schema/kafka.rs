@@ -11,11 +11,10 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 use serde::Deserialize;
 
 use super::defaults;
-use crate::config::producer;
 use crate::config::units;
 
 /// `[kafka] delivery`: what a consumer sees after a restart.
@@ -272,39 +271,6 @@ pub struct KafkaConfig {
 }
 
 impl KafkaConfig {
-    /// The complete librdkafka producer configuration: the brokers, the
-    /// settings walrelay's guarantees rest on (`acks=all`,
-    /// `enable.idempotence=true`, `partitioner=murmur2_random`), compression
-    /// and linger, `max.in.flight=1` (a default the raw map may raise to 5:
-    /// see `sink::kafka` on implicit acks), then the raw `[kafka.librdkafka]`
-    /// map.
-    ///
-    /// Validation rejects raw properties that contradict the fixed ones; as a
-    /// second line of defence, any that slip through (a hand-built, unvalidated
-    /// config) are left out rather than allowed to override them.
-    pub fn producer_properties(&self) -> Vec<(String, String)> {
-        let fixed = [
-            ("bootstrap.servers", self.bootstrap_servers()),
-            ("acks", "all".to_owned()),
-            ("enable.idempotence", "true".to_owned()),
-            ("partitioner", "murmur2_random".to_owned()),
-            ("compression.type", self.compression.as_str().to_owned()),
-            ("linger.ms", millis(self.linger)),
-            ("max.in.flight", "1".to_owned()),
-        ];
-        fixed
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .chain(self.security_properties())
-            .chain(
-                self.librdkafka
-                    .iter()
-                    .filter(|(k, v)| producer::librdkafka_property(k, v).is_ok())
-                    .map(|(k, v)| (k.clone(), v.clone())),
-            )
-            .collect()
-    }
-
     /// The linger while walrelay is behind: `linger_while_behind`, or the
     /// larger of `linger` and 20 ms.
     pub fn linger_while_behind(&self) -> Duration {
@@ -320,51 +286,6 @@ impl KafkaConfig {
         let behind = self.linger_while_behind();
         (behind > self.linger && self.delivery != crate::config::Delivery::ExactlyOnce)
             .then(|| millis(behind))
-    }
-
-    /// The librdkafka properties of the typed security keys (only those
-    /// that are set). Host-name verification is emitted whenever
-    /// `security_protocol` uses TLS: on unless `ssl_verify_hostname = false`.
-    pub fn security_properties(&self) -> Vec<(String, String)> {
-        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
-        let secret = |s: &Option<SecretString>| s.as_ref().map(|s| s.expose_secret().to_owned());
-        let verify = match (self.ssl_verify_hostname, self.security_protocol) {
-            (Some(v), _) => Some(v),
-            (None, Some(p)) if p.uses_tls() => Some(true),
-            (None, _) => None,
-        };
-        [
-            (
-                "security.protocol",
-                self.security_protocol.map(|p| p.as_str().to_owned()),
-            ),
-            (
-                "sasl.mechanisms",
-                self.sasl_mechanism.map(|m| m.as_str().to_owned()),
-            ),
-            ("sasl.username", self.sasl_username.clone()),
-            ("sasl.password", secret(&self.sasl_password)),
-            ("ssl.ca.location", path(&self.ssl_ca)),
-            ("ssl.certificate.location", path(&self.ssl_certificate)),
-            ("ssl.key.location", path(&self.ssl_key)),
-            ("ssl.key.password", secret(&self.ssl_key_password)),
-            (
-                "ssl.endpoint.identification.algorithm",
-                verify.map(|v| if v { "https" } else { "none" }.to_owned()),
-            ),
-        ]
-        .into_iter()
-        .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v)))
-        .collect()
-    }
-
-    /// The configuration key behind librdkafka property `property` when a
-    /// typed key sets it (for errors about the property).
-    pub fn typed_key_of(property: &str) -> Option<&'static str> {
-        SECURITY_KEYS
-            .iter()
-            .find(|(_, props)| props.contains(&property))
-            .map(|(key, _)| *key)
     }
 
     /// `brokers` with whitespace around each entry removed.

@@ -235,7 +235,7 @@ fn security_protocol_is_read_in_any_case() {
         )))
         .unwrap_or_else(|e| panic!("{written}: {e}"));
         assert_eq!(config.kafka.security_protocol, Some(protocol), "{written}");
-        let props: HashMap<_, _> = config.kafka.producer_properties().into_iter().collect();
+        let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config).into_iter().collect();
         assert_eq!(props["security.protocol"], protocol.as_str());
     }
     let error = load_err(&kafka_with("security_protocol = \"SASL-SSL\""));
@@ -255,7 +255,7 @@ fn typed_sasl_ssl_settings_become_librdkafka_properties() {
         existing_file()
     )))
     .unwrap();
-    let props: HashMap<_, _> = config.kafka.producer_properties().into_iter().collect();
+    let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config).into_iter().collect();
     assert_eq!(props["security.protocol"], "sasl_ssl");
     assert_eq!(props["sasl.mechanisms"], "SCRAM-SHA-512");
     assert_eq!(props["sasl.username"], "walrelay");
@@ -281,7 +281,7 @@ fn typed_mutual_tls_settings_become_librdkafka_properties() {
          ssl_verify_hostname = false",
     )))
     .unwrap();
-    let props: HashMap<_, _> = config.kafka.producer_properties().into_iter().collect();
+    let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config).into_iter().collect();
     assert_eq!(props["security.protocol"], "ssl");
     assert_eq!(props["ssl.certificate.location"], file);
     assert_eq!(props["ssl.key.location"], key);
@@ -296,7 +296,7 @@ fn typed_mutual_tls_settings_become_librdkafka_properties() {
 /// librdkafka's defaults) decides, as before the typed keys existed.
 #[test]
 fn no_typed_security_keys_emit_no_security_properties() {
-    let props = load(MINIMAL).unwrap().kafka.producer_properties();
+    let props = crate::sink::properties::producer_properties(&load(MINIMAL).unwrap());
     assert!(
         !props.iter().any(|(k, _)| k.starts_with("ssl.")
             || k.starts_with("sasl.")
@@ -464,7 +464,7 @@ fn kafka_secrets_come_from_files_too() {
         password.display()
     )))
     .unwrap();
-    let props: HashMap<_, _> = config.kafka.producer_properties().into_iter().collect();
+    let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config).into_iter().collect();
     assert_eq!(props["sasl.password"], "from-a-file-Zq9");
     let file = existing_file();
     let key = private_file("filekey");
@@ -474,7 +474,7 @@ fn kafka_secrets_come_from_files_too() {
         key_password.display()
     )))
     .unwrap();
-    let props: HashMap<_, _> = config.kafka.producer_properties().into_iter().collect();
+    let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config).into_iter().collect();
     assert_eq!(props["ssl.key.password"], "key-from-a-file");
     let error = load_err(&kafka_with(&format!(
         "security_protocol = \"sasl_ssl\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n\

@@ -3,39 +3,14 @@
 
 use super::*;
 
-#[test]
-fn producer_properties_put_guarantees_first_and_raw_map_last() {
-    let config = load(&minimal_with(
-        "[kafka.librdkafka]\n\"batch.num.messages\" = 10000\n\"enable.gapless.guarantee\" = false\nacks = \"all\"",
-    ))
-    .unwrap();
-    let props = config.kafka.producer_properties();
-    let pairs: Vec<(&str, &str)> = props.iter().map(|(k, v)| (&**k, &**v)).collect();
-    assert_eq!(
-        pairs,
-        [
-            ("bootstrap.servers", "127.0.0.1:9092"),
-            ("acks", "all"),
-            ("enable.idempotence", "true"),
-            ("partitioner", "murmur2_random"),
-            ("compression.type", "lz4"),
-            ("linger.ms", "5"),
-            ("max.in.flight", "1"),
-            ("acks", "all"),
-            ("batch.num.messages", "10000"),
-            ("enable.gapless.guarantee", "false"),
-        ]
-    );
-}
-
 /// One request in flight per broker by default (see `sink::kafka` on
 /// implicit acks); the raw map may raise it within what keeps idempotence.
 #[test]
 fn max_in_flight_defaults_to_one_and_may_be_raised_to_five() {
-    let props = load(MINIMAL).unwrap().kafka.producer_properties();
+    let props = crate::sink::properties::producer_properties(&load(MINIMAL).unwrap());
     assert!(props.iter().any(|(k, v)| k == "max.in.flight" && v == "1"));
     let config = load(&minimal_with("[kafka.librdkafka]\n\"max.in.flight\" = 5")).unwrap();
-    let props = config.kafka.producer_properties();
+    let props = crate::sink::properties::producer_properties(&config);
     assert_eq!(
         props.iter().rev().find(|(k, _)| k == "max.in.flight"),
         Some(&("max.in.flight".to_owned(), "5".to_owned())),
@@ -53,12 +28,12 @@ fn producer_properties_format_brokers_compression_and_fractional_linger() {
     config.kafka.brokers = " a:1 , b:2 ".into();
     config.kafka.compression = Compression::Zstd;
     config.kafka.linger = Duration::from_micros(1_250);
-    let props: HashMap<_, _> = config.kafka.producer_properties().into_iter().collect();
+    let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config).into_iter().collect();
     assert_eq!(props["bootstrap.servers"], "a:1,b:2");
     assert_eq!(props["compression.type"], "zstd");
     assert_eq!(props["linger.ms"], "1.25");
     config.kafka.linger = Duration::ZERO;
-    let props: HashMap<_, _> = config.kafka.producer_properties().into_iter().collect();
+    let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config).into_iter().collect();
     assert_eq!(props["linger.ms"], "0");
 }
 
@@ -74,7 +49,7 @@ fn producer_properties_never_emit_a_weakening_property_even_unvalidated() {
         .kafka
         .librdkafka
         .insert("client.id".into(), "x".into());
-    let props = config.kafka.producer_properties();
+    let props = crate::sink::properties::producer_properties(&config);
     assert!(!props.iter().any(|(k, v)| k == "acks" && v == "1"));
     assert!(!props.iter().any(|(k, v)| k == "linger.ms" && v == "100"));
     assert!(props.iter().any(|(k, _)| k == "client.id"));
