@@ -20,7 +20,9 @@ comments, not test code). `--dot` prints the graph for Graphviz instead;
 up, any arrow NEVER forbids, or a file above MAX_LINES lines of code
 (deploy/test.sh runs it).
 
-    deploy/dev/import_graph.py [--top N] [--dot] [--check] [SRC]
+`--folders` prints the same for one room per top-level module.
+
+    deploy/dev/import_graph.py [--top N] [--dot] [--check] [--folders] [SRC]
 """
 
 import os
@@ -322,6 +324,45 @@ def main():
             trel = modules[target]
             if trel != rel and trel != "lib.rs":
                 edges.add((rel, trel))
+    if "--folders" in args:
+        # One room per top-level module (`relay`, `config`, `lsn`, ...).
+        top_of = {rel: names[rel].split("/")[0] for rel in files}
+        fedges = {(top_of[a], top_of[b]) for a, b in edges if top_of[a] != top_of[b]}
+        frooms = sorted(set(top_of.values()))
+        fgraph = {r: [b for a, b in fedges if a == r] for r in frooms}
+        seen, order, comp = set(), [], {}
+
+        def visit(v):
+            seen.add(v)
+            for w in fgraph[v]:
+                if w not in seen:
+                    visit(w)
+            order.append(v)
+
+        for r in frooms:
+            if r not in seen:
+                visit(r)
+        rgraph = {r: [a for a, b in fedges if b == r] for r in frooms}
+        for v in reversed(order):
+            if v in comp:
+                continue
+            stack = [v]
+            comp[v] = v
+            while stack:
+                x = stack.pop()
+                for w in rgraph[x]:
+                    if w not in comp:
+                        comp[w] = v
+                        stack.append(w)
+        groups = {}
+        for r, c in comp.items():
+            groups.setdefault(c, []).append(r)
+        fcircles = [sorted(g) for g in groups.values() if len(g) > 1]
+        print(f"folders {len(frooms)}, arrows between them {len(fedges)}, "
+              f"circles {len(fcircles)}")
+        for c in fcircles:
+            print("  circle: " + " <-> ".join(c))
+        return 0
     rooms = sorted(files)
     if dot:
         print("digraph imports {")
