@@ -98,6 +98,9 @@ deploy/dev/prereqs.sh
 log "alert rules: promtool check and rule unit tests"
 deploy/prometheus/check.sh
 
+log "formatting: cargo fmt --check (run cargo fmt to fix)"
+cargo fmt --check
+
 log "import graph: no circle, no arrow back up, nothing a folder must never import (deploy/dev/import_graph.py)"
 deploy/dev/import_graph.py --check --top 5
 
@@ -106,6 +109,9 @@ build_start=$SECONDS
 cargo build --locked --all-targets
 log "built in $((SECONDS - build_start)) s"
 WALRELAY_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug/walrelay
+
+log "API docs: cargo doc with warnings as errors (a link to a moved or private item)"
+RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps --quiet
 
 log "deploy files: systemd-analyze, kubernetes-validate, hadolint"
 deploy/validate.sh "$WALRELAY_BIN"

@@ -460,7 +460,9 @@ fn main() -> ExitCode {
                 table,
                 cancel: true,
                 ..
-            } => match walrelay::commands::snapshot::cancel_snapshot(&config, table.as_deref()).await {
+            } => match walrelay::commands::snapshot::cancel_snapshot(&config, table.as_deref())
+                .await
+            {
                 Ok((id, lsn)) => {
                     say(&format!(
                         "asked for the incremental snapshot of {} to be given up (signal {id} at \
@@ -477,7 +479,13 @@ fn main() -> ExitCode {
             },
             Command::Snapshot { table, filter, .. } => {
                 let table = table.unwrap_or_default();
-                match walrelay::commands::snapshot::request_snapshot(&config, &table, filter.as_deref()).await {
+                match walrelay::commands::snapshot::request_snapshot(
+                    &config,
+                    &table,
+                    filter.as_deref(),
+                )
+                .await
+                {
                     Ok((id, lsn)) => {
                         say(&format!(
                             "requested incremental snapshot {id} of {table} (signal at {lsn}); the \

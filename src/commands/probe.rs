@@ -19,13 +19,13 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::offsets::{self, OffsetStore};
-use crate::pg::catalog;
+use crate::pg::catalog::{self, CatalogError};
 use crate::sink::probe::{ProbeError, ProbeReport, probe_cluster};
 
 /// Why Kafka or the offset store could not be read: the words of `check`'s
 /// FAIL line, which `status` prints too.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct KafkaFailure {
+pub struct KafkaFailure {
     pub problem: String,
     pub fix: String,
 }
@@ -173,10 +173,8 @@ pub(crate) fn or_dash(v: Option<&str>) -> &str {
 pub(crate) async fn read_slot(
     client: &tokio_postgres::Client,
     slot: &str,
-) -> Result<Option<SlotStatus>, String> {
-    let version = catalog::server_version(client)
-        .await
-        .map_err(|e| e.to_string())?;
+) -> Result<Option<SlotStatus>, CatalogError> {
+    let version = catalog::server_version(client).await?;
     // invalidation_reason exists from PostgreSQL 17 on.
     let reason = if version >= 170_000 {
         "invalidation_reason::text"
@@ -194,7 +192,10 @@ pub(crate) async fn read_slot(
     let row = client
         .query_opt(&sql, &[&slot])
         .await
-        .map_err(|e| format!("reading pg_replication_slots: {}", catalog::describe(&e)))?;
+        .map_err(|source| CatalogError::Query {
+            context: "reading pg_replication_slots",
+            source,
+        })?;
     Ok(row.map(|r| SlotStatus {
         active_pid: r.get(0),
         confirmed_flush_lsn: r.get(1),

@@ -27,24 +27,26 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::Lsn;
 use crate::commands::probe::{
-    KafkaFailure, StoredRead, bytes, or_dash, reach_kafka, read_offset_store, read_slot,
+    StoredRead, bytes, or_dash, reach_kafka, read_offset_store, read_slot,
 };
 use crate::config::Config;
 use crate::offsets::{self, StartDecision};
-use crate::pg::catalog;
+use crate::pg::catalog::{self, CatalogError};
 use crate::pg::params::connect_params;
 use crate::pg::replication::ReplicationClient;
+use crate::pg::wire::WireError;
 use crate::sink::properties::producer_properties;
 use crate::source::lease::Peer;
 use crate::telemetry::unix_ms as now_ms;
 
-pub use crate::commands::probe::SlotStatus;
+pub use crate::commands::probe::{KafkaFailure, SlotStatus};
 
 /// How long an instance may take to answer `GET /healthz`.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(3);
@@ -129,8 +131,63 @@ impl FromStr for HealthUrl {
 }
 
 /// One part of the status: its readings, or why they could not be read.
-/// In JSON: the readings, or `{"error": "…"}`.
-pub type Part<T> = Result<T, String>;
+/// In JSON: the readings, or `{"error": "…"}` with the error's words.
+pub type Part<T> = Result<T, Unreadable>;
+
+/// Why a part of the status could not be read. Each variant keeps the
+/// error of the layer that failed (its `source`); the words printed are
+/// that error's, after the service it concerns where the error does not
+/// name it.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreadable {
+    /// No connection to PostgreSQL: every part read there says so (one
+    /// error, shared by the slot, the publication, the instances and the
+    /// server's identity).
+    #[error("PostgreSQL: {0}")]
+    Postgres(Arc<CatalogError>),
+    /// A catalog query on a server that was reached.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// The replication connection (`IDENTIFY_SYSTEM`, which the comparison
+    /// with the stored offset needs).
+    #[error(transparent)]
+    Replication(#[from] WireError),
+    /// The brokers, or the offset store on them.
+    #[error("Kafka: {}", .0.problem)]
+    Kafka(KafkaFailure),
+    /// The instance's `/healthz`.
+    #[error(transparent)]
+    Health(#[from] HealthError),
+}
+
+/// `GET /healthz` got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum HealthError {
+    #[error("no instance answers on {url}: {source}{}", local_hint(*.local))]
+    NoAnswer {
+        url: String,
+        source: std::io::Error,
+        /// Asked at the configuration's `[health] listen`, on this host.
+        local: bool,
+    },
+    #[error("no answer from {url} within {} s{}", .after.as_secs(), local_hint(*.local))]
+    Timeout {
+        url: String,
+        after: Duration,
+        local: bool,
+    },
+}
+
+/// What to do when the configuration's own `[health] listen` (asked on
+/// this host) does not answer.
+fn local_hint(local: bool) -> &'static str {
+    if local {
+        " ([health] listen, asked on this host; for an instance on another host: \
+         --health-url http://HOST:PORT, or --no-health)"
+    } else {
+        ""
+    }
+}
 
 fn part<T: Serialize, S: serde::Serializer>(p: &Part<T>, s: S) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeMap;
@@ -138,7 +195,7 @@ fn part<T: Serialize, S: serde::Serializer>(p: &Part<T>, s: S) -> Result<S::Ok, 
         Ok(v) => v.serialize(s),
         Err(e) => {
             let mut map = s.serialize_map(Some(1))?;
-            map.serialize_entry("error", e)?;
+            map.serialize_entry("error", &e.to_string())?;
             map.end()
         }
     }
@@ -258,26 +315,22 @@ pub async fn status(config: &Config, health: &HealthProbe) -> Status {
                     active: p.active,
                     standbys: p.standbys,
                 })
-                .map_err(|e| e.to_string());
-            let server = match ReplicationClient::connect(&params).await {
-                Ok(mut repl) => match repl.identify_system().await {
-                    Ok(s) => {
-                        let history = repl.timeline_history(s.timeline).await.ok().flatten();
-                        Ok((s.system_id, s.timeline, history))
-                    }
-                    Err(e) => Err(e.to_string()),
-                },
-                Err(e) => Err(e.to_string()),
-            };
-            (slot, publication, server, instances)
+                .map_err(Unreadable::from);
+            let server = identify(&params).await;
+            (
+                slot.map_err(Unreadable::from),
+                publication,
+                server,
+                instances,
+            )
         }
         Err(e) => {
-            let why = format!("PostgreSQL: {e}");
+            let why = Arc::new(e);
             (
-                Err(why.clone()),
-                Err(why.clone()),
-                Err(why.clone()),
-                Err(why),
+                Err(Unreadable::Postgres(why.clone())),
+                Err(Unreadable::Postgres(why.clone())),
+                Err(Unreadable::Postgres(why.clone())),
+                Err(Unreadable::Postgres(why)),
             )
         }
     };
@@ -317,31 +370,34 @@ pub async fn status(config: &Config, health: &HealthProbe) -> Status {
     status
 }
 
+/// The server's system id, timeline and that timeline's history (what
+/// the start decision compares the stored offset with).
+async fn identify(params: &crate::pg::wire::ConnectParams) -> Part<(String, u32, Option<String>)> {
+    let mut repl = ReplicationClient::connect(params).await?;
+    let s = repl.identify_system().await?;
+    let history = repl.timeline_history(s.timeline).await.ok().flatten();
+    Ok((s.system_id, s.timeline, history))
+}
+
 /// The stored offset, read as `check` reads it: the brokers first, so that
 /// refused connections are said at once.
 async fn read_stored(config: &Config) -> Part<Option<offsets::StoredOffset>> {
     let props = producer_properties(config);
-    let kafka = |f: KafkaFailure| format!("Kafka: {}", f.problem);
-    reach_kafka(&props).await.map_err(kafka)?;
+    reach_kafka(&props).await.map_err(Unreadable::Kafka)?;
     read_offset_store(config, &props)
         .await
         .map(StoredRead::into_offset)
-        .map_err(kafka)
+        .map_err(Unreadable::Kafka)
 }
 
 async fn read_publication(
     client: &tokio_postgres::Client,
     name: &str,
 ) -> Part<Option<PublicationStatus>> {
-    let Some(publication) = catalog::publication(client, name)
-        .await
-        .map_err(|e| e.to_string())?
-    else {
+    let Some(publication) = catalog::publication(client, name).await? else {
         return Ok(None);
     };
-    let tables = catalog::published_tables(client, name)
-        .await
-        .map_err(|e| e.to_string())?;
+    let tables = catalog::published_tables(client, name).await?;
     Ok(Some(PublicationStatus {
         name: name.to_owned(),
         all_tables: publication.all_tables,
@@ -432,24 +488,23 @@ async fn healthz(url: &HealthUrl, local: bool) -> Part<InstanceStatus> {
         stream.take(64 * 1024).read_to_end(&mut answer).await?;
         Ok::<_, std::io::Error>(String::from_utf8_lossy(&answer).into_owned())
     };
-    let explain = |e: String| {
-        if local {
-            format!(
-                "{e} ([health] listen, asked on this host; for an instance on another host: \
-                 --health-url http://HOST:PORT, or --no-health)"
-            )
-        } else {
-            e
-        }
-    };
     let answer = match tokio::time::timeout(HEALTH_TIMEOUT, exchange).await {
         Ok(Ok(answer)) => answer,
-        Ok(Err(e)) => return Err(explain(format!("no instance answers on {url}: {e}"))),
+        Ok(Err(source)) => {
+            return Err(HealthError::NoAnswer {
+                url: url.to_string(),
+                source,
+                local,
+            }
+            .into());
+        }
         Err(_) => {
-            return Err(explain(format!(
-                "no answer from {url} within {} s",
-                HEALTH_TIMEOUT.as_secs()
-            )));
+            return Err(HealthError::Timeout {
+                url: url.to_string(),
+                after: HEALTH_TIMEOUT,
+                local,
+            }
+            .into());
         }
     };
     let healthy = answer

@@ -232,7 +232,7 @@ pub fn shorten(text: &str, max: usize) -> String {
 }
 
 /// A value quoted for a message (`"abc"`, escapes as in Rust), cut to its
-/// first [`MAX_VALUE_CHARS`] characters with "… (N bytes)" when longer.
+/// first `MAX_VALUE_CHARS` characters with "… (N bytes)" when longer.
 /// Use it for every value a message repeats (never for a secret).
 pub fn quoted(value: &str) -> String {
     match value.char_indices().nth(MAX_VALUE_CHARS) {

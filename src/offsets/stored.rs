@@ -20,7 +20,7 @@ pub struct StoredOffset {
     pub timeline: u32,
     pub slot: String,
     /// Confirmed position, stored as `X/YYYYYYYY` text (what operators
-    /// compare by eye; [`lsn_text`]).
+    /// compare by eye; `lsn_text`).
     #[serde(with = "lsn_text")]
     pub lsn: Lsn,
     /// Unix milliseconds of the write.
@@ -191,6 +191,26 @@ pub enum SnapshotState {
 }
 
 impl StoredOffset {
+    /// An offset of connector `connector` on slot `s` of system
+    /// `system_id`, timeline 1, at `lsn`; every optional part absent.
+    #[cfg(test)]
+    pub(crate) fn for_tests(connector: &str, system_id: &str, lsn: Lsn) -> StoredOffset {
+        StoredOffset {
+            connector: connector.into(),
+            system_id: system_id.into(),
+            timeline: 1,
+            slot: "s".into(),
+            lsn,
+            written_at_ms: 0,
+            committed_at_ms: None,
+            snapshot: None,
+            accepted_gap: None,
+            incremental: None,
+            known_tables: Vec::new(),
+            term: None,
+        }
+    }
+
     /// Whether this offset says a snapshot was started and never completed.
     pub fn snapshot_interrupted(&self) -> bool {
         self.snapshot

@@ -15,7 +15,7 @@
 //! - **Rows as pgoutput sends them.** [`SnapshotReader::table_relation`]
 //!   lists the columns pgoutput publishes (attnum > 0, not dropped, not
 //!   generated) in attnum order with their type oids, typmods and replica
-//!   identity key flags, and [`SnapshotRows`] yields one [`TupleData`] per row
+//!   identity key flags, and [`SnapshotRows`] yields one [`TupleData`](crate::pgoutput::TupleData) per row
 //!   with one cell per such column: `Cell::Null` for NULL, otherwise
 //!   `Cell::Text` holding the type's text output — byte for byte what the
 //!   walsender sends, because both come from the same output functions under

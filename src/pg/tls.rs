@@ -26,7 +26,7 @@
 //!   cannot fix them); only I/O during the handshake is transient.
 //! - Both connections (replication on [`super::wire`], catalog on
 //!   tokio-postgres) verify alike and present the same client certificate:
-//!   one function ([`apply`]) sets verification and certificates on both
+//!   one function (`apply`) sets verification and certificates on both
 //!   contexts. The replication connection's ([`replication_context`]) is
 //!   rust-openssl's [`SslConnector`] context minus
 //!   `SSL_MODE_RELEASE_BUFFERS`: the walsender sends one TLS record per
@@ -105,7 +105,7 @@ pub fn connector(settings: &TlsSettings) -> Result<Option<SslConnector>, TlsErro
 /// The OpenSSL context of the replication connection, or `None` for
 /// `sslmode = disable`: what [`SslConnector::builder`] sets (options, modes,
 /// cipher list, the system's trust store) except `SSL_MODE_RELEASE_BUFFERS`,
-/// then [`apply`] as for [`connector`].
+/// then `apply` as for [`connector`].
 pub fn replication_context(settings: &TlsSettings) -> Result<Option<SslContext>, TlsError> {
     if settings.mode == SslMode::Disable {
         return Ok(None);

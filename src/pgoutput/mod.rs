@@ -210,6 +210,27 @@ impl Relation {
     pub fn column_index(&self, name: &str) -> Option<usize> {
         self.columns.iter().position(|c| c.name == name)
     }
+
+    /// `app."out""box"` (a name that needs quoting), replica identity
+    /// default, with `text` columns named `columns` and no key flags.
+    #[cfg(test)]
+    pub(crate) fn for_tests(columns: &[&str]) -> Relation {
+        Relation {
+            oid: 1,
+            namespace: "app".into(),
+            name: "out\"box".into(),
+            replica_identity: b'd',
+            columns: columns
+                .iter()
+                .map(|c| Column {
+                    flags: 0,
+                    name: (*c).to_owned(),
+                    type_oid: 25,
+                    type_modifier: -1,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// A table's `REPLICA IDENTITY`, which decides what old-row data updates and

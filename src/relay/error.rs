@@ -120,24 +120,48 @@ impl From<CheckError> for RelayError {
 /// publication it cannot find (`GetPublicationByName`).
 const UNDEFINED_OBJECT: &str = "42704";
 
+/// The objects an `undefined_object` error of the walsender may be about,
+/// as the catalog has them once the error arrived (the server's error has
+/// no field naming the object, and its message is not for matching).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ObjectsPresent {
+    pub publication: bool,
+    pub slot: bool,
+}
+
+/// Whether `e` is the walsender's `undefined_object` (42704): the one
+/// error [`explain_stream_error`] explains, once the catalog was read.
+pub(crate) fn is_undefined_object(e: &RelayError) -> bool {
+    matches!(e, RelayError::Wire(WireError::Server { error, .. }) if error.code == UNDEFINED_OBJECT)
+}
+
 /// Explains a walsender error that the slot's history causes: on PostgreSQL
 /// 14–17 a slot created before its publication fails every start with
-/// `publication "…" does not exist` (the walsender reads the publication as
-/// of each change). Other errors pass through unchanged.
-pub(crate) fn explain_stream_error(e: RelayError, publication: &str, slot: &str) -> RelayError {
+/// `undefined_object` (`publication "…" does not exist`) although the
+/// publication exists, because the walsender reads the publication as of
+/// each change. Told by the SQLSTATE and by `present` (the catalog read
+/// after the error: both the publication and the slot exist), never by the
+/// message's words. Any other error, or the same code while the
+/// publication or the slot is really missing, passes through unchanged.
+pub(crate) fn explain_stream_error(
+    e: RelayError,
+    present: ObjectsPresent,
+    publication: &str,
+    slot: &str,
+) -> RelayError {
+    if !is_undefined_object(&e) || !present.publication || !present.slot {
+        return e;
+    }
     let RelayError::Wire(WireError::Server { error, .. }) = &e else {
         return e;
     };
-    // undefined_object, and the publication named in the message (the
-    // server quotes the name as given, without escaping; no field of the
-    // error names the object).
-    let quoted = format!("publication \"{publication}\" does not exist");
-    if error.code != UNDEFINED_OBJECT || !error.message.contains(&quoted) {
-        return e;
-    }
     RelayError::Setup {
         what: format!(
-            "the walsender stopped with '{}' although the publication exists: the replication slot was created before the publication, and PostgreSQL 14–17 read the publication as of each change, so every start fails at the first change committed before the publication existed",
+            "the walsender stopped with '{}' (SQLSTATE {UNDEFINED_OBJECT}) although the \
+             publication {publication:?} and the slot exist: the replication slot was created \
+             before the publication, and PostgreSQL 14–17 read the publication as of each \
+             change, so every start fails at the first change committed before the publication \
+             existed",
             error.message
         ),
         fix: format!(

@@ -2,9 +2,9 @@
 //! restarts it (`supervisor`); why a session stops is `error`'s.
 //!
 //! Wiring only. Data moves one way: [`Source`](crate::source::Source) (replication stream, relation
-//! cache, transactions) → [`Router`] → [`KafkaSink`]. Acknowledgements move
+//! cache, transactions) → [`Router`](crate::router::Router) → [`KafkaSink`]. Acknowledgements move
 //! back: delivery reports return each record's [`Token`] on a channel and
-//! advance the [`Checkpoint`]; the
+//! advance the [`Checkpoint`](crate::checkpoint::Checkpoint); the
 //! checkpoint's confirmed position is written to the offset store, and only an
 //! *acknowledged* offset write is reported to PostgreSQL as the slot's flush
 //! position.
@@ -61,9 +61,9 @@ use crate::checkpoint::TxnId;
 use crate::sink::kafka::KafkaSink;
 use crate::telemetry;
 
-pub use signal::{SIGNAL_PREFIX, signal_json, stop_signal_json};
 pub use error::{ErrorAbout, ErrorClass, RelayError};
 pub(crate) use error::{explain_stream_error, stopped_by_signal};
+pub use signal::{SIGNAL_PREFIX, signal_json, stop_signal_json};
 pub use supervisor::{RunOptions, run};
 
 /// What a produced record stands for: handed to the sink with the record,
@@ -97,6 +97,21 @@ pub use crate::router::EventId;
 pub(crate) type Sink = KafkaSink<Token>;
 /// A delivery report for one [`Token`].
 pub(crate) type Ack = crate::sink::kafka::Ack<Token>;
+
+/// A producer built from `config` whose broker never answers (tests point
+/// `brokers` at a closed port): records stay in flight for as long as a
+/// test needs.
+#[cfg(test)]
+fn sink_for_tests(
+    config: &crate::config::Config,
+) -> (Sink, tokio::sync::mpsc::UnboundedReceiver<Ack>) {
+    let outage = std::sync::Arc::new(telemetry::outage::OutageLog::new("Kafka", Duration::ZERO));
+    Sink::new(
+        &crate::sink::properties::producer_properties(config),
+        outage,
+    )
+    .expect("a producer from a valid test configuration")
+}
 
 /// How long Kafka may leave records unacknowledged before we warn.
 const STALL_WARNING: Duration = telemetry::STALL;

@@ -13,16 +13,16 @@ use super::offset_writer::{OffsetWriter, TransactionLimits};
 use super::snapshot::SnapshotEnd;
 use super::streaming::{LoopEnd, Streaming};
 use super::{Ack, RelayError, Sink};
-use crate::pg::params::connect_params;
-use crate::sink::properties::{producer_properties, transactional_id};
 use crate::Lsn;
 use crate::config::{Config, SnapshotMode};
 use crate::offsets::{self, OffsetStore, SnapshotProgress, SnapshotState, StoredOffset};
 use crate::pg::catalog;
+use crate::pg::params::connect_params;
 use crate::pg::replication::ReplicationClient;
 use crate::router::Router;
 use crate::sink::error::SinkErrorKind;
 use crate::sink::probe::{ProbeError, probe_cluster};
+use crate::sink::properties::{producer_properties, transactional_id};
 use crate::source::{SnapshotTable, Source, slot};
 use crate::startup::{self, SlotPlan};
 use crate::task::AbortOnDrop;
@@ -131,12 +131,13 @@ impl Started {
                     consistent_point, ..
                 } => {
                     let catalog = catalog::connect(&connect_params(self.run.config())).await?;
-                    self.source
+                    if let Err(e) = self
+                        .source
                         .start_streaming(&catalog, &pg.slot, &pg.publication)
                         .await
-                        .map_err(|e| {
-                            super::explain_stream_error(e.into(), &pg.publication, &pg.slot)
-                        })?;
+                    {
+                        return Err(explained(self.run.config(), e.into()).await);
+                    }
                     tracing::info!(
                         slot = %pg.slot, publication = %pg.publication, lsn = %consistent_point,
                         "streaming"
@@ -214,11 +215,33 @@ impl Started {
                 ),
             }
         }
-        Err(super::explain_stream_error(
-            e,
-            &self.run.config().postgres.publication,
-            &self.run.config().postgres.slot,
-        ))
+        Err(explained(self.run.config(), e).await)
+    }
+}
+
+/// [`super::explain_stream_error`] with the catalog read after the
+/// error; only an `undefined_object` error costs a connection. When the
+/// catalog cannot be read, the error passes through as it came.
+async fn explained(config: &Config, e: RelayError) -> RelayError {
+    if !super::error::is_undefined_object(&e) {
+        return e;
+    }
+    let pg = &config.postgres;
+    let present = async {
+        let client = catalog::connect(&connect_params(config)).await?;
+        Ok::<_, catalog::CatalogError>(super::error::ObjectsPresent {
+            publication: catalog::publication(&client, &pg.publication)
+                .await?
+                .is_some(),
+            slot: catalog::slot_state(&client, &pg.slot).await?.is_some(),
+        })
+    };
+    match present.await {
+        Ok(present) => super::explain_stream_error(e, present, &pg.publication, &pg.slot),
+        Err(lookup) => {
+            tracing::debug!(error = %lookup, "could not read the publication and the slot to explain a walsender error");
+            e
+        }
     }
 }
 
@@ -599,9 +622,11 @@ impl Session {
         // `start` may be past it, see offsets::compare).
         let confirmed = existing_slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
         let mut source =
-            Source::resume(repl, &catalog, &pg.slot, start, confirmed, &pg.publication)
-                .await
-                .map_err(|e| super::explain_stream_error(e.into(), &pg.publication, &pg.slot))?;
+            match Source::resume(repl, &catalog, &pg.slot, start, confirmed, &pg.publication).await
+            {
+                Ok(source) => source,
+                Err(e) => return Err(explained(&config, e.into()).await),
+            };
         tracing::info!(
             slot = %pg.slot, publication = %pg.publication, lsn = %start,
             system_id = %system.system_id, timeline = system.timeline,

@@ -8,7 +8,6 @@ use std::collections::HashMap;
 
 use crate::Lsn;
 
-
 /// The prefix of signal messages (`walrelay snapshot` writes them).
 pub const SIGNAL_PREFIX: &str = "walrelay.signal";
 

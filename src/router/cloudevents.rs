@@ -456,7 +456,7 @@ pub(super) fn time_text(cache: &TimeCache, pg_us: i64) -> Option<Bytes> {
     Some(text)
 }
 
-/// See [`time_text`].
+/// See `time_text`.
 pub fn rfc3339(pg_us: i64) -> Option<String> {
     let unix_us = pg_us.checked_add(PG_EPOCH_US)?;
     let secs = unix_us.div_euclid(1_000_000);

@@ -17,7 +17,7 @@
 //! That the `id` names a different LSN in each of them is Debezium's doing
 //! (its `PostgresTransactionMonitor` appends the position it last saw), and
 //! so is the order of `data_collections`: a Java `HashMap`'s iteration order
-//! ([`java_hashmap_order`]). Tombstones are not events (no value); snapshot
+//! (`java_hashmap_order`). Tombstones are not events (no value); snapshot
 //! rows have no transaction (`transaction` null, no BEGIN/END), as in
 //! Debezium.
 //!
@@ -71,7 +71,7 @@ pub(super) struct Order {
     pub in_table: u64,
 }
 
-/// Where the counts stood before a change ([`TxnMetadata::mark`]), to
+/// Where the counts stood before a change (`TxnMetadata::mark`), to
 /// undo a change that could not be published whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mark {

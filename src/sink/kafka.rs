@@ -42,7 +42,7 @@
 //!   texts "certificate verify failed" and the certificate alerts a broker
 //!   sends when it refuses a client certificate), and the producer turns one
 //!   into a definite [`Ack::Fatal`]: retrying cannot fix a wrong password or
-//!   an untrusted certificate. [`probe_cluster`] does the same for `check`
+//!   an untrusted certificate. [`probe_cluster`](super::probe::probe_cluster) does the same for `check`
 //!   and for the start of a session.
 //! - **Two producers, one at a time, never overlapping.** A sink made with
 //!   [`KafkaSink::with_bulk`] has a second producer with a longer linger
@@ -54,7 +54,7 @@
 //!   idempotent producer id and sequence numbers. Transactional sinks have
 //!   no second producer (one transactional id, one fencing).
 //! - **No busy waiting.** Each producer's delivery reports are served by a
-//!   thread of its own ([`Polled`]) that sleeps until a report arrives or
+//!   thread of its own (`Polled`) that sleeps until a report arrives or
 //!   its 100 ms step ends; an idle connector's producers use no measurable
 //!   CPU (rdkafka's `ThreadedProducer` spins through the last millisecond
 //!   of every step: about 1 % of a core per producer).

@@ -11,3 +11,18 @@ pub mod kafka;
 pub mod probe;
 pub mod properties;
 pub mod topic;
+
+/// A producer's minimum properties (an unreachable broker, `acks=all`,
+/// idempotence) followed by `extra`, as librdkafka takes them.
+#[cfg(test)]
+fn properties_for_tests(extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    [
+        ("bootstrap.servers", "127.0.0.1:1"),
+        ("acks", "all"),
+        ("enable.idempotence", "true"),
+    ]
+    .iter()
+    .chain(extra)
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}

@@ -34,7 +34,7 @@ pub struct ProbeReport {
     pub sasl_mechanism: Option<String>,
     /// librdkafka checked the broker's certificate chain against the CA: a
     /// TLS protocol with `enable.ssl.certificate.verification` on (see
-    /// [`certificate_verification_on`]).
+    /// `certificate_verification_on`).
     pub certificate_verified: bool,
     /// Host-name verification was on (`ssl.endpoint.identification.algorithm`).
     pub host_name_checked: bool,

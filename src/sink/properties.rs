@@ -423,7 +423,7 @@ impl ProducerContext for Silent {
     fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {}
 }
 
-/// Checks a complete producer property list the way [`KafkaSink::new`]
+/// Checks a complete producer property list the way [`KafkaSink::new`](super::kafka::KafkaSink::new)
 /// would use it: every name and value, and librdkafka's checks across
 /// properties (e.g. `linger.ms` below `message.timeout.ms`), by creating a
 /// producer and dropping it. The brokers are left out, so nothing connects

@@ -219,7 +219,7 @@ pub enum SourceError {
     #[error(transparent)]
     Catalog(#[from] CatalogError),
     /// After START_REPLICATION the slot was not where this instance left it
-    /// (see [`start_checked`]).
+    /// (see `slot::start_checked`).
     #[error(
         "replication slot {slot:?} is not where this instance expected it after \
          START_REPLICATION: expected confirmed_flush_lsn {expected}, found {}",
@@ -296,7 +296,7 @@ impl Source {
 
     /// Starts streaming `slot` from `from` and checks that the slot is
     /// still at `confirmed`, the confirmed position this instance read
-    /// ([`start_checked`]).
+    /// (`slot::start_checked`).
     pub async fn resume(
         client: ReplicationClient,
         catalog: &tokio_postgres::Client,
@@ -358,7 +358,7 @@ impl Source {
 
     /// After [`SourceEvent::SnapshotDone`]: starts streaming from the
     /// snapshot's consistent point, and checks that the slot is still the
-    /// one created with the snapshot, unconfirmed since ([`start_checked`]).
+    /// one created with the snapshot, unconfirmed since (`slot::start_checked`).
     pub async fn start_streaming(
         &mut self,
         catalog: &tokio_postgres::Client,

@@ -18,7 +18,7 @@
 //!   when the creation began has ended; [`create_for_snapshot`] names them
 //!   (pid, age, query) and counts them in the gauge it is given.
 //! - **After every start, the slot is where this instance left it**
-//!   ([`start_checked`]): a slot someone advanced, or dropped and created
+//!   (`start_checked`): a slot someone advanced, or dropped and created
 //!   again under the same name, is refused, never streamed from.
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -100,12 +100,12 @@ fn table_list(tables: &[&CapturedTable]) -> String {
 /// and the role owns what it must (the tables to add, the publication).
 ///
 /// The steps, each refusing with its own words: a missing publication is
-/// planned ([`plan_creation`]); an existing one must publish what is
-/// captured ([`publishes_what_is_captured`]); each table's membership is
-/// read in order ([`table_membership`]); the tables it lacks are added
-/// ([`add_tables`]) and partitions published under their root
-/// ([`publish_via_root`]); with only `[[message]]` sections, the tables it
-/// publishes anyway are named ([`unclaimed_tables`]).
+/// planned (`plan_creation`); an existing one must publish what is
+/// captured (`publishes_what_is_captured`); each table's membership is
+/// read in order (`table_membership`); the tables it lacks are added
+/// (`add_tables`) and partitions published under their root
+/// (`publish_via_root`); with only `[[message]]` sections, the tables it
+/// publishes anyway are named (`unclaimed_tables`).
 pub async fn publication(
     client: &Client,
     pg: &PostgresConfig,
@@ -449,7 +449,7 @@ async fn unclaimed_tables(
 /// For `check` only: a warning when the slot may decode changes from before
 /// its publication existed (the slot was created first). PostgreSQL 14–17
 /// then fail every start with `publication "…" does not exist` (which `run`
-/// explains with [`explain_stream_error`]); 18 skips those changes.
+/// explains with `relay::explain_stream_error`); 18 skips those changes.
 ///
 /// The catalog keeps no creation time for either, so this compares the
 /// slot's `catalog_xmin` with the `xmin` of the publication's row: it also

@@ -15,6 +15,11 @@ fn slot(wal_status: &str) -> SlotStatus {
     }
 }
 
+/// PostgreSQL refusing the connection.
+fn refused() -> Unreadable {
+    Unreadable::Postgres(Arc::new(CatalogError::Invalid("refused".into())))
+}
+
 fn status(slot: Part<Option<SlotStatus>>) -> Status {
     let mut s = Status {
         connector: "c".into(),
@@ -50,7 +55,7 @@ fn lost_unreserved_and_missing_slots_are_problems() {
     for (part, needle) in [
         (Ok(Some(slot("lost"))), "is lost"),
         (Ok(Some(slot("unreserved"))), "is unreserved"),
-        (Err("PostgreSQL: refused".to_owned()), "unreadable"),
+        (Err(refused()), "unreadable"),
     ] {
         let s = status(part);
         assert!(
@@ -198,8 +203,49 @@ fn json_has_every_part() {
     assert_eq!(json["slot"]["wal_status"], "extended", "{json}");
     assert_eq!(json["slot"]["lag_bytes"], 16 << 20, "{json}");
     assert!(json["problems"].as_array().is_some_and(Vec::is_empty));
-    let s = status(Err("PostgreSQL: refused".into()));
+    let s = status(Err(refused()));
     let json = serde_json::to_value(&s).unwrap_or_default();
     assert_eq!(json["slot"]["error"], "PostgreSQL: refused", "{json}");
     assert!(json["instance"].is_null(), "{json}");
+}
+
+/// Each unreadable part says the service it concerns and keeps the
+/// failing layer's error as its source.
+#[test]
+fn an_unreadable_part_names_its_service_and_keeps_its_cause() {
+    use std::error::Error as _;
+    let kafka = Unreadable::Kafka(KafkaFailure {
+        problem: "all brokers refused".into(),
+        fix: "start Kafka".into(),
+    });
+    assert_eq!(kafka.to_string(), "Kafka: all brokers refused");
+    let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+    let local = Unreadable::from(HealthError::NoAnswer {
+        url: "http://127.0.0.1:9/healthz".into(),
+        source: io,
+        local: true,
+    });
+    let text = local.to_string();
+    assert!(
+        text.starts_with("no instance answers on http://127.0.0.1:9/healthz: "),
+        "{text}"
+    );
+    assert!(
+        text.contains("--health-url"),
+        "the fix for the local address: {text}"
+    );
+    let cause = local.source();
+    assert!(
+        cause.is_some_and(|e| e.downcast_ref::<std::io::Error>().is_some()),
+        "{local:?}"
+    );
+    let elsewhere = Unreadable::from(HealthError::Timeout {
+        url: "http://10.0.0.1:8080/healthz".into(),
+        after: Duration::from_secs(3),
+        local: false,
+    });
+    assert_eq!(
+        elsewhere.to_string(),
+        "no answer from http://10.0.0.1:8080/healthz within 3 s"
+    );
 }

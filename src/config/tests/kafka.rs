@@ -235,7 +235,9 @@ fn security_protocol_is_read_in_any_case() {
         )))
         .unwrap_or_else(|e| panic!("{written}: {e}"));
         assert_eq!(config.kafka.security_protocol, Some(protocol), "{written}");
-        let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config).into_iter().collect();
+        let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config)
+            .into_iter()
+            .collect();
         assert_eq!(props["security.protocol"], protocol.as_str());
     }
     let error = load_err(&kafka_with("security_protocol = \"SASL-SSL\""));
@@ -255,7 +257,9 @@ fn typed_sasl_ssl_settings_become_librdkafka_properties() {
         existing_file()
     )))
     .unwrap();
-    let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config).into_iter().collect();
+    let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config)
+        .into_iter()
+        .collect();
     assert_eq!(props["security.protocol"], "sasl_ssl");
     assert_eq!(props["sasl.mechanisms"], "SCRAM-SHA-512");
     assert_eq!(props["sasl.username"], "walrelay");
@@ -281,7 +285,9 @@ fn typed_mutual_tls_settings_become_librdkafka_properties() {
          ssl_verify_hostname = false",
     )))
     .unwrap();
-    let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config).into_iter().collect();
+    let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config)
+        .into_iter()
+        .collect();
     assert_eq!(props["security.protocol"], "ssl");
     assert_eq!(props["ssl.certificate.location"], file);
     assert_eq!(props["ssl.key.location"], key);
@@ -464,7 +470,9 @@ fn kafka_secrets_come_from_files_too() {
         password.display()
     )))
     .unwrap();
-    let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config).into_iter().collect();
+    let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config)
+        .into_iter()
+        .collect();
     assert_eq!(props["sasl.password"], "from-a-file-Zq9");
     let file = existing_file();
     let key = private_file("filekey");
@@ -474,7 +482,9 @@ fn kafka_secrets_come_from_files_too() {
         key_password.display()
     )))
     .unwrap();
-    let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config).into_iter().collect();
+    let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config)
+        .into_iter()
+        .collect();
     assert_eq!(props["ssl.key.password"], "key-from-a-file");
     let error = load_err(&kafka_with(&format!(
         "security_protocol = \"sasl_ssl\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n\

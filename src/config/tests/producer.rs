@@ -28,12 +28,16 @@ fn producer_properties_format_brokers_compression_and_fractional_linger() {
     config.kafka.brokers = " a:1 , b:2 ".into();
     config.kafka.compression = Compression::Zstd;
     config.kafka.linger = Duration::from_micros(1_250);
-    let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config).into_iter().collect();
+    let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config)
+        .into_iter()
+        .collect();
     assert_eq!(props["bootstrap.servers"], "a:1,b:2");
     assert_eq!(props["compression.type"], "zstd");
     assert_eq!(props["linger.ms"], "1.25");
     config.kafka.linger = Duration::ZERO;
-    let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config).into_iter().collect();
+    let props: HashMap<_, _> = crate::sink::properties::producer_properties(&config)
+        .into_iter()
+        .collect();
     assert_eq!(props["linger.ms"], "0");
 }
 

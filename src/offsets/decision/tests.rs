@@ -1,20 +1,7 @@
 use super::*;
 
 fn stored(lsn: &str) -> StoredOffset {
-    StoredOffset {
-        connector: "c".into(),
-        system_id: "7".into(),
-        timeline: 1,
-        slot: "s".into(),
-        lsn: lsn.parse().unwrap(),
-        written_at_ms: 0,
-        committed_at_ms: None,
-        snapshot: None,
-        accepted_gap: None,
-        incremental: None,
-        known_tables: Vec::new(),
-        term: None,
-    }
+    StoredOffset::for_tests("c", "7", lsn.parse().unwrap())
 }
 
 const SERVER: Server<'static> = Server {

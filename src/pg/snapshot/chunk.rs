@@ -49,7 +49,7 @@ pub fn chunk_key_problem(
     None
 }
 
-/// What [`SnapshotReader::read_chunk`] read.
+/// What [`SnapshotReader::read_chunk`](super::SnapshotReader::read_chunk) read.
 #[derive(Debug, Clone)]
 pub struct Chunk {
     pub relation: Relation,

@@ -14,7 +14,7 @@ use crate::pgoutput::{Cell, TupleData};
 
 use super::error::SnapshotError;
 
-/// The rows of one [`SnapshotReader::read`], pulled in batches.
+/// The rows of one [`SnapshotReader::read`](super::SnapshotReader::read), pulled in batches.
 pub struct SnapshotRows<'r> {
     stream: Pin<Box<CopyOutStream>>,
     table: String,

@@ -14,10 +14,16 @@ fn server_error(message: &str) -> RelayError {
     })
 }
 
+const BOTH: ObjectsPresent = ObjectsPresent {
+    publication: true,
+    slot: true,
+};
+
 #[test]
-fn a_missing_publication_during_streaming_is_explained() {
+fn undefined_object_with_the_publication_and_slot_present_is_the_slots_history() {
     let e = explain_stream_error(
         server_error("publication \"walrelay\" does not exist"),
+        BOTH,
         "walrelay",
         "orders",
     );
@@ -31,15 +37,35 @@ fn a_missing_publication_during_streaming_is_explained() {
     );
 }
 
+/// The decision reads the catalog, not the message: the same code while
+/// the publication or the slot is really gone is the server's own error,
+/// and so is any other code, whatever its words.
 #[test]
-fn other_errors_pass_through() {
-    let e = explain_stream_error(
-        server_error("publication \"other\" does not exist"),
-        "w",
-        "s",
-    );
-    assert!(matches!(e, RelayError::Wire(_)), "{e}");
-    let e = explain_stream_error(server_error("out of memory"), "w", "s");
+fn a_missing_object_or_another_code_passes_through() {
+    for present in [
+        ObjectsPresent {
+            publication: false,
+            slot: true,
+        },
+        ObjectsPresent {
+            publication: true,
+            slot: false,
+        },
+    ] {
+        let e = explain_stream_error(
+            server_error("publication \"walrelay\" does not exist"),
+            present,
+            "walrelay",
+            "orders",
+        );
+        assert!(matches!(e, RelayError::Wire(_)), "{present:?}: {e}");
+    }
+    let mut e = server_error("publication \"walrelay\" does not exist");
+    if let RelayError::Wire(WireError::Server { error, .. }) = &mut e {
+        error.code = "XX000".into();
+    }
+    assert!(!is_undefined_object(&e));
+    let e = explain_stream_error(e, BOTH, "walrelay", "orders");
     assert!(matches!(e, RelayError::Wire(_)), "{e}");
 }
 
@@ -132,16 +158,4 @@ fn check_errors_keep_their_words_and_classes() {
     );
     assert_eq!(ErrorClass::Transient.to_string(), "transient");
     assert_eq!(ErrorClass::Resync.as_str(), "resync");
-}
-
-/// The publication check goes by SQLSTATE: the same words under another
-/// code are not this error.
-#[test]
-fn a_missing_publication_is_told_by_its_sqlstate() {
-    let mut e = server_error("publication \"walrelay\" does not exist");
-    if let RelayError::Wire(WireError::Server { error, .. }) = &mut e {
-        error.code = "XX000".into();
-    }
-    let e = explain_stream_error(e, "walrelay", "orders");
-    assert!(matches!(e, RelayError::Wire(_)), "{e}");
 }

@@ -34,7 +34,7 @@ fn round_trip_is_never_negative() {
 use crate::Lsn;
 use crate::config::Config;
 use crate::relay::publish::Publisher;
-use crate::relay::{Ack, Sink, Token};
+use crate::relay::{Ack, Token};
 use crate::source::Position;
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -47,26 +47,9 @@ fn publisher(publish: bool) -> (Publisher, UnboundedReceiver<Ack>) {
          [heartbeat]\ninterval = \"10s\"\npublish = {publish}\n"
     );
     let config = Arc::new(Config::from_str(&text, "test.toml").unwrap());
-    let outage = Arc::new(crate::telemetry::outage::OutageLog::new(
-        "Kafka",
-        Duration::ZERO,
-    ));
-    let (sink, acks) = Sink::new(&crate::sink::properties::producer_properties(&config), outage).unwrap();
+    let (sink, acks) = crate::relay::sink_for_tests(&config);
     let router = crate::router::Router::new(&config.outbox);
-    let template = crate::offsets::StoredOffset {
-        connector: "orders".into(),
-        system_id: "1".into(),
-        timeline: 1,
-        slot: "s".into(),
-        lsn: crate::Lsn::ZERO,
-        written_at_ms: 0,
-        committed_at_ms: None,
-        snapshot: None,
-        accepted_gap: None,
-        incremental: None,
-        known_tables: Vec::new(),
-        term: None,
-    };
+    let template = crate::offsets::StoredOffset::for_tests("orders", "1", crate::Lsn::ZERO);
     let metrics = Arc::new(Metrics::new("orders"));
     let offsets = super::super::offset_writer::OffsetWriter::new(template, "offsets", START);
     let s = Publisher::new(config, metrics, sink, router, START, offsets);

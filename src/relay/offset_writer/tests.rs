@@ -1,5 +1,3 @@
-use std::sync::Arc;
-
 use super::*;
 
 #[test]
@@ -65,25 +63,8 @@ fn writer() -> (
         "test.toml",
     )
     .unwrap();
-    let outage = Arc::new(crate::telemetry::outage::OutageLog::new(
-        "Kafka",
-        Duration::ZERO,
-    ));
-    let (sink, acks) = Sink::new(&crate::sink::properties::producer_properties(&config), outage).unwrap();
-    let template = StoredOffset {
-        connector: "orders".into(),
-        system_id: "1".into(),
-        timeline: 1,
-        slot: "s".into(),
-        lsn: crate::Lsn::ZERO,
-        written_at_ms: 0,
-        committed_at_ms: None,
-        snapshot: None,
-        accepted_gap: None,
-        incremental: None,
-        known_tables: Vec::new(),
-        term: None,
-    };
+    let (sink, acks) = crate::relay::sink_for_tests(&config);
+    let template = StoredOffset::for_tests("orders", "1", crate::Lsn::ZERO);
     let writer = OffsetWriter::new(template, "offsets", Lsn(100));
     (writer, sink, acks, config, Metrics::new("orders"))
 }

@@ -5,17 +5,7 @@ fn test_outage() -> Arc<OutageLog> {
     Arc::new(OutageLog::new("Kafka", Duration::ZERO))
 }
 
-fn props(extra: &[(&str, &str)]) -> Vec<(String, String)> {
-    [
-        ("bootstrap.servers", "127.0.0.1:1"),
-        ("acks", "all"),
-        ("enable.idempotence", "true"),
-    ]
-    .iter()
-    .chain(extra)
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
-}
+use crate::sink::properties_for_tests as props;
 
 /// Every codec the config accepts is compiled into librdkafka.
 #[test]

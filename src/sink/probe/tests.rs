@@ -1,16 +1,6 @@
 use super::*;
 
-fn props(extra: &[(&str, &str)]) -> Vec<(String, String)> {
-    [
-        ("bootstrap.servers", "127.0.0.1:1"),
-        ("acks", "all"),
-        ("enable.idempotence", "true"),
-    ]
-    .iter()
-    .chain(extra)
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
-}
+use crate::sink::properties_for_tests as props;
 
 /// Verification is on unless `enable.ssl.certificate.verification` is
 /// one of librdkafka's false spellings; the last setting counts.

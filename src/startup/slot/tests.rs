@@ -62,23 +62,13 @@ fn a_snapshot_lost_to_the_idle_timeout_is_not_taken_again_blindly() {
 
 fn stored(snapshot: Option<crate::offsets::SnapshotState>) -> StoredOffset {
     StoredOffset {
-        connector: "c".into(),
-        system_id: "1".into(),
-        timeline: 1,
-        slot: "s".into(),
-        lsn: "0/200".parse().unwrap(),
-        written_at_ms: 0,
-        committed_at_ms: None,
         snapshot: snapshot.map(|state| crate::offsets::SnapshotProgress {
             state,
             tables_done: Vec::new(),
             rows: 0,
             consistent_point: None,
         }),
-        accepted_gap: None,
-        incremental: None,
-        known_tables: Vec::new(),
-        term: None,
+        ..StoredOffset::for_tests("c", "1", "0/200".parse().unwrap())
     }
 }
 

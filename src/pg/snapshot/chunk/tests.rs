@@ -1,26 +1,8 @@
 use super::*;
 
-fn relation(columns: &[&str]) -> Relation {
-    Relation {
-        oid: 1,
-        namespace: "app".into(),
-        name: "out\"box".into(),
-        replica_identity: b'd',
-        columns: columns
-            .iter()
-            .map(|c| Column {
-                flags: 0,
-                name: (*c).to_owned(),
-                type_oid: 25,
-                type_modifier: -1,
-            })
-            .collect(),
-    }
-}
-
 #[test]
 fn a_chunk_key_must_be_unique_not_null_and_in_the_replica_identity() {
-    let mut r = relation(&["id", "customer_id", "note"]);
+    let mut r = Relation::for_tests(&["id", "customer_id", "note"]);
     r.columns[0].flags = Column::FLAG_KEY; // REPLICA IDENTITY DEFAULT: the primary key
     let s = |v: &[&str]| v.iter().map(|c| (*c).to_owned()).collect::<Vec<String>>();
     let pk = vec![s(&["id"])];

@@ -1,27 +1,8 @@
 use super::*;
-use crate::pgoutput::Column;
-
-fn relation(columns: &[&str]) -> Relation {
-    Relation {
-        oid: 1,
-        namespace: "app".into(),
-        name: "out\"box".into(),
-        replica_identity: b'd',
-        columns: columns
-            .iter()
-            .map(|c| Column {
-                flags: 0,
-                name: (*c).to_owned(),
-                type_oid: 25,
-                type_modifier: -1,
-            })
-            .collect(),
-    }
-}
 
 #[test]
 fn copy_sql_quotes_names_and_adds_the_split() {
-    let r = relation(&["id", "Aggregate Id", "payload"]);
+    let r = Relation::for_tests(&["id", "Aggregate Id", "payload"]);
     let split = HashSplit::new("Aggregate Id", 3, 2).unwrap();
     assert_eq!(
         copy_sql(&r, false, &["id".to_owned()], Some(&split), None).unwrap(),
@@ -60,7 +41,7 @@ fn copy_sql_quotes_names_and_adds_the_split() {
 
 #[test]
 fn copy_sql_refuses_unknown_columns_and_no_order() {
-    let r = relation(&["id", "aggregateid"]);
+    let r = Relation::for_tests(&["id", "aggregateid"]);
     let e = copy_sql(&r, false, &["created".to_owned()], None, None).unwrap_err();
     let text = e.to_string();
     assert!(
