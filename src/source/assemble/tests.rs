@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use super::*;
-use crate::pgoutput::{Begin, Column, Commit, Delete, Insert, OldTuple, Update, encode};
+use crate::pgoutput::{Begin, Column, Commit, Delete, Insert, OldTuple, Relation, Update, encode};
 
 const COMMIT: Lsn = Lsn(0x1_0000_0100);
 const END: Lsn = Lsn(0x1_0000_0180);
