@@ -119,6 +119,12 @@ pub struct Metrics {
     pub streaming_session_errors: AtomicU64,
     pub confirmed_lsn: AtomicU64,
     pub received_lsn: AtomicU64,
+    /// Bytes of transactions PostgreSQL streamed while they ran that
+    /// walrelay held in spill files (past `postgres.stream_memory_limit`).
+    pub stream_spilled_bytes: AtomicU64,
+    /// Transactions PostgreSQL streamed while they ran, committed and
+    /// replayed.
+    pub streamed_transactions: AtomicU64,
     /// Commit LSN of the newest transaction with a record handed to Kafka.
     pub published_lsn: AtomicU64,
     /// The checkpoint's frontier: Kafka holds every record below it.
@@ -204,7 +210,7 @@ pub const SLOT_STAT_NAMES: [(&str, &str); 8] = [
     ),
     (
         "walrelay_slot_stream_txns",
-        "In-progress transactions streamed by the slot (walrelay does not ask for streaming).",
+        "In-progress transactions the slot streamed (postgres.stream_in_progress: larger than logical_decoding_work_mem, sent while they ran).",
     ),
     (
         "walrelay_slot_stream_count",
@@ -300,6 +306,8 @@ impl Metrics {
             streaming_session_errors: AtomicU64::new(0),
             confirmed_lsn: AtomicU64::new(0),
             received_lsn: AtomicU64::new(0),
+            stream_spilled_bytes: AtomicU64::new(0),
+            streamed_transactions: AtomicU64::new(0),
             published_lsn: AtomicU64::new(0),
             acked_lsn: AtomicU64::new(0),
             in_flight_records: AtomicU64::new(0),

@@ -219,6 +219,9 @@ pub(crate) mod defaults {
     pub(crate) fn max_message_size() -> u64 {
         64 << 20
     }
+    pub(crate) fn stream_memory_limit() -> u64 {
+        64 << 20
+    }
     pub(crate) fn reconnect_backoff_initial() -> Duration {
         Duration::from_millis(500)
     }

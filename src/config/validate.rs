@@ -33,6 +33,8 @@ pub(crate) mod limits {
     pub(crate) const RECONNECT_BACKOFF: Duration = Duration::from_secs(3600);
     /// PostgreSQL cannot build a message over 1 GiB (MaxAllocSize).
     pub(crate) const MAX_MESSAGE_SIZE: u64 = 1 << 30;
+    /// `postgres.stream_memory_limit`: more than any sidecar should hold.
+    pub(crate) const MAX_STREAM_MEMORY: u64 = 64 << 30;
     /// Batches wait at most this long (librdkafka itself allows 900s).
     pub(crate) const LINGER: Duration = Duration::from_secs(60);
     pub(crate) const MAX_IN_FLIGHT_RECORDS: usize = 10_000_000;

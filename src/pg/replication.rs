@@ -153,12 +153,25 @@ pub fn encode_status_update(
 #[derive(Debug)]
 pub struct ReplicationClient {
     conn: WireConnection,
+    in_progress: Option<InProgress>,
+}
+
+/// Asks PostgreSQL to send transactions larger than its
+/// `logical_decoding_work_mem` while they run (protocol 2, `streaming
+/// 'on'`; PostgreSQL 14+), and says how the receiver holds them until they
+/// end: at most `memory_limit` bytes in memory, the rest in unnamed files
+/// in `spill_dir`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InProgress {
+    pub memory_limit: u64,
+    pub spill_dir: std::path::PathBuf,
 }
 
 impl ReplicationClient {
     /// Connects with `replication=database`.
     pub async fn connect(params: &ConnectParams) -> Result<Self, WireError> {
         Ok(ReplicationClient {
+            in_progress: None,
             conn: WireConnection::connect(params, true).await?,
         })
     }
@@ -295,13 +308,21 @@ impl ReplicationClient {
         start: Lsn,
         publication: &str,
     ) -> Result<ReplicationStream, WireError> {
-        let sql = start_replication_sql(slot, start, publication);
+        let sql = start_replication_sql(slot, start, publication, self.in_progress.is_some());
         self.conn.start_copy_both(&sql).await?;
         Ok(ReplicationStream {
             conn: self.conn,
             last_flush: start,
             ended: false,
+            in_progress: self.in_progress,
         })
+    }
+
+    /// Whether [`Self::start_replication`] asks for transactions while
+    /// they run ([`InProgress`]); `None`: protocol 1, each transaction
+    /// whole after its commit.
+    pub fn stream_in_progress(&mut self, in_progress: Option<InProgress>) {
+        self.in_progress = in_progress;
     }
 }
 
@@ -348,11 +369,16 @@ fn drop_slot_sql(slot: &str) -> String {
     format!("DROP_REPLICATION_SLOT {} WAIT", escape_identifier(slot))
 }
 
-fn start_replication_sql(slot: &str, start: Lsn, publication: &str) -> String {
+fn start_replication_sql(slot: &str, start: Lsn, publication: &str, in_progress: bool) -> String {
     // publication_names is a comma-separated list of identifiers inside a
     // literal: quote the identifier, then the literal around it.
+    let protocol = if in_progress {
+        "\"proto_version\" '2', \"streaming\" 'on'"
+    } else {
+        "\"proto_version\" '1'"
+    };
     format!(
-        "START_REPLICATION SLOT {} LOGICAL {} (\"proto_version\" '1', \"publication_names\" {}, \"messages\" 'true')",
+        "START_REPLICATION SLOT {} LOGICAL {} ({protocol}, \"publication_names\" {}, \"messages\" 'true')",
         escape_identifier(slot),
         start,
         escape_literal(&escape_identifier(publication)),
@@ -374,9 +400,15 @@ pub struct ReplicationStream {
     conn: WireConnection,
     last_flush: Lsn,
     ended: bool,
+    in_progress: Option<InProgress>,
 }
 
 impl ReplicationStream {
+    /// What START_REPLICATION asked for in-progress transactions.
+    pub fn in_progress(&self) -> Option<&InProgress> {
+        self.in_progress.as_ref()
+    }
+
     /// Receives the next replication message. Cancel-safe.
     pub async fn recv(&mut self) -> Result<StreamEvent, WireError> {
         loop {

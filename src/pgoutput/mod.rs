@@ -71,6 +71,7 @@
 mod encode;
 mod reader;
 mod relation;
+pub mod stream;
 
 use std::fmt;
 
@@ -608,6 +609,13 @@ const NOT_NEGOTIATED: &[(u8, &str)] = &[
 /// Column values and message content in the result are slices of `buf`, so
 /// the buffer stays alive as long as any of them does.
 pub fn decode(buf: Bytes) -> Result<LogicalMessage, DecodeError> {
+    decode_at(buf, 1)
+}
+
+/// Decodes a message whose body starts at `body` (1: just after the tag;
+/// 5: after the xid a change inside a streamed transaction carries, see
+/// [`stream::decode_streamed`]).
+fn decode_at(buf: Bytes, body: usize) -> Result<LogicalMessage, DecodeError> {
     let Some(&tag) = buf.first() else {
         return Err(DecodeError::Empty);
     };
@@ -629,7 +637,7 @@ pub fn decode(buf: Bytes) -> Result<LogicalMessage, DecodeError> {
             });
         }
     };
-    let mut r = Reader::new(buf, 1, name);
+    let mut r = Reader::new(buf, body, name);
     let msg = match tag {
         b'B' => LogicalMessage::Begin(Begin {
             final_lsn: Lsn(r.u64(Field::named("final LSN"))?),

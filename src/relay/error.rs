@@ -105,6 +105,11 @@ pub enum RelayError {
          publishing and confirming at once; taking it again, or waiting as a standby"
     )]
     LeaseLost,
+    /// A transaction PostgreSQL streamed while it ran could not be written
+    /// to or read from its spill file (`SourceError::Spill`): retried — the
+    /// walsender sends it again from its first block.
+    #[error(transparent)]
+    Spill(SourceError),
 }
 
 impl From<CheckError> for RelayError {
@@ -183,7 +188,7 @@ impl RelayError {
                 error.kind == SinkErrorKind::Transient
             }
             RelayError::Offsets(e) => e.is_transient(),
-            RelayError::Ended(_) | RelayError::LeaseLost => true,
+            RelayError::Ended(_) | RelayError::LeaseLost | RelayError::Spill(_) => true,
             RelayError::Snapshot(e) => e.is_transient(),
             RelayError::Decode { .. }
             | RelayError::Stream { .. }
@@ -277,6 +282,7 @@ impl RelayError {
             RelayError::Setup { .. } | RelayError::Check(_) | RelayError::Slot(_) => "setup",
             RelayError::Snapshot(_) => "snapshot",
             RelayError::LeaseLost => "lease",
+            RelayError::Spill(_) => "spill",
         }
     }
 
@@ -285,6 +291,7 @@ impl RelayError {
         match self {
             RelayError::Wire(_) | RelayError::Catalog(_) | RelayError::Snapshot(_) => "PostgreSQL",
             RelayError::LeaseLost => "the lease",
+            RelayError::Spill(_) => "the spill directory (space, permissions)",
             RelayError::Delivery { .. } | RelayError::Sink(_) | RelayError::Offsets(_) => "Kafka",
             _ => "the session to restart",
         }
@@ -359,6 +366,7 @@ impl From<SourceError> for RelayError {
             e @ (SourceError::SlotVanished { .. }
             | SourceError::SlotLost { .. }
             | SourceError::SlotMoved { .. }) => RelayError::Slot(e),
+            e @ SourceError::Spill { .. } => RelayError::Spill(e),
             SourceError::Misuse(what) => RelayError::Stream {
                 lsn: Lsn::ZERO,
                 what: what.into(),

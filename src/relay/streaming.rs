@@ -346,7 +346,11 @@ impl Streaming {
                         let Some(event) = source.try_next()? else { break };
                         self.on_event(event, source).await?;
                     }
-                    self.publisher.metrics().received_lsn.store(source.received().0, Ordering::Relaxed);
+                    let metrics = self.publisher.metrics();
+                    metrics.received_lsn.store(source.received().0, Ordering::Relaxed);
+                    let (spilled, streamed) = source.take_stream_counts();
+                    metrics.stream_spilled_bytes.fetch_add(spilled, Ordering::Relaxed);
+                    metrics.streamed_transactions.fetch_add(streamed, Ordering::Relaxed);
                 }
             }
         }

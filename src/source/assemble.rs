@@ -2,14 +2,19 @@
 //! the relation cache, and without I/O. The invariants are the source's
 //! (see [`super`]): every change inside `Begin … Commit` with its commit
 //! LSN and index, every row of a known relation of the right width,
-//! positions that never go back.
+//! positions that never go back. A transaction PostgreSQL streamed while
+//! it ran is held by [`Streamed`] and, at its commit, replayed here as a
+//! transaction sent whole: a synthesized `Begin` naming its commit LSN,
+//! its messages in order, a synthesized `Commit`.
 
 use bytes::Bytes;
 
+use super::streamed::{Replay, Streamed, StreamedError};
 use super::{Change, Op, Position, SourceError, SourceEvent, Txn};
 use crate::Lsn;
-use crate::pg::replication::{ReplicationMessage, StreamEvent};
-use crate::pgoutput::{self, LogicalMessage, RelationCache, TupleData};
+use crate::pg::replication::{InProgress, ReplicationMessage, StreamEvent};
+use crate::pgoutput::stream::{self, StreamCommit, StreamControl};
+use crate::pgoutput::{self, Begin, Commit, LogicalMessage, RelationCache, TupleData};
 
 /// The transaction being assembled.
 #[derive(Debug, Clone, Copy)]
@@ -26,14 +31,135 @@ pub(super) struct Assembler {
     pub(super) relations: RelationCache,
     open: Option<Open>,
     pub(super) received: Lsn,
+    /// Transactions streamed while they run; `None` under protocol 1.
+    streamed: Option<Streamed>,
+    /// A committed streamed transaction being replayed.
+    replaying: Option<Replaying>,
+}
+
+/// A streamed transaction's replay, and the commit that ends it.
+#[derive(Debug)]
+struct Replaying {
+    replay: Replay,
+    commit: StreamCommit,
+    /// Where the commit arrived, and when the server sent it.
+    at: Lsn,
+    sent_time: i64,
 }
 
 impl Assembler {
-    pub(super) fn new(start: Lsn) -> Assembler {
+    pub(super) fn new(start: Lsn, in_progress: Option<&InProgress>) -> Assembler {
         Assembler {
             relations: RelationCache::new(),
             open: None,
             received: start,
+            streamed: in_progress.map(|p| Streamed::new(p.memory_limit, p.spill_dir.clone())),
+            replaying: None,
+        }
+    }
+
+    /// Holds transactions streamed while they run as `in_progress` says
+    /// (from START_REPLICATION on; `None`: protocol 1).
+    pub(super) fn stream_in_progress(&mut self, in_progress: Option<&InProgress>) {
+        self.streamed = in_progress.map(|p| Streamed::new(p.memory_limit, p.spill_dir.clone()));
+    }
+
+    /// Bytes of streamed transactions moved to spill files, and streamed
+    /// transactions committed, since the last call.
+    pub(super) fn take_stream_counts(&mut self) -> (u64, u64) {
+        self.streamed.as_mut().map_or((0, 0), Streamed::take_counts)
+    }
+
+    /// The next event of a committed streamed transaction being replayed;
+    /// `None` when none is. Call before reading the stream: nothing else
+    /// may come between a transaction's `Begin` and `Commit`.
+    pub(super) fn next_replayed(&mut self) -> Result<Option<SourceEvent>, SourceError> {
+        loop {
+            let Some(r) = self.replaying.as_mut() else {
+                return Ok(None);
+            };
+            let sent_time = r.sent_time;
+            match r.replay.next().map_err(|e| spill_error(e, r.at))? {
+                Some((at, data)) => {
+                    let msg = stream::decode_streamed(data)
+                        .map_err(|source| SourceError::Decode { lsn: at, source })?;
+                    if let Some(event) = self.on_message(msg, at, sent_time)? {
+                        return Ok(Some(event));
+                    }
+                }
+                None => {
+                    let Some(Replaying { commit: c, at, .. }) = self.replaying.take() else {
+                        return Ok(None);
+                    };
+                    let commit = LogicalMessage::Commit(Commit {
+                        flags: c.flags,
+                        commit_lsn: c.commit_lsn,
+                        end_lsn: c.end_lsn,
+                        commit_time: c.commit_time,
+                    });
+                    return self.on_message(commit, at, sent_time);
+                }
+            }
+        }
+    }
+
+    /// A message of protocol 2's frame, or one inside a block: held, or
+    /// (at a commit) the start of the transaction's replay. `Err(data)`
+    /// hands back a message that is neither.
+    fn on_streamed(
+        &mut self,
+        at: Lsn,
+        send_time: i64,
+        data: Bytes,
+    ) -> Result<Result<Option<SourceEvent>, Bytes>, SourceError> {
+        let Some(streamed) = self.streamed.as_mut() else {
+            return Ok(Err(data));
+        };
+        let frame = |e| spill_error(e, at);
+        if streamed.in_block() {
+            if data.first() == Some(&b'E') {
+                streamed.stop().map_err(frame)?;
+            } else {
+                let subxid = stream::streamed_xid(&data)
+                    .map_err(|source| SourceError::Decode { lsn: at, source })?;
+                // A copy: a slice would keep the whole receive buffer alive
+                // while the memory bound counts only the slice.
+                streamed
+                    .hold(subxid, at, Bytes::copy_from_slice(&data))
+                    .map_err(frame)?;
+            }
+            return Ok(Ok(None));
+        }
+        let control = stream::decode_stream_control(&data)
+            .map_err(|source| SourceError::Decode { lsn: at, source })?;
+        match control {
+            None => Ok(Err(data)),
+            Some(StreamControl::Start { xid, first_segment }) => {
+                streamed.start(xid, first_segment).map_err(frame)?;
+                Ok(Ok(None))
+            }
+            Some(StreamControl::Stop) => Err(frame(StreamedError::OutOfOrder(
+                "Stream Stop outside a block".into(),
+            ))),
+            Some(StreamControl::Abort { xid, subxid }) => {
+                streamed.abort(xid, subxid).map_err(frame)?;
+                Ok(Ok(None))
+            }
+            Some(StreamControl::Commit(commit)) => {
+                let replay = streamed.commit(commit.xid).map_err(frame)?;
+                self.replaying = Some(Replaying {
+                    replay,
+                    commit,
+                    at,
+                    sent_time: send_time,
+                });
+                let begin = LogicalMessage::Begin(Begin {
+                    final_lsn: commit.commit_lsn,
+                    commit_time: commit.commit_time,
+                    xid: commit.xid,
+                });
+                self.on_message(begin, at, send_time).map(Ok)
+            }
         }
     }
 
@@ -75,6 +201,10 @@ impl Assembler {
             wal_start
         };
         self.note_received(wal_end);
+        let data = match self.on_streamed(at, send_time, data)? {
+            Ok(event) => return Ok(event),
+            Err(data) => data,
+        };
         let msg =
             pgoutput::decode(data).map_err(|source| SourceError::Decode { lsn: at, source })?;
         self.on_message(msg, at, send_time)
@@ -252,6 +382,14 @@ impl Assembler {
 
     pub(super) fn note_received(&mut self, lsn: Lsn) {
         self.received = self.received.max(lsn);
+    }
+}
+
+/// A streamed transaction that cannot be held or replayed, at `at`.
+fn spill_error(e: StreamedError, at: Lsn) -> SourceError {
+    match e {
+        StreamedError::OutOfOrder(what) => SourceError::Stream { lsn: at, what },
+        StreamedError::Io { what, dir, source } => SourceError::Spill { what, dir, source },
     }
 }
 

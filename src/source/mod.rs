@@ -35,6 +35,7 @@ mod incremental;
 pub mod lease;
 pub mod slot;
 mod snapshot;
+mod streamed;
 
 use std::sync::Arc;
 
@@ -51,6 +52,7 @@ use crate::pgoutput::{DecodeError, Relation, TupleData};
 
 pub use incremental::{ChunkTable, IncrementalPlan, WATERMARK_PREFIX};
 pub use snapshot::{SnapshotTable, TableProgress};
+pub use streamed::can_spill_in;
 
 /// Where a change sits in the WAL: its transaction's commit LSN and its
 /// index among that transaction's changes. Stable across re-sends.
@@ -237,6 +239,18 @@ pub enum SourceError {
     /// The slot became lost between reading it and START_REPLICATION.
     #[error("replication slot {slot:?} became lost (wal_status = 'lost')")]
     SlotLost { slot: String },
+    /// A transaction streamed while it runs could not be held past the
+    /// memory bound, or read back (`[postgres] stream_spill_dir`).
+    #[error(
+        "cannot {what} a spill file of a transaction PostgreSQL streamed while it ran, in {} \
+         ([postgres] stream_spill_dir): {source}",
+        dir.display()
+    )]
+    Spill {
+        what: &'static str,
+        dir: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("{0}")]
     Misuse(&'static str),
 }
@@ -281,8 +295,8 @@ impl Source {
     /// Wraps a stream that started replication at `start`.
     pub fn new(stream: ReplicationStream, start: Lsn) -> Source {
         Source {
+            assembler: assemble::Assembler::new(start, stream.in_progress()),
             state: State::Streaming(stream),
-            assembler: assemble::Assembler::new(start),
             incremental: None,
         }
     }
@@ -336,7 +350,7 @@ impl Source {
                 relation: None,
                 next_index: 0,
             },
-            assembler: assemble::Assembler::new(created.consistent_point),
+            assembler: assemble::Assembler::new(created.consistent_point, None),
             incremental: None,
         })
     }
@@ -376,6 +390,7 @@ impl Source {
             publication,
         )
         .await?;
+        self.assembler.stream_in_progress(stream.in_progress());
         self.state = State::Streaming(stream);
         Ok(())
     }
@@ -393,6 +408,9 @@ impl Source {
             }
         };
         loop {
+            if let Some(event) = self.assembler.next_replayed()? {
+                return self.observe(event);
+            }
             let event = match self.incremental.as_mut().and_then(|i| i.failed.as_mut()) {
                 // A chunk that cannot be read ends the session (its progress
                 // is stored; the next session goes on from there).
@@ -503,12 +521,24 @@ impl Source {
         let State::Streaming(stream) = &mut self.state else {
             return Ok(None);
         };
-        while let Some(event) = stream.try_recv()? {
+        loop {
+            if let Some(event) = self.assembler.next_replayed()? {
+                return self.observe(event).map(Some);
+            }
+            let Some(event) = stream.try_recv()? else {
+                break;
+            };
             if let Some(event) = self.assembler.on_stream_event(event)? {
                 return self.observe(event).map(Some);
             }
         }
         Ok(None)
+    }
+
+    /// Bytes of transactions streamed while they ran that were moved to
+    /// spill files, and such transactions committed, since the last call.
+    pub fn take_stream_counts(&mut self) -> (u64, u64) {
+        self.assembler.take_stream_counts()
     }
 
     /// The newest WAL position the server told us about; never 0/0 once

@@ -288,6 +288,18 @@ impl Collector for View {
         )?;
         counter(
             &mut e,
+            "walrelay_streamed_transactions",
+            "Transactions PostgreSQL sent while they ran (larger than its logical_decoding_work_mem; postgres.stream_in_progress), held until their commit and published then.",
+            u(&m.streamed_transactions),
+        )?;
+        counter(
+            &mut e,
+            "walrelay_stream_spilled_bytes",
+            "Bytes of such transactions held in spill files in postgres.stream_spill_dir, past postgres.stream_memory_limit.",
+            u(&m.stream_spilled_bytes),
+        )?;
+        counter(
+            &mut e,
             "walrelay_backpressure_seconds",
             "Time the replication stream was not read because the in-flight limits were reached (Kafka slower than PostgreSQL).",
             m.backpressure_seconds(),

@@ -31,6 +31,7 @@ mod exactly_once;
 mod failover;
 mod ha;
 mod heartbeat;
+mod in_progress;
 mod inbox;
 mod incremental;
 mod kafka_outage;

@@ -68,6 +68,25 @@ pub struct PostgresConfig {
         deserialize_with = "units::byte_size"
     )]
     pub max_message_size: u64,
+    /// Ask PostgreSQL to send a transaction larger than its
+    /// `logical_decoding_work_mem` while it runs (protocol 2, `streaming
+    /// 'on'`) instead of spilling it to the server's disk and decoding it
+    /// again after the commit; walrelay holds it until the commit
+    /// (`source::streamed`) and publishes nothing of it before.
+    #[serde(default = "defaults::yes")]
+    pub stream_in_progress: bool,
+    /// Memory for streamed transactions not yet committed, over all of
+    /// them; beyond it they are held in files in `stream_spill_dir`.
+    #[serde(
+        default = "defaults::stream_memory_limit",
+        deserialize_with = "units::byte_size"
+    )]
+    pub stream_memory_limit: u64,
+    /// Where streamed transactions beyond `stream_memory_limit` are held:
+    /// unnamed files (gone with the process, even after a kill -9). The
+    /// system's temporary directory when unset.
+    #[serde(default)]
+    pub stream_spill_dir: Option<PathBuf>,
     /// First delay before reconnecting after a transient error; doubles per attempt.
     #[serde(
         default = "defaults::reconnect_backoff_initial",

@@ -132,6 +132,16 @@ pub(super) fn postgres(pg: &PostgresConfig, out: &mut Vec<Problem>) {
             ),
         ));
     }
+    if pg.stream_memory_limit > limits::MAX_STREAM_MEMORY {
+        out.push(Problem::new(
+            "postgres.stream_memory_limit",
+            format!(
+                "at most 64GiB (got {} bytes): what does not fit is held in \
+                 postgres.stream_spill_dir; e.g. \"64MiB\"",
+                pg.stream_memory_limit
+            ),
+        ));
+    }
     if pg.sslmode == SslMode::VerifyCa && pg.sslrootcert.is_none() {
         // libpq refuses this too: the system store trusts every public CA,
         // and verify-ca checks no host name, so any certificate any public

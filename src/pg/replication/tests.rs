@@ -66,9 +66,15 @@ fn status_update_layout() {
 #[test]
 fn commands_quote_names() {
     assert_eq!(
-        start_replication_sql("my slot", Lsn(0x1_0000_0002), "pub\"x"),
+        start_replication_sql("my slot", Lsn(0x1_0000_0002), "pub\"x", false),
         "START_REPLICATION SLOT \"my slot\" LOGICAL 1/00000002 (\"proto_version\" '1', \
          \"publication_names\" '\"pub\"\"x\"', \"messages\" 'true')"
+    );
+    // Transactions while they run: protocol 2 with streaming.
+    assert_eq!(
+        start_replication_sql("s", Lsn(0x1_0000_0002), "p", true),
+        "START_REPLICATION SLOT \"s\" LOGICAL 1/00000002 (\"proto_version\" '2', \
+         \"streaming\" 'on', \"publication_names\" '\"p\"', \"messages\" 'true')"
     );
     // FAILOVER only where the server has it (17+), and only when asked.
     assert_eq!(

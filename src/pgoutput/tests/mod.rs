@@ -77,7 +77,7 @@ fn check(bytes: Bytes, expected: LogicalMessage) {
 }
 
 /// One valid sample of every message kind (and of each Update/Delete shape).
-fn samples() -> Vec<(&'static str, Bytes, LogicalMessage)> {
+pub(super) fn samples() -> Vec<(&'static str, Bytes, LogicalMessage)> {
     vec![
         (
             "begin",

@@ -4,6 +4,7 @@
 use bytes::Bytes;
 
 use super::*;
+use crate::pgoutput::stream::StreamControl;
 use crate::pgoutput::{Begin, Column, Commit, Delete, Insert, OldTuple, Relation, Update, encode};
 
 const COMMIT: Lsn = Lsn(0x1_0000_0100);
@@ -83,7 +84,7 @@ fn feed_all(a: &mut Assembler, msgs: &[LogicalMessage]) -> Vec<SourceEvent> {
 
 #[test]
 fn a_transaction_comes_out_in_order_with_one_position_per_change() {
-    let mut a = Assembler::new(Lsn(1));
+    let mut a = Assembler::new(Lsn(1), None);
     let events = feed_all(
         &mut a,
         &[
@@ -148,7 +149,7 @@ fn a_transaction_comes_out_in_order_with_one_position_per_change() {
 
 #[test]
 fn positions_restart_at_zero_in_the_next_transaction() {
-    let mut a = Assembler::new(Lsn(1));
+    let mut a = Assembler::new(Lsn(1), None);
     let first = feed_all(
         &mut a,
         &[relation(1, &["id"]), begin(), insert(1, &["1"]), commit()],
@@ -168,7 +169,7 @@ fn positions_restart_at_zero_in_the_next_transaction() {
 
 #[test]
 fn a_change_of_an_undescribed_relation_is_an_error_at_its_lsn() {
-    let mut a = Assembler::new(Lsn(1));
+    let mut a = Assembler::new(Lsn(1), None);
     feed(&mut a, &begin(), COMMIT).unwrap();
     let e = feed(&mut a, &insert(9, &["1"]), Lsn(0x1_0000_0120)).unwrap_err();
     assert!(
@@ -179,7 +180,7 @@ fn a_change_of_an_undescribed_relation_is_an_error_at_its_lsn() {
 
 #[test]
 fn a_row_of_the_wrong_width_is_an_error() {
-    let mut a = Assembler::new(Lsn(1));
+    let mut a = Assembler::new(Lsn(1), None);
     feed_all(&mut a, &[relation(1, &["id", "v"]), begin()]);
     let e = feed(&mut a, &insert(1, &["1"]), COMMIT).unwrap_err();
     assert!(matches!(e, SourceError::Stream { .. }), "{e}");
@@ -187,7 +188,7 @@ fn a_row_of_the_wrong_width_is_an_error() {
 
 #[test]
 fn changes_and_commits_outside_a_transaction_are_errors() {
-    let mut a = Assembler::new(Lsn(1));
+    let mut a = Assembler::new(Lsn(1), None);
     feed(&mut a, &relation(1, &["id"]), COMMIT).unwrap();
     let e = feed(&mut a, &insert(1, &["1"]), COMMIT).unwrap_err();
     assert!(
@@ -209,7 +210,7 @@ fn changes_and_commits_outside_a_transaction_are_errors() {
 
 #[test]
 fn zero_wal_start_never_lowers_the_received_position_or_names_0_0() {
-    let mut a = Assembler::new(Lsn(0x5_0000_0000));
+    let mut a = Assembler::new(Lsn(0x5_0000_0000), None);
     feed(&mut a, &relation(1, &["id"]), Lsn::ZERO).unwrap();
     assert_eq!(a.received, Lsn(0x5_0000_0000));
     let e = a
@@ -223,7 +224,7 @@ fn zero_wal_start_never_lowers_the_received_position_or_names_0_0() {
 
 #[test]
 fn a_new_relation_message_changes_the_shape_of_later_rows() {
-    let mut a = Assembler::new(Lsn(1));
+    let mut a = Assembler::new(Lsn(1), None);
     feed_all(&mut a, &[relation(1, &["id"]), begin()]);
     feed(&mut a, &insert(1, &["1"]), COMMIT).unwrap();
     feed(&mut a, &relation(1, &["id", "added"]), COMMIT).unwrap();
@@ -246,7 +247,7 @@ fn message(transactional: bool, lsn: Lsn) -> LogicalMessage {
 
 #[test]
 fn non_transactional_message_is_an_event_with_its_lsn() {
-    let mut a = Assembler::new(Lsn::ZERO);
+    let mut a = Assembler::new(Lsn::ZERO, None);
     let at = Lsn(0x2_0000_0040);
     match feed(&mut a, &message(false, at), at).unwrap() {
         Some(SourceEvent::Message {
@@ -264,7 +265,7 @@ fn non_transactional_message_is_an_event_with_its_lsn() {
 
 #[test]
 fn transactional_message_is_a_change_with_its_own_index() {
-    let mut a = Assembler::new(Lsn::ZERO);
+    let mut a = Assembler::new(Lsn::ZERO, None);
     let at = Lsn(0x2_0000_0010);
     let events = feed_all(
         &mut a,
@@ -308,7 +309,7 @@ fn transactional_message_is_a_change_with_its_own_index() {
 
 #[test]
 fn transactional_message_outside_a_transaction_is_an_error() {
-    let mut a = Assembler::new(Lsn::ZERO);
+    let mut a = Assembler::new(Lsn::ZERO, None);
     let e = feed(&mut a, &message(true, COMMIT), COMMIT).unwrap_err();
     assert!(
         e.to_string().contains("transactional Message outside"),
@@ -318,7 +319,7 @@ fn transactional_message_outside_a_transaction_is_an_error() {
 
 #[test]
 fn non_transactional_message_inside_a_transaction_is_an_error() {
-    let mut a = Assembler::new(Lsn::ZERO);
+    let mut a = Assembler::new(Lsn::ZERO, None);
     feed(&mut a, &begin(), COMMIT).unwrap();
     let e = feed(&mut a, &message(false, COMMIT), COMMIT).unwrap_err();
     assert!(e.to_string().contains("non-transactional Message"), "{e}");
@@ -326,7 +327,7 @@ fn non_transactional_message_inside_a_transaction_is_an_error() {
 
 #[test]
 fn a_truncate_takes_one_position_per_table_and_later_changes_follow_it() {
-    let mut a = Assembler::new(Lsn(1));
+    let mut a = Assembler::new(Lsn(1), None);
     let events = feed_all(
         &mut a,
         &[
@@ -369,7 +370,7 @@ fn a_truncate_takes_one_position_per_table_and_later_changes_follow_it() {
 
 #[test]
 fn a_truncate_of_an_unknown_relation_or_outside_a_transaction_is_an_error() {
-    let mut a = Assembler::new(Lsn(1));
+    let mut a = Assembler::new(Lsn(1), None);
     let truncate = LogicalMessage::Truncate(crate::pgoutput::Truncate {
         options: 0,
         relations: vec![5],
@@ -385,7 +386,7 @@ fn a_truncate_of_an_unknown_relation_or_outside_a_transaction_is_an_error() {
 /// newest position it knows, as for every other message).
 #[test]
 fn begin_carries_its_message_position() {
-    let mut a = Assembler::new(Lsn(0x1_0000_0000));
+    let mut a = Assembler::new(Lsn(0x1_0000_0000), None);
     let first_change = Lsn(0x1_0000_0040);
     match feed(&mut a, &begin(), first_change).unwrap() {
         Some(SourceEvent::Begin { lsn, xid, .. }) => {
@@ -398,4 +399,157 @@ fn begin_carries_its_message_position() {
         Some(SourceEvent::Begin { lsn, .. }) => assert_eq!(lsn, END),
         other => panic!("expected Begin, got {other:?}"),
     }
+}
+
+/// Feeds raw XLogData payloads at `COMMIT`, collecting what comes out,
+/// replays included.
+fn feed_raw(a: &mut Assembler, payloads: &[Bytes]) -> Vec<SourceEvent> {
+    let mut out = Vec::new();
+    for p in payloads {
+        if let Some(e) = a.on_xlogdata(COMMIT, COMMIT, SENT_TIME, p.clone()).unwrap() {
+            out.push(e);
+        }
+        while let Some(e) = a.next_replayed().unwrap() {
+            out.push(e);
+        }
+    }
+    out
+}
+
+fn enc(msg: &LogicalMessage) -> Bytes {
+    encode(msg).unwrap()
+}
+
+fn inside(xid: u32, msg: &LogicalMessage) -> Bytes {
+    crate::pgoutput::stream::streamed(xid, &enc(msg))
+}
+
+fn control(c: StreamControl) -> Bytes {
+    crate::pgoutput::stream::encode_stream_control(&c)
+}
+
+const OTHER_COMMIT: Lsn = Lsn(0x1_0000_0080);
+
+fn other_txn() -> Vec<LogicalMessage> {
+    vec![
+        LogicalMessage::Begin(Begin {
+            final_lsn: OTHER_COMMIT,
+            commit_time: 0,
+            xid: 9,
+        }),
+        relation(1, &["id", "v"]),
+        insert(1, &["9", "z"]),
+        LogicalMessage::Commit(Commit {
+            flags: 0,
+            commit_lsn: OTHER_COMMIT,
+            end_lsn: Lsn(0x1_0000_0090),
+            commit_time: 0,
+        }),
+    ]
+}
+
+/// A transaction streamed while it ran — in two blocks, another
+/// transaction committed between them, a subtransaction aborted — comes
+/// out at its commit exactly as protocol 1 sends it whole after the
+/// commit: the same events, positions and order, held in memory or in a
+/// file.
+#[test]
+fn a_streamed_transaction_comes_out_as_if_sent_whole() {
+    let mut whole = Assembler::new(Lsn(1), None);
+    let mut payloads: Vec<Bytes> = other_txn().iter().map(enc).collect();
+    payloads.extend(
+        [
+            begin(),
+            relation(1, &["id", "v"]),
+            insert(1, &["1", "a"]),
+            insert(1, &["3", "c"]),
+            commit(),
+        ]
+        .iter()
+        .map(enc),
+    );
+    let expected = feed_raw(&mut whole, &payloads);
+    assert_eq!(expected.len(), 9);
+
+    for memory_limit in [0, 1 << 20] {
+        let in_progress = InProgress {
+            memory_limit,
+            spill_dir: std::env::temp_dir(),
+        };
+        let mut a = Assembler::new(Lsn(1), Some(&in_progress));
+        let mut payloads = vec![
+            control(StreamControl::Start {
+                xid: 7,
+                first_segment: true,
+            }),
+            inside(7, &relation(1, &["id", "v"])),
+            inside(7, &insert(1, &["1", "a"])),
+            inside(8, &insert(1, &["2", "b"])),
+            control(StreamControl::Stop),
+        ];
+        payloads.extend(other_txn().iter().map(enc));
+        payloads.extend([
+            control(StreamControl::Abort { xid: 7, subxid: 8 }),
+            control(StreamControl::Start {
+                xid: 7,
+                first_segment: false,
+            }),
+            inside(7, &insert(1, &["3", "c"])),
+            control(StreamControl::Stop),
+            control(StreamControl::Commit(
+                crate::pgoutput::stream::StreamCommit {
+                    xid: 7,
+                    flags: 0,
+                    commit_lsn: COMMIT,
+                    end_lsn: END,
+                    commit_time: 0,
+                },
+            )),
+        ]);
+        let got = feed_raw(&mut a, &payloads);
+        assert_eq!(
+            format!("{got:?}"),
+            format!("{expected:?}"),
+            "memory_limit {memory_limit}"
+        );
+        let (spilled, committed) = a.take_stream_counts();
+        assert_eq!(committed, 1);
+        assert_eq!(
+            spilled > 0,
+            memory_limit == 0,
+            "memory_limit {memory_limit}"
+        );
+    }
+}
+
+/// A stream frame out of order names the LSN; under protocol 1 a frame
+/// message is one that was never negotiated.
+#[test]
+fn stream_frames_out_of_order_are_errors_naming_the_lsn() {
+    let in_progress = InProgress {
+        memory_limit: 1 << 20,
+        spill_dir: std::env::temp_dir(),
+    };
+    let mut a = Assembler::new(Lsn(1), Some(&in_progress));
+    let commit = control(StreamControl::Commit(
+        crate::pgoutput::stream::StreamCommit {
+            xid: 7,
+            flags: 0,
+            commit_lsn: COMMIT,
+            end_lsn: END,
+            commit_time: 0,
+        },
+    ));
+    match a.on_xlogdata(COMMIT, COMMIT, SENT_TIME, commit.clone()) {
+        Err(SourceError::Stream { lsn, what }) => {
+            assert_eq!(lsn, COMMIT);
+            assert!(what.contains("never sent a block"), "{what}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut v1 = Assembler::new(Lsn(1), None);
+    assert!(matches!(
+        v1.on_xlogdata(COMMIT, COMMIT, SENT_TIME, commit),
+        Err(SourceError::Decode { .. })
+    ));
 }

@@ -1,0 +1,268 @@
+//! Transactions PostgreSQL streams while they run (`postgres.stream_in_progress`,
+//! protocol 2): published at their commit exactly as protocol 1 publishes
+//! them whole, aborted ones and aborted savepoints never, held past the
+//! memory bound in spill files, and nothing lost when walrelay is killed
+//! in the middle of one.
+//!
+//! The test databases set `logical_decoding_work_mem` to its minimum
+//! (64kB) so that a transaction of a few hundred kB is streamed; the
+//! slot's `pg_stat_replication_slots` row proves it was.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use crate::support::*;
+
+const START: Duration = Duration::from_secs(120);
+
+/// A database whose walsenders stream (or, under protocol 1, spill) any
+/// transaction past 64kB.
+async fn small_decoding_memory(prefix: &str) -> TestDb {
+    let db = TestDb::new(prefix).await;
+    db.create_outbox("outbox").await;
+    pg_connect("postgres")
+        .await
+        .batch_execute(&format!(
+            "ALTER DATABASE {} SET logical_decoding_work_mem = '64kB'",
+            db.name
+        ))
+        .await
+        .expect("set logical_decoding_work_mem");
+    db
+}
+
+/// Inserts `rows` outbox rows of ~300 bytes in the current transaction of
+/// `client`, numbered from `from`, over 10 aggregates.
+fn insert_sql(from: i64, rows: i64) -> String {
+    format!(
+        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) \
+         SELECT gen_random_uuid(), 'order', 'big-' || (g % 10), 'Created', \
+                jsonb_build_object('n', g, 'pad', repeat('x', 250)) \
+         FROM generate_series({from}, {}) g",
+        from + rows - 1
+    )
+}
+
+/// The slot's counters: (streamed transactions, spilled transactions).
+async fn stream_and_spill_txns(db: &TestDb, slot: &str) -> (i64, i64) {
+    let row = db
+        .client
+        .query_opt(
+            "SELECT stream_txns, spill_txns FROM pg_stat_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .expect("pg_stat_replication_slots");
+    row.map_or((0, 0), |r| (r.get(0), r.get(1)))
+}
+
+/// What a consumer sees of a topic, partition by partition in order:
+/// key, value and every header.
+fn by_partition(consumed: &[Consumed], topic: &str) -> BTreeMap<i32, Vec<String>> {
+    let mut out: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+    for c in consumed.iter().filter(|c| c.topic == topic) {
+        out.entry(c.partition).or_default().push(format!(
+            "{:?} {:?} {:?}",
+            c.key.as_deref().map(String::from_utf8_lossy),
+            c.value.as_deref().map(String::from_utf8_lossy),
+            c.headers
+        ));
+    }
+    out
+}
+
+/// Two connectors on one outbox, one streaming transactions while they
+/// run and one taking them whole: a big transaction with an aborted
+/// savepoint, a released one, small transactions committed while it ran,
+/// and a big transaction that aborts. Both publish the same records, byte
+/// for byte, in the same order, and every committed row exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_transaction_streamed_while_it_runs_is_published_as_if_sent_whole() {
+    require_kafka();
+    let db = small_decoding_memory("inprog").await;
+    let streaming = Names::new("inprog_on");
+    let whole = Names::new("inprog_off");
+    let mut on = RelayProcess::start(&relay_config(&db, &streaming, "", ""), &[]);
+    let mut off = RelayProcess::start(
+        &relay_config(&db, &whole, "", "")
+            .replace("[kafka]", "stream_in_progress = false\n\n[kafka]"),
+        &[],
+    );
+    on.wait_log("streaming", START).await;
+    off.wait_log("streaming", START).await;
+
+    let big = pg_connect(&db.name).await;
+    big.batch_execute(&format!(
+        "BEGIN; {}; SAVEPOINT a; {}; ROLLBACK TO SAVEPOINT a; {};",
+        insert_sql(1, 1000),
+        insert_sql(100_001, 500),
+        insert_sql(1001, 1000),
+    ))
+    .await
+    .expect("big transaction, first part");
+    // The walsender streams it while it runs: wait until it did.
+    wait_for(
+        "the open transaction to be streamed to the first connector",
+        START,
+        || async { (stream_and_spill_txns(&db, &streaming.slot).await.0 > 0).then_some(()) },
+    )
+    .await;
+    // Small transactions commit while it is open (they come first).
+    for i in 0..5 {
+        db.client
+            .batch_execute(&insert_sql(50_000 + i * 10, 10))
+            .await
+            .expect("small transaction");
+    }
+    big.batch_execute(&format!(
+        "SAVEPOINT b; {}; SAVEPOINT c; {}; RELEASE SAVEPOINT c; RELEASE SAVEPOINT b; \
+         SAVEPOINT d; {}; SAVEPOINT e; {}; RELEASE SAVEPOINT e; ROLLBACK TO SAVEPOINT d; COMMIT",
+        insert_sql(2001, 300),
+        insert_sql(2301, 300),
+        insert_sql(200_001, 300),
+        insert_sql(200_301, 300),
+    ))
+    .await
+    .expect("big transaction, the rest and its commit");
+    // A big transaction that aborts after being streamed (PostgreSQL
+    // discards one it already knows aborted without streaming it).
+    big.batch_execute(&format!("BEGIN; {}", insert_sql(300_001, 1500)))
+        .await
+        .expect("a transaction to abort");
+    wait_for(
+        "the transaction to abort to be streamed to the first connector",
+        START,
+        || async { (stream_and_spill_txns(&db, &streaming.slot).await.0 > 1).then_some(()) },
+    )
+    .await;
+    big.batch_execute("ROLLBACK").await.expect("abort");
+    db.client
+        .batch_execute(&insert_sql(60_000, 1))
+        .await
+        .expect("last transaction");
+
+    let rows = outbox_rows(&db).await;
+    assert_eq!(rows.len(), 2000 + 600 + 50 + 1, "the committed rows");
+    let (on_topic, off_topic) = (streaming.topic("order"), whole.topic("order"));
+    let consumed = consume(
+        &[&on_topic, &off_topic],
+        2 * rows.len(),
+        Duration::from_secs(180),
+        Duration::from_secs(3),
+    );
+    let of = |names: &Names, topic: &str| {
+        let mine: Vec<Consumed> = consumed
+            .iter()
+            .filter(|c| c.topic == topic)
+            .cloned()
+            .collect();
+        let duplicates = verify_outbox_delivery(names, &rows, &mine);
+        assert_eq!(duplicates, 0, "{topic}: no restart, so no re-sent tail");
+        let ids: HashSet<String> = mine.iter().filter_map(|c| c.header_str("id")).collect();
+        assert_eq!(ids.len(), rows.len(), "{topic}: every committed row once");
+    };
+    of(&streaming, &on_topic);
+    of(&whole, &off_topic);
+    assert_eq!(
+        by_partition(&consumed, &on_topic),
+        by_partition(&consumed, &off_topic),
+        "the same records, headers and order with and without streaming"
+    );
+    let (streamed, spilled_on) = stream_and_spill_txns(&db, &streaming.slot).await;
+    let (streamed_off, spilled_off) = stream_and_spill_txns(&db, &whole.slot).await;
+    eprintln!(
+        "streaming connector: {streamed} streamed, {spilled_on} spilled on the server; \
+         protocol 1: {streamed_off} streamed, {spilled_off} spilled"
+    );
+    assert!(streamed >= 2, "both big transactions were streamed");
+    assert_eq!(
+        spilled_on, 0,
+        "nothing spilled on the server while streaming"
+    );
+    assert!(spilled_off >= 1, "protocol 1 spills them on the server");
+    assert_eq!(streamed_off, 0);
+    on.stop();
+    off.stop();
+}
+
+/// With a memory bound far below the transaction, walrelay holds it in a
+/// spill file; killed (-9) while the transaction is open and streamed,
+/// the next instance gets it again from its first block and publishes
+/// every row at the commit, with writers committing around it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kill_in_the_middle_of_a_streamed_transaction_loses_nothing() {
+    require_kafka();
+    let db = small_decoding_memory("inprogkill").await;
+    let names = Names::new("inprogkill");
+    let config = relay_config(&db, &names, "", "")
+        .replace("[kafka]", "stream_memory_limit = \"16KiB\"\n\n[kafka]")
+        .replace(
+            "[[outbox]]",
+            &format!("[health]\nlisten = \"{}\"\n\n[[outbox]]", free_local_addr()),
+        );
+    let mut relay = RelayProcess::start(&config, &[]);
+    let config_path = relay.config_path.clone();
+    relay.wait_log("streaming", START).await;
+    let writers = Writers::start(&db);
+
+    let big = pg_connect(&db.name).await;
+    big.batch_execute(&format!("BEGIN; {}", insert_sql(1, 2000)))
+        .await
+        .expect("big transaction, first part");
+    wait_for("the open transaction to be streamed", START, || async {
+        (stream_and_spill_txns(&db, &names.slot).await.0 > 0).then_some(())
+    })
+    .await;
+    // walrelay has held part of it (in its file: 16KiB is far less).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    relay.kill9();
+    big.batch_execute(&insert_sql(2001, 1000))
+        .await
+        .expect("big transaction, more while walrelay is down");
+    let mut relay = RelayProcess::start_with(&config_path, &[]);
+    relay.wait_log("streaming", START).await;
+    big.batch_execute(&format!("{}; COMMIT", insert_sql(3001, 1000)))
+        .await
+        .expect("big transaction, the rest and its commit");
+    writers.stop().await;
+
+    let rows = outbox_rows(&db).await;
+    let topics = [names.topic("order"), names.topic("invoice")];
+    let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let consumed = consume(
+        &topic_refs,
+        rows.len(),
+        Duration::from_secs(180),
+        Duration::from_secs(2),
+    );
+    let duplicates = verify_outbox_delivery(&names, &rows, &consumed);
+    let ids: HashSet<String> = consumed.iter().filter_map(|c| c.header_str("id")).collect();
+    assert_eq!(ids.len(), rows.len(), "every committed row, after the kill");
+    eprintln!("{} rows, {duplicates} re-sent after the kill", rows.len());
+    let metrics = http_get(&health_addr(&config), "/metrics");
+    let counter = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}_total")))
+            .and_then(|l| l.split_whitespace().last()?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {metrics}"))
+    };
+    assert!(counter("walrelay_streamed_transactions") >= 1.0);
+    assert!(
+        counter("walrelay_stream_spilled_bytes") > 16.0 * 1024.0,
+        "held past the 16KiB bound in a file"
+    );
+    relay.stop();
+}
+
+/// The `[health] listen` address of a configuration.
+fn health_addr(config: &str) -> String {
+    config
+        .lines()
+        .find_map(|l| l.strip_prefix("listen = \""))
+        .and_then(|l| l.strip_suffix('"'))
+        .expect("[health] listen")
+        .to_owned()
+}
