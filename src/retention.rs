@@ -252,6 +252,11 @@ pub struct TableReport {
     pub skipped_batches: u64,
     /// Batches (transactions) run.
     pub batches: u64,
+    /// The table's rest was left for the next run after
+    /// [`TIMEOUTS_IN_A_ROW`] batches in a row timed out (a table lock held
+    /// by someone else: waiting batch after batch would only queue behind
+    /// it).
+    pub left_locked: bool,
     /// When nothing was deleted because the offset says nothing: why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept_all: Option<String>,
@@ -311,7 +316,7 @@ impl std::fmt::Display for TableReport {
             f,
             "{}: deleted {}, kept {} ({} not yet published, {} younger than the retention, {} \
              with unknown commit time, {} in an accepted gap, {} locked by other transactions); \
-             {} batch(es), {} skipped on lock or statement timeout",
+             {} batch(es), {} skipped on lock or statement timeout{}",
             self.table,
             self.deleted,
             self.kept(),
@@ -321,7 +326,12 @@ impl std::fmt::Display for TableReport {
             self.kept_accepted_gap,
             self.kept_locked,
             self.batches,
-            self.skipped_batches
+            self.skipped_batches,
+            if self.left_locked {
+                " (the rest of the table left for the next run: it stayed locked)"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -518,6 +528,10 @@ pub async fn pass(
     Ok(())
 }
 
+/// Batches in a row that may time out before a table's rest is left for
+/// the next run.
+pub const TIMEOUTS_IN_A_ROW: u32 = 3;
+
 /// Most blocks one batch reads.
 const MAX_BLOCKS: u32 = 1 << 14;
 
@@ -546,6 +560,7 @@ pub async fn prune(
     if report.cursor.blocks == 0 {
         report.cursor.blocks = 8;
     }
+    let mut timeouts = 0;
     while let Some(leaf) = target.leaves.get(report.cursor.leaf) {
         let size: i64 = client
             .query_one(
@@ -645,7 +660,21 @@ pub async fn prune(
                          ran longer than retention.statement_timeout; its rows are kept until \
                          the next prune"
                     );
-                    report.cursor.blocks = (report.cursor.blocks / 2).max(1);
+                    if is_statement_timeout(&e) {
+                        report.cursor.blocks = (report.cursor.blocks / 2).max(1);
+                    }
+                    timeouts += 1;
+                    if timeouts >= TIMEOUTS_IN_A_ROW {
+                        report.left_locked = true;
+                        report.cursor.block = blocks;
+                        tracing::warn!(
+                            table = %target.table,
+                            leaf = %leaf,
+                            "{TIMEOUTS_IN_A_ROW} prune batches in a row timed out: the rest of \
+                             the table is left for the next prune"
+                        );
+                        continue;
+                    }
                 }
                 Err(e) => return Err(query_error("pruning a batch")(e)),
             }
@@ -688,6 +717,11 @@ fn next_blocks(blocks: u32, found: u64, batch_rows: u32) -> u32 {
         .checked_div(found)
         .map_or(doubled, |n| n.min(doubled));
     u32::try_from(next.clamp(1, u64::from(MAX_BLOCKS))).unwrap_or(MAX_BLOCKS)
+}
+
+/// `statement_timeout` (57014).
+fn is_statement_timeout(e: &tokio_postgres::Error) -> bool {
+    e.code().is_some_and(|c| c.code() == "57014")
 }
 
 /// `lock_timeout` (55P03) or `statement_timeout` (57014).
