@@ -315,3 +315,48 @@ async fn prune_refuses_bad_input_naming_the_key() {
     );
     assert_eq!(outbox_rows(&db).await.len(), 0);
 }
+
+/// `[outbox.retention] interval`: `walrelay run` prunes in the background
+/// under writers, killed -9 once mid-way and restarted: rows go, and every
+/// one that went is in Kafka; the pass is reported in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn run_prunes_in_the_background_only_what_kafka_holds() {
+    require_kafka();
+    let db = TestDb::new("prunerun").await;
+    db.create_outbox("outbox").await;
+    add_ledger(&db).await;
+    let names = Names::new("prunerun");
+    let config = relay_config(&db, &names, &format!("{RETENTION}interval = \"1s\"\n"), "");
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", START).await;
+    let writers = Writers::start(&db);
+    wait_for(
+        "the connector's first pruned rows",
+        Duration::from_secs(120),
+        || async { (!deleted_ids(&db).await.is_empty()).then_some(()) },
+    )
+    .await;
+    relay
+        .wait_log("outbox retention: public.outbox: deleted", START)
+        .await;
+    relay.kill9();
+    let unpublished = insert_marked(&db, 50).await;
+    let before = assert_deleted_were_published(&db, &names, "walrelay killed").await;
+    assert_eq!(remaining(&db, &unpublished).await, unpublished.len());
+
+    let mut relay = RelayProcess::start_with(&relay.config_path, &[]);
+    relay.wait_log("streaming", START).await;
+    wait_for(
+        "the rows written while walrelay was down pruned by it",
+        Duration::from_secs(120),
+        || async { (remaining(&db, &unpublished).await == 0).then_some(()) },
+    )
+    .await;
+    writers.stop().await;
+    let after = assert_deleted_were_published(&db, &names, "after the restart").await;
+    assert!(
+        after > before + unpublished.len() - 1,
+        "{before} -> {after}"
+    );
+    assert!(relay.stop().success(), "{}", relay.log());
+}
