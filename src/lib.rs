@@ -18,6 +18,7 @@ pub mod offsets;
 pub mod pg;
 pub mod pgoutput;
 pub mod relay;
+pub mod retention;
 pub mod router;
 pub mod sink;
 pub mod source;

@@ -123,6 +123,32 @@ enum Command {
         #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = parse_duration)]
         statement_timeout: std::time::Duration,
     },
+    /// Delete outbox rows older than their [outbox.retention] whose events
+    /// the stored offset covers (never one not yet in Kafka), and report
+    /// what was deleted and what was kept and why; see docs/operations.md.
+    #[command(after_help = AFTER_HELP)]
+    Prune {
+        /// The TOML configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// One [[outbox]] table (default: every one with a retention).
+        #[arg(long)]
+        table: Option<String>,
+        /// Count what would be deleted; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// The rows of the accepted gap (`walrelay status`) were republished:
+        /// prune them like any other (by default they are kept).
+        #[arg(long)]
+        gap_republished: bool,
+        /// How long to wait for Kafka and PostgreSQL (retrying with backoff)
+        /// before giving up with exit 1.
+        #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+        wait: std::time::Duration,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Ask the running connector for an incremental snapshot of one table
     /// (a backfill, or re-reading a table): read in chunks while streaming
     /// continues, resumable; see docs/operations.md.
@@ -182,6 +208,7 @@ impl Command {
             | Command::Check { config }
             | Command::Status { config, .. }
             | Command::Republish { config, .. }
+            | Command::Prune { config, .. }
             | Command::Snapshot { config, .. }
             | Command::Inbox { config } => config,
         }
@@ -447,6 +474,55 @@ fn main() -> ExitCode {
                         ExitCode::SUCCESS
                     }
                     Err(e @ walrelay::commands::republish::RepublishError::Usage(_)) => {
+                        messages.fatal("", &e.to_string());
+                        ExitCode::from(2)
+                    }
+                    Err(e) => {
+                        messages.fatal("", &e.to_string());
+                        ExitCode::FAILURE
+                    }
+                }
+            }
+            Command::Prune {
+                table,
+                dry_run,
+                gap_republished,
+                wait,
+                json,
+                ..
+            } => {
+                use walrelay::commands::prune::{PruneCommandError, Request, prune};
+                let stop = CancellationToken::new();
+                tokio::spawn(watch_signals(stop.clone()));
+                let request = Request {
+                    table,
+                    dry_run,
+                    gap_republished,
+                    wait,
+                };
+                match prune(&config, &request, &stop).await {
+                    Ok(summary) => {
+                        if json {
+                            say(&format!(
+                                "{}\n",
+                                serde_json::to_string_pretty(&summary).unwrap_or_default()
+                            ));
+                        } else {
+                            say(&format!(
+                                "{} under the stored offset {}\n",
+                                if dry_run { "would prune" } else { "pruned" },
+                                summary.offset_lsn.as_deref().unwrap_or("(none stored)")
+                            ));
+                            for table in &summary.tables {
+                                say(&format!("{table}\n"));
+                            }
+                            if summary.stopped {
+                                say("stopped before the end; the next run goes on\n");
+                            }
+                        }
+                        ExitCode::SUCCESS
+                    }
+                    Err(e @ PruneCommandError::Usage(_)) => {
                         messages.fatal("", &e.to_string());
                         ExitCode::from(2)
                     }

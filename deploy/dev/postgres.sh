@@ -511,6 +511,8 @@ max_wal_senders = 32
 wal_sender_timeout = 10s
 # lets tests exercise two-phase commit (PREPARE TRANSACTION) decoding
 max_prepared_transactions = 32
+# commit timestamps: outbox retention judges rows by them (walrelay prune)
+track_commit_timestamp = on
 # Throwaway cluster: skip fsync for speed. An OS crash can corrupt it; "down" + "up".
 fsync = off
 # deterministic timestamps in test output and logs
@@ -586,6 +588,16 @@ print_env() {
 # ---------------------------------------------------------------------------------------
 # Subcommands
 
+# A cluster made before track_commit_timestamp was in its settings: add it,
+# and say that it takes effect at the next restart (never restarted here: a
+# test run may be using the cluster).
+ensure_commit_timestamps() {
+  grep -q '^track_commit_timestamp' "$DATA_DIR/postgresql.conf" 2>/dev/null && return 0
+  printf '\n# commit timestamps: outbox retention judges rows by them (walrelay prune)\ntrack_commit_timestamp = on\n' |
+    as_pg tee -a "$DATA_DIR/postgresql.conf" >/dev/null
+  log "added track_commit_timestamp = on; it takes effect after: $SELF restart-fast"
+}
+
 cmd_up() {
   ensure_client_tools
   take_lock
@@ -626,6 +638,7 @@ cmd_up() {
     init_cluster
   fi
   ensure_cert_auth
+  ensure_commit_timestamps
   log "ready: postgres $PG_MAJOR on $PG_HOST:$PG_PORT (superuser: $SUPERUSER_URL)"
   print_env
 }

@@ -9,6 +9,7 @@
 
 pub mod check;
 pub(crate) mod probe;
+pub mod prune;
 pub mod republish;
 pub mod snapshot;
 pub mod status;

@@ -83,9 +83,10 @@ pub use schema::{
     BinaryHandlingMode, CloudEventsConfig, CloudEventsMode, ColumnFilter, ColumnMask, Compression,
     ConnectorConfig, DeadLetterConfig, DecimalHandlingMode, Delivery, HASH_ALGORITHMS,
     HealthConfig, HeartbeatConfig, IntervalHandlingMode, KafkaConfig, LogConfig, LogFormat,
-    OnUpdate, OutboxConfig, OutboxFormat, PostgresConfig, SaslMechanism, SecurityProtocol,
-    SkippedOperations, SnapshotConfig, SnapshotMode, SpecialValues, SslMode, TableConfig,
-    TableDefaults, TimePrecisionMode, UnmappedTypes, glob_match, is_secret_property, placement,
+    OnUpdate, OutboxConfig, OutboxFormat, PostgresConfig, RetentionConfig, SaslMechanism,
+    SecurityProtocol, SkippedOperations, SnapshotConfig, SnapshotMode, SpecialValues, SslMode,
+    TableConfig, TableDefaults, TimePrecisionMode, UnmappedTypes, glob_match, is_secret_property,
+    placement,
 };
 pub use template::{
     Segment, TableRef, TopicTemplate, is_topic_char, sanitized_topic_name, topic_name_problem,

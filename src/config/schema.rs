@@ -21,7 +21,8 @@ pub use kafka::{
     is_secret_property,
 };
 pub use outbox::{
-    CloudEventsConfig, CloudEventsMode, OnUpdate, OutboxConfig, OutboxFormat, placement,
+    CloudEventsConfig, CloudEventsMode, OnUpdate, OutboxConfig, OutboxFormat, RetentionConfig,
+    placement,
 };
 pub use postgres::{PostgresConfig, SslMode};
 pub use table::{
@@ -209,6 +210,15 @@ pub(crate) mod defaults {
     }
     pub(crate) fn yes() -> bool {
         true
+    }
+    pub(crate) fn retention_batch_rows() -> u32 {
+        1_000
+    }
+    pub(crate) fn retention_lock_timeout() -> Duration {
+        Duration::from_secs(1)
+    }
+    pub(crate) fn retention_statement_timeout() -> Duration {
+        Duration::from_secs(30)
     }
     pub(crate) fn connect_timeout() -> Duration {
         Duration::from_secs(10)

@@ -43,6 +43,7 @@ mod offset_writer;
 mod outbox;
 mod pace;
 mod publish;
+mod retention;
 mod session;
 mod signal;
 mod slot_watch;

@@ -92,6 +92,12 @@ pub async fn run(
         config.postgres.reconnect_backoff_initial,
         config.postgres.reconnect_backoff_max,
     )));
+    // Outbox retention (`[outbox.retention] interval`): beside the
+    // sessions, never in their way.
+    let _retention = AbortOnDrop::from(tokio::spawn(super::retention::every(
+        config.clone(),
+        shutdown.clone(),
+    )));
     let kafka_outage = Arc::new(OutageLog::new("Kafka", KAFKA_OUTAGE_SETTLE));
     let _outage_clock = AbortOnDrop::from(tokio::spawn({
         let outage = kafka_outage.clone();

@@ -41,6 +41,7 @@ mod messages;
 mod offsets;
 mod pg_security;
 mod prometheus;
+mod prune;
 mod recovery;
 mod relay;
 mod relay_matrix;

@@ -6,6 +6,7 @@
 //! keep the two in step.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -94,6 +95,64 @@ pub struct OutboxConfig {
     /// header. `None`/`""`: no trace headers.
     #[serde(default, deserialize_with = "units::optional_name")]
     pub trace_context_column: Option<String>,
+    /// `[outbox.retention]`: delete rows older than `keep` whose events the
+    /// stored offset covers (`walrelay prune`, and `run` every `interval`).
+    /// `None`: rows are never deleted by walrelay.
+    #[serde(default)]
+    pub retention: Option<RetentionConfig>,
+}
+
+/// `[outbox.retention]`: how old outbox rows are deleted, never before the
+/// stored offset covers their events (`crate::retention`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Rows younger than this are kept (by their commit time, or by
+    /// `column`). Required.
+    #[serde(deserialize_with = "units::duration")]
+    pub keep: Duration,
+    /// A `timestamptz` column to judge rows by instead of their
+    /// transaction's commit timestamp (which needs
+    /// `track_commit_timestamp = on`). `None`: the commit timestamp.
+    #[serde(default, deserialize_with = "units::optional_name")]
+    pub column: Option<String>,
+    /// How far before the stored offset's commit time a row must be to
+    /// count as published. Default 5 minutes with the commit timestamp;
+    /// required with `column` (it must exceed the longest transaction
+    /// writing the outbox, from setting the column to its commit).
+    #[serde(default, deserialize_with = "units::optional_duration")]
+    pub margin: Option<Duration>,
+    /// Rows deleted per transaction, about (the batch is a range of heap
+    /// pages sized to hold about this many).
+    #[serde(default = "defaults::retention_batch_rows")]
+    pub batch_rows: u32,
+    /// `lock_timeout` of each batch: a batch that waits longer for a table
+    /// lock is skipped (and counted), never waited for.
+    #[serde(
+        default = "defaults::retention_lock_timeout",
+        deserialize_with = "units::duration"
+    )]
+    pub lock_timeout: Duration,
+    /// `statement_timeout` of each batch's statements.
+    #[serde(
+        default = "defaults::retention_statement_timeout",
+        deserialize_with = "units::duration"
+    )]
+    pub statement_timeout: Duration,
+    /// How often `walrelay run` prunes this table in the background.
+    /// `None`: only `walrelay prune` does (e.g. from cron).
+    #[serde(default, deserialize_with = "units::optional_duration")]
+    pub interval: Option<Duration>,
+}
+
+impl RetentionConfig {
+    /// The default margin with the commit timestamp.
+    pub const COMMIT_TIMESTAMP_MARGIN: Duration = Duration::from_secs(300);
+
+    /// The margin kept behind the stored offset's commit time.
+    pub fn margin(&self) -> Duration {
+        self.margin.unwrap_or(Self::COMMIT_TIMESTAMP_MARGIN)
+    }
 }
 
 /// `outbox.format`: the shape of an outbox record.

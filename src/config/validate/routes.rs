@@ -68,6 +68,9 @@ pub(super) fn outboxes(outboxes: &[OutboxConfig], others: bool, out: &mut Vec<Pr
         }
         crate::config::cloudevents::check(outbox, &at, out);
         crate::config::envelope::check(outbox, &at, out);
+        if let Some(retention) = &outbox.retention {
+            self::retention(retention, &at, out);
+        }
         topic(outbox, &at("topic"), out);
         let mut ordered = HashSet::new();
         for (j, column) in outbox.snapshot_order_by.iter().enumerate() {
@@ -80,6 +83,64 @@ pub(super) fn outboxes(outboxes: &[OutboxConfig], others: bool, out: &mut Vec<Pr
                 ));
             }
         }
+    }
+}
+
+/// `[outbox.retention]`: values a prune can run with.
+fn retention(
+    r: &crate::config::RetentionConfig,
+    at: &dyn Fn(&str) -> String,
+    out: &mut Vec<Problem>,
+) {
+    use std::time::Duration;
+    if let Some(column) = &r.column {
+        identifier(&at("retention.column"), column, out);
+        if r.margin.is_none() {
+            out.push(Problem::new(
+                at("retention.margin"),
+                format!(
+                    "is required with retention.column = {}: a row's column value may be long \
+                     before its transaction commits, so set a margin longer than the longest \
+                     transaction that writes the outbox (e.g. margin = \"1h\"), or remove \
+                     retention.column to judge rows by their commit timestamp",
+                    quoted(column)
+                ),
+            ));
+        }
+    }
+    if r.margin.is_some_and(|m| m < Duration::from_secs(1)) {
+        out.push(Problem::new(
+            at("retention.margin"),
+            "must be at least 1s: commit timestamps are not in commit order to the \
+             microsecond, and the margin is what absorbs it (default 5m)",
+        ));
+    }
+    if r.batch_rows == 0 || r.batch_rows > 100_000 {
+        out.push(Problem::new(
+            at("retention.batch_rows"),
+            format!(
+                "is {}; give 1..=100000 rows per transaction (default 1000): small batches keep \
+                 each transaction short",
+                r.batch_rows
+            ),
+        ));
+    }
+    for (key, d) in [
+        ("retention.lock_timeout", r.lock_timeout),
+        ("retention.statement_timeout", r.statement_timeout),
+    ] {
+        if d < Duration::from_millis(1) {
+            out.push(Problem::new(
+                at(key),
+                "must be at least 1ms (0 would mean no timeout in PostgreSQL); e.g. \"1s\"",
+            ));
+        }
+    }
+    if r.interval.is_some_and(|i| i < Duration::from_secs(1)) {
+        out.push(Problem::new(
+            at("retention.interval"),
+            "must be at least 1s (e.g. \"1h\"), or left out to prune only with `walrelay prune`",
+        ));
     }
 }
 
