@@ -135,7 +135,7 @@ impl Assembler {
         match control {
             None => Ok(Err(data)),
             Some(StreamControl::Start { xid, first_segment }) => {
-                streamed.start(xid, first_segment).map_err(frame)?;
+                streamed.start(xid, first_segment, at).map_err(frame)?;
                 Ok(Ok(None))
             }
             Some(StreamControl::Stop) => Err(frame(StreamedError::OutOfOrder(
@@ -147,6 +147,7 @@ impl Assembler {
             }
             Some(StreamControl::Commit(commit)) => {
                 let replay = streamed.commit(commit.xid).map_err(frame)?;
+                let first_at = replay.first_at;
                 self.replaying = Some(Replaying {
                     replay,
                     commit,
@@ -158,7 +159,9 @@ impl Assembler {
                     commit_time: commit.commit_time,
                     xid: commit.xid,
                 });
-                self.on_message(begin, at, send_time).map(Ok)
+                // At the transaction's first LSN, where a transaction sent
+                // whole has its Begin (transaction metadata names it).
+                self.on_message(begin, first_at, send_time).map(Ok)
             }
         }
     }

@@ -82,6 +82,9 @@ impl Entry {
 /// the first `spilled` bytes of it in `file`, the rest in `memory`.
 #[derive(Debug, Default)]
 struct Open {
+    /// Where its first `Stream Start` arrived: the transaction's first
+    /// LSN, which a transaction sent whole names in its `Begin`.
+    first_at: Lsn,
     file: Option<File>,
     /// Bytes of entries in the file (the file's length).
     spilled: u64,
@@ -120,6 +123,8 @@ pub(super) struct Streamed {
 /// A committed transaction's messages, oldest first.
 #[derive(Debug)]
 pub(super) struct Replay {
+    /// Where the transaction's first block began (see `Open::first_at`).
+    pub(super) first_at: Lsn,
     file: Option<(BufReader<File>, u64)>,
     memory: VecDeque<Entry>,
     dir: PathBuf,
@@ -163,8 +168,13 @@ impl Streamed {
         self.open.len()
     }
 
-    /// `Stream Start` of `xid`.
-    pub(super) fn start(&mut self, xid: u32, first_segment: bool) -> Result<(), StreamedError> {
+    /// `Stream Start` of `xid`, arrived at `at`.
+    pub(super) fn start(
+        &mut self,
+        xid: u32,
+        first_segment: bool,
+        at: Lsn,
+    ) -> Result<(), StreamedError> {
         if let Some(open) = self.block {
             return Err(out_of_order(format!(
                 "Stream Start of transaction {xid} inside the block of transaction {open}"
@@ -182,7 +192,13 @@ impl Streamed {
                 )));
             }
             (true, false) => {
-                self.open.insert(xid, Open::default());
+                self.open.insert(
+                    xid,
+                    Open {
+                        first_at: at,
+                        ..Open::default()
+                    },
+                );
             }
             (false, true) => {}
         }
@@ -347,6 +363,7 @@ impl Streamed {
             _ => None,
         };
         Ok(Replay {
+            first_at: open.first_at,
             file,
             memory: open.memory,
             dir: self.dir.clone(),

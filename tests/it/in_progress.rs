@@ -266,3 +266,176 @@ fn health_addr(config: &str) -> String {
         .expect("[health] listen")
         .to_owned()
 }
+
+/// Every record kind at once, under `exactly_once`: outbox rows, table
+/// events of two tables with transaction metadata (BEGIN/END), and
+/// transactional logical messages, all in one big transaction with an
+/// aborted savepoint, small transactions committed while it ran. A
+/// streaming connector and a protocol-1 connector publish the same
+/// records, in the same order, once each for a `read_committed` reader
+/// (names of the connector replaced by a placeholder).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_record_kind_under_exactly_once_is_published_as_if_sent_whole() {
+    require_kafka();
+    let db = small_decoding_memory("inprogall").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE a (id int8 PRIMARY KEY, v text); ALTER TABLE a OWNER TO walrelay;
+             CREATE TABLE b (id int8 PRIMARY KEY, v text); ALTER TABLE b OWNER TO walrelay;",
+        )
+        .await
+        .expect("tables");
+    let config = |names: &Names, streaming: bool| {
+        relay_config(
+            &db,
+            names,
+            "",
+            &format!(
+                "[table_defaults]\ntopic_prefix = \"{p}\"\nprovide_transaction_metadata = true\n\
+                 [[table]]\nname = \"public.a\"\n[[table]]\nname = \"public.b\"\n\
+                 [[message]]\nprefix = \"orders\"\ntopic = \"{p}.msg\"\nkey_field = \"order_id\"\n",
+                p = names.connector
+            ),
+        )
+        .replace("[kafka]\n", "[kafka]\ndelivery = \"exactly_once\"\n")
+        .replace(
+            "[kafka]",
+            &format!("stream_in_progress = {streaming}\n\n[kafka]"),
+        )
+    };
+    let (on_names, off_names) = (Names::new("inprogall_on"), Names::new("inprogall_off"));
+    let mut on = RelayProcess::start(&config(&on_names, true), &[]);
+    let mut off = RelayProcess::start(&config(&off_names, false), &[]);
+    on.wait_log("streaming", START).await;
+    off.wait_log("streaming", START).await;
+
+    let big = pg_connect(&db.name).await;
+    big.batch_execute(&format!(
+        "BEGIN; {}; \
+         INSERT INTO a SELECT g, repeat('a', 200) FROM generate_series(1, 800) g; \
+         SELECT pg_logical_emit_message(true, 'orders', \
+                json_build_object('order_id', 'o-' || g, 'n', g)::text) \
+           FROM generate_series(1, 200) g; \
+         SAVEPOINT s; INSERT INTO b SELECT g, 'gone' FROM generate_series(1, 500) g; {}; \
+         ROLLBACK TO SAVEPOINT s; \
+         UPDATE a SET v = 'updated ' || id WHERE id % 4 = 0; \
+         INSERT INTO b SELECT g, repeat('b', 200) FROM generate_series(1, 400) g;",
+        insert_sql(1, 600),
+        insert_sql(100_001, 300),
+    ))
+    .await
+    .expect("big transaction, open");
+    wait_for("the open transaction to be streamed", START, || async {
+        (stream_and_spill_txns(&db, &on_names.slot).await.0 > 0).then_some(())
+    })
+    .await;
+    for i in 0..5 {
+        db.client
+            .batch_execute(&format!(
+                "BEGIN; {}; INSERT INTO a VALUES ({}, 'small'); \
+                 SELECT pg_logical_emit_message(true, 'orders', '{{\"order_id\": \"s-{i}\"}}'); \
+                 COMMIT",
+                insert_sql(50_000 + i * 10, 10),
+                // Even: the big transaction's DELETE (id % 10 = 1), which
+                // runs after these commit, leaves them.
+                10_000 + i * 2
+            ))
+            .await
+            .expect("small transaction");
+    }
+    big.batch_execute("DELETE FROM a WHERE id % 10 = 1; COMMIT")
+        .await
+        .expect("commit");
+
+    // outbox 600 + 50; a: 800 inserts, 200 updates, 80 deletes (+ their
+    // tombstones) and 5 small; b: 400; messages 205; BEGIN/END 6 each.
+    let topics = |n: &Names| {
+        let p = &n.connector;
+        vec![
+            n.topic("order"),
+            format!("{p}.public.a"),
+            format!("{p}.public.b"),
+            format!("{p}.msg"),
+            format!("{p}.transaction"),
+        ]
+    };
+    let read = |n: &Names| {
+        let topics = topics(n);
+        let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+        let mut out = BTreeMap::new();
+        for c in consume_committed(&refs) {
+            let line = format!(
+                "{:?} {:?} {:?}",
+                c.key.as_deref().map(String::from_utf8_lossy),
+                c.value.as_deref().map(String::from_utf8_lossy),
+                c.headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
+                    .collect::<Vec<_>>()
+            )
+            .replace(&n.connector, "<c>");
+            let topic = c.topic.replace(&n.connector, "<c>");
+            out.entry((topic, c.partition))
+                .or_insert_with(Vec::new)
+                .push(line);
+        }
+        out
+    };
+    let expected_records = 650 + 800 + 200 + 80 * 2 + 5 + 400 + 205 + 12;
+    let count = |m: &BTreeMap<(String, i32), Vec<String>>| m.values().map(Vec::len).sum::<usize>();
+    let (mut on_read, mut off_read) = (BTreeMap::new(), BTreeMap::new());
+    wait_for("both connectors to publish every record", START, || {
+        on_read = read(&on_names);
+        off_read = read(&off_names);
+        let done = count(&on_read) >= expected_records && count(&off_read) >= expected_records;
+        async move { done.then_some(()) }
+    })
+    .await;
+    let per_topic = |m: &BTreeMap<(String, i32), Vec<String>>| {
+        let mut t: BTreeMap<&str, usize> = BTreeMap::new();
+        for ((topic, _), v) in m {
+            *t.entry(topic.as_str()).or_default() += v.len();
+        }
+        format!("{t:?}")
+    };
+    eprintln!(
+        "streaming {}; protocol 1 {}",
+        per_topic(&on_read),
+        per_topic(&off_read)
+    );
+    assert_eq!(count(&on_read), expected_records, "once each, streaming");
+    assert_eq!(count(&off_read), expected_records, "once each, protocol 1");
+    assert!(
+        !on_read.values().flatten().any(|l| l.contains("gone")),
+        "the aborted savepoint's rows are not published"
+    );
+    assert_same(&on_read, &off_read);
+    on.stop();
+    off.stop();
+}
+
+/// Both reads hold the same records in the same order per partition; a
+/// difference is named by topic, partition, position and the two records.
+fn assert_same(
+    streaming: &BTreeMap<(String, i32), Vec<String>>,
+    whole: &BTreeMap<(String, i32), Vec<String>>,
+) {
+    let keys: Vec<_> = streaming.keys().collect();
+    assert_eq!(
+        keys,
+        whole.keys().collect::<Vec<_>>(),
+        "the same partitions"
+    );
+    for (key, lines) in streaming {
+        let other = &whole[key];
+        if let Some(i) = (0..lines.len().max(other.len())).find(|&i| lines.get(i) != other.get(i)) {
+            panic!(
+                "{key:?} differs at record {i} of {}/{}:\nstreaming:  {:?}\nprotocol 1: {:?}",
+                lines.len(),
+                other.len(),
+                lines.get(i),
+                other.get(i)
+            );
+        }
+    }
+}

@@ -401,12 +401,20 @@ fn begin_carries_its_message_position() {
     }
 }
 
-/// Feeds raw XLogData payloads at `COMMIT`, collecting what comes out,
+/// Where the big transaction's first change is: its Begin's position, or
+/// its first Stream Start's.
+const FIRST: Lsn = Lsn(0x1_0000_0010);
+
+/// Feeds raw XLogData payloads at `COMMIT` (at `FIRST` the big
+/// transaction's Begin or first Stream Start), collecting what comes out,
 /// replays included.
 fn feed_raw(a: &mut Assembler, payloads: &[Bytes]) -> Vec<SourceEvent> {
     let mut out = Vec::new();
     for p in payloads {
-        if let Some(e) = a.on_xlogdata(COMMIT, COMMIT, SENT_TIME, p.clone()).unwrap() {
+        let first = p.first() == Some(&b'S') && p.last() == Some(&1)
+            || p.first() == Some(&b'B') && p.get(1..9) == Some(&COMMIT.0.to_be_bytes()[..]);
+        let at = if first { FIRST } else { COMMIT };
+        if let Some(e) = a.on_xlogdata(at, at, SENT_TIME, p.clone()).unwrap() {
             out.push(e);
         }
         while let Some(e) = a.next_replayed().unwrap() {

@@ -24,15 +24,15 @@ fn replay_all(mut r: Replay) -> Vec<(Lsn, Bytes)> {
 #[test]
 fn a_transaction_comes_out_whole_at_its_commit_in_the_order_received() {
     let mut s = Streamed::new(1 << 20, dir());
-    s.start(TOP, true).unwrap();
+    s.start(TOP, true, Lsn(0)).unwrap();
     s.hold(Some(TOP), Lsn(1), msg(1)).unwrap();
     s.hold(None, Lsn(2), msg(2)).unwrap();
     s.stop().unwrap();
     // Another transaction's block between two of this one's.
-    s.start(TOP + 1, true).unwrap();
+    s.start(TOP + 1, true, Lsn(0)).unwrap();
     s.hold(Some(TOP + 1), Lsn(3), msg(99)).unwrap();
     s.stop().unwrap();
-    s.start(TOP, false).unwrap();
+    s.start(TOP, false, Lsn(0)).unwrap();
     s.hold(Some(TOP), Lsn(4), msg(3)).unwrap();
     s.stop().unwrap();
     let got = replay_all(s.commit(TOP).unwrap());
@@ -55,12 +55,12 @@ fn frames_out_of_order_are_errors() {
     };
     assert!(err(s.hold(Some(TOP), Lsn(1), msg(1))).contains("outside"));
     assert!(err(s.stop()).contains("outside a block"));
-    assert!(err(s.start(TOP, false)).contains("first block was not received"));
-    s.start(TOP, true).unwrap();
-    assert!(err(s.start(TOP + 1, true)).contains("inside the block"));
+    assert!(err(s.start(TOP, false, Lsn(0))).contains("first block was not received"));
+    s.start(TOP, true, Lsn(0)).unwrap();
+    assert!(err(s.start(TOP + 1, true, Lsn(0))).contains("inside the block"));
     assert!(matches!(s.commit(TOP), Err(StreamedError::OutOfOrder(_))));
     s.stop().unwrap();
-    assert!(err(s.start(TOP, true)).contains("open already"));
+    assert!(err(s.start(TOP, true, Lsn(0))).contains("open already"));
     assert!(matches!(
         s.commit(TOP + 7),
         Err(StreamedError::OutOfOrder(_))
@@ -74,7 +74,7 @@ fn frames_out_of_order_are_errors() {
 fn past_the_memory_bound_messages_move_to_a_file_and_come_back_in_order() {
     let limit = 300;
     let mut s = Streamed::new(limit, dir());
-    s.start(TOP, true).unwrap();
+    s.start(TOP, true, Lsn(0)).unwrap();
     let mut sent = Vec::new();
     for n in 0..100 {
         s.hold(Some(TOP), Lsn(u64::from(n)), msg(n)).unwrap();
@@ -126,7 +126,7 @@ proptest! {
         limit in prop_oneof![Just(0u64), 1u64..400, Just(1u64 << 20)],
     ) {
         let mut s = Streamed::new(limit, dir());
-        s.start(TOP, true).unwrap();
+        s.start(TOP, true, Lsn(0)).unwrap();
         // The open subtransactions, innermost last; each subxid's parent.
         let mut stack: Vec<u32> = vec![TOP];
         let mut parent: HashMap<u32, u32> = HashMap::new();
@@ -177,7 +177,7 @@ proptest! {
                 Step::Release | Step::Rollback => {}
                 Step::NewBlock => {
                     s.stop().unwrap();
-                    s.start(TOP, false).unwrap();
+                    s.start(TOP, false, Lsn(0)).unwrap();
                 }
             }
             prop_assert!(s.in_memory <= limit);
