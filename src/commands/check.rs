@@ -20,6 +20,7 @@ mod slot;
 
 use std::fmt;
 
+use super::probe::bytes;
 use crate::config::{Config, OutboxConfig};
 use crate::pg::catalog;
 use crate::pg::params::connect_params;
@@ -192,6 +193,19 @@ fn config_lines(config: &Config, report: &mut Report) {
     for warning in config.warnings() {
         report.push("config", Outcome::Warn(warning.clone()));
     }
+    let outcome = match crate::source::in_progress_requested(&config.postgres) {
+        Ok(Some(p)) => Outcome::Ok(format!(
+            "sent while they run (protocol 2) when larger than the server's \
+             logical_decoding_work_mem; held in up to {} of memory, then in {}",
+            bytes(Some(i64::try_from(p.memory_limit).unwrap_or(i64::MAX))),
+            p.spill_dir.display()
+        )),
+        Ok(None) => Outcome::Ok(
+            "each after its commit (protocol 1: postgres.stream_in_progress = false)".to_owned(),
+        ),
+        Err(e) => fail(e.to_string(), e.fix()),
+    };
+    report.push("large transactions", outcome);
 }
 
 /// The "postgres connection" line: connected, and how safely (TLS, and

@@ -18,7 +18,7 @@ use crate::config::{Config, SnapshotMode};
 use crate::offsets::{self, OffsetStore, SnapshotProgress, SnapshotState, StoredOffset};
 use crate::pg::catalog;
 use crate::pg::params::connect_params;
-use crate::pg::replication::{InProgress, ReplicationClient};
+use crate::pg::replication::ReplicationClient;
 use crate::router::Router;
 use crate::sink::error::SinkErrorKind;
 use crate::sink::probe::{ProbeError, probe_cluster};
@@ -219,33 +219,6 @@ impl Started {
     }
 }
 
-/// What START_REPLICATION asks for transactions still running
-/// (`postgres.stream_in_progress`), once the spill directory is known to
-/// take unnamed files.
-fn in_progress(config: &Config) -> Result<Option<InProgress>, RelayError> {
-    let pg = &config.postgres;
-    if !pg.stream_in_progress {
-        return Ok(None);
-    }
-    let spill_dir = pg
-        .stream_spill_dir
-        .clone()
-        .unwrap_or_else(std::env::temp_dir);
-    crate::source::can_spill_in(&spill_dir).map_err(|e| RelayError::Setup {
-        what: format!(
-            "postgres.stream_spill_dir: cannot make a spill file in {}: {e}",
-            spill_dir.display()
-        ),
-        fix: "point postgres.stream_spill_dir at a writable directory on a local file system \
-              (spill files are unnamed, O_TMPFILE), or set postgres.stream_in_progress = false"
-            .to_owned(),
-    })?;
-    Ok(Some(InProgress {
-        memory_limit: pg.stream_memory_limit,
-        spill_dir,
-    }))
-}
-
 /// [`super::explain_stream_error`] with the catalog read after the
 /// error; only an `undefined_object` error costs a connection. When the
 /// catalog cannot be read, the error passes through as it came.
@@ -360,7 +333,13 @@ impl Session {
 
         // 3. Replication connection, slot, and the start decision.
         let mut repl = ReplicationClient::connect(&params).await?;
-        repl.stream_in_progress(in_progress(&config)?);
+        let in_progress = crate::source::in_progress_requested(&config.postgres).map_err(|e| {
+            RelayError::Setup {
+                what: e.to_string(),
+                fix: e.fix().to_owned(),
+            }
+        })?;
+        repl.stream_in_progress(in_progress);
         let system = repl.identify_system().await?;
         let existing = slot::inspect(&catalog, &pg.slot).await?;
         if let Some(existing) = &existing {

@@ -36,11 +36,13 @@
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use bytes::Bytes;
 
 use crate::Lsn;
+use crate::config::PostgresConfig;
+use crate::pg::replication::InProgress;
 
 /// Bytes an entry takes in a file besides its message: the position it
 /// arrived at and the message's length.
@@ -436,9 +438,40 @@ fn out_of_order(what: String) -> StreamedError {
     StreamedError::OutOfOrder(what)
 }
 
-/// Whether unnamed spill files can be made in `dir` (for `check`).
-pub fn can_spill_in(dir: &Path) -> io::Result<()> {
-    tempfile::tempfile_in(dir).map(drop)
+/// `postgres.stream_spill_dir` cannot take an unnamed file.
+#[derive(Debug, thiserror::Error)]
+#[error("postgres.stream_spill_dir: cannot make a spill file in {}: {source}", dir.display())]
+pub struct SpillDirError {
+    pub dir: PathBuf,
+    pub source: io::Error,
+}
+
+impl SpillDirError {
+    /// What to do about it.
+    pub fn fix(&self) -> &'static str {
+        "point postgres.stream_spill_dir at a writable directory on a local file system (spill \
+         files are unnamed, O_TMPFILE), or set postgres.stream_in_progress = false"
+    }
+}
+
+/// What START_REPLICATION asks for transactions still running
+/// (`postgres.stream_in_progress`), once the spill directory is known to
+/// take unnamed files; `None`: protocol 1.
+pub fn requested(pg: &PostgresConfig) -> Result<Option<InProgress>, SpillDirError> {
+    if !pg.stream_in_progress {
+        return Ok(None);
+    }
+    let dir = pg
+        .stream_spill_dir
+        .clone()
+        .unwrap_or_else(std::env::temp_dir);
+    match tempfile::tempfile_in(&dir) {
+        Ok(_) => Ok(Some(InProgress {
+            memory_limit: pg.stream_memory_limit,
+            spill_dir: dir,
+        })),
+        Err(source) => Err(SpillDirError { dir, source }),
+    }
 }
 
 #[cfg(test)]

@@ -439,3 +439,44 @@ fn assert_same(
         }
     }
 }
+
+/// A spill directory walrelay cannot write: `check` fails naming the key
+/// and the fix, `run` stops with them (definite) before streaming; with
+/// streaming off, the same file checks clean on that line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unusable_spill_dir_is_named_by_check_and_run() {
+    require_kafka();
+    let db = TestDb::new("spilldir").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("spilldir");
+    let config = relay_config(&db, &names, "", "").replace(
+        "[kafka]",
+        "stream_spill_dir = \"/nonexistent/walrelay-spill\"\n\n[kafka]",
+    );
+    let path = write_config(&config);
+    let (code, report) = check(&path);
+    assert_eq!(code, Some(1), "{report}");
+    let failed = failures(&report);
+    assert!(
+        failed.iter().any(|f| f.starts_with("postgres.stream_spill_dir")
+            && f.contains("/nonexistent/walrelay-spill")),
+        "{report}"
+    );
+    assert!(
+        report.contains("fix: point postgres.stream_spill_dir at a writable directory"),
+        "{report}"
+    );
+    run_refuses(&path, "postgres.stream_spill_dir");
+
+    let off = write_config(&config.replace(
+        "stream_spill_dir",
+        "stream_in_progress = false\nstream_spill_dir",
+    ));
+    let (_, report) = check(&off);
+    assert!(
+        report
+            .lines()
+            .any(|l| l.starts_with("ok    large transactions") && l.contains("protocol 1")),
+        "{report}"
+    );
+}
