@@ -513,6 +513,10 @@ wal_sender_timeout = 10s
 max_prepared_transactions = 32
 # commit timestamps: outbox retention judges rows by them (walrelay prune)
 track_commit_timestamp = on
+# The minimum (production's default is 64MB): every transaction over 64kB is
+# streamed to walrelay while it runs (postgres.stream_in_progress), so the
+# whole suite, kills and failovers included, goes through that path.
+logical_decoding_work_mem = 64kB
 # Throwaway cluster: skip fsync for speed. An OS crash can corrupt it; "down" + "up".
 fsync = off
 # deterministic timestamps in test output and logs

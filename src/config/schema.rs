@@ -230,7 +230,7 @@ pub(crate) mod defaults {
         64 << 20
     }
     pub(crate) fn stream_memory_limit() -> u64 {
-        64 << 20
+        8 << 20
     }
     pub(crate) fn reconnect_backoff_initial() -> Duration {
         Duration::from_millis(500)
