@@ -20,9 +20,10 @@
 //!   nest, so what follows the first change of one is its own or its
 //!   children's until it ends, and one that committed into its parent is
 //!   never aborted alone (the rule of PostgreSQL's apply worker).
-//! - **Bounded memory.** After every append, the messages held in memory
-//!   over all open transactions are at most `memory_limit` bytes: beyond
-//!   it, the transaction holding most is moved to its file. Files are
+//! - **Bounded memory.** After every append, what the open transactions
+//!   hold in memory (their messages and each one's slot in its queue) is
+//!   at most `memory_limit` bytes: beyond it, the transaction holding most
+//!   is moved to its file. Files are
 //!   unnamed (`O_TMPFILE`, [`tempfile::tempfile_in`]): a kill -9 leaves
 //!   none behind, and none outlives its transaction.
 //! - **Nothing assumed across sessions.** A new session starts empty; the
@@ -47,6 +48,10 @@ use crate::pg::replication::InProgress;
 /// Bytes an entry takes in a file besides its message: the position it
 /// arrived at and the message's length.
 const ENTRY_HEADER: u64 = 8 + 4;
+
+/// Bytes an entry held in memory takes besides its message's (its slot in
+/// the queue), counted against the memory bound.
+const ENTRY_IN_MEMORY: u64 = std::mem::size_of::<Entry>() as u64;
 
 /// Why a streamed transaction cannot be held or replayed.
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +109,11 @@ impl Open {
     fn len(&self) -> u64 {
         self.spilled + self.in_memory
     }
+
+    /// Memory its entries in memory take, against the bound.
+    fn held(&self) -> u64 {
+        self.in_memory + self.memory.len() as u64 * ENTRY_IN_MEMORY
+    }
 }
 
 /// Every streamed transaction open on this session.
@@ -112,7 +122,7 @@ pub(super) struct Streamed {
     open: HashMap<u32, Open>,
     /// The transaction whose block is being received.
     block: Option<u32>,
-    /// Bytes held in memory over all open transactions.
+    /// Memory held over all open transactions ([`Open::held`]).
     in_memory: u64,
     memory_limit: u64,
     dir: PathBuf,
@@ -244,7 +254,7 @@ impl Streamed {
         open.memory.push_back(entry);
         open.in_memory += size;
         open.messages += 1;
-        self.in_memory += size;
+        self.in_memory += size + ENTRY_IN_MEMORY;
         while self.in_memory > self.memory_limit && self.spill_largest()? {}
         Ok(())
     }
@@ -281,11 +291,11 @@ impl Streamed {
         }
         out.flush().map_err(io("write"))?;
         drop(out);
-        let moved = open.in_memory;
+        let (moved, held) = (open.in_memory, open.held());
         open.spilled += moved;
         open.memory.clear();
         open.in_memory = 0;
-        self.in_memory -= moved;
+        self.in_memory -= held;
         self.spilled += moved;
         Ok(true)
     }
@@ -296,7 +306,7 @@ impl Streamed {
     pub(super) fn abort(&mut self, xid: u32, subxid: u32) -> Result<(), StreamedError> {
         if xid == subxid {
             if let Some(open) = self.open.remove(&xid) {
-                self.in_memory -= open.in_memory;
+                self.in_memory -= open.held();
             }
             return Ok(());
         }
@@ -315,7 +325,7 @@ impl Streamed {
             };
             open.in_memory -= entry.size();
             open.messages -= 1;
-            self.in_memory -= entry.size();
+            self.in_memory -= entry.size() + ENTRY_IN_MEMORY;
         }
         if open.len() > cut {
             // The cut is inside the file: everything in memory is gone
@@ -350,7 +360,7 @@ impl Streamed {
                 "Stream Commit of transaction {xid}, which never sent a block"
             ))
         })?;
-        self.in_memory -= open.in_memory;
+        self.in_memory -= open.held();
         self.committed += 1;
         let file = match open.file {
             Some(mut file) if open.spilled > 0 => {
