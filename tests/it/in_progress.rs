@@ -463,8 +463,10 @@ async fn an_unusable_spill_dir_is_named_by_check_and_run() {
     assert_eq!(code, Some(1), "{report}");
     let failed = failures(&report);
     assert!(
-        failed.iter().any(|f| f.starts_with("postgres.stream_spill_dir")
-            && f.contains("/nonexistent/walrelay-spill")),
+        failed
+            .iter()
+            .any(|f| f.starts_with("postgres.stream_spill_dir")
+                && f.contains("/nonexistent/walrelay-spill")),
         "{report}"
     );
     assert!(
