@@ -39,7 +39,7 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use crate::Lsn;
 use crate::config::PostgresConfig;
@@ -137,11 +137,60 @@ pub(super) struct Streamed {
 pub(super) struct Replay {
     /// Where the transaction's first block began (see `Open::first_at`).
     pub(super) first_at: Lsn,
-    file: Option<(BufReader<File>, u64)>,
+    file: Option<Chunks>,
     memory: VecDeque<Entry>,
     dir: PathBuf,
     /// Messages left.
     left: u64,
+}
+
+/// A spill file read back in chunks of [`READ_CHUNK`] bytes, each message
+/// handed out as a slice of its chunk (one allocation per chunk, not per
+/// message).
+#[derive(Debug)]
+struct Chunks {
+    file: File,
+    /// Bytes of the file not yet read into `buf`.
+    unread: u64,
+    buf: BytesMut,
+}
+
+/// How much of a spill file is read at a time.
+const READ_CHUNK: usize = 1 << 20;
+
+impl Chunks {
+    /// The next entry; `None` after the last.
+    fn next(&mut self) -> io::Result<Option<Entry>> {
+        if self.buf.is_empty() && self.unread == 0 {
+            return Ok(None);
+        }
+        self.fill(ENTRY_HEADER as usize)?;
+        let header = self.buf.split_to(ENTRY_HEADER as usize);
+        let (at, len) = header.split_at(8);
+        let at = Lsn(u64::from_be_bytes(at.try_into().unwrap_or_default()));
+        let len = u32::from_be_bytes(len.try_into().unwrap_or_default()) as usize;
+        self.fill(len)?;
+        Ok(Some(Entry {
+            at,
+            data: self.buf.split_to(len).freeze(),
+        }))
+    }
+
+    /// Reads until `buf` holds at least `n` bytes.
+    fn fill(&mut self, n: usize) -> io::Result<()> {
+        while self.buf.len() < n {
+            let want = (n - self.buf.len()).max(READ_CHUNK);
+            let take = usize::try_from(self.unread).map_or(want, |u| want.min(u));
+            if take == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            let start = self.buf.len();
+            self.buf.resize(start + take, 0);
+            self.file.read_exact(&mut self.buf[start..])?;
+            self.unread -= take as u64;
+        }
+        Ok(())
+    }
 }
 
 impl Streamed {
@@ -370,7 +419,11 @@ impl Streamed {
                         dir: self.dir.clone(),
                         source,
                     })?;
-                Some((BufReader::with_capacity(256 << 10, file), open.spilled))
+                Some(Chunks {
+                    file,
+                    unread: open.spilled,
+                    buf: BytesMut::new(),
+                })
             }
             _ => None,
         };
@@ -387,14 +440,13 @@ impl Streamed {
 impl Replay {
     /// The next message and where it arrived; `None` after the last.
     pub(super) fn next(&mut self) -> Result<Option<(Lsn, Bytes)>, StreamedError> {
-        if let Some((reader, left)) = &mut self.file {
-            if *left > 0 {
-                let entry = read_entry(reader).map_err(|source| StreamedError::Io {
-                    what: "read",
-                    dir: self.dir.clone(),
-                    source,
-                })?;
-                *left = left.saturating_sub(entry.size());
+        if let Some(chunks) = &mut self.file {
+            let entry = chunks.next().map_err(|source| StreamedError::Io {
+                what: "read",
+                dir: self.dir.clone(),
+                source,
+            })?;
+            if let Some(entry) = entry {
                 self.left = self.left.saturating_sub(1);
                 return Ok(Some((entry.at, entry.data)));
             }
@@ -411,20 +463,6 @@ impl Replay {
     pub(super) fn left(&self) -> u64 {
         self.left
     }
-}
-
-fn read_entry(reader: &mut impl Read) -> io::Result<Entry> {
-    let mut header = [0u8; ENTRY_HEADER as usize];
-    reader.read_exact(&mut header)?;
-    let (at, len) = header.split_at(8);
-    let at = Lsn(u64::from_be_bytes(at.try_into().unwrap_or_default()));
-    let len = u32::from_be_bytes(len.try_into().unwrap_or_default()) as usize;
-    let mut data = vec![0u8; len];
-    reader.read_exact(&mut data)?;
-    Ok(Entry {
-        at,
-        data: Bytes::from(data),
-    })
 }
 
 /// The entries in the first `up_to` bytes of `file`, counted by their

@@ -201,3 +201,24 @@ proptest! {
         prop_assert_eq!(s.in_memory, 0);
     }
 }
+
+/// Messages larger than a read chunk, and many around chunk edges, come
+/// back whole from the file.
+#[test]
+fn messages_across_and_beyond_read_chunks_come_back_whole() {
+    let mut s = Streamed::new(0, dir());
+    s.start(TOP, true, Lsn(0)).unwrap();
+    let mut sent = Vec::new();
+    let big = Bytes::from(vec![7u8; 3 * READ_CHUNK + 5]);
+    for n in 0..3000u32 {
+        let data = if n % 1000 == 500 {
+            big.clone()
+        } else {
+            Bytes::from(vec![(n % 251) as u8; 300 + (n as usize % 977)])
+        };
+        s.hold(Some(TOP), Lsn(u64::from(n)), data.clone()).unwrap();
+        sent.push((Lsn(u64::from(n)), data));
+    }
+    s.stop().unwrap();
+    assert_eq!(replay_all(s.commit(TOP).unwrap()), sent);
+}
