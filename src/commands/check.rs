@@ -193,16 +193,17 @@ fn config_lines(config: &Config, report: &mut Report) {
     for warning in config.warnings() {
         report.push("config", Outcome::Warn(warning.clone()));
     }
-    let outcome = match crate::source::in_progress_requested(&config.postgres) {
+    let outcome = match crate::source::in_progress_requested(config) {
         Ok(Some(p)) => Outcome::Ok(format!(
             "sent while they run (protocol 2) when larger than the server's \
              logical_decoding_work_mem; held in up to {} of memory, then in {}",
             bytes(Some(i64::try_from(p.memory_limit).unwrap_or(i64::MAX))),
             p.spill_dir.display()
         )),
-        Ok(None) => Outcome::Ok(
-            "each after its commit (protocol 1: postgres.stream_in_progress = false)".to_owned(),
-        ),
+        Ok(None) => Outcome::Ok(format!(
+            "each after its commit (protocol 1), because of {}",
+            crate::source::taken_whole(config).unwrap_or("the configuration")
+        )),
         Err(e) => fail(e.to_string(), e.fix()),
     };
     report.push("large transactions", outcome);

@@ -52,7 +52,7 @@ use crate::pgoutput::{DecodeError, Relation, TupleData};
 
 pub use incremental::{ChunkTable, IncrementalPlan, WATERMARK_PREFIX};
 pub use snapshot::{SnapshotTable, TableProgress};
-pub use streamed::{SpillDirError, requested as in_progress_requested};
+pub use streamed::{SpillDirError, requested as in_progress_requested, taken_whole};
 
 /// Where a change sits in the WAL: its transaction's commit LSN and its
 /// index among that transaction's changes. Stable across re-sends.

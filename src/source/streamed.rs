@@ -42,7 +42,7 @@ use std::path::PathBuf;
 use bytes::{Bytes, BytesMut};
 
 use crate::Lsn;
-use crate::config::PostgresConfig;
+use crate::config::Config;
 use crate::pg::replication::InProgress;
 
 /// Bytes an entry takes in a file besides its message: the position it
@@ -502,13 +502,33 @@ impl SpillDirError {
     }
 }
 
+/// Why transactions are taken whole after their commit (protocol 1), in
+/// the configuration's words; `None` when they are streamed while they run.
+pub fn taken_whole(config: &Config) -> Option<&'static str> {
+    if !config.postgres.stream_in_progress {
+        return Some("postgres.stream_in_progress = false");
+    }
+    if config.table_defaults.provide_transaction_metadata && !config.tables.is_empty() {
+        // Debezium's BEGIN/END ids are `<xid>:<the Begin's LSN>`, the
+        // transaction's first WAL record; a streamed transaction's frame
+        // names only its first change (after a sequence's record, say).
+        return Some(
+            "table_defaults.provide_transaction_metadata: its BEGIN/END ids carry the \
+             transaction's first LSN, which protocol 2 does not send for a transaction \
+             streamed while it runs",
+        );
+    }
+    None
+}
+
 /// What START_REPLICATION asks for transactions still running
-/// (`postgres.stream_in_progress`), once the spill directory is known to
+/// ([`taken_whole`] says when not), once the spill directory is known to
 /// take unnamed files; `None`: protocol 1.
-pub fn requested(pg: &PostgresConfig) -> Result<Option<InProgress>, SpillDirError> {
-    if !pg.stream_in_progress {
+pub fn requested(config: &Config) -> Result<Option<InProgress>, SpillDirError> {
+    if taken_whole(config).is_some() {
         return Ok(None);
     }
+    let pg = &config.postgres;
     let dir = pg
         .stream_spill_dir
         .clone()

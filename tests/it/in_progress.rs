@@ -273,12 +273,14 @@ fn health_addr(config: &str) -> String {
 }
 
 /// Every record kind at once, under `exactly_once`: outbox rows, table
-/// events of two tables with transaction metadata (BEGIN/END), and
-/// transactional logical messages, all in one big transaction with an
-/// aborted savepoint, small transactions committed while it ran. A
-/// streaming connector and a protocol-1 connector publish the same
-/// records, in the same order, once each for a `read_committed` reader
-/// (names of the connector replaced by a placeholder).
+/// events of two tables, and transactional logical messages, all in one
+/// big transaction with an aborted savepoint, small transactions committed
+/// while it ran. A streaming connector and a protocol-1 connector publish
+/// the same records, in the same order, once each for a `read_committed`
+/// reader (names of the connector replaced by a placeholder). A third
+/// connector with transaction metadata takes every transaction whole (its
+/// BEGIN/END ids carry the first LSN, which protocol 2 does not send): its
+/// slot streams nothing, and it writes each BEGIN and END once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_record_kind_under_exactly_once_is_published_as_if_sent_whole() {
     require_kafka();
@@ -290,13 +292,13 @@ async fn every_record_kind_under_exactly_once_is_published_as_if_sent_whole() {
         )
         .await
         .expect("tables");
-    let config = |names: &Names, streaming: bool| {
+    let config = |names: &Names, streaming: bool, metadata: bool| {
         relay_config(
             &db,
             names,
             "",
             &format!(
-                "[table_defaults]\ntopic_prefix = \"{p}\"\nprovide_transaction_metadata = true\n\
+                "[table_defaults]\ntopic_prefix = \"{p}\"\nprovide_transaction_metadata = {metadata}\n\
                  [[table]]\nname = \"public.a\"\n[[table]]\nname = \"public.b\"\n\
                  [[message]]\nprefix = \"orders\"\ntopic = \"{p}.msg\"\nkey_field = \"order_id\"\n",
                 p = names.connector
@@ -309,10 +311,13 @@ async fn every_record_kind_under_exactly_once_is_published_as_if_sent_whole() {
         )
     };
     let (on_names, off_names) = (Names::new("inprogall_on"), Names::new("inprogall_off"));
-    let mut on = RelayProcess::start(&config(&on_names, true), &[]);
-    let mut off = RelayProcess::start(&config(&off_names, false), &[]);
+    let meta_names = Names::new("inprogall_meta");
+    let mut on = RelayProcess::start(&config(&on_names, true, false), &[]);
+    let mut off = RelayProcess::start(&config(&off_names, false, false), &[]);
+    let mut meta = RelayProcess::start(&config(&meta_names, true, true), &[]);
     on.wait_log("streaming", START).await;
     off.wait_log("streaming", START).await;
+    meta.wait_log("streaming", START).await;
 
     let big = pg_connect(&db.name).await;
     big.batch_execute(&format!(
@@ -353,7 +358,7 @@ async fn every_record_kind_under_exactly_once_is_published_as_if_sent_whole() {
         .expect("commit");
 
     // outbox 600 + 50; a: 800 inserts, 200 updates, 80 deletes (+ their
-    // tombstones) and 5 small; b: 400; messages 205; BEGIN/END 6 each.
+    // tombstones) and 5 small; b: 400; messages 205.
     let topics = |n: &Names| {
         let p = &n.connector;
         vec![
@@ -361,7 +366,6 @@ async fn every_record_kind_under_exactly_once_is_published_as_if_sent_whole() {
             format!("{p}.public.a"),
             format!("{p}.public.b"),
             format!("{p}.msg"),
-            format!("{p}.transaction"),
         ]
     };
     let read = |n: &Names| {
@@ -386,7 +390,7 @@ async fn every_record_kind_under_exactly_once_is_published_as_if_sent_whole() {
         }
         out
     };
-    let expected_records = 650 + 800 + 200 + 80 * 2 + 5 + 400 + 205 + 12;
+    let expected_records = 650 + 800 + 200 + 80 * 2 + 5 + 400 + 205;
     let count = |m: &BTreeMap<(String, i32), Vec<String>>| m.values().map(Vec::len).sum::<usize>();
     let (mut on_read, mut off_read) = (BTreeMap::new(), BTreeMap::new());
     wait_for("both connectors to publish every record", START, || {
@@ -415,8 +419,33 @@ async fn every_record_kind_under_exactly_once_is_published_as_if_sent_whole() {
         "the aborted savepoint's rows are not published"
     );
     assert_same(&on_read, &off_read);
+
+    // Transaction metadata: whole transactions, one BEGIN and one END each
+    // (the big one and five small ones).
+    let meta_topic = format!("{}.transaction", meta_names.connector);
+    let mut markers = Vec::new();
+    wait_for(
+        "the metadata connector's BEGIN and END records",
+        START,
+        || {
+            markers = consume_committed(&[&meta_topic]);
+            let done = markers.len() >= 12;
+            async move { done.then_some(()) }
+        },
+    )
+    .await;
+    assert_eq!(markers.len(), 12, "a BEGIN and an END per transaction");
+    let (streamed, _) = stream_and_spill_txns(&db, &on_names.slot).await;
+    let (meta_streamed, meta_spilled) = stream_and_spill_txns(&db, &meta_names.slot).await;
+    assert!(streamed >= 1, "the streaming connector's slot streamed");
+    assert_eq!(
+        meta_streamed, 0,
+        "transaction metadata takes transactions whole"
+    );
+    assert!(meta_spilled >= 1, "so the server spills the big one");
     on.stop();
     off.stop();
+    meta.stop();
 }
 
 /// Both reads hold the same records in the same order per partition; a
