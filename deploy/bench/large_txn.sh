@@ -7,11 +7,13 @@
 #
 # Usage: deploy/bench/large_txn.sh [--rows N] [--runs N] [--modes "true false"]
 #                                  [--work-mem 64MB] [--walrelay PATH]
+#                                  [--kafka-extra 'max_in_flight_bytes = "16MiB"']
 #
 #   --rows N      rows of the one transaction (default 1000000)
 #   --runs N      runs of each mode (default 3), alternating: true, false, true, ...
 #   --modes L     the stream_in_progress values to measure (default "true false")
 #   --work-mem S  logical_decoding_work_mem of the database (default 64MB)
+#   --kafka-extra T  TOML lines added to walrelay's [kafka] section
 #   --walrelay P  the binary (default: target/release/walrelay, built from this
 #                 tree with `cargo build --release` first)
 #
@@ -66,6 +68,7 @@ ROWS=1000000
 RUNS=3
 MODES="true false"
 WORK_MEM=64MB
+KAFKA_EXTRA=""
 BIN=
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -73,6 +76,7 @@ while [[ $# -gt 0 ]]; do
     --runs) RUNS=${2:?}; shift 2 ;;
     --modes) MODES=${2:?}; shift 2 ;;
     --work-mem) WORK_MEM=${2:?}; shift 2 ;;
+    --kafka-extra) KAFKA_EXTRA=${2:?}; shift 2 ;;
     --walrelay) BIN=${2:?}; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "large_txn.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -181,6 +185,7 @@ stream_in_progress = $2
 stream_spill_dir = "$OUT/spill"
 [kafka]
 brokers = "$BROKERS"
+$KAFKA_EXTRA
 [[outbox]]
 table = "public.outbox"
 topic = "$1.{aggregatetype}"
