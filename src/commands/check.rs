@@ -142,8 +142,15 @@ pub async fn check(config: &Config) -> Report {
     // `None` when Kafka could not be read: `run` would wait for it.
     let stored = kafka::check_kafka(config, &mut report).await;
     let Some(client) = postgres_connection(config, &params, &mut report).await else {
+        large_transactions(config, None, &mut report);
         return report;
     };
+    let version = catalog::server_version(&client).await.ok();
+    large_transactions(
+        config,
+        version.and_then(|v| u32::try_from(v).ok()),
+        &mut report,
+    );
     server_settings(config, &client, &mut report).await;
     let system = replication_connection(&params, &mut report).await;
     let routes = outbox_tables(config, &client, &mut report).await;
@@ -193,7 +200,13 @@ fn config_lines(config: &Config, report: &mut Report) {
     for warning in config.warnings() {
         report.push("config", Outcome::Warn(warning.clone()));
     }
-    let outcome = match crate::source::in_progress_requested(config) {
+}
+
+/// The "large transactions" line: streamed while they run or taken whole
+/// after their commit, on this server (`None`: not reached), and whether
+/// the spill directory takes files.
+fn large_transactions(config: &Config, server_version_num: Option<u32>, report: &mut Report) {
+    let outcome = match crate::source::in_progress_requested(config, server_version_num) {
         Ok(Some(p)) => Outcome::Ok(format!(
             "sent while they run (protocol 2) when larger than the server's \
              logical_decoding_work_mem; held in up to {} of memory, then in {}",
@@ -202,7 +215,7 @@ fn config_lines(config: &Config, report: &mut Report) {
         )),
         Ok(None) => Outcome::Ok(format!(
             "each after its commit (protocol 1), because of {}",
-            crate::source::taken_whole(config).unwrap_or("the configuration")
+            crate::source::taken_whole(config, server_version_num).unwrap_or("the configuration")
         )),
         Err(e) => fail(e.to_string(), e.fix()),
     };

@@ -334,10 +334,11 @@ impl Session {
         // 3. Replication connection, slot, and the start decision.
         let mut repl = ReplicationClient::connect(&params).await?;
         let in_progress =
-            crate::source::in_progress_requested(&config).map_err(|e| RelayError::Setup {
-                what: e.to_string(),
-                fix: e.fix().to_owned(),
-            })?;
+            crate::source::in_progress_requested(&config, Some(repl.server_version_num()))
+                .map_err(|e| RelayError::Setup {
+                    what: e.to_string(),
+                    fix: e.fix().to_owned(),
+                })?;
         repl.stream_in_progress(in_progress);
         let system = repl.identify_system().await?;
         let existing = slot::inspect(&catalog, &pg.slot).await?;

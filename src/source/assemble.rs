@@ -6,6 +6,19 @@
 //! it ran is held by [`Streamed`] and, at its commit, replayed here as a
 //! transaction sent whole: a synthesized `Begin` naming its commit LSN,
 //! its messages in order, a synthesized `Commit`.
+//!
+//! The synthesized `Begin` is where PostgreSQL 15+ sends a whole
+//! transaction's: at its first *published* change that survived (pgoutput
+//! sends `Begin` lazily, in the callback of the first row change,
+//! truncate or transactional message it publishes, with that change's
+//! LSN), so transaction metadata names the same `<xid>:<lsn>` either way.
+//! PostgreSQL 14 sends it at the transaction's first WAL record, which
+//! protocol 2 does not carry: there a connector that names it takes
+//! transactions whole ([`super::streamed::taken_whole`]). Before the
+//! `Begin` can be sent, the replay reads ahead to that change; what it
+//! passes (relations and types only) waits in `ahead`.
+
+use std::collections::VecDeque;
 
 use bytes::Bytes;
 
@@ -41,6 +54,10 @@ pub(super) struct Assembler {
 #[derive(Debug)]
 struct Replaying {
     replay: Replay,
+    /// The synthesized `Begin`, until it is sent.
+    begin: Option<Begin>,
+    /// Messages read ahead of the `Begin`, in order.
+    ahead: VecDeque<(LogicalMessage, Lsn)>,
     commit: StreamCommit,
     /// Where the commit arrived, and when the server sent it.
     at: Lsn,
@@ -79,10 +96,16 @@ impl Assembler {
                 return Ok(None);
             };
             let sent_time = r.sent_time;
-            match r.replay.next().map_err(|e| spill_error(e, r.at))? {
-                Some((at, data)) => {
-                    let msg = stream::decode_streamed(data)
-                        .map_err(|source| SourceError::Decode { lsn: at, source })?;
+            if let Some(begin) = r.begin.take() {
+                let at = r.read_ahead()?;
+                return self.on_message(LogicalMessage::Begin(begin), at, sent_time);
+            }
+            let next = match r.ahead.pop_front() {
+                Some(read) => Some(read),
+                None => r.read()?,
+            };
+            match next {
+                Some((msg, at)) => {
                     if let Some(event) = self.on_message(msg, at, sent_time)? {
                         return Ok(Some(event));
                     }
@@ -147,21 +170,21 @@ impl Assembler {
             }
             Some(StreamControl::Commit(commit)) => {
                 let replay = streamed.commit(commit.xid).map_err(frame)?;
-                let first_at = replay.first_at;
                 self.replaying = Some(Replaying {
                     replay,
+                    begin: Some(Begin {
+                        final_lsn: commit.commit_lsn,
+                        commit_time: commit.commit_time,
+                        xid: commit.xid,
+                    }),
+                    ahead: VecDeque::new(),
                     commit,
                     at,
                     sent_time: send_time,
                 });
-                let begin = LogicalMessage::Begin(Begin {
-                    final_lsn: commit.commit_lsn,
-                    commit_time: commit.commit_time,
-                    xid: commit.xid,
-                });
-                // At the transaction's first LSN, where a transaction sent
-                // whole has its Begin (transaction metadata names it).
-                self.on_message(begin, first_at, send_time).map(Ok)
+                // The Begin comes out of `next_replayed`, once its
+                // position is read.
+                Ok(Ok(None))
             }
         }
     }
@@ -385,6 +408,39 @@ impl Assembler {
 
     pub(super) fn note_received(&mut self, lsn: Lsn) {
         self.received = self.received.max(lsn);
+    }
+}
+
+impl Replaying {
+    /// The replay's next message, decoded, and where it arrived.
+    fn read(&mut self) -> Result<Option<(LogicalMessage, Lsn)>, SourceError> {
+        let Some((at, data)) = self.replay.next().map_err(|e| spill_error(e, self.at))? else {
+            return Ok(None);
+        };
+        let msg = stream::decode_streamed(data)
+            .map_err(|source| SourceError::Decode { lsn: at, source })?;
+        Ok(Some((msg, at)))
+    }
+
+    /// Reads ahead to the first published change and returns where the
+    /// `Begin` goes: that change's position (see the module doc); the
+    /// first block's when the transaction published none.
+    fn read_ahead(&mut self) -> Result<Lsn, SourceError> {
+        while let Some((msg, at)) = self.read()? {
+            let change = match &msg {
+                LogicalMessage::Insert(_)
+                | LogicalMessage::Update(_)
+                | LogicalMessage::Delete(_)
+                | LogicalMessage::Truncate(_) => true,
+                LogicalMessage::Message(m) => m.transactional,
+                _ => false,
+            };
+            self.ahead.push_back((msg, at));
+            if change {
+                return Ok(at);
+            }
+        }
+        Ok(self.replay.first_at)
     }
 }
 

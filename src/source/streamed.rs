@@ -89,8 +89,8 @@ impl Entry {
 /// the first `spilled` bytes of it in `file`, the rest in `memory`.
 #[derive(Debug, Default)]
 struct Open {
-    /// Where its first `Stream Start` arrived: the transaction's first
-    /// LSN, which a transaction sent whole names in its `Begin`.
+    /// Where its first `Stream Start` arrived (the first change of any
+    /// table): a transaction that published nothing has its `Begin` there.
     first_at: Lsn,
     file: Option<File>,
     /// Bytes of entries in the file (the file's length).
@@ -504,28 +504,36 @@ impl SpillDirError {
 
 /// Why transactions are taken whole after their commit (protocol 1), in
 /// the configuration's words; `None` when they are streamed while they run.
-pub fn taken_whole(config: &Config) -> Option<&'static str> {
+/// `server_version_num`: the server's, when known (`None`: any server).
+pub fn taken_whole(config: &Config, server_version_num: Option<u32>) -> Option<&'static str> {
     if !config.postgres.stream_in_progress {
         return Some("postgres.stream_in_progress = false");
     }
-    if config.table_defaults.provide_transaction_metadata && !config.tables.is_empty() {
-        // Debezium's BEGIN/END ids are `<xid>:<the Begin's LSN>`, the
-        // transaction's first WAL record; a streamed transaction's frame
-        // names only its first change (after a sequence's record, say).
+    if config.table_defaults.provide_transaction_metadata
+        && !config.tables.is_empty()
+        && server_version_num.is_none_or(|v| v < 150_000)
+    {
+        // Debezium's BEGIN/END ids are `<xid>:<the Begin's LSN>`. From 15
+        // on, that is the first published change's, which a streamed
+        // transaction carries too (see `super::assemble`); on 14 it is the
+        // transaction's first WAL record, which protocol 2 does not send.
         return Some(
-            "table_defaults.provide_transaction_metadata: its BEGIN/END ids carry the \
-             transaction's first LSN, which protocol 2 does not send for a transaction \
-             streamed while it runs",
+            "table_defaults.provide_transaction_metadata on PostgreSQL 14: its BEGIN/END \
+             ids carry the transaction's first LSN, which protocol 2 does not send for a \
+             transaction streamed while it runs (PostgreSQL 15 and later stream it)",
         );
     }
     None
 }
 
-/// What START_REPLICATION asks for transactions still running
-/// ([`taken_whole`] says when not), once the spill directory is known to
-/// take unnamed files; `None`: protocol 1.
-pub fn requested(config: &Config) -> Result<Option<InProgress>, SpillDirError> {
-    if taken_whole(config).is_some() {
+/// What START_REPLICATION asks for transactions still running on a server
+/// of `server_version_num` ([`taken_whole`] says when not), once the spill
+/// directory is known to take unnamed files; `None`: protocol 1.
+pub fn requested(
+    config: &Config,
+    server_version_num: Option<u32>,
+) -> Result<Option<InProgress>, SpillDirError> {
+    if taken_whole(config, server_version_num).is_some() {
         return Ok(None);
     }
     let pg = &config.postgres;

@@ -273,14 +273,21 @@ fn health_addr(config: &str) -> String {
 }
 
 /// Every record kind at once, under `exactly_once`: outbox rows, table
-/// events of two tables, and transactional logical messages, all in one
-/// big transaction with an aborted savepoint, small transactions committed
-/// while it ran. A streaming connector and a protocol-1 connector publish
-/// the same records, in the same order, once each for a `read_committed`
-/// reader (names of the connector replaced by a placeholder). A third
-/// connector with transaction metadata takes every transaction whole (its
-/// BEGIN/END ids carry the first LSN, which protocol 2 does not send): its
-/// slot streams nothing, and it writes each BEGIN and END once.
+/// events of two tables with transaction metadata (BEGIN/END records and
+/// each event's `transaction` block), and transactional logical messages,
+/// all in one big transaction with aborted savepoints (one before its
+/// first published change that survives), a change of an uncaptured table
+/// first, and a DDL in the middle (a column added to a captured table
+/// between its rows), small
+/// transactions committed while it ran. A streaming connector and a
+/// protocol-1 connector publish the same records, in the same order, once
+/// each for a `read_committed` reader (names of the connector replaced by
+/// a placeholder): the BEGIN/END ids too, which name the Begin's position.
+///
+/// On PostgreSQL 14 a whole transaction's Begin is at its first WAL
+/// record, which protocol 2 does not send: there the two compare without
+/// metadata, and a third connector with metadata takes every transaction
+/// whole (its slot streams nothing) and writes each BEGIN and END once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_record_kind_under_exactly_once_is_published_as_if_sent_whole() {
     require_kafka();
@@ -288,10 +295,19 @@ async fn every_record_kind_under_exactly_once_is_published_as_if_sent_whole() {
     db.client
         .batch_execute(
             "CREATE TABLE a (id int8 PRIMARY KEY, v text); ALTER TABLE a OWNER TO walrelay;
-             CREATE TABLE b (id int8 PRIMARY KEY, v text); ALTER TABLE b OWNER TO walrelay;",
+             CREATE TABLE b (id int8 PRIMARY KEY, v text); ALTER TABLE b OWNER TO walrelay;
+             CREATE TABLE uncaptured (id int8);",
         )
         .await
         .expect("tables");
+    let version: i32 = db
+        .client
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .expect("server_version_num")
+        .get(0);
+    // From 15 on, the compared pair carries transaction metadata.
+    let compared_metadata = version >= 150_000;
     let config = |names: &Names, streaming: bool, metadata: bool| {
         relay_config(
             &db,
@@ -312,16 +328,25 @@ async fn every_record_kind_under_exactly_once_is_published_as_if_sent_whole() {
     };
     let (on_names, off_names) = (Names::new("inprogall_on"), Names::new("inprogall_off"));
     let meta_names = Names::new("inprogall_meta");
-    let mut on = RelayProcess::start(&config(&on_names, true, false), &[]);
-    let mut off = RelayProcess::start(&config(&off_names, false, false), &[]);
-    let mut meta = RelayProcess::start(&config(&meta_names, true, true), &[]);
+    let mut on = RelayProcess::start(&config(&on_names, true, compared_metadata), &[]);
+    let mut off = RelayProcess::start(&config(&off_names, false, compared_metadata), &[]);
+    let mut meta =
+        (!compared_metadata).then(|| RelayProcess::start(&config(&meta_names, true, true), &[]));
     on.wait_log("streaming", START).await;
     off.wait_log("streaming", START).await;
-    meta.wait_log("streaming", START).await;
+    if let Some(meta) = meta.as_mut() {
+        meta.wait_log("streaming", START).await;
+    }
 
     let big = pg_connect(&db.name).await;
+    // Its first change is to a table no connector publishes, and its
+    // first published changes are in a savepoint rolled back after they
+    // were streamed: the Begin of a whole transaction is at neither.
     big.batch_execute(&format!(
-        "BEGIN; {}; \
+        "BEGIN; INSERT INTO uncaptured VALUES (1); \
+         SAVEPOINT s0; \
+         INSERT INTO b SELECT g, repeat('gone', 50) FROM generate_series(1, 1000) g; \
+         ROLLBACK TO SAVEPOINT s0; {}; \
          INSERT INTO a SELECT g, repeat('a', 200) FROM generate_series(1, 800) g; \
          SELECT pg_logical_emit_message(true, 'orders', \
                 json_build_object('order_id', 'o-' || g, 'n', g)::text) \
@@ -329,7 +354,10 @@ async fn every_record_kind_under_exactly_once_is_published_as_if_sent_whole() {
          SAVEPOINT s; INSERT INTO b SELECT g, 'gone' FROM generate_series(1, 500) g; {}; \
          ROLLBACK TO SAVEPOINT s; \
          UPDATE a SET v = 'updated ' || id WHERE id % 4 = 0; \
-         INSERT INTO b SELECT g, repeat('b', 200) FROM generate_series(1, 400) g;",
+         INSERT INTO b SELECT g, repeat('b', 200) FROM generate_series(1, 200) g; \
+         ALTER TABLE b ADD COLUMN w text DEFAULT 'w0'; \
+         INSERT INTO b SELECT g, repeat('b', 200), 'w' || g FROM generate_series(201, 400) g; \
+         UPDATE b SET w = 'changed' WHERE id % 50 = 0;",
         insert_sql(1, 600),
         insert_sql(100_001, 300),
     ))
@@ -358,15 +386,20 @@ async fn every_record_kind_under_exactly_once_is_published_as_if_sent_whole() {
         .expect("commit");
 
     // outbox 600 + 50; a: 800 inserts, 200 updates, 80 deletes (+ their
-    // tombstones) and 5 small; b: 400; messages 205.
+    // tombstones) and 5 small; b: 400 inserts, 8 updates; messages 205;
+    // with metadata, a BEGIN and an END for each of the 6 transactions.
     let topics = |n: &Names| {
         let p = &n.connector;
-        vec![
+        let mut t = vec![
             n.topic("order"),
             format!("{p}.public.a"),
             format!("{p}.public.b"),
             format!("{p}.msg"),
-        ]
+        ];
+        if compared_metadata {
+            t.push(format!("{p}.transaction"));
+        }
+        t
     };
     let read = |n: &Names| {
         let topics = topics(n);
@@ -390,7 +423,8 @@ async fn every_record_kind_under_exactly_once_is_published_as_if_sent_whole() {
         }
         out
     };
-    let expected_records = 650 + 800 + 200 + 80 * 2 + 5 + 400 + 205;
+    let expected_records =
+        650 + 800 + 200 + 80 * 2 + 5 + 400 + 8 + 205 + if compared_metadata { 12 } else { 0 };
     let count = |m: &BTreeMap<(String, i32), Vec<String>>| m.values().map(Vec::len).sum::<usize>();
     let (mut on_read, mut off_read) = (BTreeMap::new(), BTreeMap::new());
     wait_for("both connectors to publish every record", START, || {
@@ -418,34 +452,40 @@ async fn every_record_kind_under_exactly_once_is_published_as_if_sent_whole() {
         !on_read.values().flatten().any(|l| l.contains("gone")),
         "the aborted savepoint's rows are not published"
     );
-    assert_same(&on_read, &off_read);
-
-    // Transaction metadata: whole transactions, one BEGIN and one END each
-    // (the big one and five small ones).
-    let meta_topic = format!("{}.transaction", meta_names.connector);
-    let mut markers = Vec::new();
-    wait_for(
-        "the metadata connector's BEGIN and END records",
-        START,
-        || {
-            markers = consume_committed(&[&meta_topic]);
-            let done = markers.len() >= 12;
-            async move { done.then_some(()) }
-        },
-    )
-    .await;
-    assert_eq!(markers.len(), 12, "a BEGIN and an END per transaction");
-    let (streamed, _) = stream_and_spill_txns(&db, &on_names.slot).await;
-    let (meta_streamed, meta_spilled) = stream_and_spill_txns(&db, &meta_names.slot).await;
-    assert!(streamed >= 1, "the streaming connector's slot streamed");
-    assert_eq!(
-        meta_streamed, 0,
-        "transaction metadata takes transactions whole"
+    assert!(
+        on_read.values().flatten().any(|l| l.contains("w400")),
+        "rows after the DDL carry the added column"
     );
-    assert!(meta_spilled >= 1, "so the server spills the big one");
+    assert_same(&on_read, &off_read);
+    let (streamed, _) = stream_and_spill_txns(&db, &on_names.slot).await;
+    assert!(streamed >= 1, "the streaming connector's slot streamed");
+
+    if let Some(mut meta) = meta {
+        // PostgreSQL 14, transaction metadata: whole transactions, one
+        // BEGIN and one END each (the big one and five small ones).
+        let meta_topic = format!("{}.transaction", meta_names.connector);
+        let mut markers = Vec::new();
+        wait_for(
+            "the metadata connector's BEGIN and END records",
+            START,
+            || {
+                markers = consume_committed(&[&meta_topic]);
+                let done = markers.len() >= 12;
+                async move { done.then_some(()) }
+            },
+        )
+        .await;
+        assert_eq!(markers.len(), 12, "a BEGIN and an END per transaction");
+        let (meta_streamed, meta_spilled) = stream_and_spill_txns(&db, &meta_names.slot).await;
+        assert_eq!(
+            meta_streamed, 0,
+            "transaction metadata on 14 takes transactions whole"
+        );
+        assert!(meta_spilled >= 1, "so the server spills the big one");
+        meta.stop();
+    }
     on.stop();
     off.stop();
-    meta.stop();
 }
 
 /// Both reads hold the same records in the same order per partition; a

@@ -401,20 +401,21 @@ fn begin_carries_its_message_position() {
     }
 }
 
-/// Where the big transaction's first change is: its Begin's position, or
-/// its first Stream Start's.
+/// Where the big transaction's first change of any table was (its first
+/// Stream Start), its aborted subtransaction's change, and its first and
+/// second published changes that survived.
 const FIRST: Lsn = Lsn(0x1_0000_0010);
+const ABORTED: Lsn = Lsn(0x1_0000_0020);
+const X2: Lsn = Lsn(0x1_0000_0030);
+const X3: Lsn = Lsn(0x1_0000_0040);
 
-/// Feeds raw XLogData payloads at `COMMIT` (at `FIRST` the big
-/// transaction's Begin or first Stream Start), collecting what comes out,
-/// replays included.
-fn feed_raw(a: &mut Assembler, payloads: &[Bytes]) -> Vec<SourceEvent> {
+/// Feeds raw XLogData payloads, each at its position (0/0: a message that
+/// is not the last of its write), collecting what comes out, replays
+/// included.
+fn feed_raw(a: &mut Assembler, payloads: &[(Lsn, Bytes)]) -> Vec<SourceEvent> {
     let mut out = Vec::new();
-    for p in payloads {
-        let first = p.first() == Some(&b'S') && p.last() == Some(&1)
-            || p.first() == Some(&b'B') && p.get(1..9) == Some(&COMMIT.0.to_be_bytes()[..]);
-        let at = if first { FIRST } else { COMMIT };
-        if let Some(e) = a.on_xlogdata(at, at, SENT_TIME, p.clone()).unwrap() {
+    for (at, p) in payloads {
+        if let Some(e) = a.on_xlogdata(*at, *at, SENT_TIME, p.clone()).unwrap() {
             out.push(e);
         }
         while let Some(e) = a.next_replayed().unwrap() {
@@ -438,46 +439,76 @@ fn control(c: StreamControl) -> Bytes {
 
 const OTHER_COMMIT: Lsn = Lsn(0x1_0000_0080);
 
-fn other_txn() -> Vec<LogicalMessage> {
+/// A small transaction sent whole, each message at its position.
+fn other_txn() -> Vec<(Lsn, Bytes)> {
+    let first = Lsn(0x1_0000_0070);
     vec![
-        LogicalMessage::Begin(Begin {
-            final_lsn: OTHER_COMMIT,
-            commit_time: 0,
-            xid: 9,
-        }),
-        relation(1, &["id", "v"]),
-        insert(1, &["9", "z"]),
-        LogicalMessage::Commit(Commit {
-            flags: 0,
-            commit_lsn: OTHER_COMMIT,
-            end_lsn: Lsn(0x1_0000_0090),
-            commit_time: 0,
-        }),
+        (
+            first,
+            enc(&LogicalMessage::Begin(Begin {
+                final_lsn: OTHER_COMMIT,
+                commit_time: 0,
+                xid: 9,
+            })),
+        ),
+        (Lsn::ZERO, enc(&relation(1, &["id", "v"]))),
+        (first, enc(&insert(1, &["9", "z"]))),
+        (
+            OTHER_COMMIT,
+            enc(&LogicalMessage::Commit(Commit {
+                flags: 0,
+                commit_lsn: OTHER_COMMIT,
+                end_lsn: Lsn(0x1_0000_0090),
+                commit_time: 0,
+            })),
+        ),
     ]
 }
 
+fn stream_commit() -> Bytes {
+    control(StreamControl::Commit(
+        crate::pgoutput::stream::StreamCommit {
+            xid: 7,
+            flags: 0,
+            commit_lsn: COMMIT,
+            end_lsn: END,
+            commit_time: 0,
+        },
+    ))
+}
+
+fn start(first_segment: bool) -> Bytes {
+    control(StreamControl::Start {
+        xid: 7,
+        first_segment,
+    })
+}
+
 /// A transaction streamed while it ran — in two blocks, another
-/// transaction committed between them, a subtransaction aborted — comes
-/// out at its commit exactly as protocol 1 sends it whole after the
-/// commit: the same events, positions and order, held in memory or in a
-/// file.
+/// transaction committed between them, a subtransaction aborted that held
+/// its first published change — comes out at its commit exactly as
+/// PostgreSQL 15+ sends it whole after the commit: the same events,
+/// positions and order, held in memory or in a file. Its `Begin` is at the
+/// first published change that survived, where pgoutput sends a whole
+/// transaction's (transaction metadata names it).
 #[test]
 fn a_streamed_transaction_comes_out_as_if_sent_whole() {
     let mut whole = Assembler::new(Lsn(1), None);
-    let mut payloads: Vec<Bytes> = other_txn().iter().map(enc).collect();
-    payloads.extend(
-        [
-            begin(),
-            relation(1, &["id", "v"]),
-            insert(1, &["1", "a"]),
-            insert(1, &["3", "c"]),
-            commit(),
-        ]
-        .iter()
-        .map(enc),
-    );
+    let mut payloads = other_txn();
+    payloads.extend([
+        (X2, enc(&begin())),
+        (Lsn::ZERO, enc(&relation(1, &["id", "v"]))),
+        (X2, enc(&insert(1, &["1", "a"]))),
+        (X3, enc(&insert(1, &["3", "c"]))),
+        (COMMIT, enc(&commit())),
+    ]);
     let expected = feed_raw(&mut whole, &payloads);
     assert_eq!(expected.len(), 9);
+    assert!(
+        matches!(expected[4], SourceEvent::Begin { lsn: X2, .. }),
+        "{:?}",
+        expected[4]
+    );
 
     for memory_limit in [0, 1 << 20] {
         let in_progress = InProgress {
@@ -485,34 +516,24 @@ fn a_streamed_transaction_comes_out_as_if_sent_whole() {
             spill_dir: std::env::temp_dir(),
         };
         let mut a = Assembler::new(Lsn(1), Some(&in_progress));
+        // The subtransaction's change comes first, with the relation
+        // (pgoutput names the subtransaction in both); after its abort,
+        // pgoutput sends the relation again.
         let mut payloads = vec![
-            control(StreamControl::Start {
-                xid: 7,
-                first_segment: true,
-            }),
-            inside(7, &relation(1, &["id", "v"])),
-            inside(7, &insert(1, &["1", "a"])),
-            inside(8, &insert(1, &["2", "b"])),
-            control(StreamControl::Stop),
+            (FIRST, start(true)),
+            (Lsn::ZERO, inside(8, &relation(1, &["id", "v"]))),
+            (ABORTED, inside(8, &insert(1, &["2", "b"]))),
+            (ABORTED, control(StreamControl::Stop)),
         ];
-        payloads.extend(other_txn().iter().map(enc));
+        payloads.extend(other_txn());
         payloads.extend([
-            control(StreamControl::Abort { xid: 7, subxid: 8 }),
-            control(StreamControl::Start {
-                xid: 7,
-                first_segment: false,
-            }),
-            inside(7, &insert(1, &["3", "c"])),
-            control(StreamControl::Stop),
-            control(StreamControl::Commit(
-                crate::pgoutput::stream::StreamCommit {
-                    xid: 7,
-                    flags: 0,
-                    commit_lsn: COMMIT,
-                    end_lsn: END,
-                    commit_time: 0,
-                },
-            )),
+            (ABORTED, control(StreamControl::Abort { xid: 7, subxid: 8 })),
+            (X2, start(false)),
+            (Lsn::ZERO, inside(7, &relation(1, &["id", "v"]))),
+            (X2, inside(7, &insert(1, &["1", "a"]))),
+            (X3, inside(7, &insert(1, &["3", "c"]))),
+            (X3, control(StreamControl::Stop)),
+            (COMMIT, stream_commit()),
         ]);
         let got = feed_raw(&mut a, &payloads);
         assert_eq!(
@@ -526,6 +547,59 @@ fn a_streamed_transaction_comes_out_as_if_sent_whole() {
             spilled > 0,
             memory_limit == 0,
             "memory_limit {memory_limit}"
+        );
+    }
+}
+
+/// The replayed `Begin` is at the first published change of any kind (a
+/// transactional message or a truncate count as pgoutput counts them),
+/// after relations read ahead; a transaction that published nothing has
+/// it at its first block.
+#[test]
+fn the_replayed_begin_is_at_the_first_published_change_of_any_kind() {
+    let truncate = LogicalMessage::Truncate(crate::pgoutput::Truncate {
+        options: 0,
+        relations: vec![1],
+    });
+    type Case = (&'static str, Vec<(Lsn, Bytes)>, Lsn);
+    let cases: [Case; 3] = [
+        ("message", vec![(X2, inside(7, &message(true, X2)))], X2),
+        (
+            "truncate",
+            vec![
+                (Lsn::ZERO, inside(7, &relation(1, &["id"]))),
+                (X3, inside(7, &truncate)),
+            ],
+            X3,
+        ),
+        ("nothing", vec![], FIRST),
+    ];
+    for (what, changes, begin_at) in cases {
+        let in_progress = InProgress {
+            memory_limit: 1 << 20,
+            spill_dir: std::env::temp_dir(),
+        };
+        let mut a = Assembler::new(Lsn(1), Some(&in_progress));
+        let mut payloads = vec![(FIRST, start(true))];
+        payloads.extend(changes);
+        payloads.extend([
+            (X3, control(StreamControl::Stop)),
+            (COMMIT, stream_commit()),
+        ]);
+        let got = feed_raw(&mut a, &payloads);
+        assert!(
+            matches!(got.first(), Some(SourceEvent::Begin { lsn, .. }) if *lsn == begin_at),
+            "{what}: {got:?}"
+        );
+        assert!(
+            matches!(
+                got.last(),
+                Some(SourceEvent::Commit {
+                    commit_lsn: COMMIT,
+                    ..
+                })
+            ),
+            "{what}: {got:?}"
         );
     }
 }
