@@ -12,8 +12,11 @@
 //! - **A failed pass is said and retried at the next interval**; it never
 //!   stops the connector. Stopping aborts a batch, which PostgreSQL rolls
 //!   back.
-//! - Every instance prunes (a standby too): two passes at once skip each
-//!   other's locked rows and delete nothing twice.
+//! - **Only the lease holder prunes.** A standby (or an instance that lost
+//!   the lease and has not taken it again) skips its passes, so one
+//!   connector's instances do not double the work or the locks. Should the
+//!   lease move during a pass, two passes at once are still safe: each
+//!   skips the other's locked rows, and both obey the same stored offset.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,10 +30,11 @@ use crate::pg::catalog;
 use crate::pg::params::connect_params;
 use crate::retention::{self, Options};
 use crate::sink::properties::producer_properties;
+use crate::telemetry::{Metrics, Role};
 
-/// Prunes each `[[outbox]]` with a retention interval every interval,
-/// until `shutdown`.
-pub(super) async fn every(config: Arc<Config>, shutdown: CancellationToken) {
+/// Prunes each `[[outbox]]` with a retention interval every interval while
+/// this instance holds the lease (`metrics`' role), until `shutdown`.
+pub(super) async fn every(config: Arc<Config>, metrics: Arc<Metrics>, shutdown: CancellationToken) {
     let tables: Vec<(usize, Duration)> = config
         .outbox
         .iter()
@@ -60,6 +64,10 @@ pub(super) async fn every(config: Arc<Config>, shutdown: CancellationToken) {
             if *at <= now {
                 *at = now + *interval;
             }
+        }
+        if metrics.role() != Role::Active {
+            tracing::debug!("outbox retention: not the lease holder; this pass is skipped");
+            continue;
         }
         if let Err(e) = pass(&config, &indices, &shutdown).await {
             tracing::warn!(

@@ -96,6 +96,7 @@ pub async fn run(
     // sessions, never in their way.
     let _retention = AbortOnDrop::from(tokio::spawn(super::retention::every(
         config.clone(),
+        metrics.clone(),
         shutdown.clone(),
     )));
     let kafka_outage = Arc::new(OutageLog::new("Kafka", KAFKA_OUTAGE_SETTLE));

@@ -20,14 +20,16 @@ use support::*;
 const RETENTION: &str = "[outbox.retention]\nkeep = \"1s\"\nmargin = \"1s\"\nbatch_rows = 5\n\
                          lock_timeout = \"200ms\"\n";
 
-/// A ledger of every deleted outbox row, filled by a trigger in the
-/// deleting transaction (so a batch that a kill rolled back is not in it).
+/// A ledger of every deleted outbox row and when it was deleted, filled by
+/// a trigger in the deleting transaction (so a batch that a kill rolled
+/// back is not in it).
 async fn add_ledger(db: &TestDb) {
     db.client
         .batch_execute(
-            "CREATE TABLE deleted_ids (id uuid NOT NULL);
+            "CREATE TABLE deleted_ids (id uuid NOT NULL, at timestamptz NOT NULL);
              CREATE FUNCTION note_delete() RETURNS trigger LANGUAGE plpgsql AS
-               $$ BEGIN INSERT INTO deleted_ids VALUES (OLD.id); RETURN OLD; END $$;
+               $$ BEGIN INSERT INTO deleted_ids VALUES (OLD.id, clock_timestamp());
+                  RETURN OLD; END $$;
              CREATE TRIGGER note_delete AFTER DELETE ON outbox
                FOR EACH ROW EXECUTE FUNCTION note_delete();
              ALTER TABLE deleted_ids OWNER TO walrelay;",
@@ -359,4 +361,138 @@ async fn run_prunes_in_the_background_only_what_kafka_holds() {
         "{before} -> {after}"
     );
     assert!(relay.stop().success(), "{}", relay.log());
+}
+
+/// `[outbox.retention] interval` while walrelay runs behind its commits:
+/// its producers linger 3 s, so every record reaches Kafka seconds after
+/// its row was committed and the stored offset trails the writers by more
+/// than the retention's `keep` and `margin` together. Every row the
+/// background prune deleted had its record appended to Kafka before the
+/// deletion (the topics stamp each record with the broker's append time,
+/// the ledger each deletion with the server's clock; one machine, one
+/// clock), and the passes say they kept rows not yet published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lagging_connector_prunes_only_rows_kafka_held_before_it_deleted_them() {
+    require_kafka();
+    let db = TestDb::new("prunelag").await;
+    db.create_outbox("outbox").await;
+    add_ledger(&db).await;
+    let names = Names::new("prunelag");
+    let topics = [names.topic("order"), names.topic("invoice")];
+    for t in &topics {
+        create_topic_with_config(t, &[("message.timestamp.type", "LogAppendTime")]).await;
+    }
+    let config = relay_config(&db, &names, &format!("{RETENTION}interval = \"1s\"\n"), "").replace(
+        "linger = \"2ms\"\n",
+        "linger = \"3s\"\nlinger_while_behind = \"3s\"\n",
+    );
+    assert!(config.contains("linger = \"3s\""), "{config}");
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", START).await;
+    let writers = Writers::start(&db);
+    wait_for(
+        "the connector's background passes to delete 100 rows",
+        Duration::from_secs(120),
+        || async { (deleted_ids(&db).await.len() >= 100).then_some(()) },
+    )
+    .await;
+    writers.stop().await;
+
+    let deleted: Vec<(String, i64)> = db
+        .client
+        .query(
+            "SELECT id::text, (extract(epoch FROM at) * 1000)::int8 FROM deleted_ids",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let appended: std::collections::HashMap<String, i64> = consume_to_end(&refs)
+        .iter()
+        .filter_map(|c| Some((c.header_str("id")?, c.timestamp?)))
+        .collect();
+    let early: Vec<String> = deleted
+        .iter()
+        .filter(|(id, at)| appended.get(id).is_none_or(|appended| appended > at))
+        .map(|(id, at)| format!("{id} deleted at {at}, appended at {:?}", appended.get(id)))
+        .collect();
+    assert!(
+        early.is_empty(),
+        "{} of {} deleted rows were deleted before Kafka held their records, e.g. {:?}",
+        early.len(),
+        deleted.len(),
+        early.iter().take(5).collect::<Vec<_>>()
+    );
+    let log = relay.log();
+    assert!(
+        log.lines().any(|l| {
+            l.contains("outbox retention: public.outbox: deleted")
+                && !l.contains("(0 not yet published")
+        }),
+        "no pass kept a row for not being published: the connector did not lag\n{log}"
+    );
+    assert!(relay.stop().success(), "{log}");
+}
+
+/// Only the instance that holds the lease prunes: a standby of the same
+/// connector writes no pass while the active one deletes; once the active
+/// one is killed (-9) the standby takes over and its passes delete, each
+/// row once and only what Kafka holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_the_lease_holder_prunes_and_a_standby_takes_over() {
+    require_kafka();
+    let db = TestDb::new("prunelease").await;
+    db.create_outbox("outbox").await;
+    add_ledger(&db).await;
+    let names = Names::new("prunelease");
+    let config = relay_config(&db, &names, &format!("{RETENTION}interval = \"1s\"\n"), "");
+    let mut active = RelayProcess::start(&config, &[]);
+    active.wait_log("streaming", START).await;
+    let mut standby = RelayProcess::start(&config, &[]);
+    standby.wait_log("standby", START).await;
+    let writers = Writers::start(&db);
+    wait_for(
+        "the active instance's passes to delete rows",
+        Duration::from_secs(120),
+        || async { (deleted_ids(&db).await.len() >= 50).then_some(()) },
+    )
+    .await;
+    active
+        .wait_log("outbox retention: public.outbox: deleted", START)
+        .await;
+    // Passes every second: several of the standby's would have run by now.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !standby.log().contains("outbox retention: public.outbox"),
+        "a standby pruned:\n{}",
+        standby.log()
+    );
+
+    active.kill9();
+    let before = deleted_ids(&db).await.len();
+    standby
+        .wait_log("outbox retention: public.outbox: deleted", START)
+        .await;
+    wait_for(
+        "the new holder's passes to delete rows",
+        Duration::from_secs(120),
+        || async { (deleted_ids(&db).await.len() >= before + 50).then_some(()) },
+    )
+    .await;
+    writers.stop().await;
+    let deleted: Vec<String> = db
+        .client
+        .query("SELECT id::text FROM deleted_ids", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let unique: HashSet<&String> = deleted.iter().collect();
+    assert_eq!(unique.len(), deleted.len(), "a row deleted twice");
+    assert_deleted_were_published(&db, &names, "after the takeover").await;
+    assert!(standby.stop().success(), "{}", standby.log());
 }
