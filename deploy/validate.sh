@@ -49,6 +49,18 @@ if grep -F "walrelay.service" <<<"$out"; then die "systemd-analyze complains abo
 log "kubernetes-validate deploy/kubernetes/*.yaml"
 "$VENV/bin/kubernetes-validate" --strict "$ROOT"/deploy/kubernetes/*.yaml >&2
 
+# The config tests load sidecar.yaml's walrelay.toml; standalone.yaml carries
+# the same ConfigMap, so it must hold the same text.
+embedded_toml() { # the walrelay.toml block of a manifest, as the config test reads it
+    awk '/^  walrelay.toml: \|$/ { on = 1; next } on && !(/^    / || /^$/) { exit } on' "$1"
+}
+log "standalone.yaml's walrelay.toml = sidecar.yaml's"
+embedded_toml "$ROOT/deploy/kubernetes/sidecar.yaml" >"$tmp/sidecar.toml"
+embedded_toml "$ROOT/deploy/kubernetes/standalone.yaml" >"$tmp/standalone.toml"
+grep -q '^    \[connector\]$' "$tmp/sidecar.toml" || die "no walrelay.toml in deploy/kubernetes/sidecar.yaml"
+diff -u "$tmp/sidecar.toml" "$tmp/standalone.toml" >&2 ||
+    die "the walrelay.toml of deploy/kubernetes/standalone.yaml differs from sidecar.yaml's (the one the config tests load)"
+
 log "hadolint deploy/docker/Dockerfile"
 "$VENV/bin/hadolint" --no-color "$ROOT/deploy/docker/Dockerfile" >&2
 log "deploy files are valid"
