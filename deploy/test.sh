@@ -166,11 +166,12 @@ mapfile -t MAIN_TESTS < <(grep -vE '^(kafka_outage|lost_slot|failover)::' <<<"$A
 # cycles, servers starting) — a third lane made tests race each other for CPU
 # (docs/development.md has the measurements).
 #
-#   main  the quickstart, the container image, the unit tests, every integration test but the three
+#   main  the quickstart, the unit tests, every integration test but the three
 #         below (PostgreSQL 18, the shared broker), then the failover tests on
 #         primary/standby pairs of 18 and 17, the version-sensitive tests on
 #         PostgreSQL 14 and 17
-#   side  tests/it/kafka_outage.rs on a broker of its own (it stops it),
+#   side  the container image (deploy/docker/test_image.sh, podman),
+#         tests/it/kafka_outage.rs on a broker of its own (it stops it),
 #         tests/it/lost_slot.rs on a PostgreSQL 18 of its own (it lowers
 #         max_slot_wal_keep_size, which would make other tests' slots lost),
 #         the fault soaks (PostgreSQL 16 and a broker of their own), the
@@ -213,12 +214,19 @@ for m in $EXTRA_MAJORS; do
   if [[ $m == 14 || $m == 17 ]]; then MAIN_MAJORS+=("$m"); else SIDE_MAJORS+=("$m"); fi
 done
 
-log "side lane: kafka_outage (own broker), lost_slot (own PostgreSQL 18), fault soaks, PostgreSQL ${SIDE_MAJORS[*]:-(none)}, benchmark smoke (.state/side_lane.log)"
+log "side lane: the container image, kafka_outage (own broker), lost_slot (own PostgreSQL 18), fault soaks, PostgreSQL ${SIDE_MAJORS[*]:-(none)}, benchmark smoke (.state/side_lane.log)"
 side_log="$STATE/side_lane.log"
 (
   side_start=$SECONDS
   # (errexit does not reach into a subshell followed by `||`: each step says
   # what it does on failure)
+  # The container image, built (its runtime stage, with this build's binary)
+  # and run with Debian's podman against PostgreSQL 18 and the shared broker
+  # (a database, slot and topic of its own): check, one streamed record, a
+  # clean stop. About 1-2 min on a fresh machine (packages, a Debian root
+  # filesystem), 30 s on the same day again; the side lane has the slack.
+  log "the container image (deploy/docker/test_image.sh)"
+  deploy/docker/test_image.sh "$WALRELAY_BIN" || exit 1
   (
     log "kafka_outage on a broker of its own (KAFKA_PORT=39092)"
     outage_env=$(KAFKA_PORT=39092 deploy/dev/kafka.sh up) || exit 1
@@ -268,13 +276,6 @@ FAILED_LANE=main FAILED_LOG=$main_log
   # What a new user runs first: it must show every order, every time.
   log "main lane: the quickstart (deploy/quickstart.sh, this build)"
   WALRELAY_QUICKSTART_BIN=$WALRELAY_BIN deploy/quickstart.sh
-
-  # The container image, built (its runtime stage, with this build's binary)
-  # and run with Debian's podman against the same services: check, one
-  # streamed record, a clean stop (about 1-2 min on a fresh machine, 30 s
-  # once the day's base root filesystem is made).
-  log "main lane: the container image (deploy/docker/test_image.sh)"
-  deploy/docker/test_image.sh "$WALRELAY_BIN"
 
   log "main lane: unit tests"
   cargo test --locked --lib --bins
