@@ -100,8 +100,8 @@ prometheus.io/path: /metrics
       type: RuntimeDefault
 {{- end -}}
 
-{{/* walrelay's volumes. The Secret's files are 0444: root-owned, read by
-     uid 10001 without a pod-level fsGroup, mounted in walrelay's container only. */}}
+{{/* walrelay's volumes. The Secret's files are root:<fsGroup> 0440, read
+     through the pod's fsGroup, mounted in walrelay's container only. */}}
 {{- define "walrelay.volumes" -}}
 - name: walrelay-config
   configMap:
@@ -109,7 +109,7 @@ prometheus.io/path: /metrics
 - name: walrelay-secrets
   secret:
     secretName: {{ required "existingSecret: the name of the Secret with pg_password (kubectl create secret generic NAME --from-literal=pg_password=...)" .Values.existingSecret }}
-    defaultMode: 0444
+    defaultMode: 0440
 - name: walrelay-tmp
   emptyDir:
     sizeLimit: {{ .Values.tmpSizeLimit }}
