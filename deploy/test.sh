@@ -74,7 +74,7 @@ FAILED_LANE="" FAILED_LOG=""
 cleanup() {
   local rc=$?
   local pid
-  for pid in ${side_pid:-}; do kill_tree "$pid"; done
+  for pid in ${side_pid:-} ${helm_pid:-}; do kill_tree "$pid"; done
   kill "${load_pid:-}" 2>/dev/null || true
   log "taking services down"
   for m in 18 $EXTRA_MAJORS; do PG_MAJOR=$m deploy/dev/postgres.sh down >/dev/null 2>&1 || true; done
@@ -95,6 +95,12 @@ trap cleanup EXIT INT TERM
 
 log "checking build prerequisites"
 deploy/dev/prereqs.sh
+
+# helm for deploy/validate.sh, built in the background meanwhile (minutes on a
+# fresh machine, seconds with Go's build cache warm; deploy/dev/helm.sh's lock
+# makes validate.sh wait for it, and a failure here shows there).
+deploy/dev/helm.sh >"$STATE/helm_build.log" 2>&1 &
+helm_pid=$!
 
 log "alert rules: promtool check and rule unit tests"
 deploy/prometheus/check.sh

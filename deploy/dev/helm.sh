@@ -7,9 +7,12 @@
 #   HELM=$(deploy/dev/helm.sh)
 #
 # Helm publishes no Debian or PyPI package, and its release binaries are not
-# reachable here; `go install` of the pinned version is. The first run
-# compiles it (about 4 min of CPU on 2 cores, plus the module downloads);
-# later runs only print the path. Needs Go 1.26+ (helm v4.3.2's go.mod): the
+# reachable here; `go install` of the pinned version is. The first run on a
+# machine compiles it (5 min here under load: 4.4 CPU-minutes, plus the
+# module downloads, ~120 MB); with Go's build cache warm (another clone on
+# the same machine) 20 s; later runs only print the path. deploy/test.sh
+# starts it in the background while cargo builds; the lock makes
+# validate.sh wait for that build instead of starting a second. Needs Go 1.26+ (helm v4.3.2's go.mod): the
 # machine's `go` (/usr/local/go/bin on this kind of machine), or an older
 # Go 1.21+ that fetches the 1.26 toolchain itself (GOTOOLCHAIN=auto, also
 # through the Go module proxy). Debian bookworm's golang (1.19) is too old.
@@ -29,7 +32,7 @@ if [[ ! -x $BIN ]]; then
     flock -w 1200 9 || { log "error: timed out waiting for $DIR.lock"; exit 1; }
     if [[ ! -x $BIN ]]; then
         log "building helm $HELM_VERSION with $("$GO" version) (first run only: a few minutes) ..."
-        tmp=$(mktemp -d)
+        tmp=$(mktemp -d "$DIR/.build.XXXXXX")   # same file system: the mv below is a rename
         trap 'rm -rf "$tmp"' EXIT
         GOBIN=$tmp GOFLAGS=-mod=mod "$GO" install "helm.sh/helm/v4/cmd/helm@$HELM_VERSION" >&2
         mv "$tmp/helm" "$BIN"
