@@ -189,6 +189,7 @@ printf 'FROM debian:bookworm-slim\nCOPY . /context\nRUN du -sk /context | cut -f
 kib=$("${PODMAN[@]}" run --rm "${ULIMITS[@]}" localhost/walrelay-context:test cat /size)
 listing=$("${PODMAN[@]}" run --rm "${ULIMITS[@]}" localhost/walrelay-context:test ls -A /context | tr '\n' ' ')
 "${PODMAN[@]}" rmi localhost/walrelay-context:test >/dev/null
+"${PODMAN[@]}" image prune -f >/dev/null   # earlier runs' walrelay:test layers
 log "build context: $((kib / 1024)) MiB ($listing)"
 [[ $listing == "Cargo.lock Cargo.toml src " ]] || die "the build context holds more than Cargo.toml, Cargo.lock and src/: $listing"
 ((kib < 50 * 1024)) || die "the build context is $kib KiB"
