@@ -122,6 +122,10 @@ RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps --quiet
 
 log "deploy files: systemd-analyze, kubernetes-validate, helm lint/template, hadolint"
 deploy/validate.sh "$WALRELAY_BIN"
+# (validate.sh had helm, so the background build is over; reaped here so that
+# cleanup never signals a reused pid)
+wait "$helm_pid" || true
+helm_pid=""
 
 log "starting PostgreSQL 18 and Kafka"
 # `env_lines=$(... up)` and then eval, never eval "$(... up)": eval of the empty
