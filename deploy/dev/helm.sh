@@ -32,6 +32,9 @@ if [[ ! -x $BIN ]]; then
     flock -w 1200 9 || { log "error: timed out waiting for $DIR.lock"; exit 1; }
     if [[ ! -x $BIN ]]; then
         log "building helm $HELM_VERSION with $("$GO" version) (first run only: a few minutes) ..."
+        if [[ -z ${HOME:-} ]]; then   # go keeps its caches under $HOME
+            export GOPATH=${GOPATH:-$ROOT/.deps/go} GOCACHE=${GOCACHE:-$ROOT/.deps/go/cache}
+        fi
         tmp=$(mktemp -d "$DIR/.build.XXXXXX")   # same file system: the mv below is a rename
         trap 'rm -rf "$tmp"' EXIT
         GOBIN=$tmp GOFLAGS=-mod=mod "$GO" install "helm.sh/helm/v4/cmd/helm@$HELM_VERSION" >&2
