@@ -2,7 +2,8 @@
 # deploy/test.sh — runs walrelay's whole test suite on a fresh machine.
 #
 # Brings up the real services (PostgreSQL 18 + Apache Kafka, via deploy/dev/*.sh,
-# which install what they need), runs the quickstart and every test against them,
+# which install what they need), runs the quickstart, the container image
+# (deploy/docker/test_image.sh) and every test against them,
 # the version-sensitive tests against PostgreSQL 14, 15, 16 and 17, the fault
 # soaks, the benchmark smoke and the failover test on a primary/standby pair of
 # 17 and of 18 — in two lanes (below) — and takes everything down again (also on
@@ -73,7 +74,7 @@ FAILED_LANE="" FAILED_LOG=""
 cleanup() {
   local rc=$?
   local pid
-  for pid in ${side_pid:-}; do kill_tree "$pid"; done
+  for pid in ${side_pid:-} ${helm_pid:-}; do kill_tree "$pid"; done
   kill "${load_pid:-}" 2>/dev/null || true
   log "taking services down"
   for m in 18 $EXTRA_MAJORS; do PG_MAJOR=$m deploy/dev/postgres.sh down >/dev/null 2>&1 || true; done
@@ -95,6 +96,12 @@ trap cleanup EXIT INT TERM
 log "checking build prerequisites"
 deploy/dev/prereqs.sh
 
+# helm for deploy/validate.sh, built in the background meanwhile (minutes on a
+# fresh machine, seconds with Go's build cache warm; deploy/dev/helm.sh's lock
+# makes validate.sh wait for it, and a failure here shows there).
+deploy/dev/helm.sh >"$STATE/helm_build.log" 2>&1 &
+helm_pid=$!
+
 log "alert rules: promtool check and rule unit tests"
 deploy/prometheus/check.sh
 
@@ -113,8 +120,12 @@ WALRELAY_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug/walrelay
 log "API docs: cargo doc with warnings as errors (a link to a moved or private item)"
 RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps --quiet
 
-log "deploy files: systemd-analyze, kubernetes-validate, hadolint"
+log "deploy files: systemd-analyze, kubernetes-validate, helm lint/template, hadolint"
 deploy/validate.sh "$WALRELAY_BIN"
+# (validate.sh had helm, so the background build is over; reaped here so that
+# cleanup never signals a reused pid)
+wait "$helm_pid" || true
+helm_pid=""
 
 log "starting PostgreSQL 18 and Kafka"
 # `env_lines=$(... up)` and then eval, never eval "$(... up)": eval of the empty
@@ -169,7 +180,8 @@ mapfile -t MAIN_TESTS < <(grep -vE '^(kafka_outage|lost_slot|failover)::' <<<"$A
 #         below (PostgreSQL 18, the shared broker), then the failover tests on
 #         primary/standby pairs of 18 and 17, the version-sensitive tests on
 #         PostgreSQL 14 and 17
-#   side  tests/it/kafka_outage.rs on a broker of its own (it stops it),
+#   side  the container image (deploy/docker/test_image.sh, podman),
+#         tests/it/kafka_outage.rs on a broker of its own (it stops it),
 #         tests/it/lost_slot.rs on a PostgreSQL 18 of its own (it lowers
 #         max_slot_wal_keep_size, which would make other tests' slots lost),
 #         the fault soaks (PostgreSQL 16 and a broker of their own), the
@@ -218,12 +230,19 @@ for m in $EXTRA_MAJORS; do
   if [[ $m == 14 || $m == 17 ]]; then MAIN_MAJORS+=("$m"); else SIDE_MAJORS+=("$m"); fi
 done
 
-log "side lane: kafka_outage (own broker), lost_slot (own PostgreSQL 18), fault soaks, PostgreSQL ${SIDE_MAJORS[*]:-(none)}, benchmark smoke (.state/side_lane.log)"
+log "side lane: the container image, kafka_outage (own broker), lost_slot (own PostgreSQL 18), fault soaks, PostgreSQL ${SIDE_MAJORS[*]:-(none)}, benchmark smoke (.state/side_lane.log)"
 side_log="$STATE/side_lane.log"
 (
   side_start=$SECONDS
   # (errexit does not reach into a subshell followed by `||`: each step says
   # what it does on failure)
+  # The container image, built (its runtime stage, with this build's binary)
+  # and run with Debian's podman against PostgreSQL 18 and the shared broker
+  # (a database, slot and topic of its own): check, one streamed record, a
+  # clean stop. About 1-2 min on a fresh machine (packages, a Debian root
+  # filesystem), 30 s on the same day again; the side lane has the slack.
+  log "the container image (deploy/docker/test_image.sh)"
+  deploy/docker/test_image.sh "$WALRELAY_BIN" || exit 1
   (
     log "kafka_outage on a broker of its own (KAFKA_PORT=39092)"
     outage_env=$(KAFKA_PORT=39092 deploy/dev/kafka.sh up) || exit 1

@@ -35,6 +35,9 @@ Environment:
                        A filter that does not parse, or a bare word that is not a
                        level (a typo would hide every line), is refused: exit 2.
   WALRELAY_LOG_FORMAT  text or json (as --log-format); both win over [log] format.
+  WALRELAY_ACCEPT_SLOT_POSITION
+                       run: true is --accept-slot-position, for a fixed command
+                       line (Kubernetes, systemd); unset it after that start.
   NO_COLOR             No colour codes. Colours are only used when stderr is a
                        terminal, never in files or pipes.
 
@@ -46,6 +49,9 @@ Exit codes:
   2  invalid configuration, WALRELAY_LOG or command line
 
 See docs/operations.md.";
+
+/// `run --accept-slot-position` for deployments whose command line is fixed.
+const ACCEPT_SLOT_POSITION_ENV: &str = "WALRELAY_ACCEPT_SLOT_POSITION";
 
 /// PostgreSQL → Kafka change-data-capture with a transactional outbox router.
 #[derive(Debug, Parser)]
@@ -90,7 +96,15 @@ enum Command {
         /// ahead of the stored offset, start with this first, then re-publish
         /// the range it names (walrelay republish); reconciling first would
         /// miss what commits in between.
-        #[arg(long)]
+        ///
+        /// Or set WALRELAY_ACCEPT_SLOT_POSITION=true (true/false, yes/no, 1/0,
+        /// on/off) where the command line is fixed (Kubernetes, systemd), and
+        /// unset it once this start has stored the slot's position.
+        #[arg(
+            long,
+            env = ACCEPT_SLOT_POSITION_ENV,
+            value_parser = clap::builder::BoolishValueParser::new()
+        )]
         accept_slot_position: bool,
     },
     /// Check the configuration, PostgreSQL and Kafka without streaming.
@@ -406,6 +420,13 @@ fn main() -> ExitCode {
                 accept_slot_position,
                 ..
             } => {
+                if accept_slot_position && std::env::var_os(ACCEPT_SLOT_POSITION_ENV).is_some() {
+                    tracing::warn!(
+                        "{ACCEPT_SLOT_POSITION_ENV} is set: this start accepts a slot position \
+                         that does not fit the stored offset; unset it once walrelay streams, or \
+                         a later restart accepts the next one without asking (docs/operations.md)"
+                    );
+                }
                 let shutdown = CancellationToken::new();
                 tokio::spawn(watch_signals(shutdown.clone()));
                 match relay::run(

@@ -97,6 +97,66 @@ async fn an_accepted_slot_position_is_stored_at_once() {
     assert!(ordinary.stop().success());
 }
 
+/// Issue 40: `WALRELAY_ACCEPT_SLOT_POSITION` is `--accept-slot-position`
+/// where the command line is fixed (a Kubernetes container's args, a systemd
+/// unit): `false` still refuses, `true` accepts (and warns to unset it), a
+/// value that is not a boolean is a usage error (exit 2), not a silent no.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_accept_environment_variable_is_the_flag() {
+    require_kafka();
+    let db = TestDb::new("accept_env").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("accept_env");
+    let mut relay = RelayProcess::start(&relay_config(&db, &names, "", ""), &[]);
+    relay.wait_log("streaming", START).await;
+    db.client
+        .batch_execute(
+            "INSERT INTO outbox VALUES (gen_random_uuid(), 'order', 'a', 'Created', '{}')",
+        )
+        .await
+        .unwrap();
+    consume(&[&names.topic("order")], 1, START, Duration::ZERO);
+    assert!(relay.stop().success());
+    db.client
+        .batch_execute(&format!(
+            "SELECT pg_drop_replication_slot('{0}'); \
+             SELECT pg_create_logical_replication_slot('{0}', 'pgoutput')",
+            names.slot
+        ))
+        .await
+        .unwrap();
+    let env = "WALRELAY_ACCEPT_SLOT_POSITION";
+    let mut typo = RelayProcess::start_with_env(&relay.config_path, &[], &[(env, "ture")]);
+    typo.expect_exit(2, START);
+    let mut refused = RelayProcess::start_with_env(&relay.config_path, &[], &[(env, "false")]);
+    let log = refused.expect_exit(1, START);
+    assert!(log.contains("refusing to start"), "{log}");
+
+    let mut accepted = RelayProcess::start_with_env(&relay.config_path, &[], &[(env, "true")]);
+    accepted.wait_log(" streaming slot=", START).await;
+    let log = accepted.own_log();
+    assert!(
+        log.contains("--accept-slot-position was given")
+            && log.contains("WALRELAY_ACCEPT_SLOT_POSITION is set"),
+        "{log}"
+    );
+    let id = "00000000-0000-4000-8000-0000000000ab";
+    db.client
+        .batch_execute(&format!(
+            "INSERT INTO outbox VALUES ('{id}', 'order', 'b', 'Created', '{{}}')"
+        ))
+        .await
+        .unwrap();
+    let consumed = consume(&[&names.topic("order")], 2, START, Duration::ZERO);
+    assert!(
+        consumed
+            .iter()
+            .any(|c| c.header_str("id").as_deref() == Some(id)),
+        "{consumed:?}"
+    );
+    assert!(accepted.stop().success());
+}
+
 /// While Kafka is unreachable no session can start, yet the slot's gauges
 /// keep following the slot (lag grows as WAL is written) and their age
 /// stays small. The failed attempts are session errors, but no streaming

@@ -536,6 +536,15 @@ impl RelayProcess {
 
     /// Starts `walrelay run` on an existing config file (appending to its log).
     pub fn start_with(config_path: &std::path::Path, extra_args: &[&str]) -> RelayProcess {
+        Self::start_with_env(config_path, extra_args, &[])
+    }
+
+    /// [`RelayProcess::start_with`] with extra environment variables.
+    pub fn start_with_env(
+        config_path: &std::path::Path,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> RelayProcess {
         let log_path = config_path.with_extension("log");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -554,6 +563,7 @@ impl RelayProcess {
                 std::env::var("WALRELAY_TEST_LOG").unwrap_or_else(|_| "info,walrelay=debug".into()),
             )
             .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
