@@ -228,23 +228,85 @@ impl std::fmt::Debug for Connection {
     }
 }
 
-/// Connects to `url` (TLS as its `sslmode` says). The error text never
-/// holds the URL.
+/// Connects to `url` (TLS as its `sslmode` says, with libpq's meanings:
+/// [`super::config::url`]). The error text never holds the URL; it names
+/// the server and the `sslmode`.
 pub(crate) async fn connect(url: &secrecy::SecretString) -> Result<Client, String> {
     use secrecy::ExposeSecret;
-    let tls = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls())
-        .map_err(|e| format!("cannot set up TLS: {e}"))?
-        .build();
-    let tls = postgres_openssl::MakeTlsConnector::new(tls);
-    let (client, conn) = tokio_postgres::connect(url.expose_secret(), tls)
-        .await
-        .map_err(|e| format!("cannot connect to inbox.postgres.url: {e}"))?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "inbox database connection ended");
+    // Loading the configuration parsed the same URL: an error here is not
+    // expected, and is reported like any other.
+    let mut target = super::config::url::parse(url.expose_secret())
+        .map_err(|e| format!("inbox.postgres.url {e}"))?;
+    let mode = target.tls.mode.as_str();
+    let address = target.address();
+    let failed = |e: tokio_postgres::Error| {
+        let mut text = format!(
+            "cannot connect to inbox.postgres.url ({address}, sslmode={mode}): {}",
+            error_chain(&e)
+        );
+        if text.contains("TLS handshake") {
+            text.push_str(if target.tls.mode.verifies_certificate() {
+                "; the server's certificate was refused: name the CA that signed it with \
+                 sslrootcert=<file> in the URL (and with verify-full the certificate must name \
+                 the host)"
+            } else {
+                "; the server would not complete TLS: check its ssl settings, or set \
+                 sslmode=disable in the URL on a trusted network"
+            });
         }
-    });
+        text
+    };
+    let tls = if target.is_unix() {
+        target
+            .config
+            .ssl_mode(tokio_postgres::config::SslMode::Disable);
+        None
+    } else {
+        crate::pg::tls::tokio_postgres_tls(&mut target.config, &target.tls)
+            .map_err(|e| e.message)?
+    };
+    let (client, task) = match tls {
+        Some(tls) => {
+            let (client, conn) = target.config.connect(tls).await.map_err(failed)?;
+            (client, tokio::spawn(drive(conn)))
+        }
+        None => {
+            let (client, conn) = target
+                .config
+                .connect(tokio_postgres::NoTls)
+                .await
+                .map_err(failed)?;
+            (client, tokio::spawn(drive(conn)))
+        }
+    };
+    drop(task); // runs on detached; ends when the client is dropped
     Ok(client)
+}
+
+/// Drives one connection until it ends.
+async fn drive<F>(conn: F)
+where
+    F: std::future::Future<Output = Result<(), tokio_postgres::Error>>,
+{
+    if let Err(e) = conn.await {
+        tracing::debug!(error = %e, "inbox database connection ended");
+    }
+}
+
+/// `e` and its causes, `: `-joined (tokio-postgres's own text stops at
+/// "error performing TLS handshake", its cause says why).
+fn error_chain(e: &tokio_postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 impl Connection {

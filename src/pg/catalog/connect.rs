@@ -3,7 +3,6 @@
 //! missing `CONNECT` grant explained, the connection driven by a task of
 //! its own.
 
-use postgres_openssl::MakeTlsConnector;
 use secrecy::ExposeSecret;
 use tokio_postgres::config::SslMode;
 use tokio_postgres::{Client, NoTls};
@@ -133,31 +132,20 @@ pub(super) async fn open_session(
         }
     };
     // As in libpq (and our replication connection), no TLS on Unix sockets.
-    let connector = if params.is_unix() {
+    let tls = if params.is_unix() {
+        cfg.ssl_mode(SslMode::Disable);
         None
     } else {
-        tls::connector(&params.tls).map_err(|e| CatalogError::Tls {
+        tls::tokio_postgres_tls(&mut cfg, &params.tls).map_err(|e| CatalogError::Tls {
             address: params.address(),
             mode: params.tls.mode.as_str(),
             reason: e.message,
         })?
     };
-    let Some(connector) = connector else {
-        cfg.ssl_mode(SslMode::Disable);
+    let Some(tls) = tls else {
         let (client, connection) = cfg.connect(NoTls).await.map_err(connect_error)?;
         return Ok((client, spawn_connection(connection)));
     };
-    cfg.ssl_mode(if params.tls.mode.allows_plaintext() {
-        SslMode::Prefer
-    } else {
-        SslMode::Require
-    });
-    let mut tls = MakeTlsConnector::new(connector);
-    let verify_host_name = params.tls.mode.verifies_host_name();
-    tls.set_callback(move |config, _domain| {
-        config.set_verify_hostname(verify_host_name);
-        Ok(())
-    });
     let (client, connection) = cfg.connect(tls).await.map_err(connect_error)?;
     Ok((client, spawn_connection(connection)))
 }
