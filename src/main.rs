@@ -19,7 +19,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use walrelay::commands::status::{HealthProbe, HealthUrl};
@@ -354,8 +354,27 @@ fn load(path: &Path) -> Result<Config, String> {
         .map_err(|e| e.to_string())
 }
 
+/// `walrelay --version`: the version, the git commit it was built from
+/// (build.rs; "unknown" when built without git) and the librdkafka it
+/// links, which decides much of the producer's behaviour.
+fn version_text() -> String {
+    format!(
+        "{} (commit {}, librdkafka {})",
+        env!("CARGO_PKG_VERSION"),
+        option_env!("WALRELAY_GIT_COMMIT").unwrap_or("unknown"),
+        rdkafka::util::get_rdkafka_version().1
+    )
+}
+
+/// The command line, with [`version_text`] as the version.
+fn parse_cli() -> Cli {
+    let version: &'static str = version_text().leak();
+    let matches = Cli::command().version(version).get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     if let Command::Inbox { config } = &cli.command {
         return inbox(config, cli.log_format.map(config::LogFormat::from));
     }

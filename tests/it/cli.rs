@@ -135,6 +135,44 @@ fn help_names_walrelay_log_and_the_exit_codes() {
 /// "only after reconciling the gap", the opposite of the runbook for a slot
 /// ahead of the stored offset (start first, then re-publish the range it
 /// names), and named only that one case.
+/// `--version` (and `-V`) names the version, the commit it was built from
+/// (this checkout's HEAD when built from it with git) and the librdkafka
+/// it links.
+#[test]
+fn version_names_the_commit_and_librdkafka() {
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    for flag in ["--version", "-V"] {
+        let out = std::process::Command::new(walrelay_bin())
+            .arg(flag)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{flag}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let librdkafka = rdkafka::util::get_rdkafka_version().1;
+        assert!(
+            text.starts_with(&format!("walrelay {} (commit ", env!("CARGO_PKG_VERSION")))
+                && text.contains(&format!(", librdkafka {librdkafka})")),
+            "{flag}: {text}"
+        );
+        // build.rs builds again when HEAD moves, so the binary names it.
+        let named = text
+            .split("(commit ")
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .unwrap_or_default();
+        match &commit {
+            Some(head) => assert_eq!(named, head, "{flag}: {text}"),
+            None => assert_eq!(named, "unknown", "{flag}: {text}"),
+        }
+    }
+}
+
 #[test]
 fn run_help_says_what_accept_slot_position_overrides_and_in_which_order() {
     let out = std::process::Command::new(walrelay_bin())
