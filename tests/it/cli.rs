@@ -173,6 +173,129 @@ fn version_names_the_commit_and_librdkafka() {
     }
 }
 
+/// `walrelay check <args>` to its exit within 60 s: the code, stdout and
+/// stderr.
+fn check_output(args: &[&str]) -> (Option<i32>, String, String) {
+    let mut child = std::process::Command::new(walrelay_bin())
+        .arg("check")
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("WALRELAY_LOG_FORMAT")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("walrelay check {args:?} still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `check --offline` checks the file without contacting PostgreSQL or
+/// Kafka (here both unreachable): exit 0 at once, the report saying it was
+/// offline; a bad file is exit 2 as without `--offline`.
+#[test]
+fn check_offline_checks_the_file_without_connecting() {
+    let config = unreachable_config();
+    let path = config.to_str().unwrap();
+    let started = Instant::now();
+    let (code, stdout, stderr) = check_output(&["--offline", "--config", path]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(stdout.starts_with("ok    config: "), "{stdout}");
+    assert!(
+        stdout.contains("checks passed (offline: PostgreSQL and Kafka not contacted)"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("postgres connection"), "{stdout}");
+    let bad = write_config(
+        &std::fs::read_to_string(&config)
+            .unwrap()
+            .replace("table = ", "tabel = "),
+    );
+    let (code, _, stderr) = check_output(&["--offline", "--config", bad.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("did you mean `table`?"), "{stderr}");
+}
+
+/// `check --json`: one JSON object on stdout in the documented shape (ok,
+/// offline, counts, one object per check), online and offline, and for a
+/// file that does not load (exit 2) each problem with file, key, line and
+/// column.
+#[test]
+fn check_json_is_one_object_with_each_check() {
+    let config = unreachable_config();
+    let path = config.to_str().unwrap();
+    let (code, stdout, stderr) = check_output(&["--offline", "--json", "--config", path]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["ok"], true, "{report}");
+    assert_eq!(report["offline"], true, "{report}");
+    assert_eq!(report["failed"], 0, "{report}");
+    let checks = report["checks"].as_array().unwrap();
+    assert_eq!(report["passed"], checks.len(), "{report}");
+    assert_eq!(checks[0]["name"], "config", "{report}");
+    assert_eq!(checks[0]["status"], "ok", "{report}");
+    assert!(checks[0]["detail"].as_str().unwrap().ends_with("is valid"));
+
+    // Online, against nothing: the connection fails, exit 1.
+    let (code, stdout, stderr) = check_output(&["--json", "--config", path]);
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["ok"], false, "{report}");
+    assert_eq!(report["offline"], false, "{report}");
+    let failed: Vec<&serde_json::Value> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "fail")
+        .collect();
+    assert_eq!(report["failed"], failed.len(), "{report}");
+    assert!(
+        failed.iter().any(|c| c["name"] == "postgres connection"
+            && c["problem"].is_string()
+            && c["fix"].is_string()),
+        "{report}"
+    );
+
+    let bad = write_config(
+        &std::fs::read_to_string(&config)
+            .unwrap()
+            .replace("table = ", "tabel = "),
+    );
+    let (code, stdout, stderr) =
+        check_output(&["--offline", "--json", "--config", bad.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["ok"], false, "{report}");
+    let problem = &report["checks"][0];
+    assert_eq!(problem["status"], "fail", "{report}");
+    assert_eq!(problem["key"], "outbox[0].tabel", "{report}");
+    assert_eq!(problem["line"], 16, "{report}");
+    assert_eq!(problem["column"], 1, "{report}");
+    assert!(
+        problem["problem"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean `table`?"),
+        "{report}"
+    );
+}
+
 #[test]
 fn run_help_says_what_accept_slot_position_overrides_and_in_which_order() {
     let out = std::process::Command::new(walrelay_bin())
