@@ -639,3 +639,179 @@ async fn every_log_line_names_the_connector() {
         }
     }
 }
+
+/// The string literals of a Rust source text that are not raw strings, as
+/// the compiler reads them (`\` at a line's end joins the next line without
+/// its leading blanks; `\n`, `\t`, `\"` and `\\` read), with the line each
+/// starts on. Comments and char literals are skipped; enough of Rust's
+/// lexing for this crate's sources.
+fn string_literals(text: &str) -> Vec<(usize, String)> {
+    let c: Vec<char> = text.chars().collect();
+    let at = |i: usize| c.get(i).copied().unwrap_or('\0');
+    let ident = |ch: char| ch.is_alphanumeric() || ch == '_';
+    let mut out = Vec::new();
+    let (mut i, mut line) = (0, 1);
+    while i < c.len() {
+        match (at(i), at(i + 1)) {
+            ('\n', _) => {
+                line += 1;
+                i += 1;
+            }
+            ('/', '/') => {
+                while i < c.len() && at(i) != '\n' {
+                    i += 1;
+                }
+            }
+            ('/', '*') => {
+                while i < c.len() && !(at(i) == '*' && at(i + 1) == '/') {
+                    line += usize::from(at(i) == '\n');
+                    i += 1;
+                }
+                i += 2;
+            }
+            ('r', '"' | '#') if i == 0 || !ident(at(i - 1)) => {
+                let mut j = i + 1;
+                let mut hashes = 0;
+                while at(j) == '#' {
+                    hashes += 1;
+                    j += 1;
+                }
+                if at(j) != '"' {
+                    i += 1;
+                    continue;
+                }
+                j += 1;
+                loop {
+                    if j >= c.len() {
+                        break;
+                    }
+                    if at(j) == '"' && (1..=hashes).all(|k| at(j + k) == '#') {
+                        j += 1 + hashes;
+                        break;
+                    }
+                    line += usize::from(at(j) == '\n');
+                    j += 1;
+                }
+                i = j;
+            }
+            ('\'', '\\') => {
+                // '\n', '\'', '\u{…}'
+                let mut j = i + 3;
+                while j < c.len() && at(j) != '\'' {
+                    j += 1;
+                }
+                i = j + 1;
+            }
+            ('\'', _) if at(i + 2) == '\'' => i += 3,
+            ('"', _) => {
+                let start = line;
+                let mut s = String::new();
+                let mut j = i + 1;
+                while j < c.len() && at(j) != '"' {
+                    if at(j) == '\\' {
+                        match at(j + 1) {
+                            '\n' => {
+                                line += 1;
+                                j += 2;
+                                while at(j).is_whitespace() {
+                                    line += usize::from(at(j) == '\n');
+                                    j += 1;
+                                }
+                                continue;
+                            }
+                            'n' => s.push('\n'),
+                            't' => s.push('\t'),
+                            other => s.push(other),
+                        }
+                        j += 2;
+                    } else {
+                        line += usize::from(at(j) == '\n');
+                        s.push(at(j));
+                        j += 1;
+                    }
+                }
+                out.push((start, s));
+                i = j + 1;
+            }
+            _ => i += 1,
+        }
+    }
+    out
+}
+
+/// No message has a stray run of spaces inside (issue 40: two had one, a
+/// literal joined by rustfmt across lines): in every string literal of
+/// src/, no line holds two or more spaces between other characters —
+/// except where columns are aligned on purpose (status's table, check's
+/// report prefixes, the help text). Test code is left out.
+#[test]
+fn messages_have_no_stray_runs_of_spaces() {
+    let aligned: [(&str, &[&str]); 3] = [
+        ("src/commands/status.rs", &[""]),
+        ("src/commands/check.rs", &["ok    ", "warn  ", "FAIL  "]),
+        ("src/main.rs", &["Environment:"]),
+    ];
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut dirs = vec![root.join("src")];
+    let mut found = Vec::new();
+    let mut literals = 0;
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if name != "tests" {
+                    dirs.push(path);
+                }
+                continue;
+            }
+            if !name.ends_with(".rs") || name == "tests.rs" || name.ends_with("_tests.rs") {
+                continue;
+            }
+            let relative = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let text = std::fs::read_to_string(&path).unwrap();
+            // Inline test modules end the file in this crate.
+            let text = text
+                .split("#[cfg(test)]\nmod tests {")
+                .next()
+                .unwrap_or_default();
+            let exempt = aligned
+                .iter()
+                .find(|(file, _)| *file == relative)
+                .map_or(&[][..], |(_, prefixes)| *prefixes);
+            for (line, literal) in string_literals(text) {
+                literals += 1;
+                if exempt.iter().any(|p| literal.starts_with(p)) {
+                    continue;
+                }
+                if literal
+                    .split('\n')
+                    .any(|l| l.trim_start().trim_end().contains("  "))
+                {
+                    found.push(format!("{relative}:{line}: {literal:?}"));
+                }
+            }
+        }
+    }
+    assert!(literals > 1000, "only {literals} literals read");
+    assert!(found.is_empty(), "runs of spaces:\n{}", found.join("\n"));
+}
+
+#[test]
+fn string_literals_are_read_as_the_compiler_reads_them() {
+    let text = "let a = \"one \\\n     two\"; // \"not  this\"\nlet c = '\"'; let r = r#\"a  b\"#;\n\
+                let d = \"x\\\"  y\\n  z\"; let e: &'static str = \"q\";";
+    let found = string_literals(text);
+    assert_eq!(
+        found,
+        vec![
+            (1, "one two".to_owned()),
+            (4, "x\"  y\n  z".to_owned()),
+            (4, "q".to_owned()),
+        ]
+    );
+}
