@@ -72,7 +72,7 @@ pub use store::{InboxTables, WorkOutcome};
 /// `verify-full`: checked against `sslrootcert`). The error names the
 /// server and the `sslmode`, never the URL.
 pub async fn connect(url: &secrecy::SecretString) -> Result<tokio_postgres::Client, String> {
-    store::connect(url).await
+    store::connect(url).await.map_err(|e| e.to_string())
 }
 
 /// One Kafka record, as the handler sees it.

@@ -231,15 +231,16 @@ impl std::fmt::Debug for Connection {
 /// Connects to `url` (TLS as its `sslmode` says, with libpq's meanings:
 /// [`super::config::url`]). The error text never holds the URL; it names
 /// the server and the `sslmode`.
-pub(crate) async fn connect(url: &secrecy::SecretString) -> Result<Client, String> {
+pub(crate) async fn connect(url: &secrecy::SecretString) -> Result<Client, ConnectFailure> {
     use secrecy::ExposeSecret;
     // Loading the configuration parsed the same URL: an error here is not
     // expected, and is reported like any other.
     let mut target = super::config::url::parse(url.expose_secret())
-        .map_err(|e| format!("inbox.postgres.url {e}"))?;
+        .map_err(|e| ConnectFailure::Refused(format!("inbox.postgres.url {e}")))?;
     let mode = target.tls.mode.as_str();
     let address = target.address();
     let failed = |e: tokio_postgres::Error| {
+        let refused = crate::pg::tls::is_tls_refusal(&e);
         let mut text = format!(
             "cannot connect to inbox.postgres.url ({address}, sslmode={mode}): {}",
             error_chain(&e)
@@ -254,7 +255,11 @@ pub(crate) async fn connect(url: &secrecy::SecretString) -> Result<Client, Strin
                  sslmode=disable in the URL on a trusted network"
             });
         }
-        text
+        if refused {
+            ConnectFailure::Refused(text)
+        } else {
+            ConnectFailure::Unreachable(text)
+        }
     };
     let tls = if target.is_unix() {
         target
@@ -263,7 +268,7 @@ pub(crate) async fn connect(url: &secrecy::SecretString) -> Result<Client, Strin
         None
     } else {
         crate::pg::tls::tokio_postgres_tls(&mut target.config, &target.tls)
-            .map_err(|e| e.message)?
+            .map_err(|e| ConnectFailure::Refused(e.message))?
     };
     let (client, task) = match tls {
         Some(tls) => {
@@ -281,6 +286,24 @@ pub(crate) async fn connect(url: &secrecy::SecretString) -> Result<Client, Strin
     };
     drop(task); // runs on detached; ends when the client is dropped
     Ok(client)
+}
+
+/// Why [`connect`] made no connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ConnectFailure {
+    /// Retrying cannot fix it: the server's certificate refused, TLS
+    /// refused under a mode that needs it, a URL or TLS file unusable.
+    Refused(String),
+    /// The server cannot be reached (yet): waited for, with backoff.
+    Unreachable(String),
+}
+
+impl std::fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectFailure::Refused(text) | ConnectFailure::Unreachable(text) => f.write_str(text),
+        }
+    }
 }
 
 /// Drives one connection until it ends.
@@ -336,8 +359,10 @@ impl Connection {
                     self.client = Some(c);
                 }
                 Err(e) => {
+                    // A refusal mid-run (a certificate replaced) is retried
+                    // too: the records wait, /healthz says why.
                     tracing::warn!(error = %e, "inbox database unreachable; retrying");
-                    metrics.set_trouble(Some(e));
+                    metrics.set_trouble(Some(e.to_string()));
                     tokio::select! {
                         _ = shutdown.cancelled() => return None,
                         _ = tokio::time::sleep(wait) => {}

@@ -161,6 +161,22 @@ pub fn tokio_postgres_tls(
     Ok(Some(tls))
 }
 
+/// Whether tokio-postgres failed the TLS negotiation itself (its message for
+/// that error kind: a certificate refused, a server without TLS under a mode
+/// that needs it), as opposed to the network failing underneath it — a
+/// definite error, which retrying cannot fix.
+pub fn is_tls_refusal(e: &tokio_postgres::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    let mut io_failure = false;
+    while let Some(c) = cause {
+        io_failure |= c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            io.get_ref().is_none() // a plain OS error, not a wrapped TLS error
+        });
+        cause = c.source();
+    }
+    e.to_string().starts_with("error performing TLS handshake") && !io_failure
+}
+
 /// The OpenSSL context of the replication connection, or `None` for
 /// `sslmode = disable`: what [`SslConnector::builder`] sets (options, modes,
 /// cipher list, the system's trust store) except `SSL_MODE_RELEASE_BUFFERS`,

@@ -1598,3 +1598,49 @@ async fn table_events_are_applied_once_by_their_event_id() {
     );
     assert!(relay.stop().success(), "{}", relay.log());
 }
+
+/// A server certificate the URL's `sslmode=verify-full` refuses is an
+/// error retrying cannot fix, as for the connector's own connections: the
+/// consumer stops at start (exit 1) naming the mode and the certificate,
+/// instead of waiting for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_server_certificate_stops_the_consumer_naming_it() {
+    require_kafka();
+    let dst = TestDb::new("inbox_tlsno").await;
+    let topic = unique("inbox_tlsno");
+    let group = unique("inbox_tlsno_group");
+    let listen = free_local_addr();
+    let config = inbox_config(
+        &dst,
+        &group,
+        std::slice::from_ref(&topic),
+        &listen,
+        "SELECT 1",
+        "[]",
+        "",
+    );
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "?sslmode=disable",
+        &format!(
+            "?sslmode=verify-full&sslrootcert={}",
+            pg_tls_file("other-ca.pem").display()
+        ),
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut inbox = InboxProcess::start(&config);
+    let mut code = None;
+    for _ in 0..300 {
+        if let Ok(Some(status)) = inbox.child.try_wait() {
+            code = Some(status.code());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = inbox.log();
+    assert_eq!(code, Some(Some(1)), "still running or another exit:\n{log}");
+    assert!(
+        log.contains("sslmode=verify-full") && log.contains("certificate"),
+        "{log}"
+    );
+    assert!(!log.contains("postgres:postgres@"), "{log}");
+}

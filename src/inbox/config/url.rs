@@ -15,6 +15,10 @@
 //!   names no host or no user, an unknown `sslmode`, an unreadable CA file)
 //!   is a configuration error when the file is loaded, never a connection
 //!   retried forever.
+//! - A server certificate refused (or TLS refused under a mode that needs
+//!   it) is definite: the consumer stops at start, as the connector does
+//!   (`crate::pg::tls::is_tls_refusal`); a server that cannot be reached is
+//!   waited for.
 //! - Errors never repeat the URL (it holds a password): they name the
 //!   parameter.
 

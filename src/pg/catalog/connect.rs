@@ -101,7 +101,7 @@ pub(super) async fn open_session(
         cfg.password(p.expose_secret());
     }
     let connect_error = |source: tokio_postgres::Error| {
-        if is_tls_refusal(&source) {
+        if tls::is_tls_refusal(&source) {
             CatalogError::Tls {
                 address: params.address(),
                 mode: params.tls.mode.as_str(),
@@ -171,20 +171,6 @@ pub(super) fn missing_grant(
         }
         _ => None,
     }
-}
-
-/// Whether tokio-postgres failed the TLS negotiation itself (its message for
-/// that error kind), as opposed to the network failing underneath it.
-pub(super) fn is_tls_refusal(e: &tokio_postgres::Error) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    let mut io_failure = false;
-    while let Some(c) = cause {
-        io_failure |= c.downcast_ref::<std::io::Error>().is_some_and(|io| {
-            io.get_ref().is_none() // a plain OS error, not a wrapped TLS error
-        });
-        cause = c.source();
-    }
-    e.to_string().starts_with("error performing TLS handshake") && !io_failure
 }
 
 pub(super) fn spawn_connection<F>(connection: F) -> tokio::task::JoinHandle<()>
