@@ -19,7 +19,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use walrelay::commands::status::{HealthProbe, HealthUrl};
@@ -113,6 +113,15 @@ enum Command {
         /// The TOML configuration file.
         #[arg(long, short)]
         config: PathBuf,
+        /// Check the configuration only, without connecting to PostgreSQL
+        /// or Kafka (for a CI pipeline); exit codes as without it.
+        #[arg(long)]
+        offline: bool,
+        /// One JSON object on stdout instead of the lines: ok, offline, the
+        /// counts and each check (docs/operations.md, "walrelay check");
+        /// also for a file that does not load (exit 2).
+        #[arg(long)]
+        json: bool,
     },
     /// Publish outbox rows still in their table exactly as a streamed insert
     /// of them (reconciling after a lost slot, or a skipped transaction's
@@ -219,7 +228,7 @@ impl Command {
     fn config_path(&self) -> &Path {
         match self {
             Command::Run { config, .. }
-            | Command::Check { config }
+            | Command::Check { config, .. }
             | Command::Status { config, .. }
             | Command::Republish { config, .. }
             | Command::Prune { config, .. }
@@ -361,15 +370,33 @@ impl Messages {
 /// Loads the file and checks the producer settings as librdkafka reads them
 /// and the PostgreSQL TLS files as OpenSSL reads them (no I/O beyond the
 /// files), so both commands refuse a bad property at once.
-fn load(path: &Path) -> Result<Config, String> {
+fn load(path: &Path) -> Result<Config, config::ConfigError> {
     Config::from_file(path)
         .and_then(|c| walrelay::sink::properties::check_producer_config(&c).map(|()| c))
         .and_then(|c| walrelay::pg::params::check_tls_config(&c).map(|()| c))
-        .map_err(|e| e.to_string())
+}
+
+/// `walrelay --version`: the version, the git commit it was built from
+/// (build.rs; "unknown" when built without git) and the librdkafka it
+/// links, which decides much of the producer's behaviour.
+fn version_text() -> String {
+    format!(
+        "{} (commit {}, librdkafka {})",
+        env!("CARGO_PKG_VERSION"),
+        option_env!("WALRELAY_GIT_COMMIT").unwrap_or("unknown"),
+        rdkafka::util::get_rdkafka_version().1
+    )
+}
+
+/// The command line, with [`version_text`] as the version.
+fn parse_cli() -> Cli {
+    let version: &'static str = version_text().leak();
+    let matches = Cli::command().version(version).get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     if let Command::Inbox { config } = &cli.command {
         return inbox(config, cli.log_format.map(config::LogFormat::from));
     }
@@ -400,7 +427,19 @@ fn main() -> ExitCode {
     let config = match loaded {
         Ok(c) => c,
         Err(e) => {
-            messages.fatal("invalid configuration", &e);
+            if let Command::Check {
+                json: true,
+                offline,
+                ..
+            } = cli.command
+            {
+                let report = walrelay::commands::check::invalid_config_json(&e, offline);
+                say(&format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&report).unwrap_or_default()
+                ));
+            }
+            messages.fatal("invalid configuration", &e.to_string());
             return ExitCode::from(2);
         }
     };
@@ -627,9 +666,20 @@ fn main() -> ExitCode {
             }
             // Handled by `inbox` before the connector's configuration is read.
             Command::Inbox { .. } => ExitCode::from(2),
-            Command::Check { .. } => {
-                let report = walrelay::commands::check::check(&config).await;
-                say(&report.to_string());
+            Command::Check { offline, json, .. } => {
+                let report = if offline {
+                    walrelay::commands::check::check_offline(&config)
+                } else {
+                    walrelay::commands::check::check(&config).await
+                };
+                if json {
+                    say(&format!(
+                        "{}\n",
+                        serde_json::to_string_pretty(&report.to_json()).unwrap_or_default()
+                    ));
+                } else {
+                    say(&report.to_string());
+                }
                 if report.ok() {
                     ExitCode::SUCCESS
                 } else {

@@ -69,7 +69,10 @@ NEVER = {
     "retention": ["source", "router", "sink", "checkpoint", "startup", "relay", "inbox",
                   "commands"],
     "relay": ["inbox", "commands"],
-    "inbox": ["pg", "pgoutput", "source", "router", "sink", "checkpoint", "offsets",
+    # The inbox's own PostgreSQL connection takes libpq's sslmode meanings
+    # from pg/tls (one TLS set-up for every connection), nothing else of pg.
+    "inbox": ["pg/catalog", "pg/filter", "pg/params", "pg/replication", "pg/snapshot",
+              "pg/wire", "pgoutput", "source", "router", "sink", "checkpoint", "offsets",
               "startup", "relay", "commands"],
     "commands": ["main"],
 }

@@ -21,7 +21,7 @@ mod slot;
 use std::fmt;
 
 use super::probe::bytes;
-use crate::config::{Config, OutboxConfig};
+use crate::config::{Config, ConfigError, OutboxConfig};
 use crate::pg::catalog;
 use crate::pg::params::connect_params;
 use crate::pg::replication::ReplicationClient;
@@ -40,6 +40,8 @@ pub enum Outcome {
 #[derive(Debug, Default)]
 pub struct Report {
     pub checks: Vec<(String, Outcome)>,
+    /// Made with `--offline`: PostgreSQL and Kafka were not contacted.
+    pub offline: bool,
 }
 
 impl Report {
@@ -53,6 +55,78 @@ impl Report {
             .iter()
             .any(|(_, o)| matches!(o, Outcome::Fail { .. }))
     }
+
+    /// The report as `walrelay check --json` prints it (docs/operations.md,
+    /// "walrelay check"): `ok`, `offline`, the counts, and one object per
+    /// line in order — `{"name", "status": "ok"|"warn", "detail"}` or
+    /// `{"name", "status": "fail", "problem", "fix"}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let count = |f: fn(&Outcome) -> bool| self.checks.iter().filter(|(_, o)| f(o)).count();
+        let checks: Vec<serde_json::Value> = self
+            .checks
+            .iter()
+            .map(|(name, outcome)| match outcome {
+                Outcome::Ok(detail) => {
+                    serde_json::json!({"name": name, "status": "ok", "detail": detail})
+                }
+                Outcome::Warn(detail) => {
+                    serde_json::json!({"name": name, "status": "warn", "detail": detail})
+                }
+                Outcome::Fail { problem, fix } => serde_json::json!({
+                    "name": name, "status": "fail", "problem": problem, "fix": fix
+                }),
+            })
+            .collect();
+        serde_json::json!({
+            "ok": self.ok(),
+            "offline": self.offline,
+            "passed": count(|o| matches!(o, Outcome::Ok(_))),
+            "warnings": count(|o| matches!(o, Outcome::Warn(_))),
+            "failed": count(|o| matches!(o, Outcome::Fail { .. })),
+            "checks": checks,
+        })
+    }
+}
+
+/// `walrelay check --json` for a file that does not load (exit 2): the
+/// report's shape, one failed `config` line per problem, each with the
+/// `file`, `key`, `line` and `column` when known (a file that cannot be
+/// read: one line without them).
+pub fn invalid_config_json(error: &ConfigError, offline: bool) -> serde_json::Value {
+    const FIX: &str = "edit the file at the key and line given; the problem says what to do";
+    let file = match error {
+        ConfigError::Invalid { origin, .. } => Some(origin.clone()),
+        _ => None,
+    };
+    let mut checks: Vec<serde_json::Value> = error
+        .problems()
+        .iter()
+        .map(|p| {
+            serde_json::json!({
+                "name": "config",
+                "status": "fail",
+                "problem": p.message,
+                "fix": FIX,
+                "file": file,
+                "key": p.key,
+                "line": p.location.map(|l| l.line),
+                "column": p.location.map(|l| l.column),
+            })
+        })
+        .collect();
+    if checks.is_empty() {
+        checks.push(serde_json::json!({
+            "name": "config", "status": "fail", "problem": error.to_string(), "fix": FIX,
+        }));
+    }
+    serde_json::json!({
+        "ok": false,
+        "offline": offline,
+        "passed": 0,
+        "warnings": 0,
+        "failed": checks.len(),
+        "checks": checks,
+    })
 }
 
 impl fmt::Display for Report {
@@ -71,10 +145,19 @@ impl fmt::Display for Report {
             .iter()
             .filter(|(_, o)| matches!(o, Outcome::Fail { .. }))
             .count();
-        if failed == 0 {
-            writeln!(f, "all {} checks passed", self.checks.len())
+        let offline = if self.offline {
+            " (offline: PostgreSQL and Kafka not contacted)"
         } else {
-            writeln!(f, "{failed} of {} checks failed", self.checks.len())
+            ""
+        };
+        if failed == 0 {
+            writeln!(f, "all {} checks passed{offline}", self.checks.len())
+        } else {
+            writeln!(
+                f,
+                "{failed} of {} checks failed{offline}",
+                self.checks.len()
+            )
         }
     }
 }
@@ -130,6 +213,33 @@ async fn recovery_reads<'a>(
     ))
 }
 
+/// `walrelay check --offline`: the checks that need no connection (for a
+/// CI pipeline): the file loads and validates (which includes librdkafka's
+/// view of the producer settings and the PostgreSQL TLS files, as for
+/// every command), its warnings, how large transactions are taken, the
+/// `[[message]]` prefixes. What `run` would find on the servers is not
+/// checked.
+pub fn check_offline(config: &Config) -> Report {
+    let mut report = Report {
+        offline: true,
+        ..Report::default()
+    };
+    config_lines(config, &mut report);
+    large_transactions(config, None, &mut report);
+    message_lines(config, &mut report);
+    report
+}
+
+/// One line per `[[message]]` prefix.
+fn message_lines(config: &Config, report: &mut Report) {
+    for m in &config.messages {
+        report.push(
+            &format!("message prefix {}", m.prefix),
+            Outcome::Ok(m.describe()),
+        );
+    }
+}
+
 /// Runs every check, in the order the report prints them: the
 /// configuration, Kafka and the offset store, the PostgreSQL connection, the
 /// server's settings and the role's privileges, the replication connection,
@@ -155,12 +265,7 @@ pub async fn check(config: &Config) -> Report {
     let system = replication_connection(&params, &mut report).await;
     let routes = outbox_tables(config, &client, &mut report).await;
     let captured = table_event_tables(config, &client, &mut report).await;
-    for m in &config.messages {
-        report.push(
-            &format!("message prefix {}", m.prefix),
-            Outcome::Ok(m.describe()),
-        );
-    }
+    message_lines(config, &mut report);
     publication(config, &client, &routes, &captured, &mut report).await;
     report.push(
         "recovery reads",
@@ -204,14 +309,35 @@ fn config_lines(config: &Config, report: &mut Report) {
 
 /// The "large transactions" line: streamed while they run or taken whole
 /// after their commit, on this server (`None`: not reached), and whether
-/// the spill directory takes files.
+/// the spill directory takes files. Offline, the spill directory is not
+/// tried: it is the one of the host walrelay runs on, not of a CI runner.
 fn large_transactions(config: &Config, server_version_num: Option<u32>, report: &mut Report) {
-    let outcome = match crate::source::in_progress_requested(config, server_version_num) {
+    let requested = if report.offline {
+        match crate::source::taken_whole(config, server_version_num) {
+            Some(_) => Ok(None),
+            None => Ok(Some(crate::pg::replication::InProgress {
+                memory_limit: config.postgres.stream_memory_limit,
+                spill_dir: config
+                    .postgres
+                    .stream_spill_dir
+                    .clone()
+                    .unwrap_or_else(std::env::temp_dir),
+            })),
+        }
+    } else {
+        crate::source::in_progress_requested(config, server_version_num)
+    };
+    let outcome = match requested {
         Ok(Some(p)) => Outcome::Ok(format!(
             "sent while they run (protocol 2) when larger than the server's \
-             logical_decoding_work_mem; held in up to {} of memory, then in {}",
+             logical_decoding_work_mem; held in up to {} of memory, then in {}{}",
             bytes(Some(i64::try_from(p.memory_limit).unwrap_or(i64::MAX))),
-            p.spill_dir.display()
+            p.spill_dir.display(),
+            if report.offline {
+                " (not tried offline: it must take files on the host walrelay runs on)"
+            } else {
+                ""
+            }
         )),
         Ok(None) => Outcome::Ok(format!(
             "each after its commit (protocol 1), because of {}",

@@ -392,6 +392,13 @@ impl<'t> SourceMap<'t> {
                 message: "this required key is missing; add it".to_owned(),
             };
         }
+        if let Some(unknown) = unknown_key(message, key.as_deref()) {
+            return Problem {
+                key,
+                location,
+                message: unknown,
+            };
+        }
         let message = shorten_quoted_spans(message);
         let message = if message.starts_with("unknown field") {
             format!("{message}; remove the key or correct its spelling")
@@ -419,6 +426,97 @@ impl<'t> SourceMap<'t> {
             .map(|e| (e.path.clone(), index.location(e.value.start)))
             .collect()
     }
+}
+
+/// serde's "unknown field `tabel`, expected one of `table`, …" for the key
+/// at `path`, said as an operator reads it: "unknown key `tabel` in
+/// [[outbox]]; did you mean `table`?" — the nearest known key when one is
+/// close ([`nearest`]), else the list of the keys that section takes.
+fn unknown_key(message: &str, path: Option<&str>) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (name, expected) = rest.split_once('`')?;
+    let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    let section = match path.and_then(|p| p.rfind('.').map(|cut| &p[..cut])) {
+        None => "at the top level of the file".to_owned(),
+        Some(parent) => {
+            // `outbox[0]` → [[outbox]]; `table[0].column_mask[1]` →
+            // [[table.column_mask]]; `kafka` → [kafka].
+            let mut bare = String::with_capacity(parent.len());
+            let mut depth = 0usize;
+            for c in parent.chars() {
+                match c {
+                    '[' => depth += 1,
+                    ']' => depth = depth.saturating_sub(1),
+                    _ if depth == 0 => bare.push(c),
+                    _ => {}
+                }
+            }
+            if parent.ends_with(']') {
+                format!("in [[{bare}]]")
+            } else {
+                format!("in [{bare}]")
+            }
+        }
+    };
+    let name_shown = shorten(name, MAX_VALUE_CHARS);
+    Some(match nearest(name, &known) {
+        Some(close) => format!("unknown key `{name_shown}` {section}; did you mean `{close}`?"),
+        None if known.is_empty() => {
+            format!("unknown key `{name_shown}` {section}, which takes no keys; remove it")
+        }
+        None => format!(
+            "unknown key `{name_shown}` {section}; remove it or correct its spelling (the keys \
+             there: {})",
+            known
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    })
+}
+
+/// The known key nearest to `name`, when it is close enough to be the one
+/// meant: at most a third of `name`'s characters apart (at least one), by
+/// edit distance with swapped neighbours as one edit (`tabel` → `table`);
+/// case ignored. The first of equally near keys.
+pub(crate) fn nearest<'k>(name: &str, known: &[&'k str]) -> Option<&'k str> {
+    let name = name.to_lowercase();
+    let limit = (name.chars().count() / 3).max(1);
+    known
+        .iter()
+        .map(|k| (edit_distance(&name, &k.to_lowercase()), *k))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// Optimal-string-alignment distance: insertions, deletions, substitutions
+/// and swaps of two neighbouring characters, one edit each.
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    // rows[i][j]: distance between a[..i] and b[..j].
+    let mut rows = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in rows.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in rows[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut d = (rows[i - 1][j] + 1)
+                .min(rows[i][j - 1] + 1)
+                .min(rows[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d = d.min(rows[i - 2][j - 2] + 1);
+            }
+            rows[i][j] = d;
+        }
+    }
+    rows[a.len()][b.len()]
 }
 
 /// Replaces Rust type names in serde messages with what an operator writes.

@@ -172,7 +172,8 @@ pub(super) fn problems(messages: &[MessageConfig], out: &mut Vec<Problem>) {
             if m.format == MessageFormat::Debezium {
                 out.push(Problem::new(
                     at("key_field"),
-                    "with format = \"debezium\" the key is Debezium's {\"prefix\": …};                      remove key_field, or use format = \"raw\"",
+                    "with format = \"debezium\" the key is Debezium's {\"prefix\": …}; remove \
+                     key_field, or use format = \"raw\"",
                 ));
             }
         }

@@ -179,6 +179,99 @@ pub fn log_format_in(path: &Path) -> Option<LogFormat> {
     }
 }
 
+/// A TOML text parsed into `T`, with the position of every key kept for
+/// the problems validation finds later ([`Parsed::error`]).
+pub struct Parsed<T> {
+    pub value: T,
+    origin: Origin,
+}
+
+impl<T> fmt::Debug for Parsed<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Parsed")
+            .field("origin", &self.origin.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> Parsed<T> {
+    /// The value, and the key positions (to place later problems).
+    pub fn into_parts(self) -> (T, Parsed<()>) {
+        (
+            self.value,
+            Parsed {
+                value: (),
+                origin: self.origin,
+            },
+        )
+    }
+
+    /// `problems` (each keyed by its key path) as one error, each placed at
+    /// its key's line and column, in file order.
+    pub fn error(&self, problems: Vec<Problem>) -> ConfigError {
+        self.origin.error(problems)
+    }
+}
+
+/// Parses `text` (from `origin`, usually the file name) into `T` as every
+/// walrelay file is parsed: a syntax error, a duplicate key, an unknown key
+/// (with the nearest known one) or a wrongly typed value is an error naming
+/// the line, the column and the key path. `wrong_file` sees the top-level
+/// keys first: when they say the file is meant for another command, its
+/// problem is the error (instead of the first key `T` does not know).
+pub fn parse_toml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    origin: &str,
+    wrong_file: &dyn Fn(&[&str]) -> Option<Problem>,
+) -> Result<Parsed<T>, ConfigError> {
+    let syntax_error = |e: toml::de::Error| ConfigError::Invalid {
+        origin: origin.to_owned(),
+        problems: vec![match e.span() {
+            Some(span) if e.message().starts_with("duplicate key") => {
+                duplicate_key::duplicate_key(text, span.start)
+            }
+            span => Problem {
+                key: None,
+                location: span.map(|s| Location::at(text, s.start)),
+                message: format!("TOML syntax error: {}", e.message().trim_end()),
+            },
+        }],
+    };
+    let root = toml::de::DeTable::parse(text).map_err(syntax_error)?;
+    let map = SourceMap::new(text, &root);
+    let origin = Origin {
+        name: origin.to_owned(),
+        locations: map.locations(),
+    };
+    let top: Vec<&str> = root
+        .get_ref()
+        .keys()
+        .map(|k| k.get_ref().as_ref())
+        .collect();
+    if let Some(problem) = wrong_file(&top) {
+        return Err(origin.error(vec![problem]));
+    }
+    let value =
+        T::deserialize(toml::de::Deserializer::from(root)).map_err(|e| ConfigError::Invalid {
+            origin: origin.name.clone(),
+            problems: vec![map.problem(&e)],
+        })?;
+    Ok(Parsed { value, origin })
+}
+
+/// An inbox consumer's file given to a connector command.
+fn connector_file_hint(top: &[&str]) -> Option<Problem> {
+    (top.contains(&"inbox") && !top.contains(&"connector")).then(|| {
+        Problem::new(
+            "inbox",
+            "this is an inbox consumer's file (an [inbox] section), not a connector's: run it \
+             with `walrelay inbox --config <file>`; `walrelay run`, `check` and the other \
+             commands take the connector's file ([connector], [postgres], [kafka]; \
+             docs/configuration.md)",
+        )
+    })
+}
+
 impl Config {
     /// Reads, interpolates and validates the configuration file at `path`.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
@@ -213,27 +306,10 @@ impl Config {
         origin: &str,
         env: EnvLookup<'_>,
     ) -> Result<Config, ConfigError> {
-        let syntax_error = |e: toml::de::Error| ConfigError::Invalid {
-            origin: origin.to_owned(),
-            problems: vec![match e.span() {
-                Some(span) if e.message().starts_with("duplicate key") => {
-                    duplicate_key::duplicate_key(text, span.start)
-                }
-                span => Problem {
-                    key: None,
-                    location: span.map(|s| Location::at(text, s.start)),
-                    message: format!("TOML syntax error: {}", e.message().trim_end()),
-                },
-            }],
-        };
-        let root = toml::de::DeTable::parse(text).map_err(syntax_error)?;
-        let map = SourceMap::new(text, &root);
-        let document = Document::deserialize(toml::de::Deserializer::from(root)).map_err(|e| {
-            ConfigError::Invalid {
-                origin: origin.to_owned(),
-                problems: vec![map.problem(&e)],
-            }
-        })?;
+        let Parsed {
+            value: document,
+            origin,
+        } = parse_toml::<Document>(text, origin, &connector_file_hint)?;
         let mut config = Config {
             connector: document.connector,
             postgres: document.postgres,
@@ -247,10 +323,7 @@ impl Config {
             heartbeat: document.heartbeat,
             log: document.log,
             dead_letter: document.dead_letter,
-            origin: Origin {
-                name: origin.to_owned(),
-                locations: map.locations(),
-            },
+            origin,
             warnings: Vec::new(),
         };
         let found = config.interpolate(env);

@@ -14,6 +14,8 @@
 //!   `isolation.level`, `enable.auto.offset.store`) cannot be set through
 //!   `[inbox.kafka.librdkafka]`.
 
+pub mod url;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -21,6 +23,8 @@ use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
+
+use crate::config::{Parsed, Problem};
 
 /// Properties the consumer sets itself and refuses from the raw map.
 pub const FIXED_PROPERTIES: &[(&str, &str)] = &[
@@ -224,27 +228,63 @@ pub fn load(path: &Path) -> Result<Loaded, String> {
     })
 }
 
-/// Parses, interpolates and validates `text` (from `origin`).
+/// Parses, interpolates and validates `text` (from `origin`). Every
+/// problem is placed as the connector's are (`file:line:column: key: …`,
+/// by [`crate::config::parse_toml`]); an unknown key names the nearest
+/// known one.
 pub fn from_str(
     text: &str,
     origin: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Loaded, String> {
-    let file: InboxFile = toml::from_str(text).map_err(|e| format!("{origin}: {e}"))?;
-    let mut inbox = file.inbox;
-    let url = interpolate(inbox.postgres.url.expose_secret(), env)
-        .map_err(|e| format!("{origin}: inbox.postgres.url: {e}"))?;
-    inbox.postgres.url = SecretString::from(url);
-    inbox.kafka.brokers = interpolate(&inbox.kafka.brokers, env)
-        .map_err(|e| format!("{origin}: inbox.kafka.brokers: {e}"))?;
+    let parsed: Parsed<InboxFile> =
+        crate::config::parse_toml(text, origin, &inbox_file_hint).map_err(|e| e.to_string())?;
+    let (InboxFile { mut inbox }, positions) = parsed.into_parts();
+    let error = |problems: Vec<Problem>| positions.error(problems).to_string();
+    let mut found = Vec::new();
+    match interpolate(inbox.postgres.url.expose_secret(), env) {
+        Ok(url) => inbox.postgres.url = SecretString::from(url),
+        Err(e) => found.push(Problem::new("inbox.postgres.url", e)),
+    }
+    match interpolate(&inbox.kafka.brokers, env) {
+        Ok(brokers) => inbox.kafka.brokers = brokers,
+        Err(e) => found.push(Problem::new("inbox.kafka.brokers", e)),
+    }
+    if !found.is_empty() {
+        return Err(error(found));
+    }
     let params = validate(&inbox).map_err(|problems| {
-        problems
-            .iter()
-            .map(|p| format!("{origin}: {p}"))
-            .collect::<Vec<_>>()
-            .join("\n")
+        error(
+            problems
+                .into_iter()
+                .map(|(key, what)| Problem::new(format!("inbox.{key}"), what))
+                .collect(),
+        )
     })?;
     Ok(Loaded { inbox, params })
+}
+
+/// A connector's file given to `walrelay inbox`.
+fn inbox_file_hint(top: &[&str]) -> Option<Problem> {
+    if top.contains(&"inbox") {
+        return None;
+    }
+    let key = [
+        "connector",
+        "postgres",
+        "kafka",
+        "outbox",
+        "table",
+        "message",
+    ]
+    .into_iter()
+    .find(|k| top.contains(k))?;
+    Some(Problem::new(
+        key,
+        "this is a connector's file ([connector], [postgres], [kafka]), not an inbox \
+         consumer's: run it with `walrelay run --config <file>` (or `walrelay check`); \
+         `walrelay inbox` takes a file with one [inbox] section (docs/consumers.md)",
+    ))
 }
 
 /// `${NAME}` → the variable; `$${` → `${`. The error names the variable,
@@ -295,9 +335,9 @@ fn is_table_name(name: &str) -> bool {
 
 /// Every problem, each naming its key and the fix; the handler's
 /// parameters when there is none.
-fn validate(c: &InboxConfig) -> Result<Vec<Param>, Vec<String>> {
+fn validate(c: &InboxConfig) -> Result<Vec<Param>, Vec<(String, String)>> {
     let mut problems = Vec::new();
-    let mut bad = |key: &str, what: String| problems.push(format!("inbox.{key}: {what}"));
+    let mut bad = |key: &str, what: String| problems.push((key.to_owned(), what));
     if c.name.trim().is_empty() {
         bad(
             "name",
@@ -412,6 +452,9 @@ fn validate(c: &InboxConfig) -> Result<Vec<Param>, Vec<String>> {
             "postgres.quarantine_table",
             "is the inbox table; give it another name".into(),
         );
+    }
+    if let Err(e) = url::parse(c.postgres.url.expose_secret()) {
+        bad("postgres.url", e);
     }
     if c.handler.sql.trim().is_empty() {
         bad(

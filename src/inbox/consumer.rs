@@ -315,7 +315,8 @@ async fn create_tables(
                 }
                 Err(e) => format!("inbox database connection lost while creating the tables: {e}"),
             },
-            Err(e) => e,
+            Err(store::ConnectFailure::Refused(e)) => return Err(InboxError::Database(e)),
+            Err(store::ConnectFailure::Unreachable(e)) => e,
         };
         // One line per distinct problem, not one per attempt.
         if last.as_deref() != Some(problem.as_str()) {

@@ -44,9 +44,11 @@
 //! would not be built, shipped or tested like the binary is.
 //!
 //! This module must not know the connector's side: it imports nothing from
-//! `relay`, `source`, `sink`, `pg`, `checkpoint` or `offsets` — it reads
-//! Kafka and writes its own database. It uses `telemetry`'s HTTP endpoint
-//! and `config`'s value quoting only.
+//! `relay`, `source`, `sink`, `checkpoint` or `offsets`, and of `pg` only
+//! `pg::tls` — it reads Kafka and writes its own database, over TLS set up
+//! as the connector's connections set it up (libpq's `sslmode` meanings).
+//! It uses `telemetry`'s HTTP endpoint and `config`'s value quoting and
+//! file-position machinery only.
 
 pub mod config;
 mod consumer;
@@ -62,6 +64,16 @@ pub use consumer::{InboxError, run, run_with};
 pub use metrics::InboxMetrics;
 pub use sql_handler::SqlHandler;
 pub use store::{InboxTables, WorkOutcome};
+
+/// Connects to the consuming service's database as the inbox does:
+/// `url` is a libpq URL (`inbox.postgres.url`), its `sslmode` with
+/// libpq's meanings (default `prefer`: TLS when the server offers it,
+/// no certificate check; `require`: TLS, no check; `verify-ca`,
+/// `verify-full`: checked against `sslrootcert`). The error names the
+/// server and the `sslmode`, never the URL.
+pub async fn connect(url: &secrecy::SecretString) -> Result<tokio_postgres::Client, String> {
+    store::connect(url).await.map_err(|e| e.to_string())
+}
 
 /// One Kafka record, as the handler sees it.
 #[derive(Debug, Clone)]

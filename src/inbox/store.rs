@@ -228,23 +228,108 @@ impl std::fmt::Debug for Connection {
     }
 }
 
-/// Connects to `url` (TLS as its `sslmode` says). The error text never
-/// holds the URL.
-pub(crate) async fn connect(url: &secrecy::SecretString) -> Result<Client, String> {
+/// Connects to `url` (TLS as its `sslmode` says, with libpq's meanings:
+/// [`super::config::url`]). The error text never holds the URL; it names
+/// the server and the `sslmode`.
+pub(crate) async fn connect(url: &secrecy::SecretString) -> Result<Client, ConnectFailure> {
     use secrecy::ExposeSecret;
-    let tls = openssl::ssl::SslConnector::builder(openssl::ssl::SslMethod::tls())
-        .map_err(|e| format!("cannot set up TLS: {e}"))?
-        .build();
-    let tls = postgres_openssl::MakeTlsConnector::new(tls);
-    let (client, conn) = tokio_postgres::connect(url.expose_secret(), tls)
-        .await
-        .map_err(|e| format!("cannot connect to inbox.postgres.url: {e}"))?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "inbox database connection ended");
+    // Loading the configuration parsed the same URL: an error here is not
+    // expected, and is reported like any other.
+    let mut target = super::config::url::parse(url.expose_secret())
+        .map_err(|e| ConnectFailure::Refused(format!("inbox.postgres.url {e}")))?;
+    let mode = target.tls.mode.as_str();
+    let address = target.address();
+    let failed = |e: tokio_postgres::Error| {
+        let refused = crate::pg::tls::is_tls_refusal(&e);
+        let mut text = format!(
+            "cannot connect to inbox.postgres.url ({address}, sslmode={mode}): {}",
+            error_chain(&e)
+        );
+        if text.contains("TLS handshake") {
+            text.push_str(if target.tls.mode.verifies_certificate() {
+                "; the server's certificate was refused: name the CA that signed it with \
+                 sslrootcert=<file> in the URL (and with verify-full the certificate must name \
+                 the host)"
+            } else {
+                "; the server would not complete TLS: check its ssl settings, or set \
+                 sslmode=disable in the URL on a trusted network"
+            });
         }
-    });
+        if refused {
+            ConnectFailure::Refused(text)
+        } else {
+            ConnectFailure::Unreachable(text)
+        }
+    };
+    let tls = if target.is_unix() {
+        target
+            .config
+            .ssl_mode(tokio_postgres::config::SslMode::Disable);
+        None
+    } else {
+        crate::pg::tls::tokio_postgres_tls(&mut target.config, &target.tls)
+            .map_err(|e| ConnectFailure::Refused(e.message))?
+    };
+    let (client, task) = match tls {
+        Some(tls) => {
+            let (client, conn) = target.config.connect(tls).await.map_err(failed)?;
+            (client, tokio::spawn(drive(conn)))
+        }
+        None => {
+            let (client, conn) = target
+                .config
+                .connect(tokio_postgres::NoTls)
+                .await
+                .map_err(failed)?;
+            (client, tokio::spawn(drive(conn)))
+        }
+    };
+    drop(task); // runs on detached; ends when the client is dropped
     Ok(client)
+}
+
+/// Why [`connect`] made no connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ConnectFailure {
+    /// Retrying cannot fix it: the server's certificate refused, TLS
+    /// refused under a mode that needs it, a URL or TLS file unusable.
+    Refused(String),
+    /// The server cannot be reached (yet): waited for, with backoff.
+    Unreachable(String),
+}
+
+impl std::fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectFailure::Refused(text) | ConnectFailure::Unreachable(text) => f.write_str(text),
+        }
+    }
+}
+
+/// Drives one connection until it ends.
+async fn drive<F>(conn: F)
+where
+    F: std::future::Future<Output = Result<(), tokio_postgres::Error>>,
+{
+    if let Err(e) = conn.await {
+        tracing::debug!(error = %e, "inbox database connection ended");
+    }
+}
+
+/// `e` and its causes, `: `-joined (tokio-postgres's own text stops at
+/// "error performing TLS handshake", its cause says why).
+fn error_chain(e: &tokio_postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 impl Connection {
@@ -274,8 +359,10 @@ impl Connection {
                     self.client = Some(c);
                 }
                 Err(e) => {
+                    // A refusal mid-run (a certificate replaced) is retried
+                    // too: the records wait, /healthz says why.
                     tracing::warn!(error = %e, "inbox database unreachable; retrying");
-                    metrics.set_trouble(Some(e));
+                    metrics.set_trouble(Some(e.to_string()));
                     tokio::select! {
                         _ = shutdown.cancelled() => return None,
                         _ = tokio::time::sleep(wait) => {}

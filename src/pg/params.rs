@@ -33,6 +33,7 @@ pub fn connect_params(config: &Config) -> ConnectParams {
             client_cert: pg.sslcert.clone(),
             client_key: pg.sslkey.clone(),
             key_password: pg.sslpassword.clone(),
+            keys: super::tls::TlsKeys::POSTGRES,
         },
     }
 }

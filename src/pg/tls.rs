@@ -66,6 +66,35 @@ pub struct TlsSettings {
     pub client_key: Option<PathBuf>,
     /// Password of an encrypted `client_key`. Never printed.
     pub key_password: Option<SecretString>,
+    /// What the messages call these settings: the keys to fix.
+    pub keys: TlsKeys,
+}
+
+/// The names of the TLS settings in messages (and [`TlsError::key`]): the
+/// connector's `[postgres]` keys, or where another configuration holds
+/// them (the inbox's `sslrootcert` in its URL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TlsKeys {
+    pub root_cert: &'static str,
+    pub client_cert: &'static str,
+    pub client_key: &'static str,
+    pub key_password: &'static str,
+}
+
+impl TlsKeys {
+    /// The connector's `[postgres]` keys.
+    pub const POSTGRES: TlsKeys = TlsKeys {
+        root_cert: "postgres.sslrootcert",
+        client_cert: "postgres.sslcert",
+        client_key: "postgres.sslkey",
+        key_password: "postgres.sslpassword",
+    };
+}
+
+impl Default for TlsKeys {
+    fn default() -> TlsKeys {
+        TlsKeys::POSTGRES
+    }
 }
 
 /// A TLS set-up problem (bad CA or client certificate file, OpenSSL failure).
@@ -100,6 +129,52 @@ pub fn connector(settings: &TlsSettings) -> Result<Option<SslConnector>, TlsErro
         SslConnector::builder(SslMethod::tls_client()).map_err(|e| openssl("client context", e))?;
     apply(&mut builder, settings)?;
     Ok(Some(builder.build()))
+}
+
+/// Sets `cfg`'s `sslmode` as tokio-postgres knows it (`prefer` for the
+/// modes that allow plaintext, else `require`) and returns the TLS
+/// connector to connect with: [`connector`]'s verification, and with
+/// `verify-full` the host name checked. `None` for `sslmode = disable`
+/// (connect with `NoTls`; `cfg` says `disable`). Every tokio-postgres
+/// session takes its TLS from here: the connector's catalog connection and
+/// the inbox's.
+pub fn tokio_postgres_tls(
+    cfg: &mut tokio_postgres::Config,
+    settings: &TlsSettings,
+) -> Result<Option<postgres_openssl::MakeTlsConnector>, TlsError> {
+    use tokio_postgres::config::SslMode as TokioMode;
+    let Some(connector) = connector(settings)? else {
+        cfg.ssl_mode(TokioMode::Disable);
+        return Ok(None);
+    };
+    cfg.ssl_mode(if settings.mode.allows_plaintext() {
+        TokioMode::Prefer
+    } else {
+        TokioMode::Require
+    });
+    let mut tls = postgres_openssl::MakeTlsConnector::new(connector);
+    let verify_host_name = settings.mode.verifies_host_name();
+    tls.set_callback(move |config, _domain| {
+        config.set_verify_hostname(verify_host_name);
+        Ok(())
+    });
+    Ok(Some(tls))
+}
+
+/// Whether tokio-postgres failed the TLS negotiation itself (its message for
+/// that error kind: a certificate refused, a server without TLS under a mode
+/// that needs it), as opposed to the network failing underneath it — a
+/// definite error, which retrying cannot fix.
+pub fn is_tls_refusal(e: &tokio_postgres::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    let mut io_failure = false;
+    while let Some(c) = cause {
+        io_failure |= c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            io.get_ref().is_none() // a plain OS error, not a wrapped TLS error
+        });
+        cause = c.source();
+    }
+    e.to_string().starts_with("error performing TLS handshake") && !io_failure
 }
 
 /// The OpenSSL context of the replication connection, or `None` for
@@ -147,7 +222,7 @@ fn openssl(what: &str, e: openssl::error::ErrorStack) -> TlsError {
 fn apply(builder: &mut SslContextBuilder, settings: &TlsSettings) -> Result<(), TlsError> {
     if settings.mode.verifies_certificate() {
         if let Some(path) = &settings.root_cert {
-            load_root_cert(builder, path)?;
+            load_root_cert(builder, path, settings.keys.root_cert)?;
         }
         builder.set_verify(SslVerifyMode::PEER);
     } else {
@@ -156,53 +231,53 @@ fn apply(builder: &mut SslContextBuilder, settings: &TlsSettings) -> Result<(), 
     load_client_certificate(builder, settings)
 }
 
-const ROOT: &str = "postgres.sslrootcert";
-const CERT: &str = "postgres.sslcert";
-const KEY: &str = "postgres.sslkey";
-const PASSWORD: &str = "postgres.sslpassword";
-
 /// Loads the client certificate and its key, checking that they belong
 /// together and that an encrypted key opens with the password.
 fn load_client_certificate(
     builder: &mut SslContextBuilder,
     settings: &TlsSettings,
 ) -> Result<(), TlsError> {
+    let TlsKeys {
+        client_cert: cert_name,
+        client_key: key_name,
+        ..
+    } = settings.keys;
     let (cert_path, key_path) = match (&settings.client_cert, &settings.client_key) {
         (None, None) => return Ok(()),
         (Some(_), None) => {
             return Err(TlsError::of(
-                KEY,
-                "postgres.sslkey is required with postgres.sslcert".into(),
+                key_name,
+                format!("{key_name} is required with {cert_name}"),
             ));
         }
         (None, Some(_)) => {
             return Err(TlsError::of(
-                CERT,
-                "postgres.sslcert is required with postgres.sslkey".into(),
+                cert_name,
+                format!("{cert_name} is required with {key_name}"),
             ));
         }
         (Some(cert), Some(key)) => (cert, key),
     };
     let shown = cert_path.display();
     let pem = std::fs::read(cert_path)
-        .map_err(|e| TlsError::of(CERT, format!("cannot read postgres.sslcert {shown}: {e}")))?;
+        .map_err(|e| TlsError::of(cert_name, format!("cannot read {cert_name} {shown}: {e}")))?;
     let chain = X509::stack_from_pem(&pem).map_err(|e| {
         TlsError::of(
-            CERT,
-            format!("postgres.sslcert {shown} is not a PEM certificate file: {e}"),
+            cert_name,
+            format!("{cert_name} {shown} is not a PEM certificate file: {e}"),
         )
     })?;
     let mut chain = chain.into_iter();
     let Some(leaf) = chain.next() else {
         return Err(TlsError::of(
-            CERT,
-            format!("postgres.sslcert {shown} holds no certificate"),
+            cert_name,
+            format!("{cert_name} {shown} holds no certificate"),
         ));
     };
     let use_error = |e: openssl::error::ErrorStack| {
         TlsError::of(
-            CERT,
-            format!("cannot use the certificate in postgres.sslcert {shown}: {e}"),
+            cert_name,
+            format!("cannot use the certificate in {cert_name} {shown}: {e}"),
         )
     };
     builder.set_certificate(&leaf).map_err(use_error)?;
@@ -211,14 +286,14 @@ fn load_client_certificate(
             .add_extra_chain_cert(intermediate)
             .map_err(use_error)?;
     }
-    let key = load_private_key(key_path, settings.key_password.as_ref())?;
+    let key = load_private_key(key_path, settings.key_password.as_ref(), settings.keys)?;
     // OpenSSL refuses a key of another certificate in either call.
     let mismatch = |e: openssl::error::ErrorStack| {
         TlsError::of(
-            KEY,
+            key_name,
             format!(
-                "the private key in postgres.sslkey {} does not belong to the certificate in \
-                 postgres.sslcert {shown}; give the key the certificate was issued for \
+                "the private key in {key_name} {} does not belong to the certificate in \
+                 {cert_name} {shown}; give the key the certificate was issued for \
                  (OpenSSL: {e})",
                 key_path.display()
             ),
@@ -235,10 +310,16 @@ fn load_client_certificate(
 fn load_private_key(
     path: &Path,
     password: Option<&SecretString>,
+    keys: TlsKeys,
 ) -> Result<PKey<Private>, TlsError> {
+    let TlsKeys {
+        client_key: key_name,
+        key_password: password_name,
+        ..
+    } = keys;
     let shown = path.display();
     let pem = std::fs::read(path)
-        .map_err(|e| TlsError::of(KEY, format!("cannot read postgres.sslkey {shown}: {e}")))?;
+        .map_err(|e| TlsError::of(key_name, format!("cannot read {key_name} {shown}: {e}")))?;
     let asked = Cell::new(false);
     let parsed = PKey::private_key_from_pem_callback(&pem, |buf| {
         asked.set(true);
@@ -255,58 +336,59 @@ fn load_private_key(
     match parsed {
         Ok(key) => Ok(key),
         Err(_) if asked.get() && password.is_none() => Err(TlsError::of(
-            PASSWORD,
+            password_name,
             format!(
-                "postgres.sslkey {shown} is encrypted; set postgres.sslpassword to its password \
+                "{key_name} {shown} is encrypted; set {password_name} to its password \
                  (e.g. \"${{file:/run/secrets/pg_key_password}}\")"
             ),
         )),
         Err(_) if asked.get() => Err(TlsError::of(
-            PASSWORD,
+            password_name,
             format!(
-                "postgres.sslpassword does not decrypt postgres.sslkey {shown}; check the \
+                "{password_name} does not decrypt {key_name} {shown}; check the \
                  password (it is not shown)"
             ),
         )),
         Err(e) => Err(TlsError::of(
-            KEY,
-            format!("postgres.sslkey {shown} is not a PEM private key file: {e}"),
+            key_name,
+            format!("{key_name} {shown} is not a PEM private key file: {e}"),
         )),
     }
 }
 
-fn load_root_cert(builder: &mut SslContextBuilder, path: &Path) -> Result<(), TlsError> {
+fn load_root_cert(
+    builder: &mut SslContextBuilder,
+    path: &Path,
+    root_name: &'static str,
+) -> Result<(), TlsError> {
     let pem = std::fs::read(path).map_err(|e| {
         TlsError::of(
-            ROOT,
-            format!("cannot read postgres.sslrootcert {}: {e}", path.display()),
+            root_name,
+            format!("cannot read {root_name} {}: {e}", path.display()),
         )
     })?;
     let certs = openssl::x509::X509::stack_from_pem(&pem).map_err(|e| {
         TlsError::of(
-            ROOT,
+            root_name,
             format!(
-                "postgres.sslrootcert {} is not a PEM certificate file: {e}",
+                "{root_name} {} is not a PEM certificate file: {e}",
                 path.display()
             ),
         )
     })?;
     if certs.is_empty() {
         return Err(TlsError::of(
-            ROOT,
-            format!(
-                "postgres.sslrootcert {} holds no certificate",
-                path.display()
-            ),
+            root_name,
+            format!("{root_name} {} holds no certificate", path.display()),
         ));
     }
     let store = builder.cert_store_mut();
     for cert in certs {
         store.add_cert(cert).map_err(|e| {
             TlsError::of(
-                ROOT,
+                root_name,
                 format!(
-                    "cannot use a certificate from postgres.sslrootcert {}: {e}",
+                    "cannot use a certificate from {root_name} {}: {e}",
                     path.display()
                 ),
             )

@@ -135,6 +135,180 @@ fn help_names_walrelay_log_and_the_exit_codes() {
 /// "only after reconciling the gap", the opposite of the runbook for a slot
 /// ahead of the stored offset (start first, then re-publish the range it
 /// names), and named only that one case.
+/// `--version` (and `-V`) names the version, the commit it was built from
+/// (this checkout's HEAD when built from it with git) and the librdkafka
+/// it links.
+#[test]
+fn version_names_the_commit_and_librdkafka() {
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    for flag in ["--version", "-V"] {
+        let out = std::process::Command::new(walrelay_bin())
+            .arg(flag)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{flag}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let librdkafka = rdkafka::util::get_rdkafka_version().1;
+        assert!(
+            text.starts_with(&format!("walrelay {} (commit ", env!("CARGO_PKG_VERSION")))
+                && text.contains(&format!(", librdkafka {librdkafka})")),
+            "{flag}: {text}"
+        );
+        // build.rs builds again when HEAD moves, so `cargo test` names
+        // HEAD; a test binary run by hand after a commit may run a binary
+        // of an earlier one: a commit of this history, then.
+        let named = text
+            .split("(commit ")
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .unwrap_or_default();
+        match &commit {
+            Some(head) if named != head => {
+                let ancestor = std::process::Command::new("git")
+                    .args(["merge-base", "--is-ancestor", named, "HEAD"])
+                    .current_dir(env!("CARGO_MANIFEST_DIR"))
+                    .status()
+                    .unwrap();
+                assert!(
+                    ancestor.success(),
+                    "{flag}: {text}: {named} is not HEAD ({head}) nor a commit before it"
+                );
+            }
+            Some(_) => {}
+            None => assert_eq!(named, "unknown", "{flag}: {text}"),
+        }
+    }
+}
+
+/// `walrelay check <args>` to its exit within 60 s: the code, stdout and
+/// stderr.
+fn check_output(args: &[&str]) -> (Option<i32>, String, String) {
+    let mut child = std::process::Command::new(walrelay_bin())
+        .arg("check")
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("WALRELAY_LOG_FORMAT")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("walrelay check {args:?} still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `check --offline` checks the file without contacting PostgreSQL or
+/// Kafka (here both unreachable): exit 0 at once, the report saying it was
+/// offline; a bad file is exit 2 as without `--offline`.
+#[test]
+fn check_offline_checks_the_file_without_connecting() {
+    let config = unreachable_config();
+    let path = config.to_str().unwrap();
+    let started = Instant::now();
+    let (code, stdout, stderr) = check_output(&["--offline", "--config", path]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(stdout.starts_with("ok    config: "), "{stdout}");
+    assert!(
+        stdout.contains("checks passed (offline: PostgreSQL and Kafka not contacted)"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("postgres connection"), "{stdout}");
+    let bad = write_config(
+        &std::fs::read_to_string(&config)
+            .unwrap()
+            .replace("table = ", "tabel = "),
+    );
+    let (code, _, stderr) = check_output(&["--offline", "--config", bad.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("did you mean `table`?"), "{stderr}");
+}
+
+/// `check --json`: one JSON object on stdout in the documented shape (ok,
+/// offline, counts, one object per check), online and offline, and for a
+/// file that does not load (exit 2) each problem with file, key, line and
+/// column.
+#[test]
+fn check_json_is_one_object_with_each_check() {
+    let config = unreachable_config();
+    let path = config.to_str().unwrap();
+    let (code, stdout, stderr) = check_output(&["--offline", "--json", "--config", path]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["ok"], true, "{report}");
+    assert_eq!(report["offline"], true, "{report}");
+    assert_eq!(report["failed"], 0, "{report}");
+    let checks = report["checks"].as_array().unwrap();
+    assert_eq!(report["passed"], checks.len(), "{report}");
+    assert_eq!(checks[0]["name"], "config", "{report}");
+    assert_eq!(checks[0]["status"], "ok", "{report}");
+    assert!(checks[0]["detail"].as_str().unwrap().ends_with("is valid"));
+
+    // Online, against nothing: the connection fails, exit 1.
+    let (code, stdout, stderr) = check_output(&["--json", "--config", path]);
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["ok"], false, "{report}");
+    assert_eq!(report["offline"], false, "{report}");
+    let failed: Vec<&serde_json::Value> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "fail")
+        .collect();
+    assert_eq!(report["failed"], failed.len(), "{report}");
+    assert!(
+        failed.iter().any(|c| c["name"] == "postgres connection"
+            && c["problem"].is_string()
+            && c["fix"].is_string()),
+        "{report}"
+    );
+
+    let bad = write_config(
+        &std::fs::read_to_string(&config)
+            .unwrap()
+            .replace("table = ", "tabel = "),
+    );
+    let (code, stdout, stderr) =
+        check_output(&["--offline", "--json", "--config", bad.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["ok"], false, "{report}");
+    let problem = &report["checks"][0];
+    assert_eq!(problem["status"], "fail", "{report}");
+    assert_eq!(problem["key"], "outbox[0].tabel", "{report}");
+    assert_eq!(problem["line"], 16, "{report}");
+    assert_eq!(problem["column"], 1, "{report}");
+    assert!(
+        problem["problem"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean `table`?"),
+        "{report}"
+    );
+}
+
 #[test]
 fn run_help_says_what_accept_slot_position_overrides_and_in_which_order() {
     let out = std::process::Command::new(walrelay_bin())
@@ -477,4 +651,180 @@ async fn every_log_line_names_the_connector() {
             }
         }
     }
+}
+
+/// The string literals of a Rust source text that are not raw strings, as
+/// the compiler reads them (`\` at a line's end joins the next line without
+/// its leading blanks; `\n`, `\t`, `\"` and `\\` read), with the line each
+/// starts on. Comments and char literals are skipped; enough of Rust's
+/// lexing for this crate's sources.
+fn string_literals(text: &str) -> Vec<(usize, String)> {
+    let c: Vec<char> = text.chars().collect();
+    let at = |i: usize| c.get(i).copied().unwrap_or('\0');
+    let ident = |ch: char| ch.is_alphanumeric() || ch == '_';
+    let mut out = Vec::new();
+    let (mut i, mut line) = (0, 1);
+    while i < c.len() {
+        match (at(i), at(i + 1)) {
+            ('\n', _) => {
+                line += 1;
+                i += 1;
+            }
+            ('/', '/') => {
+                while i < c.len() && at(i) != '\n' {
+                    i += 1;
+                }
+            }
+            ('/', '*') => {
+                while i < c.len() && !(at(i) == '*' && at(i + 1) == '/') {
+                    line += usize::from(at(i) == '\n');
+                    i += 1;
+                }
+                i += 2;
+            }
+            ('r', '"' | '#') if i == 0 || !ident(at(i - 1)) => {
+                let mut j = i + 1;
+                let mut hashes = 0;
+                while at(j) == '#' {
+                    hashes += 1;
+                    j += 1;
+                }
+                if at(j) != '"' {
+                    i += 1;
+                    continue;
+                }
+                j += 1;
+                loop {
+                    if j >= c.len() {
+                        break;
+                    }
+                    if at(j) == '"' && (1..=hashes).all(|k| at(j + k) == '#') {
+                        j += 1 + hashes;
+                        break;
+                    }
+                    line += usize::from(at(j) == '\n');
+                    j += 1;
+                }
+                i = j;
+            }
+            ('\'', '\\') => {
+                // '\n', '\'', '\u{…}'
+                let mut j = i + 3;
+                while j < c.len() && at(j) != '\'' {
+                    j += 1;
+                }
+                i = j + 1;
+            }
+            ('\'', _) if at(i + 2) == '\'' => i += 3,
+            ('"', _) => {
+                let start = line;
+                let mut s = String::new();
+                let mut j = i + 1;
+                while j < c.len() && at(j) != '"' {
+                    if at(j) == '\\' {
+                        match at(j + 1) {
+                            '\n' => {
+                                line += 1;
+                                j += 2;
+                                while at(j).is_whitespace() {
+                                    line += usize::from(at(j) == '\n');
+                                    j += 1;
+                                }
+                                continue;
+                            }
+                            'n' => s.push('\n'),
+                            't' => s.push('\t'),
+                            other => s.push(other),
+                        }
+                        j += 2;
+                    } else {
+                        line += usize::from(at(j) == '\n');
+                        s.push(at(j));
+                        j += 1;
+                    }
+                }
+                out.push((start, s));
+                i = j + 1;
+            }
+            _ => i += 1,
+        }
+    }
+    out
+}
+
+/// No message has a stray run of spaces inside (issue 40: two had one, a
+/// literal joined by rustfmt across lines): in every string literal of
+/// src/, no line holds two or more spaces between other characters —
+/// except where columns are aligned on purpose (status's table, check's
+/// report prefixes, the help text). Test code is left out.
+#[test]
+fn messages_have_no_stray_runs_of_spaces() {
+    let aligned: [(&str, &[&str]); 3] = [
+        ("src/commands/status.rs", &[""]),
+        ("src/commands/check.rs", &["ok    ", "warn  ", "FAIL  "]),
+        ("src/main.rs", &["Environment:"]),
+    ];
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut dirs = vec![root.join("src")];
+    let mut found = Vec::new();
+    let mut literals = 0;
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if name != "tests" {
+                    dirs.push(path);
+                }
+                continue;
+            }
+            if !name.ends_with(".rs") || name == "tests.rs" || name.ends_with("_tests.rs") {
+                continue;
+            }
+            let relative = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let text = std::fs::read_to_string(&path).unwrap();
+            // Inline test modules end the file in this crate.
+            let text = text
+                .split("#[cfg(test)]\nmod tests {")
+                .next()
+                .unwrap_or_default();
+            let exempt = aligned
+                .iter()
+                .find(|(file, _)| *file == relative)
+                .map_or(&[][..], |(_, prefixes)| *prefixes);
+            for (line, literal) in string_literals(text) {
+                literals += 1;
+                if exempt.iter().any(|p| literal.starts_with(p)) {
+                    continue;
+                }
+                if literal
+                    .split('\n')
+                    .any(|l| l.trim_start().trim_end().contains("  "))
+                {
+                    found.push(format!("{relative}:{line}: {literal:?}"));
+                }
+            }
+        }
+    }
+    assert!(literals > 1000, "only {literals} literals read");
+    assert!(found.is_empty(), "runs of spaces:\n{}", found.join("\n"));
+}
+
+#[test]
+fn string_literals_are_read_as_the_compiler_reads_them() {
+    let text = "let a = \"one \\\n     two\"; // \"not  this\"\nlet c = '\"'; let r = r#\"a  b\"#;\n\
+                let d = \"x\\\"  y\\n  z\"; let e: &'static str = \"q\";";
+    let found = string_literals(text);
+    assert_eq!(
+        found,
+        vec![
+            (1, "one two".to_owned()),
+            (4, "x\"  y\n  z".to_owned()),
+            (4, "q".to_owned()),
+        ]
+    );
 }

@@ -1175,6 +1175,9 @@ fn the_inbox_imports_nothing_of_the_connector() {
     for path in paths {
         let text = std::fs::read_to_string(&path).unwrap();
         files += 1;
+        // `pg::tls` alone is shared: the inbox's connection gets libpq's
+        // sslmode meanings from the code the connector's connections use.
+        let text = text.replace("crate::pg::tls", "");
         for m in forbidden {
             for pattern in [
                 format!("crate::{m}::"),
@@ -1227,9 +1230,207 @@ fn a_bad_inbox_file_exits_2_naming_each_key() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("line 2") && stderr.contains("nmae"),
+        stderr.contains(":2:1: inbox.nmae: unknown key `nmae` in [inbox]; did you mean `name`?"),
         "{stderr}"
     );
+}
+
+/// The exit code and text of `walrelay <command> --config <path>`, which
+/// must end within 20 s.
+fn run_briefly(command: &str, path: &std::path::Path) -> (Option<i32>, String) {
+    let mut child = std::process::Command::new(walrelay_bin())
+        .args([command, "--config"])
+        .arg(path)
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if child.try_wait().unwrap().is_some() {
+            let out = child.wait_with_output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            return (out.status.code(), text);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    panic!(
+        "walrelay {command} still running after 20 s:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A database URL that cannot work whatever the server does (issue 40: it
+/// used to wait forever) is a configuration error: exit 2 at once, the key
+/// with its line and column, the password never repeated.
+#[test]
+fn a_malformed_database_url_exits_2_at_once() {
+    for (url, needle) in [
+        (
+            "postgres://u:hunter2@127.0.0.1:notaport/d",
+            "is not a PostgreSQL connection URL",
+        ),
+        ("postgres://u:hunter2@/d", "names no host"),
+        (
+            "postgres://u:hunter2@127.0.0.1/d?sslmode=verify",
+            "is not a mode",
+        ),
+        (
+            "postgres://u:hunter2@127.0.0.1/d?sslmode=verify-ca",
+            "needs sslrootcert",
+        ),
+    ] {
+        let path = write_config(&format!(
+            "[inbox]\nname = \"x\"\ntopics = [\"t\"]\n[inbox.kafka]\nbrokers = \"k:9092\"\n\
+             [inbox.postgres]\nurl = \"{url}\"\n[inbox.handler]\nsql = \"SELECT 1\"\n"
+        ));
+        let (code, text) = run_briefly("inbox", &path);
+        assert_eq!(code, Some(2), "{url}: {text}");
+        assert!(
+            text.contains(":7:7: inbox.postgres.url: ") && text.contains(needle),
+            "{url}: {needle} not in:\n{text}"
+        );
+        assert!(!text.contains("hunter2"), "{text}");
+    }
+}
+
+/// A file given to the wrong command says which command takes it: exit 2.
+#[test]
+fn a_file_given_to_the_wrong_command_names_the_right_one() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let inbox_file = root.join("config/inbox/inbox.toml");
+    for command in ["run", "check"] {
+        let (code, text) = run_briefly(command, &inbox_file);
+        assert_eq!(code, Some(2), "{command}: {text}");
+        assert!(
+            text.contains("this is an inbox consumer's file")
+                && text.contains("walrelay inbox --config"),
+            "{command}: {text}"
+        );
+    }
+    let (code, text) = run_briefly("inbox", &root.join("config/quickstart.toml"));
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("this is a connector's file") && text.contains("walrelay run --config"),
+        "{text}"
+    );
+}
+
+/// Whether the session of `client` is encrypted, as the server sees it.
+async fn session_encrypted(client: &tokio_postgres::Client) -> bool {
+    client
+        .query_one(
+            "SELECT coalesce((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// `inbox.postgres.url`'s `sslmode` means what it means to libpq (issue
+/// 40: without one, the dev server — which offers TLS — was never
+/// reached): no `sslmode` and `require` encrypt without checking the
+/// certificate; `verify-ca` and `verify-full` check it against
+/// `sslrootcert`, `verify-full` the host name too; `disable` is
+/// plaintext. A refused certificate says so, naming the mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_url_takes_sslmode_as_libpq_does() {
+    let port = pg_port();
+    let ca = pg_tls_file("ca.pem");
+    let other_ca = pg_tls_file("other-ca.pem");
+    let url = |host: &str, query: &str| {
+        secrecy::SecretString::from(format!(
+            "postgresql://postgres:postgres@{host}:{port}/postgres{query}"
+        ))
+    };
+    for (host, query, encrypted) in [
+        ("127.0.0.1", String::new(), true),
+        ("127.0.0.1", "?sslmode=prefer".to_owned(), true),
+        ("127.0.0.1", "?sslmode=require".to_owned(), true),
+        ("127.0.0.1", "?sslmode=disable".to_owned(), false),
+        (
+            "127.0.0.1",
+            format!("?sslmode=verify-full&sslrootcert={}", ca.display()),
+            true,
+        ),
+        // The certificate names 127.0.0.1, not localhost: verify-ca does
+        // not look.
+        (
+            "localhost",
+            format!("?sslmode=verify-ca&sslrootcert={}", ca.display()),
+            true,
+        ),
+    ] {
+        let client = walrelay::inbox::connect(&url(host, &query))
+            .await
+            .unwrap_or_else(|e| panic!("{host}{query}: {e}"));
+        assert_eq!(session_encrypted(&client).await, encrypted, "{host}{query}");
+    }
+    for (host, query) in [
+        (
+            "127.0.0.1",
+            format!("?sslmode=verify-full&sslrootcert={}", other_ca.display()),
+        ),
+        (
+            "localhost",
+            format!("?sslmode=verify-full&sslrootcert={}", ca.display()),
+        ),
+    ] {
+        let e = walrelay::inbox::connect(&url(host, &query))
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{host}{query} connected"));
+        assert!(
+            e.contains("sslmode=verify-full") && e.contains("certificate"),
+            "{host}{query}: {e}"
+        );
+        assert!(!e.contains("postgres:postgres@"), "{e}");
+    }
+}
+
+/// The consumer itself, with a URL without `sslmode` against the dev
+/// server (which offers TLS): it connects and creates its tables, instead
+/// of waiting on "error performing TLS handshake".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consumer_reaches_a_tls_server_with_no_sslmode_in_its_url() {
+    require_kafka();
+    let dst = TestDb::new("inbox_tls").await;
+    let topic = unique("inbox_tls");
+    create_topic(&topic).await;
+    let group = unique("inbox_tls_group");
+    let listen = free_local_addr();
+    let config = inbox_config(
+        &dst,
+        &group,
+        std::slice::from_ref(&topic),
+        &listen,
+        "SELECT 1",
+        "[]",
+        "",
+    );
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("?sslmode=disable", "");
+    assert!(!text.contains("sslmode"), "{text}");
+    std::fs::write(&config, text).unwrap();
+    let mut inbox = InboxProcess::start(&config);
+    wait_for("the inbox table", Duration::from_secs(30), || {
+        let client = &dst.client;
+        async move {
+            client
+                .query_opt("SELECT 1 FROM pg_tables WHERE tablename = 'inbox'", &[])
+                .await
+                .ok()
+                .flatten()
+        }
+    })
+    .await;
+    assert!(!inbox.log().contains("TLS handshake"), "{}", inbox.log());
+    assert_eq!(inbox.stop(), Some(0), "{}", inbox.log());
 }
 
 /// Table-event topics too (issue 26: "outbox topics (and table-event
@@ -1396,4 +1597,50 @@ async fn table_events_are_applied_once_by_their_event_id() {
         "{metrics}"
     );
     assert!(relay.stop().success(), "{}", relay.log());
+}
+
+/// A server certificate the URL's `sslmode=verify-full` refuses is an
+/// error retrying cannot fix, as for the connector's own connections: the
+/// consumer stops at start (exit 1) naming the mode and the certificate,
+/// instead of waiting for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_server_certificate_stops_the_consumer_naming_it() {
+    require_kafka();
+    let dst = TestDb::new("inbox_tlsno").await;
+    let topic = unique("inbox_tlsno");
+    let group = unique("inbox_tlsno_group");
+    let listen = free_local_addr();
+    let config = inbox_config(
+        &dst,
+        &group,
+        std::slice::from_ref(&topic),
+        &listen,
+        "SELECT 1",
+        "[]",
+        "",
+    );
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "?sslmode=disable",
+        &format!(
+            "?sslmode=verify-full&sslrootcert={}",
+            pg_tls_file("other-ca.pem").display()
+        ),
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut inbox = InboxProcess::start(&config);
+    let mut code = None;
+    for _ in 0..300 {
+        if let Ok(Some(status)) = inbox.child.try_wait() {
+            code = Some(status.code());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = inbox.log();
+    assert_eq!(code, Some(Some(1)), "still running or another exit:\n{log}");
+    assert!(
+        log.contains("sslmode=verify-full") && log.contains("certificate"),
+        "{log}"
+    );
+    assert!(!log.contains("postgres:postgres@"), "{log}");
 }

@@ -86,7 +86,7 @@ fn invalid_message_sections_name_the_key_and_the_fix() {
         (
             "prefix = \"a\"\ntopic = \"t\"\nkey_column = \"k\"",
             "message",
-            "unknown field",
+            "unknown key `key_column` in [[message]]",
         ),
     ];
     for (body, key, what) in cases {

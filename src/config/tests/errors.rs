@@ -10,7 +10,8 @@ fn unknown_keys_and_type_errors_report_file_line_and_column() {
     let line = text.lines().count();
     assert!(
         error.starts_with(&format!(
-            "test.toml:{line}:1: outbox[0].tombstone_on_empty_payloads: unknown field"
+            "test.toml:{line}:1: outbox[0].tombstone_on_empty_payloads: unknown key \
+             `tombstone_on_empty_payloads` in [[outbox]]"
         )),
         "{error}"
     );
@@ -28,7 +29,13 @@ fn unknown_keys_and_type_errors_report_file_line_and_column() {
         "{error}"
     );
     let error = load_err(&MINIMAL.replace("[[outbox]]", "[unknown]\n[[outbox]]"));
-    assert!(error.contains("unknown field `unknown`"), "{error}");
+    assert!(
+        error.contains(
+            "unknown key `unknown` at the top level of the file; remove it or \
+             correct its spelling (the keys there: `connector`, `postgres`, `kafka`"
+        ),
+        "{error}"
+    );
 }
 
 #[test]
@@ -357,4 +364,72 @@ fn a_duplicate_key_is_named_with_both_lines() {
         assert!(error.contains(expected), "{expected:?} not in:\n{error}");
         assert!(!error.contains("s3cret"), "{error}");
     }
+}
+
+/// An unknown key names the nearest known key of its section when one is
+/// close, in every section (the message comes from one place).
+#[test]
+fn unknown_keys_name_the_nearest_known_key() {
+    for (extra, want) in [
+        (
+            "tabel = \"x\"",
+            "outbox[0].tabel: unknown key `tabel` in [[outbox]]; did you mean `table`?",
+        ),
+        (
+            "[snapshot]\nmode = \"initial\"\nfecth_rows = 10",
+            "snapshot.fecth_rows: unknown key `fecth_rows` in [snapshot]; did you mean `fetch_rows`?",
+        ),
+        (
+            "[dead_letter]\ntopic = \"x\"\nTopic = \"y\"",
+            "dead_letter.Topic: unknown key `Topic` in [dead_letter]; did you mean `topic`?",
+        ),
+        (
+            "[[table]]\ntable = \"public.t\"\n[[table.column_mask]]\ncolumns = [\"c\"]\nhsah = \"sha256\"",
+            "in [[table.column_mask]]; did you mean `hash`?",
+        ),
+    ] {
+        let error = load_err(&minimal_with(extra));
+        assert!(error.contains(want), "{want}\nnot in: {error}");
+    }
+    // Nothing close: the keys of the section instead of a guess.
+    let error = load_err(&minimal_with("zzzzzz = 1"));
+    assert!(
+        error.contains("unknown key `zzzzzz` in [[outbox]]; remove it or correct its spelling (the keys there: `table`"),
+        "{error}"
+    );
+    assert!(!error.contains("did you mean"), "{error}");
+}
+
+#[test]
+fn the_nearest_key_is_close_enough_to_be_meant() {
+    use crate::config::error::{edit_distance, nearest};
+    assert_eq!(edit_distance("tabel", "table"), 1, "a swap is one edit");
+    assert_eq!(edit_distance("", "abc"), 3);
+    assert_eq!(edit_distance("kitten", "sitting"), 3);
+    let known = ["table", "topic", "id_column"];
+    assert_eq!(nearest("tabel", &known), Some("table"));
+    assert_eq!(nearest("topc", &known), Some("topic"));
+    assert_eq!(nearest("TOPIC", &known), Some("topic"));
+    assert_eq!(nearest("idcolumn", &known), Some("id_column"));
+    assert_eq!(nearest("xyz", &known), None);
+    assert_eq!(
+        nearest("tab", &known),
+        None,
+        "two edits on three letters is a guess"
+    );
+}
+
+/// An inbox consumer's file given to `run`/`check` says which command
+/// takes it.
+#[test]
+fn an_inbox_file_names_the_command_that_takes_it() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/inbox/inbox.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let error = load_err(&text);
+    assert!(
+        error.contains("this is an inbox consumer's file"),
+        "{error}"
+    );
+    assert!(error.contains("walrelay inbox --config"), "{error}");
+    assert!(error.starts_with("test.toml:"), "{error}");
 }

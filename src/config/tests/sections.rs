@@ -129,7 +129,11 @@ fn snapshot_numbers_have_ranges_and_order_columns_are_names() {
             "outbox[0].snapshot_order_by[1]",
             "\"id\" is listed twice; remove the duplicate",
         ),
-        ("[snapshot]\nfetch = 10", "snapshot.fetch", "unknown field"),
+        (
+            "[snapshot]\nfetch = 10",
+            "snapshot.fetch",
+            "unknown key `fetch` in [snapshot]",
+        ),
     ] {
         let error = load_err(&minimal_with(extra));
         assert!(error.contains(&format!("{key}: ")), "{extra}: {error}");
@@ -218,7 +222,7 @@ fn heartbeat_problems_name_the_key_and_the_fix() {
         (
             "[heartbeat]\nintreval = \"10s\"",
             "heartbeat.intreval",
-            "unknown field",
+            "unknown key `intreval` in [heartbeat]; did you mean `interval`?",
         ),
     ] {
         let error = load_err(&minimal_with(extra));
@@ -270,7 +274,7 @@ fn dead_letter_is_off_by_default_and_its_topic_is_checked() {
         (
             "[dead_letter]\ntopic = \"x\"\ntopc = \"y\"",
             "dead_letter.topc",
-            "unknown field",
+            "unknown key `topc` in [dead_letter]; did you mean `topic`?",
         ),
     ] {
         let error = load_err(&minimal_with(extra));

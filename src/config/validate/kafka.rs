@@ -94,7 +94,8 @@ pub(super) fn dead_letter(config: &Config, out: &mut Vec<Problem>) {
         Problem::new(
             "dead_letter.topic",
             format!(
-                "is {what}; dead-letter records would be read as its records: choose a topic                  of its own, e.g. \"{}.dead-letter\"",
+                "is {what}; dead-letter records would be read as its records: choose a topic \
+                 of its own, e.g. \"{}.dead-letter\"",
                 config.connector.name
             ),
         )

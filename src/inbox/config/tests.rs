@@ -53,7 +53,7 @@ fn errors_name_the_key_and_the_fix() {
     );
     let e = from_str(&text, "f.toml", &env).unwrap_err();
     assert!(
-        e.contains("f.toml: inbox.workers: is 0; set 1 to 256"),
+        e.contains("f.toml:4:11: inbox.workers: is 0; set 1 to 256"),
         "{e}"
     );
     assert!(e.contains("inbox.handler.params[0]"), "{e}");
@@ -68,7 +68,7 @@ fn errors_name_the_key_and_the_fix() {
         );
         let e = from_str(&text, "f.toml", &env).unwrap_err();
         assert!(
-            e.contains("f.toml: inbox.kafka.quarantine_topic: must name one topic"),
+            e.contains("f.toml:6:20: inbox.kafka.quarantine_topic: must name one topic"),
             "{e}"
         );
     }
@@ -76,10 +76,63 @@ fn errors_name_the_key_and_the_fix() {
     let c = from_str(&text, "f.toml", &env).unwrap();
     assert_eq!(c.inbox.kafka.quarantine_topic.as_deref(), Some("q"));
     let e = from_str(&MINIMAL.replace("name =", "nam ="), "f.toml", &env).unwrap_err();
-    assert!(e.contains("f.toml") && e.contains("nam"), "{e}");
+    assert!(
+        e.contains("f.toml:3:1: inbox.nam: unknown key `nam` in [inbox]; did you mean `name`?"),
+        "{e}"
+    );
     let e = from_str(&MINIMAL.replace("${PW}", "${NOPE}"), "f.toml", &env).unwrap_err();
     assert!(
         e.contains("inbox.postgres.url: environment variable NOPE"),
         "{e}"
     );
+}
+
+/// Errors carry `line:column` as the connector's do (the same machinery),
+/// the validation's too, placed at the key's value.
+#[test]
+fn every_error_names_its_line_and_column() {
+    let text = MINIMAL.replace("topics = [", "workers = 0\ntopics = [");
+    let e = from_str(&text, "f.toml", &env).unwrap_err();
+    assert!(e.starts_with("f.toml:4:11: inbox.workers: is 0"), "{e}");
+    let e = from_str(
+        &MINIMAL.replace(
+            "url = \"postgres://app:${PW}@db/app\"",
+            "url = \"postgres://app:${PW}@/app\"",
+        ),
+        "f.toml",
+        &env,
+    )
+    .unwrap_err();
+    assert!(
+        e.starts_with("f.toml:8:7: inbox.postgres.url: names no host"),
+        "{e}"
+    );
+    assert!(!e.contains("s3cret"), "{e}");
+    let e = from_str(
+        &MINIMAL.replace("[inbox.handler]", "[inbox.hanlder]"),
+        "f.toml",
+        &env,
+    )
+    .unwrap_err();
+    assert!(
+        e.contains(
+            "f.toml:9:8: inbox.hanlder: unknown key `hanlder` in [inbox]; did you mean `handler`?"
+        ),
+        "{e}"
+    );
+    let e = from_str("[inbox]\nname = 1\n", "f.toml", &env).unwrap_err();
+    assert!(e.starts_with("f.toml:2:8: inbox.name: invalid type"), "{e}");
+    let e = from_str("[inbox\n", "f.toml", &env).unwrap_err();
+    assert!(e.starts_with("f.toml:1:"), "{e}");
+}
+
+/// A connector's file given to `walrelay inbox` says which command takes it.
+#[test]
+fn a_connector_file_names_the_command_that_takes_it() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/quickstart.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let e = from_str(&text, "quickstart.toml", &env).unwrap_err();
+    assert!(e.contains("this is a connector's file"), "{e}");
+    assert!(e.contains("walrelay run --config"), "{e}");
+    assert!(e.starts_with("quickstart.toml:"), "{e}");
 }

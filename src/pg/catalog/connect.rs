@@ -3,7 +3,6 @@
 //! missing `CONNECT` grant explained, the connection driven by a task of
 //! its own.
 
-use postgres_openssl::MakeTlsConnector;
 use secrecy::ExposeSecret;
 use tokio_postgres::config::SslMode;
 use tokio_postgres::{Client, NoTls};
@@ -102,7 +101,7 @@ pub(super) async fn open_session(
         cfg.password(p.expose_secret());
     }
     let connect_error = |source: tokio_postgres::Error| {
-        if is_tls_refusal(&source) {
+        if tls::is_tls_refusal(&source) {
             CatalogError::Tls {
                 address: params.address(),
                 mode: params.tls.mode.as_str(),
@@ -133,31 +132,20 @@ pub(super) async fn open_session(
         }
     };
     // As in libpq (and our replication connection), no TLS on Unix sockets.
-    let connector = if params.is_unix() {
+    let tls = if params.is_unix() {
+        cfg.ssl_mode(SslMode::Disable);
         None
     } else {
-        tls::connector(&params.tls).map_err(|e| CatalogError::Tls {
+        tls::tokio_postgres_tls(&mut cfg, &params.tls).map_err(|e| CatalogError::Tls {
             address: params.address(),
             mode: params.tls.mode.as_str(),
             reason: e.message,
         })?
     };
-    let Some(connector) = connector else {
-        cfg.ssl_mode(SslMode::Disable);
+    let Some(tls) = tls else {
         let (client, connection) = cfg.connect(NoTls).await.map_err(connect_error)?;
         return Ok((client, spawn_connection(connection)));
     };
-    cfg.ssl_mode(if params.tls.mode.allows_plaintext() {
-        SslMode::Prefer
-    } else {
-        SslMode::Require
-    });
-    let mut tls = MakeTlsConnector::new(connector);
-    let verify_host_name = params.tls.mode.verifies_host_name();
-    tls.set_callback(move |config, _domain| {
-        config.set_verify_hostname(verify_host_name);
-        Ok(())
-    });
     let (client, connection) = cfg.connect(tls).await.map_err(connect_error)?;
     Ok((client, spawn_connection(connection)))
 }
@@ -183,20 +171,6 @@ pub(super) fn missing_grant(
         }
         _ => None,
     }
-}
-
-/// Whether tokio-postgres failed the TLS negotiation itself (its message for
-/// that error kind), as opposed to the network failing underneath it.
-pub(super) fn is_tls_refusal(e: &tokio_postgres::Error) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    let mut io_failure = false;
-    while let Some(c) = cause {
-        io_failure |= c.downcast_ref::<std::io::Error>().is_some_and(|io| {
-            io.get_ref().is_none() // a plain OS error, not a wrapped TLS error
-        });
-        cause = c.source();
-    }
-    e.to_string().starts_with("error performing TLS handshake") && !io_failure
 }
 
 pub(super) fn spawn_connection<F>(connection: F) -> tokio::task::JoinHandle<()>
