@@ -191,6 +191,6 @@ listing=$("${PODMAN[@]}" run --rm "${ULIMITS[@]}" localhost/walrelay-context:tes
 "${PODMAN[@]}" rmi localhost/walrelay-context:test >/dev/null
 "${PODMAN[@]}" image prune -f >/dev/null   # earlier runs' walrelay:test layers
 log "build context: $((kib / 1024)) MiB ($listing)"
-[[ $listing == "Cargo.lock Cargo.toml src " ]] || die "the build context holds more than Cargo.toml, Cargo.lock and src/: $listing"
+[[ $listing == "Cargo.lock Cargo.toml build.rs src " ]] || die "the build context holds other than Cargo.toml, Cargo.lock, build.rs and src/: $listing"
 ((kib < 50 * 1024)) || die "the build context is $kib KiB"
 log "the image builds, checks, streams and stops cleanly"
