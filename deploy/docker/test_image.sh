@@ -51,8 +51,12 @@ need_command kcat kcat
 need_command curl curl
 
 STORE=$ROOT/.state/containers
-mkdir -p "$STORE"
-PODMAN=(podman --root "$STORE/storage" --runroot "$STORE/run" --storage-driver "${WALRELAY_IMAGE_STORAGE_DRIVER:-overlay}"
+# podman refuses a runroot path over 50 characters, and a checkout's path can
+# be longer (CI's was): the run state (sockets, locks) goes to a short path
+# of its own per checkout instead.
+RUNROOT=/tmp/walrelay-podman-$(printf '%s' "$ROOT" | md5sum | cut -c1-8)
+mkdir -p "$STORE" "$RUNROOT"
+PODMAN=(podman --root "$STORE/storage" --runroot "$RUNROOT" --storage-driver "${WALRELAY_IMAGE_STORAGE_DRIVER:-overlay}"
     --cgroup-manager cgroupfs --runtime runc --events-backend file)
 ULIMITS=(--ulimit nofile=4096:4096 --ulimit nproc=4096:4096)
 IMAGE=localhost/walrelay:test
