@@ -36,8 +36,8 @@ pub use outbox::{outbox_table, route_columns};
 pub use publication::{PublicationPlan, publication, slot_predates_publication};
 pub use server::{heartbeat_privilege, replication_privilege, wal_level};
 pub use slot::{
-    SlotPlan, Start, missing_slot, slot_plan, slot_shape, snapshot_outlived_idle_timeout,
-    start_position,
+    SlotPlan, Start, missing_slot, resumable, slot_plan, slot_shape,
+    snapshot_outlived_idle_timeout, start_position,
 };
 pub use snapshot::{
     MissingReadGrants, describe_estimate, missing_read_grants, snapshot_order, snapshot_privileges,

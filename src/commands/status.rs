@@ -428,9 +428,28 @@ fn stored_status(s: &offsets::StoredOffset) -> StoredStatus {
         committed_at_ms: s.committed_at_ms,
         snapshot: s.snapshot.as_ref().map(|p| {
             let state = format!("{:?}", p.state).to_lowercase();
+            let done = if p.state == crate::offsets::SnapshotState::Running {
+                format!(
+                    "; tables done: {}; {} records in Kafka{}",
+                    if p.tables_done.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        p.tables_done.join(", ")
+                    },
+                    p.rows,
+                    if p.taken.is_some() {
+                        "; a restart resumes it"
+                    } else {
+                        ""
+                    }
+                )
+            } else {
+                String::new()
+            };
             match &p.consistent_point {
-                Some(at) => format!("{state} (its slot was created at {at})"),
-                None => state,
+                Some(at) => format!("{state} (its slot was created at {at}{done})"),
+                None if done.is_empty() => state,
+                None => format!("{state} ({})", done.trim_start_matches("; ")),
             }
         }),
         accepted_gap: s.accepted_gap.clone(),

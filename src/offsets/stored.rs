@@ -160,11 +160,15 @@ pub struct AcceptedGap {
 /// Where the initial snapshot stands, as stored with the offset.
 ///
 /// `running` is written (and acknowledged) *before* the slot is created, so
-/// whatever happens next, a restart knows a snapshot was under way: its
-/// exported snapshot died with its connection, so the restart drops the
-/// slot this connector created for it and takes the snapshot again
-/// (re-sending, never skipping). `completed` is written only after Kafka
-/// acknowledged every snapshot record; only then does streaming start.
+/// whatever happens next, a restart knows a snapshot was under way. Its
+/// exported snapshot died with its connection; a restart that finds the
+/// slot still at `consistent_point` and the snapshot's `taken` and
+/// `shapes` stored *resumes* it: the tables not in `tables_done` are read
+/// again, only their rows `taken` saw, and streaming goes on from the same
+/// slot. Otherwise it drops the slot this connector created and takes the
+/// snapshot again (re-sending, never skipping). `completed` is written only
+/// after Kafka acknowledged every snapshot record; only then does
+/// streaming start.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotProgress {
     pub state: SnapshotState,
@@ -180,6 +184,24 @@ pub struct SnapshotProgress {
     /// `status` shows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consistent_point: Option<String>,
+    /// The exported snapshot the readers read in, as
+    /// `pg_current_snapshot()` printed it (`xmin:xmax:xip,…`): what a
+    /// resumed snapshot's reads select by (`pg::snapshot::EXISTED_IN`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taken: Option<String>,
+    /// The tables' shapes in that snapshot (oid, name, storage, columns):
+    /// a table rewritten or changed since cannot be resumed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shapes: Vec<(u32, String)>,
+    /// How many times this snapshot was resumed (0: its first attempt).
+    /// Each attempt numbers its rows apart (`source::SNAPSHOT_ATTEMPT_SHIFT`),
+    /// so that a `[[table]]` snapshot event id names one row for good.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempt: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// `running` or `completed`.

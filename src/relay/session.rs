@@ -23,7 +23,7 @@ use crate::router::Router;
 use crate::sink::error::SinkErrorKind;
 use crate::sink::probe::{ProbeError, probe_cluster};
 use crate::sink::properties::{producer_properties, transactional_id};
-use crate::source::{SnapshotTable, Source, slot};
+use crate::source::{Origin, SnapshotTable, Source, slot};
 use crate::startup::{self, SlotPlan};
 use crate::task::AbortOnDrop;
 use crate::telemetry::Metrics;
@@ -374,6 +374,38 @@ impl Session {
             pg,
             self.accept_slot_position,
         )?;
+        // A resumable snapshot, checked against the server as it is now.
+        let plan = match plan {
+            SlotPlan::Snapshot {
+                resume: Some(point),
+                why,
+                ..
+            } => {
+                let checked = match stored.as_ref().and_then(|s| s.snapshot.as_ref()) {
+                    Some(progress) => startup::resumable(&catalog, progress).await,
+                    None => Err("its progress is not stored".to_owned()),
+                };
+                match checked {
+                    Ok(()) => SlotPlan::Snapshot {
+                        drop_first: false,
+                        why,
+                        replaces_stream_at: None,
+                        resume: Some(point),
+                    },
+                    Err(why_not) => SlotPlan::Snapshot {
+                        drop_first: true,
+                        why: format!(
+                            "the previous snapshot did not complete (the offset store says it \
+                             was running) and cannot be resumed: {why_not}; it is taken again \
+                             from the start"
+                        ),
+                        replaces_stream_at: None,
+                        resume: None,
+                    },
+                }
+            }
+            plan => plan,
+        };
         let existing_slot = match plan {
             SlotPlan::NothingToDo { why } => {
                 tracing::info!("{why}; stopping");
@@ -383,6 +415,7 @@ impl Session {
                 drop_first,
                 why,
                 replaces_stream_at,
+                resume,
             } => {
                 for (outbox, table) in &routes {
                     startup::snapshot_privileges(&catalog, table).await?;
@@ -419,91 +452,121 @@ impl Session {
                          to 0 or well above the snapshot's duration (postgresql.conf, then reload)"
                     );
                 }
-                if replaces_stream_at.is_some() {
-                    tracing::warn!(slot = %pg.slot, "taking a new snapshot: {why}");
+                let (consistent_point, origin, tables_done) = if let Some(point) = resume {
+                    tracing::info!(slot = %pg.slot, lsn = %point, "resuming the initial snapshot: {why}");
+                    // `resumable` was checked on this progress: it is stored.
+                    let progress = stored
+                        .as_ref()
+                        .and_then(|s| s.snapshot.clone())
+                        .ok_or(RelayError::Ended("the stored snapshot progress"))?;
+                    let mut progress = progress;
+                    progress.attempt += 1;
+                    let origin = Origin::Resumed {
+                        taken: progress.taken.clone().unwrap_or_default(),
+                        shapes: progress.shapes.clone(),
+                        attempt: progress.attempt,
+                    };
+                    let done = progress.tables_done.clone();
+                    // The marker as stored (`running`, its point, its
+                    // readers' snapshot, the tables done), this attempt
+                    // counted: stored below, before any row is published.
+                    offsets.template_mut().snapshot = Some(progress);
+                    (point, origin, done)
                 } else {
-                    tracing::info!(slot = %pg.slot, "taking the initial snapshot: {why}");
-                }
-                // A full snapshot supersedes an incremental one under way.
-                let marker = offsets.template_mut();
-                marker.incremental = None;
-                // Stored before the slot exists: whatever happens next, the
-                // next start knows a snapshot was under way.
-                marker.snapshot = Some(SnapshotProgress {
-                    state: SnapshotState::Running,
-                    tables_done: Vec::new(),
-                    rows: 0,
-                    consistent_point: None,
-                });
-                offsets
-                    .store(
-                        &sink,
-                        &mut acks,
-                        Lsn::ZERO,
-                        "the offset-store write marking the snapshot as running",
-                        &config,
-                        &self.metrics,
-                    )
-                    .await?;
-                // Every transaction the new slot streams commits after this.
-                let before_slot = super::heartbeat::now_ms();
-                let created = slot::create_for_snapshot(
-                    &mut repl,
-                    &catalog,
-                    &params,
-                    &pg.slot,
-                    pg.failover_slot,
-                    drop_first,
-                    &self.metrics.slot_creation_waiting_for,
-                )
-                .await?;
-                // The marker again, now naming the slot's consistent point:
-                // where the hand-over to streaming expects the slot, for
-                // `status` and whoever reads the offset store next.
-                let previous_point = stored
-                    .as_ref()
-                    .and_then(|s| s.snapshot.as_ref())
-                    .and_then(|s| s.consistent_point.clone());
-                let marker = offsets.template_mut();
-                let stream_committed_at = marker.committed_at_ms.replace(before_slot);
-                if let Some(progress) = marker.snapshot.as_mut() {
-                    progress.consistent_point = Some(created.consistent_point.to_string());
-                }
-                if let Some(from) = replaces_stream_at {
-                    // What no stream and no snapshot carries, said plainly and
-                    // kept in the offset store for `walrelay status`.
-                    tracing::warn!(
-                        from = %from, to = %created.consistent_point,
-                        "changes committed between {from} and {} were never streamed: the new \
-                         snapshot has the rows that exist at its consistent point, but an outbox \
-                         row inserted and deleted in between, and every update or delete of a \
-                         [[table]] capture in between, is lost; reconcile that range \
-                         (docs/operations.md, \"Lost slot\"). Recorded as an accepted gap",
-                        created.consistent_point
-                    );
-                    marker.accepted_gap = Some(crate::offsets::AcceptedGap {
-                        from,
-                        to: created.consistent_point.to_string(),
-                        accepted_at_ms: super::heartbeat::now_ms(),
-                        from_committed_at_ms: stream_committed_at,
+                    if replaces_stream_at.is_some() {
+                        tracing::warn!(slot = %pg.slot, "taking a new snapshot: {why}");
+                    } else {
+                        tracing::info!(slot = %pg.slot, "taking the initial snapshot: {why}");
+                    }
+                    // A full snapshot supersedes an incremental one under way.
+                    let marker = offsets.template_mut();
+                    marker.incremental = None;
+                    // Stored before the slot exists: whatever happens next, the
+                    // next start knows a snapshot was under way.
+                    marker.snapshot = Some(SnapshotProgress {
+                        state: SnapshotState::Running,
+                        tables_done: Vec::new(),
+                        rows: 0,
+                        consistent_point: None,
+                        taken: None,
+                        shapes: Vec::new(),
+                        attempt: 0,
                     });
-                } else if let Some(gap) = marker.accepted_gap.as_mut()
-                    && previous_point.is_some_and(|p| p == gap.to)
-                {
-                    // A re-snapshot that replaced a stream was interrupted and
-                    // is taken again: the gap now ends at the new point.
-                    gap.to = created.consistent_point.to_string();
-                }
-                offsets
-                    .store(
-                        &sink,
-                        &mut acks,
-                        Lsn::ZERO,
-                        "the offset-store write of the snapshot's consistent point",
-                        &config,
-                        &self.metrics,
+                    offsets
+                        .store(
+                            &sink,
+                            &mut acks,
+                            Lsn::ZERO,
+                            "the offset-store write marking the snapshot as running",
+                            &config,
+                            &self.metrics,
+                        )
+                        .await?;
+                    // Every transaction the new slot streams commits after this.
+                    let before_slot = super::heartbeat::now_ms();
+                    let created = slot::create_for_snapshot(
+                        &mut repl,
+                        &catalog,
+                        &params,
+                        &pg.slot,
+                        pg.failover_slot,
+                        drop_first,
+                        &self.metrics.slot_creation_waiting_for,
                     )
                     .await?;
+                    // The marker again, now naming the slot's consistent point:
+                    // where the hand-over to streaming expects the slot, for
+                    // `status` and whoever reads the offset store next.
+                    let previous_point = stored
+                        .as_ref()
+                        .and_then(|s| s.snapshot.as_ref())
+                        .and_then(|s| s.consistent_point.clone());
+                    let marker = offsets.template_mut();
+                    let stream_committed_at = marker.committed_at_ms.replace(before_slot);
+                    if let Some(progress) = marker.snapshot.as_mut() {
+                        progress.consistent_point = Some(created.consistent_point.to_string());
+                    }
+                    if let Some(from) = replaces_stream_at {
+                        // What no stream and no snapshot carries, said plainly and
+                        // kept in the offset store for `walrelay status`.
+                        tracing::warn!(
+                            from = %from, to = %created.consistent_point,
+                            "changes committed between {from} and {} were never streamed: the new \
+                             snapshot has the rows that exist at its consistent point, but an outbox \
+                             row inserted and deleted in between, and every update or delete of a \
+                             [[table]] capture in between, is lost; reconcile that range \
+                             (docs/operations.md, \"Lost slot\"). Recorded as an accepted gap",
+                            created.consistent_point
+                        );
+                        marker.accepted_gap = Some(crate::offsets::AcceptedGap {
+                            from,
+                            to: created.consistent_point.to_string(),
+                            accepted_at_ms: super::heartbeat::now_ms(),
+                            from_committed_at_ms: stream_committed_at,
+                        });
+                    } else if let Some(gap) = marker.accepted_gap.as_mut()
+                        && previous_point.is_some_and(|p| p == gap.to)
+                    {
+                        // A re-snapshot that replaced a stream was interrupted and
+                        // is taken again: the gap now ends at the new point.
+                        gap.to = created.consistent_point.to_string();
+                    }
+                    offsets
+                        .store(
+                            &sink,
+                            &mut acks,
+                            Lsn::ZERO,
+                            "the offset-store write of the snapshot's consistent point",
+                            &config,
+                            &self.metrics,
+                        )
+                        .await?;
+                    (
+                        created.consistent_point,
+                        Origin::Exported(created.snapshot_name.clone()),
+                        Vec::new(),
+                    )
+                };
                 let snapshot_tables: Vec<SnapshotTable> = config
                     .outbox
                     .iter()
@@ -519,10 +582,17 @@ impl Session {
                         let key = c.snapshot_order(&config.tables[c.entry]);
                         SnapshotTable::captured(&c.table.schema, &c.table.name, key)
                     }))
+                    .filter(|t| {
+                        let done = tables_done.contains(&t.display());
+                        if done {
+                            tracing::info!(table = %t.display(), "snapshot: table done before the interruption, not read again");
+                        }
+                        !done
+                    })
                     .collect();
                 let source = Source::snapshot(
                     repl,
-                    &created,
+                    (consistent_point, &origin),
                     &params,
                     &pg.publication,
                     &snapshot_tables,
@@ -530,12 +600,36 @@ impl Session {
                     config.snapshot.fetch_rows,
                 )
                 .await?;
+                {
+                    // What a restart needs to resume this snapshot on its
+                    // slot instead of taking it again (the readers'
+                    // snapshot, the shapes), or this resumption's attempt
+                    // number: stored before any of its rows is published.
+                    if let (Origin::Exported(_), Some((taken, shapes)), Some(progress)) = (
+                        &origin,
+                        source.snapshot_taken(),
+                        offsets.template_mut().snapshot.as_mut(),
+                    ) {
+                        progress.taken = Some(taken.to_owned());
+                        progress.shapes = shapes.to_vec();
+                    }
+                    offsets
+                        .store(
+                            &sink,
+                            &mut acks,
+                            Lsn::ZERO,
+                            "the offset-store write of the snapshot's readers' snapshot and attempt",
+                            &config,
+                            &self.metrics,
+                        )
+                        .await?;
+                }
                 let mut run = Streaming::new(
                     config.clone(),
                     self.metrics.clone(),
                     sink,
                     router,
-                    created.consistent_point,
+                    consistent_point,
                     offsets,
                     &captured,
                     specs,

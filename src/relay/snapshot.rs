@@ -78,6 +78,11 @@ pub(super) struct InitialSnapshot {
     rates: RateWindow,
     /// Every table was read: the consistent point.
     read_all: Option<Lsn>,
+    /// A resumed snapshot: the tables an earlier session's records of
+    /// which Kafka acknowledged whole, and how many records it had
+    /// acknowledged (what the stored progress said).
+    done_before: Vec<String>,
+    rows_before: u64,
 }
 
 impl InitialSnapshot {
@@ -103,6 +108,13 @@ impl InitialSnapshot {
                 ..TableCount::default()
             })
             .collect();
+        let (done_before, rows_before) = publisher
+            .offsets_mut()
+            .template_mut()
+            .snapshot
+            .as_ref()
+            .map(|s| (s.tables_done.clone(), s.rows))
+            .unwrap_or_default();
         let metrics = publisher.metrics();
         metrics.snapshot_running.store(true, Ordering::Relaxed);
         metrics
@@ -116,6 +128,8 @@ impl InitialSnapshot {
             rows_read: 0,
             rates: RateWindow::new(started),
             read_all: None,
+            done_before,
+            rows_before,
         })
     }
 
@@ -345,25 +359,37 @@ impl InitialSnapshot {
     }
 
     /// Puts the snapshot's progress, in `state`, into what the next
-    /// offset-store write carries.
+    /// offset-store write carries: the tables done (by an interrupted
+    /// session this one resumed, or by this one) and the records
+    /// acknowledged, beside what the marker already holds (the consistent
+    /// point, the readers' snapshot, the tables' shapes, the attempt).
     fn note_progress(&self, publisher: &mut Publisher, state: SnapshotState) {
-        let tables_done: Vec<String> = self
-            .tables
-            .iter()
-            .filter(|t| t.done())
-            .map(|t| t.table.clone())
-            .collect();
-        let rows = self.tables.iter().map(|t| t.acked).sum();
+        let mut tables_done = self.done_before.clone();
+        tables_done.extend(
+            self.tables
+                .iter()
+                .filter(|t| t.done() && !self.done_before.contains(&t.table))
+                .map(|t| t.table.clone()),
+        );
+        let rows = self.rows_before + self.tables.iter().map(|t| t.acked).sum::<u64>();
         let template = publisher.offsets_mut().template_mut();
-        let consistent_point = template
+        let (consistent_point, mut taken, mut shapes, attempt) = template
             .snapshot
-            .as_ref()
-            .and_then(|s| s.consistent_point.clone());
+            .take()
+            .map(|s| (s.consistent_point, s.taken, s.shapes, s.attempt))
+            .unwrap_or_default();
+        if state == SnapshotState::Completed {
+            // Only an interrupted snapshot is resumed.
+            (taken, shapes) = (None, Vec::new());
+        }
         template.snapshot = Some(SnapshotProgress {
             state,
             tables_done,
             rows,
             consistent_point,
+            taken,
+            shapes,
+            attempt,
         });
     }
 }

@@ -62,6 +62,9 @@ fn no_offset_or_one_that_says_nothing_about_the_table_keeps_everything() {
         tables_done: Vec::new(),
         rows: 0,
         consistent_point: None,
+        taken: None,
+        shapes: Vec::new(),
+        attempt: 0,
     });
     assert_eq!(
         guard(Some(&o), "s", "public.outbox", MIN, false),

@@ -488,9 +488,18 @@ impl TableRouter {
             Some(Err(e)) => return Err(e.clone()),
             Some(Ok(b)) => b,
         };
-        let id = self
-            .ids
-            .format(format_args!("{consistent_point}:snapshot:{index}"));
+        // A resumed snapshot's rows: `<attempt>.<row>` (see
+        // `source::SNAPSHOT_ATTEMPT_SHIFT`), never a number an earlier
+        // attempt at the same point gave another row.
+        let attempt = index >> crate::source::SNAPSHOT_ATTEMPT_SHIFT;
+        let id = if attempt == 0 {
+            self.ids
+                .format(format_args!("{consistent_point}:snapshot:{index}"))
+        } else {
+            let row = index & ((1u64 << crate::source::SNAPSHOT_ATTEMPT_SHIFT) - 1);
+            self.ids
+                .format(format_args!("{consistent_point}:snapshot:{attempt}.{row}"))
+        };
         let mut ctx = Ctx {
             bound,
             buf: &mut self.buf,

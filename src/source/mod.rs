@@ -44,14 +44,14 @@ use bytes::Bytes;
 use crate::Lsn;
 use crate::pg::catalog::CatalogError;
 use crate::pg::replication::{
-    CreatedSlot, ReplicationClient, ReplicationMessage, ReplicationStream, StreamEvent,
+    ReplicationClient, ReplicationMessage, ReplicationStream, StreamEvent,
 };
 use crate::pg::snapshot::SnapshotError;
 use crate::pg::wire::{ConnectParams, WireError};
 use crate::pgoutput::{DecodeError, Relation, TupleData};
 
 pub use incremental::{ChunkTable, IncrementalPlan, WATERMARK_PREFIX};
-pub use snapshot::{SnapshotTable, TableProgress};
+pub use snapshot::{Origin, SNAPSHOT_ATTEMPT_SHIFT, SnapshotTable, TableProgress};
 pub use streamed::{SpillDirError, requested as in_progress_requested, taken_whole};
 
 /// Where a change sits in the WAL: its transaction's commit LSN and its
@@ -271,7 +271,7 @@ enum State {
     Snapshot {
         client: ReplicationClient,
         consistent_point: Lsn,
-        snapshot: snapshot::Snapshot,
+        snapshot: Box<snapshot::Snapshot>,
         /// The batch being handed out, and its table.
         batch: std::vec::IntoIter<TupleData>,
         /// The batch's share of the readers' read-ahead, given back once
@@ -317,42 +317,48 @@ impl Source {
         Ok(Source::new(stream, from))
     }
 
-    /// A source that first yields the rows of `tables` as of the snapshot
-    /// `created` exported, read by `parallelism` connections in batches of
-    /// at most `batch_rows`, and then (after
-    /// [`Source::start_streaming`]) the changes from the slot's consistent
-    /// point. `client` is the connection that created the slot: idle since.
+    /// A source that first yields the rows of `tables` as of the slot's
+    /// consistent point (`consistent_point`, `origin`: the snapshot the slot
+    /// exported, or an interrupted one's resumed), read by `parallelism`
+    /// connections in batches of at most `batch_rows`, and then (after
+    /// [`Source::start_streaming`]) the changes from that point. `client`
+    /// is the connection that created the slot, idle since (or, resumed, a
+    /// new one).
     pub async fn snapshot(
         client: ReplicationClient,
-        created: &CreatedSlot,
+        (consistent_point, origin): (Lsn, &Origin),
         params: &ConnectParams,
         publication: &str,
         tables: &[SnapshotTable],
         parallelism: u32,
         batch_rows: usize,
     ) -> Result<Source, SourceError> {
-        let snapshot = snapshot::Snapshot::open(
-            params,
-            &created.snapshot_name,
-            publication,
-            tables,
-            parallelism,
-            batch_rows,
-        )
-        .await?;
+        let snapshot =
+            snapshot::Snapshot::open(params, origin, publication, tables, parallelism, batch_rows)
+                .await?;
         Ok(Source {
             state: State::Snapshot {
                 client,
-                consistent_point: created.consistent_point,
-                snapshot,
+                consistent_point,
+                snapshot: Box::new(snapshot),
                 batch: Vec::new().into_iter(),
                 batch_budget: None,
                 relation: None,
-                next_index: 0,
+                next_index: origin.first_index(),
             },
-            assembler: assemble::Assembler::new(created.consistent_point, None),
+            assembler: assemble::Assembler::new(consistent_point, None),
             incremental: None,
         })
+    }
+
+    /// The snapshot's readers' snapshot (`pg_current_snapshot()`) and the
+    /// tables' shapes in it, while the snapshot is read: what the offset
+    /// store keeps so that an interrupted snapshot can be resumed.
+    pub fn snapshot_taken(&self) -> Option<(&str, &[(u32, String)])> {
+        match &self.state {
+            State::Snapshot { snapshot, .. } => Some((&snapshot.taken, &snapshot.shapes)),
+            _ => None,
+        }
     }
 
     /// Per-table progress of the snapshot (empty when there is none).

@@ -1,5 +1,7 @@
 //! The initial snapshot as part of the source: several readers inside one
-//! exported snapshot, merged into one ordered feed of rows.
+//! exported snapshot, merged into one ordered feed of rows — or, resuming
+//! an interrupted snapshot on its slot, inside a snapshot of their own that
+//! keeps only the rows the interrupted one saw.
 //!
 //! Invariants:
 //! - **One consistent cut.** Every reader imports the snapshot the slot
@@ -7,6 +9,19 @@
 //!   ([`Snapshot::open`] is the only place that opens readers), so all of
 //!   them see exactly the transactions committed before the slot's
 //!   consistent point, and streaming from that point sees every later one.
+//! - **The same cut when resumed** ([`Origin::Resumed`]). The exported
+//!   snapshot died with its connection, but its `pg_current_snapshot()`
+//!   ([`Snapshot::taken`]) was stored: the readers see the tables now and
+//!   keep only the row versions whose inserting transaction that snapshot
+//!   saw (`pg::snapshot::EXISTED_IN`). A row as of the consistent point
+//!   that still exists unchanged is read; one inserted, updated or deleted
+//!   since is the stream's, which starts at the same consistent point. That
+//!   holds only if no table was rewritten (a rewrite gives every row a new
+//!   `xmin`) or changed: the tables' shapes as the readers see them must
+//!   equal those the interrupted snapshot stored
+//!   ([`SnapshotError::ChangedSinceSnapshot`] otherwise), and the caller
+//!   resumes only while the cluster's transaction ids fit in 32 bits
+//!   (`pg::snapshot::full_xids`).
 //! - **Per-aggregate order.** Each table is split among the readers by a
 //!   hash of its aggregate-id column ([`HashSplit`]), so one aggregate's rows
 //!   are all read by one reader, in the table's snapshot order (`order_by`,
@@ -35,7 +50,9 @@ use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::pg::catalog;
-use crate::pg::snapshot::{HashSplit, SnapshotError, SnapshotReader, shape_changes, table_shapes};
+use crate::pg::snapshot::{
+    HashSplit, SnapshotError, SnapshotReader, changed_since, shape_changes, table_shapes,
+};
 use crate::pg::wire::ConnectParams;
 use crate::pgoutput::{Relation, TupleData};
 
@@ -47,6 +64,40 @@ pub const QUEUED_BATCHES: usize = 2;
 /// (queued batches and the one being handed out): the read-ahead does not
 /// grow with `parallelism`.
 pub const READ_AHEAD_BYTES: usize = 4 << 20;
+
+/// Where the readers' snapshot comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// The slot's exported snapshot, by name: a new snapshot.
+    Exported(String),
+    /// An interrupted snapshot, resumed on its slot: its readers' snapshot
+    /// as `pg_current_snapshot()` printed it, the tables' shapes it saw, and
+    /// which resumption this is (1 the first): its rows are numbered from
+    /// `attempt << SNAPSHOT_ATTEMPT_SHIFT`.
+    Resumed {
+        taken: String,
+        shapes: Vec<(u32, String)>,
+        attempt: u32,
+    },
+}
+
+/// Snapshot rows of attempt `a` of one snapshot (one consistent point) are
+/// numbered from `a << SNAPSHOT_ATTEMPT_SHIFT` ([`crate::source::Position`]'s
+/// `index`): attempts never share a number, so a `[[table]]` snapshot
+/// event id (`<consistent point>:snapshot:…`) names one row for good even
+/// when a resumed attempt reads other rows than the interrupted one did.
+/// 2^40 rows per attempt.
+pub const SNAPSHOT_ATTEMPT_SHIFT: u32 = 40;
+
+impl Origin {
+    /// The position index of this attempt's first row.
+    pub fn first_index(&self) -> u64 {
+        match self {
+            Origin::Exported(_) => 0,
+            Origin::Resumed { attempt, .. } => u64::from(*attempt) << SNAPSHOT_ATTEMPT_SHIFT,
+        }
+    }
+}
 
 /// One table to snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +179,11 @@ pub(super) struct Snapshot {
     /// Tables whose relation was announced downstream.
     pub(super) announced: Vec<bool>,
     pub(super) tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The readers' snapshot as `pg_current_snapshot()` prints it (resumed:
+    /// the interrupted one's): what a resume selects rows by.
+    pub(super) taken: String,
+    /// The tables' shapes (and their partitions') in that snapshot.
+    pub(super) shapes: Vec<(u32, String)>,
 }
 
 impl Drop for Snapshot {
@@ -139,12 +195,12 @@ impl Drop for Snapshot {
 }
 
 impl Snapshot {
-    /// Opens `parallelism` readers on `snapshot_name` (all import it before
-    /// this returns), reads the tables' shapes and row estimates, and starts
-    /// the reader tasks.
+    /// Opens `parallelism` readers on `origin` (an exported snapshot: all
+    /// import it before this returns), reads the tables' shapes and row
+    /// estimates, and starts the reader tasks.
     pub(super) async fn open(
         params: &ConnectParams,
-        snapshot_name: &str,
+        origin: &Origin,
         publication: &str,
         tables: &[SnapshotTable],
         parallelism: u32,
@@ -153,7 +209,12 @@ impl Snapshot {
         let parallelism = parallelism.max(1);
         let mut readers = Vec::with_capacity(parallelism as usize);
         for _ in 0..parallelism {
-            readers.push(SnapshotReader::open(params, snapshot_name).await?);
+            readers.push(match origin {
+                Origin::Exported(name) => SnapshotReader::open(params, name).await?,
+                Origin::Resumed { taken, .. } => {
+                    SnapshotReader::open_resumed(params, taken).await?
+                }
+            });
         }
         let mut relations = Vec::with_capacity(tables.len());
         let mut progress = Vec::with_capacity(tables.len());
@@ -187,6 +248,17 @@ impl Snapshot {
             return Err(SnapshotError::ChangedSinceSnapshot { changes });
         }
         drop(now);
+        let (taken, shapes) = match origin {
+            Origin::Exported(_) => (readers[0].current_snapshot().await?, in_snapshot),
+            Origin::Resumed { taken, shapes, .. } => {
+                // A table rewritten since the interrupted snapshot has new
+                // `xmin`s everywhere: its rows would all look too new.
+                if let Some(changes) = changed_since(shapes, &in_snapshot) {
+                    return Err(SnapshotError::ChangedSinceSnapshot { changes });
+                }
+                (taken.clone(), shapes.clone())
+            }
+        };
         let (tx, feed) = mpsc::channel(QUEUED_BATCHES * parallelism as usize);
         let read_ahead = Arc::new(Semaphore::new(READ_AHEAD_BYTES));
         let mut tasks = Vec::with_capacity(readers.len());
@@ -215,6 +287,8 @@ impl Snapshot {
             announced: vec![false; tables.len()],
             progress,
             tasks,
+            taken,
+            shapes,
         })
     }
 }

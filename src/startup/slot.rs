@@ -61,10 +61,17 @@ pub enum SlotPlan {
     /// happened in between is gone: a row inserted and deleted (an outbox
     /// row cleaned up), and every update or delete of a `[[table]]`. That
     /// range is an accepted gap, stored and shown like one.
+    ///
+    /// `resume`: the interrupted snapshot's slot is still at its consistent
+    /// point (this LSN) and its readers' snapshot is stored, so the slot is
+    /// kept and the tables not done yet are read as that snapshot saw them
+    /// (`crate::source::Origin::Resumed`), if [`resumable`] agrees;
+    /// `drop_first` is then false.
     Snapshot {
         drop_first: bool,
         why: String,
         replaces_stream_at: Option<String>,
+        resume: Option<Lsn>,
     },
     /// `initial_only` with nothing left to do.
     NothingToDo { why: String },
@@ -111,6 +118,40 @@ pub fn snapshot_outlived_idle_timeout(
     Ok(())
 }
 
+/// Whether the interrupted snapshot `progress` can be resumed on this
+/// server now, checked on `catalog`: `Err` says why not. A resumed read
+/// keeps the rows whose `xmin` the stored snapshot saw, which is exact only
+/// while the cluster's transaction ids fit in 32 bits
+/// ([`crate::pg::snapshot::full_xids`]); and a table rewritten or changed
+/// since (`VACUUM FULL`, `ALTER TABLE … TYPE`, a dropped column) would show
+/// its old rows as new ([`crate::pg::snapshot::changed_since`]). Checked
+/// again by the readers once they hold their locks.
+pub async fn resumable(
+    catalog: &tokio_postgres::Client,
+    progress: &crate::offsets::SnapshotProgress,
+) -> Result<(), String> {
+    use crate::pg::snapshot::{changed_since, full_xids, table_shapes};
+    match full_xids(catalog).await {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(
+                "the cluster has used 2^32 transaction ids or more, so a row's xmin no \
+                        longer tells whether the interrupted snapshot saw it"
+                    .to_owned(),
+            );
+        }
+        Err(e) => return Err(e.to_string()),
+    }
+    let oids: Vec<u32> = progress.shapes.iter().map(|(oid, _)| *oid).collect();
+    match table_shapes(catalog, &oids).await {
+        Ok(now) => match changed_since(&progress.shapes, &now) {
+            None => Ok(()),
+            Some(changes) => Err(changes),
+        },
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Decides [`SlotPlan`] from the snapshot mode (`None`: unset), the stored
 /// offset and the slot. Refused: a mode that asks for a snapshot with a slot
 /// walrelay did not create for it (a snapshot can only be aligned with a
@@ -137,14 +178,55 @@ pub fn slot_plan(
         }
     };
     if interrupted && wants_snapshot {
-        let why = "the previous snapshot did not complete (the offset store says it was \
-                   running); its exported snapshot is gone, so it is taken again from the start"
-            .to_owned();
+        let progress = stored.and_then(|s| s.snapshot.as_ref());
+        let point = progress
+            .and_then(|p| p.consistent_point.as_deref())
+            .and_then(|c| c.parse::<Lsn>().ok());
+        let why_not = match (point, slot) {
+            _ if progress.is_none_or(|p| p.taken.is_none() || p.shapes.is_empty()) => {
+                "its readers' snapshot was never stored".to_owned()
+            }
+            (None, _) => "its slot's consistent point was never stored".to_owned(),
+            (_, None) => format!("replication slot {:?} is gone", pg.slot),
+            (Some(_), Some(s))
+                if s.wal_status.as_deref() == Some("lost") || s.invalidation_reason.is_some() =>
+            {
+                format!(
+                    "replication slot {:?} was invalidated ({})",
+                    pg.slot,
+                    s.invalidation_reason.as_deref().unwrap_or("lost")
+                )
+            }
+            (Some(point), Some(s)) if s.confirmed_flush_lsn != Some(point) => format!(
+                "replication slot {:?} is at {}, not at the snapshot's consistent point {point}",
+                pg.slot,
+                s.confirmed_flush_lsn
+                    .map_or_else(|| "no position".to_owned(), |l| l.to_string())
+            ),
+            (Some(point), Some(_)) => {
+                return Ok(SlotPlan::Snapshot {
+                    drop_first: false,
+                    why: format!(
+                        "the previous snapshot did not complete (the offset store says it was \
+                         running); its slot is still at its consistent point {point}, so it is \
+                         resumed: the tables not done yet are read as of that point, and the \
+                         stream goes on from it"
+                    ),
+                    replaces_stream_at: None,
+                    resume: Some(point),
+                });
+            }
+        };
+        let why = format!(
+            "the previous snapshot did not complete (the offset store says it was running) and \
+             cannot be resumed: {why_not}; it is taken again from the start"
+        );
         needs_create(why.clone())?;
         return Ok(SlotPlan::Snapshot {
             drop_first: slot.is_some(),
             why,
             replaces_stream_at: None,
+            resume: None,
         });
     }
     // Under no_data an interrupted snapshot is simply not resumed.
@@ -160,6 +242,7 @@ pub fn slot_plan(
                     drop_first: false,
                     why,
                     replaces_stream_at: None,
+                    resume: None,
                 })
             } else {
                 missing_slot(pg, None, accept_slot_position)?;
@@ -201,6 +284,7 @@ pub fn slot_plan(
                     drop_first: false,
                     why,
                     replaces_stream_at: Some(stored.lsn.to_string()),
+                    resume: None,
                 });
             }
             missing_slot(pg, Some(stored), accept_slot_position)?;
@@ -219,6 +303,7 @@ pub fn slot_plan(
                     drop_first: true,
                     why,
                     replaces_stream_at: Some(stored.lsn.to_string()),
+                    resume: None,
                 });
             }
             Ok(SlotPlan::Resume)

@@ -122,8 +122,9 @@ async fn takeovers_commit_every_event_once() {
 
 /// 60,000 rows that predate the slot: the initial snapshot is one Kafka
 /// transaction, so two kills in the middle of it leave nothing visible of
-/// it, and the snapshot taken again reaches a `read_committed` consumer
-/// once, followed by what writers commit meanwhile, streamed.
+/// it, and the snapshot resumed on its slot (read whole again: no table of
+/// it was committed) reaches a `read_committed` consumer once, followed by
+/// what writers commit meanwhile, streamed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kills_during_the_initial_snapshot_commit_it_once() {
     require_kafka();
@@ -155,7 +156,14 @@ async fn kills_during_the_initial_snapshot_commit_it_once() {
     let config = relay.config_path.clone();
     for kill in 0..2 {
         relay
-            .wait_log("created replication slot with an exported snapshot", START)
+            .wait_log(
+                if kill == 0 {
+                    "created replication slot with an exported snapshot"
+                } else {
+                    "resuming the initial snapshot"
+                },
+                START,
+            )
             .await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(
@@ -169,12 +177,11 @@ async fn kills_during_the_initial_snapshot_commit_it_once() {
         std::fs::write(&relay.log_path, "").unwrap();
         relay = RelayProcess::start_with(&config, &[]);
     }
-    // Writers from the last snapshot's consistent point on: their rows are
-    // streamed after it (rows written before it would be in the snapshot,
-    // in key order, which says nothing of commit order per aggregate).
-    relay
-        .wait_log("created replication slot with an exported snapshot", START)
-        .await;
+    // Writers from the last attempt on (after the snapshot's consistent
+    // point): their rows are streamed after it (rows written before it
+    // would be in the snapshot, in key order, which says nothing of commit
+    // order per aggregate).
+    relay.wait_log("resuming the initial snapshot", START).await;
     let writers = tokio::spawn({
         let name = db.name.clone();
         async move { write_outbox_load(&name, 4, 4_000, 300, Duration::from_millis(20)).await }

@@ -144,14 +144,16 @@ async fn verify_handover(db: &TestDb, names: &Names, got: &[Consumed]) -> (usize
                 "{topic} {agg}: a snapshot record after a streamed one"
             );
         }
-        // Within each snapshot (consistent point): seq order.
+        // Within each snapshot (consistent point): seq order, each row's
+        // first copy (a resumed snapshot re-reads at the same point).
         let mut per_point: HashMap<String, Vec<i64>> = HashMap::new();
+        let mut first = HashSet::new();
         for r in recs.iter().filter(|r| is_snapshot(r)) {
             let id = r.header_str("id").unwrap();
-            per_point
-                .entry(r.header_str("walrelay.lsn").unwrap_or_default())
-                .or_default()
-                .push(seqs[&id]);
+            let point = r.header_str("walrelay.lsn").unwrap_or_default();
+            if first.insert((point.clone(), id.clone())) {
+                per_point.entry(point).or_default().push(seqs[&id]);
+            }
         }
         for (point, order) in per_point {
             let mut sorted = order.clone();
@@ -276,16 +278,61 @@ async fn wait_for_ids(names: &Names, want: &HashSet<String>) -> Vec<Consumed> {
     .await
 }
 
+/// Inserts a row and deletes it again in a later transaction, over and
+/// over until `stop`, on aggregates the prefill uses (the outbox pattern's
+/// cleanup); returns the ids, each with the WAL position before its insert.
+/// One inserted after a snapshot's consistent point and deleted before the
+/// snapshot read it is only in the stream.
+async fn insert_then_delete(
+    db_name: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<(String, u64)> {
+    let client = pg_connect(&db_name).await;
+    let mut ids = Vec::new();
+    let mut n = 0u64;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        n += 1;
+        let before: String = client
+            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .await
+            .expect("wal position")
+            .get(0);
+        let id: String = client
+            .query_one(
+                "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+                 VALUES (gen_random_uuid(), 'order', 'agg-' || ($1::int8 % 497), 'Gone',
+                         jsonb_build_object('gone', $1::int8))
+                 RETURNING id::text",
+                &[&(n as i64)],
+            )
+            .await
+            .expect("insert")
+            .get(0);
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        client
+            .execute("DELETE FROM outbox WHERE id = $1::text::uuid", &[&id])
+            .await
+            .expect("delete");
+        ids.push((id, parse_lsn(&before)));
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    ids
+}
+
 /// `kill -9` three times during the snapshot, at random points (a random
 /// delay after the slot was created, or after a random number of snapshot
-/// records reached Kafka), with writers inserting meanwhile and during the
-/// last snapshot. Each restart
-/// finds `running` in the offset store, says so, drops the slot and takes
-/// the snapshot again from the beginning; in the end every row arrived, per
-/// aggregate in order (a restart that resumed from the slot instead would
-/// lose the rows the killed snapshot had not sent yet).
+/// records reached Kafka), with writers inserting, and a writer inserting
+/// and deleting again, meanwhile and during the last attempt. Each restart
+/// finds `running` in the offset store and the slot still at the
+/// snapshot's consistent point, says so, and *resumes*: the slot is kept
+/// (created once), the table is read again with only the rows the first
+/// attempt's exported snapshot saw — never a row written since, which the
+/// stream carries — and streaming goes on from the same point. In the end
+/// every row arrived, per aggregate in order, and so did every row
+/// inserted and deleted while the connector was down (a restart that
+/// dropped the slot and took a new snapshot would lose those).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_snapshot_killed_three_times_is_taken_again_and_loses_nothing() {
+async fn a_snapshot_killed_three_times_is_resumed_and_loses_nothing() {
     use rand::{RngExt, SeedableRng};
     const ROWS: usize = 150_000;
     require_kafka();
@@ -306,24 +353,16 @@ async fn a_snapshot_killed_three_times_is_taken_again_and_loses_nothing() {
     let writers = tokio::spawn(async move {
         write_outbox_load(&name, 2, 3_000, 500, Duration::from_millis(20)).await;
     });
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gone = tokio::spawn(insert_then_delete(db.name.clone(), stop.clone()));
     let mut from = 0;
     for round in 0..3 {
-        wait_log_since(
-            &mut relay,
-            from,
-            "created replication slot with an exported snapshot",
-            START,
-        )
-        .await;
-        if round > 0 {
-            let log = log_since(&relay, from);
-            assert!(
-                log.contains("the previous snapshot did not complete")
-                    && log.contains("taken again from the start")
-                    && log.contains("dropped the replication slot"),
-                "restart {round} does not say it takes the interrupted snapshot again:\n{log}"
-            );
-        }
+        let started = if round == 0 {
+            "created replication slot with an exported snapshot"
+        } else {
+            "resuming the initial snapshot"
+        };
+        wait_log_since(&mut relay, from, started, START).await;
         let before = records_in(&topics);
         if round == 0 {
             // A random delay, cut short once half the rows are in Kafka so a
@@ -353,32 +392,335 @@ async fn a_snapshot_killed_three_times_is_taken_again_and_loses_nothing() {
             "round {round}: killed with {} new records in Kafka",
             records_in(&topics) - before
         );
+        // Down for a moment: rows inserted and deleted now are only in WAL.
+        tokio::time::sleep(Duration::from_millis(300)).await;
         from = relay.log().len();
         relay = RelayProcess::start_with(&path, &[]);
     }
-    wait_log_since(
-        &mut relay,
-        from,
-        "created replication slot with an exported snapshot",
-        START,
-    )
-    .await;
-    // More writes while the last snapshot runs: they must be streamed after it.
+    wait_log_since(&mut relay, from, "resuming the initial snapshot", START).await;
+    // More writes while the last attempt runs: they must be streamed after it.
     write_outbox_load(&db.name, 2, 1_000, 500, Duration::ZERO).await;
     wait_log_since(&mut relay, from, "snapshot completed", CATCH_UP).await;
-    let log = log_since(&relay, from);
-    assert!(
-        log.contains("the previous snapshot did not complete"),
-        "the last restart does not say it takes the interrupted snapshot again:\n{log}"
-    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let gone = gone.await.expect("insert-then-delete writer");
     writers.await.expect("writers");
+    let log = relay.log();
+    assert_eq!(
+        log.matches("created replication slot with an exported snapshot")
+            .count(),
+        1,
+        "the slot is created once and kept:\n{log}"
+    );
+    assert!(
+        !log.contains("dropped the replication slot")
+            && !log.contains("taken again from the start"),
+        "a restart took the snapshot again instead of resuming it:\n{log}"
+    );
     let got = all_arrived(&db, &names).await;
-    let (snapshot, streamed) = verify_handover(&db, &names, &got).await;
-    eprintln!("{snapshot} snapshot records (with re-sends), {streamed} streamed");
+    let point = got
+        .iter()
+        .find(|r| is_snapshot(r))
+        .and_then(|r| r.header_str("walrelay.lsn"))
+        .map(|l| parse_lsn(&l))
+        .expect("a snapshot record");
+    // Every row inserted after the consistent point and deleted again
+    // while the snapshot was interrupted or resumed: streamed. (One
+    // inserted before it and deleted before a snapshot attempt read it is
+    // in neither, as with an uninterrupted snapshot whose reader comes to
+    // it after the delete.)
+    let all_gone = gone.len();
+    let gone_ids: HashSet<String> = gone
+        .into_iter()
+        .filter(|(_, before)| *before > point)
+        .map(|(id, _)| id)
+        .collect();
+    let got = wait_for("the inserted-then-deleted rows in Kafka", CATCH_UP, || {
+        let names = names.clone();
+        let gone_ids = &gone_ids;
+        let mut got = Some(got.clone());
+        async move {
+            let got = got.take().filter(|g| {
+                let ids: HashSet<String> = g.iter().filter_map(|r| r.header_str("id")).collect();
+                gone_ids.is_subset(&ids)
+            });
+            got.or_else(|| {
+                let g = consumed(&names);
+                let ids: HashSet<String> = g.iter().filter_map(|r| r.header_str("id")).collect();
+                gone_ids.is_subset(&ids).then_some(g)
+            })
+        }
+    })
+    .await;
+    eprintln!(
+        "{} of {all_gone} rows inserted and deleted meanwhile were inserted after the \
+         consistent point: all in Kafka",
+        gone_ids.len()
+    );
+    assert!(
+        gone_ids.len() >= 20,
+        "only {} inserted-then-deleted rows",
+        gone_ids.len()
+    );
+    // A resumed read keeps only the rows the first attempt's snapshot saw,
+    // at its one consistent point: no row is both a snapshot record and a
+    // streamed one (committed after that point).
+    let snapshot_records: Vec<&Consumed> = got.iter().filter(|r| is_snapshot(r)).collect();
+    let points: HashSet<String> = snapshot_records
+        .iter()
+        .filter_map(|r| r.header_str("walrelay.lsn"))
+        .collect();
+    assert_eq!(points.len(), 1, "snapshot records at {points:?}");
+    let streamed_ids: HashSet<String> = got
+        .iter()
+        .filter(|r| !is_snapshot(r))
+        .filter_map(|r| r.header_str("id"))
+        .collect();
+    let both: Vec<String> = snapshot_records
+        .iter()
+        .filter_map(|r| r.header_str("id"))
+        .filter(|id| streamed_ids.contains(id))
+        .collect();
+    assert!(
+        both.is_empty(),
+        "{} rows committed after the consistent point came as snapshot records too: {:?}",
+        both.len(),
+        &both[..both.len().min(5)]
+    );
+    // The rows that still exist: the handover's guarantees.
+    let deleted: HashSet<String> = {
+        let rows = outbox_rows(&db).await;
+        got.iter()
+            .filter_map(|r| r.header_str("id"))
+            .filter(|id| !rows.contains_key(id))
+            .collect()
+    };
+    let kept: Vec<Consumed> = got
+        .into_iter()
+        .filter(|r| r.header_str("id").is_none_or(|id| !deleted.contains(&id)))
+        .collect();
+    let (snapshot, streamed) = verify_handover(&db, &names, &kept).await;
+    eprintln!(
+        "{snapshot} snapshot records ({} re-sent), {streamed} streamed",
+        snapshot - ROWS
+    );
     assert!(snapshot >= ROWS, "{snapshot} snapshot records");
     assert!(
         streamed >= 1_000,
-        "{streamed} streamed: the rows written during the last snapshot"
+        "{streamed} streamed: the rows written during the last attempt"
+    );
+    assert!(relay.stop().success());
+}
+
+/// `walrelay status` for `config`: its stdout.
+fn status(config: &std::path::Path) -> String {
+    let out = std::process::Command::new(walrelay_bin())
+        .args(["status", "--config"])
+        .arg(config)
+        .output()
+        .expect("run walrelay status");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Two tables, `small` (read first) and `outbox` (150,000 rows, slowed by
+/// a small in-flight limit). Once the offset store says `small` is done
+/// (`walrelay status` shows it), kill -9: the restart resumes and does not
+/// read `small` again — its records are in Kafka once. Killed again while
+/// resuming, and `VACUUM FULL outbox` while walrelay is down: a rewritten
+/// table cannot be resumed (its shape changed), so the restart says why,
+/// drops the slot and takes the snapshot again from the start. Every row
+/// arrives in the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_snapshot_skips_tables_done_and_a_rewrite_takes_it_again() {
+    const ROWS: usize = 150_000;
+    const SMALL: usize = 300;
+    require_kafka();
+    let db = TestDb::new("snap_resume").await;
+    create_outbox(&db).await;
+    prefill(&db, ROWS, 500).await;
+    db.create_outbox("small").await;
+    db.client
+        .batch_execute(&format!(
+            "INSERT INTO small (id, aggregatetype, aggregateid, type, payload)
+             SELECT gen_random_uuid(), 'small', 'agg-' || (g % 7), 'Created',
+                    jsonb_build_object('pre', g)
+             FROM generate_series(1, {SMALL}) g"
+        ))
+        .await
+        .expect("small rows");
+    let names = Names::new("snap_resume");
+    let config = connector_config(
+        &db,
+        &names,
+        &format!(
+            "[[outbox]]\ntable = \"public.small\"\ntopic = \"{p}.{{aggregatetype}}\"\n\n\
+             [[outbox]]\ntable = \"public.outbox\"\ntopic = \"{p}.{{aggregatetype}}\"\n\
+             snapshot_order_by = [\"seq\"]\n",
+            p = names.topic_prefix
+        ),
+    )
+    .replace("[kafka]\n", "[kafka]\nmax_in_flight_records = 200\n");
+    let path = write_config(&config);
+    let small_topic = names.topic("small");
+    let small_records = || consume_to_end(&[small_topic.as_str()]).len();
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    wait_for(
+        "the offset store to hold public.small done",
+        CATCH_UP,
+        || {
+            relay.is_running().then_some(()).expect("walrelay exited");
+            let said = status(&path);
+            async move { said.contains("tables done: public.small;").then_some(()) }
+        },
+    )
+    .await;
+    assert!(
+        !relay.log().contains("snapshot completed"),
+        "the snapshot completed before the kill; the test proves nothing"
+    );
+    relay.kill9();
+    assert_eq!(small_records(), SMALL, "public.small in Kafka once");
+    let from = relay.log().len();
+    relay = RelayProcess::start_with(&path, &[]);
+    wait_log_since(&mut relay, from, "resuming the initial snapshot", START).await;
+    assert!(
+        log_since(&relay, from).contains(
+            "snapshot: table done before the interruption, not read again table=public.small"
+        ),
+        "{}",
+        log_since(&relay, from)
+    );
+    let before = records_in(&topics(&names));
+    wait_for("resumed snapshot records in Kafka", CATCH_UP, || async {
+        (records_in(&topics(&names)) - before >= 1_000).then_some(())
+    })
+    .await;
+    assert!(
+        !log_since(&relay, from).contains("snapshot completed"),
+        "the resumed snapshot completed before the second kill"
+    );
+    relay.kill9();
+    assert_eq!(small_records(), SMALL, "public.small not read again");
+    // A rewrite while walrelay is down: the stored shapes no longer match.
+    db.client
+        .batch_execute("VACUUM FULL outbox")
+        .await
+        .expect("vacuum full");
+    let from = relay.log().len();
+    relay = RelayProcess::start_with(&path, &[]);
+    wait_log_since(&mut relay, from, "snapshot completed", CATCH_UP).await;
+    let log = log_since(&relay, from);
+    assert!(
+        log.contains("cannot be resumed: DDL changed the captured tables")
+            && log.contains("taken again from the start")
+            && log.contains("dropped the replication slot"),
+        "the restart after the rewrite does not say it takes the snapshot again:\n{log}"
+    );
+    let got = all_arrived(&db, &names).await;
+    let (snapshot, _) = verify_handover(&db, &names, &got).await;
+    eprintln!("{snapshot} snapshot records of public.outbox over three attempts");
+    assert_eq!(
+        small_records(),
+        2 * SMALL,
+        "public.small again, with the snapshot taken again"
+    );
+    assert!(relay.stop().success());
+}
+
+/// `[[table]]` snapshot events are named `<consistent point>:snapshot:<n>`:
+/// a resumed attempt reads at the same point, but other rows at the same
+/// numbers (a table done before the kill is skipped, two readers interleave
+/// differently), so it numbers its rows apart. Three tables read by two
+/// readers, killed once the offset store holds the first done (a
+/// `[[table]]`'s last row waits for the next table, which decides its
+/// snapshot marker), resumed without it: every event id names one row, and
+/// every row of the three tables arrived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_table_snapshot_names_each_row_by_its_own_event_id() {
+    const ROWS: i64 = 120_000;
+    require_kafka();
+    let db = TestDb::new("snap_resume_t").await;
+    db.client
+        .batch_execute(&format!(
+            "CREATE TABLE first_t (id int PRIMARY KEY, v text);
+             ALTER TABLE first_t OWNER TO walrelay;
+             INSERT INTO first_t SELECT g, 'f' || g FROM generate_series(1, 500) g;
+             CREATE TABLE second_t (id int PRIMARY KEY, v text);
+             ALTER TABLE second_t OWNER TO walrelay;
+             INSERT INTO second_t SELECT g, 's' || g FROM generate_series(1, 500) g;
+             CREATE TABLE items (id int PRIMARY KEY, v text);
+             ALTER TABLE items OWNER TO walrelay;
+             INSERT INTO items SELECT g, 'i' || g FROM generate_series(1, {ROWS}) g;"
+        ))
+        .await
+        .expect("tables");
+    let names = Names::new("snap_resume_t");
+    let prefix = format!("{}_cdc", names.connector);
+    let config = connector_config(
+        &db,
+        &names,
+        &format!(
+            "[table_defaults]\ntopic_prefix = \"{prefix}\"\n\n\
+             [[table]]\nname = \"public.first_t\"\n\n[[table]]\nname = \"public.second_t\"\n\n\
+             [[table]]\nname = \"public.items\"\n\n\
+             [snapshot]\nparallelism = 2\n"
+        ),
+    )
+    .replace("[kafka]\n", "[kafka]\nmax_in_flight_records = 200\n");
+    let path = write_config(&config);
+    let topics = [
+        format!("{prefix}.public.first_t"),
+        format!("{prefix}.public.second_t"),
+        format!("{prefix}.public.items"),
+    ];
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    wait_for(
+        "the offset store to hold public.first_t done",
+        CATCH_UP,
+        || {
+            relay.is_running().then_some(()).expect("walrelay exited");
+            let said = status(&path);
+            async move { said.contains("tables done: public.first_t;").then_some(()) }
+        },
+    )
+    .await;
+    assert!(
+        !relay.log().contains("snapshot completed"),
+        "the snapshot completed before the kill; the test proves nothing"
+    );
+    relay.kill9();
+    let from = relay.log().len();
+    relay = RelayProcess::start_with(&path, &[]);
+    wait_log_since(&mut relay, from, "resuming the initial snapshot", START).await;
+    wait_log_since(&mut relay, from, "snapshot completed", CATCH_UP).await;
+    let got = consume_to_end(&[topics[0].as_str(), topics[1].as_str(), topics[2].as_str()]);
+    let mut rows_of_id: HashMap<String, HashSet<(String, Vec<u8>)>> = HashMap::new();
+    for r in &got {
+        let id = r.header_str("walrelay.event_id").expect("an event id");
+        rows_of_id
+            .entry(id)
+            .or_default()
+            .insert((r.topic.clone(), r.key.clone().unwrap_or_default()));
+    }
+    let shared: Vec<_> = rows_of_id
+        .iter()
+        .filter(|(_, rows)| rows.len() > 1)
+        .collect();
+    assert!(
+        shared.is_empty(),
+        "{} event ids name more than one row, e.g. {:?}",
+        shared.len(),
+        shared.iter().take(3).collect::<Vec<_>>()
+    );
+    let keys: HashSet<(String, Vec<u8>)> = rows_of_id.into_values().flatten().collect();
+    assert_eq!(
+        keys.len(),
+        1_000 + ROWS as usize,
+        "every row of the three tables"
+    );
+    eprintln!(
+        "{} records for {} rows, no event id shared",
+        got.len(),
+        keys.len()
     );
     assert!(relay.stop().success());
 }

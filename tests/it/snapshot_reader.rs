@@ -567,7 +567,17 @@ async fn open_source(
     tables: &[&str],
 ) -> Result<Source, SourceError> {
     let tables: Vec<SnapshotTable> = tables.iter().map(|t| snapshot_table(t)).collect();
-    Source::snapshot(client, created, &params(db), publication, &tables, 2, 100).await
+    let origin = walrelay::source::Origin::Exported(created.snapshot_name.clone());
+    Source::snapshot(
+        client,
+        (created.consistent_point, &origin),
+        &params(db),
+        publication,
+        &tables,
+        2,
+        100,
+    )
+    .await
 }
 
 /// Each kind of DDL PostgreSQL does not show to an older snapshot

@@ -280,6 +280,7 @@ async fn slot_line(
             drop_first,
             why,
             replaces_stream_at,
+            resume,
         } => {
             for (outbox, table) in tables {
                 if let Err(e) = startup::snapshot_privileges(client, table).await {
@@ -296,6 +297,27 @@ async fn slot_line(
                 if let Err(e) = startup::table_snapshot_order(config, c) {
                     return fail(e.problem(), e.fix());
                 }
+            }
+            if let Some(point) = resume {
+                let progress = stored.as_ref().and_then(|s| s.snapshot.as_ref());
+                let checked = match progress {
+                    Some(p) => startup::resumable(client, p).await,
+                    None => Err("its progress is not stored".to_owned()),
+                };
+                return match checked {
+                    Ok(()) => Outcome::Ok(format!(
+                        "{} is at the interrupted snapshot's consistent point {point}; run will \
+                         resume the snapshot ({} of its tables done) and stream from that point: \
+                         {why}",
+                        pg.slot,
+                        progress.map_or(0, |p| p.tables_done.len())
+                    )),
+                    Err(why_not) => Outcome::Warn(format!(
+                        "{} exists; the interrupted snapshot cannot be resumed ({why_not}), so \
+                         run will drop the slot and create it again with a new snapshot",
+                        pg.slot
+                    )),
+                };
             }
             let then = if config.snapshot.mode == Some(SnapshotMode::InitialOnly) {
                 "then stop (initial_only)"

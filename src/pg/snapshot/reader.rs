@@ -26,6 +26,9 @@ use super::sql::{chunk_sql, copy_sql};
 pub struct SnapshotReader {
     client: Client,
     snapshot_name: String,
+    /// A resumed snapshot's reader: only the row versions this snapshot
+    /// (the interrupted one's, as `pg_current_snapshot()` printed it) saw.
+    existed_in: Option<String>,
 }
 
 impl std::fmt::Debug for SnapshotReader {
@@ -56,6 +59,7 @@ impl SnapshotReader {
         Ok(SnapshotReader {
             client,
             snapshot_name: snapshot_name.to_owned(),
+            existed_in: None,
         })
     }
 
@@ -76,7 +80,38 @@ impl SnapshotReader {
         Ok(SnapshotReader {
             client,
             snapshot_name: String::new(),
+            existed_in: None,
         })
+    }
+
+    /// A reader of a resumed snapshot: [`SnapshotReader::open_now`], whose
+    /// reads return only the row versions the interrupted snapshot `taken`
+    /// saw (as its [`SnapshotReader::current_snapshot`] printed it): the
+    /// rows as of that snapshot's consistent point that still exist
+    /// unchanged. A row inserted or updated since is left to the stream
+    /// from that point, which carries it. Only valid while the cluster's
+    /// transaction ids fit in 32 bits ([`full_xids`]).
+    pub async fn open_resumed(
+        params: &ConnectParams,
+        taken: &str,
+    ) -> Result<SnapshotReader, SnapshotError> {
+        let mut reader = SnapshotReader::open_now(params).await?;
+        reader.existed_in = Some(taken.to_owned());
+        Ok(reader)
+    }
+
+    /// This transaction's snapshot as `pg_current_snapshot()` prints it
+    /// (`xmin:xmax:xip,…`): inside an imported snapshot, the exported one.
+    pub async fn current_snapshot(&self) -> Result<String, SnapshotError> {
+        self.client
+            .query_one("SELECT pg_current_snapshot()::text", &[])
+            .await
+            .map(|r| r.get(0))
+            .map_err(|source| SnapshotError::Query {
+                table: String::from("(none)"),
+                context: "reading pg_current_snapshot()",
+                source,
+            })
     }
 
     /// Cancels any one statement of this reader's transaction that runs
@@ -291,7 +326,14 @@ impl SnapshotReader {
         // either. A partitioned table is read whole (its partitions are its
         // rows, and the publication streams them as the root's).
         let partitioned = self.is_partitioned(relation).await?;
-        let sql = copy_sql(relation, !partitioned, order_by, split, filter)?;
+        let sql = copy_sql(
+            relation,
+            !partitioned,
+            order_by,
+            split,
+            filter,
+            self.existed_in.as_deref(),
+        )?;
         self.copy(relation, &sql).await
     }
 
@@ -397,6 +439,7 @@ impl SnapshotReader {
         Ok(SnapshotReader {
             client,
             snapshot_name: String::new(),
+            existed_in: None,
         })
     }
 
@@ -646,3 +689,24 @@ fn import_sql(snapshot_name: &str) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// Whether a row's 32-bit `xmin` is its full transaction id on `client`'s
+/// server: the cluster has used fewer than 2^32 transaction ids (epoch 0,
+/// as `pg_snapshot_xmax(pg_current_snapshot())` shows without taking an
+/// id). Past that, a frozen row's raw `xmin` can equal a recent
+/// transaction's low 32 bits, and a resumed snapshot could not tell the two
+/// apart ([`super::sql::EXISTED_IN`]).
+pub async fn full_xids(client: &Client) -> Result<bool, SnapshotError> {
+    client
+        .query_one(
+            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::numeric < 4294967296",
+            &[],
+        )
+        .await
+        .map(|r| r.get(0))
+        .map_err(|source| SnapshotError::Query {
+            table: String::from("(none)"),
+            context: "reading the transaction id epoch",
+            source,
+        })
+}

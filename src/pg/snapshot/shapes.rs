@@ -62,3 +62,64 @@ pub fn shape_changes(in_snapshot: &[(u32, String)], now: &[(u32, String)]) -> Op
     (!changes.is_empty())
         .then(|| format!("DDL changed the captured tables: {}", changes.join("; ")))
 }
+
+/// What changed in the tables a resumed snapshot reads (`now`, with their
+/// partitions) since the interrupted snapshot stored their shapes
+/// (`stored`): a table (or partition) it saw whose storage, name or columns
+/// differ. A table it did not see (added to the configuration, or a
+/// partition attached since) is not a change: its rows are read as they
+/// are.
+pub fn changed_since(stored: &[(u32, String)], now: &[(u32, String)]) -> Option<String> {
+    let changes: Vec<String> = now
+        .iter()
+        .filter_map(|(oid, now)| {
+            let (_, then) = stored.iter().find(|(o, _)| o == oid)?;
+            (then != now).then(|| format!("{then} became {now}"))
+        })
+        .collect();
+    (!changes.is_empty()).then(|| {
+        format!(
+            "DDL changed the captured tables since the interrupted snapshot: {}",
+            changes.join("; ")
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::changed_since;
+
+    #[test]
+    fn a_resumed_snapshot_sees_rewrites_and_column_changes_but_not_new_tables() {
+        let stored = vec![
+            (
+                1,
+                "public.a (kind r, filenode 10, columns: 1 id 23 -1)".to_owned(),
+            ),
+            (
+                2,
+                "public.b (kind r, filenode 20, columns: 1 id 23 -1)".to_owned(),
+            ),
+        ];
+        assert_eq!(changed_since(&stored, &stored), None);
+        // A table added to the configuration (or a partition attached): no change.
+        let mut now = stored.clone();
+        now.push((
+            3,
+            "public.c (kind r, filenode 30, columns: 1 id 23 -1)".to_owned(),
+        ));
+        assert_eq!(changed_since(&stored, &now), None);
+        // Rewritten (VACUUM FULL, ALTER … TYPE): a new filenode.
+        let mut now = stored.clone();
+        now[1].1 = "public.b (kind r, filenode 21, columns: 1 id 23 -1)".to_owned();
+        let said = changed_since(&stored, &now).expect("a rewrite");
+        assert!(
+            said.contains("filenode 20") && said.contains("filenode 21"),
+            "{said}"
+        );
+        // A column added.
+        let mut now = stored.clone();
+        now[0].1 = "public.a (kind r, filenode 10, columns: 1 id 23 -1, 2 x 25 -1)".to_owned();
+        assert!(changed_since(&stored, &now).is_some());
+    }
+}

@@ -12,16 +12,41 @@ use super::split::HashSplit;
 
 /// `COPY (SELECT <columns> FROM [ONLY] <table> [WHERE (<filter>) AND <split>] ORDER BY <order_by>) TO STDOUT`
 /// for `relation`; every order and split column must be one of its columns.
-/// `only` leaves inheritance children out.
+/// `only` leaves inheritance children out. With `existed_in` (a snapshot as
+/// `pg_current_snapshot()` prints it, `xmin:xmax:xip,…`), only the row
+/// versions whose inserting transaction that snapshot sees
+/// ([`EXISTED_IN`]): a resumed initial snapshot's rows as of its
+/// consistent point, the later ones being the stream's.
 pub fn copy_sql(
     relation: &Relation,
     only: bool,
     order_by: &[String],
     split: Option<&HashSplit>,
     filter: Option<&str>,
+    existed_in: Option<&str>,
 ) -> Result<String, SnapshotError> {
-    chunk_sql(relation, only, order_by, split, filter, None, None)
+    select_sql(
+        relation,
+        only,
+        order_by,
+        &Selection {
+            split,
+            filter,
+            existed_in,
+            after: None,
+            limit: None,
+        },
+    )
 }
+
+/// The row version was inserted (or last updated) by a transaction that
+/// the snapshot `$1` sees. `xmin` is the 32-bit xid; it equals the full
+/// transaction id only while the cluster has used fewer than 2^32 of them
+/// (its epoch is 0) — so a caller uses this only then
+/// (`pg_snapshot_xmax(pg_current_snapshot()) < 2^32` on the session that
+/// reads). A frozen row keeps its raw `xmin`, older than any snapshot's
+/// `xmin`, so it counts as seen.
+pub const EXISTED_IN: &str = "pg_visible_in_snapshot(xmin::text::xid8, $1::pg_snapshot)";
 
 /// [`copy_sql`] for one chunk of an incremental snapshot: only rows whose
 /// `order_by` columns come after `after` (a row comparison, so the key must
@@ -35,6 +60,42 @@ pub fn chunk_sql(
     after: Option<&[Option<String>]>,
     limit: Option<usize>,
 ) -> Result<String, SnapshotError> {
+    select_sql(
+        relation,
+        only,
+        order_by,
+        &Selection {
+            split,
+            filter,
+            existed_in: None,
+            after,
+            limit,
+        },
+    )
+}
+
+/// Which rows a statement selects, beyond its table and order.
+struct Selection<'a> {
+    split: Option<&'a HashSplit>,
+    filter: Option<&'a str>,
+    existed_in: Option<&'a str>,
+    after: Option<&'a [Option<String>]>,
+    limit: Option<usize>,
+}
+
+fn select_sql(
+    relation: &Relation,
+    only: bool,
+    order_by: &[String],
+    selection: &Selection<'_>,
+) -> Result<String, SnapshotError> {
+    let Selection {
+        split,
+        filter,
+        existed_in,
+        after,
+        limit,
+    } = *selection;
     let table = relation_display(relation);
     let known = |column: &str, what: &'static str| {
         if relation.column_index(column).is_some() {
@@ -90,6 +151,9 @@ pub fn chunk_sql(
     }
     if let Some(split) = split {
         conditions.push(split.filter_sql());
+    }
+    if let Some(snapshot) = existed_in {
+        conditions.push(EXISTED_IN.replace("$1", &escape_literal(snapshot)));
     }
     if let Some(after) = after {
         // Untyped literals take the key columns' types; NULL sorts nowhere.

@@ -35,6 +35,9 @@ fn a_snapshot_lost_to_the_idle_timeout_is_not_taken_again_blindly() {
         tables_done: Vec::new(),
         rows: 10,
         consistent_point: Some("0/200".into()),
+        taken: None,
+        shapes: Vec::new(),
+        attempt: 0,
     });
     let refused = snapshot_outlived_idle_timeout(Some(&just_snapshotted), Some(&lost), "s", "1min")
         .unwrap_err()
@@ -67,6 +70,9 @@ fn stored(snapshot: Option<crate::offsets::SnapshotState>) -> StoredOffset {
             tables_done: Vec::new(),
             rows: 0,
             consistent_point: None,
+            taken: None,
+            shapes: Vec::new(),
+            attempt: 0,
         }),
         ..StoredOffset::for_tests("c", "1", "0/200".parse().unwrap())
     }
@@ -172,4 +178,83 @@ fn a_test_decoding_slot_is_named_with_its_plugin() {
     };
     let e = slot_shape(&slot, "s", "d").unwrap_err();
     assert!(e.problem().contains("using plugin test_decoding"), "{e}");
+}
+
+/// An interrupted snapshot is resumed on its slot only when the slot is
+/// still at the stored consistent point and the readers' snapshot and the
+/// tables' shapes are stored; otherwise it is taken again, saying why.
+#[test]
+fn an_interrupted_snapshot_is_resumed_only_on_its_untouched_slot() {
+    use crate::offsets::SnapshotState::Running;
+    let resumable = || {
+        let mut s = stored(Some(Running));
+        let p = s.snapshot.as_mut().unwrap();
+        p.consistent_point = Some("0/200".into());
+        p.taken = Some("750:752:750".into());
+        p.shapes = vec![(
+            16384,
+            "public.outbox (kind r, filenode 16384, columns: …)".into(),
+        )];
+        s
+    };
+    let plan = |st: StoredOffset, sl: Option<SlotState>| {
+        slot_plan(None, Some(&st), sl.as_ref(), &pg(true), false).unwrap()
+    };
+    match plan(resumable(), Some(slot("reserved"))) {
+        SlotPlan::Snapshot {
+            drop_first: false,
+            resume: Some(point),
+            why,
+            ..
+        } => {
+            assert_eq!(point, Lsn(0x200));
+            assert!(why.contains("resumed"), "{why}");
+        }
+        other => panic!("not resumed: {other:?}"),
+    }
+    // Each missing condition: taken again from the start, saying why.
+    let mut moved = slot("reserved");
+    moved.confirmed_flush_lsn = Some(Lsn(0x300));
+    let mut invalidated = slot("lost");
+    invalidated.invalidation_reason = Some("wal_removed".into());
+    let mut no_taken = resumable();
+    no_taken.snapshot.as_mut().unwrap().taken = None;
+    let mut no_shapes = resumable();
+    no_shapes.snapshot.as_mut().unwrap().shapes.clear();
+    let mut no_point = resumable();
+    no_point.snapshot.as_mut().unwrap().consistent_point = None;
+    for (st, sl, said, drop_first) in [
+        (resumable(), Some(moved), "is at 0/00000300, not at", true),
+        (
+            resumable(),
+            Some(invalidated),
+            "was invalidated (wal_removed)",
+            true,
+        ),
+        (resumable(), None, "is gone", false),
+        (no_taken, Some(slot("reserved")), "never stored", true),
+        (no_shapes, Some(slot("reserved")), "never stored", true),
+        (
+            no_point,
+            Some(slot("reserved")),
+            "consistent point was never stored",
+            true,
+        ),
+    ] {
+        match plan(st, sl) {
+            SlotPlan::Snapshot {
+                drop_first: d,
+                resume: None,
+                why,
+                ..
+            } => {
+                assert_eq!(d, drop_first, "{why}");
+                assert!(
+                    why.contains(said) && why.contains("taken again from the start"),
+                    "{said}: {why}"
+                );
+            }
+            other => panic!("{said}: {other:?}"),
+        }
+    }
 }

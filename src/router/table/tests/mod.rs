@@ -474,17 +474,28 @@ fn snapshot_row_ids_stay_distinct_past_four_billion_rows() {
     let mut r = router(TABLE, &rel);
     let new = row(vec![t("1"), t("Ann"), t("1.00"), Cell::Null]);
     let mut ids = std::collections::HashSet::new();
-    for index in [
-        u64::from(u32::MAX) - 1,
-        u64::from(u32::MAX),
-        u64::from(u32::MAX) + 1,
-        1 << 40,
+    // The first attempt's numbers, then resumed attempts' (1 and 3):
+    // `<attempt>.<row>`, never a number another attempt gave.
+    for (index, suffix) in [
+        (
+            u64::from(u32::MAX) - 1,
+            (u64::from(u32::MAX) - 1).to_string(),
+        ),
+        (u64::from(u32::MAX), u64::from(u32::MAX).to_string()),
+        (
+            u64::from(u32::MAX) + 1,
+            (u64::from(u32::MAX) + 1).to_string(),
+        ),
+        ((1 << 40) - 1, ((1u64 << 40) - 1).to_string()),
+        (1 << 40, "1.0".to_owned()),
+        ((1 << 40) + 5, "1.5".to_owned()),
+        ((3 << 40) + 5, "3.5".to_owned()),
     ] {
         let mut out = Vec::new();
         r.on_snapshot_row(7, &new, COMMIT, index, 1, SnapshotMarker::True, &mut out)
             .unwrap();
         let id = header(&out[0], EVENT_ID_HEADER);
-        assert!(id.ends_with(&format!(":snapshot:{index}")), "{id}");
+        assert!(id.ends_with(&format!(":snapshot:{suffix}")), "{id}");
         assert!(ids.insert(id), "index {index} repeats an id");
     }
 }
