@@ -243,7 +243,7 @@ pub(crate) async fn connect(url: &secrecy::SecretString) -> Result<Client, Conne
         let refused = crate::pg::tls::is_tls_refusal(&e);
         let mut text = format!(
             "cannot connect to inbox.postgres.url ({address}, sslmode={mode}): {}",
-            error_chain(&e)
+            crate::pg::tls::error_chain(&e)
         );
         if text.contains("TLS handshake") {
             text.push_str(if target.tls.mode.verifies_certificate() {
@@ -314,22 +314,6 @@ where
     if let Err(e) = conn.await {
         tracing::debug!(error = %e, "inbox database connection ended");
     }
-}
-
-/// `e` and its causes, `: `-joined (tokio-postgres's own text stops at
-/// "error performing TLS handshake", its cause says why).
-fn error_chain(e: &tokio_postgres::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        let more = c.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        cause = c.source();
-    }
-    text
 }
 
 impl Connection {

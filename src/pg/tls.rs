@@ -428,3 +428,21 @@ pub fn replication_ssl(
 
 #[cfg(test)]
 mod tests;
+
+/// `e` and its causes, `: `-joined, each cause once: tokio-postgres prints
+/// only the first (`error performing TLS handshake`), and why — a refused
+/// certificate, a server without TLS — is in its causes. For both
+/// connections' errors, the connector's and the inbox's.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
+}

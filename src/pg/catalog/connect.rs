@@ -10,7 +10,8 @@ use tokio_postgres::{Client, NoTls};
 use crate::pg::tls;
 use crate::pg::wire::ConnectParams;
 
-use super::error::{CatalogError, error_chain};
+use super::error::CatalogError;
+use crate::pg::tls::error_chain;
 
 /// Connects a plain (non-replication) session.
 pub async fn connect(params: &ConnectParams) -> Result<Client, CatalogError> {

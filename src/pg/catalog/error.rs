@@ -74,7 +74,7 @@ impl CatalogError {
 /// or "error connecting to server" without saying why).
 pub fn describe(e: &tokio_postgres::Error) -> String {
     let Some(db) = e.as_db_error() else {
-        return error_chain(e);
+        return crate::pg::tls::error_chain(e);
     };
     let mut text = format!(
         "{}: {} (SQLSTATE {})",
@@ -89,21 +89,6 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
     if let Some(hint) = db.hint() {
         text.push_str("; hint: ");
         text.push_str(hint);
-    }
-    text
-}
-
-/// `e` and its causes, `: `-separated (tokio-postgres prints only the first).
-pub(super) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let more = c.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        cause = c.source();
     }
     text
 }

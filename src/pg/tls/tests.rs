@@ -73,3 +73,33 @@ fn a_bad_root_cert_file_is_named() {
         .is_none()
     );
 }
+
+/// An error's causes follow it, each once (a cause whose text the error
+/// already shows is not repeated).
+#[test]
+fn error_chain_names_every_cause_once() {
+    #[derive(Debug)]
+    struct E(&'static str, Option<Box<E>>);
+    impl std::fmt::Display for E {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for E {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+    let e = E(
+        "error performing TLS handshake",
+        Some(Box::new(E(
+            "TLS handshake",
+            Some(Box::new(E("certificate verify failed", None))),
+        ))),
+    );
+    assert_eq!(
+        super::error_chain(&e),
+        "error performing TLS handshake: certificate verify failed"
+    );
+    assert_eq!(super::error_chain(&E("alone", None)), "alone");
+}
