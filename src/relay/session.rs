@@ -623,6 +623,13 @@ impl Session {
                             &self.metrics,
                         )
                         .await?;
+                    if let Origin::Exported(_) = origin {
+                        tracing::info!(
+                            lsn = %consistent_point,
+                            "the snapshot is resumable: the offset store holds its readers' \
+                             snapshot, so a restart resumes it on this slot"
+                        );
+                    }
                 }
                 let mut run = Streaming::new(
                     config.clone(),

@@ -158,7 +158,7 @@ async fn kills_during_the_initial_snapshot_commit_it_once() {
         relay
             .wait_log(
                 if kill == 0 {
-                    "created replication slot with an exported snapshot"
+                    "the snapshot is resumable"
                 } else {
                     "resuming the initial snapshot"
                 },

@@ -357,8 +357,10 @@ async fn a_snapshot_killed_three_times_is_resumed_and_loses_nothing() {
     let gone = tokio::spawn(insert_then_delete(db.name.clone(), stop.clone()));
     let mut from = 0;
     for round in 0..3 {
+        // Killed once the offset store can resume it (killed before, the
+        // snapshot is taken again: `cannot be resumed`, unit-tested).
         let started = if round == 0 {
-            "created replication slot with an exported snapshot"
+            "the snapshot is resumable"
         } else {
             "resuming the initial snapshot"
         };
@@ -368,7 +370,7 @@ async fn a_snapshot_killed_three_times_is_resumed_and_loses_nothing() {
             // A random delay, cut short once half the rows are in Kafka so a
             // fast machine still kills mid-snapshot.
             let delay = Duration::from_millis(rng.random_range(500..=5_000));
-            eprintln!("round {round}: kill {delay:?} after the slot was created");
+            eprintln!("round {round}: kill {delay:?} after the snapshot was resumable");
             let until = Instant::now() + delay;
             while Instant::now() < until && records_in(&topics) - before < ROWS as i64 / 2 {
                 tokio::time::sleep(Duration::from_millis(50)).await;
