@@ -33,6 +33,6 @@ mod stored;
 pub use decision::{Server, SlotPosition, StartDecision, compare, switch_point};
 pub use store::{OffsetStore, OffsetStoreError, TOPIC_CONFIG};
 pub use stored::{
-    AcceptedGap, IncrementalProgress, IncrementalTableProgress, SnapshotProgress, SnapshotState,
-    StoredOffset,
+    AcceptedGap, IncrementalProgress, IncrementalTableProgress, SnapshotPart, SnapshotProgress,
+    SnapshotState, StoredOffset,
 };

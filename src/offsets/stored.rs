@@ -198,6 +198,23 @@ pub struct SnapshotProgress {
     /// so that a `[[table]]` snapshot event id names one row for good.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub attempt: u32,
+    /// Per part of a table not done (one per reader: `part` of `of`), the
+    /// key of the last row up to which Kafka holds every row of the part: a
+    /// resumed snapshot reads the part from after it, with as many readers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<SnapshotPart>,
+}
+
+/// How far one reader's part of a table got (see [`SnapshotProgress::parts`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotPart {
+    /// `schema.table`.
+    pub table: String,
+    pub part: u32,
+    pub of: u32,
+    /// The part's read key's values (text) of its last row Kafka holds,
+    /// with every row before it.
+    pub after: Vec<Option<String>>,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -80,8 +80,8 @@ pub enum Token {
         index: u64,
         /// The event's id, to name it in errors.
         event_id: Option<EventId>,
-        /// For a snapshot record: its table's index in the snapshot.
-        snapshot_table: Option<u32>,
+        /// For a snapshot record: its batch (`source::SnapshotChunk::id`).
+        snapshot_chunk: Option<u32>,
         /// The transaction's commit time, ms since 1970 (0: none, e.g. a
         /// snapshot record), for `walrelay_commit_to_ack_seconds`.
         commit_ms: i64,

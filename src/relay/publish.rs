@@ -96,7 +96,8 @@ pub(super) enum Counted {
     /// A streamed change committed at `commit_ms` (ms since 1970): the
     /// commit-to-acknowledgement histogram.
     Streamed { commit_ms: i64 },
-    /// A row of the initial snapshot's table #n: its per-table count.
+    /// A row of the initial snapshot's batch #n (`source::SnapshotChunk`):
+    /// its table's count and its reader's resume position.
     SnapshotTable(u32),
     /// Nothing more (heartbeats, incremental snapshot rows).
     Other,
@@ -406,7 +407,7 @@ impl Publisher {
         record: &crate::router::Record,
         counted: Counted,
     ) -> Result<(), Sent> {
-        let (snapshot_table, commit_ms) = match counted {
+        let (snapshot_chunk, commit_ms) = match counted {
             Counted::Streamed { commit_ms } => (None, commit_ms),
             Counted::SnapshotTable(table) => {
                 self.pace.on_snapshot_row();
@@ -439,7 +440,7 @@ impl Publisher {
             commit_lsn: pos.commit_lsn,
             index: pos.index,
             event_id: record_id(record),
-            snapshot_table,
+            snapshot_chunk,
             commit_ms,
         };
         self.offsets.check_lease().await.map_err(Sent::Error)?;

@@ -375,37 +375,7 @@ impl Session {
             self.accept_slot_position,
         )?;
         // A resumable snapshot, checked against the server as it is now.
-        let plan = match plan {
-            SlotPlan::Snapshot {
-                resume: Some(point),
-                why,
-                ..
-            } => {
-                let checked = match stored.as_ref().and_then(|s| s.snapshot.as_ref()) {
-                    Some(progress) => startup::resumable(&catalog, progress).await,
-                    None => Err("its progress is not stored".to_owned()),
-                };
-                match checked {
-                    Ok(()) => SlotPlan::Snapshot {
-                        drop_first: false,
-                        why,
-                        replaces_stream_at: None,
-                        resume: Some(point),
-                    },
-                    Err(why_not) => SlotPlan::Snapshot {
-                        drop_first: true,
-                        why: format!(
-                            "the previous snapshot did not complete (the offset store says it \
-                             was running) and cannot be resumed: {why_not}; it is taken again \
-                             from the start"
-                        ),
-                        replaces_stream_at: None,
-                        resume: None,
-                    },
-                }
-            }
-            plan => plan,
-        };
+        let plan = super::snapshot::checked_plan(plan, stored.as_ref(), &catalog).await;
         let existing_slot = match plan {
             SlotPlan::NothingToDo { why } => {
                 tracing::info!("{why}; stopping");
@@ -459,13 +429,7 @@ impl Session {
                         .as_ref()
                         .and_then(|s| s.snapshot.clone())
                         .ok_or(RelayError::Ended("the stored snapshot progress"))?;
-                    let mut progress = progress;
-                    progress.attempt += 1;
-                    let origin = Origin::Resumed {
-                        taken: progress.taken.clone().unwrap_or_default(),
-                        shapes: progress.shapes.clone(),
-                        attempt: progress.attempt,
-                    };
+                    let (origin, progress) = super::snapshot::resumed(progress);
                     let done = progress.tables_done.clone();
                     // The marker as stored (`running`, its point, its
                     // readers' snapshot, the tables done), this attempt
@@ -491,6 +455,7 @@ impl Session {
                         taken: None,
                         shapes: Vec::new(),
                         attempt: 0,
+                        parts: Vec::new(),
                     });
                     offsets
                         .store(

@@ -20,6 +20,13 @@
 //! - **A table is done when Kafka holds it**: the progress stored and
 //!   logged names a table done only when all its rows were read and
 //!   acknowledged.
+//! - **A part resumes from what Kafka holds** ([`parts`]): each reader's
+//!   part of a table is stored at the key of the last row up to which every
+//!   row of the part was acknowledged, as soon as it moves (one offset
+//!   write per batch at most), so a crash re-sends about what was in
+//!   flight.
+
+mod parts;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -31,10 +38,11 @@ use super::publish::{Counted, Publisher};
 use super::table_events::TableEvents;
 use super::{Ack, RelayError};
 use crate::Lsn;
-use crate::offsets::{SnapshotProgress, SnapshotState};
+use crate::offsets::{SnapshotPart, SnapshotProgress, SnapshotState, StoredOffset};
 use crate::pgoutput::{Relation, TupleData};
 use crate::router::Routed;
-use crate::source::{Position, Source, SourceEvent};
+use crate::source::{Origin, PartFrom, Position, Source, SourceEvent};
+use crate::startup::SlotPlan;
 
 /// How often progress is logged (and stored in the offset store).
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
@@ -83,6 +91,10 @@ pub(super) struct InitialSnapshot {
     /// acknowledged (what the stored progress said).
     done_before: Vec<String>,
     rows_before: u64,
+    /// Where each reader's part of each table can resume from.
+    parts: parts::Parts,
+    /// The readers: the parts of each table.
+    readers: u32,
 }
 
 impl InitialSnapshot {
@@ -108,13 +120,23 @@ impl InitialSnapshot {
                 ..TableCount::default()
             })
             .collect();
-        let (done_before, rows_before) = publisher
+        let (done_before, rows_before, stored_parts) = publisher
             .offsets_mut()
             .template_mut()
             .snapshot
             .as_ref()
-            .map(|s| (s.tables_done.clone(), s.rows))
+            .map(|s| (s.tables_done.clone(), s.rows, s.parts.clone()))
             .unwrap_or_default();
+        let readers = source.snapshot_readers();
+        // A resumed snapshot's parts stay where they were until they move.
+        let resumed = stored_parts
+            .into_iter()
+            .filter(|p| p.of == readers)
+            .filter_map(|p| {
+                let table = tables.iter().position(|t| t.table == p.table)?;
+                Some(((table, p.part), p.after))
+            })
+            .collect();
         let metrics = publisher.metrics();
         metrics.snapshot_running.store(true, Ordering::Relaxed);
         metrics
@@ -130,6 +152,8 @@ impl InitialSnapshot {
             read_all: None,
             done_before,
             rows_before,
+            parts: parts::Parts::new(resumed),
+            readers,
         })
     }
 
@@ -153,9 +177,13 @@ impl InitialSnapshot {
             && publisher.offsets().in_flight().is_none()
     }
 
-    /// A record of table #`table` was acknowledged.
-    pub(super) fn acked(&mut self, table: u32) {
-        if let Some(t) = self.tables.get_mut(table as usize) {
+    /// A record of snapshot batch #`chunk` was acknowledged.
+    pub(super) fn acked(&mut self, chunk: u32) {
+        if let Some(t) = self
+            .parts
+            .acked(chunk)
+            .and_then(|table| self.tables.get_mut(table))
+        {
             t.acked += 1;
         }
     }
@@ -190,16 +218,33 @@ impl InitialSnapshot {
                 table,
                 relation,
                 row,
+                chunk,
             } => {
                 self.rows_read += 1;
                 publisher
                     .metrics()
                     .snapshot_rows
                     .fetch_add(1, Ordering::Relaxed);
-                self.publish_row(publisher, table_events, txn, pos, table, &relation, &row)
-                    .await
+                self.parts.sent(table, &chunk);
+                self.publish_row(
+                    publisher,
+                    table_events,
+                    txn,
+                    pos,
+                    (table, chunk.id),
+                    &relation,
+                    &row,
+                )
+                .await?;
+                // Where the parts stand, stored as soon as a batch is in
+                // Kafka: a crash re-sends at most what is in flight.
+                if self.parts.take_moved() {
+                    self.store_progress(publisher).await?;
+                }
+                Ok(())
             }
             SourceEvent::SnapshotTableDone { table, rows } => {
+                self.parts.close_current();
                 // `tables` mirrors the source's progress list, index for
                 // index.
                 let count = self.tables.get_mut(table);
@@ -215,6 +260,7 @@ impl InitialSnapshot {
                 }
             }
             SourceEvent::SnapshotDone { consistent_point } => {
+                self.parts.close_current();
                 self.read_all = Some(consistent_point);
                 table_events.snapshot_read(publisher).await?;
                 publisher
@@ -295,7 +341,7 @@ impl InitialSnapshot {
         table_events: &mut TableEvents,
         txn: crate::checkpoint::TxnId,
         pos: Position,
-        table: usize,
+        (table, chunk): (usize, u32),
         relation: &Arc<Relation>,
         row: &TupleData,
     ) -> Result<(), RelayError> {
@@ -307,7 +353,7 @@ impl InitialSnapshot {
                 t.sent += 1;
             }
             return table_events
-                .publish_snapshot_row(publisher, txn, pos, relation, row, table_index)
+                .publish_snapshot_row(publisher, txn, pos, relation, row, (table_index, chunk))
                 .await;
         }
         let record =
@@ -340,7 +386,7 @@ impl InitialSnapshot {
                 ),
             })?;
         count.sent += 1;
-        let counted = u32::try_from(table).map_or(Counted::Other, Counted::SnapshotTable);
+        let counted = Counted::SnapshotTable(chunk);
         publisher
             .publish_row(relation, txn, pos, &record, counted)
             .await
@@ -382,6 +428,24 @@ impl InitialSnapshot {
             // Only an interrupted snapshot is resumed.
             (taken, shapes) = (None, Vec::new());
         }
+        // Where each part of a table not done resumes from.
+        let parts = if state == SnapshotState::Completed {
+            Vec::new()
+        } else {
+            self.parts
+                .held()
+                .iter()
+                .filter_map(|(&(table, part), after)| {
+                    let t = self.tables.get(table)?;
+                    (!tables_done.contains(&t.table)).then(|| SnapshotPart {
+                        table: t.table.clone(),
+                        part,
+                        of: self.readers,
+                        after: after.clone(),
+                    })
+                })
+                .collect()
+        };
         template.snapshot = Some(SnapshotProgress {
             state,
             tables_done,
@@ -390,8 +454,70 @@ impl InitialSnapshot {
             taken,
             shapes,
             attempt,
+            parts,
         });
     }
+}
+
+/// A plan to resume an interrupted snapshot, checked against the server
+/// as it is now (`startup::resumable`): kept, or turned into taking the
+/// snapshot again from the start, saying why.
+pub(super) async fn checked_plan(
+    plan: SlotPlan,
+    stored: Option<&StoredOffset>,
+    catalog: &tokio_postgres::Client,
+) -> SlotPlan {
+    let SlotPlan::Snapshot {
+        resume: Some(point),
+        why,
+        ..
+    } = plan
+    else {
+        return plan;
+    };
+    let checked = match stored.and_then(|s| s.snapshot.as_ref()) {
+        Some(progress) => crate::startup::resumable(catalog, progress).await,
+        None => Err("its progress is not stored".to_owned()),
+    };
+    match checked {
+        Ok(()) => SlotPlan::Snapshot {
+            drop_first: false,
+            why,
+            replaces_stream_at: None,
+            resume: Some(point),
+        },
+        Err(why_not) => SlotPlan::Snapshot {
+            drop_first: true,
+            why: format!(
+                "the previous snapshot did not complete (the offset store says it was running) \
+                 and cannot be resumed: {why_not}; it is taken again from the start"
+            ),
+            replaces_stream_at: None,
+            resume: None,
+        },
+    }
+}
+
+/// The origin of a resumed snapshot's readers from its stored `progress`,
+/// and the progress with this attempt counted.
+pub(super) fn resumed(mut progress: SnapshotProgress) -> (Origin, SnapshotProgress) {
+    progress.attempt += 1;
+    let origin = Origin::Resumed {
+        taken: progress.taken.clone().unwrap_or_default(),
+        shapes: progress.shapes.clone(),
+        attempt: progress.attempt,
+        parts: progress
+            .parts
+            .iter()
+            .map(|p| PartFrom {
+                table: p.table.clone(),
+                part: p.part,
+                of: p.of,
+                after: p.after.clone(),
+            })
+            .collect(),
+    };
+    (origin, progress)
 }
 
 /// Rows per second over the last minute or so.

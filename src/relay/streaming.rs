@@ -362,9 +362,9 @@ impl Streaming {
     fn on_ack_at(&mut self, ack: Ack, now_ms: i64) -> Result<bool, RelayError> {
         match self.publisher.on_ack_at(ack, now_ms)? {
             Acked::Offset => Ok(true),
-            Acked::Record { snapshot_table } => {
-                if let (Some(table), Some(initial)) = (snapshot_table, &mut self.initial) {
-                    initial.acked(table);
+            Acked::Record { snapshot_chunk } => {
+                if let (Some(chunk), Some(initial)) = (snapshot_chunk, &mut self.initial) {
+                    initial.acked(chunk);
                 }
                 Ok(false)
             }

@@ -47,7 +47,8 @@ struct HeldRow {
     pos: Position,
     relation: Arc<Relation>,
     row: TupleData,
-    table_index: Option<u32>,
+    /// The snapshot batch it came in: what its acknowledgement counts for.
+    chunk: u32,
     first_in_snapshot: bool,
     first_in_table: bool,
 }
@@ -353,7 +354,7 @@ impl TableEvents {
         pos: Position,
         relation: &Arc<Relation>,
         row: &TupleData,
-        table_index: Option<u32>,
+        (table_index, chunk): (Option<u32>, u32),
     ) -> Result<(), RelayError> {
         let marks = &mut self.marks;
         let slot = table_index.unwrap_or(u32::MAX);
@@ -366,7 +367,7 @@ impl TableEvents {
                 pos,
                 relation: relation.clone(),
                 row: row.clone(),
-                table_index,
+                chunk,
                 first_in_snapshot,
                 first_in_table,
             },
@@ -437,9 +438,7 @@ impl TableEvents {
         );
         let sent = match made {
             Ok(()) => {
-                let counted = held
-                    .table_index
-                    .map_or(Counted::Other, Counted::SnapshotTable);
+                let counted = Counted::SnapshotTable(held.chunk);
                 publisher
                     .publish_all(None, &mut records, held.txn, held.pos, counted)
                     .await

@@ -65,6 +65,7 @@ fn no_offset_or_one_that_says_nothing_about_the_table_keeps_everything() {
         taken: None,
         shapes: Vec::new(),
         attempt: 0,
+        parts: Vec::new(),
     });
     assert_eq!(
         guard(Some(&o), "s", "public.outbox", MIN, false),

@@ -51,8 +51,21 @@ use crate::pg::wire::{ConnectParams, WireError};
 use crate::pgoutput::{DecodeError, Relation, TupleData};
 
 pub use incremental::{ChunkTable, IncrementalPlan, WATERMARK_PREFIX};
-pub use snapshot::{Origin, SNAPSHOT_ATTEMPT_SHIFT, SnapshotTable, TableProgress};
+pub use snapshot::{Origin, PartFrom, SNAPSHOT_ATTEMPT_SHIFT, SnapshotTable, TableProgress};
 pub use streamed::{SpillDirError, requested as in_progress_requested, taken_whole};
+
+/// The batch a snapshot row came in: consecutive rows of one table read by
+/// one reader (its part of the table), handed out whole before the next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotChunk {
+    /// Numbered in the order batches are handed out, from 0.
+    pub id: u32,
+    /// The reader: its part of the table.
+    pub part: u32,
+    /// The read key of the batch's last row: the part resumes after it
+    /// once Kafka holds every row up to it (`None`: not resumable by key).
+    pub last_key: Option<Vec<Option<String>>>,
+}
 
 /// Where a change sits in the WAL: its transaction's commit LSN and its
 /// index among that transaction's changes. Stable across re-sends.
@@ -175,6 +188,8 @@ pub enum SourceEvent {
         table: usize,
         relation: Arc<Relation>,
         row: TupleData,
+        /// The batch it came in (the same for each of the batch's rows).
+        chunk: Arc<SnapshotChunk>,
     },
     /// Every row of `table` (its index in [`Source::snapshot_progress`])
     /// was read (`rows` of them).
@@ -280,6 +295,9 @@ enum State {
         /// The batch's table (index in `snapshot.progress`) and relation.
         relation: Option<(usize, Arc<Relation>)>,
         next_index: u64,
+        /// The batch in hand, and the next batch's number.
+        chunk: Arc<SnapshotChunk>,
+        next_chunk: u32,
     },
     /// The snapshot is read; streaming has not started.
     SnapshotRead {
@@ -345,6 +363,12 @@ impl Source {
                 batch_budget: None,
                 relation: None,
                 next_index: origin.first_index(),
+                chunk: Arc::new(SnapshotChunk {
+                    id: 0,
+                    part: 0,
+                    last_key: None,
+                }),
+                next_chunk: 0,
             },
             assembler: assemble::Assembler::new(consistent_point, None),
             incremental: None,
@@ -358,6 +382,15 @@ impl Source {
         match &self.state {
             State::Snapshot { snapshot, .. } => Some((&snapshot.taken, &snapshot.shapes)),
             _ => None,
+        }
+    }
+
+    /// The snapshot's readers (each reads its part of every table); 0 when
+    /// there is no snapshot.
+    pub fn snapshot_readers(&self) -> u32 {
+        match &self.state {
+            State::Snapshot { snapshot, .. } => snapshot.readers,
+            _ => 0,
         }
     }
 
@@ -615,6 +648,8 @@ impl Source {
             batch_budget,
             relation,
             next_index,
+            chunk,
+            next_chunk,
             ..
         } = &mut self.state
         else {
@@ -634,6 +669,7 @@ impl Source {
                     table: *table,
                     relation: rel.clone(),
                     row,
+                    chunk: chunk.clone(),
                 });
             }
             // Every row of the batch is out: its read-ahead is free again
@@ -645,7 +681,15 @@ impl Source {
                     relation: rel,
                     rows,
                     budget,
+                    part,
+                    last_key,
                 }) => {
+                    *chunk = Arc::new(SnapshotChunk {
+                        id: *next_chunk,
+                        part,
+                        last_key,
+                    });
+                    *next_chunk = next_chunk.wrapping_add(1);
                     if let Some(p) = snapshot.progress.get_mut(table) {
                         p.rows_read += rows.len() as u64;
                     }

@@ -22,6 +22,12 @@
 //!   ([`SnapshotError::ChangedSinceSnapshot`] otherwise), and the caller
 //!   resumes only while the cluster's transaction ids fit in 32 bits
 //!   (`pg::snapshot::full_xids`).
+//! - **Resumable part by part.** When a table's read key pages it exactly
+//!   (unique, not NULL: `SnapshotReader::resumable_key`), each batch
+//!   carries its last row's key ([`crate::source::SnapshotChunk`]); a
+//!   resumed reader reads its part (the same hash split: as many readers
+//!   as then) after the key the caller stored ([`PartFrom`]), so only rows
+//!   after the last one Kafka held are read again.
 //! - **Per-aggregate order.** Each table is split among the readers by a
 //!   hash of its aggregate-id column ([`HashSplit`]), so one aggregate's rows
 //!   are all read by one reader, in the table's snapshot order (`order_by`,
@@ -78,7 +84,22 @@ pub enum Origin {
         taken: String,
         shapes: Vec<(u32, String)>,
         attempt: u32,
+        /// Where each reader's part of a table not done goes on from.
+        parts: Vec<PartFrom>,
     },
+}
+
+/// Where a resumed snapshot's reader `part` (of `of`) reads `table` from:
+/// after `after`, the values of the table's read key at the last row up to
+/// which Kafka held every row of that part. Used only with as many readers
+/// as then and a key that still pages the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartFrom {
+    /// `schema.table`.
+    pub table: String,
+    pub part: u32,
+    pub of: u32,
+    pub after: Vec<Option<String>>,
 }
 
 /// Snapshot rows of attempt `a` of one snapshot (one consistent point) are
@@ -145,12 +166,16 @@ impl SnapshotTable {
 #[derive(Debug)]
 pub(super) enum Feed {
     /// Rows of table `table` (index in the plan), in that reader's order,
-    /// holding their bytes of the shared read-ahead until handed out.
+    /// holding their bytes of the shared read-ahead until handed out; read
+    /// by reader `part`, the last one's read key `last_key` (`None`: the
+    /// table cannot be resumed by key).
     Rows {
         table: usize,
         relation: Arc<Relation>,
         rows: Vec<TupleData>,
         budget: OwnedSemaphorePermit,
+        part: u32,
+        last_key: Option<Vec<Option<String>>>,
     },
     /// This reader has read its whole part of table `table`.
     TableRead {
@@ -184,6 +209,8 @@ pub(super) struct Snapshot {
     pub(super) taken: String,
     /// The tables' shapes (and their partitions') in that snapshot.
     pub(super) shapes: Vec<(u32, String)>,
+    /// How many readers read it (each its part of every table).
+    pub(super) readers: u32,
 }
 
 impl Drop for Snapshot {
@@ -218,10 +245,23 @@ impl Snapshot {
         }
         let mut relations = Vec::with_capacity(tables.len());
         let mut progress = Vec::with_capacity(tables.len());
+        let mut keys = Vec::with_capacity(tables.len());
         for t in tables {
             let relation = readers[0]
                 .table_relation(&t.schema, &t.name, Some(publication))
                 .await?;
+            // The read key's columns, when it pages the table exactly: each
+            // batch's last row is then a place to resume from.
+            keys.push(
+                readers[0]
+                    .resumable_key(&relation, &t.order_by)
+                    .await?
+                    .and_then(|key| {
+                        key.iter()
+                            .map(|c| relation.column_index(c))
+                            .collect::<Option<Vec<usize>>>()
+                    }),
+            );
             progress.push(TableProgress {
                 table: t.display(),
                 estimated_rows: readers[0].estimate_rows(&relation).await?,
@@ -263,18 +303,37 @@ impl Snapshot {
         let read_ahead = Arc::new(Semaphore::new(READ_AHEAD_BYTES));
         let mut tasks = Vec::with_capacity(readers.len());
         for (index, reader) in readers.into_iter().enumerate() {
-            let plan: Vec<(Arc<Relation>, Vec<String>, Option<HashSplit>)> = tables
+            let plan: Vec<PartPlan> = tables
                 .iter()
                 .zip(&relations)
-                .map(|(t, rel)| {
+                .zip(&keys)
+                .map(|((t, rel), key)| {
                     let split = (parallelism > 1)
                         .then(|| HashSplit::new(&t.split_by, parallelism, index as u32))
                         .transpose()?;
-                    Ok((rel.clone(), t.order_by.clone(), split))
+                    let after = match (origin, key) {
+                        (Origin::Resumed { parts, .. }, Some(_)) => parts
+                            .iter()
+                            .find(|p| {
+                                p.table == t.display()
+                                    && p.part == index as u32
+                                    && p.of == parallelism
+                            })
+                            .map(|p| p.after.clone()),
+                        _ => None,
+                    };
+                    Ok(PartPlan {
+                        relation: rel.clone(),
+                        order_by: t.order_by.clone(),
+                        split,
+                        key: key.clone(),
+                        after,
+                    })
                 })
                 .collect::<Result<_, SnapshotError>>()?;
             tasks.push(tokio::spawn(read_all(
                 reader,
+                index as u32,
                 plan,
                 batch_rows,
                 read_ahead.clone(),
@@ -289,22 +348,61 @@ impl Snapshot {
             tasks,
             taken,
             shapes,
+            readers: parallelism,
         })
     }
 }
 
-/// One reader's whole job: its part of every table, in plan order.
+/// One reader's part of one table.
+struct PartPlan {
+    relation: Arc<Relation>,
+    order_by: Vec<String>,
+    split: Option<HashSplit>,
+    /// The read key's column indexes, when it pages the table exactly.
+    key: Option<Vec<usize>>,
+    /// Resumed: the part goes on after this key.
+    after: Option<Vec<Option<String>>>,
+}
+
+/// The read key's values of `row` (text), `None` if one is not text (never
+/// for COPY's text format) or not valid UTF-8.
+fn key_of(row: &TupleData, key: &[usize]) -> Option<Vec<Option<String>>> {
+    key.iter()
+        .map(|&i| match row.0.get(i)? {
+            crate::pgoutput::Cell::Null => Some(None),
+            cell => cell
+                .bytes()
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .map(|t| Some(t.to_owned())),
+        })
+        .collect()
+}
+
+/// One reader's whole job: its part (`part`) of every table, in plan order.
 async fn read_all(
     mut reader: SnapshotReader,
-    plan: Vec<(Arc<Relation>, Vec<String>, Option<HashSplit>)>,
+    part: u32,
+    plan: Vec<PartPlan>,
     batch_rows: usize,
     read_ahead: Arc<Semaphore>,
     tx: mpsc::Sender<Feed>,
 ) {
-    for (table, (relation, order_by, split)) in plan.into_iter().enumerate() {
+    for (table, p) in plan.into_iter().enumerate() {
+        let PartPlan {
+            relation,
+            order_by,
+            split,
+            key,
+            after,
+        } = p;
         let result = async {
-            let mut rows = reader.read(&relation, &order_by, split.as_ref()).await?;
+            let mut rows = reader
+                .read_after(&relation, &order_by, split.as_ref(), after.as_deref())
+                .await?;
             while let Some(batch) = rows.next_batch(batch_rows, BATCH_BYTES).await? {
+                let last_key = key
+                    .as_deref()
+                    .and_then(|k| batch.last().and_then(|row| key_of(row, k)));
                 let bytes = batch
                     .iter()
                     .flat_map(|row| row.0.iter())
@@ -323,6 +421,8 @@ async fn read_all(
                     relation: relation.clone(),
                     rows: batch,
                     budget,
+                    part,
+                    last_key,
                 };
                 if tx.send(rows).await.is_err() {
                     return Ok(false); // the consumer is gone

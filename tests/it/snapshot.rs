@@ -15,11 +15,13 @@ use support::*;
 const CATCH_UP: Duration = Duration::from_secs(240);
 
 /// An outbox with a `seq` column: the order rows were written in (by one
-/// writer), which the snapshot is told to follow.
+/// writer), which the snapshot is told to follow — unique, so that an
+/// interrupted snapshot resumes each reader's part from where Kafka held
+/// it.
 async fn create_outbox(db: &TestDb) {
     db.create_outbox("outbox").await;
     db.client
-        .batch_execute("ALTER TABLE outbox ADD COLUMN seq bigserial")
+        .batch_execute("ALTER TABLE outbox ADD COLUMN seq bigserial UNIQUE")
         .await
         .expect("seq column");
 }
@@ -320,17 +322,20 @@ async fn insert_then_delete(
 }
 
 /// `kill -9` three times during the snapshot, at random points (a random
-/// delay after the slot was created, or after a random number of snapshot
-/// records reached Kafka), with writers inserting, and a writer inserting
-/// and deleting again, meanwhile and during the last attempt. Each restart
-/// finds `running` in the offset store and the slot still at the
-/// snapshot's consistent point, says so, and *resumes*: the slot is kept
-/// (created once), the table is read again with only the rows the first
+/// delay after the snapshot became resumable, or after a random number of
+/// snapshot records reached Kafka), with writers inserting, and a writer
+/// inserting and deleting again, meanwhile and during the last attempt.
+/// Each restart finds `running` in the offset store and the slot still at
+/// the snapshot's consistent point, says so, and *resumes*: the slot is
+/// kept (created once), each reader's part goes on after the last row up
+/// to which Kafka held every row of it, keeping only the rows the first
 /// attempt's exported snapshot saw — never a row written since, which the
 /// stream carries — and streaming goes on from the same point. In the end
 /// every row arrived, per aggregate in order, and so did every row
 /// inserted and deleted while the connector was down (a restart that
-/// dropped the slot and took a new snapshot would lose those).
+/// dropped the slot and took a new snapshot would lose those); each kill
+/// re-sent at most what was in flight (`max_in_flight_records`) and about
+/// two batches (`fetch_rows`) per reader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_killed_three_times_is_resumed_and_loses_nothing() {
     use rand::{RngExt, SeedableRng};
@@ -347,7 +352,20 @@ async fn a_snapshot_killed_three_times_is_resumed_and_loses_nothing() {
     prefill(&db, ROWS, 500).await;
     let names = Names::new("snap_kill");
     let topics = topics(&names);
-    let path = write_config(&config(&db, &names, ""));
+    const IN_FLIGHT: usize = 2_000;
+    const BATCH: usize = 1_000;
+    const READERS: usize = 2;
+    let path = write_config(
+        &config(
+            &db,
+            &names,
+            &format!("fetch_rows = {BATCH}\nparallelism = {READERS}"),
+        )
+        .replace(
+            "[kafka]\n",
+            &format!("[kafka]\nmax_in_flight_records = {IN_FLIGHT}\n"),
+        ),
+    );
     let mut relay = RelayProcess::start_with(&path, &[]);
     let name = db.name.clone();
     let writers = tokio::spawn(async move {
@@ -367,16 +385,18 @@ async fn a_snapshot_killed_three_times_is_resumed_and_loses_nothing() {
         wait_log_since(&mut relay, from, started, START).await;
         let before = records_in(&topics);
         if round == 0 {
-            // A random delay, cut short once half the rows are in Kafka so a
-            // fast machine still kills mid-snapshot.
+            // A random delay, cut short once a quarter of the rows are in
+            // Kafka so a fast machine still kills mid-snapshot.
             let delay = Duration::from_millis(rng.random_range(500..=5_000));
             eprintln!("round {round}: kill {delay:?} after the snapshot was resumable");
             let until = Instant::now() + delay;
-            while Instant::now() < until && records_in(&topics) - before < ROWS as i64 / 2 {
+            while Instant::now() < until && records_in(&topics) - before < ROWS as i64 / 4 {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         } else {
-            let n = rng.random_range(1..=(ROWS as i64 / 2));
+            // Each attempt goes on where the last one's parts were: three
+            // kills must fit in one pass over the rows.
+            let n = rng.random_range(1..=(ROWS as i64 / 5));
             eprintln!("round {round}: kill after {n} more records are in Kafka");
             wait_for("snapshot records in Kafka", CATCH_UP, || async {
                 (records_in(&topics) - before >= n).then_some(())
@@ -501,11 +521,23 @@ async fn a_snapshot_killed_three_times_is_resumed_and_loses_nothing() {
         .filter(|r| r.header_str("id").is_none_or(|id| !deleted.contains(&id)))
         .collect();
     let (snapshot, streamed) = verify_handover(&db, &names, &kept).await;
+    let distinct: HashSet<String> = kept
+        .iter()
+        .filter(|r| is_snapshot(r))
+        .filter_map(|r| r.header_str("id"))
+        .collect();
+    let resent = snapshot - distinct.len();
     eprintln!(
-        "{snapshot} snapshot records ({} re-sent), {streamed} streamed",
-        snapshot - ROWS
+        "{snapshot} snapshot records of {} rows: {resent} re-sent over 3 kills, {streamed} streamed",
+        distinct.len()
     );
-    assert!(snapshot >= ROWS, "{snapshot} snapshot records");
+    assert!(distinct.len() >= ROWS, "{} snapshot rows", distinct.len());
+    let bound = 3 * (IN_FLIGHT + 2 * BATCH * READERS);
+    assert!(
+        resent <= bound,
+        "{resent} records re-sent over 3 kills: more than in flight and two batches per reader \
+         each time ({bound})"
+    );
     assert!(
         streamed >= 1_000,
         "{streamed} streamed: the rows written during the last attempt"

@@ -313,6 +313,52 @@ impl SnapshotReader {
         split: Option<&HashSplit>,
         filter: Option<&str>,
     ) -> Result<SnapshotRows<'_>, SnapshotError> {
+        self.read_selected(relation, order_by, split, filter, None)
+            .await
+    }
+
+    /// [`SnapshotReader::read`], only the rows after `after` in `order_by`
+    /// (which must then be unique and not NULL: see
+    /// [`SnapshotReader::resumable_key`]): a resumed snapshot's part.
+    pub async fn read_after(
+        &mut self,
+        relation: &Relation,
+        order_by: &[String],
+        split: Option<&HashSplit>,
+        after: Option<&[Option<String>]>,
+    ) -> Result<SnapshotRows<'_>, SnapshotError> {
+        self.read_selected(relation, order_by, split, None, after)
+            .await
+    }
+
+    /// The columns `relation` is read in when `order_by` is (its primary
+    /// key when empty), if keyset paging by them neither skips nor repeats
+    /// a row (unique, not NULL: [`chunk_key_problem`] for rows only
+    /// inserted); `None` otherwise, or when it has no key.
+    pub async fn resumable_key(
+        &self,
+        relation: &Relation,
+        order_by: &[String],
+    ) -> Result<Option<Vec<String>>, SnapshotError> {
+        let key = if order_by.is_empty() {
+            self.primary_key(relation).await?
+        } else {
+            order_by.to_vec()
+        };
+        Ok(match self.chunk_key(relation, &key, true).await {
+            Ok((used, None)) if used == key => Some(key),
+            _ => None,
+        })
+    }
+
+    async fn read_selected(
+        &mut self,
+        relation: &Relation,
+        order_by: &[String],
+        split: Option<&HashSplit>,
+        filter: Option<&str>,
+        after: Option<&[Option<String>]>,
+    ) -> Result<SnapshotRows<'_>, SnapshotError> {
         let pk;
         let order_by = if order_by.is_empty() {
             pk = self.primary_key(relation).await?;
@@ -333,6 +379,7 @@ impl SnapshotReader {
             split,
             filter,
             self.existed_in.as_deref(),
+            after,
         )?;
         self.copy(relation, &sql).await
     }

@@ -16,7 +16,9 @@ use super::split::HashSplit;
 /// `pg_current_snapshot()` prints it, `xmin:xmax:xip,…`), only the row
 /// versions whose inserting transaction that snapshot sees
 /// ([`EXISTED_IN`]): a resumed initial snapshot's rows as of its
-/// consistent point, the later ones being the stream's.
+/// consistent point, the later ones being the stream's. With `after`, only
+/// the rows whose `order_by` columns come after it (a resumed snapshot's
+/// part, from where Kafka held it: the key must be unique and not NULL).
 pub fn copy_sql(
     relation: &Relation,
     only: bool,
@@ -24,6 +26,7 @@ pub fn copy_sql(
     split: Option<&HashSplit>,
     filter: Option<&str>,
     existed_in: Option<&str>,
+    after: Option<&[Option<String>]>,
 ) -> Result<String, SnapshotError> {
     select_sql(
         relation,
@@ -33,7 +36,7 @@ pub fn copy_sql(
             split,
             filter,
             existed_in,
-            after: None,
+            after,
             limit: None,
         },
     )

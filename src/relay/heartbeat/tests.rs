@@ -91,7 +91,7 @@ async fn record_in_flight(s: &mut Publisher, end: Lsn) -> Token {
         commit_lsn: end,
         index: 0,
         event_id: None,
-        snapshot_table: None,
+        snapshot_chunk: None,
         commit_ms: 0,
     }
 }

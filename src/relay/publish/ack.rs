@@ -12,7 +12,7 @@ use crate::relay::{Ack, RelayError, Token};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::relay) enum Acked {
     /// A record; for a row of the initial snapshot, its table's index.
-    Record { snapshot_table: Option<u32> },
+    Record { snapshot_chunk: Option<u32> },
     /// An offset-store write: a status update is worth sending now.
     Offset,
 }
@@ -36,7 +36,7 @@ impl Publisher {
             Ack::Delivered(Token::Record {
                 txn,
                 bytes,
-                snapshot_table,
+                snapshot_chunk,
                 commit_ms,
                 ..
             }) => {
@@ -50,7 +50,7 @@ impl Publisher {
                     self.metrics.commit_to_ack.observe(ms as f64 / 1000.0);
                 }
                 self.metrics.records_acked.fetch_add(1, Ordering::Relaxed);
-                Ok(Acked::Record { snapshot_table })
+                Ok(Acked::Record { snapshot_chunk })
             }
             Ack::Delivered(Token::Offset { lsn }) => {
                 self.offsets.delivered(lsn, &self.metrics);

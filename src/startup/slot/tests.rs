@@ -38,6 +38,7 @@ fn a_snapshot_lost_to_the_idle_timeout_is_not_taken_again_blindly() {
         taken: None,
         shapes: Vec::new(),
         attempt: 0,
+        parts: Vec::new(),
     });
     let refused = snapshot_outlived_idle_timeout(Some(&just_snapshotted), Some(&lost), "s", "1min")
         .unwrap_err()
@@ -73,6 +74,7 @@ fn stored(snapshot: Option<crate::offsets::SnapshotState>) -> StoredOffset {
             taken: None,
             shapes: Vec::new(),
             attempt: 0,
+            parts: Vec::new(),
         }),
         ..StoredOffset::for_tests("c", "1", "0/200".parse().unwrap())
     }
