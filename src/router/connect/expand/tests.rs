@@ -1,0 +1,153 @@
+use super::{Expanded, expand, java_double};
+
+fn expanded(text: &str) -> Result<(Expanded, String), String> {
+    let mut out = b"prefix".to_vec();
+    let how = expand(&mut out, text)?;
+    Ok((how, String::from_utf8(out[6..].to_vec()).unwrap()))
+}
+
+fn object(text: &str) -> String {
+    match expanded(text) {
+        Ok((Expanded::Object, s)) => s,
+        other => panic!("{text}: {other:?}"),
+    }
+}
+
+fn as_string(text: &str) {
+    let mut want = Vec::new();
+    super::jackson_str(&mut want, text);
+    match expanded(text) {
+        Ok((Expanded::AsString, s)) => assert_eq!(s.as_bytes(), want, "{text}"),
+        other => panic!("{text}: {other:?}"),
+    }
+}
+
+#[test]
+fn doubles_are_javas() {
+    for (d, want) in [
+        (0.0, "0.0"),
+        (-0.0, "-0.0"),
+        (1.0, "1.0"),
+        (3.0, "3.0"),
+        (0.1, "0.1"),
+        (1.5, "1.5"),
+        (-2.25, "-2.25"),
+        (0.001, "0.001"),
+        (0.000_99, "9.9E-4"),
+        (1e-5, "1.0E-5"),
+        (1_234_567.5, "1234567.5"),
+        (9_999_999.0, "9999999.0"),
+        (1e7, "1.0E7"),
+        (12_345_678.9, "1.23456789E7"),
+        (1e20, "1.0E20"),
+        (1.797_693_134_862_315_7e308, "1.7976931348623157E308"),
+        (5e-324, "4.9E-324"),
+        (f64::INFINITY, "\"Infinity\""),
+    ] {
+        let mut out = Vec::new();
+        java_double(&mut out, d);
+        assert_eq!(String::from_utf8(out).unwrap(), want, "{d:e}");
+    }
+}
+
+#[test]
+fn numbers_take_jacksons_types() {
+    assert_eq!(
+        object(
+            r#"{"i": 2147483647, "l": 2147483648, "n": -9223372036854775808, "f": 2.50, "e": 1e20, "s": 0.00001, "z": -0}"#
+        ),
+        r#"{"i":2147483647,"l":2147483648,"n":-9223372036854775808,"f":2.5,"e":1.0E20,"s":1.0E-5,"z":0}"#
+    );
+    // Beyond long: FLOAT64 schema, a BigDecimal value: Connect refuses it.
+    let err = expanded(r#"{"n": 9223372036854775808}"#).unwrap_err();
+    assert!(err.contains("beyond the range of a Java long"), "{err}");
+    let err = expanded(r#"{"a": [1], "n": [9223372036854775808]}"#).unwrap_err();
+    assert!(err.contains("Java long"), "{err}");
+}
+
+#[test]
+fn nulls_and_empty_arrays_have_no_schema() {
+    assert_eq!(
+        object(r#"{"a": null, "b": [], "c": {"d": null, "e": [], "f": {}}, "g": [null, 1]}"#),
+        r#"{"c":{"f":{}},"g":[null,1]}"#
+    );
+    assert_eq!(object("{}"), "{}");
+}
+
+#[test]
+fn object_arrays_merge_members_in_element_order() {
+    assert_eq!(
+        object(
+            r#"{"c": [{"x": 1, "y": 2}, {"x": 3}, null, {"x": 4, "y": null}, {"x": 5, "z": "q"}]}"#
+        ),
+        r#"{"c":[{"x":1,"y":2,"z":null},{"x":3,"y":null,"z":null},null,{"x":4,"y":null,"z":null},{"x":5,"y":null,"z":"q"}]}"#
+    );
+    // `[]` where the merged schema has an int: Connect refuses the value.
+    assert!(expanded(r#"{"c": [{"x": 1, "y": 2}, {"x": 5, "y": []}]}"#).is_err());
+    // An element's empty array under a merged member's array schema stays.
+    assert_eq!(
+        object(r#"{"c": [{"x": [1]}, {"x": []}]}"#),
+        r#"{"c":[{"x":[1]},{"x":[]}]}"#
+    );
+    // The same member as two types: Connect refuses the value.
+    assert!(expanded(r#"{"c": [{"x": 1}, {"x": "s"}]}"#).is_err());
+}
+
+#[test]
+fn uninferable_payloads_are_written_as_strings() {
+    for text in [
+        r#" {"a": 1}"#,
+        r#""s""#,
+        "42",
+        "true",
+        "[]",
+        "[1, 2.5]",
+        r#"{"a": [1, "x"]}"#,
+        r#"{"a": [1, 2147483648]}"#,
+        r#"{"a": [null, null]}"#,
+        r#"{"a": [[], [1]]}"#,
+        r#"{"a": 01}"#,
+        r#"{"a": 1,}"#,
+        "{not json",
+        r#"{"a": "\ud83d"}"#,
+    ] {
+        as_string(text);
+    }
+    // Jackson's nesting limit: 1000 levels parse, 1001 do not.
+    let nest = |n: usize| format!("{}1{}", r#"{"a":"#.repeat(n), "}".repeat(n));
+    assert!(object(&nest(1000)) == nest(1000));
+    let text = nest(1001);
+    let got = expanded(&text);
+    assert!(matches!(got, Ok((Expanded::AsString, _))), "{:.60?}", got);
+}
+
+#[test]
+fn a_top_level_array_with_a_schema_fails_as_in_debezium() {
+    assert!(expanded("[1, 2]").is_err());
+    assert!(expanded(r#"[{"a": 1}]"#).is_err());
+}
+
+#[test]
+fn strings_members_and_trailing_text_are_jacksons() {
+    assert_eq!(
+        object(
+            "{\"k\\u00e9\": \"\\ud83d\\ude00 \\\"q\\\" \\/ \\u0001\", \"k\": 1, \"k\": true} trailing"
+        ),
+        r#"{"ké":"\uD83D\uDE00 \"q\" / \u0001","k":true}"#
+    );
+}
+
+#[test]
+fn the_deepest_payload_fits_a_small_stack() {
+    // walrelay routes on the main thread (8 MiB); even a debug build fits
+    // Tokio's worker threads' 2 MiB.
+    let nest = |n: usize| format!("{}1{}", r#"{"a":[{"b":"#.repeat(n / 2), "}]}".repeat(n / 2));
+    let text = nest(1000);
+    let out = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || expanded(&text).map(|(_, s)| s.len()))
+        .unwrap()
+        .join()
+        .expect("no stack overflow");
+    assert!(out.unwrap() > 4000);
+}
