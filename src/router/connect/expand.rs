@@ -18,13 +18,15 @@
 //!   `[]` have no schema and are left out, at any depth; a member of a
 //!   schema that an object lacks (array elements of different members,
 //!   merged into one schema) is written as `null`; members in the schema's
-//!   order. Numbers: an integer in `int` range is INT32, in `long` range
+//!   order. Such a merged schema is required: a `null` element beside
+//!   objects of different members fails (below). Numbers: an integer in `int` range is INT32, in `long` range
 //!   INT64, any other number FLOAT64 written by Java's `Double.toString`
 //!   (`3.0`, `1.0E20`, `1.0E-5`), a non-finite one as `"Infinity"`.
 //! - **Where Debezium's task fails, the row fails.** A value that does not
 //!   fit the inferred schema (an integer beyond `long`, array elements
-//!   whose members have different types, a top-level non-empty array that
-//!   has a schema) makes Connect's converter throw and Debezium's task
+//!   whose members have different types, a `null` element in an array of
+//!   objects of different members, a top-level non-empty array that has a
+//!   schema) makes Connect's converter throw and Debezium's task
 //!   stop: [`expand`] returns `Err` with the reason, and the router stops
 //!   the connector naming table, column and LSN (or dead-letters the row).
 //! - **One documented difference.** When an array's object elements have
@@ -120,7 +122,13 @@ enum Schema {
     I64,
     F64,
     Array(Box<Schema>),
-    Struct(Vec<(String, Schema)>),
+    /// Fields in order; `optional` false only for the merge of an array's
+    /// differing element schemas (Connect's `SchemaUtil.copySchemaBasics`
+    /// does not copy `optional`).
+    Struct {
+        fields: Vec<(String, Schema)>,
+        optional: bool,
+    },
 }
 
 /// A Connect schema that cannot be inferred (`ConnectException`).
@@ -153,7 +161,10 @@ fn schema_of(n: &Node) -> Result<Option<Schema>, Unrecognized> {
                     fields.push((name.clone(), s));
                 }
             }
-            Some(Schema::Struct(fields))
+            Some(Schema::Struct {
+                fields,
+                optional: true,
+            })
         }
     })
 }
@@ -190,9 +201,12 @@ fn element_schema(a: &[Node]) -> Result<Schema, Unrecognized> {
                     distinct.push(s);
                 }
             }
+            if distinct.len() == 1 {
+                return Ok(distinct.remove(0));
+            }
             let mut merged: Vec<(String, Schema)> = Vec::new();
             for s in distinct {
-                let Schema::Struct(fields) = s else {
+                let Schema::Struct { fields, .. } = s else {
                     unreachable!("an object's schema is a struct")
                 };
                 for (name, s) in fields {
@@ -201,7 +215,10 @@ fn element_schema(a: &[Node]) -> Result<Schema, Unrecognized> {
                     }
                 }
             }
-            Ok(Schema::Struct(merged))
+            Ok(Schema::Struct {
+                fields: merged,
+                optional: false,
+            })
         }
         Some(e) => schema_of(e)?.ok_or(Unrecognized),
         None => Err(Unrecognized),
@@ -220,6 +237,19 @@ fn write(out: &mut Vec<u8>, n: &Node, schema: &Schema) -> Result<(), String> {
         ))
     };
     match (n, schema) {
+        (
+            Node::Null,
+            Schema::Struct {
+                optional: false, ..
+            },
+        ) => {
+            return Err(
+                "the payload holds a null element in an array of objects of different members, \
+                 whose merged schema Debezium's EventRouter makes required \
+                 (table.expand.json.payload); Kafka Connect fails the task on it"
+                    .to_owned(),
+            );
+        }
         (Node::Null, _) => out.extend_from_slice(b"null"),
         (Node::Str(s), Schema::Str) => jackson_str(out, s),
         (Node::Bool(b), Schema::Bool) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
@@ -236,7 +266,7 @@ fn write(out: &mut Vec<u8>, n: &Node, schema: &Schema) -> Result<(), String> {
             }
             out.push(b']');
         }
-        (Node::Object(members), Schema::Struct(fields)) => {
+        (Node::Object(members), Schema::Struct { fields, .. }) => {
             out.push(b'{');
             for (i, (name, s)) in fields.iter().enumerate() {
                 if i > 0 {
@@ -280,7 +310,7 @@ fn schema_name(s: &Schema) -> &'static str {
         Schema::I64 => "a long",
         Schema::F64 => "a double",
         Schema::Array(_) => "an array",
-        Schema::Struct(_) => "an object of other members",
+        Schema::Struct { .. } => "an object of other members",
     }
 }
 

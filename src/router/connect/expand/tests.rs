@@ -77,11 +77,16 @@ fn nulls_and_empty_arrays_have_no_schema() {
 #[test]
 fn object_arrays_merge_members_in_element_order() {
     assert_eq!(
-        object(
-            r#"{"c": [{"x": 1, "y": 2}, {"x": 3}, null, {"x": 4, "y": null}, {"x": 5, "z": "q"}]}"#
-        ),
-        r#"{"c":[{"x":1,"y":2,"z":null},{"x":3,"y":null,"z":null},null,{"x":4,"y":null,"z":null},{"x":5,"y":null,"z":"q"}]}"#
+        object(r#"{"c": [{"x": 1, "y": 2}, {"x": 3}, {"x": 4, "y": null}, {"x": 5, "z": "q"}]}"#),
+        r#"{"c":[{"x":1,"y":2,"z":null},{"x":3,"y":null,"z":null},{"x":4,"y":null,"z":null},{"x":5,"y":null,"z":"q"}]}"#
     );
+    // One schema: optional, a null element is null. Merged: required.
+    assert_eq!(
+        object(r#"{"c": [{"x": 1}, null, {"x": 2}]}"#),
+        r#"{"c":[{"x":1},null,{"x":2}]}"#
+    );
+    let err = expanded(r#"{"c": [{"x": 1}, null, {"y": 2}]}"#).unwrap_err();
+    assert!(err.contains("null element"), "{err}");
     // `[]` where the merged schema has an int: Connect refuses the value.
     assert!(expanded(r#"{"c": [{"x": 1, "y": 2}, {"x": 5, "y": []}]}"#).is_err());
     // An element's empty array under a merged member's array schema stays.
