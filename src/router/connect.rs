@@ -25,8 +25,8 @@
 //!   a payload of another type is refused per row.
 //! - **Schemas as Debezium's documented outbox table declares them**: the
 //!   aggregate id `NOT NULL` (`"optional":false`), the payload nullable
-//!   (`"optional":true`) — pgoutput does not carry nullability
-//!   (docs/compatibility.md, "Outbox records").
+//!   (`"optional":true`) — pgoutput does not carry nullability; the start's
+//!   table check (`startup::converter_problem`) refuses other tables.
 //! - **Tombstones as `route.tombstone.on.empty.payload`**: with
 //!   `tombstone_on_empty_payload` a NULL payload, and a text payload that
 //!   is empty after Java's `trim()`, is a tombstone (no value).
