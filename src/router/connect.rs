@@ -303,6 +303,55 @@ impl Forms {
     }
 }
 
+/// Rewrites the JSON text `out[start..]`, written with serde_json's string
+/// escapes, into Jackson's: `\u00xx` upper-case, a character outside the
+/// BMP as its two UTF-16 escapes. Other bytes are the same in both.
+pub(crate) fn serde_to_jackson(out: &mut Vec<u8>, start: usize) {
+    let needs = out[start..].iter().any(|&b| b == b'\\' || b >= 0xF0);
+    if !needs {
+        return;
+    }
+    let tail = out.split_off(start);
+    let mut i = 0;
+    while i < tail.len() {
+        let b = tail[i];
+        if b == b'\\' {
+            out.push(b);
+            if tail.get(i + 1) == Some(&b'u') {
+                out.push(b'u');
+                out.extend(
+                    tail[i + 2..(i + 6).min(tail.len())]
+                        .iter()
+                        .map(u8::to_ascii_uppercase),
+                );
+                i += 6;
+            } else {
+                out.extend(tail.get(i + 1));
+                i += 2;
+            }
+        } else if b >= 0xF0 {
+            match std::str::from_utf8(&tail[i..(i + 4).min(tail.len())]) {
+                Ok(c) => {
+                    let mut units = [0u16; 2];
+                    for ch in c.chars() {
+                        for unit in ch.encode_utf16(&mut units) {
+                            out.extend_from_slice(format!("\\u{unit:04X}").as_bytes());
+                        }
+                    }
+                    i += 4;
+                }
+                Err(_) => {
+                    out.push(b);
+                    i += 1;
+                }
+            }
+        } else {
+            out.push(b);
+            i += 1;
+        }
+    }
+}
+
 /// `s` as a JSON string, as Jackson writes it (module doc).
 pub(crate) fn jackson_str(out: &mut Vec<u8>, s: &str) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";

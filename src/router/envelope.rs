@@ -16,8 +16,8 @@
 //!   `tombstone_on_empty_payload` (then an empty payload too), as Debezium's
 //!   `route.tombstone.on.empty.payload`. A placed column's value is written
 //!   as Debezium's PostgreSQL connector writes that type with its default
-//!   options ([`super::debezium`]); a type it does not map as its text, a
-//!   NULL as `null`.
+//!   options ([`super::debezium`]), its strings escaped as Jackson escapes
+//!   them; a type it does not map as its text, a NULL as `null`.
 //! - **Stable.** The value depends only on the row: a re-sent event has the
 //!   same bytes.
 //! - **Never skip silently.** A value that cannot be written (not UTF-8,
@@ -31,7 +31,7 @@ use bytes::Bytes;
 
 use super::cloudevents::FindColumn;
 use super::connect::expand::expand;
-use super::connect::jackson_str;
+use super::connect::{jackson_str, serde_to_jackson};
 use super::debezium::{self, Kind, Mapping, Modes};
 use super::{BYTEA_OID, Bound, RouteError, Unroutable};
 use crate::Lsn;
@@ -170,8 +170,10 @@ impl Envelope {
             out.extend_from_slice(&m.prefix);
             match row.get(m.index) {
                 Some(Cell::Text(b) | Cell::Binary(b)) => {
+                    let start = out.len();
                     debezium::write_value(&mut out, m.mapping, b, &mut scratch)
                         .map_err(|e| invalid(&m.column, e.0))?;
+                    serde_to_jackson(&mut out, start);
                 }
                 Some(Cell::Null) => out.extend_from_slice(b"null"),
                 Some(Cell::UnchangedToast) | None => {

@@ -230,3 +230,24 @@ fn expanded_payloads_follow_debeziums_schema_inference() {
         "{err}"
     );
 }
+
+#[test]
+fn serde_escapes_become_jacksons() {
+    for s in [
+        "plain",
+        "",
+        "Zoë 😀 \u{1}\u{1f}\t\"q\" \\u0001 \\ 日本 \u{10FFFF}",
+    ] {
+        let mut serde = b"[1,".to_vec();
+        serde_json::to_writer(&mut serde, s).unwrap();
+        serde.push(b']');
+        super::serde_to_jackson(&mut serde, 3);
+        let mut want = b"[1,".to_vec();
+        jackson_str(&mut want, s);
+        want.push(b']');
+        assert_eq!(
+            String::from_utf8(serde).unwrap(),
+            String::from_utf8(want).unwrap()
+        );
+    }
+}

@@ -199,7 +199,7 @@ const STREAMED: &[&str] = &[
             'agg-' || g, 'Changed', jsonb_build_object('seq', 2, 'agg', g, 'f', g * 1.5)
      FROM generate_series(21, 40) g",
     r#"INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES
-     (gen_random_uuid(), '{order}', 'Zoë-😀-日本', 'Unicode',
+     (gen_random_uuid(), '{order}', 'Zoë-😀-日本', E'Unicode-😀-\x01',
       '{"name": "Zoë 😀 日本", "esc": "\u00e9\n\t\"q\" \\ /"}'),
      (gen_random_uuid(), '{order}', 'say "hi" \ back', 'Quoted', '{"q": "say \"hi\" \\ back"}'),
      (gen_random_uuid(), '{order}', E'ctl\t\r\x01end', 'Scalar', '"just a string"'),
