@@ -128,25 +128,15 @@ fn converters(outbox: &OutboxConfig, at: &dyn Fn(&str) -> String, out: &mut Vec<
             }
         }
     }
-    if outbox.expand_json_payload.is_some() && !envelope {
-        let problem = match value {
-            Converter::Json => None,
-            Converter::String => Some(
-                "is set, but the value is the payload's bytes unchanged (value_converter = \
-                 \"string\"; a JSON payload is JSON already); to write it as Debezium's \
-                 table.expand.json.payload does through JsonConverter set value_converter = \
-                 \"json\", to embed it in an envelope set envelope_columns, else remove \
-                 expand_json_payload",
-            ),
-            Converter::JsonWithSchema => Some(
-                "is set, but an expanded payload in Connect's schema form (value_converter = \
-                 \"json_with_schema\") is not supported; set value_converter = \"json\" \
-                 (schemas.enable=false), or remove expand_json_payload",
-            ),
-        };
-        if let Some(problem) = problem {
-            out.push(Problem::new(at("expand_json_payload"), problem));
-        }
+    if outbox.expand_json_payload.is_some() && !envelope && value == Converter::String {
+        out.push(Problem::new(
+            at("expand_json_payload"),
+            "is set, but the value is the payload's bytes unchanged (value_converter = \
+             \"string\"; a JSON payload is JSON already); to write it as Debezium's \
+             table.expand.json.payload does through JsonConverter set value_converter = \
+             \"json\" (or \"json_with_schema\"), to embed it in an envelope set \
+             envelope_columns, else remove expand_json_payload",
+        ));
     }
 }
 

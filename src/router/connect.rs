@@ -124,8 +124,10 @@ pub(super) struct Forms {
     key_type: KeyType,
     value: Converter,
     payload_type: PayloadType,
-    /// `expand_json_payload` with a `json` value.
+    /// `expand_json_payload` with a `json` or `json_with_schema` value.
     expand: bool,
+    /// The payload column's name (an expanded schema's name).
+    payload_column: String,
     tombstones: bool,
 }
 
@@ -164,7 +166,8 @@ impl Forms {
             key_type: KeyType::of(oid(key)),
             value,
             payload_type: PayloadType::of(oid(payload)),
-            expand: value == Converter::Json && config.expand_json_payload == Some(true),
+            expand: value != Converter::String && config.expand_json_payload == Some(true),
+            payload_column: config.payload_column.clone(),
             tombstones: config.tombstone_on_empty_payload,
         })
     }
@@ -245,7 +248,9 @@ impl Forms {
         }
         let schema = self.value == Converter::JsonWithSchema;
         let mut out = Vec::with_capacity(payload.map_or(0, |p| p.len() + p.len() / 8) + 96);
-        if schema {
+        // Expanded, the envelope's schema is the payload's (written there).
+        let expanding = self.expand && text_like && payload.is_some();
+        if schema && !expanding {
             out.extend_from_slice(b"{\"schema\":");
             out.extend_from_slice(self.payload_type.schema().as_bytes());
             out.extend_from_slice(b",\"payload\":");
@@ -262,12 +267,18 @@ impl Forms {
                         fix: TYPE_FIX,
                     })?;
                     if self.expand {
-                        expand::expand(&mut out, text).map_err(|reason| FormError {
-                            reason,
-                            fix: "the slot does not advance past this row: skip its \
+                        let with_schema = schema.then_some(expand::WithSchema {
+                            column_schema: self.payload_type.schema(),
+                            column: &self.payload_column,
+                        });
+                        expand::expand(&mut out, text, with_schema).map_err(|reason| {
+                            FormError {
+                                reason,
+                                fix: "the slot does not advance past this row: skip its \
                                   transaction or set expand_json_payload = false \
                                   (docs/operations.md, \"A row cannot be routed\"); Debezium \
                                   stops on this row too",
+                            }
                         })?;
                     } else {
                         jackson_str(&mut out, text);
@@ -296,7 +307,7 @@ impl Forms {
                 }
             },
         }
-        if schema {
+        if schema && !expanding {
             out.push(b'}');
         }
         Ok(Some(Bytes::from(out)))

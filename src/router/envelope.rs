@@ -207,7 +207,7 @@ impl Envelope {
         match self.payload {
             // Debezium's table.expand.json.payload, byte for byte.
             Payload::Json | Payload::Text => {
-                expand(out, text()?).map_err(debezium::ValueError)?;
+                expand(out, text()?, None).map_err(debezium::ValueError)?;
             }
             Payload::JsonString | Payload::TextString => jackson_str(out, text()?),
             Payload::Bytes => debezium::write_value(

@@ -64,11 +64,11 @@ pub struct OutboxConfig {
     /// Debezium's `table.expand.json.payload`. With `envelope_columns`: a
     /// json/jsonb payload (and a text payload holding a JSON object) is
     /// embedded as JSON (`true`, the default) or as a JSON string
-    /// (`false`). With `value_converter = "json"`: `true` writes an object
-    /// payload as Debezium's EventRouter and Kafka Connect's
-    /// `JsonConverter` do after inferring a schema from it (`false`, the
-    /// default: the payload's text as a JSON string). `None`: not set
-    /// (only allowed with one of the two).
+    /// (`false`). With `value_converter = "json"` or `"json_with_schema"`:
+    /// `true` writes an object payload as Debezium's EventRouter and Kafka
+    /// Connect's `JsonConverter` do after inferring a schema from it
+    /// (`false`, the default: the payload's text as a JSON string). `None`:
+    /// not set (only allowed with an envelope or a JSON value).
     #[serde(default)]
     pub expand_json_payload: Option<bool>,
     /// The form of both key and value, as the Kafka Connect converter of a

@@ -36,6 +36,14 @@
 //!   walrelay merges in the elements' order. The result is equal when the
 //!   elements' members do not contradict each other's order (e.g.
 //!   `[{"x":1,"y":2},{"x":3}]`).
+//! - **Schemas as Connect writes them** (`value_converter =
+//!   "json_with_schema"`, [`WithSchema`]): `{"schema":S,"payload":V}` with
+//!   S the inferred schema as `JsonConverter.asJsonSchema` writes it (type,
+//!   then `items`/`fields`, `optional`, `name`; a struct named by the
+//!   payload column and the members' path, none below an array of arrays;
+//!   each field's `"field"` last), the payload column's schema when the
+//!   payload is not expanded, and `null` for `[]` (Debezium's inferred
+//!   schema for it is none).
 //! - No recursion deeper than Jackson's limit (1000), so hostile input
 //!   cannot overflow the stack.
 
@@ -54,39 +62,128 @@ pub(crate) enum Expanded {
     AsString,
 }
 
-/// Writes `text` as Debezium's expanded payload; `Err` where Debezium's
-/// task fails on it.
-pub(crate) fn expand(out: &mut Vec<u8>, text: &str) -> Result<Expanded, String> {
-    let as_string = |out: &mut Vec<u8>| {
-        jackson_str(out, text);
-        Ok(Expanded::AsString)
+/// With `value_converter = "json_with_schema"`: Connect's envelope
+/// around the expanded value.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WithSchema<'a> {
+    /// The payload column's own schema (JSON), written when the payload is
+    /// not expanded.
+    pub column_schema: &'a str,
+    /// The payload column's name: the expanded struct's schema name.
+    pub column: &'a str,
+}
+
+/// What the EventRouter makes of the payload.
+enum Outcome {
+    /// Left as the text, its schema the column's.
+    AsString,
+    /// `[]`: left as the text, its schema gone (`null`).
+    AsStringWithoutSchema,
+    Object(Node, Schema),
+}
+
+/// Writes `text` as Debezium's expanded payload (in Connect's schema
+/// envelope with `with_schema`); `Err` where Debezium's task fails on it.
+pub(crate) fn expand(
+    out: &mut Vec<u8>,
+    text: &str,
+    with_schema: Option<WithSchema<'_>>,
+) -> Result<Expanded, String> {
+    let outcome = outcome(text, with_schema.map_or("payload", |w| w.column))?;
+    let start = out.len();
+    if let Some(w) = with_schema {
+        out.extend_from_slice(b"{\"schema\":");
+        match &outcome {
+            Outcome::AsString => out.extend_from_slice(w.column_schema.as_bytes()),
+            Outcome::AsStringWithoutSchema => out.extend_from_slice(b"null"),
+            Outcome::Object(_, schema) => write_schema(out, schema),
+        }
+        out.extend_from_slice(b",\"payload\":");
+    }
+    let how = match &outcome {
+        Outcome::AsString | Outcome::AsStringWithoutSchema => {
+            jackson_str(out, text);
+            Expanded::AsString
+        }
+        Outcome::Object(root, schema) => {
+            write(out, root, schema).inspect_err(|_| out.truncate(start))?;
+            Expanded::Object
+        }
     };
+    if with_schema.is_some() {
+        out.push(b'}');
+    }
+    Ok(how)
+}
+
+fn outcome(text: &str, column: &str) -> Result<Outcome, String> {
     if !(text.starts_with('{') || text.starts_with('[')) {
-        return as_string(out);
+        return Ok(Outcome::AsString);
     }
     let Ok(root) = (Parser {
         s: text.as_bytes(),
         at: 0,
     })
     .value(1) else {
-        return as_string(out);
+        return Ok(Outcome::AsString);
     };
-    let Ok(schema) = schema_of(&root) else {
-        return as_string(out);
+    let Ok(schema) = schema_of(Some(column), &root) else {
+        return Ok(Outcome::AsString);
     };
     match (&root, schema) {
-        (Node::Object(_), Some(schema)) => {
-            let start = out.len();
-            write(out, &root, &schema).inspect_err(|_| out.truncate(start))?;
-            Ok(Expanded::Object)
-        }
-        (Node::Array(_), None) => as_string(out),
+        (Node::Object(_), Some(schema)) => Ok(Outcome::Object(root, schema)),
+        (Node::Array(_), None) => Ok(Outcome::AsStringWithoutSchema),
         (Node::Array(_), Some(_)) => Err(
             "the payload is a JSON array with a schema, which Debezium's EventRouter cannot \
              expand (Kafka Connect's JsonConverter fails the task on it)"
                 .to_owned(),
         ),
-        _ => as_string(out),
+        _ => Ok(Outcome::AsString),
+    }
+}
+
+/// `schema` as `JsonConverter.asJsonSchema` writes it.
+fn write_schema(out: &mut Vec<u8>, schema: &Schema) {
+    let primitive = |out: &mut Vec<u8>, t: &str| {
+        out.extend_from_slice(b"{\"type\":\"");
+        out.extend_from_slice(t.as_bytes());
+        out.extend_from_slice(b"\",\"optional\":true}");
+    };
+    match schema {
+        Schema::Str => primitive(out, "string"),
+        Schema::Bool => primitive(out, "boolean"),
+        Schema::I32 => primitive(out, "int32"),
+        Schema::I64 => primitive(out, "int64"),
+        Schema::F64 => primitive(out, "double"),
+        Schema::Array(items) => {
+            out.extend_from_slice(b"{\"type\":\"array\",\"items\":");
+            write_schema(out, items);
+            out.extend_from_slice(b",\"optional\":true}");
+        }
+        Schema::Struct {
+            fields,
+            optional,
+            name,
+        } => {
+            out.extend_from_slice(b"{\"type\":\"struct\",\"fields\":[");
+            for (i, (field, s)) in fields.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_schema(out, s);
+                out.pop(); // the closing brace: "field" comes last
+                out.extend_from_slice(b",\"field\":");
+                jackson_str(out, field);
+                out.push(b'}');
+            }
+            out.extend_from_slice(b"],\"optional\":");
+            out.extend_from_slice(if *optional { b"true" } else { b"false" });
+            if let Some(name) = name {
+                out.extend_from_slice(b",\"name\":");
+                jackson_str(out, name);
+            }
+            out.push(b'}');
+        }
     }
 }
 
@@ -128,6 +225,9 @@ enum Schema {
     Struct {
         fields: Vec<(String, Schema)>,
         optional: bool,
+        /// The payload column's name, then `.member` per level; none under
+        /// an array of arrays (Debezium's `toConnectSchema(null, …)`).
+        name: Option<String>,
     },
 }
 
@@ -143,19 +243,24 @@ fn number_schema(n: &Node) -> Option<Schema> {
     }
 }
 
-/// `JsonSchemaData.toConnectSchema`: `None` for a null or an empty array.
-fn schema_of(n: &Node) -> Result<Option<Schema>, Unrecognized> {
+/// `JsonSchemaData.toConnectSchema` (`key`: the name a struct gets):
+/// `None` for a null or an empty array.
+fn schema_of(key: Option<&str>, n: &Node) -> Result<Option<Schema>, Unrecognized> {
     Ok(match n {
         Node::Null => None,
         Node::Str(_) => Some(Schema::Str),
         Node::Bool(_) => Some(Schema::Bool),
         Node::Int(_) | Node::Double(_) => number_schema(n),
         Node::Array(a) if a.is_empty() => None,
-        Node::Array(a) => Some(Schema::Array(Box::new(element_schema(a)?))),
+        Node::Array(a) => Some(Schema::Array(Box::new(element_schema(key, a)?))),
         Node::Object(members) => {
             let mut fields: Vec<(String, Schema)> = Vec::new();
             for (name, v) in members {
-                if let Some(s) = schema_of(v)?
+                let field_key = match key {
+                    Some(k) if !k.trim().is_empty() => format!("{k}.{name}"),
+                    _ => name.clone(),
+                };
+                if let Some(s) = schema_of(Some(&field_key), v)?
                     && !fields.iter().any(|(n, _)| n == name)
                 {
                     fields.push((name.clone(), s));
@@ -164,6 +269,7 @@ fn schema_of(n: &Node) -> Result<Option<Schema>, Unrecognized> {
             Some(Schema::Struct {
                 fields,
                 optional: true,
+                name: key.map(str::to_owned),
             })
         }
     })
@@ -183,7 +289,7 @@ fn kind(n: &Node) -> u8 {
 /// `toConnectSchemaWithCycles` with `getFirstArrayElement`: the elements
 /// (nulls aside) of one kind, numbers of one schema; object elements'
 /// schemas merged.
-fn element_schema(a: &[Node]) -> Result<Schema, Unrecognized> {
+fn element_schema(key: Option<&str>, a: &[Node]) -> Result<Schema, Unrecognized> {
     let mut sample: Option<&Node> = None;
     for e in a.iter().filter(|e| **e != Node::Null) {
         let first = *sample.get_or_insert(e);
@@ -195,7 +301,7 @@ fn element_schema(a: &[Node]) -> Result<Schema, Unrecognized> {
         Some(Node::Object(_)) => {
             let mut distinct: Vec<Schema> = Vec::new();
             for e in a.iter().filter(|e| matches!(e, Node::Object(_))) {
-                if let Some(s) = schema_of(e)?
+                if let Some(s) = schema_of(key, e)?
                     && !distinct.contains(&s)
                 {
                     distinct.push(s);
@@ -205,6 +311,7 @@ fn element_schema(a: &[Node]) -> Result<Schema, Unrecognized> {
                 return Ok(distinct.remove(0));
             }
             let mut merged: Vec<(String, Schema)> = Vec::new();
+            let name = key.map(str::to_owned);
             for s in distinct {
                 let Schema::Struct { fields, .. } = s else {
                     unreachable!("an object's schema is a struct")
@@ -218,9 +325,10 @@ fn element_schema(a: &[Node]) -> Result<Schema, Unrecognized> {
             Ok(Schema::Struct {
                 fields: merged,
                 optional: false,
+                name,
             })
         }
-        Some(e) => schema_of(e)?.ok_or(Unrecognized),
+        Some(e) => schema_of(None, e)?.ok_or(Unrecognized),
         None => Err(Unrecognized),
     }
 }

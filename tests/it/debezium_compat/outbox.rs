@@ -3,7 +3,7 @@
 //! PostgreSQL connector, its default options), on the same rows of a table
 //! with Debezium's default outbox columns, under the converters outbox
 //! deployments run it with, and (issue 25 item 6) with envelope placement
-//! and a header alias. One Kafka Connect worker runs six connectors, one
+//! and a header alias. One Kafka Connect worker runs seven connectors, one
 //! per setup ([`SETUPS`]); every topic has [`PARTITIONS`]
 //! partitions on both sides.
 //!
@@ -22,10 +22,12 @@
 //!   Debezium's keys and values are exactly what [`Converters::expected`]
 //!   says; with `table.expand.json.payload=true` an object payload is its
 //!   JSON re-written, compared parsed (`null` and `[]` members aside).
-//! - Issue 40 part 2: for each of those three setups a walrelay with the
-//!   matching forms (`converter = "json"`; `"json"` with
-//!   `expand_json_payload = true`; `"json_with_schema"`,
-//!   [`walrelay_forms`]) writes Debezium's records byte for byte: key,
+//! - Issue 40 part 2: for each of those three setups, and the schemas one
+//!   with `table.expand.json.payload=true` (the inferred schema in the
+//!   envelope), a walrelay with the matching forms (`converter = "json"`;
+//!   `"json"` with `expand_json_payload = true`; `"json_with_schema"`, also
+//!   with `expand_json_payload = true`, [`walrelay_forms`]) writes
+//!   Debezium's records byte for byte: key,
 //!   value, partition, `id` (and placed `type`) header, each aggregate's
 //!   records in the same order, every record compared ([`compare_bytes`]).
 //! - Headers: Debezium writes `id` (the same bytes as walrelay's: the header
@@ -219,7 +221,7 @@ const STREAMED: &[&str] = &[
         "e20": 100000000000000000000.5, "zero": 0, "list": [0.5, 1.25, -3.0]}'),
      (gen_random_uuid(), '{customer}', 'agg-11', 'Nested',
       '{"items": [{"x": 1, "y": "a"}, {"x": 2}, {"x": 3, "y": null}], "one": [{"x": 1}, null],
-        "n": {"o": {}, "p": [[1, 2], [3]], "q": [{"r": {"s": true}}, {}]},
+        "n": {"o": {}, "p": [[1, 2], [3]], "q": [{"r": {"s": true}}, {}], "m": [[{"t": 1}]]},
         "t": "\u0001 \ud83d\ude00 \"z\""}')"#,
     // The outbox pattern's clean-up: published by both all the same.
     "BEGIN;
@@ -247,6 +249,9 @@ enum Converters {
     /// `JsonConverter` with its default `schemas.enable=true`, as Kafka's
     /// `config/connect-standalone.properties` sets it for the worker.
     JsonSchemas,
+    /// The same with `table.expand.json.payload=true`: an expanded
+    /// payload's inferred schema in the envelope.
+    JsonSchemasExpanded,
     /// Envelope placement (`table.fields.additional.placement=…:envelope`,
     /// [`ENVELOPE_PLACEMENT`]): `StringConverter` keys, `JsonConverter`
     /// values (`schemas.enable=false`), `table.expand.json.payload` as
@@ -261,6 +266,8 @@ enum ExpectedValue {
     Bytes(Option<Vec<u8>>),
     /// Compared parsed (the expanded payload's bytes are Jackson's).
     Json(Value),
+    /// The schema envelope's `payload`, compared parsed.
+    JsonPayload(Value),
 }
 
 impl Converters {
@@ -295,6 +302,13 @@ impl Converters {
             Converters::Envelope { .. } => {
                 unreachable!("envelope setups are compared by compare_envelope")
             }
+            Converters::JsonSchemasExpanded => {
+                let (key, unexpanded) = Converters::JsonSchemas.expected(key, value);
+                match Converters::JsonExpanded.expected(&[], value).1 {
+                    ExpectedValue::Json(o) => (key, ExpectedValue::JsonPayload(o)),
+                    _ => (key, unexpanded),
+                }
+            }
             Converters::JsonSchemas => (
                 format!(
                     r#"{{"schema":{{"type":"string","optional":false}},"payload":{}}}"#,
@@ -327,7 +341,9 @@ impl Converters {
                 Some(String::from_utf8_lossy(key).into_owned())
             }
             Converters::Json | Converters::JsonExpanded => json().as_str().map(str::to_owned),
-            Converters::JsonSchemas => json()["payload"].as_str().map(str::to_owned),
+            Converters::JsonSchemas | Converters::JsonSchemasExpanded => {
+                json()["payload"].as_str().map(str::to_owned)
+            }
         };
         id.unwrap_or_else(|| panic!("{self:?}: no aggregate id in key {key:?}"))
     }
@@ -355,7 +371,7 @@ struct Setup {
     properties: &'static str,
 }
 
-/// One Connect worker runs them all (one JVM start for all six). The
+/// One Connect worker runs them all (one JVM start for all seven). The
 /// worker's own converters are `connect-standalone.properties`'s: the
 /// `JsonConverter` with schemas; the others override them per connector.
 const SETUPS: &[Setup] = &[
@@ -390,6 +406,12 @@ transforms.outbox.table.fields.additional.placement=type:header:type
         name: "schemas",
         converters: Converters::JsonSchemas,
         properties: "",
+    },
+    Setup {
+        name: "expschemas",
+        converters: Converters::JsonSchemasExpanded,
+        properties: "transforms.outbox.table.expand.json.payload=true
+",
     },
     Setup {
         name: "envelope",
@@ -434,6 +456,9 @@ fn walrelay_forms(converters: Converters) -> Option<&'static str> {
             "key_converter = \"json\"\nvalue_converter = \"json\"\nexpand_json_payload = true\n",
         ),
         Converters::JsonSchemas => Some("converter = \"json_with_schema\"\n"),
+        Converters::JsonSchemasExpanded => {
+            Some("converter = \"json_with_schema\"\nexpand_json_payload = true\n")
+        }
         Converters::String | Converters::Envelope { .. } => None,
     }
 }
@@ -764,15 +789,21 @@ fn compare_setup(setup: &Setup, w: &ByAggregate, d: &ByAggregate) -> (Vec<String
                 // Array elements of a merged schema carry `null` for the
                 // members they lack: dropped on both sides here (the bytes
                 // are compared with walrelay's in [`compare_bytes`]).
-                ExpectedValue::Json(_) => ExpectedValue::Json({
+                ExpectedValue::Json(_) | ExpectedValue::JsonPayload(_) => {
                     let mut v = b
                         .value
                         .as_deref()
                         .and_then(|v| serde_json::from_slice(v).ok())
                         .unwrap_or(Value::Null);
+                    if let ExpectedValue::JsonPayload(_) = want_value {
+                        v = v["payload"].take();
+                    }
                     drop_null_and_empty_arrays(&mut v);
-                    v
-                }),
+                    match want_value {
+                        ExpectedValue::JsonPayload(_) => ExpectedValue::JsonPayload(v),
+                        _ => ExpectedValue::Json(v),
+                    }
+                }
             };
             if got_value != want_value {
                 let show = |v: &ExpectedValue| match v {
@@ -782,7 +813,7 @@ fn compare_setup(setup: &Setup, w: &ByAggregate, d: &ByAggregate) -> (Vec<String
                     ExpectedValue::Bytes(b) => {
                         format!("{:?}", b.as_deref().map(String::from_utf8_lossy))
                     }
-                    ExpectedValue::Json(j) => j.to_string(),
+                    ExpectedValue::Json(j) | ExpectedValue::JsonPayload(j) => j.to_string(),
                 };
                 out.push(format!(
                     "{at}: value {}, expected {}",

@@ -2,7 +2,7 @@ use super::{Expanded, expand, java_double};
 
 fn expanded(text: &str) -> Result<(Expanded, String), String> {
     let mut out = b"prefix".to_vec();
-    let how = expand(&mut out, text)?;
+    let how = expand(&mut out, text, None)?;
     Ok((how, String::from_utf8(out[6..].to_vec()).unwrap()))
 }
 
@@ -155,4 +155,54 @@ fn the_deepest_payload_fits_a_small_stack() {
         .join()
         .expect("no stack overflow");
     assert!(out.unwrap() > 4000);
+}
+
+fn with_schema(text: &str) -> Result<String, String> {
+    let mut out = Vec::new();
+    let column_schema =
+        r#"{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1}"#;
+    expand(
+        &mut out,
+        text,
+        Some(super::WithSchema {
+            column_schema,
+            column: "body",
+        }),
+    )?;
+    Ok(String::from_utf8(out).unwrap())
+}
+
+#[test]
+fn schemas_are_connects_for_the_inferred_struct() {
+    assert_eq!(
+        with_schema(r#"{"s": "x", "n": null, "i": 1, "l": 2147483648, "d": 0.5, "b": true, "a": [1], "e": {}, "o": {"p": [{"q": 1}, {"r": "z"}]}, "m": [[{"t": 1}]]}"#).unwrap(),
+        concat!(
+            r#"{"schema":{"type":"struct","fields":["#,
+            r#"{"type":"string","optional":true,"field":"s"},"#,
+            r#"{"type":"int32","optional":true,"field":"i"},"#,
+            r#"{"type":"int64","optional":true,"field":"l"},"#,
+            r#"{"type":"double","optional":true,"field":"d"},"#,
+            r#"{"type":"boolean","optional":true,"field":"b"},"#,
+            r#"{"type":"array","items":{"type":"int32","optional":true},"optional":true,"field":"a"},"#,
+            r#"{"type":"struct","fields":[],"optional":true,"name":"body.e","field":"e"},"#,
+            r#"{"type":"struct","fields":[{"type":"array","items":{"type":"struct","fields":["#,
+            r#"{"type":"int32","optional":true,"field":"q"},{"type":"string","optional":true,"field":"r"}"#,
+            r#"],"optional":false,"name":"body.o.p"},"optional":true,"field":"p"}],"optional":true,"name":"body.o","field":"o"},"#,
+            r#"{"type":"array","items":{"type":"array","items":{"type":"struct","fields":["#,
+            r#"{"type":"int32","optional":true,"field":"t"}],"optional":true},"optional":true},"optional":true,"field":"m"}"#,
+            r#"],"optional":true,"name":"body"},"#,
+            r#""payload":{"s":"x","i":1,"l":2147483648,"d":0.5,"b":true,"a":[1],"e":{},"o":{"p":[{"q":1,"r":null},{"q":null,"r":"z"}]},"m":[[{"t":1}]]}}"#
+        )
+    );
+    // Not expanded: the column's schema, the text.
+    assert_eq!(
+        with_schema("42").unwrap(),
+        r#"{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":"42"}"#
+    );
+    // `[]`: the schema inferred is none.
+    assert_eq!(
+        with_schema("[]").unwrap(),
+        r#"{"schema":null,"payload":"[]"}"#
+    );
+    assert!(with_schema(r#"{"n": 9223372036854775808}"#).is_err());
 }
