@@ -2,7 +2,7 @@
 //! key_converter`, `value_converter`, `converter`): the key and value bytes
 //! Debezium's Outbox Event Router writes through `JsonConverter`, with
 //! `schemas.enable=false` (`json`) or its default `true`
-//! (`json_with_schema`), and with `table.expand.json.payload`
+//! (`json_with_schema`), each also with `table.expand.json.payload`
 //! (`connect::expand`). `string` (`StringConverter`, the column's bytes) never
 //! reaches this module. tests/it/debezium_compat/outbox.rs compares every
 //! form with Debezium's record by record, bytes for bytes.
@@ -16,8 +16,9 @@
 //!   for text, varchar, char, name and uuid columns, a number for
 //!   int2/int4/int8; with schemas `{"schema":{"type":"string",
 //!   "optional":false},"payload":…}` (`int16`/`int32`/`int64`; a uuid
-//!   names `io.debezium.data.Uuid`). A key of another type is refused per
-//!   row (Debezium's form of it is not written here).
+//!   names `io.debezium.data.Uuid`). A key of another type is refused by
+//!   the start's table check, and per row (Debezium's form of it is not
+//!   written here).
 //! - **The value is the payload as Debezium types it**: json/jsonb a JSON
 //!   string of its text (with schemas: `io.debezium.data.Json`, version 1),
 //!   text/varchar/char a JSON string, bytea base64 in a JSON string (Connect
