@@ -1,3 +1,5 @@
+use proptest::strategy::Strategy;
+
 use super::{Expanded, expand, java_double};
 
 fn expanded(text: &str) -> Result<(Expanded, String), String> {
@@ -205,4 +207,67 @@ fn schemas_are_connects_for_the_inferred_struct() {
         r#"{"schema":null,"payload":"[]"}"#
     );
     assert!(with_schema(r#"{"n": 9223372036854775808}"#).is_err());
+}
+
+proptest::proptest! {
+    /// Any text of JSON's alphabet: written (as a string, or expanded) or
+    /// refused, never a panic; whatever is written parses as JSON, under
+    /// schemas too.
+    #[test]
+    fn json_like_text_never_panics_and_output_is_json(
+        text in r#"[{}\[\]",:0-9.eE+\- a-z\\]{0,48}"#,
+    ) {
+        for schema in [false, true] {
+            let got = if schema { with_schema(&text) } else { expanded(&text).map(|(_, s)| s) };
+            if let Ok(out) = got {
+                let parsed: Result<serde_json::Value, _> = serde_json::from_str(&out);
+                proptest::prop_assert!(parsed.is_ok(), "{:?} → {:?}", text, out);
+            }
+        }
+    }
+
+    /// An object of scalars (no nulls, integers within long, finite
+    /// doubles) expands to the same JSON once parsed.
+    #[test]
+    fn objects_of_scalars_expand_to_the_same_json(
+        members in proptest::collection::vec(
+            ("[a-z]{1,3}", proptest::prop_oneof![
+                proptest::prelude::any::<i64>().prop_map(serde_json::Value::from),
+                proptest::prelude::any::<bool>().prop_map(serde_json::Value::from),
+                "[ -~]{0,8}".prop_map(serde_json::Value::from),
+                (-1e30f64..1e30).prop_map(serde_json::Value::from),
+            ]),
+            0..6,
+        ),
+    ) {
+        let object: serde_json::Map<String, serde_json::Value> = members.into_iter().collect();
+        let text = serde_json::Value::Object(object.clone()).to_string();
+        let out = object_of(&text);
+        let parsed: serde_json::Value = serde_json::from_str(&out).unwrap();
+        proptest::prop_assert!(
+            same(&parsed, &serde_json::Value::Object(object)),
+            "{} → {}", text, out
+        );
+    }
+}
+
+fn object_of(text: &str) -> String {
+    object(text)
+}
+
+/// Equal JSON, doubles within serde_json's own parsing error (its default
+/// parser is not correctly rounded for long mantissas; Rust's and Java's
+/// are).
+fn same(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) if x.is_f64() || y.is_f64() => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            x == y || ((x - y) / x).abs() < 1e-15
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|((k, v), (l, w))| k == l && same(v, w))
+        }
+        _ => a == b,
+    }
 }
