@@ -8,7 +8,9 @@
 //! record a CloudEvent ([`cloudevents`]), `trace_context_column` adds the
 //! writer's W3C trace context headers ([`trace`]), `envelope_columns` makes
 //! the value a JSON envelope with columns beside the payload (Debezium's
-//! additional placement, [`envelope`]); with them off a record is built as
+//! additional placement, [`envelope`]), `key_converter`/`value_converter`
+//! write key and value as Kafka Connect's `JsonConverter` would
+//! ([`connect`]); with them off a record is built as
 //! before, one `None` test per option aside. `header_columns` entries may
 //! name their header (`"type:eventType"`), resolved when a relation is
 //! bound, never per row.
@@ -43,6 +45,7 @@ use crate::pgoutput::{Cell, Oid, Relation, TupleData};
 
 pub mod arena;
 pub mod cloudevents;
+pub mod connect;
 pub mod debezium;
 pub mod envelope;
 pub mod mask;
@@ -53,6 +56,7 @@ pub mod trace;
 pub mod txmeta;
 
 use cloudevents::{CloudEvents, TimeCache};
+use connect::Forms;
 use envelope::Envelope;
 use time::parse_timestamptz_ms;
 use trace::Parsed;
@@ -276,6 +280,8 @@ struct Bound {
     cloudevents: Option<Box<CloudEvents>>,
     /// `envelope_columns`: the value is a JSON envelope.
     envelope: Option<Box<Envelope>>,
+    /// `key_converter`/`value_converter` other than `string`.
+    forms: Option<Box<Forms>>,
     /// Headers a record has beyond `header_columns`, at most: `id` and
     /// `walrelay.lsn`, plus the options' (so the vector grows once).
     extra_headers: usize,
@@ -601,8 +607,10 @@ fn bind(route: Arc<Route>, rel: &Relation) -> Result<Bound, (String, String)> {
     } else {
         Some(Box::new(Envelope::bind(c, payload, rel, &find)?))
     };
+    let forms = Forms::bind(c, rel, aggregate_id, payload).map(Box::new);
     Ok(Bound {
         envelope,
+        forms,
         route,
         display,
         id,
@@ -645,6 +653,14 @@ impl Bound {
             reason: reason.to_owned(),
             fix: fix.to_owned(),
             kind: Unroutable::default(),
+        }
+    }
+
+    /// A value the configured converter form cannot write.
+    fn form_err(&self, column: &str, lsn: Lsn, e: connect::FormError) -> RouteError {
+        RouteError {
+            kind: Unroutable::InvalidValue,
+            ..self.err(column, lsn, &e.reason, e.fix)
         }
     }
 
@@ -746,12 +762,21 @@ impl Bound {
         let c = &self.route.config;
         let id = self.required(row, self.id, &c.id_column, lsn)?;
         let key = self.required(row, self.aggregate_id, &c.aggregate_id_column, lsn)?;
+        // `key_converter`/`value_converter`: one test on the default path.
+        let key = match &self.forms {
+            None => key,
+            Some(forms) => forms
+                .key(key)
+                .map_err(|e| self.form_err(&c.aggregate_id_column, lsn, e))?,
+        };
 
         let topic = self.topic(row, lsn)?;
 
         // `envelope_columns`: one test on the default path.
         let value = if let Some(envelope) = &self.envelope {
             envelope.value(self, row, lsn)?
+        } else if let Some(forms) = self.forms.as_deref().filter(|f| f.writes_value()) {
+            forms.record_value(self, row, lsn)?
         } else {
             match row.get(self.payload) {
                 Some(Cell::Text(b) | Cell::Binary(b))

@@ -32,7 +32,7 @@ mod slot;
 mod snapshot;
 mod tables;
 
-pub use outbox::{outbox_table, route_columns};
+pub use outbox::{converter_problem, outbox_table, route_columns};
 pub use publication::{PublicationPlan, publication, slot_predates_publication};
 pub use server::{heartbeat_privilege, replication_privilege, wal_level};
 pub use slot::{

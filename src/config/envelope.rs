@@ -1,14 +1,17 @@
 //! Validation of `outbox.header_columns` and `outbox.envelope_columns`
 //! (entries `"column"` or `"column:alias"`, Debezium's
 //! `table.fields.additional.placement=<column>:header|envelope[:<alias>]`)
-//! and `outbox.expand_json_payload`. A configuration that passes here
-//! places every column under a name of its own that no name walrelay
-//! writes takes: the router then only binds columns to positions.
+//! and `outbox.expand_json_payload`, and the converter forms
+//! (`converter`, `key_converter`, `value_converter`). A configuration that
+//! passes here places every column under a name of its own that no name
+//! walrelay writes takes, and asks only for key and value forms the router
+//! writes as Debezium does: the router then only binds columns to
+//! positions.
 
 use std::collections::HashSet;
 
 use super::error::{Problem, quoted};
-use super::schema::{OutboxConfig, OutboxFormat, placement};
+use super::schema::{Converter, OutboxConfig, OutboxFormat, placement};
 use super::template::identifier;
 
 /// The envelope member holding the payload.
@@ -54,22 +57,85 @@ pub(super) fn check(outbox: &OutboxConfig, at: &dyn Fn(&str) -> String, out: &mu
             out.push(duplicate(key, entry, name, "envelope member"));
         }
     }
-    if outbox.envelope_columns.is_empty() {
-        if outbox.expand_json_payload.is_some() {
-            out.push(Problem::new(
-                at("expand_json_payload"),
-                "is set, but envelope_columns is empty: without an envelope the value is the \
-                 payload's bytes unchanged (a JSON payload is JSON already); remove \
-                 expand_json_payload or set envelope_columns",
-            ));
-        }
-    } else if outbox.format == OutboxFormat::CloudEvents {
+    if !outbox.envelope_columns.is_empty() && outbox.format == OutboxFormat::CloudEvents {
         out.push(Problem::new(
             at("envelope_columns"),
             "cannot be combined with format = \"cloudevents\": both decide what the record \
              value is (a CloudEvent carries the payload as its data); remove envelope_columns \
              and carry the columns as CloudEvents extensions \
              ([outbox.cloudevents] extensions = { name = \"column\" }), or set format = \"raw\"",
+        ));
+    }
+    converters(outbox, at, out);
+}
+
+/// Checks `converter`, `key_converter`, `value_converter` and
+/// `expand_json_payload` together: each combination left is one the
+/// router writes as Debezium would.
+fn converters(outbox: &OutboxConfig, at: &dyn Fn(&str) -> String, out: &mut Vec<Problem>) {
+    let both = outbox.converter.map(Converter::as_str);
+    if let Some(both) = both {
+        for (key, set) in [
+            ("key_converter", outbox.key_converter),
+            ("value_converter", outbox.value_converter),
+        ] {
+            if set.is_some() {
+                out.push(Problem::new(
+                    at(key),
+                    format!(
+                        "is set beside converter = {}, which sets key and value alike; remove \
+                         converter and set key_converter and value_converter, or remove {key}",
+                        quoted(both)
+                    ),
+                ));
+            }
+        }
+    }
+    // The key that chose the value's form, for messages.
+    let value_key = if outbox.value_converter.is_some() {
+        "value_converter"
+    } else {
+        "converter"
+    };
+    let envelope = !outbox.envelope_columns.is_empty();
+    let explicit_value = outbox.value_converter.or(outbox.converter);
+    match (envelope, explicit_value) {
+        (true, Some(Converter::String)) => out.push(Problem::new(
+            at(value_key),
+            "is \"string\", but envelope_columns makes the value a JSON envelope (what \
+             Debezium writes through JsonConverter with schemas.enable=false); remove it or \
+             set it to \"json\"",
+        )),
+        (true, Some(Converter::JsonWithSchema)) => out.push(Problem::new(
+            at(value_key),
+            "is \"json_with_schema\", but an envelope in Connect's schema form is not \
+             supported; set it to \"json\" (schemas.enable=false), or remove envelope_columns",
+        )),
+        _ => {}
+    }
+    let value = outbox.value_form();
+    if outbox.format == OutboxFormat::CloudEvents {
+        for (key, form) in [("key_converter", outbox.key_form()), (value_key, value)] {
+            if form != Converter::String {
+                out.push(Problem::new(
+                    at(key),
+                    format!(
+                        "is {}, but format = \"cloudevents\" writes the record itself (the \
+                         CloudEvents Kafka binding); remove it, or set format = \"raw\"",
+                        quoted(form.as_str())
+                    ),
+                ));
+            }
+        }
+    }
+    if outbox.expand_json_payload.is_some() && !envelope && value == Converter::String {
+        out.push(Problem::new(
+            at("expand_json_payload"),
+            "is set, but the value is the payload's bytes unchanged (value_converter = \
+             \"string\"; a JSON payload is JSON already); to write it as Debezium's \
+             table.expand.json.payload does through JsonConverter set value_converter = \
+             \"json\" (or \"json_with_schema\"), to embed it in an envelope set \
+             envelope_columns, else remove expand_json_payload",
         ));
     }
 }

@@ -81,7 +81,7 @@ pub use message::{MessageConfig, MessageFormat, PREFIX_PLACEHOLDER};
 pub(crate) use producer::librdkafka_property;
 pub use schema::{
     BinaryHandlingMode, CloudEventsConfig, CloudEventsMode, ColumnFilter, ColumnMask, Compression,
-    ConnectorConfig, DeadLetterConfig, DecimalHandlingMode, Delivery, HASH_ALGORITHMS,
+    ConnectorConfig, Converter, DeadLetterConfig, DecimalHandlingMode, Delivery, HASH_ALGORITHMS,
     HealthConfig, HeartbeatConfig, IntervalHandlingMode, KafkaConfig, LogConfig, LogFormat,
     OnUpdate, OutboxConfig, OutboxFormat, PostgresConfig, RetentionConfig, SaslMechanism,
     SecurityProtocol, SkippedOperations, SnapshotConfig, SnapshotMode, SpecialValues, SslMode,

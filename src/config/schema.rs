@@ -21,8 +21,8 @@ pub use kafka::{
     is_secret_property,
 };
 pub use outbox::{
-    CloudEventsConfig, CloudEventsMode, OnUpdate, OutboxConfig, OutboxFormat, RetentionConfig,
-    placement,
+    CloudEventsConfig, CloudEventsMode, Converter, OnUpdate, OutboxConfig, OutboxFormat,
+    RetentionConfig, placement,
 };
 pub use postgres::{PostgresConfig, SslMode};
 pub use table::{

@@ -35,6 +35,7 @@ pub use publication::{
 pub use settings::{server_version, setting};
 pub use slot::{OpenTransaction, SlotState, slot_creation_blockers, slot_state};
 pub use tables::{
-    CapturedTable, RowEstimate, captured_relations, may_create_in_database, owns_relation,
-    primary_key, relation, replica_identity, row_estimate, schema_tables, table_columns,
+    CapturedTable, RowEstimate, captured_relations, may_create_in_database, not_null_columns,
+    owns_relation, primary_key, relation, replica_identity, row_estimate, schema_tables,
+    table_columns,
 };

@@ -7,27 +7,31 @@
 //!
 //! Invariants:
 //! - **Debezium's shape.** `payload` first, then the placed columns in the
-//!   configured order. The payload: a json/jsonb payload embedded as the
-//!   JSON value it is (`expand_json_payload`, the default) or as a JSON
-//!   string; a text payload holding a JSON object embedded, any other text
-//!   a JSON string; bytea as base64; NULL as `null` — a tombstone only with
+//!   configured order. The payload: a json/jsonb or text payload as
+//!   Debezium's `table.expand.json.payload` writes it
+//!   (`expand_json_payload`, the default here: an object as the schema
+//!   Debezium infers from it has it, anything else a JSON string, bytes for
+//!   bytes, [`super::connect`]'s `expand`) or as a JSON string as Jackson
+//!   writes it; bytea as base64; NULL as `null` — a tombstone only with
 //!   `tombstone_on_empty_payload` (then an empty payload too), as Debezium's
 //!   `route.tombstone.on.empty.payload`. A placed column's value is written
 //!   as Debezium's PostgreSQL connector writes that type with its default
-//!   options ([`super::debezium`]); a type it does not map as its text, a
-//!   NULL as `null`.
+//!   options ([`super::debezium`]), its strings escaped as Jackson escapes
+//!   them; a type it does not map as its text, a NULL as `null`.
 //! - **Stable.** The value depends only on the row: a re-sent event has the
 //!   same bytes.
 //! - **Never skip silently.** A value that cannot be written (not UTF-8,
-//!   not what its type's output function writes) is a [`RouteError`] naming
-//!   the column; nothing is dropped.
+//!   not what its type's output function writes, a payload Debezium's task
+//!   fails on under expansion) is a [`RouteError`] naming the column;
+//!   nothing is dropped.
 //! - **Opt-in.** Without `envelope_columns` the router never reaches this
 //!   module: one `None` test per record.
 
 use bytes::Bytes;
-use serde::de::IgnoredAny;
 
 use super::cloudevents::FindColumn;
+use super::connect::expand::expand;
+use super::connect::{jackson_str, serde_to_jackson};
 use super::debezium::{self, Kind, Mapping, Modes};
 use super::{BYTEA_OID, Bound, RouteError, Unroutable};
 use crate::Lsn;
@@ -40,11 +44,11 @@ const JSONB_OID: Oid = 3802;
 /// How the payload column is written into the envelope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Payload {
-    /// json/jsonb: the JSON value itself.
+    /// json/jsonb: expanded as Debezium's `table.expand.json.payload`.
     Json,
     /// json/jsonb with `expand_json_payload = false`: a JSON string.
     JsonString,
-    /// text/varchar: a JSON object embedded, anything else a string.
+    /// text/varchar: expanded as json/jsonb.
     Text,
     /// text/varchar with `expand_json_payload = false`: a JSON string.
     TextString,
@@ -166,8 +170,10 @@ impl Envelope {
             out.extend_from_slice(&m.prefix);
             match row.get(m.index) {
                 Some(Cell::Text(b) | Cell::Binary(b)) => {
+                    let start = out.len();
                     debezium::write_value(&mut out, m.mapping, b, &mut scratch)
                         .map_err(|e| invalid(&m.column, e.0))?;
+                    serde_to_jackson(&mut out, start);
                 }
                 Some(Cell::Null) => out.extend_from_slice(b"null"),
                 Some(Cell::UnchangedToast) | None => {
@@ -199,12 +205,11 @@ impl Envelope {
             })
         };
         match self.payload {
-            // PostgreSQL's json/jsonb output is valid JSON.
-            Payload::Json => out.extend_from_slice(p),
-            Payload::Text if is_json_object(p) => out.extend_from_slice(p),
-            Payload::JsonString | Payload::Text | Payload::TextString => {
-                debezium::json_str(out, text()?)
+            // Debezium's table.expand.json.payload, byte for byte.
+            Payload::Json | Payload::Text => {
+                expand(out, text()?, None).map_err(debezium::ValueError)?;
             }
+            Payload::JsonString | Payload::TextString => jackson_str(out, text()?),
             Payload::Bytes => debezium::write_value(
                 out,
                 Mapping {
@@ -217,12 +222,6 @@ impl Envelope {
         }
         Ok(())
     }
-}
-
-/// Whether `text` is one JSON object (whitespace around it allowed).
-fn is_json_object(text: &[u8]) -> bool {
-    text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
-        && serde_json::from_slice::<IgnoredAny>(text).is_ok()
 }
 
 #[cfg(test)]

@@ -1,12 +1,14 @@
 //! The `[[outbox]]` tables: each exists, is a table, has every column its
-//! route reads, and a payload type walrelay passes through unchanged.
+//! route reads, a payload type walrelay passes through unchanged, and under
+//! the JSON converter forms columns whose Debezium form walrelay writes
+//! ([`converter_problem`]).
 //! [`route_columns`] is the one list of the columns a route reads; the
 //! publication's column-list check uses it too.
 
 use tokio_postgres::Client;
 
 use super::CheckError;
-use crate::config::OutboxConfig;
+use crate::config::{Converter, OutboxConfig};
 use crate::pg::catalog::{self, CapturedTable};
 
 /// Payload column types whose text form is passed through unchanged.
@@ -94,6 +96,15 @@ pub async fn outbox_table(
             "use jsonb, json, text, varchar or bytea for the payload",
         ));
     }
+    if outbox.key_form() != Converter::String || outbox.value_form() == Converter::JsonWithSchema {
+        let not_null = catalog::not_null_columns(client, schema, name).await?;
+        if let Some((problem, fix)) = converter_problem(outbox, &columns, &not_null) {
+            return Err(CheckError::setup(
+                format!("outbox table {schema}.{name}: {problem}"),
+                fix,
+            ));
+        }
+    }
     let partitions = if table.relkind == 'p' {
         format!(", partitioned ({} partitions)", table.partitions.len())
     } else {
@@ -119,6 +130,71 @@ pub async fn outbox_table(
         columns.len()
     );
     Ok((table, detail))
+}
+
+/// Aggregate id types the JSON key forms write as Debezium does (as
+/// `format_type` names them; `character varying(n)` and `character(n)` by
+/// prefix).
+const KEY_TYPES: &[&str] = &["text", "name", "uuid", "smallint", "integer", "bigint"];
+
+/// Why the table's columns do not fit the route's converter forms, and the
+/// fix: a JSON key of a type the router does not write as Debezium does,
+/// or (`json_with_schema`) a nullability other than Debezium's documented
+/// outbox table's, which the schemas walrelay writes assume (Debezium
+/// writes `"optional"` from it; a nullable key column would be other key
+/// bytes, so another partition). `columns` as (name, `format_type`).
+pub fn converter_problem(
+    outbox: &OutboxConfig,
+    columns: &[(String, String)],
+    not_null: &[String],
+) -> Option<(String, &'static str)> {
+    let key = &outbox.aggregate_id_column;
+    let key_type = columns
+        .iter()
+        .find(|(n, _)| n == key)
+        .map_or("", |(_, t)| t.as_str());
+    let key_form = outbox.key_form();
+    if key_form != Converter::String
+        && !KEY_TYPES.contains(&key_type)
+        && !key_type.starts_with("character")
+    {
+        return Some((
+            format!(
+                "aggregate id column {key} has type {key_type}, which key_converter = {:?} does \
+                 not write (text, varchar, char, name, uuid, smallint, integer or bigint)",
+                key_form.as_str()
+            ),
+            "set key_converter = \"string\" for this [[outbox]], or change the column's type",
+        ));
+    }
+    let is_not_null = |c: &str| not_null.iter().any(|n| n == c);
+    if key_form == Converter::JsonWithSchema && !is_not_null(key) {
+        return Some((
+            format!(
+                "aggregate id column {key} is nullable: Debezium's key schema would say \
+                 \"optional\":true, walrelay writes that of Debezium's documented outbox table \
+                 (\"optional\":false), other key bytes and so another partition"
+            ),
+            "declare the column NOT NULL (ALTER TABLE … ALTER COLUMN … SET NOT NULL; walrelay \
+             refuses a NULL aggregate id anyway), or use key_converter = \"json\"",
+        ));
+    }
+    let payload = &outbox.payload_column;
+    if outbox.envelope_columns.is_empty()
+        && outbox.value_form() == Converter::JsonWithSchema
+        && is_not_null(payload)
+    {
+        return Some((
+            format!(
+                "payload column {payload} is NOT NULL: Debezium's value schema would say \
+                 \"optional\":false, walrelay writes that of Debezium's documented outbox table \
+                 (\"optional\":true)"
+            ),
+            "drop the NOT NULL (ALTER TABLE … ALTER COLUMN … DROP NOT NULL), or use \
+             value_converter = \"json\"",
+        ));
+    }
+    None
 }
 
 #[cfg(test)]

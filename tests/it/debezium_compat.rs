@@ -60,7 +60,8 @@
 //! could not pass.
 //!
 //! Outbox records are compared with Debezium's Outbox Event Router in
-//! [`outbox`] (one more Connect run, ~7 s).
+//! [`outbox`] (one more Connect run, ~7 s); [`migration`] switches from a
+//! Debezium to walrelay on its slot under writers.
 //!
 //! Needs the Connect + Debezium classpath from `deploy/dev/connect.sh up`
 //! (`WALRELAY_CONNECT_LIBS`, or the default directory that script resolves
@@ -72,6 +73,8 @@ use crate::support;
 
 #[path = "debezium_compat/messages.rs"]
 mod messages;
+#[path = "debezium_compat/migration.rs"]
+mod migration;
 #[path = "debezium_compat/outbox.rs"]
 mod outbox;
 #[path = "debezium_compat/transactions.rs"]

@@ -122,12 +122,74 @@ fn envelope_and_cloudevents_are_refused_together() {
 }
 
 #[test]
-fn expand_json_payload_needs_an_envelope() {
+fn expand_json_payload_needs_an_envelope_or_a_json_value() {
     let err = load_err("expand_json_payload = true");
     assert!(
-        err.contains("outbox[0].expand_json_payload: is set, but envelope_columns is empty"),
+        err.contains("outbox[0].expand_json_payload: is set, but the value is the payload's bytes"),
         "{err}"
     );
+    assert!(err.contains("set value_converter = \"json\""), "{err}");
+    for ok in [
+        "expand_json_payload = true\nconverter = \"json_with_schema\"",
+        "expand_json_payload = true\nvalue_converter = \"json\"",
+        "expand_json_payload = false\nconverter = \"json\"",
+        "expand_json_payload = true\nenvelope_columns = [\"type\"]",
+    ] {
+        load(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+}
+
+#[test]
+fn converters_are_read_and_combined() {
+    use crate::config::Converter;
+    let c = load("").unwrap();
+    let o = &c.outbox[0];
+    assert_eq!(
+        (o.key_form(), o.value_form()),
+        (Converter::String, Converter::String)
+    );
+    let c = load("converter = \"json_with_schema\"").unwrap();
+    let o = &c.outbox[0];
+    assert_eq!(
+        (o.key_form(), o.value_form()),
+        (Converter::JsonWithSchema, Converter::JsonWithSchema)
+    );
+    let c = load("key_converter = \"json\"").unwrap();
+    let o = &c.outbox[0];
+    assert_eq!(
+        (o.key_form(), o.value_form()),
+        (Converter::Json, Converter::String)
+    );
+    // An envelope is JSON: unset means "json".
+    let c = load("envelope_columns = [\"type\"]").unwrap();
+    assert_eq!(c.outbox[0].value_form(), Converter::Json);
+    load("envelope_columns = [\"type\"]\nconverter = \"json\"").unwrap();
+
+    let err = load_err("converter = \"json\"\nkey_converter = \"string\"");
+    assert!(
+        err.contains("outbox[0].key_converter: is set beside converter = \"json\""),
+        "{err}"
+    );
+    let err = load_err("envelope_columns = [\"type\"]\nvalue_converter = \"string\"");
+    assert!(
+        err.contains("outbox[0].value_converter: is \"string\", but envelope_columns"),
+        "{err}"
+    );
+    let err = load_err("envelope_columns = [\"type\"]\nconverter = \"json_with_schema\"");
+    assert!(
+        err.contains("outbox[0].converter: is \"json_with_schema\", but an envelope"),
+        "{err}"
+    );
+    let err = load_err(
+        "format = \"cloudevents\"\nkey_converter = \"json\"\n\
+         [outbox.cloudevents]\nsource = \"/x\"",
+    );
+    assert!(
+        err.contains("outbox[0].key_converter: is \"json\", but format = \"cloudevents\""),
+        "{err}"
+    );
+    let err = load_err("value_converter = \"jsom\"");
+    assert!(err.contains("json_with_schema"), "{err}");
 }
 
 #[test]

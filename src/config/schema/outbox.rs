@@ -61,12 +61,32 @@ pub struct OutboxConfig {
     /// `"column"` or `"column:alias"`. Empty: the value is the payload.
     #[serde(default)]
     pub envelope_columns: Vec<String>,
-    /// With `envelope_columns`: a json/jsonb payload (and a text payload
-    /// holding a JSON object) is embedded as JSON (`true`, the default) or
-    /// as a JSON string (`false`); Debezium's `table.expand.json.payload`.
-    /// `None`: not set (only allowed to be set with `envelope_columns`).
+    /// Debezium's `table.expand.json.payload`. With `envelope_columns`: a
+    /// json/jsonb payload (and a text payload holding a JSON object) is
+    /// embedded as JSON (`true`, the default) or as a JSON string
+    /// (`false`). With `value_converter = "json"` or `"json_with_schema"`:
+    /// `true` writes an object payload as Debezium's EventRouter and Kafka
+    /// Connect's `JsonConverter` do after inferring a schema from it
+    /// (`false`, the default: the payload's text as a JSON string). `None`:
+    /// not set (only allowed with an envelope or a JSON value).
     #[serde(default)]
     pub expand_json_payload: Option<bool>,
+    /// The form of both key and value, as the Kafka Connect converter of a
+    /// Debezium deployment would write them; shorthand for `key_converter`
+    /// and `value_converter` alike (not with either).
+    #[serde(default)]
+    pub converter: Option<Converter>,
+    /// The key's form: the aggregate id's bytes (`"string"`, the default:
+    /// Connect's `StringConverter`), a JSON value (`"json"`:
+    /// `JsonConverter`, `schemas.enable=false`), or a JSON value in
+    /// Connect's schema envelope (`"json_with_schema"`).
+    #[serde(default)]
+    pub key_converter: Option<Converter>,
+    /// The value's form, the same choices as `key_converter`. Default
+    /// `"string"` (the payload's bytes); with `envelope_columns` the value
+    /// is a JSON envelope, which is `"json"` (the only form allowed there).
+    #[serde(default)]
+    pub value_converter: Option<Converter>,
     /// A `timestamptz` column used as the record timestamp; `None` lets Kafka
     /// stamp the record. `""` in the file means `None`.
     #[serde(default, deserialize_with = "units::optional_name")]
@@ -155,6 +175,32 @@ impl RetentionConfig {
     }
 }
 
+/// `outbox.key_converter`/`value_converter`: how a Debezium deployment's
+/// Kafka Connect converter would write the key or value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Converter {
+    /// `StringConverter`: the column's bytes unchanged (walrelay's form).
+    #[default]
+    String,
+    /// `JsonConverter` with `schemas.enable=false`: a JSON value.
+    Json,
+    /// `JsonConverter` with `schemas.enable=true` (its default):
+    /// `{"schema": …, "payload": …}`.
+    JsonWithSchema,
+}
+
+impl Converter {
+    /// The name as the configuration spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Converter::String => "string",
+            Converter::Json => "json",
+            Converter::JsonWithSchema => "json_with_schema",
+        }
+    }
+}
+
 /// `outbox.format`: the shape of an outbox record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -237,6 +283,21 @@ impl OutboxConfig {
     /// Whether an envelope embeds a JSON payload as JSON (the default).
     pub fn expands_json_payload(&self) -> bool {
         self.expand_json_payload.unwrap_or(true)
+    }
+
+    /// The key's form (`key_converter`, else `converter`, else `string`).
+    pub fn key_form(&self) -> Converter {
+        self.key_converter.or(self.converter).unwrap_or_default()
+    }
+
+    /// The value's form (`value_converter`, else `converter`, else
+    /// `string`; with `envelope_columns` unset means `json`).
+    pub fn value_form(&self) -> Converter {
+        match self.value_converter.or(self.converter) {
+            Some(c) => c,
+            None if !self.envelope_columns.is_empty() => Converter::Json,
+            None => Converter::String,
+        }
     }
 }
 

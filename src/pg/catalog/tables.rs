@@ -246,6 +246,29 @@ pub async fn table_columns(
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
+/// The table's columns declared `NOT NULL`.
+pub async fn not_null_columns(
+    client: &Client,
+    schema: &str,
+    table: &str,
+) -> Result<Vec<String>, CatalogError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text \
+             FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped \
+             AND a.attnotnull",
+            &[&schema, &table],
+        )
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "reading NOT NULL columns",
+            source,
+        })?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
 /// The planner's idea of how many rows a table holds, from
 /// `pg_class.reltuples`: of the table itself, or of the leaf partitions of a
 /// partitioned table (a partitioned parent's own `reltuples`, set by

@@ -114,9 +114,10 @@ const MEMBERS: &str = r#""eventType":"Obj","n":42,"b":true,"j":"{\"k\": 1}","ts"
 #[test]
 fn the_value_is_debeziums_envelope_payload_first_then_the_columns_in_order() {
     let payload = r#"{"a": [1, 2], "z": 1}"#;
+    // Expanded as Debezium's table.expand.json.payload writes it: compact.
     assert_eq!(
         value(ALL, 3802, text(payload)).unwrap(),
-        format!(r#"{{"payload":{payload},{MEMBERS}"#)
+        format!(r#"{{"payload":{{"a":[1,2],"z":1}},{MEMBERS}"#)
     );
     // expand_json_payload = false: the jsonb text as a JSON string.
     assert_eq!(
@@ -139,43 +140,51 @@ fn the_value_is_debeziums_envelope_payload_first_then_the_columns_in_order() {
 }
 
 #[test]
-fn json_payloads_of_every_shape_are_embedded_as_they_are() {
+fn json_payloads_are_expanded_as_debezium_does() {
     let one = r#"envelope_columns = ["type"]"#;
-    for payload in [
-        "[1, \"x\", null]",
-        "\"just\"",
-        "42",
-        "null",
-        "{}",
-        r#"{"q": "\"hi\" ü 😀"}"#,
+    for (payload, want) in [
+        // Only an object is expanded; anything else is its text's string.
+        ("[1, \"x\", null]", r#""[1, \"x\", null]""#),
+        ("\"just\"", r#""\"just\"""#),
+        ("42", r#""42""#),
+        ("null", r#""null""#),
+        ("{}", "{}"),
+        (
+            r#"{"q": "\"hi\" ü 😀", "n": null, "e": [], "f": 2.50}"#,
+            r#"{"q":"\"hi\" ü \uD83D\uDE00","f":2.5}"#,
+        ),
     ] {
-        assert_eq!(
-            value(one, 3802, text(payload)).unwrap(),
-            format!(r#"{{"payload":{payload},"type":"Obj"}}"#)
-        );
-        // json (not jsonb) keeps the writer's text, which is valid JSON.
-        assert_eq!(
-            value(one, 114, text(payload)).unwrap(),
-            format!(r#"{{"payload":{payload},"type":"Obj"}}"#)
-        );
+        for oid in [3802, 114] {
+            assert_eq!(
+                value(one, oid, text(payload)).unwrap(),
+                format!(r#"{{"payload":{want},"type":"Obj"}}"#),
+                "{payload}"
+            );
+        }
     }
+    // A payload Debezium's task fails on stops the row, naming the column.
+    let err = route(one, 3802, text(r#"{"big": 100000000000000000000}"#)).unwrap_err();
+    assert_eq!(err.column, "payload");
+    assert!(err.to_string().contains("Java long"), "{err}");
 }
 
 #[test]
-fn text_payloads_embed_only_a_json_object() {
+fn text_payloads_are_expanded_as_json_ones() {
     let one = r#"envelope_columns = ["type"]"#;
     let v = |p: &str| value(one, 25, text(p)).unwrap();
-    assert_eq!(v(r#"{"z": 1}"#), r#"{"payload":{"z": 1},"type":"Obj"}"#);
-    assert_eq!(v(r#" {"q": 2} "#), r#"{"payload": {"q": 2} ,"type":"Obj"}"#);
+    assert_eq!(v(r#"{"z": 1}"#), r#"{"payload":{"z":1},"type":"Obj"}"#);
+    // Jackson reads what starts with `{`, up to its end.
+    assert_eq!(v(r#"{"a": 1} x"#), r#"{"payload":{"a":1},"type":"Obj"}"#);
+    assert_eq!(
+        v(r#" {"q": 2} "#),
+        r#"{"payload":" {\"q\": 2} ","type":"Obj"}"#
+    );
     assert_eq!(v("plain text"), r#"{"payload":"plain text","type":"Obj"}"#);
-    assert_eq!(v("[1,2]"), r#"{"payload":"[1,2]","type":"Obj"}"#);
     assert_eq!(v("42"), r#"{"payload":"42","type":"Obj"}"#);
     assert_eq!(v("{not json"), r#"{"payload":"{not json","type":"Obj"}"#);
-    assert_eq!(
-        v(r#"{"a": 1} x"#),
-        r#"{"payload":"{\"a\": 1} x","type":"Obj"}"#
-    );
     assert_eq!(v(""), r#"{"payload":"","type":"Obj"}"#);
+    // A non-empty array with a schema: Debezium's task fails on it.
+    assert!(route(one, 25, text("[1,2]")).is_err());
     let unexpanded = format!("{one}\nexpand_json_payload = false");
     assert_eq!(
         value(&unexpanded, 25, text(r#"{"z": 1}"#)).unwrap(),
@@ -184,7 +193,7 @@ fn text_payloads_embed_only_a_json_object() {
     // varchar as text.
     assert_eq!(
         value(one, 1043, text(r#"{"z": 1}"#)).unwrap(),
-        r#"{"payload":{"z": 1},"type":"Obj"}"#
+        r#"{"payload":{"z":1},"type":"Obj"}"#
     );
 }
 

@@ -3,7 +3,7 @@
 //! PostgreSQL connector, its default options), on the same rows of a table
 //! with Debezium's default outbox columns, under the converters outbox
 //! deployments run it with, and (issue 25 item 6) with envelope placement
-//! and a header alias. One Kafka Connect worker runs six connectors, one
+//! and a header alias. One Kafka Connect worker runs seven connectors, one
 //! per setup ([`SETUPS`]); every topic has [`PARTITIONS`]
 //! partitions on both sides.
 //!
@@ -21,7 +21,15 @@
 //!   converter's default, as in Kafka's `connect-standalone.properties`),
 //!   Debezium's keys and values are exactly what [`Converters::expected`]
 //!   says; with `table.expand.json.payload=true` an object payload is its
-//!   JSON re-written, compared parsed.
+//!   JSON re-written, compared parsed (`null` and `[]` members aside).
+//! - Issue 40 part 2: for each of those three setups, and the schemas one
+//!   with `table.expand.json.payload=true` (the inferred schema in the
+//!   envelope), a walrelay with the matching forms (`converter = "json"`;
+//!   `"json"` with `expand_json_payload = true`; `"json_with_schema"`, also
+//!   with `expand_json_payload = true`, [`walrelay_forms`]) writes
+//!   Debezium's records byte for byte: key,
+//!   value, partition, `id` (and placed `type`) header, each aggregate's
+//!   records in the same order, every record compared ([`compare_bytes`]).
 //! - Headers: Debezium writes `id` (the same bytes as walrelay's: the header
 //!   converter, `SimpleHeaderConverter`, writes the uuid's text) and its
 //!   `__debezium.context.*` headers; walrelay `id`, `type` (equal to
@@ -32,14 +40,16 @@
 //!   values, with and without `table.expand.json.payload`): a walrelay per
 //!   setup with `envelope_columns`/`header_columns` aliases alike and
 //!   `expand_json_payload` alike writes the same keys, partitions, `id` and
-//!   `eventType` headers, members in the same order, and values equal but
-//!   for the expansion differences docs/compatibility.md lists
-//!   ([`compare_envelope`]).
+//!   `eventType` headers, members in the same order, and the same value
+//!   bytes ([`compare_envelope`]).
 //!
 //! The rows: a snapshot of four, 40 aggregates over two aggregate types with
 //! two events each, non-ASCII and non-BMP text, quotes and backslashes,
 //! control characters in a key, an empty key, a NULL payload, a 192 KB
-//! payload, scalar and array payloads, an insert deleted in its own
+//! payload, scalar and array payloads, numbers of every Jackson type
+//! (int, long, doubles written `1.0E20`, `1.0E-5`, `1.23456789E7`, `2.5`
+//! from `2.50`), nested and empty objects, arrays of arrays, arrays of
+//! objects of different members, an insert deleted in its own
 //! transaction (published by both), an update and a delete (ignored by both).
 
 use super::*;
@@ -191,7 +201,7 @@ const STREAMED: &[&str] = &[
             'agg-' || g, 'Changed', jsonb_build_object('seq', 2, 'agg', g, 'f', g * 1.5)
      FROM generate_series(21, 40) g",
     r#"INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES
-     (gen_random_uuid(), '{order}', 'Zoë-😀-日本', 'Unicode',
+     (gen_random_uuid(), '{order}', 'Zoë-😀-日本', E'Unicode-😀-\x01',
       '{"name": "Zoë 😀 日本", "esc": "\u00e9\n\t\"q\" \\ /"}'),
      (gen_random_uuid(), '{order}', 'say "hi" \ back', 'Quoted', '{"q": "say \"hi\" \\ back"}'),
      (gen_random_uuid(), '{order}', E'ctl\t\r\x01end', 'Scalar', '"just a string"'),
@@ -204,7 +214,15 @@ const STREAMED: &[&str] = &[
      (gen_random_uuid(), '{order}', 'agg-6', 'Shapes',
       '{"a": null, "b": [], "c": [{"x": 1}, {"x": 2}], "d": true, "e": {}, "f": 1.0,
         "g": {"h": null, "i": [], "j": "k"}}'),
-     (gen_random_uuid(), '{customer}', '', 'EmptyKey', '{}')"#,
+     (gen_random_uuid(), '{customer}', '', 'EmptyKey', '{}'),
+     (gen_random_uuid(), '{order}', 'agg-10', 'Numbers',
+      '{"int": -7, "long": 2147483648, "neg_long": -9223372036854775808, "one": 1.0,
+        "tenth": 0.1, "scale": 2.50, "small": 0.00001, "neg": -2.5, "e7": 12345678.9,
+        "e20": 100000000000000000000.5, "zero": 0, "list": [0.5, 1.25, -3.0]}'),
+     (gen_random_uuid(), '{customer}', 'agg-11', 'Nested',
+      '{"items": [{"x": 1, "y": "a"}, {"x": 2}, {"x": 3, "y": null}], "one": [{"x": 1}, null],
+        "n": {"o": {}, "p": [[1, 2], [3]], "q": [{"r": {"s": true}}, {}], "m": [[{"t": 1}]]},
+        "t": "\u0001 \ud83d\ude00 \"z\""}')"#,
     // The outbox pattern's clean-up: published by both all the same.
     "BEGIN;
      INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES
@@ -217,7 +235,7 @@ const STREAMED: &[&str] = &[
     "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES
      (gen_random_uuid(), '{order}', 'agg-2', 'Last', '{\"last\": true}')",
 ];
-const STREAMED_RECORDS: usize = 40 + 40 + 9 + 1 + 1;
+const STREAMED_RECORDS: usize = 40 + 40 + 11 + 1 + 1;
 
 /// How Kafka Connect writes the EventRouter's records.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -231,6 +249,9 @@ enum Converters {
     /// `JsonConverter` with its default `schemas.enable=true`, as Kafka's
     /// `config/connect-standalone.properties` sets it for the worker.
     JsonSchemas,
+    /// The same with `table.expand.json.payload=true`: an expanded
+    /// payload's inferred schema in the envelope.
+    JsonSchemasExpanded,
     /// Envelope placement (`table.fields.additional.placement=…:envelope`,
     /// [`ENVELOPE_PLACEMENT`]): `StringConverter` keys, `JsonConverter`
     /// values (`schemas.enable=false`), `table.expand.json.payload` as
@@ -245,6 +266,8 @@ enum ExpectedValue {
     Bytes(Option<Vec<u8>>),
     /// Compared parsed (the expanded payload's bytes are Jackson's).
     Json(Value),
+    /// The schema envelope's `payload`, compared parsed.
+    JsonPayload(Value),
 }
 
 impl Converters {
@@ -279,6 +302,13 @@ impl Converters {
             Converters::Envelope { .. } => {
                 unreachable!("envelope setups are compared by compare_envelope")
             }
+            Converters::JsonSchemasExpanded => {
+                let (key, unexpanded) = Converters::JsonSchemas.expected(key, value);
+                match Converters::JsonExpanded.expected(&[], value).1 {
+                    ExpectedValue::Json(o) => (key, ExpectedValue::JsonPayload(o)),
+                    _ => (key, unexpanded),
+                }
+            }
             Converters::JsonSchemas => (
                 format!(
                     r#"{{"schema":{{"type":"string","optional":false}},"payload":{}}}"#,
@@ -311,7 +341,9 @@ impl Converters {
                 Some(String::from_utf8_lossy(key).into_owned())
             }
             Converters::Json | Converters::JsonExpanded => json().as_str().map(str::to_owned),
-            Converters::JsonSchemas => json()["payload"].as_str().map(str::to_owned),
+            Converters::JsonSchemas | Converters::JsonSchemasExpanded => {
+                json()["payload"].as_str().map(str::to_owned)
+            }
         };
         id.unwrap_or_else(|| panic!("{self:?}: no aggregate id in key {key:?}"))
     }
@@ -339,7 +371,7 @@ struct Setup {
     properties: &'static str,
 }
 
-/// One Connect worker runs them all (one JVM start for all six). The
+/// One Connect worker runs them all (one JVM start for all seven). The
 /// worker's own converters are `connect-standalone.properties`'s: the
 /// `JsonConverter` with schemas; the others override them per connector.
 const SETUPS: &[Setup] = &[
@@ -376,6 +408,12 @@ transforms.outbox.table.fields.additional.placement=type:header:type
         properties: "",
     },
     Setup {
+        name: "expschemas",
+        converters: Converters::JsonSchemasExpanded,
+        properties: "transforms.outbox.table.expand.json.payload=true
+",
+    },
+    Setup {
         name: "envelope",
         converters: Converters::Envelope { expand: true },
         properties: "key.converter=org.apache.kafka.connect.storage.StringConverter
@@ -408,6 +446,89 @@ fn walrelay_envelope(expand: bool) -> String {
     format!("{ENVELOPE_PLACEMENT}expand_json_payload = {expand}\n")
 }
 
+/// The `[[outbox]]` keys of the walrelay compared byte for byte with a
+/// JSON converter setup (`None`: no such walrelay, the setup is compared
+/// with the default walrelay's records only).
+fn walrelay_forms(converters: Converters) -> Option<&'static str> {
+    match converters {
+        Converters::Json => Some("converter = \"json\"\n"),
+        Converters::JsonExpanded => Some(
+            "key_converter = \"json\"\nvalue_converter = \"json\"\nexpand_json_payload = true\n",
+        ),
+        Converters::JsonSchemas => Some("converter = \"json_with_schema\"\n"),
+        Converters::JsonSchemasExpanded => {
+            Some("converter = \"json_with_schema\"\nexpand_json_payload = true\n")
+        }
+        Converters::String | Converters::Envelope { .. } => None,
+    }
+}
+
+/// Compares the records of the walrelay configured with a setup's forms
+/// ([`walrelay_forms`]: `wf`) with Debezium's (`d`), bytes for bytes:
+/// key, value, partition, the `id` header (and `type` where Debezium
+/// places it), each aggregate's records in the same order. Returns the
+/// differences and how many records were compared.
+fn compare_bytes(setup: &Setup, wf: &ByAggregate, d: &ByAggregate) -> (Vec<String>, usize) {
+    let name = setup.name;
+    let mut out = Vec::new();
+    let mut compared = 0;
+    let aggregates: std::collections::BTreeSet<&(String, String)> =
+        wf.keys().chain(d.keys()).collect();
+    let show = |b: Option<&[u8]>| match b {
+        Some(b) if b.len() > 400 => format!("<{} bytes>", b.len()),
+        b => format!("{:?}", b.map(String::from_utf8_lossy)),
+    };
+    for agg in aggregates {
+        let (ws, ds) = (
+            wf.get(agg).map_or(&[][..], Vec::as_slice),
+            d.get(agg).map_or(&[][..], Vec::as_slice),
+        );
+        if ws.len() != ds.len() {
+            out.push(format!(
+                "{agg:?}: walrelay ({name} forms) wrote {} records, Debezium ({name}) {}",
+                ws.len(),
+                ds.len()
+            ));
+            continue;
+        }
+        for (i, (a, b)) in ws.iter().zip(ds).enumerate() {
+            compared += 1;
+            let at = format!("{agg:?} record {i} ({name}, bytes)");
+            if a.key != b.key {
+                out.push(format!(
+                    "{at}: key {} and Debezium's {}",
+                    show(a.key.as_deref()),
+                    show(b.key.as_deref())
+                ));
+            }
+            if a.value != b.value {
+                out.push(format!(
+                    "{at}: value {} and Debezium's {}",
+                    show(a.value.as_deref()),
+                    show(b.value.as_deref())
+                ));
+            }
+            if a.partition != b.partition {
+                out.push(format!(
+                    "{at}: partition {} and Debezium's {}",
+                    a.partition, b.partition
+                ));
+            }
+            let placed = setup.converters == Converters::JsonExpanded;
+            for header in ["id"].into_iter().chain(placed.then_some("type")) {
+                if a.header(header).is_none() || a.header(header) != b.header(header) {
+                    out.push(format!(
+                        "{at}: {header} header: walrelay {:?}, Debezium {:?}",
+                        a.header_str(header),
+                        b.header_str(header)
+                    ));
+                }
+            }
+        }
+    }
+    (out, compared)
+}
+
 /// The headers of each record of a walrelay with [`ENVELOPE_PLACEMENT`].
 const WALRELAY_ENVELOPE_HEADERS: &[&str] = &["id", "eventType", "walrelay.lsn"];
 
@@ -417,12 +538,11 @@ const WALRELAY_ENVELOPE_HEADERS: &[&str] = &["id", "eventType", "walrelay.lsn"];
 ///
 /// walrelay's envelope must be `{"payload": P, "eventType": type,
 /// "aggregatetype": the aggregate type, …}` ([`ENVELOPE_MEMBERS`] after
-/// them) with P the payload embedded
-/// (expand: parsed equal to the row's JSON) or its text as a string;
-/// Debezium's must be equal to it but for the differences
-/// docs/compatibility.md lists for `table.expand.json.payload`: members
-/// `null` or `[]` left out of an object payload, and any other payload as
-/// its text. Keys, partitions, the `id` and `eventType` headers: equal.
+/// them) with P the payload's text as a string, or (expand) an object
+/// payload as Debezium's `table.expand.json.payload` writes it — parsed
+/// equal to the row's JSON once `null` and `[]` members are left out — and
+/// any other payload as its text. Debezium's: the same bytes. Keys,
+/// partitions, the `id` and `eventType` headers: equal.
 fn compare_envelope(
     setup: &Setup,
     w: &ByAggregate,
@@ -482,10 +602,16 @@ fn compare_envelope(
                 .value
                 .as_deref()
                 .map(|v| String::from_utf8(v.to_vec()).expect("UTF-8 payload"));
-            let payload = match &payload_text {
+            let raw_payload = match &payload_text {
                 None => Value::Null,
                 Some(t) if expand => serde_json::from_str(t).expect("a jsonb payload"),
                 Some(t) => Value::String(t.clone()),
+            };
+            // Expanded, the payload is Debezium's form of it, checked below.
+            let payload = match (expand, &raw_payload) {
+                (true, Value::Object(_)) => Value::Null,
+                (true, Value::Null) | (false, _) => raw_payload.clone(),
+                (true, _) => Value::String(payload_text.clone().unwrap_or_default()),
             };
             let mut want = serde_json::Map::new();
             want.insert("payload".into(), payload);
@@ -498,37 +624,42 @@ fn compare_envelope(
                 want.insert((*name).into(), serde_json::from_str(value).unwrap());
             }
             let want = Value::Object(want);
-            let (got_w, got_d) = (
+            let (mut got_w, got_d) = (
                 parse("walrelay", a.value.as_deref()),
                 parse("Debezium", b.value.as_deref()),
             );
+            if expand && raw_payload.is_object() {
+                // Debezium's expanded object: the row's JSON with `null`
+                // and `[]` members left out, a merged array element's
+                // missing members `null` (left out here on both sides).
+                let mut p = got_d["payload"].clone();
+                drop_null_and_empty_arrays(&mut p);
+                let mut want_p = raw_payload.clone();
+                drop_null_and_empty_arrays(&mut want_p);
+                if p != want_p {
+                    out.push(format!("{at}: Debezium's payload {p}, expected {want_p}"));
+                }
+                got_w["payload"] = Value::Null;
+            }
             if got_w != want {
                 out.push(format!(
                     "{at}: walrelay's envelope {got_w}, expected {want}"
                 ));
             }
-            // Debezium's form of walrelay's envelope.
-            let mut want_d = got_w.clone();
-            if expand && let Some(p) = want_d.get_mut("payload") {
-                match p {
-                    Value::Object(_) => drop_null_and_empty_arrays(p),
-                    Value::Null => {}
-                    _ => *p = Value::String(payload_text.clone().unwrap_or_default()),
-                }
-            }
-            if got_d != want_d {
-                let cut = |v: &Value| {
-                    let s = v.to_string();
+            // And Debezium's bytes are walrelay's.
+            if a.value != b.value {
+                let cut = |v: Option<&[u8]>| {
+                    let s = String::from_utf8_lossy(v.unwrap_or_default());
                     if s.len() > 400 {
                         format!("<{} bytes>", s.len())
                     } else {
-                        s
+                        s.into_owned()
                     }
                 };
                 out.push(format!(
-                    "{at}: Debezium's envelope {}, walrelay's in Debezium's form {}",
-                    cut(&got_d),
-                    cut(&want_d)
+                    "{at}: Debezium's envelope {}, walrelay's {}",
+                    cut(b.value.as_deref()),
+                    cut(a.value.as_deref())
                 ));
             }
             // Member order: payload first, then the placement's order
@@ -655,12 +786,24 @@ fn compare_setup(setup: &Setup, w: &ByAggregate, d: &ByAggregate) -> (Vec<String
             }
             let got_value = match &want_value {
                 ExpectedValue::Bytes(_) => ExpectedValue::Bytes(b.value.clone()),
-                ExpectedValue::Json(_) => ExpectedValue::Json(
-                    b.value
+                // Array elements of a merged schema carry `null` for the
+                // members they lack: dropped on both sides here (the bytes
+                // are compared with walrelay's in [`compare_bytes`]).
+                ExpectedValue::Json(_) | ExpectedValue::JsonPayload(_) => {
+                    let mut v = b
+                        .value
                         .as_deref()
                         .and_then(|v| serde_json::from_slice(v).ok())
-                        .unwrap_or(Value::Null),
-                ),
+                        .unwrap_or(Value::Null);
+                    if let ExpectedValue::JsonPayload(_) = want_value {
+                        v = v["payload"].take();
+                    }
+                    drop_null_and_empty_arrays(&mut v);
+                    match want_value {
+                        ExpectedValue::JsonPayload(_) => ExpectedValue::JsonPayload(v),
+                        _ => ExpectedValue::Json(v),
+                    }
+                }
             };
             if got_value != want_value {
                 let show = |v: &ExpectedValue| match v {
@@ -670,7 +813,7 @@ fn compare_setup(setup: &Setup, w: &ByAggregate, d: &ByAggregate) -> (Vec<String
                     ExpectedValue::Bytes(b) => {
                         format!("{:?}", b.as_deref().map(String::from_utf8_lossy))
                     }
-                    ExpectedValue::Json(j) => j.to_string(),
+                    ExpectedValue::Json(j) | ExpectedValue::JsonPayload(j) => j.to_string(),
                 };
                 out.push(format!(
                     "{at}: value {}, expected {}",
@@ -767,9 +910,15 @@ async fn walrelay_and_debezium_write_the_same_outbox_records() {
         .iter()
         .filter(|s| matches!(s.converters, Converters::Envelope { .. }))
         .collect();
+    // And one for each JSON converter setup, with the matching forms.
+    let form_setups: Vec<(&Setup, &str)> = SETUPS
+        .iter()
+        .filter_map(|s| walrelay_forms(s.converters).map(|f| (s, f)))
+        .collect();
     let prefixes: Vec<String> = std::iter::once(w_prefix.clone())
         .chain(SETUPS.iter().map(|s| prefix(s.name)))
         .chain(envelope_setups.iter().map(|s| w_envelope(s.name)))
+        .chain(form_setups.iter().map(|(s, _)| w_envelope(s.name)))
         .collect();
     let all_topics: Vec<String> = prefixes.iter().flat_map(|p| topics_of(p)).collect();
     create_topics(&all_topics, PARTITIONS).await;
@@ -841,6 +990,22 @@ value.converter=org.apache.kafka.connect.json.JsonConverter
                 w_envelope(setup.name),
                 walrelay::config::TopicTemplate::DEFAULT,
                 walrelay_envelope(expand)
+            ),
+        );
+        envelope_relays.push(RelayProcess::start(&config, &[]));
+    }
+    for (setup, forms) in &form_setups {
+        let own = Names {
+            publication: names.publication.clone(),
+            ..Names::new(&format!("wr_do{}", setup.name))
+        };
+        let config = connector_config(
+            &db,
+            &own,
+            &format!(
+                "[[outbox]]\ntable = \"public.outbox\"\ntopic = \"{}{}\"\n{forms}",
+                w_envelope(setup.name),
+                walrelay::config::TopicTemplate::DEFAULT,
             ),
         );
         envelope_relays.push(RelayProcess::start(&config, &[]));
@@ -929,6 +1094,26 @@ value.converter=org.apache.kafka.connect.json.JsonConverter
         }
         let (diffs, moved) = compare_setup(setup, &w, &d);
         differences.extend(diffs);
+        if walrelay_forms(setup.converters).is_some() {
+            let wf_prefix = w_envelope(setup.name);
+            let wf = by_aggregate(read(&wf_prefix), &wf_prefix, |k| {
+                setup.converters.aggregate(k)
+            });
+            let (diffs, compared) = compare_bytes(setup, &wf, &d);
+            eprintln!(
+                "{}: walrelay with the matching forms, {compared} records compared bytes for \
+                 bytes, {} differences",
+                setup.name,
+                diffs.len()
+            );
+            if compared != total {
+                differences.push(format!(
+                    "{}: {compared} records compared bytes for bytes, not {total}",
+                    setup.name
+                ));
+            }
+            differences.extend(diffs);
+        }
         // The same key bytes, the same partitions; quoted keys, others.
         let expect_moved = setup.converters != Converters::String;
         if (moved > 0) != expect_moved {
