@@ -47,6 +47,7 @@ pub mod debezium;
 pub mod envelope;
 pub mod mask;
 pub mod message;
+pub mod schema;
 pub mod table;
 mod time;
 pub mod trace;
@@ -96,6 +97,11 @@ pub struct Record {
     event_id: Option<EventId>,
     /// See [`Record::size`].
     size: usize,
+    /// `format = "avro" | "json_schema"`: the key's and value's schemas;
+    /// `key` and `value` are then bodies under them, which
+    /// `sink::registry` frames (magic byte, schema id) before sending.
+    /// `None`: the bytes are sent as they are.
+    pub schemas: Option<Arc<schema::RecordSchemas>>,
 }
 
 impl Record {
@@ -135,6 +141,7 @@ impl Record {
             timestamp_ms,
             event_id,
             size: 0,
+            schemas: None,
         };
         record.recount();
         record
@@ -276,6 +283,8 @@ struct Bound {
     cloudevents: Option<Box<CloudEvents>>,
     /// `envelope_columns`: the value is a JSON envelope.
     envelope: Option<Box<Envelope>>,
+    /// `format = "avro" | "json_schema"`: the schemas and bodies.
+    registry: Option<Box<schema::Encoding>>,
     /// Headers a record has beyond `header_columns`, at most: `id` and
     /// `walrelay.lsn`, plus the options' (so the vector grows once).
     extra_headers: usize,
@@ -586,8 +595,9 @@ fn bind(route: Arc<Route>, rel: &Relation) -> Result<Bound, (String, String)> {
         Some(col) => Some(find(col)?),
         None => None,
     };
+    let registry = schema::Encoding::for_route(c.format, rel, aggregate_id, payload);
     let cloudevents = match c.format {
-        OutboxFormat::Raw => None,
+        OutboxFormat::Raw | OutboxFormat::Avro | OutboxFormat::JsonSchema => None,
         OutboxFormat::CloudEvents => Some(Box::new(CloudEvents::bind(
             &c.cloudevents,
             &c.type_column,
@@ -603,6 +613,7 @@ fn bind(route: Arc<Route>, rel: &Relation) -> Result<Bound, (String, String)> {
     };
     Ok(Bound {
         envelope,
+        registry,
         route,
         display,
         id,
@@ -822,7 +833,10 @@ impl Bound {
                     ..e
                 })?;
         }
-        if self.trace.is_some() || self.cloudevents.is_some() {
+        if let Some(encoding) = &self.registry {
+            self.encode(encoding, &mut record, lsn)?;
+        }
+        if self.trace.is_some() || self.cloudevents.is_some() || self.registry.is_some() {
             record.recount();
         }
         Ok(record)
