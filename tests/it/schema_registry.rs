@@ -440,3 +440,79 @@ async fn check_reaches_the_registry() {
         "{report}"
     );
 }
+
+/// Registers `schema` (an Avro schema's JSON text) under `subject`.
+fn register(url: &str, subject: &str, schema: &str) {
+    let body = serde_json::json!({ "schema": schema }).to_string();
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sf",
+            "-X",
+            "POST",
+            "-H",
+            "Content-Type: application/vnd.schemaregistry.v1+json",
+        ])
+        .args(["-d", &body])
+        .arg(format!("{url}/subjects/{subject}/versions"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "could not register under {subject}");
+}
+
+/// `auto_register = false`: a subject without the schema stops the
+/// connector naming it (and nothing is registered); once the schemas are
+/// registered, records carry their ids. `use_latest_version`: the latest
+/// version's id, and a latest version that is another schema stops it.
+#[tokio::test(flavor = "multi_thread")]
+async fn schemas_registered_beforehand_lookup_and_latest_version() {
+    require_kafka();
+    let url = registry_url();
+    let db = TestDb::new("sr_lookup").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("sr_lookup");
+    let topic = names.topic("order");
+    let lookup = format!("{}auto_register = false\n", registry_section(&url));
+    let config = relay_config(&db, &names, "format = \"avro\"", &lookup);
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    insert(&db, "order", 3).await;
+    let log = relay.expect_exit(1, Duration::from_secs(60));
+    assert!(
+        log.contains(&format!("refused subject \"{topic}-key\" (HTTP 404"))
+            && log.contains("auto_register = true"),
+        "no refusal naming the unregistered subject:\n{log}"
+    );
+    assert_eq!(records_in(&[topic.as_str()]), 0);
+    assert_eq!(
+        registry_requests(&format!("{topic}-key/versions")),
+        0,
+        "it registered"
+    );
+
+    register(&url, &format!("{topic}-key"), r#""string""#);
+    let value =
+        r#"["null",{"type":"string","connect.version":1,"connect.name":"io.debezium.data.Json"}]"#;
+    register(&url, &format!("{topic}-value"), value);
+    let mut relay = RelayProcess::start_with(&relay.config_path, &[]);
+    let decoded = wait_all("avro", &url, &db, std::slice::from_ref(&topic)).await;
+    verify(&outbox_rows(&db).await, &decoded, &names);
+    relay.stop();
+
+    // The latest version of the value subject is now another schema.
+    register(
+        &url,
+        &format!("{topic}-value"),
+        r#"["null","string","long"]"#,
+    );
+    let latest = format!("{lookup}use_latest_version = true\n");
+    let path = write_config(&relay_config(&db, &names, "format = \"avro\"", &latest));
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    insert(&db, "order", 1).await;
+    let log = relay.expect_exit(1, Duration::from_secs(60));
+    assert!(
+        log.contains(&format!("the latest schema of subject \"{topic}-value\""))
+            && log.contains("is not the one walrelay writes"),
+        "no refusal of the other latest schema:\n{log}"
+    );
+}
