@@ -121,8 +121,9 @@ async fn wait_all(format: &str, url: &str, db: &TestDb, topics: &[String]) -> Ve
     .await
 }
 
-/// Outbox rows under concurrent writers, in `format`, decoded by
-/// Confluent's client; the registry is asked once per subject.
+/// Outbox rows of the initial snapshot and under concurrent writers, in
+/// `format`, decoded by Confluent's client; the registry is asked once per
+/// subject.
 async fn writers_decoded_by_confluents_client(format: &str) {
     require_kafka();
     let url = registry_url();
@@ -139,6 +140,8 @@ async fn writers_decoded_by_confluents_client(format: &str) {
             registry_section(&url)
         ),
     );
+    // Rows before the start: the initial snapshot's records, framed too.
+    insert(&db, "order", 10).await;
     let mut relay = RelayProcess::start(&config, &[]);
     relay.wait_log("streaming", Duration::from_secs(60)).await;
     let writers = Writers::start(&db);
