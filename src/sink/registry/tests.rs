@@ -81,3 +81,24 @@ fn schemas_compare_as_json() {
     assert!(same_json(r#"["null", "string"]"#, r#"["null","string"]"#));
     assert!(!same_json(r#""string""#, r#""long""#));
 }
+
+#[test]
+fn the_password_shows_nowhere_but_in_the_authorization_header() {
+    let config: crate::config::SchemaRegistryConfig = toml::from_str(
+        "url = \"http://registry:8081\"\nusername = \"walrelay\"\npassword = \"hunter2-secret\"\n",
+    )
+    .unwrap();
+    assert!(!format!("{config:?}").contains("hunter2"), "{config:?}");
+    let registry = Registry::new(&config, Arc::new(Metrics::new("t"))).unwrap();
+    assert!(!format!("{registry:?}").contains("hunter2"), "{registry:?}");
+    // base64("walrelay:hunter2-secret")
+    assert_eq!(
+        registry.authorization.as_deref(),
+        Some("Basic d2FscmVsYXk6aHVudGVyMi1zZWNyZXQ=")
+    );
+    let unreachable = RegistryError::Unreachable {
+        url: config.url.clone(),
+        cause: "refused".into(),
+    };
+    assert!(!unreachable.to_string().contains("hunter2"));
+}
