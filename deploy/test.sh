@@ -307,7 +307,7 @@ FAILED_LANE=main FAILED_LOG=$main_log
   log "main lane: the schema registry (deploy/dev/registry.sh: Apicurio Registry on Java 21)"
   registry_env=$(deploy/dev/registry.sh up)
   eval "$registry_env"
-  export WALRELAY_REGISTRY_URL WALRELAY_REGISTRY_LOG WALRELAY_REGISTRY_PYTHON
+  export WALRELAY_REGISTRY_URL WALRELAY_REGISTRY_LOG WALRELAY_REGISTRY_PYTHON WALRELAY_REGISTRY_TLS_URL WALRELAY_REGISTRY_CA
 
   log "main lane: integration tests against PostgreSQL 18 (${#MAIN_TESTS[@]} tests)"
   run_it "everything but kafka_outage, lost_slot, failover" "${MAIN_TESTS[@]}"

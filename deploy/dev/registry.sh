@@ -26,7 +26,9 @@
 # the client that is not ours which tests decode records with).
 #
 # REGISTRY_PORT (default 18081): the HTTP port; Quarkus' management interface
-# (health, metrics) listens on REGISTRY_PORT+1, loopback too. State lives in
+# (health, metrics) listens on REGISTRY_PORT+1, loopback too; HTTPS on
+# REGISTRY_PORT+2 with a certificate for 127.0.0.1/localhost from a throwaway
+# CA made here with openssl (WALRELAY_REGISTRY_TLS_URL, WALRELAY_REGISTRY_CA). State lives in
 # .state/registry-<port>/ (lock .state/registry-<port>.lock).
 #
 # Why these downloads: this machine reaches package registries only.
@@ -61,7 +63,9 @@ if ! [[ "$PORT" =~ ^[0-9]+$ ]] || ((PORT < 1024 || PORT > 65534)); then
     exit 1
 fi
 MANAGEMENT_PORT=$((PORT + 1))
+TLS_PORT=$((PORT + 2))
 URL="http://$HOST:$PORT/apis/ccompat/v7"
+TLS_URL="https://$HOST:$TLS_PORT/apis/ccompat/v7"
 
 DEPS_DIR="$REPO_ROOT/.deps/registry"
 APP_DIR="$DEPS_DIR/apicurio-$APICURIO_VERSION"
@@ -71,6 +75,7 @@ STATE_DIR="$REPO_ROOT/.state/registry-$PORT"
 PID_FILE="$STATE_DIR/registry.pid"
 LOG_FILE="$STATE_DIR/registry.log"
 LOCK_FILE="$REPO_ROOT/.state/registry-$PORT.lock"
+TLS_DIR="$STATE_DIR/tls"
 READY_TIMEOUT=${WALRELAY_REGISTRY_READY_TIMEOUT:-180}  # seconds; ~7 s idle
 
 log() { echo "registry.sh: $*" >&2; }
@@ -80,6 +85,29 @@ print_env() {
     echo "export WALRELAY_REGISTRY_URL=$URL"
     echo "export WALRELAY_REGISTRY_LOG=$LOG_FILE"
     echo "export WALRELAY_REGISTRY_PYTHON=$VENV/bin/python"
+    echo "export WALRELAY_REGISTRY_TLS_URL=$TLS_URL"
+    echo "export WALRELAY_REGISTRY_CA=$TLS_DIR/ca.pem"
+}
+
+# A throwaway CA and a server certificate for 127.0.0.1 and localhost.
+ensure_certificates() {
+    [[ -f "$TLS_DIR/.complete" ]] && return 0
+    need_command openssl openssl
+    mkdir -p "$TLS_DIR"
+    (
+        cd "$TLS_DIR"
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 3650 \
+            -sha256 -subj "/CN=walrelay dev registry CA" \
+            -addext "basicConstraints=critical,CA:TRUE" \
+            -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+        openssl req -new -newkey rsa:2048 -nodes -keyout server.key -out server.csr \
+            -subj "/CN=localhost" 2>/dev/null
+        printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >server.ext
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
+            -sha256 -extfile server.ext -out server.pem 2>/dev/null
+        rm -f server.csr server.ext
+        touch .complete
+    ) || die "openssl failed to make the registry's certificates"
 }
 
 take_lock() {
@@ -174,6 +202,7 @@ start() {
     local java
     java=$(java_bin)
     mkdir -p "$STATE_DIR"
+    ensure_certificates
     : >"$LOG_FILE"
     log "starting Apicurio Registry $APICURIO_VERSION on $HOST:$PORT ..."
     local t0=$SECONDS
@@ -184,6 +213,10 @@ start() {
         "-Dwalrelay.state=$STATE_DIR" \
         -Dquarkus.http.host=$HOST -Dquarkus.http.port="$PORT" \
         -Dquarkus.management.host=$HOST -Dquarkus.management.port="$MANAGEMENT_PORT" \
+        -Dquarkus.http.ssl-port="$TLS_PORT" \
+        -Dquarkus.http.ssl.certificate.files="$TLS_DIR/server.pem" \
+        -Dquarkus.http.ssl.certificate.key-files="$TLS_DIR/server.key" \
+        -Dquarkus.http.insecure-requests=enabled \
         -Dapicurio.storage.kind=sql -Dapicurio.storage.sql.kind=h2 \
         -jar quarkus-run.jar </dev/null >>"$LOG_FILE" 2>&1 9>&-) &
     echo $! >"$PID_FILE"

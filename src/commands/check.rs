@@ -304,7 +304,7 @@ async fn schema_registry(config: &Config, report: &mut Report) {
     let outcome = match crate::sink::registry::Registry::new(registry, metrics) {
         Err(what) => fail(
             format!("kafka.schema_registry.url: {what}"),
-            "use an http:// URL such as \"http://registry:8081\"",
+            "use an http:// or https:// URL such as \"http://registry:8081\"",
         ),
         Ok(client) => match client.probe().await {
             Ok(level) => Outcome::Ok(format!(

@@ -27,7 +27,8 @@
 //! `${NAME}` in `postgres.host`, `postgres.user`, `postgres.password`,
 //! `postgres.database`, `postgres.sslpassword`, the file paths
 //! (`postgres.sslrootcert`, `postgres.sslcert`, `postgres.sslkey`,
-//! `kafka.ssl_ca`, `kafka.ssl_certificate`, `kafka.ssl_key`),
+//! `kafka.ssl_ca`, `kafka.ssl_certificate`, `kafka.ssl_key`,
+//! `kafka.schema_registry.ssl_ca`),
 //! `kafka.brokers`, `kafka.sasl_username`, `kafka.sasl_password`,
 //! `kafka.ssl_key_password`, `kafka.schema_registry.url`/`username`/
 //! `password`, the mask salts and `[kafka.librdkafka]`
@@ -435,6 +436,12 @@ impl Config {
             substitute_secret(
                 "kafka.schema_registry.password",
                 &mut registry.password,
+                env,
+                &mut found,
+            );
+            substitute_path(
+                "kafka.schema_registry.ssl_ca",
+                &mut registry.ssl_ca,
                 env,
                 &mut found,
             );

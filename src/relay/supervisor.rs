@@ -106,7 +106,9 @@ pub async fn run(
             crate::sink::registry::Registry::new(r, metrics.clone()).map_err(|what| {
                 RelayError::Setup {
                     what: format!("kafka.schema_registry.url: {what}"),
-                    fix: "use an http:// URL such as \"http://registry:8081\"".into(),
+                    fix: "use an http:// or https:// URL such as \"http://registry:8081\", and a \
+                          readable kafka.schema_registry.ssl_ca"
+                        .into(),
                 }
             })?,
         )),

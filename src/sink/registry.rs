@@ -2,7 +2,8 @@
 //! records in the Confluent wire format (magic byte 0, the schema id as 4
 //! big-endian bytes, then the body the router made) with ids it gets from a
 //! Confluent-compatible registry (Confluent Schema Registry, Apicurio's
-//! `/apis/ccompat/v7`), over plain HTTP/1.1.
+//! `/apis/ccompat/v7`), over HTTP/1.1 or HTTPS (OpenSSL, the certificate
+//! checked against `ssl_ca` or the system's trust store, and the URL's host).
 //!
 //! Invariants:
 //! - **No record leaves without its schema id.** [`Registry::frame`] either
@@ -61,6 +62,10 @@ pub enum RegistryError {
         /// The registry's own `message`.
         message: String,
     },
+    /// The registry's TLS certificate is not trusted (or names another
+    /// host): definite, retrying cannot fix it.
+    #[error("schema registry {url}: {cause}")]
+    Untrusted { url: String, cause: String },
     /// `use_latest_version`: the subject's latest schema is another one.
     #[error(
         "the latest schema of subject {subject:?} (id {id}) is not the one walrelay writes \
@@ -84,7 +89,9 @@ impl RegistryError {
             RegistryError::Refused { status, .. } => {
                 *status >= 500 || *status == 408 || *status == 429
             }
-            RegistryError::LatestDiffers { .. } | RegistryError::Unexpected { .. } => false,
+            RegistryError::LatestDiffers { .. }
+            | RegistryError::Unexpected { .. }
+            | RegistryError::Untrusted { .. } => false,
         }
     }
 
@@ -100,6 +107,10 @@ impl RegistryError {
             RegistryError::Refused {
                 status: 401 | 403, ..
             } => "check kafka.schema_registry.username and password, and the user's rights",
+            RegistryError::Untrusted { .. } => {
+                "set kafka.schema_registry.ssl_ca to the PEM file of the CA that signed the \
+                 registry's certificate, and use a URL whose host the certificate names"
+            }
             RegistryError::Refused { status: 404, .. } => {
                 "with auto_register = false the schema must be registered under the subject \
                  before walrelay writes it: register it, or set auto_register = true"
@@ -135,9 +146,11 @@ pub fn framed(id: u32, body: &[u8]) -> Bytes {
     out.freeze()
 }
 
-/// Where the registry is: host, port and the base path of its API.
+/// Where the registry is: scheme, host, port and the base path of its API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Endpoint {
+    /// `https://`.
+    tls: bool,
     host: String,
     port: u16,
     /// Without a trailing `/` (`""` for the root).
@@ -146,9 +159,11 @@ struct Endpoint {
 
 impl Endpoint {
     fn parse(url: &str) -> Result<Endpoint, String> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| "only http:// registry URLs are supported".to_owned())?;
+        let (tls, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(rest), _) => (false, rest),
+            (_, Some(rest)) => (true, rest),
+            _ => return Err("the URL must start with http:// or https://".to_owned()),
+        };
         let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
         let (host, port) = match authority.rsplit_once(':') {
             Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => (
@@ -156,12 +171,13 @@ impl Endpoint {
                 p.parse::<u16>()
                     .map_err(|_| format!("port {p:?} is not a number"))?,
             ),
-            _ => (authority, 80),
+            _ => (authority, if tls { 443 } else { 80 }),
         };
         if host.is_empty() {
             return Err("no host".to_owned());
         }
         Ok(Endpoint {
+            tls,
             host: host
                 .trim_start_matches('[')
                 .trim_end_matches(']')
@@ -179,6 +195,8 @@ type CacheKey = (Arc<str>, bool, Arc<str>);
 pub struct Registry {
     url: String,
     endpoint: Endpoint,
+    /// `https://`: the TLS client context (trust: `ssl_ca` or the system's).
+    tls: Option<openssl::ssl::SslConnector>,
     /// `Basic …`, when basic auth is configured.
     authorization: Option<String>,
     strategy: SubjectNameStrategy,
@@ -215,9 +233,15 @@ impl Registry {
             }
             _ => None,
         };
+        let tls = if endpoint.tls {
+            Some(tls_connector(config.ssl_ca.as_deref())?)
+        } else {
+            None
+        };
         Ok(Registry {
             url: config.url.clone(),
             endpoint,
+            tls,
             authorization,
             strategy: config.subject_name_strategy,
             auto_register: config.auto_register,
@@ -355,13 +379,17 @@ impl Registry {
         let result = tokio::time::timeout(self.timeout, self.exchange(method, path, body))
             .await
             .unwrap_or_else(|_| {
-                Err(format!(
+                Err(Failed::Away(format!(
                     "no answer within {:?} (kafka.schema_registry.request_timeout)",
                     self.timeout
-                ))
+                )))
             });
         let result = match result {
-            Err(cause) => Err(RegistryError::Unreachable {
+            Err(Failed::Away(cause)) => Err(RegistryError::Unreachable {
+                url: self.url.clone(),
+                cause,
+            }),
+            Err(Failed::Untrusted(cause)) => Err(RegistryError::Untrusted {
                 url: self.url.clone(),
                 cause,
             }),
@@ -400,16 +428,50 @@ impl Registry {
         method: Method,
         path: &str,
         body: Option<String>,
-    ) -> Result<(StatusCode, Bytes), String> {
+    ) -> Result<(StatusCode, Bytes), Failed> {
         let ep = &self.endpoint;
-        let stream = tokio::net::TcpStream::connect((ep.host.as_str(), ep.port))
+        let tcp = tokio::net::TcpStream::connect((ep.host.as_str(), ep.port))
             .await
-            .map_err(|e| format!("cannot connect to {}:{}: {e}", ep.host, ep.port))?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| format!("HTTP handshake: {e}"))?;
-        let driver = tokio::spawn(connection);
-        let host = if ep.port == 80 {
+            .map_err(|e| Failed::Away(format!("cannot connect to {}:{}: {e}", ep.host, ep.port)))?;
+        let request = self.request(method, path, body).map_err(Failed::Away)?;
+        match &self.tls {
+            None => send(tcp, request).await.map_err(Failed::Away),
+            Some(connector) => {
+                let ssl = connector
+                    .configure()
+                    .and_then(|c| c.into_ssl(&ep.host))
+                    .map_err(|e| Failed::Away(format!("TLS set-up: {e}")))?;
+                let mut stream = tokio_openssl::SslStream::new(ssl, tcp)
+                    .map_err(|e| Failed::Away(format!("TLS set-up: {e}")))?;
+                std::pin::Pin::new(&mut stream)
+                    .connect()
+                    .await
+                    .map_err(|e| {
+                        let verify = stream.ssl().verify_result();
+                        if verify == openssl::x509::X509VerifyResult::OK {
+                            // The connection broke mid-handshake: worth retrying.
+                            Failed::Away(format!("TLS handshake: {e}"))
+                        } else {
+                            Failed::Untrusted(format!(
+                                "TLS handshake: the registry's certificate is not trusted ({})",
+                                verify.error_string()
+                            ))
+                        }
+                    })?;
+                send(stream, request).await.map_err(Failed::Away)
+            }
+        }
+    }
+
+    /// The request for `path` under the API's base.
+    fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<Request<Full<Bytes>>, String> {
+        let ep = &self.endpoint;
+        let host = if ep.port == if ep.tls { 443 } else { 80 } {
             ep.host.clone()
         } else {
             format!("{}:{}", ep.host, ep.port)
@@ -429,26 +491,63 @@ impl Registry {
         if let Some(auth) = &self.authorization {
             request = request.header("authorization", auth);
         }
-        let request = request
+        request
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
-            .map_err(|e| format!("cannot build the request: {e}"))?;
-        let result = async {
-            let response = sender
-                .send_request(request)
-                .await
-                .map_err(|e| format!("request failed: {e}"))?;
-            let status = response.status();
-            let bytes = Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
-                .collect()
-                .await
-                .map_err(|e| format!("reading the answer: {e}"))?
-                .to_bytes();
-            Ok((status, bytes))
-        }
-        .await;
-        driver.abort();
-        result
+            .map_err(|e| format!("cannot build the request: {e}"))
     }
+}
+
+/// Why one exchange failed.
+enum Failed {
+    /// Not reached, broken off, no answer: transient.
+    Away(String),
+    /// The certificate check failed: definite.
+    Untrusted(String),
+}
+
+/// Sends `request` over `stream` (one HTTP/1.1 exchange), the answer's
+/// status and body.
+async fn send<S>(stream: S, request: Request<Full<Bytes>>) -> Result<(StatusCode, Bytes), String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("HTTP handshake: {e}"))?;
+    let driver = tokio::spawn(connection);
+    let result = async {
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| format!("request failed: {e}"))?;
+        let status = response.status();
+        let bytes = Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
+            .collect()
+            .await
+            .map_err(|e| format!("reading the answer: {e}"))?
+            .to_bytes();
+        Ok((status, bytes))
+    }
+    .await;
+    driver.abort();
+    result
+}
+
+/// The TLS client context: peer verification on, trusting `ca` (a PEM
+/// file) or the system's default paths.
+fn tls_connector(ca: Option<&std::path::Path>) -> Result<openssl::ssl::SslConnector, String> {
+    use openssl::ssl::{SslConnector, SslMethod};
+    let mut builder =
+        SslConnector::builder(SslMethod::tls_client()).map_err(|e| format!("TLS context: {e}"))?;
+    match ca {
+        Some(ca) => builder
+            .set_ca_file(ca)
+            .map_err(|e| format!("kafka.schema_registry.ssl_ca {}: {e}", ca.display()))?,
+        None => builder
+            .set_default_verify_paths()
+            .map_err(|e| format!("the system's trust store: {e}"))?,
+    }
+    Ok(builder.build())
 }
 
 /// A subject as one URL path segment (percent-encoded but for unreserved

@@ -519,3 +519,60 @@ async fn schemas_registered_beforehand_lookup_and_latest_version() {
         "no refusal of the other latest schema:\n{log}"
     );
 }
+
+/// `https://` with `ssl_ca`: check reaches it and records go out framed;
+/// without the CA the certificate is not trusted, which retrying cannot fix:
+/// check fails and run stops, both saying so.
+#[tokio::test(flavor = "multi_thread")]
+async fn https_with_the_registrys_ca_and_without() {
+    require_kafka();
+    let url = registry_url();
+    let tls_url = registry_env("WALRELAY_REGISTRY_TLS_URL");
+    let ca = registry_env("WALRELAY_REGISTRY_CA");
+    let db = TestDb::new("sr_tls").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("sr_tls");
+    let trusted = format!("{}ssl_ca = \"{ca}\"\n", registry_section(&tls_url));
+    let path = write_config(&relay_config(&db, &names, "format = \"avro\"", &trusted));
+    let (_, report) = check(&path);
+    assert!(
+        report
+            .lines()
+            .any(|l| l.starts_with("ok") && l.contains("schema registry") && l.contains(&tls_url)),
+        "{report}"
+    );
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    insert(&db, "order", 5).await;
+    let topic = names.topic("order");
+    let decoded = wait_all("avro", &url, &db, std::slice::from_ref(&topic)).await;
+    verify(&outbox_rows(&db).await, &decoded, &names);
+    relay.stop();
+
+    let untrusted = write_config(&relay_config(
+        &db,
+        &names,
+        "format = \"avro\"",
+        &registry_section(&tls_url),
+    ));
+    let (code, report) = check(&untrusted);
+    assert_ne!(code, Some(0));
+    assert!(
+        failures(&report).iter().any(|f| f.contains("not trusted")),
+        "{report}"
+    );
+    let names2 = Names::new("sr_tls2");
+    let config = relay_config(
+        &db,
+        &names2,
+        "format = \"avro\"",
+        &registry_section(&tls_url),
+    );
+    // (Its initial snapshot holds the rows above: the first needs an id.)
+    let mut relay = RelayProcess::start(&config, &[]);
+    let log = relay.expect_exit(1, Duration::from_secs(60));
+    assert!(
+        log.contains("not trusted") && log.contains("kafka.schema_registry.ssl_ca"),
+        "no definite TLS refusal:\n{log}"
+    );
+}

@@ -1,12 +1,13 @@
 //! `[kafka.schema_registry]`: the Confluent-compatible Schema Registry that
 //! `[[outbox]] format = "avro" | "json_schema"` records take their schema
-//! ids from — its URL, basic auth, and how subjects are named and
+//! ids from — its URL, basic auth, TLS trust, and how subjects are named and
 //! ids chosen (Confluent's serializer options under walrelay's names).
 //!
 //! Field documentation here is the source for `docs/configuration.md`;
 //! keep the two in step.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use secrecy::SecretString;
@@ -44,9 +45,9 @@ impl SubjectNameStrategy {
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SchemaRegistryConfig {
-    /// Base URL of the registry's Confluent-compatible API, `http://`
-    /// (Apicurio: `…/apis/ccompat/v7`); `${ENV}` is interpolated. Required.
-    /// `https://` is not supported yet.
+    /// Base URL of the registry's Confluent-compatible API, `http://` or
+    /// `https://` (Apicurio: `…/apis/ccompat/v7`); `${ENV}` is interpolated.
+    /// Required.
     pub url: String,
     /// Basic-auth user name; `${ENV}` is interpolated. With `password`.
     #[serde(default)]
@@ -55,6 +56,11 @@ pub struct SchemaRegistryConfig {
     /// Never printed.
     #[serde(default, deserialize_with = "units::secret")]
     pub password: Option<SecretString>,
+    /// PEM file of the CA certificate(s) that signed an `https://`
+    /// registry's certificate; the system trust store when unset. The
+    /// certificate must name the URL's host.
+    #[serde(default)]
+    pub ssl_ca: Option<PathBuf>,
     /// How subjects are named: `topic` (default), `record` or `topic_record`.
     #[serde(default)]
     pub subject_name_strategy: SubjectNameStrategy,
@@ -87,6 +93,7 @@ impl fmt::Debug for SchemaRegistryConfig {
             .field("url", &self.url)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "[REDACTED]"))
+            .field("ssl_ca", &self.ssl_ca)
             .field("subject_name_strategy", &self.subject_name_strategy)
             .field("auto_register", &self.auto_register)
             .field("use_latest_version", &self.use_latest_version)

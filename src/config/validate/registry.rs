@@ -1,5 +1,5 @@
 //! `[kafka.schema_registry]` rules, and the outbox formats that need it:
-//! a usable (http://) URL, basic auth given whole, `use_latest_version` only without
+//! a usable URL (and a CA file only for https://), basic auth given whole, `use_latest_version` only without
 //! `auto_register`, a registry for every `avro`/`json_schema` outbox, and
 //! the combinations this version does not carry yet (an envelope, a
 //! record-name subject strategy for the outbox's non-record schemas).
@@ -74,6 +74,24 @@ fn section(r: &SchemaRegistryConfig, out: &mut Vec<Problem>) {
                 quoted(&r.url)
             ),
         ));
+    } else if r.ssl_ca.is_some() && !r.url.starts_with("https://") {
+        out.push(Problem::new(
+            format!("{KEY}.ssl_ca"),
+            "is set, but url is not https://: the CA would never be used; use an https:// \
+             url or remove ssl_ca",
+        ));
+    }
+    if let Some(ca) = &r.ssl_ca
+        && !ca.is_file()
+    {
+        out.push(Problem::new(
+            format!("{KEY}.ssl_ca"),
+            format!(
+                "{} is not a readable file; give the PEM file of the CA that signed the \
+                 registry's certificate",
+                ca.display()
+            ),
+        ));
     }
     match (&r.username, &r.password) {
         (Some(_), None) => out.push(Problem::new(
@@ -108,14 +126,11 @@ fn section(r: &SchemaRegistryConfig, out: &mut Vec<Problem>) {
 
 /// Why `url` is not a usable registry URL, or `None`.
 pub(crate) fn url_problem(url: &str) -> Option<&'static str> {
-    if url.starts_with("https://") {
-        return Some(
-            "https:// is not supported yet (this version talks plain HTTP to the registry): \
-             reach it over http:// on a trusted network, or through a local TLS proxy",
-        );
-    }
-    let Some(rest) = url.strip_prefix("http://") else {
-        return Some("must start with http://");
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    let Some(rest) = rest else {
+        return Some("must start with http:// or https://");
     };
     let authority = rest.split('/').next().unwrap_or_default();
     if authority.is_empty() || authority.starts_with(':') {

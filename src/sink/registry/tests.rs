@@ -41,7 +41,10 @@ fn endpoints_keep_the_base_path() {
     );
     let ep = Endpoint::parse("http://[::1]:8081").unwrap();
     assert_eq!((ep.host.as_str(), ep.port), ("::1", 8081));
-    assert!(Endpoint::parse("https://registry").is_err());
+    let ep = Endpoint::parse("https://registry/x").unwrap();
+    assert_eq!((ep.tls, ep.port, ep.base.as_str()), (true, 443, "/x"));
+    assert!(!Endpoint::parse("http://registry").unwrap().tls);
+    assert!(Endpoint::parse("ftp://registry").is_err());
     assert!(Endpoint::parse("http://registry:port").is_err());
 }
 
