@@ -75,7 +75,7 @@ FAILED_LANE="" FAILED_LOG=""
 cleanup() {
   local rc=$?
   local pid
-  for pid in ${side_pid:-} ${helm_pid:-}; do kill_tree "$pid"; done
+  for pid in ${side_pid:-} ${helm_pid:-} ${registry_install_pid:-}; do kill_tree "$pid"; done
   kill "${load_pid:-}" 2>/dev/null || true
   log "taking services down"
   for m in 18 $EXTRA_MAJORS; do PG_MAJOR=$m deploy/dev/postgres.sh down >/dev/null 2>&1 || true; done
@@ -107,6 +107,7 @@ helm_pid=$!
 # the Python client from PyPI: a minute on a fresh machine), meanwhile too;
 # the main lane's `registry.sh up` waits for them (the script's lock).
 deploy/dev/registry.sh install >"$STATE/registry_install.log" 2>&1 &
+registry_install_pid=$!
 
 log "alert rules: promtool check and rule unit tests"
 deploy/prometheus/check.sh
@@ -290,6 +291,12 @@ side_log="$STATE/side_lane.log"
   echo $((SECONDS - side_start)) >"$STATE/side_lane.seconds"
 ) >"$side_log" 2>&1 &
 side_pid=$!
+
+# The registry's install (started at the top) is reaped here, so that
+# cleanup never signals a reused pid; a failure shows in the main lane's
+# `registry.sh up`, which installs again.
+wait "$registry_install_pid" || true
+registry_install_pid=""
 
 main_log="$STATE/main_lane.log"
 main_start=$SECONDS
