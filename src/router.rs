@@ -50,6 +50,7 @@ pub mod debezium;
 pub mod envelope;
 pub mod mask;
 pub mod message;
+pub mod schema;
 pub mod table;
 mod time;
 pub mod trace;
@@ -100,6 +101,11 @@ pub struct Record {
     event_id: Option<EventId>,
     /// See [`Record::size`].
     size: usize,
+    /// `format = "avro" | "json_schema"`: the key's and value's schemas;
+    /// `key` and `value` are then bodies under them, which
+    /// `sink::registry` frames (magic byte, schema id) before sending.
+    /// `None`: the bytes are sent as they are.
+    pub schemas: Option<Arc<schema::RecordSchemas>>,
 }
 
 impl Record {
@@ -139,6 +145,7 @@ impl Record {
             timestamp_ms,
             event_id,
             size: 0,
+            schemas: None,
         };
         record.recount();
         record
@@ -282,6 +289,8 @@ struct Bound {
     envelope: Option<Box<Envelope>>,
     /// `key_converter`/`value_converter` other than `string`.
     forms: Option<Box<Forms>>,
+    /// `format = "avro" | "json_schema"`: the schemas and bodies.
+    registry: Option<Box<schema::Encoding>>,
     /// Headers a record has beyond `header_columns`, at most: `id` and
     /// `walrelay.lsn`, plus the options' (so the vector grows once).
     extra_headers: usize,
@@ -592,8 +601,9 @@ fn bind(route: Arc<Route>, rel: &Relation) -> Result<Bound, (String, String)> {
         Some(col) => Some(find(col)?),
         None => None,
     };
+    let registry = schema::Encoding::for_route(c.format, rel, aggregate_id, payload);
     let cloudevents = match c.format {
-        OutboxFormat::Raw => None,
+        OutboxFormat::Raw | OutboxFormat::Avro | OutboxFormat::JsonSchema => None,
         OutboxFormat::CloudEvents => Some(Box::new(CloudEvents::bind(
             &c.cloudevents,
             &c.type_column,
@@ -611,6 +621,7 @@ fn bind(route: Arc<Route>, rel: &Relation) -> Result<Bound, (String, String)> {
     Ok(Bound {
         envelope,
         forms,
+        registry,
         route,
         display,
         id,
@@ -847,7 +858,10 @@ impl Bound {
                     ..e
                 })?;
         }
-        if self.trace.is_some() || self.cloudevents.is_some() {
+        if let Some(encoding) = &self.registry {
+            self.encode(encoding, &mut record, lsn)?;
+        }
+        if self.trace.is_some() || self.cloudevents.is_some() || self.registry.is_some() {
             record.recount();
         }
         Ok(record)

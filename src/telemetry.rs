@@ -168,6 +168,11 @@ pub struct Metrics {
     /// Changes sent to the dead-letter topic, by reason and table
     /// (`relay::dead_letter` bounds the table names).
     pub dead_letter_records: Family<Vec<(&'static str, String)>, Counter>,
+    /// Requests to the schema registry (`sink::registry`): one per
+    /// (subject, schema) not cached yet, and per retry.
+    pub schema_registry_requests: AtomicU64,
+    /// Of those, the ones that failed (unreachable, an error status).
+    pub schema_registry_errors: AtomicU64,
     /// Session errors by class and cause.
     pub session_errors_by_cause: Family<Vec<(&'static str, &'static str)>, Counter>,
     /// Milliseconds since `started` of the last successful slot read, plus
@@ -331,6 +336,8 @@ impl Metrics {
             named_topics: Mutex::default(),
             session_errors_by_cause: Family::default(),
             dead_letter_records: Family::default(),
+            schema_registry_requests: AtomicU64::new(0),
+            schema_registry_errors: AtomicU64::new(0),
             slot_polled_ms: AtomicU64::new(0),
             slot_wal_status: Mutex::new(String::new()),
             slot_invalidation_reason: Mutex::new(String::new()),

@@ -19,6 +19,7 @@ mod kafka;
 mod slot;
 
 use std::fmt;
+use std::sync::Arc;
 
 use super::probe::bytes;
 use crate::config::{Config, ConfigError, OutboxConfig};
@@ -251,6 +252,7 @@ pub async fn check(config: &Config) -> Report {
     let params = connect_params(config);
     // `None` when Kafka could not be read: `run` would wait for it.
     let stored = kafka::check_kafka(config, &mut report).await;
+    schema_registry(config, &mut report).await;
     let Some(client) = postgres_connection(config, &params, &mut report).await else {
         large_transactions(config, None, &mut report);
         return report;
@@ -290,6 +292,44 @@ pub async fn check(config: &Config) -> Report {
     )
     .await;
     report
+}
+
+/// `[kafka.schema_registry]`: reached, and its global compatibility level
+/// (what a new schema version must keep).
+async fn schema_registry(config: &Config, report: &mut Report) {
+    let Some(registry) = &config.kafka.schema_registry else {
+        return;
+    };
+    let metrics = Arc::new(crate::telemetry::Metrics::new(&config.connector.name));
+    let outcome = match crate::sink::registry::Registry::new(registry, metrics) {
+        Err(what) => fail(
+            format!("kafka.schema_registry.url: {what}"),
+            "use an http:// or https:// URL such as \"http://registry:8081\"",
+        ),
+        Ok(client) => match client.probe().await {
+            Ok(level) => Outcome::Ok(format!(
+                "{} reached; global compatibility {level}; schemas {}",
+                registry.url,
+                if registry.use_latest_version {
+                    "must be registered (each subject's latest version is used)"
+                } else if registry.auto_register {
+                    "are registered when first written"
+                } else {
+                    "must be registered already (looked up, never registered)"
+                }
+            )),
+            Err(e) => fail(
+                e.to_string(),
+                if e.is_transient() {
+                    "start the registry, or fix kafka.schema_registry.url; run would wait for it \
+                     (retrying) before the first record that needs a schema id"
+                } else {
+                    e.fix()
+                },
+            ),
+        },
+    };
+    report.push("schema registry", outcome);
 }
 
 /// The server as the replication connection identifies it: system

@@ -114,15 +114,24 @@ fn converters(outbox: &OutboxConfig, at: &dyn Fn(&str) -> String, out: &mut Vec<
         _ => {}
     }
     let value = outbox.value_form();
-    if outbox.format == OutboxFormat::CloudEvents {
+    // Formats that write the record themselves take no converter form.
+    let own_form = match outbox.format {
+        OutboxFormat::CloudEvents => Some("the CloudEvents Kafka binding"),
+        OutboxFormat::Avro | OutboxFormat::JsonSchema => {
+            Some("the schema registry's wire format, as Confluent's converters do")
+        }
+        _ => None,
+    };
+    if let Some(own) = own_form {
         for (key, form) in [("key_converter", outbox.key_form()), (value_key, value)] {
             if form != Converter::String {
                 out.push(Problem::new(
                     at(key),
                     format!(
-                        "is {}, but format = \"cloudevents\" writes the record itself (the \
-                         CloudEvents Kafka binding); remove it, or set format = \"raw\"",
-                        quoted(form.as_str())
+                        "is {}, but format = {} writes the record itself ({own}); remove it, \
+                         or set format = \"raw\"",
+                        quoted(form.as_str()),
+                        quoted(outbox.format.as_str())
                     ),
                 ));
             }

@@ -27,14 +27,16 @@
 //! `${NAME}` in `postgres.host`, `postgres.user`, `postgres.password`,
 //! `postgres.database`, `postgres.sslpassword`, the file paths
 //! (`postgres.sslrootcert`, `postgres.sslcert`, `postgres.sslkey`,
-//! `kafka.ssl_ca`, `kafka.ssl_certificate`, `kafka.ssl_key`),
+//! `kafka.ssl_ca`, `kafka.ssl_certificate`, `kafka.ssl_key`,
+//! `kafka.schema_registry.ssl_ca`),
 //! `kafka.brokers`, `kafka.sasl_username`, `kafka.sasl_password`,
-//! `kafka.ssl_key_password`, the mask salts and `[kafka.librdkafka]`
+//! `kafka.ssl_key_password`, `kafka.schema_registry.url`/`username`/
+//! `password`, the mask salts and `[kafka.librdkafka]`
 //! values is replaced by environment variable `NAME`; `$${` stands for a
 //! literal `${`. `${file:/absolute/path}` is replaced by a file's content (one
 //! trailing newline removed) in the keys that hold secrets only:
 //! `postgres.password`, `postgres.sslpassword`, `kafka.sasl_password`,
-//! `kafka.ssl_key_password`, the salts of column masks
+//! `kafka.ssl_key_password`, `kafka.schema_registry.password`, the salts of column masks
 //! (`table[i].column_mask[j].salt`) and the secret librdkafka properties
 //! ([`is_secret_property`]). The salts are secrets too.
 //! Interpolation runs after parsing, so errors keep their line numbers.
@@ -84,9 +86,9 @@ pub use schema::{
     ConnectorConfig, Converter, DeadLetterConfig, DecimalHandlingMode, Delivery, HASH_ALGORITHMS,
     HealthConfig, HeartbeatConfig, IntervalHandlingMode, KafkaConfig, LogConfig, LogFormat,
     OnUpdate, OutboxConfig, OutboxFormat, PostgresConfig, RetentionConfig, SaslMechanism,
-    SecurityProtocol, SkippedOperations, SnapshotConfig, SnapshotMode, SpecialValues, SslMode,
-    TableConfig, TableDefaults, TimePrecisionMode, UnmappedTypes, glob_match, is_secret_property,
-    placement,
+    SchemaRegistryConfig, SecurityProtocol, SkippedOperations, SnapshotConfig, SnapshotMode,
+    SpecialValues, SslMode, SubjectNameStrategy, TableConfig, TableDefaults, TimePrecisionMode,
+    UnmappedTypes, glob_match, is_secret_property, placement,
 };
 pub use template::{
     Segment, TableRef, TopicTemplate, is_topic_char, sanitized_topic_name, topic_name_problem,
@@ -414,6 +416,36 @@ impl Config {
             env,
             &mut found,
         );
+        if let Some(registry) = &mut self.kafka.schema_registry {
+            substitute(
+                "kafka.schema_registry.url",
+                &mut registry.url,
+                false,
+                env,
+                &mut found,
+            );
+            if let Some(username) = &mut registry.username {
+                substitute(
+                    "kafka.schema_registry.username",
+                    username,
+                    false,
+                    env,
+                    &mut found,
+                );
+            }
+            substitute_secret(
+                "kafka.schema_registry.password",
+                &mut registry.password,
+                env,
+                &mut found,
+            );
+            substitute_path(
+                "kafka.schema_registry.ssl_ca",
+                &mut registry.ssl_ca,
+                env,
+                &mut found,
+            );
+        }
         for (key, value) in &mut self.kafka.librdkafka {
             let path = error::join_key("kafka.librdkafka", key);
             substitute(&path, value, is_secret_property(key), env, &mut found);

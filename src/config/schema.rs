@@ -14,6 +14,7 @@ use super::units;
 mod kafka;
 mod outbox;
 mod postgres;
+mod registry;
 mod table;
 
 pub use kafka::{
@@ -25,6 +26,7 @@ pub use outbox::{
     RetentionConfig, placement,
 };
 pub use postgres::{PostgresConfig, SslMode};
+pub use registry::{SchemaRegistryConfig, SubjectNameStrategy};
 pub use table::{
     BinaryHandlingMode, ColumnFilter, ColumnMask, DecimalHandlingMode, HASH_ALGORITHMS,
     IntervalHandlingMode, SkippedOperations, SpecialValues, TableConfig, TableDefaults,

@@ -16,6 +16,7 @@ use super::template::topic_name_problem;
 
 mod kafka;
 mod postgres;
+mod registry;
 mod routes;
 
 use kafka::{dead_letter, kafka};
@@ -79,6 +80,7 @@ pub(crate) fn problems(config: &Config) -> Vec<Problem> {
         &mut out,
     );
     dead_letter(config, &mut out);
+    registry::registry(config, &mut out);
     out
 }
 

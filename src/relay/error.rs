@@ -73,6 +73,23 @@ pub enum RelayError {
     },
     #[error("Kafka: {0}")]
     Sink(SinkError),
+    /// A record's schema id could not be had from the schema registry
+    /// (`format = "avro" | "json_schema"`): nothing of it was sent.
+    #[error(
+        "schema registry: no schema id for a record of {table} to topic {topic:?} (transaction \
+         committed at {lsn}): {error}{}",
+        if error.is_transient() {
+            "; retrying (the record waits, the slot does not pass it)".to_owned()
+        } else {
+            format!(". What to do: {}", error.fix())
+        }
+    )]
+    SchemaRegistry {
+        table: String,
+        topic: String,
+        lsn: Lsn,
+        error: Box<crate::sink::registry::RegistryError>,
+    },
     /// `exactly_once`: one PostgreSQL transaction (or the initial snapshot)
     /// kept its Kafka transaction open past `kafka.transaction_timeout`
     /// (see `transaction_clock`): a retry would fail the same way.
@@ -188,6 +205,7 @@ impl RelayError {
                 error.kind == SinkErrorKind::Transient
             }
             RelayError::Offsets(e) => e.is_transient(),
+            RelayError::SchemaRegistry { error, .. } => error.is_transient(),
             RelayError::Ended(_) | RelayError::LeaseLost | RelayError::Spill(_) => true,
             RelayError::Snapshot(e) => e.is_transient(),
             RelayError::Decode { .. }
@@ -233,6 +251,14 @@ impl RelayError {
                 topic: Some(topic),
                 ..ErrorAbout::default()
             },
+            RelayError::SchemaRegistry {
+                table, topic, lsn, ..
+            } => ErrorAbout {
+                table: Some(table),
+                lsn: Some(*lsn),
+                topic: Some(topic),
+                ..ErrorAbout::default()
+            },
             RelayError::Decode { lsn, .. } | RelayError::Stream { lsn, .. } => ErrorAbout {
                 lsn: Some(*lsn),
                 ..ErrorAbout::default()
@@ -272,6 +298,7 @@ impl RelayError {
             RelayError::TableEvent(_) => "table_event",
             RelayError::Delivery { .. } => "delivery",
             RelayError::Sink(_) => "kafka",
+            RelayError::SchemaRegistry { .. } => "schema_registry",
             RelayError::TransactionOverrun(_) => "transaction_timeout",
             RelayError::Offsets(_) => "offset_store",
             RelayError::Checkpoint(_) => "checkpoint",
@@ -293,6 +320,7 @@ impl RelayError {
             RelayError::LeaseLost => "the lease",
             RelayError::Spill(_) => "the spill directory (space, permissions)",
             RelayError::Delivery { .. } | RelayError::Sink(_) | RelayError::Offsets(_) => "Kafka",
+            RelayError::SchemaRegistry { .. } => "the schema registry",
             _ => "the session to restart",
         }
     }

@@ -88,6 +88,9 @@ pub(super) struct Publisher {
     /// The initial snapshot is open: one Kafka transaction (`exactly_once`)
     /// that no commit point may end early.
     holding: bool,
+    /// `[kafka.schema_registry]`: frames records that carry schemas
+    /// (shared by the sessions of the process, with its id cache).
+    registry: Option<Arc<crate::sink::registry::Registry>>,
 }
 
 /// What a published record's acknowledgement counts for.
@@ -141,7 +144,13 @@ impl Publisher {
             publishing: None,
             pace: Default::default(),
             holding: false,
+            registry: None,
         }
+    }
+
+    /// Records with schemas get their ids from `registry`.
+    pub(super) fn set_registry(&mut self, registry: Option<Arc<crate::sink::registry::Registry>>) {
+        self.registry = registry;
     }
 
     pub(super) fn config(&self) -> &Arc<Config> {
@@ -258,7 +267,7 @@ impl Publisher {
         record: &crate::router::Record,
         counted: Counted,
     ) -> Result<(), RelayError> {
-        if self.dead_letter.is_some() {
+        if self.dead_letter.is_some() || self.registry.is_some() {
             self.publishing = Some(relation.clone());
         }
         let sent = self.publish(txn, pos, record, counted).await;
@@ -346,6 +355,13 @@ impl Publisher {
         record: &crate::router::Record,
         counted: Counted,
     ) -> Result<(), RelayError> {
+        let framed;
+        let record = if record.schemas.is_some() {
+            framed = self.frame(pos, record).await?;
+            &framed
+        } else {
+            record
+        };
         match self.send_one(txn, pos, record, counted).await {
             Ok(()) => Ok(()),
             Err(Sent::Refused(error)) if self.dead_letter.is_some() && error.is_too_large() => {
@@ -381,6 +397,36 @@ impl Publisher {
                 self.publish_dead_letter(txn, failure, counted).await
             }
             Err(e) => Err(self.sent_error(e, pos, record)),
+        }
+    }
+
+    /// `record` in the Confluent wire format, its schema ids from the
+    /// registry: nothing is sent in its place when they cannot be had.
+    async fn frame(
+        &self,
+        pos: Position,
+        record: &crate::router::Record,
+    ) -> Result<crate::router::Record, RelayError> {
+        let error = |error| RelayError::SchemaRegistry {
+            table: self.publishing.as_ref().map_or_else(
+                || "an outbox table".to_owned(),
+                |r| format!("{}.{}", r.namespace, r.name),
+            ),
+            topic: self.topic_counters.shown(&record.topic),
+            lsn: pos.commit_lsn,
+            error: Box::new(error),
+        };
+        let Some(registry) = &self.registry else {
+            return Err(RelayError::Setup {
+                what: "a record needs a schema registry, and none is configured".into(),
+                fix: "add [kafka.schema_registry] (validation should have said so: report this)"
+                    .into(),
+            });
+        };
+        match registry.frame(record).await {
+            Ok(Some(framed)) => Ok(framed),
+            Ok(None) => Ok(record.clone()),
+            Err(e) => Err(error(e)),
         }
     }
 

@@ -37,6 +37,8 @@ pub(super) struct Session {
     pub(super) kafka_outage: Arc<crate::telemetry::outage::OutageLog>,
     /// The lease's check before anything is handed to Kafka, and its term.
     pub(super) fence: crate::source::lease::Fence,
+    /// `[kafka.schema_registry]`'s client, shared by every session.
+    pub(super) registry: Option<Arc<crate::sink::registry::Registry>>,
 }
 
 /// A session that reached START_REPLICATION.
@@ -606,6 +608,7 @@ impl Session {
                     &captured,
                     specs,
                 );
+                run.set_registry(self.registry.clone());
                 // Debezium's source.ts_ms of snapshot rows: the snapshot's time.
                 run.set_snapshot_ms(crate::pg::replication::pg_us_to_unix_ms(
                     crate::pg::replication::pg_now_us(),
@@ -719,6 +722,7 @@ impl Session {
             &captured,
             specs,
         );
+        run.set_registry(self.registry.clone());
         for table in &added {
             tracing::info!(
                 %table,

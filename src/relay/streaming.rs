@@ -86,6 +86,11 @@ impl Streaming {
         }
     }
 
+    /// Records with schemas get their ids from `registry`.
+    pub(super) fn set_registry(&mut self, registry: Option<Arc<crate::sink::registry::Registry>>) {
+        self.publisher.set_registry(registry);
+    }
+
     pub(super) fn config(&self) -> &Arc<Config> {
         self.publisher.config()
     }

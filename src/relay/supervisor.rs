@@ -99,6 +99,21 @@ pub async fn run(
         metrics.clone(),
         shutdown.clone(),
     )));
+    // One schema registry client for the process: its id cache outlives
+    // the sessions.
+    let registry = match &config.kafka.schema_registry {
+        Some(r) => Some(Arc::new(
+            crate::sink::registry::Registry::new(r, metrics.clone()).map_err(|what| {
+                RelayError::Setup {
+                    what: format!("kafka.schema_registry.url: {what}"),
+                    fix: "use an http:// or https:// URL such as \"http://registry:8081\", and a \
+                          readable kafka.schema_registry.ssl_ca"
+                        .into(),
+                }
+            })?,
+        )),
+        None => None,
+    };
     let kafka_outage = Arc::new(OutageLog::new("Kafka", KAFKA_OUTAGE_SETTLE));
     let _outage_clock = AbortOnDrop::from(tokio::spawn({
         let outage = kafka_outage.clone();
@@ -158,6 +173,7 @@ pub async fn run(
                 metrics: metrics.clone(),
                 kafka_outage: kafka_outage.clone(),
                 fence,
+                registry: registry.clone(),
             };
             // Setup (connecting, checks) is simply abandoned on shutdown; once
             // streaming, the session stops gracefully by itself. Losing the

@@ -10,6 +10,7 @@ pub mod error;
 pub mod kafka;
 pub mod probe;
 pub mod properties;
+pub mod registry;
 pub mod topic;
 
 /// A producer's minimum properties (an unreachable broker, `acks=all`,

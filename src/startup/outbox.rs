@@ -112,6 +112,8 @@ pub async fn outbox_table(
     };
     let format = match outbox.format {
         crate::config::OutboxFormat::Raw => String::new(),
+        crate::config::OutboxFormat::Avro => ", Avro (schema registry)".to_owned(),
+        crate::config::OutboxFormat::JsonSchema => ", JSON Schema (schema registry)".to_owned(),
         crate::config::OutboxFormat::CloudEvents => format!(
             ", CloudEvents ({})",
             match outbox.cloudevents.mode {

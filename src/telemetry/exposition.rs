@@ -120,6 +120,18 @@ impl Collector for View {
         }
         counter(
             &mut e,
+            "walrelay_schema_registry_requests",
+            "Requests to the schema registry (a schema id not cached yet, or a retry).",
+            u(&m.schema_registry_requests),
+        )?;
+        counter(
+            &mut e,
+            "walrelay_schema_registry_errors",
+            "Schema registry requests that failed: unreachable, timed out, or answered with an error.",
+            u(&m.schema_registry_errors),
+        )?;
+        counter(
+            &mut e,
             "walrelay_kafka_transactions_committed",
             "exactly_once: Kafka transactions committed (each holds its position's offset-store record).",
             u(&m.kafka_transactions_committed),

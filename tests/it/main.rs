@@ -46,6 +46,7 @@ mod recovery;
 mod relay;
 mod relay_matrix;
 mod republish;
+mod schema_registry;
 mod services;
 mod session_params;
 mod snapshot;

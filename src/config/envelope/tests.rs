@@ -188,6 +188,12 @@ fn converters_are_read_and_combined() {
         err.contains("outbox[0].key_converter: is \"json\", but format = \"cloudevents\""),
         "{err}"
     );
+    // A registry format writes Confluent's wire format: no converter form.
+    let err = load_err("format = \"avro\"\nvalue_converter = \"json\"");
+    assert!(
+        err.contains("outbox[0].value_converter: is \"json\", but format = \"avro\""),
+        "{err}"
+    );
     let err = load_err("value_converter = \"jsom\"");
     assert!(err.contains("json_with_schema"), "{err}");
 }

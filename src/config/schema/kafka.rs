@@ -268,6 +268,11 @@ pub struct KafkaConfig {
     /// Properties that would weaken a delivery guarantee are rejected by validation.
     #[serde(default, deserialize_with = "units::properties")]
     pub librdkafka: BTreeMap<String, String>,
+    /// `[kafka.schema_registry]`: where `avro` and `json_schema` records
+    /// take their schema ids from. `None`: no registry (only the JSON
+    /// formats).
+    #[serde(default)]
+    pub schema_registry: Option<super::SchemaRegistryConfig>,
 }
 
 impl KafkaConfig {
@@ -367,6 +372,7 @@ impl fmt::Debug for KafkaConfig {
             )
             .field("ssl_verify_hostname", &self.ssl_verify_hostname)
             .field("librdkafka", &Redacted(&self.librdkafka))
+            .field("schema_registry", &self.schema_registry)
             .finish()
     }
 }

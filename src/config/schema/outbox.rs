@@ -101,8 +101,9 @@ pub struct OutboxConfig {
     /// snapshot events); empty means the table's primary key.
     #[serde(default)]
     pub snapshot_order_by: Vec<String>,
-    /// How a row becomes a record: the payload as is (`raw`), or a
-    /// CloudEvent (`cloudevents`, configured in `cloudevents`).
+    /// How a row becomes a record: the payload as is (`raw`), a
+    /// CloudEvent (`cloudevents`, configured in `cloudevents`), or key and
+    /// value through the schema registry (`avro`, `json_schema`).
     #[serde(default)]
     pub format: OutboxFormat,
     /// `[outbox.cloudevents]`: the CloudEvents attributes, read when
@@ -210,6 +211,31 @@ pub enum OutboxFormat {
     Raw,
     /// A CloudEvents 1.0 event in the Kafka protocol binding.
     CloudEvents,
+    /// Key and value in Avro, in the Confluent wire format (magic byte 0,
+    /// 4-byte schema id, body), with the schemas Debezium's outbox writes
+    /// under Confluent's `AvroConverter`; needs `[kafka.schema_registry]`.
+    Avro,
+    /// Key and value as JSON under a JSON Schema, in the Confluent wire
+    /// format (`JsonSchemaConverter`); needs `[kafka.schema_registry]`.
+    #[serde(rename = "json_schema")]
+    JsonSchema,
+}
+
+impl OutboxFormat {
+    /// The name as written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutboxFormat::Raw => "raw",
+            OutboxFormat::CloudEvents => "cloudevents",
+            OutboxFormat::Avro => "avro",
+            OutboxFormat::JsonSchema => "json_schema",
+        }
+    }
+
+    /// Whether records of this format take schema ids from the registry.
+    pub fn uses_registry(self) -> bool {
+        matches!(self, OutboxFormat::Avro | OutboxFormat::JsonSchema)
+    }
 }
 
 /// `outbox.cloudevents.mode`: the Kafka protocol binding's content mode.
