@@ -21,8 +21,9 @@
 //!
 //! One file per responsibility: `server` (settings, the role), `outbox`
 //! (the `[[outbox]]` tables), `tables` (the `[[table]]` tables),
-//! `publication`, `snapshot` (what the initial snapshot needs of a table)
-//! and `slot` (its shape, the slot plan, where streaming starts). Each
+//! `publication`, `snapshot` (what the initial snapshot needs of a table),
+//! `slot` (its shape, the slot plan, where streaming starts) and `standby`
+//! (the server a slot on a standby lives on). Each
 //! speaks [`CheckError`], defined here.
 
 mod outbox;
@@ -30,6 +31,7 @@ mod publication;
 mod server;
 mod slot;
 mod snapshot;
+mod standby;
 mod tables;
 
 pub use outbox::{converter_problem, outbox_table, route_columns};
@@ -43,6 +45,7 @@ pub use snapshot::{
     MissingReadGrants, describe_estimate, missing_read_grants, snapshot_order, snapshot_privileges,
     table_snapshot_order, thousands,
 };
+pub use standby::{CaptureServer, capture_server};
 pub use tables::{TableEventTable, table_event_tables};
 
 use crate::pg::catalog::CatalogError;

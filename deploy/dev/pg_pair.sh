@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # deploy/dev/pg_pair.sh - a PostgreSQL primary and a physical standby, for the failover
-# test (tests/it/failover.rs), the fault soak's `promote` fault, and trying a failover by hand.
+# test (tests/it/failover.rs), capture from a standby (tests/it/standby_capture.rs), the
+# fault soak's `promote` fault, and trying a failover by hand.
 #
-# Usage:  PG_MAJOR=17|18 deploy/dev/pg_pair.sh COMMAND
+# Usage:  PG_MAJOR=16|17|18 deploy/dev/pg_pair.sh COMMAND
 #
 #   up                 node a primary on 127.0.0.1:(55400+major), node b its standby on
 #                      127.0.0.1:(55500+major); prints env lines on stdout:
@@ -13,6 +14,8 @@
 #                      again (the primary stops cleanly for the copy: a short outage)
 #   restart-fast|restart-immediate
 #                      stop the current primary in that mode and start it again
+#   restart-standby-fast|restart-standby-immediate
+#                      the same for the current standby
 #   down               stop both and delete their state (ok if not running)
 #   env                print the env lines only
 #
@@ -24,7 +27,8 @@
 # sync_replication_slots = on (dbname in primary_conninfo), so it keeps a copy of every
 # failover slot; the primary has synchronized_standby_slots = 'standby1', so logical
 # walsenders never send a change the standby has not flushed. Failover slots need
-# PostgreSQL 17+.
+# PostgreSQL 17+; on 16 (logical decoding on a standby, no failover slots) the pair has
+# neither setting.
 #
 # A standby is made from the primary's data directory, copied while the primary is
 # cleanly stopped (the npm server package has no pg_basebackup), without the primary's
@@ -54,8 +58,8 @@ unset PGHOST PGHOSTADDR PGPORT PGDATABASE PGUSER PGPASSWORD PGPASSFILE PGSERVICE
 log() { printf 'pg_pair.sh[%s]: %s\n' "$PAIR_NAME" "$*" >&2; }
 die() { printf 'pg_pair.sh[%s]: ERROR: %s\n' "$PAIR_NAME" "$*" >&2; exit 1; }
 
-[[ $PG_MAJOR =~ ^[0-9]+$ ]] && ((PG_MAJOR >= 17)) ||
-  die "failover slots need PostgreSQL 17+; PG_MAJOR=$PG_MAJOR"
+[[ $PG_MAJOR =~ ^[0-9]+$ ]] && ((PG_MAJOR >= 16)) ||
+  die "logical decoding on a standby needs PostgreSQL 16+ (failover slots 17+); PG_MAJOR=$PG_MAJOR"
 [[ $PORT_A =~ ^[0-9]+$ && $PORT_B =~ ^[0-9]+$ ]] || die "PAIR_PORTS='${PAIR_PORTS:-}' is not A,B"
 
 install_env=$(PG_MAJOR=$PG_MAJOR "$SCRIPT_DIR/postgres.sh" install) ||
@@ -113,9 +117,12 @@ SET client_min_messages = error;
 SELECT pg_drop_replication_slot('standby1')
   FROM pg_replication_slots WHERE slot_name = 'standby1';
 SELECT FROM pg_create_physical_replication_slot('standby1');
--- Logical walsenders wait for the standby: walrelay never gets ahead of it.
-ALTER SYSTEM SET synchronized_standby_slots = 'standby1';
 SQL
+  if ((PG_MAJOR >= 17)); then
+    # Logical walsenders wait for the standby: walrelay never gets ahead of it.
+    psql_at "$(port_of "$from")" -c "ALTER SYSTEM SET synchronized_standby_slots = 'standby1'" >&2 ||
+      die "setting synchronized_standby_slots failed"
+  fi
   stop "$standby" immediate
   stop "$from" fast
   rm -rf "$sdir"
@@ -133,8 +140,8 @@ SQL
 port = $(port_of "$standby")
 primary_conninfo = 'host=$HOST port=$(port_of "$from") user=postgres password=postgres dbname=postgres application_name=standby1'
 primary_slot_name = 'standby1'
-sync_replication_slots = on
 EOF
+  ((PG_MAJOR < 17)) || echo "sync_replication_slots = on" >>"$sdir/postgresql.conf"
   as_pg touch "$sdir/standby.signal"
   start "$from"
   start "$standby"
@@ -207,11 +214,9 @@ cmd_promote() {
   log "node $s ($HOST:$(port_of "$s")) is the primary now"
 }
 
-cmd_restart() {
-  local p
-  p=$(primary)
-  stop "$p" "$1"
-  start "$p"
+cmd_restart() { # cmd_restart <node> <mode>
+  stop "$1" "$2"
+  start "$1"
 }
 
 case ${1:-} in
@@ -220,8 +225,10 @@ case ${1:-} in
   stop-primary) stop "$(primary)" immediate ;;
   promote) cmd_promote ;;
   rebuild-standby) make_standby "$(other "$(primary)")" "$(primary)" ;;
-  restart-fast) cmd_restart fast ;;
-  restart-immediate) cmd_restart immediate ;;
+  restart-fast) cmd_restart "$(primary)" fast ;;
+  restart-immediate) cmd_restart "$(primary)" immediate ;;
+  restart-standby-fast) cmd_restart "$(other "$(primary)")" fast ;;
+  restart-standby-immediate) cmd_restart "$(other "$(primary)")" immediate ;;
   env) print_env ;;
   *) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
 esac

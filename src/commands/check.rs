@@ -24,7 +24,7 @@ use std::sync::Arc;
 use super::probe::bytes;
 use crate::config::{Config, ConfigError, OutboxConfig};
 use crate::pg::catalog;
-use crate::pg::params::connect_params;
+use crate::pg::params::{capture_params, connect_params};
 use crate::pg::replication::ReplicationClient;
 use crate::pg::wire::ConnectParams;
 use crate::startup::{self, CheckError};
@@ -264,7 +264,11 @@ pub async fn check(config: &Config) -> Report {
         &mut report,
     );
     server_settings(config, &client, &mut report).await;
-    let system = replication_connection(&params, &mut report).await;
+    // With capture from a standby, the slot's server is checked too, and
+    // the replication connection and the slot's lines are its.
+    let standby = standby_server(config, &mut report).await;
+    let slots = standby.as_ref().unwrap_or(&client);
+    let system = replication_connection(&capture_params(config), &mut report).await;
     let routes = outbox_tables(config, &client, &mut report).await;
     let captured = table_event_tables(config, &client, &mut report).await;
     message_lines(config, &mut report);
@@ -283,7 +287,7 @@ pub async fn check(config: &Config) -> Report {
     let tables: Vec<_> = routes.iter().map(|(o, t)| (*o, t)).collect();
     slot::slot_lines(
         config,
-        &client,
+        slots,
         stored,
         system.as_ref(),
         &tables,
@@ -440,6 +444,45 @@ async fn postgres_connection(
         )),
     };
     report.push("postgres connection", outcome);
+    Some(client)
+}
+
+/// With `postgres.capture_from` a standby: the "standby" line (what
+/// [`startup::capture_server`] checks), and a session there; `None` when
+/// walrelay captures from the primary, or the standby cannot be reached
+/// (said in the line).
+async fn standby_server(config: &Config, report: &mut Report) -> Option<tokio_postgres::Client> {
+    if !config.postgres.capture_from.from_standby() {
+        return None;
+    }
+    let params = capture_params(config);
+    let client = match catalog::connect(&params).await {
+        Ok(c) => c,
+        Err(e) => {
+            report.push(
+                "standby",
+                fail(
+                    format!("{} (postgres.standby_host)", e),
+                    "check postgres.standby_host/standby_port and that the standby accepts \
+                     connections from here (pg_hba.conf)",
+                ),
+            );
+            return None;
+        }
+    };
+    let line = match startup::capture_server(&client, config.postgres.capture_from).await {
+        Ok(server) if server.warnings.is_empty() => {
+            Outcome::Ok(format!("{}: {}", params.address(), server.checked))
+        }
+        Ok(server) => Outcome::Warn(format!(
+            "{}: {}; {}",
+            params.address(),
+            server.checked,
+            server.warnings.join("; ")
+        )),
+        Err(e) => outcome(Err(e), Outcome::Ok),
+    };
+    report.push("standby", line);
     Some(client)
 }
 

@@ -181,11 +181,13 @@ pub(crate) async fn read_slot(
     } else {
         "NULL::text"
     };
+    // The server's own WAL position: a standby's is what it replayed.
+    let wal = catalog::WAL_POSITION;
     let sql = format!(
         "SELECT active_pid, confirmed_flush_lsn::text, restart_lsn::text, \
-                pg_current_wal_lsn()::text, \
-                pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::int8, \
-                pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8, \
+                ({wal})::text, \
+                pg_wal_lsn_diff({wal}, confirmed_flush_lsn)::int8, \
+                pg_wal_lsn_diff({wal}, restart_lsn)::int8, \
                 wal_status::text, safe_wal_size::int8, {reason}, plugin::text \
          FROM pg_replication_slots WHERE slot_name = $1"
     );

@@ -39,7 +39,7 @@ use crate::commands::probe::{
 use crate::config::Config;
 use crate::offsets::{self, StartDecision};
 use crate::pg::catalog::{self, CatalogError};
-use crate::pg::params::connect_params;
+use crate::pg::params::{capture_params, connect_params};
 use crate::pg::replication::ReplicationClient;
 use crate::pg::wire::WireError;
 use crate::sink::properties::producer_properties;
@@ -305,9 +305,19 @@ pub async fn status(config: &Config, health: &HealthProbe) -> Status {
     // The slot first, the stored offset after: a running instance stores a
     // position before it confirms it, so read in this order the slot is
     // never seen ahead of the offset by the race between the two reads.
+    // The slot and the system it streams from live on the standby when
+    // walrelay captures from one.
+    let capture = capture_params(config);
     let (slot, publication, server, instances) = match catalog::connect(&params).await {
         Ok(client) => {
-            let slot = read_slot(&client, &pg.slot).await;
+            let slot = if pg.capture_from.from_standby() {
+                match catalog::connect(&capture).await {
+                    Ok(standby) => read_slot(&standby, &pg.slot).await,
+                    Err(e) => Err(e),
+                }
+            } else {
+                read_slot(&client, &pg.slot).await
+            };
             let publication = read_publication(&client, &pg.publication).await;
             let instances = crate::source::lease::peers(&client, &pg.slot)
                 .await
@@ -316,7 +326,7 @@ pub async fn status(config: &Config, health: &HealthProbe) -> Status {
                     standbys: p.standbys,
                 })
                 .map_err(Unreadable::from);
-            let server = identify(&params).await;
+            let server = identify(&capture).await;
             (
                 slot.map_err(Unreadable::from),
                 publication,

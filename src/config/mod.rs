@@ -82,13 +82,13 @@ pub use interpolate::EnvLookup;
 pub use message::{MessageConfig, MessageFormat, PREFIX_PLACEHOLDER};
 pub(crate) use producer::librdkafka_property;
 pub use schema::{
-    BinaryHandlingMode, CloudEventsConfig, CloudEventsMode, ColumnFilter, ColumnMask, Compression,
-    ConnectorConfig, Converter, DeadLetterConfig, DecimalHandlingMode, Delivery, HASH_ALGORITHMS,
-    HealthConfig, HeartbeatConfig, IntervalHandlingMode, KafkaConfig, LogConfig, LogFormat,
-    OnUpdate, OutboxConfig, OutboxFormat, PostgresConfig, RetentionConfig, SaslMechanism,
-    SchemaRegistryConfig, SecurityProtocol, SkippedOperations, SnapshotConfig, SnapshotMode,
-    SpecialValues, SslMode, SubjectNameStrategy, TableConfig, TableDefaults, TimePrecisionMode,
-    UnmappedTypes, glob_match, is_secret_property, placement,
+    BinaryHandlingMode, CaptureFrom, CloudEventsConfig, CloudEventsMode, ColumnFilter, ColumnMask,
+    Compression, ConnectorConfig, Converter, DeadLetterConfig, DecimalHandlingMode, Delivery,
+    HASH_ALGORITHMS, HealthConfig, HeartbeatConfig, IntervalHandlingMode, KafkaConfig, LogConfig,
+    LogFormat, OnUpdate, OutboxConfig, OutboxFormat, PostgresConfig, RetentionConfig,
+    SaslMechanism, SchemaRegistryConfig, SecurityProtocol, SkippedOperations, SnapshotConfig,
+    SnapshotMode, SpecialValues, SslMode, SubjectNameStrategy, TableConfig, TableDefaults,
+    TimePrecisionMode, UnmappedTypes, glob_match, is_secret_property, placement,
 };
 pub use template::{
     Segment, TableRef, TopicTemplate, is_topic_char, sanitized_topic_name, topic_name_problem,
@@ -398,6 +398,9 @@ impl Config {
             ("kafka.ssl_key", &mut self.kafka.ssl_key),
         ] {
             substitute_path(key, path, env, &mut found);
+        }
+        if let Some(host) = &mut pg.standby_host {
+            substitute("postgres.standby_host", host, false, env, &mut found);
         }
         substitute_secret("postgres.password", &mut pg.password, env, &mut found);
         substitute_secret("postgres.sslpassword", &mut pg.sslpassword, env, &mut found);

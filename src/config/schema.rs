@@ -25,7 +25,7 @@ pub use outbox::{
     CloudEventsConfig, CloudEventsMode, Converter, OnUpdate, OutboxConfig, OutboxFormat,
     RetentionConfig, placement,
 };
-pub use postgres::{PostgresConfig, SslMode};
+pub use postgres::{CaptureFrom, PostgresConfig, SslMode};
 pub use registry::{SchemaRegistryConfig, SubjectNameStrategy};
 pub use table::{
     BinaryHandlingMode, ColumnFilter, ColumnMask, DecimalHandlingMode, HASH_ALGORITHMS,

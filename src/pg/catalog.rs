@@ -15,7 +15,8 @@
 //!
 //! Files by responsibility: `connect` the session, `error` its errors,
 //! `slot` the slot's state and what its creation waits for, `settings`,
-//! `message` logical messages, `tables` tables and row estimates,
+//! `message` logical messages, `standby` WAL and replay positions for
+//! capture from a standby, `tables` tables and row estimates,
 //! `publication` the publication and a table's membership.
 
 mod connect;
@@ -24,9 +25,10 @@ mod message;
 mod publication;
 mod settings;
 mod slot;
+mod standby;
 mod tables;
 
-pub use connect::{connect, connect_owned};
+pub use connect::{connect, connect_owned, in_recovery};
 pub use error::{CatalogError, describe};
 pub use message::{emit_message, emit_message_flushed, emit_message_privilege};
 pub use publication::{
@@ -34,6 +36,7 @@ pub use publication::{
 };
 pub use settings::{server_version, setting};
 pub use slot::{OpenTransaction, SlotState, slot_creation_blockers, slot_state};
+pub use standby::{WAL_POSITION, await_replay, current_wal_lsn, log_standby_snapshot};
 pub use tables::{
     CapturedTable, RowEstimate, captured_relations, may_create_in_database, not_null_columns,
     owns_relation, primary_key, relation, replica_identity, row_estimate, schema_tables,

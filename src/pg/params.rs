@@ -1,11 +1,14 @@
-//! The PostgreSQL connection parameters of a configuration: one
-//! [`ConnectParams`] for both connections (`tokio-postgres` for ordinary SQL,
-//! our own replication-mode connection), built from `[postgres]`.
+//! The PostgreSQL connection parameters of a configuration, built from
+//! `[postgres]`: [`connect_params`] for the primary (everything that
+//! writes), [`capture_params`] for the server that holds the slot (the
+//! replication connection, the slot's catalog rows, the snapshot's
+//! readers) — the same parameters unless `capture_from` names a standby.
 //!
 //! Invariants:
-//! - Both connections use the same parameters: the same hosts, role, TLS
-//!   settings and `application_name` (`walrelay-<connector.name>`, which
-//!   `pg_stat_activity` shows).
+//! - Every connection uses the same role, database, TLS settings and
+//!   `application_name` (`walrelay-<connector.name>`, which
+//!   `pg_stat_activity` shows); only the hosts and the kind of server
+//!   wanted differ.
 //! - An unusable TLS client set-up is refused when the configuration is
 //!   loaded ([`check_tls_config`]), naming the key to fix, never the
 //!   password.
@@ -13,9 +16,35 @@
 use crate::config::{Config, ConfigError};
 
 use super::tls::TlsSettings;
-use super::wire::ConnectParams;
+use super::wire::{ConnectParams, Target};
+use crate::config::CaptureFrom;
 
-/// Connection parameters for both PostgreSQL connections.
+/// The server that holds the slot: with `capture_from = "standby"` (or
+/// `"standby_only"`) the first hot standby of `standby_host`; else the
+/// primary's parameters.
+pub fn capture_params(config: &Config) -> ConnectParams {
+    let pg = &config.postgres;
+    let mut params = connect_params(config);
+    if let (Some(host), true) = (&pg.standby_host, pg.capture_from.from_standby()) {
+        params.port = pg.standby_port.unwrap_or(pg.port);
+        // One server may carry its port, as an entry of a list does.
+        match crate::config::split_host_port(host) {
+            (name, Some(port)) if !host.contains(',') => {
+                params.host = name.to_owned();
+                params.port = port;
+            }
+            _ => params.host = host.clone(),
+        }
+        params.target = match pg.capture_from {
+            CaptureFrom::StandbyOnly => Target::Standby,
+            _ => Target::PreferStandby,
+        };
+    }
+    params
+}
+
+/// The primary's connection parameters (with a host list, the first server
+/// of it that is a writable primary).
 pub fn connect_params(config: &Config) -> ConnectParams {
     let pg = &config.postgres;
     ConnectParams {
@@ -35,6 +64,7 @@ pub fn connect_params(config: &Config) -> ConnectParams {
             key_password: pg.sslpassword.clone(),
             keys: super::tls::TlsKeys::POSTGRES,
         },
+        target: Target::Primary,
     }
 }
 

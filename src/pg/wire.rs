@@ -41,6 +41,7 @@ mod frame;
 mod socket;
 
 pub use connection::{Rows, WireConnection};
+
 pub(crate) use error::is_transient_sqlstate;
 pub use error::{ServerError, WireError};
 pub use frame::Backend;
@@ -120,11 +121,27 @@ pub struct ConnectParams {
     pub max_message_size: usize,
     /// `sslmode` and CA file (see [`super::tls`]).
     pub tls: TlsSettings,
+    /// Which server of a host list to take (a single host is taken as it
+    /// is, unless only a standby will do).
+    pub target: Target,
+}
+
+/// Which kind of server a connection wants: the first of the host list
+/// that is one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Target {
+    /// A writable primary (libpq's `target_session_attrs=read-write`).
+    #[default]
+    Primary,
+    /// A hot standby; failing that (a promoted one), the first server that answers.
+    PreferStandby,
+    /// A hot standby and nothing else.
+    Standby,
 }
 
 impl ConnectParams {
     /// Whether `host` lists several servers (`db-a,db-b`): connections then
-    /// go to the first one that is a writable primary.
+    /// go to the first one that is of the [`Target`] kind.
     pub fn is_host_list(&self) -> bool {
         self.host.contains(',')
     }

@@ -17,7 +17,7 @@ use crate::Lsn;
 use crate::config::{Config, SnapshotMode};
 use crate::offsets::{self, OffsetStore, SnapshotProgress, SnapshotState, StoredOffset};
 use crate::pg::catalog;
-use crate::pg::params::connect_params;
+use crate::pg::params::{capture_params, connect_params};
 use crate::pg::replication::ReplicationClient;
 use crate::router::Router;
 use crate::sink::error::SinkErrorKind;
@@ -132,7 +132,7 @@ impl Started {
                 SnapshotEnd::Completed {
                     consistent_point, ..
                 } => {
-                    let catalog = catalog::connect(&connect_params(self.run.config())).await?;
+                    let catalog = catalog::connect(&capture_params(self.run.config())).await?;
                     if let Err(e) = self
                         .source
                         .start_streaming(&catalog, &pg.slot, &pg.publication)
@@ -230,7 +230,8 @@ async fn explained(config: &Config, e: RelayError) -> RelayError {
     }
     let pg = &config.postgres;
     let present = async {
-        let client = catalog::connect(&connect_params(config)).await?;
+        // The slot's server (a standby has the primary's publications too).
+        let client = catalog::connect(&capture_params(config)).await?;
         Ok::<_, catalog::CatalogError>(super::error::ObjectsPresent {
             publication: catalog::publication(&client, &pg.publication)
                 .await?
@@ -254,6 +255,8 @@ impl Session {
         let config = self.config.clone();
         let pg = &config.postgres;
         let params = connect_params(&config);
+        // The slot's server: the primary, or the standby captured from.
+        let capture = capture_params(&config);
         let mut router = Router::new(&config.outbox);
 
         // 1. Server checks and publication, on an ordinary connection: the
@@ -282,7 +285,26 @@ impl Session {
             .await?
             .apply(&catalog)
             .await?;
-        let sender_timeout = catalog::setting(&catalog, "wal_sender_timeout").await?;
+        // On a standby, the slot's catalog rows and settings are read there;
+        // everything that writes stays on the primary (`catalog`).
+        let standby = if pg.capture_from.from_standby() {
+            let client = catalog::connect(&capture).await?;
+            let server = startup::capture_server(&client, pg.capture_from).await?;
+            for warning in &server.warnings {
+                tracing::warn!(standby = %capture.address(), "{warning}");
+            }
+            Some((client, server.in_recovery))
+        } else {
+            None
+        };
+        let slots = standby.as_ref().map_or(&catalog, |(client, _)| client);
+        // A slot created on a standby: the primary is nudged meanwhile, and
+        // it cannot be a failover slot there.
+        let (nudge, failover_slot) = match &standby {
+            Some((_, true)) => (slot::Nudge(Some(&catalog)), false),
+            _ => (slot::Nudge(None), pg.failover_slot),
+        };
+        let sender_timeout = catalog::setting(slots, "wal_sender_timeout").await?;
         let status_interval = effective_status_interval(pg.status_interval, &sender_timeout);
         let receive_timeout = receive_timeout(&sender_timeout);
 
@@ -334,7 +356,7 @@ impl Session {
             .map_err(|_| RelayError::Ended("offset store reader"))??;
 
         // 3. Replication connection, slot, and the start decision.
-        let mut repl = ReplicationClient::connect(&params).await?;
+        let mut repl = ReplicationClient::connect(&capture).await?;
         let in_progress =
             crate::source::in_progress_requested(&config, Some(repl.server_version_num()))
                 .map_err(|e| RelayError::Setup {
@@ -343,7 +365,7 @@ impl Session {
                 })?;
         repl.stream_in_progress(in_progress);
         let system = repl.identify_system().await?;
-        let existing = slot::inspect(&catalog, &pg.slot).await?;
+        let existing = slot::inspect(slots, &pg.slot).await?;
         if let Some(existing) = &existing {
             startup::slot_shape(existing, &pg.slot, &pg.database)?;
         }
@@ -377,7 +399,7 @@ impl Session {
             self.accept_slot_position,
         )?;
         // A resumable snapshot, checked against the server as it is now.
-        let plan = super::snapshot::checked_plan(plan, stored.as_ref(), &catalog).await;
+        let plan = super::snapshot::checked_plan(plan, stored.as_ref(), slots).await;
         let existing_slot = match plan {
             SlotPlan::NothingToDo { why } => {
                 tracing::info!("{why}; stopping");
@@ -399,7 +421,7 @@ impl Session {
                 }
                 // PostgreSQL 18 invalidates a slot inactive for longer than
                 // this; the snapshot's slot is inactive until streaming starts.
-                let idle_limit = catalog
+                let idle_limit = slots
                     .query_one(
                         "SELECT coalesce(current_setting('idle_replication_slot_timeout', true), '0')",
                         &[],
@@ -476,9 +498,10 @@ impl Session {
                         &catalog,
                         &params,
                         &pg.slot,
-                        pg.failover_slot,
+                        failover_slot,
                         drop_first,
                         &self.metrics.slot_creation_waiting_for,
+                        nudge,
                     )
                     .await?;
                     // The marker again, now naming the slot's consistent point:
@@ -560,7 +583,7 @@ impl Session {
                 let source = Source::snapshot(
                     repl,
                     (consistent_point, &origin),
-                    &params,
+                    &capture,
                     &pg.publication,
                     &snapshot_tables,
                     config.snapshot.parallelism,
@@ -634,13 +657,13 @@ impl Session {
             SlotPlan::CreateAndStream => {
                 // Every transaction the new slot streams commits after this.
                 offsets.template_mut().committed_at_ms = Some(super::heartbeat::now_ms());
-                slot::create(&mut repl, &catalog, &pg.slot, pg.failover_slot).await?
+                slot::create(&mut repl, slots, &pg.slot, failover_slot, nudge).await?
             }
         };
         // Past timeline 1 (a promoted standby, a restore), the history says
         // whether the stored position means the same on this timeline.
         let history = repl.timeline_history(system.timeline).await?;
-        slot::make_failover(&mut repl, &existing_slot, &pg.slot, pg.failover_slot).await?;
+        slot::make_failover(&mut repl, &existing_slot, &pg.slot, failover_slot).await?;
         let server = offsets::Server {
             system_id: &system.system_id,
             timeline: system.timeline,
@@ -698,8 +721,7 @@ impl Session {
         // `start` may be past it, see offsets::compare).
         let confirmed = existing_slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
         let mut source =
-            match Source::resume(repl, &catalog, &pg.slot, start, confirmed, &pg.publication).await
-            {
+            match Source::resume(repl, slots, &pg.slot, start, confirmed, &pg.publication).await {
                 Ok(source) => source,
                 Err(e) => return Err(explained(&config, e.into()).await),
             };
@@ -751,6 +773,7 @@ impl Session {
             );
             run.start_incremental(&mut source, plan);
         }
+        drop(standby);
         drop(catalog);
         Ok(Some(Started {
             run,

@@ -15,7 +15,9 @@
 //!   `postgres.reconnect_backoff_initial` to `reconnect_backoff_max` while
 //!   reads keep failing, and starts over after a read succeeds — never in a
 //!   tight loop, also when connecting succeeds and the query fails every
-//!   time (a server in recovery, a revoked statistics view).
+//!   time (a revoked statistics view).
+//! - It reads the server that holds the slot: with capture from a standby,
+//!   the standby, where lag is measured from its replay position.
 //! - The log says a failure once, at `warn`, naming the step and the error;
 //!   again only when the error changes; and `recovered` once, at `info`,
 //!   when a read succeeds again ([`Failures`]).
@@ -42,9 +44,11 @@ fn slot_sql(server_version: i32) -> String {
     } else {
         "NULL::text"
     };
+    // The server's own WAL position: a standby's is what it replayed.
+    let wal = catalog::WAL_POSITION;
     format!(
-        "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::int8, \
-                pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::int8, \
+        "SELECT pg_wal_lsn_diff({wal}, s.confirmed_flush_lsn)::int8, \
+                pg_wal_lsn_diff({wal}, s.restart_lsn)::int8, \
                 s.safe_wal_size::int8, s.wal_status::text, {reason}, \
                 st.spill_txns, st.spill_count, st.spill_bytes, st.stream_txns, \
                 st.stream_count, st.stream_bytes, st.total_txns, st.total_bytes \

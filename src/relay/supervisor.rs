@@ -86,7 +86,7 @@ pub async fn run(
     // The slot's gauges are read for the whole life of the connector, also
     // while no session runs (that is when they matter most).
     let _slot_watch = AbortOnDrop::from(tokio::spawn(slot_watch::watch(
-        connect_params(&config),
+        crate::pg::params::capture_params(&config),
         config.postgres.slot.clone(),
         metrics.clone(),
         config.postgres.reconnect_backoff_initial,

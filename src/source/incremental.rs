@@ -10,6 +10,14 @@
 //!    transactions were running (invisible) when its snapshot was taken;
 //! 3. hands the rows over, then writes the **high watermark**.
 //!
+//! Capturing from a hot standby, the watermarks are written on the primary
+//! (the only server that can write; they reach the standby's slot through
+//! the WAL like any change) and the chunk is read on the standby, but only
+//! once the standby has replayed the low watermark's commit: its snapshot
+//! then sees every transaction that commits before the low watermark in
+//! the stream, as a snapshot on the primary would. (Step 2's note of the
+//! running transactions serves the same on either server.)
+//!
 //! The source meanwhile watches the stream for changes of the chunk's table.
 //! When the high watermark arrives, the chunk's rows are yielded as one
 //! [`crate::source::SourceEvent::SnapshotChunk`] at the watermark's position,
@@ -230,6 +238,7 @@ impl Incremental {
     /// Starts the chunk task for `plan` and asks for its first chunk.
     pub(super) fn start(
         params: &ConnectParams,
+        reads: Option<&ConnectParams>,
         publication: &str,
         connector: &str,
         plan: IncrementalPlan,
@@ -240,6 +249,7 @@ impl Incremental {
         let run = rand_u64();
         let task = tokio::spawn(chunk_task(
             params.clone(),
+            reads.cloned(),
             publication.to_owned(),
             connector.to_owned(),
             run,
@@ -634,9 +644,12 @@ fn rand_u64() -> u64 {
     h.finish()
 }
 
-/// Reads the chunks asked for, between their watermarks (module doc).
+/// Reads the chunks asked for, between their watermarks (module doc):
+/// watermarks on `params`' server, chunks on `reads`' (a standby) or the same.
+#[allow(clippy::too_many_arguments)] // one task's whole context
 async fn chunk_task(
     params: ConnectParams,
+    reads: Option<ConnectParams>,
     publication: String,
     connector: String,
     run: u64,
@@ -645,13 +658,35 @@ async fn chunk_task(
     failed: oneshot::Sender<SnapshotError>,
 ) {
     let result = async {
-        let mut reader = SnapshotReader::open_for_chunks(&params).await?;
+        let mut reader = SnapshotReader::open_for_chunks(reads.as_ref().unwrap_or(&params)).await?;
+        // Watermarks on the primary when the chunks are read on a standby.
+        let primary = match reads {
+            Some(_) => Some(
+                catalog::connect(&params)
+                    .await
+                    .map_err(SnapshotError::Connect)?,
+            ),
+            None => None,
+        };
         while let Some(request) = requests.recv().await {
             let t = &request.table;
             let mark = |m| watermark(&connector, run, request.chunk, m);
-            catalog::emit_message_flushed(reader.client(), WATERMARK_PREFIX, &mark("low"))
+            let writer = primary.as_ref().unwrap_or(reader.client());
+            catalog::emit_message_flushed(writer, WATERMARK_PREFIX, &mark("low"))
                 .await
                 .map_err(SnapshotError::Connect)?;
+            if primary.is_some() {
+                let committed = catalog::current_wal_lsn(writer)
+                    .await
+                    .map_err(SnapshotError::Connect)?;
+                catalog::await_replay(
+                    reader.client(),
+                    committed,
+                    "the incremental snapshot's chunk",
+                )
+                .await
+                .map_err(SnapshotError::Connect)?;
+            }
             let outcome = match reader
                 .read_chunk(
                     &t.schema,
@@ -679,7 +714,8 @@ async fn chunk_task(
             {
                 return Ok(()); // the source is gone
             }
-            catalog::emit_message_flushed(reader.client(), WATERMARK_PREFIX, &mark("high"))
+            let writer = primary.as_ref().unwrap_or(reader.client());
+            catalog::emit_message_flushed(writer, WATERMARK_PREFIX, &mark("high"))
                 .await
                 .map_err(SnapshotError::Connect)?;
         }

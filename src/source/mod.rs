@@ -486,10 +486,13 @@ impl Source {
     /// Starts an incremental snapshot of `plan` beside the stream (or adds
     /// its tables to the one running): chunk by chunk, each yielded as a
     /// [`SourceEvent::SnapshotChunk`] at its high watermark. `connector`
-    /// names this connector's watermarks; `params` connect the chunk reader.
+    /// names this connector's watermarks; `params` connect the watermarks'
+    /// writer, and the chunk reader unless `reads` names another server (a
+    /// standby: see [`incremental`](self::incremental)).
     pub fn start_incremental(
         &mut self,
         params: &ConnectParams,
+        reads: Option<&ConnectParams>,
         publication: &str,
         connector: &str,
         plan: IncrementalPlan,
@@ -507,6 +510,7 @@ impl Source {
             _ => {
                 self.incremental = Some(incremental::Incremental::start(
                     params,
+                    reads,
                     publication,
                     connector,
                     plan,

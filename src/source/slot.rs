@@ -17,6 +17,13 @@
 //!   logical slot only once every transaction holding an xid that was open
 //!   when the creation began has ended; [`create_for_snapshot`] names them
 //!   (pid, age, query) and counts them in the gauge it is given.
+//! - **A slot created on a standby is not left waiting on an idle
+//!   primary.** The standby creates it at the primary's next
+//!   running-transactions record; while it waits, [`Nudge`] asks the
+//!   primary for one (`pg_log_standby_snapshot()`) every few seconds, or,
+//!   when the role may not, writes a logical message there (WAL activity,
+//!   after which the primary writes such a record within 15 s) and says
+//!   how to make it immediate.
 //! - **After every start, the slot is where this instance left it**
 //!   (`start_checked`): a slot someone advanced, or dropped and created
 //!   again under the same name, is refused, never streamed from.
@@ -53,14 +60,19 @@ pub async fn inspect(
     Ok(state)
 }
 
-/// Creates `slot` for streaming from its creation point, and reads it back.
+/// Creates `slot` for streaming from its creation point, and reads it back
+/// (`catalog`: a session on the slot's server). `nudge`: the primary, when
+/// the slot is created on a standby.
 pub async fn create(
     repl: &mut ReplicationClient,
     catalog: &tokio_postgres::Client,
     slot: &str,
     failover: bool,
+    nudge: Nudge<'_>,
 ) -> Result<SlotState, SourceError> {
-    let at = repl.create_slot(slot, failover).await?;
+    let at = nudge
+        .while_creating(repl.create_slot(slot, failover))
+        .await?;
     tracing::info!(slot, lsn = %at, "created replication slot");
     catalog::slot_state(catalog, slot)
         .await?
@@ -71,7 +83,10 @@ pub async fn create(
 /// first when `drop_first`): the snapshot's consistent point and name. The
 /// connection must then stay idle until the snapshot was imported and read
 /// (its next command ends the snapshot's life). While PostgreSQL waits for
-/// open transactions to end, says which, and counts them in `waiting`.
+/// open transactions to end, says which (`catalog`, `params`: the primary,
+/// where they run), and counts them in `waiting`. `nudge`: the primary,
+/// when the slot is created on a standby.
+#[allow(clippy::too_many_arguments)] // the creation's whole context
 pub async fn create_for_snapshot(
     repl: &mut ReplicationClient,
     catalog: &tokio_postgres::Client,
@@ -80,18 +95,83 @@ pub async fn create_for_snapshot(
     failover: bool,
     drop_first: bool,
     waiting: &AtomicU64,
+    nudge: Nudge<'_>,
 ) -> Result<CreatedSlot, SourceError> {
     if drop_first {
         repl.drop_slot(slot).await?;
         tracing::info!(slot, "dropped the replication slot");
     }
-    let creating = repl.create_slot_exporting_snapshot(slot, failover);
+    let creating = nudge.while_creating(repl.create_slot_exporting_snapshot(slot, failover));
     let created = report_creation_waits(creating, catalog, params, waiting).await?;
     tracing::info!(
         slot, lsn = %created.consistent_point,
         "created replication slot with an exported snapshot"
     );
     Ok(created)
+}
+
+/// The prefix of the logical messages that nudge an idle primary: no one's
+/// events (the relay ignores prefixes it does not know).
+const NUDGE_PREFIX: &str = "walrelay.nudge";
+
+/// The primary to nudge while a slot is created on a standby (module doc);
+/// `Nudge(None)` creating on the primary.
+#[derive(Clone, Copy)]
+pub struct Nudge<'a>(pub Option<&'a tokio_postgres::Client>);
+
+impl std::fmt::Debug for Nudge<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Nudge(primary)"
+        } else {
+            "Nudge(none)"
+        })
+    }
+}
+
+impl Nudge<'_> {
+    /// Awaits `creating`, nudging the primary meanwhile.
+    async fn while_creating<T>(
+        self,
+        creating: impl std::future::Future<Output = Result<T, WireError>>,
+    ) -> Result<T, WireError> {
+        const EVERY: Duration = Duration::from_secs(2);
+        let Some(primary) = self.0 else {
+            return creating.await;
+        };
+        tokio::pin!(creating);
+        // The first nudge once the standby's creation has begun waiting.
+        let mut next = tokio::time::Instant::now() + Duration::from_millis(200);
+        let (mut logs, mut writes) = (true, true);
+        loop {
+            tokio::select! {
+                r = &mut creating => return r,
+                _ = tokio::time::sleep_until(next), if logs || writes => {
+                    next = tokio::time::Instant::now() + EVERY;
+                    if logs && let Err(e) = catalog::log_standby_snapshot(primary).await {
+                        logs = false;
+                        tracing::warn!(
+                            error = %e,
+                            "creating the slot on the standby waits for the primary's next \
+                             running-transactions record, which it writes every 15 s after other \
+                             WAL activity (walrelay writes some meanwhile); GRANT EXECUTE ON \
+                             FUNCTION pg_log_standby_snapshot() TO the walrelay role makes it \
+                             immediate"
+                        );
+                    }
+                    if !logs && writes && let Err(e) = catalog::emit_message(primary, NUDGE_PREFIX, "").await {
+                        writes = false;
+                        tracing::warn!(
+                            error = %e,
+                            "creating the slot on the standby waits for the primary's next \
+                             running-transactions record, written only after WAL activity on the \
+                             primary, and walrelay may not write a logical message there either"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Makes `slot` a failover slot when `wanted` and it is not one (PostgreSQL

@@ -407,6 +407,7 @@ async fn catalog_errors_carry_the_server_message_and_the_io_cause() {
         connect_timeout: Duration::from_secs(10),
         max_message_size: 1 << 20,
         tls: Default::default(),
+        target: Default::default(),
     };
     let client = walrelay::pg::catalog::connect(&params).await.unwrap();
     let e = walrelay::pg::catalog::setting(&client, "walrelay.no_such_setting")

@@ -21,50 +21,17 @@ use crate::support;
 use std::time::Duration;
 
 use support::ledger::{CREATE_LEDGER, LedgerWriters, connect_primary, ledger};
+use support::pair::lsn_of;
 use support::*;
 
 const CATCH_UP: Duration = Duration::from_secs(120);
 
-fn pair_port(name: &str) -> u16 {
-    std::env::var(name)
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| {
-            panic!(
-                "{name} is not set: start the pair first: \
-                 eval \"$(PG_MAJOR=18 deploy/dev/pg_pair.sh up)\""
-            )
-        })
-}
-
-async fn lsn_of(client: &tokio_postgres::Client, sql: &str, slot: &str) -> Option<u64> {
-    client
-        .query_opt(sql, &[&slot])
-        .await
-        .ok()
-        .flatten()
-        .and_then(|r| r.get::<_, Option<String>>(0))
-        .map(|t| parse_lsn(&t))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn walrelay_follows_a_promoted_standby_and_loses_nothing() {
     require_kafka();
-    let primary = pair_port("WALRELAY_PAIR_PRIMARY_PORT");
-    let standby = pair_port("WALRELAY_PAIR_STANDBY_PORT");
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/dev/pg_pair.sh");
-    let pair = |command: &str| {
-        let status = std::process::Command::new(&script)
-            .arg(command)
-            .env(
-                "PG_MAJOR",
-                std::env::var("WALRELAY_PAIR_MAJOR").unwrap_or_else(|_| "18".into()),
-            )
-            .stdout(std::process::Stdio::null())
-            .status()
-            .expect("run deploy/dev/pg_pair.sh");
-        assert!(status.success(), "deploy/dev/pg_pair.sh {command} failed");
-    };
+    let primary = support::pair::port("WALRELAY_PAIR_PRIMARY_PORT");
+    let standby = support::pair::port("WALRELAY_PAIR_STANDBY_PORT");
+    let pair = support::pair::run;
     let names = Names::new("failover");
     let database = unique("failover");
     {
@@ -136,16 +103,7 @@ topic = "{prefix}.{{aggregatetype}}"
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     // The standby keeps a copy of the failover slot.
-    let on_standby = {
-        let url = format!("postgres://postgres:postgres@127.0.0.1:{standby}/postgres");
-        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .expect("connect to the standby");
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        client
-    };
+    let on_standby = support::pair::connect_any(standby, "postgres").await;
     let failover: bool = db
         .query_one(
             "SELECT failover FROM pg_replication_slots WHERE slot_name = $1",

@@ -51,6 +51,7 @@ mod services;
 mod session_params;
 mod snapshot;
 mod snapshot_reader;
+mod standby_capture;
 mod status;
 mod table_events;
 mod transaction_metadata;

@@ -35,6 +35,7 @@ fn params(db: &TestDb) -> ConnectParams {
         connect_timeout: Duration::from_secs(10),
         max_message_size: 64 << 20,
         tls: Default::default(),
+        target: Default::default(),
     }
 }
 

@@ -25,6 +25,7 @@ fn params(host: &str, user: &str, password: Option<&str>) -> ConnectParams {
         connect_timeout: Duration::from_secs(10),
         max_message_size: 1 << 20,
         tls: Default::default(),
+        target: Default::default(),
     }
 }
 

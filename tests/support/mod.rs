@@ -13,6 +13,7 @@
 pub mod ce_reader;
 pub mod ledger;
 pub mod message_load;
+pub mod pair;
 pub mod row_load;
 pub mod runbook;
 

@@ -97,6 +97,16 @@ async fn failover_readiness(
     const STANDBY: &str = "on each standby: sync_replication_slots = on, hot_standby_feedback = \
                            on, primary_slot_name = '<its physical slot>', and dbname=<database> \
                            in primary_conninfo";
+    if config.postgres.capture_from.from_standby() {
+        // `client` is the standby's session here.
+        return Outcome::Ok(format!(
+            "{} lives on the standby walrelay captures from (postgres.standby_host): a promotion \
+             of that standby keeps it, and walrelay goes on with it on the new timeline; losing \
+             that standby loses the slot (a slot on a standby cannot be a failover slot), and a \
+             new one on another standby takes the snapshot again",
+            config.postgres.slot
+        ));
+    }
     let version = match catalog::server_version(client).await {
         Ok(v) => v,
         Err(e) => return Outcome::Warn(format!("unknown: {e}")),

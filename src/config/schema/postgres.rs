@@ -17,7 +17,11 @@ use crate::config::units;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PostgresConfig {
-    /// Host name, IP address, or a Unix socket directory (starts with `/`).
+    /// Host name, IP address, or a Unix socket directory (starts with `/`);
+    /// or several, comma-separated (`db-a,db-b:5433`): the first that is a
+    /// writable primary. Everything that writes (the publication, the
+    /// lease, heartbeats, watermarks, outbox retention) goes here, and with
+    /// `capture_from = "primary"` the slot too.
     #[serde(default = "defaults::host")]
     pub host: String,
     /// TCP port (also names the socket file `.s.PGSQL.<port>` in a socket directory).
@@ -37,6 +41,24 @@ pub struct PostgresConfig {
     /// Publication name.
     #[serde(default = "defaults::publication")]
     pub publication: String,
+    /// Where the slot lives and the changes are decoded: `"primary"` (the
+    /// server of `host`); `"standby"`, a hot standby of it (PostgreSQL
+    /// 16+: `standby_host`), which keeps the decoding and the snapshot's
+    /// reads off the primary, and goes on with the same slot once that
+    /// standby is promoted; `"standby_only"`, the same but never a server
+    /// out of recovery (walrelay waits, saying so, until `standby_host`
+    /// names a standby again).
+    #[serde(default)]
+    pub capture_from: CaptureFrom,
+    /// With `capture_from = "standby"` or `"standby_only"`: the standby's
+    /// host name, IP address or socket directory, or several
+    /// (`replica-a,replica-b:5433`): the first in recovery. The same user,
+    /// password, database and TLS settings as `host`.
+    #[serde(default)]
+    pub standby_host: Option<String>,
+    /// The port of `standby_host` (entries without `:port`); `port` when unset.
+    #[serde(default)]
+    pub standby_port: Option<u16>,
     /// Create the slot at start if it does not exist.
     #[serde(default = "defaults::yes")]
     pub create_slot: bool,
@@ -117,6 +139,33 @@ pub struct PostgresConfig {
     /// Password of an encrypted `sslkey`. Never printed.
     #[serde(default, deserialize_with = "units::secret")]
     pub sslpassword: Option<SecretString>,
+}
+
+/// `postgres.capture_from`: which server holds the slot (see
+/// [`PostgresConfig::capture_from`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CaptureFrom {
+    #[default]
+    Primary,
+    Standby,
+    StandbyOnly,
+}
+
+impl CaptureFrom {
+    /// The name as written in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CaptureFrom::Primary => "primary",
+            CaptureFrom::Standby => "standby",
+            CaptureFrom::StandbyOnly => "standby_only",
+        }
+    }
+
+    /// Whether the slot lives on a standby (`standby_host`).
+    pub fn from_standby(self) -> bool {
+        self != CaptureFrom::Primary
+    }
 }
 
 /// `postgres.sslmode`: libpq's `sslmode` names and meanings (the table in

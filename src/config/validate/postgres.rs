@@ -12,50 +12,88 @@ use crate::config::error::{Problem, quoted};
 use crate::config::schema::{PostgresConfig, SslMode};
 use crate::config::template::{MAX_IDENTIFIER_BYTES, identifier};
 
-pub(super) fn postgres(pg: &PostgresConfig, out: &mut Vec<Problem>) {
-    if pg.host.contains("://") || pg.host.contains('@') {
+/// A host, or a comma-separated list of them, at `key`.
+fn hosts(key: &str, host: &str, out: &mut Vec<Problem>) {
+    if host.contains("://") || host.contains('@') {
         // Not quoted: a connection string may hold a password, and this
         // value would reach logs, `check`, `/healthz` and `status`.
         out.push(Problem::new(
-            "postgres.host",
+            key,
             "looks like a connection string or holds user info (\"postgres://user:password@host\" \
              or \"user@host\"), which may carry a password, so it is not repeated here; give the \
              host name only, and the rest in postgres.user, postgres.password (or \
              \"${file:/run/secrets/pg_password}\"), postgres.port and postgres.database",
         ));
-    } else if pg.host.trim().is_empty() {
+    } else if host.trim().is_empty() {
         out.push(Problem::new(
-            "postgres.host",
+            key,
             "is empty; set a host name, an IP address, or a Unix socket directory such as \
              \"/var/run/postgresql\"",
         ));
-    } else if pg.host.chars().any(char::is_whitespace) {
+    } else if host.chars().any(char::is_whitespace) {
         out.push(Problem::new(
-            "postgres.host",
+            key,
             format!(
                 "{} contains whitespace; give one host name, IP address or socket directory, or \
                  several separated by commas without spaces (\"db-a,db-b:5433\")",
-                quoted(&pg.host)
+                quoted(host)
             ),
         ));
-    } else if pg.host.contains(',') {
-        for entry in pg.host.split(',') {
-            let (host, port) = crate::config::units::split_host_port(entry);
-            let bad_port = port.is_none() && host == entry && entry.matches(':').count() == 1;
-            if entry.is_empty() || host.is_empty() || bad_port || port == Some(0) {
+    } else if host.contains(',') {
+        for entry in host.split(',') {
+            let (name, port) = crate::config::units::split_host_port(entry);
+            let bad_port = port.is_none() && name == entry && entry.matches(':').count() == 1;
+            if entry.is_empty() || name.is_empty() || bad_port || port == Some(0) {
                 out.push(Problem::new(
-                    "postgres.host",
+                    key,
                     format!(
                         "{} is not a list of servers: each entry is a host name, an IP address \
                          ([::1] with a port) or a socket directory, optionally with :port, e.g. \
                          \"db-a,db-b:5433\"",
-                        quoted(&pg.host)
+                        quoted(host)
                     ),
                 ));
                 break;
             }
         }
     }
+}
+
+/// `capture_from`, `standby_host` and `standby_port` agree.
+fn standby(pg: &PostgresConfig, out: &mut Vec<Problem>) {
+    match (&pg.standby_host, pg.capture_from.from_standby()) {
+        (Some(host), true) => hosts("postgres.standby_host", host, out),
+        (None, true) => out.push(Problem::new(
+            "postgres.standby_host",
+            format!(
+                "is required with postgres.capture_from = {}: set it to the hot standby that \
+                 holds the slot (e.g. \"replica-1\"), or set capture_from = \"primary\"",
+                quoted(pg.capture_from.as_str())
+            ),
+        )),
+        (Some(_), false) => out.push(Problem::new(
+            "postgres.standby_host",
+            "is set but postgres.capture_from is \"primary\", so it would not be used: set \
+             capture_from = \"standby\" to capture from that standby, or remove standby_host",
+        )),
+        (None, false) => {}
+    }
+    if pg.standby_port == Some(0) {
+        out.push(Problem::new(
+            "postgres.standby_port",
+            "must be between 1 and 65535",
+        ));
+    } else if pg.standby_port.is_some() && pg.standby_host.is_none() {
+        out.push(Problem::new(
+            "postgres.standby_port",
+            "is set without postgres.standby_host; set both, or neither",
+        ));
+    }
+}
+
+pub(super) fn postgres(pg: &PostgresConfig, out: &mut Vec<Problem>) {
+    hosts("postgres.host", &pg.host, out);
+    standby(pg, out);
     if pg.port == 0 {
         out.push(Problem::new("postgres.port", "must be between 1 and 65535"));
     }

@@ -8,7 +8,7 @@ use tokio_postgres::config::SslMode;
 use tokio_postgres::{Client, NoTls};
 
 use crate::pg::tls;
-use crate::pg::wire::ConnectParams;
+use crate::pg::wire::{ConnectParams, Target};
 
 use super::error::CatalogError;
 use crate::pg::tls::error_chain;
@@ -23,40 +23,65 @@ pub async fn connect(params: &ConnectParams) -> Result<Client, CatalogError> {
 /// when the connection does (closed by either side), and aborting it closes
 /// the socket at once, even with a query still waiting in the server.
 ///
-/// With a host list in `params.host`, the first server of it that is not in
-/// recovery (`pg_is_in_recovery()`), as the replication connection chooses
-/// (see [`crate::pg::wire::WireConnection::connect`]).
+/// With a host list in `params.host`, the first server of it of the kind
+/// `params.target` asks for, told by `pg_is_in_recovery()`, as the
+/// replication connection chooses (see
+/// [`crate::pg::wire::WireConnection::connect`]).
 pub async fn connect_owned(
     params: &ConnectParams,
 ) -> Result<(Client, tokio::task::JoinHandle<()>), CatalogError> {
-    if !params.is_host_list() {
+    if !params.is_host_list() && params.target != Target::Standby {
         return connect_one(params).await;
     }
     let mut tried = Vec::new();
+    let mut fallback: Option<(Client, tokio::task::JoinHandle<()>)> = None;
     for target in params.targets() {
         match connect_one(&target).await {
             Ok((client, task)) => {
-                let standby = client
-                    .query_one("SELECT pg_is_in_recovery()", &[])
-                    .await
-                    .map_err(|source| CatalogError::Query {
-                        context: "asking whether the server is a standby",
-                        source,
-                    })?
-                    .get::<_, bool>(0);
-                if !standby {
-                    return Ok((client, task));
+                let standby = in_recovery(&client).await?;
+                match (params.target, standby) {
+                    (Target::Primary, false) | (Target::PreferStandby | Target::Standby, true) => {
+                        if let Some((_, other)) = fallback.take() {
+                            other.abort();
+                        }
+                        return Ok((client, task));
+                    }
+                    (Target::Primary, true) => {
+                        tried.push(format!("{}: a standby (in recovery)", target.address()));
+                        task.abort();
+                    }
+                    (Target::PreferStandby | Target::Standby, false) => {
+                        tried.push(format!("{}: not a standby", target.address()));
+                        if fallback.is_none() && params.target == Target::PreferStandby {
+                            fallback = Some((client, task));
+                        } else {
+                            task.abort();
+                        }
+                    }
                 }
-                task.abort();
-                tried.push(format!("{}: a standby (in recovery)", target.address()));
             }
             Err(e) if !e.is_transient() => return Err(e),
             Err(e) => tried.push(format!("{}: {e}", target.address())),
         }
     }
-    Err(CatalogError::NoPrimary {
-        tried: tried.join("; "),
-    })
+    let tried = tried.join("; ");
+    match params.target {
+        Target::Primary => Err(CatalogError::NoPrimary { tried }),
+        Target::Standby => Err(CatalogError::NoStandby { tried }),
+        Target::PreferStandby => fallback.ok_or(CatalogError::NoStandby { tried }),
+    }
+}
+
+/// `pg_is_in_recovery()`: whether the server is a standby.
+pub async fn in_recovery(client: &Client) -> Result<bool, CatalogError> {
+    Ok(client
+        .query_one("SELECT pg_is_in_recovery()", &[])
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "asking whether the server is a standby",
+            source,
+        })?
+        .get::<_, bool>(0))
 }
 
 pub(super) async fn connect_one(

@@ -29,6 +29,14 @@ pub enum CatalogError {
          promoted): {tried}"
     )]
     NoPrimary { tried: String },
+    /// `postgres.capture_from` is a standby and no server of
+    /// `postgres.standby_host` is one now (nor, for `"standby"`, answers).
+    #[error(
+        "none of the servers in postgres.standby_host is a hot standby that walrelay may capture \
+         from now (waiting for one; with postgres.capture_from = \"standby\" a promoted one \
+         will do, with \"standby_only\" it will not): {tried}"
+    )]
+    NoStandby { tried: String },
     #[error("TLS to PostgreSQL at {address} for catalog queries (sslmode = {mode}): {reason}")]
     Tls {
         address: String,
@@ -64,7 +72,9 @@ impl CatalogError {
                     })
             }
             CatalogError::Invalid(_) => false,
-            CatalogError::NoPrimary { .. } | CatalogError::Ended(_) => true,
+            CatalogError::NoPrimary { .. }
+            | CatalogError::NoStandby { .. }
+            | CatalogError::Ended(_) => true,
         }
     }
 }

@@ -20,7 +20,7 @@ use tokio::net::{TcpStream, UnixStream};
 use super::error::{WireError, first_words, server_error};
 use super::frame::{Backend, parse_frame, unexpected};
 use super::socket::{Socket, negotiate_tls, set_dead_peer_detection};
-use super::{ConnectParams, SESSION_PARAMETERS};
+use super::{ConnectParams, SESSION_PARAMETERS, Target};
 
 /// What a simple query returned: rows of text columns (NULL = `None`).
 pub type Rows = Vec<Vec<Option<String>>>;
@@ -49,26 +49,50 @@ impl WireConnection {
     /// connect timeout. `replication` adds the `replication=database` startup
     /// parameter.
     /// Connects to `params.host`; with a host list, to the first server of
-    /// it that is not a hot standby (its `in_hot_standby` parameter, which
-    /// PostgreSQL 14+ reports at startup), as libpq's
-    /// `target_session_attrs=read-write` would. A definite error (refused
-    /// credentials, TLS) ends the search: it would be the same elsewhere.
+    /// it of the kind `params.target` asks for, told by its `in_hot_standby`
+    /// parameter (which PostgreSQL 14+ reports at startup): not a standby,
+    /// as libpq's `target_session_attrs=read-write` would; or a standby
+    /// (`standby`), and failing that the first that answered
+    /// (`prefer-standby`). A single host is taken as it is, unless only a
+    /// standby will do. A definite error (refused credentials, TLS) ends the
+    /// search: it would be the same elsewhere.
     pub async fn connect(params: &ConnectParams, replication: bool) -> Result<Self, WireError> {
-        if !params.is_host_list() {
+        if !params.is_host_list() && params.target != Target::Standby {
             return Self::connect_one(params, replication).await;
         }
         let mut tried = Vec::new();
+        let mut fallback = None;
         for target in params.targets() {
             match Self::connect_one(&target, replication).await {
-                Ok(conn) if !conn.in_hot_standby => return Ok(conn),
-                Ok(_) => tried.push(format!("{}: a hot standby", target.address())),
+                Ok(conn) => match (params.target, conn.in_hot_standby) {
+                    (Target::Primary, false) | (Target::PreferStandby | Target::Standby, true) => {
+                        return Ok(conn);
+                    }
+                    (Target::Primary, true) => {
+                        tried.push(format!("{}: a hot standby", target.address()));
+                    }
+                    (Target::PreferStandby | Target::Standby, false) => {
+                        tried.push(format!("{}: not a standby", target.address()));
+                        if fallback.is_none() && params.target == Target::PreferStandby {
+                            fallback = Some(conn);
+                        }
+                    }
+                },
                 Err(e) if !e.is_transient() => return Err(e),
                 Err(e) => tried.push(format!("{}: {e}", target.address())),
             }
         }
-        Err(WireError::NoPrimary {
-            tried: tried.join("; "),
-        })
+        let tried = tried.join("; ");
+        match params.target {
+            Target::Primary => Err(WireError::NoPrimary { tried }),
+            Target::Standby => Err(WireError::NoStandby { tried }),
+            Target::PreferStandby => fallback.ok_or(WireError::NoStandby { tried }),
+        }
+    }
+
+    /// Whether the server said it is a hot standby (in recovery) at startup.
+    pub fn in_hot_standby(&self) -> bool {
+        self.in_hot_standby
     }
 
     async fn connect_one(params: &ConnectParams, replication: bool) -> Result<Self, WireError> {

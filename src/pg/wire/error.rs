@@ -102,6 +102,14 @@ pub enum WireError {
          promoted): {tried}"
     )]
     NoPrimary { tried: String },
+    /// `postgres.capture_from` is a standby and no server of
+    /// `postgres.standby_host` is one now (nor, for `"standby"`, answers).
+    #[error(
+        "none of the servers in postgres.standby_host is a hot standby that walrelay may capture \
+         from now (waiting for one; with postgres.capture_from = \"standby\" a promoted one \
+         will do, with \"standby_only\" it will not): {tried}"
+    )]
+    NoStandby { tried: String },
     /// TLS could not be set up or the server's certificate was refused.
     #[error("TLS to PostgreSQL at {address} (sslmode = {mode}): {reason}")]
     Tls {
@@ -120,7 +128,8 @@ impl WireError {
             | WireError::Io { .. }
             | WireError::Closed { .. }
             | WireError::Silent { .. }
-            | WireError::NoPrimary { .. } => true,
+            | WireError::NoPrimary { .. }
+            | WireError::NoStandby { .. } => true,
             WireError::Server { error, .. } => is_transient_sqlstate(&error.code),
             WireError::MessageTooLarge { .. }
             | WireError::Protocol(_)

@@ -22,6 +22,7 @@ fn debug_does_not_show_password() {
         connect_timeout: Duration::from_secs(1),
         max_message_size: 1,
         tls: TlsSettings::default(),
+        target: Default::default(),
     };
     assert!(!format!("{p:?}").contains("hunter2"));
 }

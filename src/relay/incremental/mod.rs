@@ -208,8 +208,14 @@ impl Incremental {
 /// Starts `plan` beside the stream (see [`Source::start_incremental`]).
 pub(super) fn start(publisher: &Publisher, source: &mut Source, plan: IncrementalPlan) {
     let config = publisher.config();
+    let reads = config
+        .postgres
+        .capture_from
+        .from_standby()
+        .then(|| crate::pg::params::capture_params(config));
     source.start_incremental(
         &crate::pg::params::connect_params(config),
+        reads.as_ref(),
         &config.postgres.publication,
         &config.connector.name,
         plan,

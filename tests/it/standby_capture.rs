@@ -1,0 +1,246 @@
+//! Capture from a hot standby (`postgres.capture_from = "standby"`,
+//! PostgreSQL 16+) for real, on the pair of deploy/dev/pg_pair.sh: the slot
+//! is created on the standby (the primary nudged to log its running
+//! transactions), the initial snapshot is exported and read there, an
+//! incremental snapshot reads its chunks there between watermarks written
+//! on the primary, and streaming goes on through a crash and restart of the
+//! standby and through its promotion (the slot on the promoted standby goes
+//! on, on the new timeline) — writers committing the whole time, and every
+//! event the surviving server holds in Kafka.
+//!
+//! Needs `eval "$(PG_MAJOR=16|17|18 deploy/dev/pg_pair.sh up)"`
+//! (deploy/test.sh runs it on 16, 17 and 18) and the Kafka broker of the
+//! other tests. Not run against the shared single server: it crashes and
+//! promotes servers.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use support::ledger::{CREATE_LEDGER, LedgerWriters, connect_primary, ledger};
+use support::pair::{connect_any, lsn_of};
+use support::*;
+
+const CATCH_UP: Duration = Duration::from_secs(180);
+/// Outbox rows that exist before walrelay starts: the initial snapshot's.
+const EXISTING: i64 = 4_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slot_on_a_standby_snapshots_streams_and_survives_a_restart_and_a_promotion() {
+    require_kafka();
+    let primary = support::pair::port("WALRELAY_PAIR_PRIMARY_PORT");
+    let standby = support::pair::port("WALRELAY_PAIR_STANDBY_PORT");
+    let names = Names::new("standby_capture");
+    let database = unique("standby_capture");
+    {
+        let admin = connect_primary("postgres", &[primary]).await;
+        admin
+            .batch_execute(&format!("CREATE DATABASE {database} OWNER walrelay"))
+            .await
+            .expect("create database");
+    }
+    let db = connect_primary(&database, &[primary]).await;
+    // `seq`: the snapshot reads the existing rows in the order they were
+    // written, so per aggregate they reach Kafka in commit order.
+    db.batch_execute(&format!(
+        "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL,
+                              aggregateid text, type text NOT NULL, payload jsonb,
+                              seq bigserial UNIQUE);
+         ALTER TABLE outbox OWNER TO walrelay;
+         {CREATE_LEDGER};
+         INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+           SELECT gen_random_uuid(), CASE WHEN g % 50 % 3 = 0 THEN 'invoice' ELSE 'order' END,
+                  'agg-' || g % 50, 'Created', jsonb_build_object('w', 99, 's', g)
+           FROM generate_series(1, {EXISTING}) g ORDER BY g;
+         INSERT INTO ledger SELECT id, aggregatetype, aggregateid, payload FROM outbox;"
+    ))
+    .await
+    .expect("tables");
+    let existing: HashSet<String> = ledger(&db).await.into_keys().collect();
+
+    let config = format!(
+        r#"
+[connector]
+name = "{connector}"
+
+[postgres]
+host = "127.0.0.1:{primary},127.0.0.1:{standby}"
+capture_from = "standby"
+standby_host = "127.0.0.1:{standby}"
+user = "walrelay"
+password = "walrelay"
+database = "{database}"
+slot = "{slot}"
+publication = "{publication}"
+status_interval = "200ms"
+reconnect_backoff_initial = "100ms"
+reconnect_backoff_max = "1s"
+
+[kafka]
+brokers = "{brokers}"
+linger = "2ms"
+
+[snapshot]
+parallelism = 2
+fetch_rows = 500
+chunk_rows = 500
+
+[[outbox]]
+table = "public.outbox"
+topic = "{prefix}.{{aggregatetype}}"
+snapshot_order_by = ["seq"]
+"#,
+        connector = names.connector,
+        slot = names.slot,
+        publication = names.publication,
+        brokers = kafka_brokers(),
+        prefix = names.topic_prefix,
+    );
+    let path = write_config(&config);
+    // The standby has the database once it replayed its creation.
+    wait_for("the standby has the database", CATCH_UP, || async {
+        let client = connect_any(standby, "postgres").await;
+        let found: bool = client
+            .query_one(
+                "SELECT count(*) = 1 FROM pg_database WHERE datname = $1",
+                &[&database],
+            )
+            .await
+            .ok()?
+            .get(0);
+        found.then_some(())
+    })
+    .await;
+    let (code, report) = check(&path);
+    assert_eq!(code, Some(0), "check passes:\n{report}");
+    assert!(
+        report.lines().any(|l| l.starts_with("ok")
+            && l.contains("standby:")
+            && l.contains("a hot standby")
+            && l.contains("hot_standby_feedback = on")),
+        "check says what it checked on the standby:\n{report}"
+    );
+
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    relay
+        .wait_log(
+            "created replication slot with an exported snapshot",
+            CATCH_UP,
+        )
+        .await;
+    let writers = LedgerWriters::start(&database, &[primary, standby], 6);
+    relay.wait_log("streaming", CATCH_UP).await;
+
+    // The slot lives on the standby, not on the primary.
+    let standby_db = connect_any(standby, &database).await;
+    for (client, n, where_) in [
+        (&standby_db, 1, "on the standby"),
+        (&db, 0, "on the primary"),
+    ] {
+        let found: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
+                &[&names.slot],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(found, n, "slots named {} {where_}", names.slot);
+    }
+
+    // An incremental snapshot: watermarks on the primary, chunks on the standby.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args(["snapshot", "--config"])
+        .arg(&path)
+        .args(["--table", "public.outbox"])
+        .output()
+        .expect("run walrelay snapshot");
+    assert!(
+        out.status.success(),
+        "walrelay snapshot: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    relay
+        .wait_log("incremental snapshot completed", CATCH_UP)
+        .await;
+
+    // The standby crashes and comes back; then the primary crashes and the
+    // standby is promoted.
+    let sessions = |log: &str| log.matches("streaming").count();
+    let before = sessions(&relay.log());
+    support::pair::run("restart-standby-immediate");
+    wait_for(
+        "streaming again after the standby's restart",
+        CATCH_UP,
+        || {
+            let now = sessions(&relay.log());
+            async move { (now > before).then_some(()) }
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    support::pair::run("stop-primary");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    support::pair::run("promote");
+    let db = connect_primary(&database, &[standby]).await;
+    relay.wait_log("timeline=2", CATCH_UP).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let written = writers.stop().await;
+
+    let lsn = parse_lsn(
+        &db.query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .await
+            .unwrap()
+            .get::<_, String>(0),
+    );
+    wait_for(
+        "the slot on the promoted standby confirms every write",
+        CATCH_UP,
+        || async {
+            let confirmed = lsn_of(
+                &db,
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+                &names.slot,
+            )
+            .await?;
+            (confirmed >= lsn).then_some(())
+        },
+    )
+    .await;
+    let rows = ledger(&db).await;
+    let topics = [names.topic("order"), names.topic("invoice")];
+    let consumed = consume_to_end(&[topics[0].as_str(), topics[1].as_str()]);
+    // The incremental snapshot's copies are events of their own (marked
+    // `walrelay.snapshot = incremental`): it re-read every existing row.
+    let (incremental, events): (Vec<_>, Vec<_>) = consumed
+        .into_iter()
+        .partition(|r| r.header_str("walrelay.snapshot").as_deref() == Some("incremental"));
+    let reread: HashSet<String> = incremental
+        .iter()
+        .filter_map(|r| r.header_str("id"))
+        .collect();
+    let missed = existing.difference(&reread).count();
+    assert_eq!(missed, 0, "existing rows the incremental snapshot missed");
+    let duplicates = verify_outbox_delivery(&names, &rows, &events);
+    let log = relay.log();
+    assert!(
+        !log.contains("refusing to start") && !log.contains("--accept-slot-position was given"),
+        "walrelay went on with the promoted standby's slot by itself:\n{log}"
+    );
+    assert!(
+        log.contains("is not in recovery (a promoted standby?)"),
+        "walrelay says it captures from a promoted standby:\n{log}"
+    );
+    eprintln!(
+        "standby capture (PostgreSQL {}): {} events ({EXISTING} by the initial snapshot, {written} \
+         written), {} re-read by the incremental snapshot, {duplicates} duplicates, 0 lost",
+        support::pair::major(),
+        rows.len(),
+        reread.len()
+    );
+    relay.stop();
+}
