@@ -26,15 +26,7 @@ pub fn capture_params(config: &Config) -> ConnectParams {
     let pg = &config.postgres;
     let mut params = connect_params(config);
     if let (Some(host), true) = (&pg.standby_host, pg.capture_from.from_standby()) {
-        params.port = pg.standby_port.unwrap_or(pg.port);
-        // One server may carry its port, as an entry of a list does.
-        match crate::config::split_host_port(host) {
-            (name, Some(port)) if !host.contains(',') => {
-                params.host = name.to_owned();
-                params.port = port;
-            }
-            _ => params.host = host.clone(),
-        }
+        (params.host, params.port) = server(host, pg.standby_port.unwrap_or(pg.port));
         params.target = match pg.capture_from {
             CaptureFrom::StandbyOnly => Target::Standby,
             _ => Target::PreferStandby,
@@ -47,9 +39,10 @@ pub fn capture_params(config: &Config) -> ConnectParams {
 /// of it that is a writable primary).
 pub fn connect_params(config: &Config) -> ConnectParams {
     let pg = &config.postgres;
+    let (host, port) = server(&pg.host, pg.port);
     ConnectParams {
-        host: pg.host.clone(),
-        port: pg.port,
+        host,
+        port,
         user: pg.user.clone(),
         password: pg.password.clone(),
         database: pg.database.clone(),
@@ -68,6 +61,16 @@ pub fn connect_params(config: &Config) -> ConnectParams {
     }
 }
 
+/// `host` and the port for entries without one. A single server may carry
+/// its port (`db:5433`), as an entry of a list does; a list is kept whole
+/// (`ConnectParams::targets` splits it).
+fn server(host: &str, port: u16) -> (String, u16) {
+    match crate::config::split_host_port(host) {
+        (name, Some(own)) if !host.contains(',') => (name.to_owned(), own),
+        _ => (host.to_owned(), port),
+    }
+}
+
 /// Builds the PostgreSQL TLS set-up once without connecting, so that `check`
 /// and `run` refuse an unusable client certificate at start (exit code 2):
 /// an unreadable `postgres.sslcert`, a `postgres.sslkey` that does not belong
@@ -81,4 +84,22 @@ pub fn check_tls_config(config: &Config) -> Result<(), ConfigError> {
     super::tls::connector(&params.tls)
         .map(drop)
         .map_err(|e| config.error_at(e.key.unwrap_or("postgres.sslmode"), e.message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::server;
+
+    #[test]
+    fn a_single_server_may_carry_its_port_and_a_list_is_kept_whole() {
+        assert_eq!(server("db", 5432), ("db".into(), 5432));
+        assert_eq!(server("db:5433", 5432), ("db".into(), 5433));
+        assert_eq!(server("127.0.0.1:55418", 5432), ("127.0.0.1".into(), 55418));
+        assert_eq!(server("[::1]:5433", 5432), ("::1".into(), 5433));
+        assert_eq!(
+            server("/var/run/postgresql", 5433),
+            ("/var/run/postgresql".into(), 5433)
+        );
+        assert_eq!(server("a,b:5433", 5432), ("a,b:5433".into(), 5432));
+    }
 }

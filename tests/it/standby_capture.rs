@@ -244,3 +244,145 @@ snapshot_order_by = ["seq"]
     );
     relay.stop();
 }
+
+/// A standby that applies the primary's commits late
+/// (`recovery_min_apply_delay`): an incremental snapshot's chunk read there
+/// right after its low watermark was written would see rows as they were
+/// before changes the stream carries ahead of the watermark, and publish
+/// them after those changes — stale. walrelay reads a chunk only once the
+/// standby replayed the watermark's commit: the topic folds to the table,
+/// under writers updating the rows throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_incremental_snapshot_on_a_lagging_standby_publishes_no_stale_row() {
+    require_kafka();
+    let primary = support::pair::port("WALRELAY_PAIR_PRIMARY_PORT");
+    let standby = support::pair::port("WALRELAY_PAIR_STANDBY_PORT");
+    let names = Names::new("standby_lag");
+    let database = unique("standby_lag");
+    {
+        let admin = connect_primary("postgres", &[primary]).await;
+        admin
+            .batch_execute(&format!("CREATE DATABASE {database} OWNER walrelay"))
+            .await
+            .expect("create database");
+    }
+    let db = connect_primary(&database, &[primary]).await;
+    create_items(&db, 2_000).await;
+    let prefix = format!("{}_cdc", names.connector);
+    let config = format!(
+        r#"
+[connector]
+name = "{connector}"
+
+[postgres]
+host = "127.0.0.1:{primary}"
+capture_from = "standby"
+standby_host = "127.0.0.1:{standby}"
+user = "walrelay"
+password = "walrelay"
+database = "{database}"
+slot = "{slot}"
+publication = "{publication}"
+status_interval = "200ms"
+
+[kafka]
+brokers = "{brokers}"
+linger = "2ms"
+
+[snapshot]
+mode = "no_data"
+chunk_rows = 700
+
+[table_defaults]
+topic_prefix = "{prefix}"
+
+[[table]]
+name = "public.items"
+"#,
+        connector = names.connector,
+        slot = names.slot,
+        publication = names.publication,
+        brokers = kafka_brokers(),
+    );
+    let path = write_config(&config);
+    wait_for("the standby has the table", CATCH_UP, || async {
+        let client = connect_any(standby, &database).await;
+        client
+            .query_one("SELECT count(*) FROM items", &[])
+            .await
+            .ok()
+            .filter(|r| r.get::<_, i64>(0) == 2_000)
+            .map(drop)
+    })
+    .await;
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    relay.wait_log("streaming", CATCH_UP).await;
+
+    // From now on the standby applies every commit 6 s after the primary.
+    let delay = SystemSetting::set_at(
+        format!("postgres://postgres:postgres@127.0.0.1:{standby}/postgres"),
+        "recovery_min_apply_delay",
+        "6s",
+    )
+    .await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let db = connect_primary(&database, &[primary]).await;
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut id = 0i64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                id = id % 2_000 + 7;
+                db.execute(
+                    "UPDATE items SET version = version + 1 WHERE id = $1",
+                    &[&id],
+                )
+                .await
+                .expect("update");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args(["snapshot", "--config"])
+        .arg(&path)
+        .args(["--table", "public.items"])
+        .output()
+        .expect("run walrelay snapshot");
+    assert!(
+        out.status.success(),
+        "walrelay snapshot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    relay
+        .wait_log("incremental snapshot completed", CATCH_UP)
+        .await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    writer.await.unwrap();
+    drop(delay);
+    let table = items_state(&db).await;
+    let topic = format!("{prefix}.public.items");
+    let reads = wait_for("the topic folds to the table", CATCH_UP, || {
+        let topic = topic.clone();
+        let table = &table;
+        async move {
+            let (state, reads) = fold_versions(&topic);
+            (state == *table).then_some(reads)
+        }
+    })
+    .await;
+    eprintln!(
+        "lagging standby (PostgreSQL {}): {} rows fold to the table, {reads} read events",
+        support::pair::major(),
+        table.len()
+    );
+    assert!(reads > 0, "the snapshot read rows");
+    assert!(
+        relay
+            .log()
+            .contains("waits for the standby to replay the primary's WAL"),
+        "the chunks waited for the lagging standby, and said so:\n{}",
+        relay.log()
+    );
+    relay.stop();
+}

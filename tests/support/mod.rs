@@ -1438,11 +1438,25 @@ impl Drop for ProduceQuota {
     }
 }
 
-pub struct SystemSetting(&'static str);
+/// A server setting changed with `ALTER SYSTEM` (and reloaded), reset
+/// when dropped — also when the test fails.
+pub struct SystemSetting {
+    name: &'static str,
+    url: String,
+}
 
 impl SystemSetting {
+    /// On the shared test server.
     pub async fn set(name: &'static str, value: &str) -> SystemSetting {
-        let admin = pg_connect("postgres").await;
+        SystemSetting::set_at(pg_superuser_url("postgres"), name, value).await
+    }
+
+    /// On the server of `url` (a superuser's).
+    pub async fn set_at(url: String, name: &'static str, value: &str) -> SystemSetting {
+        let (admin, conn) = tokio_postgres::connect(&url, NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("connect to set {name}: {e}"));
+        tokio::spawn(conn);
         for sql in [
             format!("ALTER SYSTEM SET {name} = '{value}'"),
             "SELECT pg_reload_conf()".to_owned(),
@@ -1452,14 +1466,14 @@ impl SystemSetting {
                 .await
                 .unwrap_or_else(|e| panic!("{sql}: {e}"));
         }
-        SystemSetting(name)
+        SystemSetting { name, url }
     }
 }
 
 impl Drop for SystemSetting {
     fn drop(&mut self) {
-        let url = pg_superuser_url("postgres");
-        let name = self.0;
+        let url = self.url.clone();
+        let name = self.name;
         let _ = std::thread::spawn(move || {
             let Ok(runtime) = tokio::runtime::Runtime::new() else {
                 return;
