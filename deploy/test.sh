@@ -80,7 +80,7 @@ cleanup() {
   log "taking services down"
   for m in 18 $EXTRA_MAJORS; do PG_MAJOR=$m deploy/dev/postgres.sh down >/dev/null 2>&1 || true; done
   PG_PORT=$LOST_SLOT_PORT deploy/dev/postgres.sh down >/dev/null 2>&1 || true
-  for m in 17 18; do PG_MAJOR=$m deploy/dev/pg_pair.sh down >/dev/null 2>&1 || true; done
+  for m in 16 17 18; do PG_MAJOR=$m deploy/dev/pg_pair.sh down >/dev/null 2>&1 || true; done
   deploy/dev/kafka.sh down >/dev/null 2>&1 || true
   deploy/dev/registry.sh down >/dev/null 2>&1 || true
   KAFKA_PORT=29092 deploy/dev/kafka.sh down >/dev/null 2>&1 || true   # the soak's broker
@@ -176,7 +176,7 @@ run_it() { # run_it <what> <test name>... — the named tests, exactly
   echo "     Running tests/it: $1 (${#names[@]} tests)" >&2
   "$IT" --exact "${names[@]}"
 }
-mapfile -t MAIN_TESTS < <(grep -vE '^(kafka_outage|lost_slot|failover)::' <<<"$ALL_TESTS")
+mapfile -t MAIN_TESTS < <(grep -vE '^(kafka_outage|lost_slot|failover|standby_capture)::' <<<"$ALL_TESTS")
 
 # Two lanes. The machine has 2 cores; the main lane's test binary runs two
 # tests at a time, and the side lane mostly waits (a 360 s broker outage, fault
@@ -185,8 +185,8 @@ mapfile -t MAIN_TESTS < <(grep -vE '^(kafka_outage|lost_slot|failover)::' <<<"$A
 #
 #   main  the quickstart, the unit tests, every integration test but the three
 #         below (PostgreSQL 18, the shared broker), then the failover tests on
-#         primary/standby pairs of 18 and 17, the version-sensitive tests on
-#         PostgreSQL 14 and 17
+#         primary/standby pairs of 18 and 17, capture from a standby on pairs
+#         of 18, 17 and 16, the version-sensitive tests on PostgreSQL 14 and 17
 #   side  the container image (deploy/docker/test_image.sh, podman),
 #         tests/it/kafka_outage.rs on a broker of its own (it stops it),
 #         tests/it/lost_slot.rs on a PostgreSQL 18 of its own (it lowers
@@ -317,7 +317,7 @@ FAILED_LANE=main FAILED_LOG=$main_log
   export WALRELAY_REGISTRY_URL WALRELAY_REGISTRY_LOG WALRELAY_REGISTRY_PYTHON WALRELAY_REGISTRY_TLS_URL WALRELAY_REGISTRY_CA
 
   log "main lane: integration tests against PostgreSQL 18 (${#MAIN_TESTS[@]} tests)"
-  run_it "everything but kafka_outage, lost_slot, failover" "${MAIN_TESTS[@]}"
+  run_it "everything but kafka_outage, lost_slot, failover, standby_capture" "${MAIN_TESTS[@]}"
   deploy/dev/registry.sh down >/dev/null
 
   # PostgreSQL failover for real: a primary and a physical standby of 17 and of 18
@@ -331,6 +331,22 @@ FAILED_LANE=main FAILED_LOG=$main_log
       export WALRELAY_PAIR_MAJOR WALRELAY_PAIR_PRIMARY_PORT WALRELAY_PAIR_STANDBY_PORT
       mapfile -t names < <(it_tests failover)
       run_it "failover on PostgreSQL $m" "${names[@]}"
+    )
+    PG_MAJOR=$m deploy/dev/pg_pair.sh down >/dev/null
+  done
+  # Capture from a hot standby (logical decoding on a standby: 16+), on a new
+  # pair each: the lagging standby first, one test at a time (the other
+  # restarts the standby and promotes it).
+  for m in 18 17 16; do
+    log "main lane: capture from a standby, PostgreSQL $m (deploy/dev/pg_pair.sh)"
+    pair_env=$(PG_MAJOR=$m deploy/dev/pg_pair.sh up)
+    (
+      eval "$pair_env"
+      export WALRELAY_PAIR_MAJOR WALRELAY_PAIR_PRIMARY_PORT WALRELAY_PAIR_STANDBY_PORT
+      run_it "a lagging standby, PostgreSQL $m" \
+        standby_capture::an_incremental_snapshot_on_a_lagging_standby_publishes_no_stale_row
+      run_it "capture from a standby through its restart and promotion, PostgreSQL $m" \
+        standby_capture::a_slot_on_a_standby_snapshots_streams_and_survives_a_restart_and_a_promotion
     )
     PG_MAJOR=$m deploy/dev/pg_pair.sh down >/dev/null
   done

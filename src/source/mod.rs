@@ -488,7 +488,7 @@ impl Source {
     /// [`SourceEvent::SnapshotChunk`] at its high watermark. `connector`
     /// names this connector's watermarks; `params` connect the watermarks'
     /// writer, and the chunk reader unless `reads` names another server (a
-    /// standby: see [`incremental`](self::incremental)).
+    /// standby: its chunks wait for the low watermark's replay).
     pub fn start_incremental(
         &mut self,
         params: &ConnectParams,

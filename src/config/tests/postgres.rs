@@ -253,3 +253,75 @@ fn postgres_host_lists_are_split_and_checked() {
         "{error}"
     );
 }
+
+/// `capture_from` a standby needs `standby_host` (checked like `host`),
+/// and `standby_host`/`standby_port` without it are refused, not ignored;
+/// the capture connections then go to the standby, everything else to
+/// `host`.
+#[test]
+fn capture_from_a_standby_needs_its_host_and_nothing_dangles() {
+    let with = |lines: &str| MINIMAL.replace("[postgres]\n", &format!("[postgres]\n{lines}\n"));
+    assert_eq!(
+        load(MINIMAL).unwrap().postgres.capture_from,
+        CaptureFrom::Primary
+    );
+    let error = load_err(&with("capture_from = \"standby\""));
+    assert!(
+        error.contains(
+            "postgres.standby_host: is required with postgres.capture_from = \"standby\""
+        ),
+        "{error}"
+    );
+    let error = load_err(&with("standby_host = \"replica\""));
+    assert!(
+        error.contains("postgres.standby_host: is set but postgres.capture_from is \"primary\""),
+        "{error}"
+    );
+    let error = load_err(&with("standby_port = 5433"));
+    assert!(error.contains("postgres.standby_port"), "{error}");
+    let error = load_err(&with(
+        "capture_from = \"standby\"\nstandby_host = \"postgres://u:S3cret@replica\"",
+    ));
+    assert!(
+        error.contains("postgres.standby_host: looks like a connection string")
+            && !error.contains("S3cret"),
+        "{error}"
+    );
+    let error = load_err(&with("capture_from = \"replica\""));
+    assert!(
+        error.contains("postgres.capture_from") && error.contains("standby_only"),
+        "lists the accepted values: {error}"
+    );
+
+    let config = load(&with(
+        "host = \"db-a\"\ncapture_from = \"standby_only\"\nstandby_host = \"replica-1:5433\"",
+    ))
+    .unwrap();
+    let capture = crate::pg::params::capture_params(&config);
+    assert_eq!((capture.host.as_str(), capture.port), ("replica-1", 5433));
+    assert_eq!(capture.target, crate::pg::wire::Target::Standby);
+    let primary = crate::pg::params::connect_params(&config);
+    assert_eq!(
+        (primary.host.as_str(), primary.target),
+        ("db-a", crate::pg::wire::Target::Primary)
+    );
+
+    let config = load(&with(
+        "capture_from = \"standby\"\nstandby_host = \"replica-1,replica-2\"\nstandby_port = 6432",
+    ))
+    .unwrap();
+    let capture = crate::pg::params::capture_params(&config);
+    let targets: Vec<(String, u16)> = capture
+        .targets()
+        .into_iter()
+        .map(|t| (t.host, t.port))
+        .collect();
+    assert_eq!(
+        targets,
+        [
+            ("replica-1".to_owned(), 6432),
+            ("replica-2".to_owned(), 6432)
+        ]
+    );
+    assert_eq!(capture.target, crate::pg::wire::Target::PreferStandby);
+}

@@ -68,8 +68,8 @@ pub async fn await_replay(client: &Client, target: Lsn, what: &str) -> Result<()
                 target = %target,
                 replayed = %replayed.map_or_else(|| "nothing".to_owned(), |r| r.to_string()),
                 "{what} waits for the standby to replay the primary's WAL up to {target}; is it \
-                 connected to the primary (pg_stat_wal_receiver) and replaying \
-                 (pg_is_wal_replay_paused())?"
+                 connected to the primary, and replaying (SELECT pg_is_wal_replay_paused() there; \
+                 recovery_min_apply_delay)?"
             );
         }
         tokio::time::sleep(pause).await;
