@@ -1,8 +1,8 @@
 //! Capture from a hot standby (`postgres.capture_from = "standby"`,
 //! PostgreSQL 16+) for real, on the pair of deploy/dev/pg_pair.sh: the slot
 //! is created on the standby (the primary nudged to log its running
-//! transactions), the initial snapshot is exported and read there, an
-//! incremental snapshot reads its chunks there between watermarks written
+//! transactions), the initial snapshot is exported and read there (and
+//! resumed there after a kill -9 in its middle), an incremental snapshot reads its chunks there between watermarks written
 //! on the primary, and streaming goes on through a crash and restart of the
 //! standby and through its promotion (the slot on the promoted standby goes
 //! on, on the new timeline) — writers committing the whole time, and every
@@ -25,8 +25,9 @@ use support::pair::{connect_any, lsn_of};
 use support::*;
 
 const CATCH_UP: Duration = Duration::from_secs(180);
-/// Outbox rows that exist before walrelay starts: the initial snapshot's.
-const EXISTING: i64 = 4_000;
+/// Outbox rows that exist before walrelay starts: the initial snapshot's
+/// (enough that it is still being read when walrelay is killed).
+const EXISTING: i64 = 40_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slot_on_a_standby_snapshots_streams_and_survives_a_restart_and_a_promotion() {
@@ -124,14 +125,22 @@ snapshot_order_by = ["seq"]
         "check says what it checked on the standby:\n{report}"
     );
 
-    let mut relay = RelayProcess::start_with(&path, &[]);
-    relay
+    let mut first = RelayProcess::start_with(&path, &[]);
+    first
         .wait_log(
             "created replication slot with an exported snapshot",
             CATCH_UP,
         )
         .await;
     let writers = LedgerWriters::start(&database, &[primary, standby], 6);
+    // Killed once the snapshot is resumable (logged before any row is
+    // published): the next start resumes it on the standby's slot.
+    first.wait_log("the snapshot is resumable", CATCH_UP).await;
+    first.kill9();
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    relay
+        .wait_log("resuming the initial snapshot", CATCH_UP)
+        .await;
     relay.wait_log("streaming", CATCH_UP).await;
 
     // The slot lives on the standby, not on the primary.
@@ -315,16 +324,53 @@ name = "public.items"
             .map(drop)
     })
     .await;
+    // Without hot_standby_feedback on the standby, check names the setting
+    // (and run would refuse the same way).
+    let standby_url = format!("postgres://postgres:postgres@127.0.0.1:{standby}/postgres");
+    let feedback_is = |value: &'static str| {
+        let standby_url = standby_url.clone();
+        async move {
+            wait_for(
+                "the standby's reloaded hot_standby_feedback",
+                CATCH_UP,
+                || {
+                    let standby_url = standby_url.clone();
+                    async move {
+                        let (client, conn) =
+                            tokio_postgres::connect(&standby_url, tokio_postgres::NoTls)
+                                .await
+                                .ok()?;
+                        tokio::spawn(conn);
+                        let row = client
+                            .query_one("SHOW hot_standby_feedback", &[])
+                            .await
+                            .ok()?;
+                        (row.get::<_, String>(0) == value).then_some(())
+                    }
+                },
+            )
+            .await;
+        }
+    };
+    {
+        let _off = SystemSetting::set_at(standby_url.clone(), "hot_standby_feedback", "off").await;
+        feedback_is("off").await;
+        let (code, report) = check(&path);
+        assert_eq!(code, Some(1), "check fails:\n{report}");
+        assert!(
+            failures(&report)
+                .iter()
+                .any(|f| f.contains("the standby runs with hot_standby_feedback = off")),
+            "check names the setting:\n{report}"
+        );
+    }
+    feedback_is("on").await;
+
     let mut relay = RelayProcess::start_with(&path, &[]);
     relay.wait_log("streaming", CATCH_UP).await;
 
     // From now on the standby applies every commit 6 s after the primary.
-    let delay = SystemSetting::set_at(
-        format!("postgres://postgres:postgres@127.0.0.1:{standby}/postgres"),
-        "recovery_min_apply_delay",
-        "6s",
-    )
-    .await;
+    let delay = SystemSetting::set_at(standby_url.clone(), "recovery_min_apply_delay", "6s").await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let db = connect_primary(&database, &[primary]).await;
