@@ -335,8 +335,8 @@ FAILED_LANE=main FAILED_LOG=$main_log
     PG_MAJOR=$m deploy/dev/pg_pair.sh down >/dev/null
   done
   # Capture from a hot standby (logical decoding on a standby: 16+), on a new
-  # pair each: the lagging standby first, one test at a time (the other
-  # restarts the standby and promotes it).
+  # pair each, one test at a time: the last restarts the standby and
+  # promotes it.
   for m in 18 17 16; do
     log "main lane: capture from a standby, PostgreSQL $m (deploy/dev/pg_pair.sh)"
     pair_env=$(PG_MAJOR=$m deploy/dev/pg_pair.sh up)
@@ -345,6 +345,8 @@ FAILED_LANE=main FAILED_LOG=$main_log
       export WALRELAY_PAIR_MAJOR WALRELAY_PAIR_PRIMARY_PORT WALRELAY_PAIR_STANDBY_PORT
       run_it "a lagging standby, PostgreSQL $m" \
         standby_capture::an_incremental_snapshot_on_a_lagging_standby_publishes_no_stale_row
+      run_it "a connector moved from the primary to the standby, PostgreSQL $m" \
+        standby_capture::a_running_connector_moves_from_the_primary_to_a_standby_losing_nothing
       run_it "capture from a standby through its restart and promotion, PostgreSQL $m" \
         standby_capture::a_slot_on_a_standby_snapshots_streams_and_survives_a_restart_and_a_promotion
     )

@@ -432,3 +432,157 @@ name = "public.items"
     );
     relay.stop();
 }
+
+/// Moving a running connector from the primary to a standby, as
+/// docs/operations.md says: a slot of the same name is created on the
+/// standby while walrelay still streams from the primary; once the
+/// primary's slot (and so the offset store) is past the new slot's
+/// position, walrelay is restarted with `capture_from = "standby"` and
+/// resumes there from its stored position — writers committing throughout,
+/// nothing lost, no `--accept-slot-position`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_running_connector_moves_from_the_primary_to_a_standby_losing_nothing() {
+    require_kafka();
+    let primary = support::pair::port("WALRELAY_PAIR_PRIMARY_PORT");
+    let standby = support::pair::port("WALRELAY_PAIR_STANDBY_PORT");
+    let names = Names::new("standby_move");
+    let database = unique("standby_move");
+    {
+        let admin = connect_primary("postgres", &[primary]).await;
+        admin
+            .batch_execute(&format!("CREATE DATABASE {database} OWNER walrelay"))
+            .await
+            .expect("create database");
+    }
+    let db = connect_primary(&database, &[primary]).await;
+    db.batch_execute(&format!(
+        "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL,
+                              aggregateid text, type text NOT NULL, payload jsonb);
+         ALTER TABLE outbox OWNER TO walrelay;
+         {CREATE_LEDGER};"
+    ))
+    .await
+    .expect("tables");
+    let config = |capture: &str| {
+        format!(
+            r#"
+[connector]
+name = "{connector}"
+
+[postgres]
+host = "127.0.0.1:{primary}"
+{capture}
+user = "walrelay"
+password = "walrelay"
+database = "{database}"
+slot = "{slot}"
+publication = "{publication}"
+status_interval = "200ms"
+
+[kafka]
+brokers = "{brokers}"
+linger = "2ms"
+
+[[outbox]]
+table = "public.outbox"
+topic = "{prefix}.{{aggregatetype}}"
+"#,
+            connector = names.connector,
+            slot = names.slot,
+            publication = names.publication,
+            brokers = kafka_brokers(),
+            prefix = names.topic_prefix,
+        )
+    };
+    let on_primary = write_config(&config(""));
+    let mut relay = RelayProcess::start_with(&on_primary, &[]);
+    relay.wait_log("streaming", CATCH_UP).await;
+    let writers = LedgerWriters::start(&database, &[primary], 4);
+
+    // The standby's slot, created while walrelay streams from the primary
+    // (the primary asked for running-transactions records meanwhile).
+    let standby_db = connect_any(standby, &database).await;
+    let nudger = tokio::spawn(async move {
+        let admin = connect_primary("postgres", &[primary]).await;
+        loop {
+            let _ = admin
+                .batch_execute("SELECT pg_log_standby_snapshot()")
+                .await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+    let created: String = standby_db
+        .query_one(
+            "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&names.slot],
+        )
+        .await
+        .expect("create the slot on the standby")
+        .get(0);
+    nudger.abort();
+    let created = parse_lsn(&created);
+    wait_for(
+        "the primary's slot (and the offset store) past the standby's slot",
+        CATCH_UP,
+        || async {
+            let confirmed = lsn_of(
+                &db,
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+                &names.slot,
+            )
+            .await?;
+            (confirmed >= created).then_some(())
+        },
+    )
+    .await;
+    assert!(relay.stop().success(), "{}", relay.log());
+
+    let on_standby = write_config(&config(&format!(
+        "capture_from = \"standby\"\nstandby_host = \"127.0.0.1:{standby}\""
+    )));
+    let mut relay = RelayProcess::start_with(&on_standby, &[]);
+    relay.wait_log("streaming", CATCH_UP).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let written = writers.stop().await;
+    // The old slot is dropped, as the runbook's last step says.
+    db.execute("SELECT pg_drop_replication_slot($1)", &[&names.slot])
+        .await
+        .expect("drop the primary's slot");
+
+    let lsn = parse_lsn(
+        &db.query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .await
+            .unwrap()
+            .get::<_, String>(0),
+    );
+    wait_for(
+        "the standby's slot confirms every write",
+        CATCH_UP,
+        || async {
+            let confirmed = lsn_of(
+                &standby_db,
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+                &names.slot,
+            )
+            .await?;
+            (confirmed >= lsn).then_some(())
+        },
+    )
+    .await;
+    let rows = ledger(&db).await;
+    let topics = [names.topic("order"), names.topic("invoice")];
+    let consumed = consume_to_end(&[topics[0].as_str(), topics[1].as_str()]);
+    let duplicates = verify_outbox_delivery(&names, &rows, &consumed);
+    let log = relay.log();
+    assert!(
+        !log.contains("refusing to start") && !log.contains("taking the initial snapshot"),
+        "walrelay resumed on the standby's slot from its stored position:\n{log}"
+    );
+    eprintln!(
+        "moved to the standby (PostgreSQL {}): {} events ({written} written), {duplicates} \
+         duplicates, 0 lost",
+        support::pair::major(),
+        rows.len()
+    );
+    relay.stop();
+}
