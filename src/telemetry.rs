@@ -12,7 +12,8 @@
 //! - `walrelay_slot_lag_bytes`: WAL written since the slot's
 //!   `confirmed_flush_lsn` — how far the connector is behind.
 //! - `walrelay_slot_retained_wal_bytes`: WAL the slot holds back from
-//!   recycling (`pg_current_wal_lsn() - restart_lsn`) — what fills the disk.
+//!   recycling (`pg_current_wal_lsn() - restart_lsn`; on a standby captured
+//!   from, its replay position) — what fills the disk.
 //! - `walrelay_slot_safe_wal_bytes`: how much more WAL may be written before
 //!   the slot is lost (`safe_wal_size`; absent without `max_slot_wal_keep_size`).
 //! - `walrelay_slot_wal_status`: 1 for the current `wal_status`.

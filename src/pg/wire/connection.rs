@@ -90,11 +90,6 @@ impl WireConnection {
         }
     }
 
-    /// Whether the server said it is a hot standby (in recovery) at startup.
-    pub fn in_hot_standby(&self) -> bool {
-        self.in_hot_standby
-    }
-
     async fn connect_one(params: &ConnectParams, replication: bool) -> Result<Self, WireError> {
         let address = params.address();
         match tokio::time::timeout(
