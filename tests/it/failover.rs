@@ -20,8 +20,8 @@ use crate::support;
 
 use std::time::Duration;
 
-use support::ledger::{CREATE_LEDGER, LedgerWriters, connect_primary, ledger};
-use support::pair::lsn_of;
+use support::ledger::{CREATE_LEDGER, CREATE_OUTBOX, LedgerWriters, connect_primary, ledger};
+use support::pair::{await_confirmed, create_database, lsn_of};
 use support::*;
 
 const CATCH_UP: Duration = Duration::from_secs(120);
@@ -34,23 +34,10 @@ async fn walrelay_follows_a_promoted_standby_and_loses_nothing() {
     let pair = support::pair::run;
     let names = Names::new("failover");
     let database = unique("failover");
-    {
-        let admin = connect_primary("postgres", &[primary]).await;
-        admin
-            .batch_execute(&format!("CREATE DATABASE {database} OWNER walrelay"))
-            .await
-            .expect("create database");
-    }
-    let db = connect_primary(&database, &[primary]).await;
-    db.batch_execute(&format!(
-        "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL,
-                              aggregateid text, type text NOT NULL, payload jsonb,
-                              created_at timestamptz NOT NULL DEFAULT now());
-         ALTER TABLE outbox OWNER TO walrelay;
-         {CREATE_LEDGER};"
-    ))
-    .await
-    .expect("tables");
+    let db = create_database(primary, &database).await;
+    db.batch_execute(&format!("{CREATE_OUTBOX}; {CREATE_LEDGER}"))
+        .await
+        .expect("tables");
     let config = format!(
         r#"
 [connector]
@@ -133,24 +120,11 @@ topic = "{prefix}.{{aggregatetype}}"
     tokio::time::sleep(Duration::from_secs(3)).await;
     let written = writers.stop().await;
 
-    let lsn = parse_lsn(
-        &db.query_one("SELECT pg_current_wal_lsn()::text", &[])
-            .await
-            .unwrap()
-            .get::<_, String>(0),
-    );
-    wait_for(
+    await_confirmed(
+        &db,
+        &db,
+        &names.slot,
         "the slot on the new primary confirms every write",
-        CATCH_UP,
-        || async {
-            let confirmed = lsn_of(
-                &db,
-                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
-                &names.slot,
-            )
-            .await?;
-            (confirmed >= lsn).then_some(())
-        },
     )
     .await;
     let rows = ledger(&db).await;

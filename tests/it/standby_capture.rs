@@ -20,8 +20,8 @@ use crate::support;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use support::ledger::{CREATE_LEDGER, LedgerWriters, connect_primary, ledger};
-use support::pair::{connect_any, lsn_of};
+use support::ledger::{CREATE_LEDGER, CREATE_OUTBOX, LedgerWriters, connect_primary, ledger};
+use support::pair::{await_confirmed, connect_any, create_database, lsn_of};
 use support::*;
 
 const CATCH_UP: Duration = Duration::from_secs(180);
@@ -36,14 +36,7 @@ async fn a_slot_on_a_standby_snapshots_streams_and_survives_a_restart_and_a_prom
     let standby = support::pair::port("WALRELAY_PAIR_STANDBY_PORT");
     let names = Names::new("standby_capture");
     let database = unique("standby_capture");
-    {
-        let admin = connect_primary("postgres", &[primary]).await;
-        admin
-            .batch_execute(&format!("CREATE DATABASE {database} OWNER walrelay"))
-            .await
-            .expect("create database");
-    }
-    let db = connect_primary(&database, &[primary]).await;
+    let db = create_database(primary, &database).await;
     // `seq`: the snapshot reads the existing rows in the order they were
     // written, so per aggregate they reach Kafka in commit order.
     db.batch_execute(&format!(
@@ -200,24 +193,11 @@ snapshot_order_by = ["seq"]
     tokio::time::sleep(Duration::from_secs(3)).await;
     let written = writers.stop().await;
 
-    let lsn = parse_lsn(
-        &db.query_one("SELECT pg_current_wal_lsn()::text", &[])
-            .await
-            .unwrap()
-            .get::<_, String>(0),
-    );
-    wait_for(
+    await_confirmed(
+        &db,
+        &db,
+        &names.slot,
         "the slot on the promoted standby confirms every write",
-        CATCH_UP,
-        || async {
-            let confirmed = lsn_of(
-                &db,
-                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
-                &names.slot,
-            )
-            .await?;
-            (confirmed >= lsn).then_some(())
-        },
     )
     .await;
     let rows = ledger(&db).await;
@@ -268,14 +248,7 @@ async fn an_incremental_snapshot_on_a_lagging_standby_publishes_no_stale_row() {
     let standby = support::pair::port("WALRELAY_PAIR_STANDBY_PORT");
     let names = Names::new("standby_lag");
     let database = unique("standby_lag");
-    {
-        let admin = connect_primary("postgres", &[primary]).await;
-        admin
-            .batch_execute(&format!("CREATE DATABASE {database} OWNER walrelay"))
-            .await
-            .expect("create database");
-    }
-    let db = connect_primary(&database, &[primary]).await;
+    let db = create_database(primary, &database).await;
     create_items(&db, 2_000).await;
     let prefix = format!("{}_cdc", names.connector);
     let config = format!(
@@ -447,22 +420,10 @@ async fn a_running_connector_moves_from_the_primary_to_a_standby_losing_nothing(
     let standby = support::pair::port("WALRELAY_PAIR_STANDBY_PORT");
     let names = Names::new("standby_move");
     let database = unique("standby_move");
-    {
-        let admin = connect_primary("postgres", &[primary]).await;
-        admin
-            .batch_execute(&format!("CREATE DATABASE {database} OWNER walrelay"))
-            .await
-            .expect("create database");
-    }
-    let db = connect_primary(&database, &[primary]).await;
-    db.batch_execute(&format!(
-        "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL,
-                              aggregateid text, type text NOT NULL, payload jsonb);
-         ALTER TABLE outbox OWNER TO walrelay;
-         {CREATE_LEDGER};"
-    ))
-    .await
-    .expect("tables");
+    let db = create_database(primary, &database).await;
+    db.batch_execute(&format!("{CREATE_OUTBOX}; {CREATE_LEDGER}"))
+        .await
+        .expect("tables");
     let config = |capture: &str| {
         format!(
             r#"
@@ -549,24 +510,11 @@ topic = "{prefix}.{{aggregatetype}}"
         .await
         .expect("drop the primary's slot");
 
-    let lsn = parse_lsn(
-        &db.query_one("SELECT pg_current_wal_lsn()::text", &[])
-            .await
-            .unwrap()
-            .get::<_, String>(0),
-    );
-    wait_for(
+    await_confirmed(
+        &db,
+        &standby_db,
+        &names.slot,
         "the standby's slot confirms every write",
-        CATCH_UP,
-        || async {
-            let confirmed = lsn_of(
-                &standby_db,
-                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
-                &names.slot,
-            )
-            .await?;
-            (confirmed >= lsn).then_some(())
-        },
     )
     .await;
     let rows = ledger(&db).await;

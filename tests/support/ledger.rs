@@ -18,6 +18,13 @@ use super::OutboxRow;
 pub const CREATE_LEDGER: &str = "CREATE TABLE ledger (id uuid PRIMARY KEY, aggregatetype text, \
                                  aggregateid text, payload jsonb)";
 
+/// The outbox table the ledger writers write to (and, with
+/// [`CREATE_LEDGER`], the ledger), owned by walrelay.
+pub const CREATE_OUTBOX: &str = "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text NOT \
+                                 NULL, aggregateid text, type text NOT NULL, payload jsonb, \
+                                 created_at timestamptz NOT NULL DEFAULT now()); \
+                                 ALTER TABLE outbox OWNER TO walrelay";
+
 /// A superuser connection to `database` on the first of `ports` (127.0.0.1)
 /// that is a writable primary, waiting up to 2 minutes for one (a failover
 /// in progress).

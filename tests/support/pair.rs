@@ -65,3 +65,41 @@ pub async fn connect_any(port: u16, database: &str) -> tokio_postgres::Client {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Creates `database` on the primary at `primary`, owned by walrelay, and
+/// returns a superuser session to it.
+pub async fn create_database(primary: u16, database: &str) -> tokio_postgres::Client {
+    let admin = super::ledger::connect_primary("postgres", &[primary]).await;
+    admin
+        .batch_execute(&format!("CREATE DATABASE {database} OWNER walrelay"))
+        .await
+        .expect("create database");
+    super::ledger::connect_primary(database, &[primary]).await
+}
+
+/// Waits until `slot` on `slot_server` has confirmed everything `primary`
+/// has written so far (`what` names the wait).
+pub async fn await_confirmed(
+    primary: &tokio_postgres::Client,
+    slot_server: &tokio_postgres::Client,
+    slot: &str,
+    what: &str,
+) {
+    let written = super::parse_lsn(
+        &primary
+            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .await
+            .expect("read the primary's WAL position")
+            .get::<_, String>(0),
+    );
+    super::wait_for(what, Duration::from_secs(180), || async {
+        let confirmed = lsn_of(
+            slot_server,
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+            slot,
+        )
+        .await?;
+        (confirmed >= written).then_some(())
+    })
+    .await;
+}
