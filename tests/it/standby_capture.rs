@@ -55,43 +55,18 @@ async fn a_slot_on_a_standby_snapshots_streams_and_survives_a_restart_and_a_prom
     .expect("tables");
     let existing: HashSet<String> = ledger(&db).await.into_keys().collect();
 
-    let config = format!(
-        r#"
-[connector]
-name = "{connector}"
-
-[postgres]
-host = "127.0.0.1:{primary},127.0.0.1:{standby}"
-capture_from = "standby"
-standby_host = "127.0.0.1:{standby}"
-user = "walrelay"
-password = "walrelay"
-database = "{database}"
-slot = "{slot}"
-publication = "{publication}"
-status_interval = "200ms"
-reconnect_backoff_initial = "100ms"
-reconnect_backoff_max = "1s"
-
-[kafka]
-brokers = "{brokers}"
-linger = "2ms"
-
-[snapshot]
-parallelism = 2
-fetch_rows = 500
-chunk_rows = 500
-
-[[outbox]]
-table = "public.outbox"
-topic = "{prefix}.{{aggregatetype}}"
-snapshot_order_by = ["seq"]
-"#,
-        connector = names.connector,
-        slot = names.slot,
-        publication = names.publication,
-        brokers = kafka_brokers(),
-        prefix = names.topic_prefix,
+    let config = pair_config(
+        &names,
+        &database,
+        &format!(
+            "host = \"127.0.0.1:{primary},127.0.0.1:{standby}\"\ncapture_from = \"standby\"\n\
+             standby_host = \"127.0.0.1:{standby}\""
+        ),
+        &format!(
+            "[snapshot]\nparallelism = 2\nfetch_rows = 500\nchunk_rows = 500\n{}\
+             snapshot_order_by = [\"seq\"]\n",
+            outbox_route(&names)
+        ),
     );
     let path = write_config(&config);
     // The standby has the database once it replayed its creation.
@@ -251,40 +226,17 @@ async fn an_incremental_snapshot_on_a_lagging_standby_publishes_no_stale_row() {
     let db = create_database(primary, &database).await;
     create_items(&db, 2_000).await;
     let prefix = format!("{}_cdc", names.connector);
-    let config = format!(
-        r#"
-[connector]
-name = "{connector}"
-
-[postgres]
-host = "127.0.0.1:{primary}"
-capture_from = "standby"
-standby_host = "127.0.0.1:{standby}"
-user = "walrelay"
-password = "walrelay"
-database = "{database}"
-slot = "{slot}"
-publication = "{publication}"
-status_interval = "200ms"
-
-[kafka]
-brokers = "{brokers}"
-linger = "2ms"
-
-[snapshot]
-mode = "no_data"
-chunk_rows = 700
-
-[table_defaults]
-topic_prefix = "{prefix}"
-
-[[table]]
-name = "public.items"
-"#,
-        connector = names.connector,
-        slot = names.slot,
-        publication = names.publication,
-        brokers = kafka_brokers(),
+    let config = pair_config(
+        &names,
+        &database,
+        &format!(
+            "host = \"127.0.0.1:{primary}\"\ncapture_from = \"standby\"\n\
+             standby_host = \"127.0.0.1:{standby}\""
+        ),
+        &format!(
+            "[snapshot]\nmode = \"no_data\"\nchunk_rows = 700\n[table_defaults]\n\
+             topic_prefix = \"{prefix}\"\n[[table]]\nname = \"public.items\"\n"
+        ),
     );
     let path = write_config(&config);
     wait_for("the standby has the table", CATCH_UP, || async {
@@ -425,34 +377,11 @@ async fn a_running_connector_moves_from_the_primary_to_a_standby_losing_nothing(
         .await
         .expect("tables");
     let config = |capture: &str| {
-        format!(
-            r#"
-[connector]
-name = "{connector}"
-
-[postgres]
-host = "127.0.0.1:{primary}"
-{capture}
-user = "walrelay"
-password = "walrelay"
-database = "{database}"
-slot = "{slot}"
-publication = "{publication}"
-status_interval = "200ms"
-
-[kafka]
-brokers = "{brokers}"
-linger = "2ms"
-
-[[outbox]]
-table = "public.outbox"
-topic = "{prefix}.{{aggregatetype}}"
-"#,
-            connector = names.connector,
-            slot = names.slot,
-            publication = names.publication,
-            brokers = kafka_brokers(),
-            prefix = names.topic_prefix,
+        pair_config(
+            &names,
+            &database,
+            &format!("host = \"127.0.0.1:{primary}\"\n{capture}"),
+            &outbox_route(&names),
         )
     };
     let on_primary = write_config(&config(""));
@@ -533,4 +462,44 @@ topic = "{prefix}.{{aggregatetype}}"
         rows.len()
     );
     relay.stop();
+}
+
+/// A connector's file on the pair: `servers` (the `[postgres]` lines that
+/// name the servers and what is captured from where), the test's names,
+/// then `rest` (the sections after `[kafka]`).
+fn pair_config(names: &Names, database: &str, servers: &str, rest: &str) -> String {
+    format!(
+        r#"
+[connector]
+name = "{connector}"
+
+[postgres]
+{servers}
+user = "walrelay"
+password = "walrelay"
+database = "{database}"
+slot = "{slot}"
+publication = "{publication}"
+status_interval = "200ms"
+reconnect_backoff_initial = "100ms"
+reconnect_backoff_max = "1s"
+
+[kafka]
+brokers = "{brokers}"
+linger = "2ms"
+
+{rest}"#,
+        connector = names.connector,
+        slot = names.slot,
+        publication = names.publication,
+        brokers = kafka_brokers(),
+    )
+}
+
+/// The `[[outbox]]` route of the ledger writers' table.
+fn outbox_route(names: &Names) -> String {
+    format!(
+        "[[outbox]]\ntable = \"public.outbox\"\ntopic = \"{}.{{aggregatetype}}\"\n",
+        names.topic_prefix
+    )
 }
