@@ -87,8 +87,8 @@ pub use schema::{
     HealthConfig, HeartbeatConfig, IntervalHandlingMode, KafkaConfig, LogConfig, LogFormat,
     OnUpdate, OutboxConfig, OutboxFormat, PostgresConfig, RetentionConfig, SaslMechanism,
     SchemaRegistryConfig, SecurityProtocol, SkippedOperations, SnapshotConfig, SnapshotMode,
-    SpecialValues, SslMode, SubjectNameStrategy, TableConfig, TableDefaults, TimePrecisionMode,
-    UnmappedTypes, glob_match, is_secret_property, placement,
+    SpecialValues, SslMode, SubjectNameStrategy, TableConfig, TableDefaults, TableFormat,
+    TimePrecisionMode, UnmappedTypes, glob_match, is_secret_property, placement,
 };
 pub use template::{
     Segment, TableRef, TopicTemplate, is_topic_char, sanitized_topic_name, topic_name_problem,

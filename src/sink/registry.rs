@@ -259,8 +259,8 @@ impl Registry {
             return Ok(None);
         };
         let mut out = record.clone();
-        if let Some(key) = &record.key {
-            let id = self.id(&record.topic, true, &schemas.key).await?;
+        if let (Some(key), Some(schema)) = (&record.key, &schemas.key) {
+            let id = self.id(&record.topic, true, schema).await?;
             out.key = Some(framed(id, key));
         }
         if let Some(value) = &record.value {
@@ -284,12 +284,13 @@ impl Registry {
         if let Some(id) = self.cache.lock().ok().and_then(|c| c.get(&key).copied()) {
             return Ok(id);
         }
-        let subject = subject(self.strategy, topic, is_key, None).ok_or_else(|| {
-            RegistryError::Unexpected {
-                subject: topic.to_string(),
-                what: "a record-name subject strategy for a schema that is no record".into(),
-            }
-        })?;
+        let subject =
+            subject(self.strategy, topic, is_key, schema.name.as_deref()).ok_or_else(|| {
+                RegistryError::Unexpected {
+                    subject: topic.to_string(),
+                    what: "a record-name subject strategy for a schema that is no record".into(),
+                }
+            })?;
         let id = self.ask(&subject, schema).await?;
         if let Ok(mut cache) = self.cache.lock() {
             cache.insert(key, id);
