@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use crate::schema_registry::{decode, registry_section, registry_url};
 use crate::support::*;
 
-const TABLE: &str = "CREATE TABLE sr_types (
+pub(crate) const TABLE: &str = "CREATE TABLE sr_types (
     id int4 PRIMARY KEY,
     c_int2 int2, c_int8 int8, c_bool bool, c_f4 real, c_f8 float8,
     c_num numeric(10,2), c_numv numeric, c_text text, c_varchar varchar(10),
@@ -27,7 +27,8 @@ const TABLE: &str = "CREATE TABLE sr_types (
     c_text_arr text[]);
   ALTER TABLE sr_types OWNER TO walrelay;";
 
-const ALL_TYPES_ROW: &str = "INSERT INTO sr_types VALUES (2, -5, 9007199254740993, true, 1.5,
+pub(crate) const ALL_TYPES_ROW: &str =
+    "INSERT INTO sr_types VALUES (2, -5, 9007199254740993, true, 1.5,
     -2.25, 12.50, 3.14159, 'héllo \"q\"', 'v', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
     '{\"a\": 1}', '{\"b\": [1, 2]}', '\\x0102ff', '2024-01-01',
     '2024-01-01 00:00:00.123456', '2024-01-01 00:00:00.123', '2024-01-01 05:30:00.5+05:30',

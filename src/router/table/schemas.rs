@@ -271,26 +271,23 @@ fn source() -> Schema {
         default: Some("false"),
         ..Schema::named(Type::String, "io.debezium.data.Enum").optional()
     };
-    Schema {
-        version: None,
-        ..Schema::named(
-            Type::Struct(vec![
-                Schema::field("version", string()),
-                Schema::field("connector", string()),
-                Schema::field("name", string()),
-                Schema::field("ts_ms", Schema::of(Type::Int64)),
-                Schema::field("snapshot", snapshot),
-                Schema::field("db", string()),
-                Schema::field("sequence", string().optional()),
-                Schema::field("schema", string()),
-                Schema::field("table", string()),
-                Schema::field("txId", opt_long()),
-                Schema::field("lsn", opt_long()),
-                Schema::field("xmin", opt_long()),
-            ]),
-            "io.debezium.connector.postgresql.Source",
-        )
-    }
+    Schema::named(
+        Type::Struct(vec![
+            Schema::field("version", string()),
+            Schema::field("connector", string()),
+            Schema::field("name", string()),
+            Schema::field("ts_ms", Schema::of(Type::Int64)),
+            Schema::field("snapshot", snapshot),
+            Schema::field("db", string()),
+            Schema::field("sequence", string().optional()),
+            Schema::field("schema", string()),
+            Schema::field("table", string()),
+            Schema::field("txId", opt_long()),
+            Schema::field("lsn", opt_long()),
+            Schema::field("xmin", opt_long()),
+        ]),
+        "io.debezium.connector.postgresql.Source",
+    )
 }
 
 /// Debezium's transaction block (`event.block`), optional.
