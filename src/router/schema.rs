@@ -53,6 +53,24 @@ pub struct Schema {
     /// The record's full name (`<prefix>.<schema>.<table>.Envelope`);
     /// `None` for a schema that is no record (the outbox's).
     pub name: Option<Arc<str>>,
+    /// A hash of `text`, computed once ([`Schema::new`]): what the sink's id
+    /// cache looks a schema up by, rather than hashing its text per record.
+    pub fingerprint: u64,
+}
+
+impl Schema {
+    /// A schema of `kind` with `text` (and record `name`).
+    pub fn new(kind: SchemaKind, text: Arc<str>, name: Option<Arc<str>>) -> Schema {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut h);
+        Schema {
+            kind,
+            text,
+            name,
+            fingerprint: h.finish(),
+        }
+    }
 }
 
 /// The schemas of a record's key and value: the record's key and value
@@ -116,16 +134,8 @@ impl Encoding {
         Encoding {
             kind,
             schemas: Arc::new(RecordSchemas {
-                key: Some(Schema {
-                    kind,
-                    text: Arc::from(key_schema),
-                    name: None,
-                }),
-                value: Schema {
-                    kind,
-                    text: Arc::from(value_schema),
-                    name: None,
-                },
+                key: Some(Schema::new(kind, Arc::from(key_schema), None)),
+                value: Schema::new(kind, Arc::from(value_schema), None),
                 change: None,
             }),
             key,

@@ -188,8 +188,11 @@ impl Endpoint {
     }
 }
 
-/// What identifies a cached id: the subject's topic and part, the schema.
-type CacheKey = (Arc<str>, bool, Arc<str>);
+/// What a cached id is found by: the subject's topic and part, and the
+/// schema's fingerprint; the entry holds the schema's text, compared on a
+/// hit (by pointer first: records of one shape share it), so two schemas
+/// of one fingerprint never share an id.
+type CacheKey = (Arc<str>, bool, u64);
 
 /// The client, shared by every session of the process (its cache with it).
 pub struct Registry {
@@ -203,7 +206,7 @@ pub struct Registry {
     auto_register: bool,
     use_latest_version: bool,
     timeout: Duration,
-    cache: Mutex<std::collections::HashMap<CacheKey, u32>>,
+    cache: Mutex<std::collections::HashMap<CacheKey, (Arc<str>, u32)>>,
     metrics: Arc<Metrics>,
 }
 
@@ -280,8 +283,13 @@ impl Registry {
         is_key: bool,
         schema: &Schema,
     ) -> Result<u32, RegistryError> {
-        let key: CacheKey = (topic.clone(), is_key, schema.text.clone());
-        if let Some(id) = self.cache.lock().ok().and_then(|c| c.get(&key).copied()) {
+        let key: CacheKey = (topic.clone(), is_key, schema.fingerprint);
+        let cached = self.cache.lock().ok().and_then(|c| {
+            c.get(&key)
+                .filter(|(text, _)| Arc::ptr_eq(text, &schema.text) || **text == *schema.text)
+                .map(|&(_, id)| id)
+        });
+        if let Some(id) = cached {
             return Ok(id);
         }
         let subject =
@@ -293,7 +301,7 @@ impl Registry {
             })?;
         let id = self.ask(&subject, schema).await?;
         if let Ok(mut cache) = self.cache.lock() {
-            cache.insert(key, id);
+            cache.insert(key, (schema.text.clone(), id));
         }
         tracing::info!(subject = %subject, id, "schema registry: schema id");
         Ok(id)

@@ -58,20 +58,20 @@ impl Encoding {
         };
         let columns: Vec<ColumnSchema> = columns
             .iter()
-            .enumerate()
-            .map(|(i, c)| ColumnSchema {
+            .map(|c| ColumnSchema {
                 name: c.name.clone(),
                 schema: schemas::column(c.oid, c.typmod, c.mapping, modes),
                 required: required(&c.name),
                 included: c.included,
-                in_key: key.is_some_and(|k| k.contains(&i)),
             })
             .collect();
-        let event = schemas::event_schemas(prefix, schema, table, &columns);
-        let text = |s: &Schema| registry::Schema {
-            kind,
-            text: schemas::text(kind, s),
-            name: s.name.as_deref().map(Arc::from),
+        let event = schemas::event_schemas(prefix, schema, table, &columns, key);
+        let text = |s: &Schema| {
+            registry::Schema::new(
+                kind,
+                schemas::text(kind, s),
+                s.name.as_deref().map(Arc::from),
+            )
         };
         let schemas = Arc::new(RecordSchemas {
             key: event.key.as_ref().map(text),
@@ -90,6 +90,9 @@ impl Encoding {
     /// not those of `before`.
     pub(super) fn note_change(&mut self, before: &Encoding, change: String) {
         if before.schemas.key == self.schemas.key && before.schemas.value == self.schemas.value {
+            // The same shape: the same schemas, shared (and what the last
+            // change said stays said).
+            self.schemas = before.schemas.clone();
             return;
         }
         let mut schemas = (*self.schemas).clone();
@@ -203,12 +206,10 @@ fn encode<'b>(
               or use format = \"json\" for this table; otherwise report it as a bug"
             .into(),
     };
-    let value: serde_json::Value =
-        serde_json::from_slice(json).map_err(|e| fail("*".into(), &e.to_string()))?;
     buf.clear();
     let written = match encoding.kind {
-        SchemaKind::Avro => body::avro(schema, &value, buf),
-        SchemaKind::Json => body::json(schema, &value, buf),
+        SchemaKind::Avro => body::avro_from_json(schema, json, buf),
+        SchemaKind::Json => body::json_from_json(schema, json, buf),
     };
     written.map_err(|e| {
         let path = match part {

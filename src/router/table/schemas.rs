@@ -253,8 +253,6 @@ pub(crate) struct ColumnSchema {
     pub required: bool,
     /// In `before`/`after`.
     pub included: bool,
-    /// In the record key.
-    pub in_key: bool,
 }
 
 /// Debezium's `source` block for PostgreSQL, with the fields walrelay's
@@ -312,12 +310,14 @@ pub(crate) struct EventSchemas {
 }
 
 /// The schemas of table `schema.table` under topic prefix `prefix` with
-/// `columns` (in the relation's order).
+/// `columns` (in the relation's order), keyed by the columns at positions
+/// `key` in that order (the order the JSON path writes the key in).
 pub(crate) fn event_schemas(
     prefix: &str,
     schema: &str,
     table: &str,
     columns: &[ColumnSchema],
+    key: Option<&[usize]>,
 ) -> EventSchemas {
     let base = format!(
         "{}.{}.{}",
@@ -329,7 +329,12 @@ pub(crate) fn event_schemas(
         let s = c.schema.clone();
         Schema::field(&c.name, if c.required { s } else { s.optional() })
     };
-    let key_fields: Vec<Field> = columns.iter().filter(|c| c.in_key).map(column).collect();
+    let key_fields: Vec<Field> = key
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|&i| columns.get(i))
+        .map(column)
+        .collect();
     let key = (!key_fields.is_empty()).then(|| Schema {
         version: None,
         ..Schema::named(Type::Struct(key_fields), &format!("{base}.Key"))

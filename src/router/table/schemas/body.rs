@@ -8,8 +8,6 @@
 //! row; a value that does not fit its schema is a [`BodyError`] naming its
 //! field, never a panic or a guess.
 
-use serde_json::Value;
-
 use super::{Schema, Type};
 
 /// A value that does not fit its schema, by its field path
@@ -48,71 +46,272 @@ fn put_long(out: &mut Vec<u8>, n: i64) {
     out.push(z as u8);
 }
 
-/// Appends `value` under `schema` in Avro's binary encoding.
-pub(crate) fn avro(schema: &Schema, value: &Value, out: &mut Vec<u8>) -> Result<(), BodyError> {
+/// A pull parser over the JSON the JSON path wrote (`debezium.rs`,
+/// `event.rs`): values are read in the order the schema lists them, which is
+/// the order that writer puts them in; anything else is a [`BodyError`].
+/// No allocation but for strings with escapes.
+struct Parser<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Parser<'a> {
+    fn peek(&mut self) -> Option<u8> {
+        while let Some(c) = self.b.get(self.at).copied() {
+            if !c.is_ascii_whitespace() {
+                return Some(c);
+            }
+            self.at += 1;
+        }
+        None
+    }
+
+    fn expect(&mut self, c: u8) -> Result<(), BodyError> {
+        if self.peek() == Some(c) {
+            self.at += 1;
+            Ok(())
+        } else {
+            Err(BodyError::new("not the JSON the event writer makes"))
+        }
+    }
+
+    /// Consumes `word` if it is next.
+    fn word(&mut self, word: &[u8]) -> bool {
+        self.peek();
+        if self.b[self.at.min(self.b.len())..].starts_with(word) {
+            self.at += word.len();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn null(&mut self) -> bool {
+        self.word(b"null")
+    }
+
+    /// A string's span, quotes included, and whether it has escapes.
+    fn string_span(&mut self) -> Result<(&'a [u8], bool), BodyError> {
+        if self.peek() != Some(b'"') {
+            return Err(BodyError::new("not a string"));
+        }
+        let start = self.at;
+        let mut i = self.at + 1;
+        let mut escaped = false;
+        while let Some(&c) = self.b.get(i) {
+            match c {
+                b'\\' => {
+                    escaped = true;
+                    i += 2;
+                }
+                b'"' => {
+                    self.at = i + 1;
+                    return Ok((&self.b[start..=i], escaped));
+                }
+                _ => i += 1,
+            }
+        }
+        Err(BodyError::new("an unterminated string"))
+    }
+
+    fn string(&mut self) -> Result<std::borrow::Cow<'a, str>, BodyError> {
+        let (span, escaped) = self.string_span()?;
+        if escaped {
+            serde_json::from_slice::<String>(span)
+                .map(std::borrow::Cow::Owned)
+                .map_err(|_| BodyError::new("not a valid string"))
+        } else {
+            std::str::from_utf8(&span[1..span.len() - 1])
+                .map(std::borrow::Cow::Borrowed)
+                .map_err(|_| BodyError::new("not UTF-8"))
+        }
+    }
+
+    fn number(&mut self) -> Result<&'a str, BodyError> {
+        self.peek();
+        let start = self.at;
+        while let Some(c) = self.b.get(self.at)
+            && (c.is_ascii_digit() || matches!(c, b'-' | b'+' | b'.' | b'e' | b'E'))
+        {
+            self.at += 1;
+        }
+        match std::str::from_utf8(&self.b[start..self.at]) {
+            Ok(s) if !s.is_empty() => Ok(s),
+            _ => Err(BodyError::new("not a number")),
+        }
+    }
+
+    /// Skips one value, returning its span.
+    fn skip(&mut self) -> Result<&'a [u8], BodyError> {
+        let start = {
+            self.peek();
+            self.at
+        };
+        match self.peek() {
+            Some(b'"') => {
+                self.string_span()?;
+            }
+            Some(b'{' | b'[') => {
+                let mut depth = 0usize;
+                loop {
+                    match self.peek() {
+                        Some(b'"') => {
+                            self.string_span()?;
+                            continue;
+                        }
+                        Some(b'{' | b'[') => depth += 1,
+                        Some(b'}' | b']') => depth -= 1,
+                        Some(_) => {}
+                        None => return Err(BodyError::new("an unterminated value")),
+                    }
+                    self.at += 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+            }
+            Some(b't') if self.word(b"true") => {}
+            Some(b'f') if self.word(b"false") => {}
+            Some(b'n') if self.null() => {}
+            Some(_) => {
+                self.number()?;
+            }
+            None => return Err(BodyError::new("a value is missing")),
+        }
+        Ok(&self.b[start..self.at])
+    }
+
+    /// The next field of an object: its key (after `{` or `,`), or `None`
+    /// at the object's end.
+    fn next_key(&mut self, first: bool) -> Result<Option<std::borrow::Cow<'a, str>>, BodyError> {
+        match self.peek() {
+            Some(b'}') => {
+                self.at += 1;
+                return Ok(None);
+            }
+            Some(b',') if !first => self.at += 1,
+            _ if first => {}
+            _ => return Err(BodyError::new("not the JSON the event writer makes")),
+        }
+        let key = self.string()?;
+        self.expect(b':')?;
+        Ok(Some(key))
+    }
+}
+
+/// Appends the JSON `json` (the JSON path's key or envelope) under
+/// `schema` in Avro's binary encoding.
+pub(crate) fn avro_from_json(
+    schema: &Schema,
+    json: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), BodyError> {
+    let mut p = Parser { b: json, at: 0 };
+    avro_value(schema, &mut p, out)?;
+    match p.peek() {
+        None => Ok(()),
+        Some(_) => Err(BodyError::new("more JSON than one value")),
+    }
+}
+
+fn avro_value(schema: &Schema, p: &mut Parser<'_>, out: &mut Vec<u8>) -> Result<(), BodyError> {
+    let is_null = p.null();
     if schema.optional {
         // The null branch is first, unless a default value put its own
         // branch first (`source.snapshot`).
         let null_branch = i64::from(schema.default.is_some());
-        if value.is_null() {
+        if is_null {
             put_long(out, null_branch);
             return Ok(());
         }
         put_long(out, 1 - null_branch);
-    } else if value.is_null() {
+    } else if is_null {
         return Err(BodyError::new(
             "null in a field that is not optional (a key or replica identity column)",
         ));
     }
     match &schema.ty {
         Type::Int16 | Type::Int32 | Type::Int64 => {
-            let n = value
-                .as_i64()
-                .ok_or_else(|| BodyError::new("not an integer"))?;
+            let n: i64 = p
+                .number()?
+                .parse()
+                .map_err(|_| BodyError::new("not an integer"))?;
             put_long(out, n);
         }
-        Type::Float32 => out.extend_from_slice(&(float(value)? as f32).to_le_bytes()),
-        Type::Float64 => out.extend_from_slice(&float(value)?.to_le_bytes()),
+        Type::Float32 => out.extend_from_slice(&(float(p)? as f32).to_le_bytes()),
+        Type::Float64 => out.extend_from_slice(&float(p)?.to_le_bytes()),
         Type::Boolean => {
-            let b = value
-                .as_bool()
-                .ok_or_else(|| BodyError::new("not a boolean"))?;
+            let b = if p.word(b"true") {
+                true
+            } else if p.word(b"false") {
+                false
+            } else {
+                return Err(BodyError::new("not a boolean"));
+            };
             out.push(u8::from(b));
         }
         Type::String => {
-            let s = value
-                .as_str()
-                .ok_or_else(|| BodyError::new("not a string"))?;
+            let s = p.string()?;
             put_long(out, s.len() as i64);
             out.extend_from_slice(s.as_bytes());
         }
         Type::Bytes => {
-            let s = value
-                .as_str()
-                .ok_or_else(|| BodyError::new("not base64 text"))?;
+            let s = p.string()?;
             let len = decoded_len(s.as_bytes()).ok_or_else(|| BodyError::new("not base64"))?;
             put_long(out, len as i64);
             base64_decode(s.as_bytes(), out).ok_or_else(|| BodyError::new("not base64"))?;
         }
         Type::Array(item) => {
-            let items = value
-                .as_array()
-                .ok_or_else(|| BodyError::new("not an array"))?;
-            if !items.is_empty() {
-                put_long(out, items.len() as i64);
-                for (i, v) in items.iter().enumerate() {
-                    avro(item, v, out).map_err(|e| e.at(&format!("[{i}]")))?;
+            p.expect(b'[')?;
+            // Items first (their count goes before them).
+            let mut items = Vec::new();
+            let mut count = 0i64;
+            if p.peek() == Some(b']') {
+                p.at += 1;
+            } else {
+                loop {
+                    avro_value(item, p, &mut items).map_err(|e| e.at(&format!("[{count}]")))?;
+                    count += 1;
+                    match p.peek() {
+                        Some(b',') => p.at += 1,
+                        Some(b']') => {
+                            p.at += 1;
+                            break;
+                        }
+                        _ => return Err(BodyError::new("an unterminated array")),
+                    }
                 }
+            }
+            if count > 0 {
+                put_long(out, count);
+                out.extend_from_slice(&items);
             }
             put_long(out, 0);
         }
         Type::Struct(fields) => {
-            let object = value
-                .as_object()
-                .ok_or_else(|| BodyError::new("not an object"))?;
+            p.expect(b'{')?;
+            let mut first = true;
+            let mut ended = false;
             for f in fields {
-                let v = object.get(&f.key).unwrap_or(&Value::Null);
-                avro(&f.schema, v, out).map_err(|e| e.at(&f.key))?;
+                // Fields in the schema's order; one the JSON ends before is null.
+                let key = if ended { None } else { p.next_key(first)? };
+                first = false;
+                match key {
+                    Some(k) if k == f.key.as_str() => {
+                        avro_value(&f.schema, p, out).map_err(|e| e.at(&f.key))?;
+                    }
+                    Some(_) => {
+                        return Err(BodyError::new("a field out of the schema's order").at(&f.key));
+                    }
+                    None => {
+                        ended = true;
+                        let mut null = Parser { b: b"null", at: 0 };
+                        avro_value(&f.schema, &mut null, out).map_err(|e| e.at(&f.key))?;
+                    }
+                }
+            }
+            if !ended && p.next_key(first)?.is_some() {
+                return Err(BodyError::new("a field the schema does not have"));
             }
         }
     }
@@ -121,54 +320,98 @@ pub(crate) fn avro(schema: &Schema, value: &Value, out: &mut Vec<u8>) -> Result<
 
 /// A float as the JSON path writes it: a number, or Jackson's `"NaN"`,
 /// `"Infinity"`, `"-Infinity"`.
-fn float(value: &Value) -> Result<f64, BodyError> {
-    match value {
-        Value::Number(n) => n.as_f64().ok_or_else(|| BodyError::new("not a number")),
-        Value::String(s) if s == "NaN" => Ok(f64::NAN),
-        Value::String(s) if s == "Infinity" => Ok(f64::INFINITY),
-        Value::String(s) if s == "-Infinity" => Ok(f64::NEG_INFINITY),
-        _ => Err(BodyError::new("not a number")),
+fn float(p: &mut Parser<'_>) -> Result<f64, BodyError> {
+    if p.peek() == Some(b'"') {
+        return match &*p.string()? {
+            "NaN" => Ok(f64::NAN),
+            "Infinity" => Ok(f64::INFINITY),
+            "-Infinity" => Ok(f64::NEG_INFINITY),
+            _ => Err(BodyError::new("not a number")),
+        };
+    }
+    p.number()?
+        .parse()
+        .map_err(|_| BodyError::new("not a number"))
+}
+
+/// Appends `json` (the JSON path's envelope or key) under `schema` as
+/// JSON: the same bytes, but `Decimal`s (base64 of the unscaled value
+/// there) as numbers.
+pub(crate) fn json_from_json(
+    schema: &Schema,
+    json: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), BodyError> {
+    let mut p = Parser { b: json, at: 0 };
+    json_value(schema, &mut p, out)?;
+    match p.peek() {
+        None => Ok(()),
+        Some(_) => Err(BodyError::new("more JSON than one value")),
     }
 }
 
-/// Appends `value` under `schema` as JSON: as the JSON path wrote it, but
-/// `Decimal`s (base64 of the unscaled value there) as numbers.
-pub(crate) fn json(schema: &Schema, value: &Value, out: &mut Vec<u8>) -> Result<(), BodyError> {
-    match (&schema.ty, value) {
-        (_, Value::Null) => out.extend_from_slice(b"null"),
-        (Type::Bytes, Value::String(b64)) if schema.decimal.is_some() => {
+fn json_value(schema: &Schema, p: &mut Parser<'_>, out: &mut Vec<u8>) -> Result<(), BodyError> {
+    if p.null() {
+        out.extend_from_slice(b"null");
+        return Ok(());
+    }
+    if !schema.has_decimal() {
+        out.extend_from_slice(p.skip()?);
+        return Ok(());
+    }
+    match &schema.ty {
+        Type::Bytes => {
             let scale = schema.decimal.map_or(0, |(_, s)| s);
+            let b64 = p.string()?;
             let mut unscaled = Vec::with_capacity(b64.len());
             base64_decode(b64.as_bytes(), &mut unscaled)
                 .ok_or_else(|| BodyError::new("a decimal that is not base64"))?;
             decimal_text(&unscaled, scale, out);
         }
-        (Type::Array(item), Value::Array(items)) => {
+        Type::Array(item) => {
+            p.expect(b'[')?;
             out.push(b'[');
-            for (i, v) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
+            let mut i = 0usize;
+            if p.peek() == Some(b']') {
+                p.at += 1;
+            } else {
+                loop {
+                    json_value(item, p, out).map_err(|e| e.at(&format!("[{i}]")))?;
+                    i += 1;
+                    match p.peek() {
+                        Some(b',') => {
+                            p.at += 1;
+                            out.push(b',');
+                        }
+                        Some(b']') => {
+                            p.at += 1;
+                            break;
+                        }
+                        _ => return Err(BodyError::new("an unterminated array")),
+                    }
                 }
-                json(item, v, out).map_err(|e| e.at(&format!("[{i}]")))?;
             }
             out.push(b']');
         }
-        (Type::Struct(fields), Value::Object(object)) => {
+        Type::Struct(fields) => {
+            p.expect(b'{')?;
             out.push(b'{');
-            for (i, f) in fields.iter().enumerate() {
-                if i > 0 {
+            let mut first = true;
+            while let Some(key) = p.next_key(first)? {
+                if !first {
                     out.push(b',');
                 }
-                let _ = serde_json::to_writer(&mut *out, &f.key);
+                first = false;
+                let _ = serde_json::to_writer(&mut *out, &*key);
                 out.push(b':');
-                let v = object.get(&f.key).unwrap_or(&Value::Null);
-                json(&f.schema, v, out).map_err(|e| e.at(&f.key))?;
+                match fields.iter().find(|f| f.key == *key) {
+                    Some(f) => json_value(&f.schema, p, out).map_err(|e| e.at(&f.key))?,
+                    None => out.extend_from_slice(p.skip()?),
+                }
             }
             out.push(b'}');
         }
-        (_, v) => {
-            let _ = serde_json::to_writer(&mut *out, v);
-        }
+        _ => out.extend_from_slice(p.skip()?),
     }
     Ok(())
 }

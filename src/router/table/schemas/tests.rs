@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::body::{avro, base64_decode, decimal_text, json};
+use super::body::{avro_from_json, base64_decode, decimal_text, json_from_json};
 use super::*;
 use crate::router::debezium::{Mapping, Modes};
 
@@ -109,21 +109,19 @@ fn cols() -> Vec<ColumnSchema> {
             schema: col(23, -1),
             required: true,
             included: true,
-            in_key: true,
         },
         ColumnSchema {
             name: "price".into(),
             schema: col(1700, (10 << 16 | 2) + 4),
             required: false,
             included: true,
-            in_key: false,
         },
     ]
 }
 
 #[test]
 fn the_envelope_defines_value_once_and_names_it_after() {
-    let s = event_schemas("shop", "public", "orders", &cols());
+    let s = event_schemas("shop", "public", "orders", &cols(), Some(&[0]));
     let avro: Value = serde_json::from_str(&text(SchemaKind::Avro, &s.envelope)).unwrap();
     assert_eq!(avro["name"], "Envelope");
     assert_eq!(avro["namespace"], "shop.public.orders");
@@ -143,7 +141,7 @@ fn the_envelope_defines_value_once_and_names_it_after() {
         serde_json::from_str(&text(SchemaKind::Avro, s.key.as_ref().unwrap())).unwrap();
     assert_eq!(key["fields"], json!([{"name": "id", "type": "int"}]));
     // The same shape, the same text.
-    let again = event_schemas("shop", "public", "orders", &cols());
+    let again = event_schemas("shop", "public", "orders", &cols(), Some(&[0]));
     assert_eq!(
         text(SchemaKind::Avro, &again.envelope),
         text(SchemaKind::Avro, &s.envelope)
@@ -164,14 +162,56 @@ fn the_envelope_defines_value_once_and_names_it_after() {
 
 #[test]
 fn bodies_refuse_values_that_do_not_fit() {
-    let s = event_schemas("shop", "public", "orders", &cols());
+    let s = event_schemas("shop", "public", "orders", &cols(), Some(&[0]));
     let key = s.key.unwrap();
     let mut out = Vec::new();
-    let e = avro(&key, &json!({"id": null}), &mut out).unwrap_err();
+    let e = avro_from_json(&key, br#"{"id":null}"#, &mut out).unwrap_err();
     assert_eq!(e.path, "id");
-    let e = avro(&key, &json!({"id": "x"}), &mut out).unwrap_err();
-    assert_eq!((e.path.as_str(), e.reason), ("id", "not an integer"));
-    let value = json!({"before": null, "after": {"id": 1, "price": "not base64!"}});
-    let e = json(&s.envelope, &value, &mut out).unwrap_err();
+    let e = avro_from_json(&key, br#"{"id":"x"}"#, &mut out).unwrap_err();
+    assert_eq!((e.path.as_str(), e.reason), ("id", "not a number"));
+    let e = avro_from_json(&key, br#"{"id":1,"other":2}"#, &mut out).unwrap_err();
+    assert_eq!(e.reason, "a field the schema does not have");
+    for bad in [
+        &b""[..],
+        b"{",
+        b"{\"id\":1",
+        b"{\"id\":1}x",
+        b"[1]",
+        b"{\"id\":\"unterminated}",
+    ] {
+        assert!(avro_from_json(&key, bad, &mut out).is_err(), "{bad:?}");
+    }
+    let value = br#"{"before":null,"after":{"id":1,"price":"not base64!"}}"#;
+    let e = json_from_json(&s.envelope, value, &mut out).unwrap_err();
     assert_eq!(e.path, "after.price");
+}
+
+#[test]
+fn json_bodies_keep_the_bytes_but_decimals() {
+    let s = event_schemas("shop", "public", "orders", &cols(), Some(&[0]));
+    let mut out = Vec::new();
+    let value =
+        br#"{"before":null,"after":{"id":1,"price":"+x4="},"source":{"a":"x\"y"},"op":"c"}"#;
+    json_from_json(&s.envelope, value, &mut out).unwrap();
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        r#"{"before":null,"after":{"id":1,"price":-12.50},"source":{"a":"x\"y"},"op":"c"}"#
+    );
+}
+
+#[test]
+fn avro_bodies_of_arrays_structs_and_escapes() {
+    let arr = Schema::of(Type::Array(Box::new(Schema::of(Type::Int32).optional())));
+    let mut out = Vec::new();
+    avro_from_json(&arr, b"[1,null,-2]", &mut out).unwrap();
+    assert_eq!(out, [6, 2, 2, 0, 2, 3, 0]);
+    out.clear();
+    avro_from_json(&arr, b"[]", &mut out).unwrap();
+    assert_eq!(out, [0]);
+    out.clear();
+    avro_from_json(&Schema::of(Type::String), br#""a\"\u00e9""#, &mut out).unwrap();
+    assert_eq!(out, [8, b'a', b'"', 0xC3, 0xA9]);
+    out.clear();
+    avro_from_json(&Schema::of(Type::Float32), br#""NaN""#, &mut out).unwrap();
+    assert!(f32::from_le_bytes(out[..4].try_into().unwrap()).is_nan());
 }
