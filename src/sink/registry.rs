@@ -35,6 +35,7 @@ use secrecy::ExposeSecret;
 
 use crate::config::{SchemaRegistryConfig, SubjectNameStrategy};
 use crate::router::Record;
+use crate::router::arena::Arena;
 use crate::router::schema::{Schema, SchemaKind};
 use crate::telemetry::Metrics;
 
@@ -146,6 +147,12 @@ pub fn framed(id: u32, body: &[u8]) -> Bytes {
     out.freeze()
 }
 
+/// [`framed`], into `arena` (no allocation per record).
+fn framed_in(arena: &mut Arena, id: u32, body: &[u8]) -> Bytes {
+    let [a, b, c, d] = id.to_be_bytes();
+    arena.copy2(&[0, a, b, c, d], body)
+}
+
 /// Where the registry is: scheme, host, port and the base path of its API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Endpoint {
@@ -207,6 +214,9 @@ pub struct Registry {
     use_latest_version: bool,
     timeout: Duration,
     cache: Mutex<std::collections::HashMap<CacheKey, (Arc<str>, u32)>>,
+    /// Where framed keys and values are copied (slices of shared chunks,
+    /// as the routers' records are: no allocation per record).
+    frames: Mutex<Arena>,
     metrics: Arc<Metrics>,
 }
 
@@ -251,6 +261,7 @@ impl Registry {
             use_latest_version: config.use_latest_version,
             timeout: config.request_timeout,
             cache: Mutex::default(),
+            frames: Mutex::new(Arena::new(256 * 1024)),
             metrics,
         })
     }
@@ -261,14 +272,26 @@ impl Registry {
         let Some(schemas) = &record.schemas else {
             return Ok(None);
         };
+        let key_id = match (&record.key, &schemas.key) {
+            (Some(_), Some(schema)) => Some(self.id(&record.topic, true, schema).await?),
+            _ => None,
+        };
+        let value_id = match &record.value {
+            Some(_) => Some(self.id(&record.topic, false, &schemas.value).await?),
+            None => None,
+        };
         let mut out = record.clone();
-        if let (Some(key), Some(schema)) = (&record.key, &schemas.key) {
-            let id = self.id(&record.topic, true, schema).await?;
-            out.key = Some(framed(id, key));
-        }
-        if let Some(value) = &record.value {
-            let id = self.id(&record.topic, false, &schemas.value).await?;
-            out.value = Some(framed(id, value));
+        {
+            let mut frames = self
+                .frames
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let (Some(key), Some(id)) = (&record.key, key_id) {
+                out.key = Some(framed_in(&mut frames, id, key));
+            }
+            if let (Some(value), Some(id)) = (&record.value, value_id) {
+                out.value = Some(framed_in(&mut frames, id, value));
+            }
         }
         out.schemas = None;
         out.recount();

@@ -98,22 +98,23 @@ impl<'a> Parser<'a> {
         let start = self.at;
         let mut i = self.at + 1;
         let mut escaped = false;
-        while let Some(&c) = self.b.get(i) {
-            match c {
-                b'\\' => {
-                    escaped = true;
-                    i += 2;
-                }
-                b'"' => {
-                    self.at = i + 1;
-                    return Ok((&self.b[start..=i], escaped));
-                }
-                _ => i += 1,
+        while let Some(found) = self
+            .b
+            .get(i..)
+            .and_then(|rest| memchr::memchr2(b'"', b'\\', rest))
+        {
+            i += found;
+            if self.b[i] == b'"' {
+                self.at = i + 1;
+                return Ok((&self.b[start..=i], escaped));
             }
+            escaped = true;
+            i += 2;
         }
         Err(BodyError::new("an unterminated string"))
     }
 
+    /// A string's content: borrowed, or unescaped when it has escapes.
     fn string(&mut self) -> Result<std::borrow::Cow<'a, str>, BodyError> {
         let (span, escaped) = self.string_span()?;
         if escaped {
@@ -125,6 +126,24 @@ impl<'a> Parser<'a> {
                 .map(std::borrow::Cow::Borrowed)
                 .map_err(|_| BodyError::new("not UTF-8"))
         }
+    }
+
+    /// An Avro `string`: its length and bytes, unescaped. The JSON path
+    /// writes strings from Rust `&str`s, so their bytes are UTF-8; one with
+    /// escapes is unescaped (and checked) by serde_json.
+    fn avro_string(&mut self, out: &mut Vec<u8>) -> Result<(), BodyError> {
+        let (span, escaped) = self.string_span()?;
+        if escaped {
+            let s = serde_json::from_slice::<String>(span)
+                .map_err(|_| BodyError::new("not a valid string"))?;
+            put_long(out, s.len() as i64);
+            out.extend_from_slice(s.as_bytes());
+        } else {
+            let bytes = &span[1..span.len() - 1];
+            put_long(out, bytes.len() as i64);
+            out.extend_from_slice(bytes);
+        }
+        Ok(())
     }
 
     fn number(&mut self) -> Result<&'a str, BodyError> {
@@ -250,16 +269,14 @@ fn avro_value(schema: &Schema, p: &mut Parser<'_>, out: &mut Vec<u8>) -> Result<
             };
             out.push(u8::from(b));
         }
-        Type::String => {
-            let s = p.string()?;
-            put_long(out, s.len() as i64);
-            out.extend_from_slice(s.as_bytes());
-        }
+        Type::String => p.avro_string(out)?,
         Type::Bytes => {
-            let s = p.string()?;
-            let len = decoded_len(s.as_bytes()).ok_or_else(|| BodyError::new("not base64"))?;
+            // Base64 has no escapes.
+            let (span, _) = p.string_span()?;
+            let text = &span[1..span.len() - 1];
+            let len = decoded_len(text).ok_or_else(|| BodyError::new("not base64"))?;
             put_long(out, len as i64);
-            base64_decode(s.as_bytes(), out).ok_or_else(|| BodyError::new("not base64"))?;
+            base64_decode(text, out).ok_or_else(|| BodyError::new("not base64"))?;
         }
         Type::Array(item) => {
             p.expect(b'[')?;
