@@ -151,7 +151,7 @@ export WALRELAY_PG_MAJOR WALRELAY_PG_PORT WALRELAY_PG_SOCKET_DIR WALRELAY_KAFKA_
 log "resolving Kafka Connect + Debezium (deploy/dev/connect.sh)"
 connect_env=$(deploy/dev/connect.sh up)
 eval "$connect_env"
-export WALRELAY_CONNECT_LIBS WALRELAY_CONNECT_VERSION WALRELAY_DEBEZIUM_VERSION
+export WALRELAY_CONNECT_LIBS WALRELAY_CONNECT_VERSION WALRELAY_DEBEZIUM_VERSION WALRELAY_APICURIO_CONVERTER_LIBS
 
 # The integration tests are one binary (tests/it/main.rs), its modules named
 # after their files; `soak` is the fault soak's (deploy/soak.sh runs it).

@@ -628,6 +628,88 @@ def verify_table_events(base, end, expected):
     return note
 
 
+# Contenders A and J: the table pass with [[table]] format = "avro" / "json_schema".
+REGISTRY_FORMATS = {"A": "avro", "J": "json_schema"}
+
+
+def registry_url():
+    url = os.environ.get("WALRELAY_REGISTRY_URL")
+    if not url:
+        raise BenchError("contenders A and J need a schema registry: run "
+                         "`eval \"$(deploy/dev/registry.sh up)\"` first (WALRELAY_REGISTRY_URL)")
+    return url
+
+
+def consume_bytes(topic, partition, start, count):
+    """(key, value) bytes of `count` records of one partition from offset start, binary-safe:
+    kcat prints each record's key and value sizes, then their bytes."""
+    cmd = ["kcat", "-b", BROKERS, "-C", "-q", "-e", "-t", topic, "-p", str(partition), "-o", str(start),
+           "-c", str(count), "-f", "%K %S:%k%s"]
+    r = subprocess.run(cmd, capture_output=True, timeout=300)
+    if r.returncode != 0:
+        raise BenchError(f"kcat consume {topic}[{partition}]@{start} failed: {r.stderr.decode().strip()}")
+    out, data = [], r.stdout
+    while data:
+        head, _, data = data.partition(b":")
+        klen, vlen = (max(int(x), 0) for x in head.split())
+        out.append((data[:klen], data[klen:klen + vlen]))
+        data = data[klen + vlen:]
+    return out
+
+
+def avro_long(data, at):
+    """Avro's zigzag varint at data[at:]: (value, next position)."""
+    shift = n = 0
+    while True:
+        b = data[at]
+        n |= (b & 0x7F) << shift
+        at, shift = at + 1, shift + 7
+        if b < 0x80:
+            return (n >> 1) ^ -(n & 1), at
+
+
+def verify_registry_table_events(base, end, expected, fmt):
+    """verify_table_events for contenders A and J: at least `expected` records; up to 5 sampled
+    per partition, key and value each in Confluent's wire format (magic byte 0, a 4-byte schema
+    id); J's bodies are then checked as verify_table_events checks the JSON ones; A's key body
+    is the Key record's id and its value body starts with before = null (union branch 0), after
+    present (branch 1) and after.id = the key's id."""
+    got = delta(end, base)
+    if got < expected:
+        raise BenchError(f"only {got} of {expected} records arrived on {TABLE_TOPIC}")
+    samples = []
+    for (topic, p), b in sorted(base.items()):
+        if end[(topic, p)] > b:
+            samples += [(topic, p, rec) for rec in consume_bytes(topic, p, b, 5)]
+    if not samples:
+        raise BenchError("no records to verify")
+    ids = set()
+    for topic, p, (key, value) in samples:
+        where = f"record on {topic}[{p}]"
+        if len(key) < 6 or len(value) < 6 or key[0] != 0 or value[0] != 0:
+            raise BenchError(f"{where}: key {key[:16]!r} / value {value[:16]!r} not in the wire format")
+        ids.add((key[1:5], value[1:5]))
+        if fmt == "json_schema":
+            k, v = json.loads(key[5:]), json.loads(value[5:])
+            if not (isinstance(k, dict) and list(k) == ["id"] and 1 <= k["id"] <= TABLE_ROWS):
+                raise BenchError(f"{where}: key {key!r} is not {{\"id\": <1..{TABLE_ROWS}>}}")
+            after = v.get("after") or {}
+            if v.get("op") != "u" or v.get("before") is not None or set(after) != TABLE_COLUMNS \
+                    or after["id"] != k["id"]:
+                raise BenchError(f"{where}: not an update event of the key's row: {value[:300]!r}")
+        else:
+            kid, _ = avro_long(key, 5)
+            if not 1 <= kid <= TABLE_ROWS:
+                raise BenchError(f"{where}: key id {kid} is not in 1..{TABLE_ROWS}")
+            if value[5:7] != b"\x00\x02" or avro_long(value, 7)[0] != kid:
+                raise BenchError(f"{where}: value {value[:24]!r} is not before = null, after.id = {kid}")
+    note = (f"{got} records; {len(samples)} sampled are {fmt} update events in the wire format "
+            f"(schema ids {sorted(int.from_bytes(v, 'big') for _, v in ids)})")
+    if got > expected:
+        note += f"; {got - expected} more records than updates (duplicates)"
+    return note
+
+
 # --------------------------------------------------------------------------------------
 # pgoutput stream file written by pg_recvlogical: count the Insert messages (verifies R).
 
@@ -926,7 +1008,7 @@ def start_connect(ctx, d, slot, poll_ms, snapshot_mode="no_data", mode=None):
 
 
 def start_walrelay(ctx, d, slot, name, snapshot_mode=None, sasl_ssl=False, mode=None, exactly_once=False,
-                   health_port=None, cloudevents=False, binary=None, kafka_keys=None):
+                   health_port=None, cloudevents=False, binary=None, kafka_keys=None, registry_format=None):
     """Streaming (the slot exists, made by the harness), or with snapshot_mode the snapshot
     pass: walrelay creates the slot itself (its snapshot is the one the slot exports).
     sasl_ssl: over the SASL_SSL listener (contender S) instead of PLAINTEXT.
@@ -937,7 +1019,9 @@ def start_walrelay(ctx, d, slot, name, snapshot_mode=None, sasl_ssl=False, mode=
     binary mode (contender E). binary: the walrelay binary to run (contender B: --baseline),
     default ctx.walrelay. kafka_keys: TOML lines added to [kafka] (contender B: --baseline-kafka).
     mode: TABLE_MODE replaces the [[outbox]] section by a [[table]] section for mode's table
-    (topic prefix "wrbench", as Debezium's topic.prefix) and uses mode's publication."""
+    (topic prefix "wrbench", as Debezium's topic.prefix) and uses mode's publication.
+    registry_format: the table pass's `format` ("avro": contender A, "json_schema": J), with a
+    [kafka.schema_registry] section for $WALRELAY_REGISTRY_URL (deploy/dev/registry.sh)."""
     mode = mode or OUTBOX_MODE
     cfg = d / "walrelay.toml"
     fill_template(BENCH_DIR / "walrelay.toml.in", cfg, NAME=name, PG_HOST=PG_HOST, PG_PORT=PG_PORT,
@@ -955,8 +1039,17 @@ def start_walrelay(ctx, d, slot, name, snapshot_mode=None, sasl_ssl=False, mode=
             head.pop()
         cfg.write_text("".join(head) + '# Table-events pass: Debezium change events to '
                        f'{TABLE_TOPIC_PREFIX}.<schema>.<table>, as Debezium\'s topic.prefix={TABLE_TOPIC_PREFIX}.\n'
-                       f'[table_defaults]\ntopic_prefix = "{TABLE_TOPIC_PREFIX}"\n\n'
-                       f'[[table]]\nname = "{mode["table"]}"\n')
+                       f'[table_defaults]\ntopic_prefix = "{TABLE_TOPIC_PREFIX}"\n'
+                       + (f'format = "{registry_format}"\n' if registry_format else '')
+                       + f'\n[[table]]\nname = "{mode["table"]}"\n')
+        if registry_format:
+            # A and J write the same topic: J's subjects by record name
+            # (wrbench.public.bench_table.Key/.Envelope) keep its JSON schemas apart
+            # from A's Avro ones under <topic>-key/-value.
+            strategy = "record" if registry_format == "json_schema" else "topic"
+            with open(cfg, "a") as f:
+                f.write(f'\n[kafka.schema_registry]\nurl = "{registry_url()}"\n'
+                        f'subject_name_strategy = "{strategy}"\n')
     if cloudevents:
         text = cfg.read_text()
         outbox = '[[outbox]]\ntable = "public.outbox"\n'
@@ -997,11 +1090,13 @@ def start_walrelay(ctx, d, slot, name, snapshot_mode=None, sasl_ssl=False, mode=
     return p, wlog
 
 
-def verify_run(ctx, base, end, n, outages, mode=None, id_header="id"):
+def verify_run(ctx, base, end, n, outages, mode=None, id_header="id", registry_format=None):
     """verify_routing's verdict (verify_table_events' in the table pass) on the records between
     base and end, marked DISTURBED when the broker stopped answering during the run
     (len(OUTAGES) grew past `outages`)."""
-    if mode and mode["table"]:
+    if mode and mode["table"] and registry_format:
+        verified = verify_registry_table_events(base, end, n, registry_format)
+    elif mode and mode["table"]:
         verified = verify_table_events(base, end, n)
     else:
         verified = verify_routing(ctx.parts, base, end, n, id_header=id_header)
@@ -1029,12 +1124,14 @@ def run_kafka_contender(ctx, contender, slot, k, run, n, mode=None):
         binary = ctx.baseline if contender == "B" else ctx.walrelay
         log(f"  {contender}: {rel(binary)} run" + (" over SASL_SSL" if secured else "")
             + (" with format = \"cloudevents\" (binary mode)" if contender == "E" else "")
+            + (f" with format = \"{REGISTRY_FORMATS[contender]}\"" if contender in REGISTRY_FORMATS else "")
             + (f", [[table]] {mode['table']}" if mode["table"] else ""))
         t0, t0_wall = time.monotonic(), time.time()
         p, plog = start_walrelay(ctx, d, slot,
                                  f"wrbench-{ctx.stamp}-{mode['prefix']}k{k}-run{run}-{contender.lower()}",
                                  sasl_ssl=secured, mode=mode, cloudevents=contender == "E", binary=binary,
-                                 kafka_keys=ctx.args.baseline_kafka if contender == "B" else None)
+                                 kafka_keys=ctx.args.baseline_kafka if contender == "B" else None,
+                                 registry_format=REGISTRY_FORMATS.get(contender))
         first_timeout, name = 120, "walrelay"
     neighbours = Neighbours(slot, broker=True)
     try:
@@ -1042,7 +1139,8 @@ def run_kafka_contender(ctx, contender, slot, k, run, n, mode=None):
     finally:
         code, _ = stop_process(p)
     verified = verify_run(ctx, base, w["offsets"], n, outages, mode=mode,
-                          id_header="ce_id" if contender == "E" else "id")
+                          id_header="ce_id" if contender == "E" else "id",
+                          registry_format=REGISTRY_FORMATS.get(contender))
     res = kafka_result(contender, k, run, n, t0, t0_wall, base, w, verified)
     res.update(neighbours.drain_s())
     log(f"  {contender}: {n} rows in {res['drain_s']:.3f}s = {fmt(res['rows_per_s'], ',.0f')} rows/s "
@@ -1349,7 +1447,7 @@ def walrelay_missing_reason(binary):
     return None
 
 
-WALRELAY_CONTENDERS = "WBESX"  # contenders that run a walrelay binary ("not yet" when it fails)
+WALRELAY_CONTENDERS = "WBESXAJ"  # contenders that run a walrelay binary ("not yet" when it fails)
 
 
 def not_yet_reason(ctx, c):
@@ -1361,7 +1459,8 @@ def not_yet_reason(ctx, c):
 
 def note_failure(ctx, c, e):
     """A walrelay contender failed: B's failure says nothing about the tree's binary, X's and
-    E's nothing about W's (keep running them); W's or S's stops the binary's other runs."""
+    E's, A's and J's nothing about W's (keep running them); W's or S's stops the binary's other
+    runs."""
     if c == "B":
         ctx.b_reason = ctx.b_reason or str(e)
     elif c in "WS":
@@ -1441,7 +1540,7 @@ def backlog_rows(ctx, mode):
 
 def throughput(ctx):
     results = []
-    contenders = ctx.contenders
+    contenders = [c for c in ctx.contenders if c not in "AJ"]
     rows = backlog_rows(ctx, OUTBOX_MODE)
     for k in ctx.txn_sizes:
         for run in range(1, ctx.args.runs + 1):
@@ -1504,7 +1603,7 @@ def tables_setup(ctx):
 
 
 def table_contenders(ctx):
-    """S, X and E are outbox-pass contenders only."""
+    """S, X and E are outbox-pass contenders only; A and J table-pass ones."""
     return [c for c in ctx.contenders if c not in "SXE"]
 
 
@@ -1983,7 +2082,7 @@ def snapshot_contenders(ctx):
     # The ceiling of this pass is C (COPY); --contenders R selects it, as it selects R above.
     # S (walrelay over SASL_SSL) is a throughput-pass contender only, X (exactly_once) one of the
     # throughput and latency passes.
-    return [{"R": "C"}.get(c, c) for c in ctx.contenders if c not in "SXBE"]
+    return [{"R": "C"}.get(c, c) for c in ctx.contenders if c not in "SXBEAJ"]
 
 
 def snapshot_fill(ctx):
@@ -2476,13 +2575,17 @@ def tables_headline(summary):
         d, wr = by.get((k, "D")), by.get((k, "W"))
         parts = w_and_d_in_words(wr, d, lambda: f", peak RSS {wr['rss_mib']:,.0f} MiB")
         parts += against_w(by.get((k, "B")), wr, "the baseline (B)")
+        parts += against_w(by.get((k, "A")), wr, "with format = \"avro\" (A)")
+        parts += against_w(by.get((k, "J")), wr, "with format = \"json_schema\" (J)")
         if parts:
             out.append(f"- Table events, K={k}: " + "; ".join(parts) + ".")
     return out
 
 
 TABLE_NAMES = {"R": "R  pg_recvlogical (ceiling)", "D": "D  Debezium, plain table events", "W": "W  walrelay [[table]]",
-               "B": "B  walrelay [[table]], baseline (--baseline, --baseline-kafka)"}
+               "B": "B  walrelay [[table]], baseline (--baseline, --baseline-kafka)",
+               "A": "A  walrelay [[table]] format = \"avro\" (schema registry)",
+               "J": "J  walrelay [[table]] format = \"json_schema\" (schema registry)"}
 
 
 HEADLINE_TITLE = "Headline (medians over runs, min–max in parentheses; details below):"
@@ -2725,7 +2828,9 @@ def parse_args(argv):
                          'mode (throughput and latency passes); S = walrelay over the dev broker\'s '
                          'SASL_SSL listener (throughput pass only), to compare with W; X = walrelay with '
                          '[kafka] delivery = "exactly_once" (throughput and latency passes), counted and '
-                         'timed as a read_committed consumer sees its records')
+                         'timed as a read_committed consumer sees its records; A / J = walrelay with '
+                         '[[table]] format = "avro" / "json_schema" (table pass only; needs '
+                         'WALRELAY_REGISTRY_URL, deploy/dev/registry.sh)')
     ap.add_argument("--latency", action="store_true", help="also run the latency pass (R, D, W, X)")
     ap.add_argument("--latency-only", action="store_true", help="only the latency pass")
     ap.add_argument("--latency-rate", type=int, default=2000, help="offered rows/s (default 2000)")
@@ -2810,10 +2915,10 @@ def main(argv):
         a if re.fullmatch(r"[\w./=:-]+", a) else f"'{a}'" for a in argv))
     ctx.txn_sizes = [int(x) for x in args.txn_sizes.split()]
     ctx.tables_txn_sizes = [int(x) for x in args.tables_txn_sizes.split()]
-    ctx.contenders = [c for c in "RDWBESX" if c in args.contenders.upper().split()]
+    ctx.contenders = [c for c in "RDWBESXAJ" if c in args.contenders.upper().split()]
     ctx.dbz_latency_poll_ms = [int(x) for x in args.dbz_latency_poll_ms.split()]
     ctx.walrelay = Path(args.walrelay)
-    ctx.w_reason = walrelay_missing_reason(ctx.walrelay) if set("WESX") & set(ctx.contenders) else None
+    ctx.w_reason = walrelay_missing_reason(ctx.walrelay) if set("WESXAJ") & set(ctx.contenders) else None
     if "B" in ctx.contenders and not (args.baseline or args.baseline_kafka):
         print("bench: error: contender B needs --baseline PATH (another walrelay binary) and/or --baseline-kafka "
               "(other [kafka] settings)", file=sys.stderr)

@@ -14,6 +14,9 @@
 #            export WALRELAY_CONNECT_LIBS=...      (the jar directory)
 #            export WALRELAY_CONNECT_VERSION=...   (connect-runtime)
 #            export WALRELAY_DEBEZIUM_VERSION=...
+#            export WALRELAY_APICURIO_CONVERTER_LIBS=...  (Apicurio's Connect
+#                converters, deploy/bench/connect/apicurio/pom.xml, less the
+#                jars Connect's directory has: add it to the class path)
 #        eval "$(deploy/dev/connect.sh up)"
 #   env  print the same lines without resolving anything.
 #
@@ -43,10 +46,50 @@ LIBS_DIR="$DEPS_DIR/libs"
 STAMP="$DEPS_DIR/.resolved"            # sha256 of the pom the libs came from, written last
 pom_hash() { sha256sum "$POM" | cut -d' ' -f1; }
 
+APICURIO_POM="$REPO_ROOT/deploy/bench/connect/apicurio/pom.xml"
+APICURIO_DIR="$DEPS_DIR/apicurio-converter"
+APICURIO_STAMP="$DEPS_DIR/.apicurio-resolved"
+
 print_env() {
     echo "export WALRELAY_CONNECT_LIBS=$LIBS_DIR"
     echo "export WALRELAY_CONNECT_VERSION=$CONNECT_VERSION"
     echo "export WALRELAY_DEBEZIUM_VERSION=$DEBEZIUM_VERSION"
+    echo "export WALRELAY_APICURIO_CONVERTER_LIBS=$APICURIO_DIR"
+}
+
+# Apicurio's converters, beside (not into) the Connect classpath: only the
+# jars whose artifact Connect's directory does not hold already (Kafka,
+# Jackson, ... stay Connect's versions).
+resolve_apicurio() {
+    local want
+    want="$(sha256sum "$APICURIO_POM" | cut -d' ' -f1)-$(cat "$STAMP")"
+    if [[ -d $APICURIO_DIR && -f $APICURIO_STAMP && $(cat "$APICURIO_STAMP") == "$want" ]]; then
+        return 0
+    fi
+    exec 9>"$DEPS_DIR/.apicurio.lock"
+    flock 9
+    log "resolving Apicurio's Kafka Connect converters into $APICURIO_DIR ..."
+    local tmp="$DEPS_DIR/apicurio.tmp.$$"
+    rm -rf "$tmp"
+    if ! mvn -q -B -s "$REPO_ROOT/deploy/bench/connect/apicurio/settings.xml" -f "$APICURIO_POM" \
+            dependency:copy-dependencies -DoutputDirectory="$tmp" -DincludeScope=runtime \
+            </dev/null 2>&1 | sed 's/\x1b\[[0-9;]*m//g' >&2; then
+        rm -rf "$tmp"
+        die "mvn could not resolve $APICURIO_POM (see output above)"
+    fi
+    local jar base
+    for jar in "$tmp"/*.jar; do
+        base=$(basename "$jar")
+        base=${base%-[0-9]*}
+        if compgen -G "$LIBS_DIR/$base-[0-9]*.jar" >/dev/null; then
+            rm -f "$jar"
+        fi
+    done
+    [[ -f $tmp/apicurio-registry-utils-converter-2.6.13.Final.jar ]] ||
+        die "the converter's jar is not among the resolved ones in $tmp"
+    rm -rf "$APICURIO_DIR"
+    mv "$tmp" "$APICURIO_DIR"
+    echo "$want" >"$APICURIO_STAMP"
 }
 
 resolve() {
@@ -99,7 +142,7 @@ PY
 }
 
 case "${1:-}" in
-    up) resolve; print_env ;;
+    up) resolve; resolve_apicurio; print_env ;;
     env) print_env ;;
     *) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
 esac

@@ -30,7 +30,7 @@ pub use registry::{SchemaRegistryConfig, SubjectNameStrategy};
 pub use table::{
     BinaryHandlingMode, ColumnFilter, ColumnMask, DecimalHandlingMode, HASH_ALGORITHMS,
     IntervalHandlingMode, SkippedOperations, SpecialValues, TableConfig, TableDefaults,
-    TimePrecisionMode, UnmappedTypes, glob_match,
+    TableFormat, TimePrecisionMode, UnmappedTypes, glob_match,
 };
 
 /// `[connector]`: identity of this connector instance.

@@ -77,7 +77,8 @@ pub enum RelayError {
     /// (`format = "avro" | "json_schema"`): nothing of it was sent.
     #[error(
         "schema registry: no schema id for a record of {table} to topic {topic:?} (transaction \
-         committed at {lsn}): {error}{}",
+         committed at {lsn}{}): {error}{}",
+        change.as_ref().map(|c| format!("; {c}")).unwrap_or_default(),
         if error.is_transient() {
             "; retrying (the record waits, the slot does not pass it)".to_owned()
         } else {
@@ -88,6 +89,9 @@ pub enum RelayError {
         table: String,
         topic: String,
         lsn: Lsn,
+        /// Table events: what the DDL that made the record's schemas
+        /// changed (`the table changed at …: column amount: int4 → text`).
+        change: Option<std::sync::Arc<str>>,
         error: Box<crate::sink::registry::RegistryError>,
     },
     /// `exactly_once`: one PostgreSQL transaction (or the initial snapshot)

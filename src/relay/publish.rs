@@ -285,7 +285,9 @@ impl Publisher {
         pos: Position,
         counted: Counted,
     ) -> Result<(), RelayError> {
-        if let Some(relation) = relation.filter(|_| self.dead_letter.is_some()) {
+        if let Some(relation) =
+            relation.filter(|_| self.dead_letter.is_some() || self.registry.is_some())
+        {
             self.publishing = Some(relation.clone());
         }
         let mut sent = Ok(());
@@ -414,6 +416,7 @@ impl Publisher {
             ),
             topic: self.topic_counters.shown(&record.topic),
             lsn: pos.commit_lsn,
+            change: record.schemas.as_ref().and_then(|s| s.change.clone()),
             error: Box::new(error),
         };
         let Some(registry) = &self.registry else {

@@ -332,7 +332,7 @@ impl TableEvents {
                         commit_ms: txn.commit_ms,
                     };
                     publisher
-                        .publish_all(None, &mut records, open, pos, counted)
+                        .publish_all(Some(relation), &mut records, open, pos, counted)
                         .await
                 }
                 Err(e) => Err(e.into()),
@@ -440,7 +440,13 @@ impl TableEvents {
             Ok(()) => {
                 let counted = Counted::SnapshotTable(held.chunk);
                 publisher
-                    .publish_all(None, &mut records, held.txn, held.pos, counted)
+                    .publish_all(
+                        Some(&held.relation),
+                        &mut records,
+                        held.txn,
+                        held.pos,
+                        counted,
+                    )
                     .await
             }
             Err(e) => Err(e.into()),

@@ -53,6 +53,22 @@ impl Arena {
         self.buf.split().freeze()
     }
 
+    /// `head` then `tail`, copied into the arena as one piece (a record
+    /// body behind its wire-format prefix).
+    pub fn copy2(&mut self, head: &[u8], tail: &[u8]) -> Bytes {
+        let n = head.len() + tail.len();
+        if n > self.chunk {
+            let mut own = BytesMut::with_capacity(n);
+            own.extend_from_slice(head);
+            own.extend_from_slice(tail);
+            return own.freeze();
+        }
+        self.room(n);
+        self.buf.extend_from_slice(head);
+        self.buf.extend_from_slice(tail);
+        self.buf.split().freeze()
+    }
+
     /// The text of `args` (e.g. `format_args!("{lsn}:{index}")`), written
     /// into the arena: for short texts (an id, an LSN), which always fit in a
     /// chunk.

@@ -43,20 +43,46 @@ pub enum SchemaKind {
     Json,
 }
 
-/// One schema as registered: its kind and its text.
+/// One schema as registered: its kind, its text and, for a record, its
+/// full name (what the record-name subject strategies name subjects by).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Schema {
     pub kind: SchemaKind,
     /// The schema's JSON text, exactly as registered and cached.
     pub text: Arc<str>,
+    /// The record's full name (`<prefix>.<schema>.<table>.Envelope`);
+    /// `None` for a schema that is no record (the outbox's).
+    pub name: Option<Arc<str>>,
+    /// A hash of `text`, computed once ([`Schema::new`]): what the sink's id
+    /// cache looks a schema up by, rather than hashing its text per record.
+    pub fingerprint: u64,
+}
+
+impl Schema {
+    /// A schema of `kind` with `text` (and record `name`).
+    pub fn new(kind: SchemaKind, text: Arc<str>, name: Option<Arc<str>>) -> Schema {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut h);
+        Schema {
+            kind,
+            text,
+            name,
+            fingerprint: h.finish(),
+        }
+    }
 }
 
 /// The schemas of a record's key and value: the record's key and value
 /// bytes are bodies under them, still without the wire format's prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordSchemas {
-    pub key: Schema,
+    /// `None`: the records have no key (a table without one).
+    pub key: Option<Schema>,
     pub value: Schema,
+    /// Table events: what the DDL that made these schemas changed (`column
+    /// amount: int4 → text`), for the error when a registry refuses them.
+    pub change: Option<Arc<str>>,
 }
 
 /// PostgreSQL type oids that map to other schemas than `string`.
@@ -108,14 +134,9 @@ impl Encoding {
         Encoding {
             kind,
             schemas: Arc::new(RecordSchemas {
-                key: Schema {
-                    kind,
-                    text: Arc::from(key_schema),
-                },
-                value: Schema {
-                    kind,
-                    text: Arc::from(value_schema),
-                },
+                key: Some(Schema::new(kind, Arc::from(key_schema), None)),
+                value: Schema::new(kind, Arc::from(value_schema), None),
+                change: None,
             }),
             key,
             value,

@@ -71,12 +71,14 @@ use super::debezium::{self, Mapping, Modes, Unchanged};
 use super::mask::Mask;
 use super::txmeta::TxnMetadata;
 use crate::Lsn;
-use crate::config::{ColumnFilter, Config, SkippedOperations, TableConfig};
+use crate::config::{ColumnFilter, Config, SkippedOperations, TableConfig, TableFormat};
 use crate::pgoutput::{Oid, TupleData};
 use crate::source::{Change, Op};
 
 mod bind;
+mod encode;
 mod event;
+pub(crate) mod schemas;
 
 pub use bind::{check_columns, describe_columns, key_columns, key_outside_identity};
 
@@ -119,11 +121,17 @@ struct Entry {
     placeholder: String,
     /// `table_defaults`' column lists (used when the entry has none).
     default_columns: Option<Arc<ColumnFilter>>,
+    /// `format`: JSON, or Avro / JSON Schema with a registry.
+    format: TableFormat,
 }
 
 #[derive(Debug)]
 struct BoundColumn {
     name: String,
+    /// Its type (a user type resolved to what it is written as) and
+    /// modifier: what its registry schema is made of.
+    oid: Oid,
+    typmod: i32,
     /// `"name":`, escaped once.
     name_json: Box<[u8]>,
     mapping: Mapping,
@@ -154,6 +162,8 @@ struct Bound {
     placeholder: String,
     /// `,"schema":"…","table":"…"` for `source`.
     names_json: Box<[u8]>,
+    /// `format = "avro" | "json_schema"`: its schemas.
+    encoding: Option<encode::Encoding>,
 }
 
 /// The table router (see the module doc).
@@ -213,6 +223,7 @@ impl TableRouter {
                     .unwrap_or_else(|| d.unavailable_value_placeholder.clone()),
                 config: t.clone(),
                 default_columns: default_columns.clone(),
+                format: t.format.unwrap_or(d.format),
             })
             .collect();
         let json = |s: &str| {
@@ -353,7 +364,9 @@ impl TableRouter {
         out: &mut Vec<Record>,
     ) -> Result<(), TableEventError> {
         let (mark, len) = (self.txmeta_mark(change.relation.oid), out.len());
-        let made = self.change_records(change, txn, out);
+        let made = self
+            .change_records(change, txn, out)
+            .and_then(|()| self.encode_tail(change.relation.oid, txn.commit_lsn, out, len));
         if made.is_err() {
             self.txmeta_undo(mark);
             out.truncate(len);
@@ -522,7 +535,13 @@ impl TableRouter {
             ts_ms: snapshot_ms,
             marker,
         };
-        ctx.event(b'r', None, Some(row), Some(row), source, &id, out)
+        let len = out.len();
+        ctx.event(b'r', None, Some(row), Some(row), source, &id, out)?;
+        let made = self.encode_tail(rel, consistent_point, out, len);
+        if made.is_err() {
+            out.truncate(len);
+        }
+        made
     }
 
     /// Appends the record of a truncate of relation `rel` (`op: "t"`, null
@@ -541,7 +560,9 @@ impl TableRouter {
         out: &mut Vec<Record>,
     ) -> Result<(), TableEventError> {
         let (mark, len) = (self.txmeta_mark(rel), out.len());
-        let made = self.truncate_record(rel, txn, lsn, index, out);
+        let made = self
+            .truncate_record(rel, txn, lsn, index, out)
+            .and_then(|()| self.encode_tail(rel, txn.commit_lsn, out, len));
         if made.is_err() {
             self.txmeta_undo(mark);
             out.truncate(len);

@@ -35,6 +35,7 @@ use secrecy::ExposeSecret;
 
 use crate::config::{SchemaRegistryConfig, SubjectNameStrategy};
 use crate::router::Record;
+use crate::router::arena::Arena;
 use crate::router::schema::{Schema, SchemaKind};
 use crate::telemetry::Metrics;
 
@@ -146,6 +147,12 @@ pub fn framed(id: u32, body: &[u8]) -> Bytes {
     out.freeze()
 }
 
+/// [`framed`], into `arena` (no allocation per record).
+fn framed_in(arena: &mut Arena, id: u32, body: &[u8]) -> Bytes {
+    let [a, b, c, d] = id.to_be_bytes();
+    arena.copy2(&[0, a, b, c, d], body)
+}
+
 /// Where the registry is: scheme, host, port and the base path of its API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Endpoint {
@@ -188,8 +195,11 @@ impl Endpoint {
     }
 }
 
-/// What identifies a cached id: the subject's topic and part, the schema.
-type CacheKey = (Arc<str>, bool, Arc<str>);
+/// What a cached id is found by: the subject's topic and part, and the
+/// schema's fingerprint; the entry holds the schema's text, compared on a
+/// hit (by pointer first: records of one shape share it), so two schemas
+/// of one fingerprint never share an id.
+type CacheKey = (Arc<str>, bool, u64);
 
 /// The client, shared by every session of the process (its cache with it).
 pub struct Registry {
@@ -203,7 +213,10 @@ pub struct Registry {
     auto_register: bool,
     use_latest_version: bool,
     timeout: Duration,
-    cache: Mutex<std::collections::HashMap<CacheKey, u32>>,
+    cache: Mutex<std::collections::HashMap<CacheKey, (Arc<str>, u32)>>,
+    /// Where framed keys and values are copied (slices of shared chunks,
+    /// as the routers' records are: no allocation per record).
+    frames: Mutex<Arena>,
     metrics: Arc<Metrics>,
 }
 
@@ -248,6 +261,7 @@ impl Registry {
             use_latest_version: config.use_latest_version,
             timeout: config.request_timeout,
             cache: Mutex::default(),
+            frames: Mutex::new(Arena::new(256 * 1024)),
             metrics,
         })
     }
@@ -258,14 +272,26 @@ impl Registry {
         let Some(schemas) = &record.schemas else {
             return Ok(None);
         };
+        let key_id = match (&record.key, &schemas.key) {
+            (Some(_), Some(schema)) => Some(self.id(&record.topic, true, schema).await?),
+            _ => None,
+        };
+        let value_id = match &record.value {
+            Some(_) => Some(self.id(&record.topic, false, &schemas.value).await?),
+            None => None,
+        };
         let mut out = record.clone();
-        if let Some(key) = &record.key {
-            let id = self.id(&record.topic, true, &schemas.key).await?;
-            out.key = Some(framed(id, key));
-        }
-        if let Some(value) = &record.value {
-            let id = self.id(&record.topic, false, &schemas.value).await?;
-            out.value = Some(framed(id, value));
+        {
+            let mut frames = self
+                .frames
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let (Some(key), Some(id)) = (&record.key, key_id) {
+                out.key = Some(framed_in(&mut frames, id, key));
+            }
+            if let (Some(value), Some(id)) = (&record.value, value_id) {
+                out.value = Some(framed_in(&mut frames, id, value));
+            }
         }
         out.schemas = None;
         out.recount();
@@ -280,19 +306,25 @@ impl Registry {
         is_key: bool,
         schema: &Schema,
     ) -> Result<u32, RegistryError> {
-        let key: CacheKey = (topic.clone(), is_key, schema.text.clone());
-        if let Some(id) = self.cache.lock().ok().and_then(|c| c.get(&key).copied()) {
+        let key: CacheKey = (topic.clone(), is_key, schema.fingerprint);
+        let cached = self.cache.lock().ok().and_then(|c| {
+            c.get(&key)
+                .filter(|(text, _)| Arc::ptr_eq(text, &schema.text) || **text == *schema.text)
+                .map(|&(_, id)| id)
+        });
+        if let Some(id) = cached {
             return Ok(id);
         }
-        let subject = subject(self.strategy, topic, is_key, None).ok_or_else(|| {
-            RegistryError::Unexpected {
-                subject: topic.to_string(),
-                what: "a record-name subject strategy for a schema that is no record".into(),
-            }
-        })?;
+        let subject =
+            subject(self.strategy, topic, is_key, schema.name.as_deref()).ok_or_else(|| {
+                RegistryError::Unexpected {
+                    subject: topic.to_string(),
+                    what: "a record-name subject strategy for a schema that is no record".into(),
+                }
+            })?;
         let id = self.ask(&subject, schema).await?;
         if let Ok(mut cache) = self.cache.lock() {
-            cache.insert(key, id);
+            cache.insert(key, (schema.text.clone(), id));
         }
         tracing::info!(subject = %subject, id, "schema registry: schema id");
         Ok(id)

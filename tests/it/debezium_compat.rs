@@ -85,6 +85,9 @@ mod values;
 #[path = "debezium_compat/differences.rs"]
 mod differences;
 
+#[path = "debezium_compat/avro.rs"]
+mod avro;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -593,6 +596,22 @@ impl Connect {
     /// in its name) that talks to the test broker and converts with
     /// `converters` (worker properties lines), running `connectors`.
     fn start(name: &str, libs: &Path, converters: &str, connectors: &[String]) -> Connect {
+        Connect::start_with_classpath(
+            name,
+            &format!("{}/*", libs.display()),
+            converters,
+            connectors,
+        )
+    }
+
+    /// [`Connect::start`] with the JVM's class path given whole (Connect's
+    /// jars and a converter's).
+    fn start_with_classpath(
+        name: &str,
+        classpath: &str,
+        converters: &str,
+        connectors: &[String],
+    ) -> Connect {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let dir = std::env::temp_dir().join(unique(name));
         std::fs::create_dir_all(&dir).unwrap();
@@ -641,7 +660,7 @@ plugin.discovery=service_load
             ))
             .arg(format!("-Dbench.log.file={}", log.display()))
             .arg("-cp")
-            .arg(format!("{}/*", libs.display()))
+            .arg(classpath)
             .arg("org.apache.kafka.connect.cli.ConnectStandalone")
             .arg(dir.join("worker.properties"))
             .args(&connectors)

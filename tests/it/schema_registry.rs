@@ -20,7 +20,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::support::*;
 
-fn registry_env(name: &str) -> String {
+pub(crate) fn registry_env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
         panic!(
             "{name} is not set: start the registry with `eval \"$(deploy/dev/registry.sh up)\"` \
@@ -29,14 +29,14 @@ fn registry_env(name: &str) -> String {
     })
 }
 
-fn registry_url() -> String {
+pub(crate) fn registry_url() -> String {
     registry_env("WALRELAY_REGISTRY_URL")
 }
 
 /// The registry's access-log lines for requests on subjects whose names
 /// start with `prefix` (Apicurio logs one line per HTTP request): what
 /// walrelay asks (registration, lookup), not the decoder's reads by id.
-fn registry_requests(prefix: &str) -> usize {
+pub(crate) fn registry_requests(prefix: &str) -> usize {
     let log = std::fs::read_to_string(registry_env("WALRELAY_REGISTRY_LOG")).unwrap_or_default();
     let needle = format!("path=\"/apis/ccompat/v7/subjects/{prefix}");
     log.lines()
@@ -45,7 +45,7 @@ fn registry_requests(prefix: &str) -> usize {
 }
 
 /// Every record of `topics`, decoded by Confluent's Python client.
-fn decode(format: &str, url: &str, topics: &[String]) -> Vec<Value> {
+pub(crate) fn decode(format: &str, url: &str, topics: &[String]) -> Vec<Value> {
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/sr_decode.py");
     let out = std::process::Command::new(registry_env("WALRELAY_REGISTRY_PYTHON"))
@@ -67,7 +67,7 @@ fn decode(format: &str, url: &str, topics: &[String]) -> Vec<Value> {
         .collect()
 }
 
-fn registry_section(url: &str) -> String {
+pub(crate) fn registry_section(url: &str) -> String {
     format!("[kafka.schema_registry]\nurl = \"{url}\"\n")
 }
 

@@ -83,6 +83,38 @@ pub enum UnmappedTypes {
     Text,
 }
 
+/// `table_defaults.format`: how a change event's key and value are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TableFormat {
+    /// Debezium's JSON (Connect's `JsonConverter`, `schemas.enable=false`).
+    #[default]
+    Json,
+    /// Avro in the Confluent wire format, schemas from
+    /// `[kafka.schema_registry]` (Debezium's under Confluent's
+    /// `AvroConverter`).
+    Avro,
+    /// JSON under a JSON Schema in the Confluent wire format (Debezium's
+    /// under Confluent's `JsonSchemaConverter`).
+    JsonSchema,
+}
+
+impl TableFormat {
+    /// The name as written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TableFormat::Json => "json",
+            TableFormat::Avro => "avro",
+            TableFormat::JsonSchema => "json_schema",
+        }
+    }
+
+    /// Whether records take schema ids from a registry.
+    pub fn uses_registry(self) -> bool {
+        self != TableFormat::Json
+    }
+}
+
 /// `table_defaults.special_values`: what becomes of a valid value that has
 /// no exact Debezium form — an `infinity` date or timestamp, a timestamp or
 /// interval past what Debezium's numbers hold, an array with bounds other
@@ -158,6 +190,11 @@ pub struct TableDefaults {
     /// event, and the `transaction` block of streamed events filled in.
     #[serde(default)]
     pub provide_transaction_metadata: bool,
+    /// How keys and values are written: `json` (Debezium's JSON, the
+    /// default), `avro` or `json_schema` (Confluent's wire format with
+    /// schema ids from `[kafka.schema_registry]`).
+    #[serde(default)]
+    pub format: TableFormat,
 }
 
 impl TableDefaults {
@@ -230,6 +267,7 @@ impl Default for TableDefaults {
             unmapped_types: UnmappedTypes::default(),
             special_values: SpecialValues::default(),
             provide_transaction_metadata: false,
+            format: TableFormat::default(),
         }
     }
 }
@@ -418,6 +456,9 @@ pub struct TableConfig {
     /// Debezium's column masks and truncation (`[[table.column_mask]]`).
     #[serde(default)]
     pub column_mask: Vec<ColumnMask>,
+    /// Overrides `table_defaults.format`.
+    #[serde(default)]
+    pub format: Option<TableFormat>,
 }
 
 impl TableConfig {

@@ -424,3 +424,53 @@ fn transaction_metadata_is_off_by_default_and_its_topic_name_checked() {
     )
     .unwrap();
 }
+
+#[test]
+fn table_registry_formats_need_a_registry_and_no_transaction_metadata() {
+    let registry = "[kafka.schema_registry]\nurl = \"http://registry:8081\"\n";
+    let config = load(&format!(
+        "{TABLES_ONLY}{registry}[table_defaults]\nformat = \"avro\"\n[[table]]\nname = \"a\"\n\
+         [[table]]\nname = \"b\"\nformat = \"json_schema\"\n[[table]]\nname = \"c\"\nformat = \"json\"\n"
+    ))
+    .unwrap();
+    let formats: Vec<_> = config
+        .tables
+        .iter()
+        .map(|t| t.format.unwrap_or(config.table_defaults.format))
+        .collect();
+    assert_eq!(
+        formats,
+        [
+            TableFormat::Avro,
+            TableFormat::JsonSchema,
+            TableFormat::Json
+        ]
+    );
+    let e = load_err(&format!(
+        "{TABLES_ONLY}[[table]]\nname = \"a\"\nformat = \"avro\"\n"
+    ));
+    assert!(
+        e.contains("table[0].format: format = \"avro\" needs a schema registry"),
+        "{e}"
+    );
+    // Every table overriding the default to json: no registry needed.
+    load(&format!(
+        "{TABLES_ONLY}[table_defaults]\nformat = \"avro\"\n[[table]]\nname = \"a\"\nformat = \"json\"\n"
+    ))
+    .unwrap();
+    let e = load_err(&format!(
+        "{TABLES_ONLY}{registry}[table_defaults]\nformat = \"json_schema\"\n\
+         provide_transaction_metadata = true\n[[table]]\nname = \"a\"\n"
+    ));
+    assert!(
+        e.contains(
+            "table_defaults.format: format = \"json_schema\" cannot be combined with \
+             table_defaults.provide_transaction_metadata"
+        ),
+        "{e}"
+    );
+    let e = load_err(&format!(
+        "{TABLES_ONLY}[table_defaults]\nformat = \"xml\"\n[[table]]\nname = \"a\"\n"
+    ));
+    assert!(e.contains("format"), "{e}");
+}

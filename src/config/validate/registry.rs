@@ -23,6 +23,7 @@ pub(super) fn registry(config: &Config, out: &mut Vec<Problem>) {
     if let Some(r) = registry {
         section(r, out);
     }
+    tables(config, registry.is_some(), out);
     for (i, outbox) in config.outbox.iter().enumerate() {
         if !outbox.format.uses_registry() {
             continue;
@@ -58,6 +59,47 @@ pub(super) fn registry(config: &Config, out: &mut Vec<Problem>) {
                      not records (Debezium's outbox under Confluent's converters: the same); \
                      use subject_name_strategy = \"topic\"",
                     r.subject_name_strategy.as_str()
+                ),
+            ));
+        }
+    }
+}
+
+/// `[[table]]` (and `[table_defaults]`) `format = "avro" | "json_schema"`:
+/// a registry is needed, and BEGIN/END records
+/// (`provide_transaction_metadata`) are not written in those formats yet.
+fn tables(config: &Config, has_registry: bool, out: &mut Vec<Problem>) {
+    let d = &config.table_defaults;
+    let mut formats: Vec<(String, crate::config::TableFormat)> = Vec::new();
+    for (i, t) in config.tables.iter().enumerate() {
+        let (key, format) = match t.format {
+            Some(f) => (format!("table[{i}].format"), f),
+            None => ("table_defaults.format".to_owned(), d.format),
+        };
+        if format.uses_registry() && !formats.iter().any(|(k, _)| *k == key) {
+            formats.push((key, format));
+        }
+    }
+    for (key, format) in formats {
+        let format = format.as_str();
+        if !has_registry {
+            out.push(Problem::new(
+                key.clone(),
+                format!(
+                    "format = \"{format}\" needs a schema registry, and there is no \
+                     [kafka.schema_registry] section; add one with url = \
+                     \"http://registry:8081\", or set format = \"json\""
+                ),
+            ));
+        }
+        if d.provide_transaction_metadata {
+            out.push(Problem::new(
+                key,
+                format!(
+                    "format = \"{format}\" cannot be combined with \
+                     table_defaults.provide_transaction_metadata yet: the BEGIN/END records \
+                     would be JSON beside {format} change events; set \
+                     provide_transaction_metadata = false, or format = \"json\""
                 ),
             ));
         }

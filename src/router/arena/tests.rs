@@ -75,3 +75,14 @@ fn a_chunk_still_referred_to_is_not_overwritten() {
     }
     assert_eq!(kept, vec![9u8; 60]);
 }
+
+#[test]
+fn two_parts_are_one_piece() {
+    let mut a = Arena::new(64);
+    let x = a.copy2(b"\0abc", b"body");
+    let y = a.copy2(b"", b"z");
+    assert_eq!((&x[..], &y[..]), (&b"\0abcbody"[..], &b"z"[..]));
+    // Larger than a chunk: an allocation of its own, the same bytes.
+    let big = vec![7u8; 100];
+    assert_eq!(&a.copy2(b"\0", &big)[..], [&[0u8][..], &big[..]].concat());
+}

@@ -41,7 +41,17 @@ impl TableRouter {
             return Ok(None);
         };
         let (bound, warning) = match self.bind(entry, rel, at) {
-            Ok((bound, warning)) => (Ok(bound), warning),
+            Ok((mut bound, warning)) => {
+                // A DDL's new shape: its schemas say what changed.
+                if let (Some(Ok(before)), Some(encoding)) =
+                    (self.bound.get(&rel.oid), bound.encoding.as_mut())
+                    && let Some(old) = &before.encoding
+                {
+                    let change = super::encode::describe_change(&before.columns, &bound.columns);
+                    encoding.note_change(old, format!("the table changed at {at}: {change}"));
+                }
+                (Ok(bound), warning)
+            }
             Err(e) => (Err(e), None),
         };
         let result = bound.as_ref().map(|_| warning).map_err(Clone::clone);
@@ -113,6 +123,8 @@ impl TableRouter {
             };
             columns.push(BoundColumn {
                 name: c.name.clone(),
+                oid,
+                typmod,
                 name_json: name_json.into_boxed_slice(),
                 mapping,
                 included,
@@ -214,6 +226,20 @@ impl TableRouter {
         debezium::json_str(&mut names_json, &rel.namespace);
         names_json.extend_from_slice(b",\"table\":");
         debezium::json_str(&mut names_json, &rel.name);
+        let required = |name: &str| {
+            primary_key.contains(&name)
+                || (rel.replica_identity != b'f' && identity.contains(&name))
+        };
+        let encoding = super::encode::Encoding::new(
+            entry.format,
+            entry.modes,
+            &self.prefix,
+            &rel.namespace,
+            &rel.name,
+            &columns,
+            key.as_deref(),
+            required,
+        );
         let bound = Bound {
             collection: Arc::from(display.as_str()),
             display,
@@ -224,6 +250,7 @@ impl TableRouter {
             skipped: entry.skipped,
             placeholder: entry.placeholder.clone(),
             names_json: names_json.into_boxed_slice(),
+            encoding,
         };
         Ok((bound, warning))
     }

@@ -12,6 +12,7 @@ use super::*;
 use crate::pgoutput::{Cell, Column, Relation};
 use crate::source::Position;
 
+mod registry;
 mod txmeta;
 
 const COMMIT: Lsn = Lsn(0x16B_3748);

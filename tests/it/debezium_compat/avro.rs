@@ -1,0 +1,341 @@
+//! `[[table]] format = "avro"` against Debezium 3.6.1 writing Avro through
+//! Apicurio's Kafka Connect converter (`io.apicurio:apicurio-registry-utils-
+//! converter`, 2.6.13.Final: the 3.x line does not resolve from Maven
+//! Central alone) into the same Apicurio Registry 3.3.3, in Confluent's wire
+//! format: the same changes of one table of many types (a snapshot row, an
+//! insert, an update, a delete with its tombstone, a row of NULLs) are
+//! decoded on both sides by confluent-kafka's Python client and compared
+//! record by record — keys, values (less [`super::DELIBERATE`]'s fields)
+//! and the registered key and value schemas, field by field. The schema
+//! differences allowed are [`SCHEMA_DIFFERENCES`], each a row of
+//! docs/compatibility.md; anything else fails the test.
+//!
+//! Needs the Connect classpath (`deploy/dev/connect.sh up`) and the
+//! converter's jars (`WALRELAY_APICURIO_CONVERTER_LIBS`, which the same
+//! script prints).
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::{Connect, DEBEZIUM_READY, Debezium, connect_libs, normalize};
+use crate::schema_registry::{decode, registry_env, registry_section, registry_url};
+use crate::schema_registry_tables::{ALL_TYPES_ROW, TABLE};
+use crate::support::*;
+
+/// Schema paths (`Envelope.source.ts_us`) whose difference is deliberate,
+/// with the docs/compatibility.md row that says why.
+const SCHEMA_DIFFERENCES: &[(&str, &str)] = &[
+    ("Envelope.ts_us", "`ts_us`, `ts_ns`, `source.origin*`"),
+    ("Envelope.ts_ns", "`ts_us`, `ts_ns`, `source.origin*`"),
+    (
+        "Envelope.source.ts_us",
+        "`ts_us`, `ts_ns`, `source.origin*`",
+    ),
+    (
+        "Envelope.source.ts_ns",
+        "`ts_us`, `ts_ns`, `source.origin*`",
+    ),
+    (
+        "Envelope.source.origin",
+        "`ts_us`, `ts_ns`, `source.origin*`",
+    ),
+    (
+        "Envelope.source.origin_lsn",
+        "`ts_us`, `ts_ns`, `source.origin*`",
+    ),
+];
+
+/// Where `deploy/dev/connect.sh up` put Apicurio's converter jars
+/// (`WALRELAY_APICURIO_CONVERTER_LIBS`, else what `connect.sh env` says).
+fn converter_libs() -> String {
+    let libs = std::env::var("WALRELAY_APICURIO_CONVERTER_LIBS").unwrap_or_else(|_| {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = std::process::Command::new(root.join("deploy/dev/connect.sh"))
+            .arg("env")
+            .output()
+            .expect("run deploy/dev/connect.sh env");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("export WALRELAY_APICURIO_CONVERTER_LIBS="))
+            .unwrap_or_default()
+            .to_owned()
+    });
+    let has_converter = std::fs::read_dir(&libs).is_ok_and(|d| {
+        d.flatten().any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("apicurio-registry-utils-converter-")
+        })
+    });
+    assert!(
+        has_converter,
+        "no Apicurio converter jars in {libs:?}: run `eval \"$(deploy/dev/connect.sh up)\"` \
+         (deploy/test.sh does), then the test again"
+    );
+    libs
+}
+
+/// The differences between schemas `w` (walrelay's) and `d` (Debezium's),
+/// by path: record fields by name (their order apart), types parsed.
+fn schema_diff(path: &str, w: &Value, d: &Value, out: &mut Vec<String>) {
+    match (w, d) {
+        (Value::Object(wo), Value::Object(d_o)) if wo.get("type") == Some(&"record".into()) => {
+            let fields = |o: &serde_json::Map<String, Value>| -> BTreeMap<String, Value> {
+                o["fields"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|f| (f["name"].as_str().unwrap().to_owned(), f.clone()))
+                    .collect()
+            };
+            let name = wo["name"].as_str().unwrap_or("?");
+            let here = if path.is_empty() {
+                name.to_owned()
+            } else {
+                path.to_owned()
+            };
+            for key in ["name", "namespace", "connect.name", "connect.version"] {
+                if wo.get(key) != d_o.get(key) {
+                    out.push(format!(
+                        "{here} {key}: walrelay {:?}, Debezium {:?}",
+                        wo.get(key),
+                        d_o.get(key)
+                    ));
+                }
+            }
+            let (wf, df) = (fields(wo), fields(d_o));
+            for (n, f) in &df {
+                match wf.get(n) {
+                    None => out.push(format!("{here}.{n}: only Debezium's")),
+                    Some(g) => {
+                        if g.get("default") != f.get("default") {
+                            out.push(format!(
+                                "{here}.{n} default: walrelay {:?}, Debezium {:?}",
+                                g.get("default"),
+                                f.get("default")
+                            ));
+                        }
+                        schema_diff(&format!("{here}.{n}"), &g["type"], &f["type"], out);
+                    }
+                }
+            }
+            for n in wf.keys().filter(|n| !df.contains_key(*n)) {
+                out.push(format!("{here}.{n}: only walrelay's"));
+            }
+        }
+        (Value::Array(wu), Value::Array(du)) if wu.len() == du.len() => {
+            for (a, b) in wu.iter().zip(du) {
+                schema_diff(path, a, b, out);
+            }
+        }
+        // A named type referred to by name on one side: compare names.
+        (Value::String(a), Value::Object(b)) | (Value::Object(b), Value::String(a))
+            if b.get("type") == Some(&"record".into()) =>
+        {
+            let full = format!(
+                "{}.{}",
+                b["namespace"].as_str().unwrap_or(""),
+                b["name"].as_str().unwrap_or("")
+            );
+            if *a != full && a != b["name"].as_str().unwrap_or("") {
+                out.push(format!("{path}: {a} vs the record {full}"));
+            }
+        }
+        (Value::String(a), Value::String(b)) => {
+            let short = |s: &str| s.rsplit('.').next().unwrap_or(s).to_owned();
+            if a != b && short(a) != short(b) {
+                out.push(format!("{path}: walrelay {a}, Debezium {b}"));
+            }
+        }
+        _ if w == d => {}
+        _ => out.push(format!("{path}: walrelay {w}, Debezium {d}")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn avro_table_events_match_debeziums_through_apicurios_converter() {
+    require_kafka();
+    let (libs, _) = connect_libs();
+    let converter = converter_libs();
+    let url = registry_url();
+    let v2 = registry_env("WALRELAY_REGISTRY_URL").replace("/apis/ccompat/v7", "/apis/registry/v2");
+    let db = TestDb::new("dbz_avro").await;
+    db.client.batch_execute(TABLE).await.unwrap();
+    db.client
+        .batch_execute("INSERT INTO sr_types (id, c_text) VALUES (1, 'before the start')")
+        .await
+        .unwrap();
+    let names = Names::new("dbz_avro");
+    let (w_prefix, d_prefix) = (
+        format!("{}_w", names.connector),
+        format!("{}_d", names.connector),
+    );
+    let (w_topic, d_topic) = (
+        format!("{w_prefix}.public.sr_types"),
+        format!("{d_prefix}.public.sr_types"),
+    );
+    // One partition each: the two sides' keys differ in their schema ids,
+    // so murmur2 would spread them differently; one partition keeps one
+    // order to compare.
+    create_topics(&[w_topic.clone(), d_topic.clone()], 1).await;
+    let d_publication = format!("{}_dpub", names.connector);
+    db.client
+        .batch_execute(&format!(
+            "CREATE PUBLICATION {d_publication} FOR TABLE sr_types"
+        ))
+        .await
+        .unwrap();
+    let d_slot = format!("{}_dslot", names.connector);
+    let converters: String = ["key", "value"]
+        .iter()
+        .map(|part| {
+            format!(
+                "{part}.converter=io.apicurio.registry.utils.converter.AvroConverter
+{part}.converter.apicurio.registry.url={v2}
+{part}.converter.apicurio.registry.auto-register=true
+{part}.converter.apicurio.registry.find-latest=true
+{part}.converter.apicurio.registry.as-confluent=true
+{part}.converter.apicurio.registry.use-id=contentId
+{part}.converter.apicurio.registry.headers.enabled=false
+"
+            )
+        })
+        .collect();
+    let mut connect = Connect::start_with_classpath(
+        "walrelay_dbz_avro",
+        &format!("{}/*:{converter}/*", libs.display()),
+        &converters,
+        &[Debezium {
+            name: &d_prefix,
+            topic_prefix: &d_prefix,
+            slot: &d_slot,
+            snapshot_mode: "initial",
+            tables: "public\\\\.sr_types",
+            more: "",
+        }
+        .properties(&db, &d_publication)],
+    );
+    let config = connector_config(
+        &db,
+        &names,
+        &format!(
+            "[table_defaults]\ntopic_prefix = \"{w_prefix}\"\nformat = \"avro\"\n\n\
+             [[table]]\nname = \"public.sr_types\"\n\n{}",
+            registry_section(&url)
+        ),
+    );
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", DEBEZIUM_READY).await;
+    wait_for("Debezium's snapshot", DEBEZIUM_READY, || {
+        connect.assert_alive();
+        let n = records_in(&[d_topic.as_str()]);
+        let (db, slot) = (&db, &d_slot);
+        async move {
+            db.confirmed_flush(slot).await?;
+            (n >= 1).then_some(())
+        }
+    })
+    .await;
+    for sql in [
+        ALL_TYPES_ROW,
+        "UPDATE sr_types SET c_text = 'changed' WHERE id = 2",
+        "DELETE FROM sr_types WHERE id = 2",
+        "INSERT INTO sr_types (id) VALUES (3)",
+    ] {
+        db.client.batch_execute(sql).await.unwrap();
+    }
+    let both = wait_for("6 records on each side", DEBEZIUM_READY, || {
+        connect.assert_alive();
+        let (url, w, d) = (url.clone(), w_topic.clone(), d_topic.clone());
+        async move {
+            let w = decode("avro:schemas", &url, &[w]);
+            let d = decode("avro:schemas", &url, &[d]);
+            (w.len() >= 6 && d.len() >= 6).then_some((w, d))
+        }
+    })
+    .await;
+    relay.stop();
+    drop(connect);
+    let (w, d) = both;
+    let mut differences = Vec::new();
+    if w.len() != d.len() {
+        differences.push(format!("{} records vs Debezium's {}", w.len(), d.len()));
+    }
+    let mut schema_differences = std::collections::BTreeSet::new();
+    for (i, (wr, dr)) in w.iter().zip(&d).enumerate() {
+        if wr["key"] != dr["key"] {
+            differences.push(format!("record {i} key: {} vs {}", wr["key"], dr["key"]));
+        }
+        let (mut wv, mut dv) = (wr["value"].clone(), dr["value"].clone());
+        if !wv.is_null() || !dv.is_null() {
+            let (ws, ds) = (normalize(&mut wv), normalize(&mut dv));
+            if ws != ds {
+                differences.push(format!("record {i} source.sequence[1]: {ws:?} vs {ds:?}"));
+            }
+        }
+        if wv != dv {
+            differences.push(format!(
+                "record {i} value:\n  walrelay {wv}\n  Debezium {dv}"
+            ));
+        }
+        for part in ["key_schema", "value_schema"] {
+            let (Some(ws), Some(ds)) = (wr[part].as_str(), dr[part].as_str()) else {
+                if wr[part] != dr[part] {
+                    differences.push(format!("record {i} {part}: one side has none"));
+                }
+                continue;
+            };
+            let ws: Value = serde_json::from_str(ws).unwrap();
+            let ds: Value = serde_json::from_str(&ds.replace(&d_prefix, &w_prefix)).unwrap();
+            let mut out = Vec::new();
+            schema_diff("", &ws, &ds, &mut out);
+            schema_differences.extend(out);
+        }
+    }
+    let unexplained: Vec<&String> = schema_differences
+        .iter()
+        .filter(|d| {
+            !SCHEMA_DIFFERENCES
+                .iter()
+                .any(|(path, _)| d.starts_with(&format!("{path}:")))
+        })
+        .collect();
+    eprintln!(
+        "{} records compared with Debezium's; value differences: {}; schema differences: {} \
+         ({} documented):\n{}",
+        w.len().min(d.len()),
+        differences.len(),
+        schema_differences.len(),
+        schema_differences.len() - unexplained.len(),
+        schema_differences
+            .iter()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        differences.is_empty() && unexplained.is_empty(),
+        "walrelay's Avro records differ from Debezium's:\n{}\nschemas:\n{}",
+        differences.join("\n"),
+        unexplained
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+#[test]
+fn every_schema_difference_names_a_row_of_compatibility_md() {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/compatibility.md"),
+    )
+    .unwrap();
+    for (path, row) in SCHEMA_DIFFERENCES {
+        assert!(
+            doc.contains(&format!("| {row} |")),
+            "{path}: no row {row:?} in docs/compatibility.md"
+        );
+    }
+}
