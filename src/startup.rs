@@ -36,7 +36,7 @@ mod tables;
 
 pub use outbox::{converter_problem, outbox_table, route_columns};
 pub use publication::{PublicationPlan, publication, slot_predates_publication};
-pub use server::{heartbeat_privilege, replication_privilege, wal_level};
+pub use server::{heartbeat_privilege, incremental_watermarks, replication_privilege, wal_level};
 pub use slot::{
     SlotPlan, Start, missing_slot, resumable, slot_plan, slot_shape,
     snapshot_outlived_idle_timeout, start_position,

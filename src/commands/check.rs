@@ -487,7 +487,8 @@ async fn standby_server(config: &Config, report: &mut Report) -> Option<tokio_po
 }
 
 /// `wal_level` and the role's privileges (replication; the heartbeat's
-/// when `[heartbeat]` writes one).
+/// when `[heartbeat]` writes one; which watermarks incremental snapshots
+/// use).
 async fn server_settings(config: &Config, client: &tokio_postgres::Client, report: &mut Report) {
     let pg = &config.postgres;
     report.push(
@@ -510,6 +511,15 @@ async fn server_settings(config: &Config, client: &tokio_postgres::Client, repor
             ),
         );
     }
+    report.push(
+        "incremental snapshots",
+        outcome(
+            startup::incremental_watermarks(client, config.snapshot.watermarks, &pg.user)
+                .await
+                .map(|(_, line)| line),
+            Outcome::Ok,
+        ),
+    );
 }
 
 /// The "replication connection" line. `run` identifies the system on a

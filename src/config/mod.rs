@@ -88,7 +88,8 @@ pub use schema::{
     LogFormat, OnUpdate, OutboxConfig, OutboxFormat, PostgresConfig, RetentionConfig,
     SaslMechanism, SchemaRegistryConfig, SecurityProtocol, SkippedOperations, SnapshotConfig,
     SnapshotMode, SpecialValues, SslMode, SubjectNameStrategy, TableConfig, TableDefaults,
-    TableFormat, TimePrecisionMode, UnmappedTypes, glob_match, is_secret_property, placement,
+    TableFormat, TimePrecisionMode, UnmappedTypes, Watermarks, glob_match, is_secret_property,
+    placement,
 };
 pub use template::{
     Segment, TableRef, TopicTemplate, is_topic_char, sanitized_topic_name, topic_name_problem,

@@ -132,6 +132,40 @@ pub struct SnapshotConfig {
     /// Rows per chunk of an incremental snapshot. 1..=1,000,000.
     #[serde(default = "defaults::snapshot_chunk_rows")]
     pub chunk_rows: usize,
+    /// How an incremental snapshot's chunks are reconciled with the stream
+    /// ([`Watermarks`]).
+    #[serde(default)]
+    pub watermarks: Watermarks,
+}
+
+/// `[snapshot] watermarks`: how an incremental snapshot tells, in the
+/// stream, where each chunk's read stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Watermarks {
+    /// `messages` when the role may execute `pg_logical_emit_message` on
+    /// the primary, else `read_only` (said once at start and by `check`).
+    #[default]
+    Auto,
+    /// A low and a high watermark written around each chunk's read
+    /// (`pg_logical_emit_message` on the primary, two WAL flushes).
+    Messages,
+    /// Nothing written: the chunk's snapshot (`pg_current_snapshot()`) and
+    /// WAL position read with it place it in the stream (Debezium's
+    /// read-only incremental snapshots). A chunk then waits for the stream
+    /// to pass that position, which needs some WAL written after the read.
+    ReadOnly,
+}
+
+impl Watermarks {
+    /// The name as written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Watermarks::Auto => "auto",
+            Watermarks::Messages => "messages",
+            Watermarks::ReadOnly => "read_only",
+        }
+    }
 }
 
 impl Default for SnapshotConfig {
@@ -141,6 +175,7 @@ impl Default for SnapshotConfig {
             parallelism: defaults::snapshot_parallelism(),
             fetch_rows: defaults::snapshot_fetch_rows(),
             chunk_rows: defaults::snapshot_chunk_rows(),
+            watermarks: Watermarks::default(),
         }
     }
 }

@@ -30,7 +30,9 @@ mod tables;
 
 pub use connect::{connect, connect_owned, in_recovery};
 pub use error::{CatalogError, describe};
-pub use message::{emit_message, emit_message_flushed, emit_message_privilege};
+pub use message::{
+    commit_empty_transaction, emit_message, emit_message_flushed, emit_message_privilege,
+};
 pub use publication::{
     Membership, Publication, membership, publication, published_tables, slot_older_than_publication,
 };

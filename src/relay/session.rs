@@ -267,6 +267,11 @@ impl Session {
         if config.heartbeat.enabled().is_some() {
             startup::heartbeat_privilege(&catalog, &pg.user).await?;
         }
+        let (read_only_watermarks, watermarks) =
+            startup::incremental_watermarks(&catalog, config.snapshot.watermarks, &pg.user).await?;
+        if read_only_watermarks && config.snapshot.watermarks == crate::config::Watermarks::Auto {
+            tracing::info!("incremental snapshots: {watermarks}");
+        }
         let mut tables = Vec::with_capacity(config.outbox.len());
         for outbox in &config.outbox {
             let table = startup::outbox_table(&catalog, outbox).await?.0;
@@ -369,7 +374,8 @@ impl Session {
         if let Some(existing) = &existing {
             startup::slot_shape(existing, &pg.slot, &pg.database)?;
         }
-        let specs = super::incremental::Specs::new(&config, &captured);
+        let mut specs = super::incremental::Specs::new(&config, &captured);
+        specs.read_only = read_only_watermarks;
         let offset_template = StoredOffset {
             connector: config.connector.name.clone(),
             system_id: system.system_id.clone(),

@@ -117,7 +117,7 @@ impl Streaming {
 
     /// Starts `plan` beside the stream.
     pub(super) fn start_incremental(&mut self, source: &mut Source, plan: IncrementalPlan) {
-        super::incremental::start(&self.publisher, source, plan);
+        super::incremental::start(&self.publisher, source, plan, self.incremental.read_only());
     }
 
     /// Starts the snapshot phase: the loop then publishes the rows `source`

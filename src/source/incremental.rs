@@ -23,6 +23,29 @@
 //! [`crate::source::SourceEvent::SnapshotChunk`] at the watermark's position,
 //! without the rows the stream has carried a newer version of.
 //!
+//! **Read-only watermarks** (`[snapshot] watermarks = "read_only"`, or
+//! `"auto"` for a role that may not call `pg_logical_emit_message`) write
+//! nothing. The chunk's own snapshot places it in the stream instead:
+//! 1. the task reads the chunk and, in its transaction, notes the snapshot
+//!    (`xip`, `xmax`) and a WAL position read after it, the **horizon**: a
+//!    transaction the snapshot sees wrote its commit record below it
+//!    (`pg_current_wal_insert_lsn()`; on a standby, whose snapshots follow
+//!    replay, `pg_last_wal_replay_lsn()`);
+//! 2. the source notes each change of the table from the request on, with
+//!    its transaction;
+//! 3. the chunk is yielded between transactions, in front of the first
+//!    Begin, keepalive or message at a position at or past the horizon (and
+//!    past every position yielded before, so that nothing confirmed or
+//!    stored is at the chunk's own position), without the rows a
+//!    transaction the snapshot did not see changed.
+//!
+//!    Everything the snapshot saw is then in the stream before the chunk,
+//!    and whatever follows it the snapshot did not see. On a server with no
+//!    other writes, the stream would not move past the horizon: after half a
+//!    second the task commits one empty transaction (`pg_current_xact_id()`,
+//!    on the primary; a commit record, no row, no privilege) and the source
+//!    asks the server for its position.
+//!
 //! Invariants:
 //! - **Never stale.** A chunk row is dropped when the stream carries a change
 //!   of its key (1) between the watermarks, or (2) after the chunk was asked
@@ -33,6 +56,11 @@
 //!   should). For a table whose rows never change (an outbox), only inserts
 //!   count: its rows are events, and a delete (the outbox cleanup) does not
 //!   make the event untrue.
+//! - **Never stale, read-only.** A chunk row is dropped when a transaction
+//!   its snapshot did not see (running, or from `xmax` on) changed its key
+//!   anywhere between the request and the chunk; a truncate by one drops
+//!   the chunk. Every such transaction that commits before the chunk is
+//!   yielded is seen there; every one after it follows the chunk's row.
 //! - **Ours only.** A watermark counts only if it names this connector, this
 //!   run (a random number per source) and the chunk awaited; watermarks of
 //!   an earlier run, replayed from WAL after a restart, are ignored.
@@ -45,6 +73,9 @@
 //!   keys the stream changed while it was in flight.
 //! - Knows nothing of Kafka, the router or the offset store.
 
+mod read_only;
+mod task;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -53,10 +84,14 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{Op, SourceEvent};
 use crate::Lsn;
-use crate::pg::catalog;
-use crate::pg::snapshot::{Chunk, SnapshotError, SnapshotReader};
+use crate::pg::snapshot::{Chunk, SnapshotError};
 use crate::pg::wire::ConnectParams;
 use crate::pgoutput::{Cell, Relation, TupleData};
+use read_only::Arrived;
+pub(super) use read_only::Waiting;
+use task::{ChunkRead, Request, chunk_task, parse_watermark, rand_u64};
+#[cfg(test)]
+use {read_only::horizon, read_only::unseen, task::watermark};
 
 /// The prefix of the watermark messages.
 pub const WATERMARK_PREFIX: &str = "walrelay.watermark";
@@ -130,23 +165,6 @@ const BEFORE_KEPT: usize = 100_000;
 /// A key's values as text (NULL: `None`).
 type Key = Vec<Option<Bytes>>;
 
-/// What the chunk task is asked for.
-#[derive(Debug)]
-struct Request {
-    chunk: u64,
-    table: ChunkTable,
-    limit: usize,
-}
-
-/// What the chunk task read.
-#[derive(Debug)]
-struct ChunkRead {
-    chunk: u64,
-    /// The rows, or why the table cannot be read as planned (it is given
-    /// up: see [`SnapshotError::gives_up_table`]).
-    outcome: Result<Chunk, String>,
-}
-
 #[derive(Debug)]
 enum Phase {
     /// Nothing asked (the plan is done).
@@ -162,6 +180,17 @@ enum Phase {
         chunk: u64,
         table: usize,
         before: Vec<(u32, Key)>,
+    },
+    /// Read-only watermarks: chunk asked for. Changes of the table since
+    /// the request, with their transaction, and the transactions that
+    /// truncated it, until the rows arrive; then the rows, with those
+    /// filtered by the rows' snapshot ([`Arrived`]).
+    Reading {
+        chunk: u64,
+        table: usize,
+        seen: Vec<(u32, Key)>,
+        truncates: Vec<u32>,
+        read: Option<Box<Arrived>>,
     },
     /// Between the watermarks.
     Window {
@@ -187,6 +216,14 @@ pub(super) struct Incremental {
     /// to its first row) meanwhile: that chunk's rows are published, but it
     /// does not move the table's position.
     restarted: bool,
+    /// Read-only watermarks (module doc).
+    read_only: bool,
+    /// The newest position yielded where the caller may confirm or store
+    /// (a commit's end, a keepalive, a message): a read-only chunk goes
+    /// past it.
+    yielded: Lsn,
+    /// The event a read-only chunk was yielded in front of, to yield next.
+    pub(super) held: Option<SourceEvent>,
     requests: mpsc::Sender<Request>,
     chunks: mpsc::Receiver<ChunkRead>,
     pub(super) failed: Option<oneshot::Receiver<SnapshotError>>,
@@ -197,26 +234,6 @@ impl Drop for Incremental {
     fn drop(&mut self) {
         self.task.abort();
     }
-}
-
-/// The JSON of a watermark.
-fn watermark(connector: &str, run: u64, chunk: u64, mark: &str) -> String {
-    serde_json::json!({"connector": connector, "run": run.to_string(), "chunk": chunk, "mark": mark})
-        .to_string()
-}
-
-/// `(chunk, is_high)` of a watermark of `connector`'s `run`.
-fn parse_watermark(content: &[u8], connector: &str, run: u64) -> Option<(u64, bool)> {
-    let v: serde_json::Value = serde_json::from_slice(content).ok()?;
-    if v.get("connector")?.as_str()? != connector || v.get("run")?.as_str()? != run.to_string() {
-        return None;
-    }
-    let high = match v.get("mark")?.as_str()? {
-        "low" => false,
-        "high" => true,
-        _ => return None,
-    };
-    Some((v.get("chunk")?.as_u64()?, high))
 }
 
 /// The values of `key` in `row` of `relation`; `None` when the relation
@@ -236,12 +253,16 @@ fn key_of(relation: &Relation, row: &TupleData, key: &[String]) -> Option<Key> {
 
 impl Incremental {
     /// Starts the chunk task for `plan` and asks for its first chunk.
+    /// `from`: the newest position the caller knows of (read-only chunks go
+    /// past it).
     pub(super) fn start(
         params: &ConnectParams,
         reads: Option<&ConnectParams>,
         publication: &str,
         connector: &str,
         plan: IncrementalPlan,
+        read_only: bool,
+        from: Lsn,
     ) -> Incremental {
         let (requests, request_rx) = mpsc::channel(1);
         let (chunk_tx, chunks) = mpsc::channel(1);
@@ -253,6 +274,7 @@ impl Incremental {
             publication.to_owned(),
             connector.to_owned(),
             run,
+            read_only,
             request_rx,
             chunk_tx,
             fail_tx,
@@ -265,6 +287,9 @@ impl Incremental {
             phase: Phase::Idle,
             xid: None,
             restarted: false,
+            read_only,
+            yielded: from,
+            held: None,
             requests,
             chunks,
             failed: Some(failed),
@@ -319,7 +344,7 @@ impl Incremental {
         };
         let chunk = self.next_chunk;
         self.next_chunk += 1;
-        let request = Request {
+        let request = Request::Chunk {
             chunk,
             table: self.plan.tables[current].clone(),
             limit: self.plan.chunk_rows,
@@ -329,39 +354,81 @@ impl Incremental {
         if self.requests.try_send(request).is_err() {
             tracing::debug!("the incremental snapshot's chunk task is gone");
         }
-        self.phase = Phase::Requested {
-            chunk,
-            table: current,
-            before: Vec::new(),
+        self.phase = if self.read_only {
+            Phase::Reading {
+                chunk,
+                table: current,
+                seen: Vec::new(),
+                truncates: Vec::new(),
+                read: None,
+            }
+        } else {
+            Phase::Requested {
+                chunk,
+                table: current,
+                before: Vec::new(),
+            }
         };
     }
 
     /// Sees one event of the stream; returns the event to yield instead (a
     /// chunk in place of its high watermark), or the event itself.
     pub(super) fn observe(&mut self, event: SourceEvent) -> Result<SourceEvent, SnapshotError> {
+        if self.read_only {
+            self.take_rows()?;
+            if let Some(lsn) = self.place(&event) {
+                // The chunk goes in front of `event`, which is yielded next.
+                let chunk = self.yield_read_only(lsn);
+                let event = self.see(event)?;
+                self.held = Some(event);
+                return Ok(chunk);
+            }
+        }
+        self.see(event)
+    }
+
+    /// [`Incremental::observe`] without placing a read-only chunk.
+    fn see(&mut self, event: SourceEvent) -> Result<SourceEvent, SnapshotError> {
         match &event {
             SourceEvent::Begin { xid, .. } => self.xid = Some(*xid),
-            SourceEvent::Commit { .. } => self.xid = None,
+            SourceEvent::Commit { end_lsn, .. } => {
+                self.xid = None;
+                self.yielded = self.yielded.max(*end_lsn);
+            }
+            SourceEvent::Idle { wal_end, .. } => self.yielded = self.yielded.max(*wal_end),
             SourceEvent::Change(change) => self.on_change(change),
             SourceEvent::Truncate { relations, .. } => {
                 if let Some(t) = self.in_flight().map(|i| &self.plan.tables[i]) {
                     let hit = relations
                         .iter()
                         .any(|r| r.namespace == t.schema && r.name == t.name);
-                    if hit
-                        && !t.inserts_only
-                        && let Phase::Window { truncated, .. } = &mut self.phase
-                    {
-                        *truncated = true;
+                    if hit && !t.inserts_only {
+                        let xid = self.xid.unwrap_or(0);
+                        match &mut self.phase {
+                            Phase::Window { truncated, .. } => *truncated = true,
+                            Phase::Reading {
+                                truncates,
+                                read: None,
+                                ..
+                            } => truncates.push(xid),
+                            Phase::Reading {
+                                read: Some(rows), ..
+                            } => rows.truncated |= rows.unseen(xid),
+                            _ => {}
+                        }
                     }
                 }
             }
-            SourceEvent::Message {
-                lsn,
-                prefix,
-                content,
-            } if prefix == WATERMARK_PREFIX => {
-                if let Some((chunk, high)) = parse_watermark(content, &self.connector, self.run) {
+            SourceEvent::Message { lsn, .. } => {
+                self.yielded = self.yielded.max(*lsn);
+                if let SourceEvent::Message {
+                    lsn,
+                    prefix,
+                    content,
+                } = &event
+                    && prefix == WATERMARK_PREFIX
+                    && let Some((chunk, high)) = parse_watermark(content, &self.connector, self.run)
+                {
                     return self
                         .on_watermark(chunk, high, *lsn)
                         .map(|e| e.unwrap_or(event));
@@ -375,7 +442,9 @@ impl Incremental {
     /// The plan's index of the table whose chunk is in flight.
     fn in_flight(&self) -> Option<usize> {
         match self.phase {
-            Phase::Requested { table, .. } | Phase::Window { table, .. } => Some(table),
+            Phase::Requested { table, .. }
+            | Phase::Window { table, .. }
+            | Phase::Reading { table, .. } => Some(table),
             Phase::Idle | Phase::Publishing { .. } => None,
         }
     }
@@ -418,6 +487,16 @@ impl Incremental {
                 }
             }
             Phase::Window { touched, .. } => touched.extend(keys),
+            Phase::Reading {
+                seen, read: None, ..
+            } => seen.extend(keys.into_iter().map(|k| (xid, k))),
+            Phase::Reading {
+                read: Some(rows), ..
+            } => {
+                if rows.unseen(xid) {
+                    rows.stale.extend(keys);
+                }
+            }
             Phase::Idle | Phase::Publishing { .. } => {}
         }
     }
@@ -629,101 +708,6 @@ impl Incremental {
             Phase::Publishing { lsn } => Some(lsn),
             _ => None,
         }
-    }
-}
-
-/// A random number for this run's watermarks.
-fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish()
-}
-
-/// Reads the chunks asked for, between their watermarks (module doc):
-/// watermarks on `params`' server, chunks on `reads`' (a standby) or the same.
-#[allow(clippy::too_many_arguments)] // one task's whole context
-async fn chunk_task(
-    params: ConnectParams,
-    reads: Option<ConnectParams>,
-    publication: String,
-    connector: String,
-    run: u64,
-    mut requests: mpsc::Receiver<Request>,
-    chunks: mpsc::Sender<ChunkRead>,
-    failed: oneshot::Sender<SnapshotError>,
-) {
-    let result = async {
-        let mut reader = SnapshotReader::open_for_chunks(reads.as_ref().unwrap_or(&params)).await?;
-        // Watermarks on the primary when the chunks are read on a standby.
-        let primary = match reads {
-            Some(_) => Some(
-                catalog::connect(&params)
-                    .await
-                    .map_err(SnapshotError::Connect)?,
-            ),
-            None => None,
-        };
-        while let Some(request) = requests.recv().await {
-            let t = &request.table;
-            let mark = |m| watermark(&connector, run, request.chunk, m);
-            let writer = primary.as_ref().unwrap_or(reader.client());
-            catalog::emit_message_flushed(writer, WATERMARK_PREFIX, &mark("low"))
-                .await
-                .map_err(SnapshotError::Connect)?;
-            if primary.is_some() {
-                let committed = catalog::current_wal_lsn(writer)
-                    .await
-                    .map_err(SnapshotError::Connect)?;
-                catalog::await_replay(
-                    reader.client(),
-                    committed,
-                    "the incremental snapshot's chunk",
-                )
-                .await
-                .map_err(SnapshotError::Connect)?;
-            }
-            let outcome = match reader
-                .read_chunk(
-                    &t.schema,
-                    &t.name,
-                    &publication,
-                    &t.key,
-                    t.inserts_only,
-                    t.filter.as_deref(),
-                    t.after.as_deref(),
-                    request.limit,
-                )
-                .await
-            {
-                Ok(chunk) => Ok(chunk),
-                Err(e) if e.gives_up_table() => Err(e.to_string()),
-                Err(e) => return Err(e),
-            };
-            if chunks
-                .send(ChunkRead {
-                    chunk: request.chunk,
-                    outcome,
-                })
-                .await
-                .is_err()
-            {
-                return Ok(()); // the source is gone
-            }
-            let writer = primary.as_ref().unwrap_or(reader.client());
-            catalog::emit_message_flushed(writer, WATERMARK_PREFIX, &mark("high"))
-                .await
-                .map_err(SnapshotError::Connect)?;
-        }
-        Ok::<(), SnapshotError>(())
-    }
-    .await;
-    if let Err(e) = result {
-        let _ = failed.send(e);
     }
 }
 

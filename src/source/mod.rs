@@ -447,9 +447,24 @@ impl Source {
             }
         };
         loop {
+            if let Some(event) = self.incremental.as_mut().and_then(|i| i.held.take()) {
+                return Ok(event);
+            }
             if let Some(event) = self.assembler.next_replayed()? {
                 return self.observe(event);
             }
+            // A read-only chunk waiting for its place: the server is asked
+            // for its position now and then (see `incremental`).
+            let wake = match self.incremental.as_mut() {
+                Some(i) => i.waiting()?,
+                None => incremental::Waiting::No,
+            };
+            let wake = async {
+                match wake {
+                    incremental::Waiting::Until(at) => tokio::time::sleep_until(at).await,
+                    incremental::Waiting::No => std::future::pending().await,
+                }
+            };
             let event = match self.incremental.as_mut().and_then(|i| i.failed.as_mut()) {
                 // A chunk that cannot be read ends the session (its progress
                 // is stored; the next session goes on from there).
@@ -464,9 +479,20 @@ impl Source {
                             continue;
                         }
                     },
-                    event = stream.recv() => event?,
+                    event = stream.recv() => Some(event?),
+                    () = wake => None,
                 },
-                None => stream.recv().await?,
+                None => tokio::select! {
+                    event = stream.recv() => Some(event?),
+                    () = wake => None,
+                },
+            };
+            let Some(event) = event else {
+                if let Some(i) = self.incremental.as_mut() {
+                    i.on_wait();
+                }
+                stream.send_status(stream.last_reported(), true).await?;
+                continue;
             };
             if let Some(event) = self.assembler.on_stream_event(event)? {
                 return self.observe(event);
@@ -489,6 +515,8 @@ impl Source {
     /// names this connector's watermarks; `params` connect the watermarks'
     /// writer, and the chunk reader unless `reads` names another server (a
     /// standby: its chunks wait for the low watermark's replay).
+    /// `read_only`: no watermark is written; each chunk is placed by its own
+    /// snapshot (docs/operations.md, "Read-only watermarks").
     pub fn start_incremental(
         &mut self,
         params: &ConnectParams,
@@ -496,7 +524,9 @@ impl Source {
         publication: &str,
         connector: &str,
         plan: IncrementalPlan,
+        read_only: bool,
     ) {
+        let from = self.received().max(self.confirmed());
         match &mut self.incremental {
             Some(running) if !running.plan.done() => {
                 if running.plan.id != plan.id {
@@ -514,6 +544,8 @@ impl Source {
                     publication,
                     connector,
                     plan,
+                    read_only,
+                    from,
                 ));
             }
         }
@@ -565,6 +597,9 @@ impl Source {
             return Ok(None);
         };
         loop {
+            if let Some(event) = self.incremental.as_mut().and_then(|i| i.held.take()) {
+                return Ok(Some(event));
+            }
             if let Some(event) = self.assembler.next_replayed()? {
                 return self.observe(event).map(Some);
             }

@@ -1,11 +1,13 @@
 //! The server's settings and the role's attributes that streaming needs:
 //! `wal_level = logical`, the REPLICATION attribute, and (with
-//! `[heartbeat] interval`) the right to call `pg_logical_emit_message`.
+//! `[heartbeat] interval`) the right to call `pg_logical_emit_message`;
+//! which watermarks incremental snapshots use (`[snapshot] watermarks`).
 
 use postgres_protocol::escape::escape_identifier as ident;
 use tokio_postgres::Client;
 
 use super::CheckError;
+use crate::config::Watermarks;
 use crate::pg::catalog::{self, CatalogError};
 
 /// `wal_level` must be `logical`.
@@ -66,6 +68,60 @@ pub async fn heartbeat_privilege(client: &Client, user: &str) -> Result<String, 
             "this server has no pg_logical_emit_message(boolean, text, text), which [heartbeat] \
              interval calls",
             "use PostgreSQL 14 or newer, or remove [heartbeat] interval",
+        )),
+    }
+}
+
+/// How incremental snapshots place their chunks in the stream on this
+/// server (`[snapshot] watermarks`): `true` for read-only watermarks, with
+/// the line `check` prints. `messages` needs the right to EXECUTE
+/// `pg_logical_emit_message` on the primary (`client`); `auto` takes
+/// read-only watermarks without it.
+pub async fn incremental_watermarks(
+    client: &Client,
+    watermarks: Watermarks,
+    user: &str,
+) -> Result<(bool, String), CheckError> {
+    if watermarks == Watermarks::ReadOnly {
+        return Ok((
+            true,
+            "read-only watermarks (watermarks = \"read_only\"): nothing is written".to_owned(),
+        ));
+    }
+    match (catalog::emit_message_privilege(client).await?, watermarks) {
+        (Some((function, true)), _) => Ok((
+            false,
+            format!("watermarks as logical messages: role {user} may execute {function}"),
+        )),
+        (Some((function, false)), Watermarks::Auto) => Ok((
+            true,
+            format!(
+                "read-only watermarks: role {user} may not execute {function} (watermarks = \
+                 \"auto\")"
+            ),
+        )),
+        (None, Watermarks::Auto) => Ok((
+            true,
+            "read-only watermarks: this server has no pg_logical_emit_message(boolean, text, \
+             text) (watermarks = \"auto\")"
+                .to_owned(),
+        )),
+        (Some((function, false)), _) => Err(CheckError::setup(
+            format!(
+                "role {user} may not execute {function}, which [snapshot] watermarks = \
+                 \"messages\" calls around each incremental snapshot chunk"
+            ),
+            format!(
+                "run as a superuser: GRANT EXECUTE ON FUNCTION pg_catalog.{} TO {}; or set \
+                 [snapshot] watermarks = \"read_only\" (or \"auto\")",
+                function.trim_start_matches("pg_catalog."),
+                ident(user)
+            ),
+        )),
+        (None, _) => Err(CheckError::setup(
+            "this server has no pg_logical_emit_message(boolean, text, text), which [snapshot] \
+             watermarks = \"messages\" calls",
+            "set [snapshot] watermarks = \"read_only\" (or \"auto\")",
         )),
     }
 }

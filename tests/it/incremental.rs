@@ -85,7 +85,16 @@ enum Cut {
 /// each kill re-sends at most the chunk in flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_incremental_snapshot_beside_writers_and_kill_9_loses_nothing() {
-    incremental_snapshot_through(Cut::Kill9, "inc_kill", false).await;
+    incremental_snapshot_through(Cut::Kill9, "inc_kill", false, false).await;
+}
+
+/// The same with read-only watermarks: an outbox table's chunks placed by
+/// their own snapshots (only inserts count), three kills -9, nothing lost
+/// and at most the chunk in flight re-sent per kill. Chunks keep distinct
+/// event ids though none has a watermark of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_incremental_snapshot_beside_writers_and_kill_9_loses_nothing() {
+    incremental_snapshot_through(Cut::Kill9, "inc_ro_kill", false, true).await;
 }
 
 /// The same with a second instance: three takeovers mid-snapshot (kill -9,
@@ -93,7 +102,7 @@ async fn an_incremental_snapshot_beside_writers_and_kill_9_loses_nothing() {
 /// offset store holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_incremental_snapshot_through_takeovers_loses_nothing() {
-    incremental_snapshot_through(Cut::Takeover, "inc_takeover", false).await;
+    incremental_snapshot_through(Cut::Takeover, "inc_takeover", false, false).await;
 }
 
 /// Walrelay's sessions terminated three times mid-snapshot (a soak run
@@ -102,7 +111,7 @@ async fn an_incremental_snapshot_through_takeovers_loses_nothing() {
 /// command", instead of reconnecting as it does for the stream).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_incremental_snapshot_through_terminated_sessions_loses_nothing() {
-    incremental_snapshot_through(Cut::Terminate, "inc_term", false).await;
+    incremental_snapshot_through(Cut::Terminate, "inc_term", false, false).await;
 }
 
 /// The kill -9 scenario with `delivery = "exactly_once"`: each chunk is
@@ -110,12 +119,13 @@ async fn an_incremental_snapshot_through_terminated_sessions_loses_nothing() {
 /// no row twice, neither of the snapshot nor of the stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_incremental_snapshot_with_exactly_once_commits_each_row_once() {
-    incremental_snapshot_through(Cut::Kill9, "inc_eos", true).await;
+    incremental_snapshot_through(Cut::Kill9, "inc_eos", true, false).await;
 }
 
 /// `exactly_once`: `delivery = "exactly_once"`, topics read as a
 /// `read_committed` consumer does, and nothing may arrive twice.
-async fn incremental_snapshot_through(cut: Cut, name: &str, exactly_once: bool) {
+/// `read_only`: `[snapshot] watermarks = "read_only"`.
+async fn incremental_snapshot_through(cut: Cut, name: &str, exactly_once: bool, read_only: bool) {
     const EXISTING: usize = 30_000;
     const CHUNK: usize = 500;
     const KILLS: usize = 3;
@@ -131,7 +141,10 @@ async fn incremental_snapshot_through(cut: Cut, name: &str, exactly_once: bool) 
         &db,
         &names,
         "",
-        &format!("[snapshot]\nmode = \"no_data\"\nchunk_rows = {CHUNK}\n"),
+        &format!(
+            "[snapshot]\nmode = \"no_data\"\nchunk_rows = {CHUNK}\nwatermarks = \"{}\"\n",
+            if read_only { "read_only" } else { "messages" }
+        ),
     );
     if exactly_once {
         text = text.replace("[kafka]\n", "[kafka]\ndelivery = \"exactly_once\"\n");
@@ -441,43 +454,8 @@ async fn a_table_added_to_the_configuration_gets_its_existing_rows() {
 async fn table_events_stay_fresh_under_concurrent_updates() {
     require_kafka();
     let db = TestDb::new("inc_fresh").await;
-    create_items(&db.client, 6000).await;
     let names = Names::new("inc_fresh");
-    let prefix = format!("{}_cdc", names.connector);
-    let config = write_config(&connector_config(
-        &db,
-        &names,
-        &format!(
-            "[table_defaults]\ntopic_prefix = \"{prefix}\"\n[[table]]\nname = \"public.items\"\n\
-             [snapshot]\nmode = \"no_data\"\nchunk_rows = 200\n"
-        ),
-    ));
-    let mut relay = RelayProcess::start_with(&config, &[]);
-    relay.wait_log("streaming", START).await;
-
-    // Writers: updates, deletes and inserts on random keys, all along.
-    let writers = ItemsWriters::start(&db.name, 4, 7000, Duration::ZERO);
-    request_snapshot(&config, "public.items", None);
-    relay
-        .wait_log("incremental snapshot completed", CATCH_UP)
-        .await;
-    writers.stop().await;
-    let topic = format!("{prefix}.public.items");
-    let table = items_state(&db.client).await;
-    let folded = wait_for("the topic folds to the table", CATCH_UP, || {
-        let topic = topic.clone();
-        let table = &table;
-        async move {
-            let (state, reads) = fold_versions(&topic);
-            // Keys the snapshot never saw and the stream never touched are
-            // absent from both sides only if deleted before; compare on the
-            // table's keys.
-            (state == *table).then_some(reads)
-        }
-    })
-    .await;
-    eprintln!("folded {} keys; {folded} read events", table.len());
-    assert!(folded > 0);
+    let (config, mut relay, topic, table) = folds_under_updates(&db, &names, "", false).await;
 
     // --where: only the selected rows are read.
     let reads_by_id = |topic: &str| -> HashMap<i64, usize> {
@@ -538,6 +516,133 @@ async fn table_events_stay_fresh_under_concurrent_updates() {
     }
     let started = Instant::now();
     assert!(relay.stop().success(), "{:?}", started.elapsed());
+}
+
+/// The same with read-only watermarks (`[snapshot] watermarks =
+/// "read_only"`): nothing is written for the chunks — no watermark reaches
+/// the WAL, a test_decoding slot shows — and the topic still folds to the
+/// table; a kill -9 mid-snapshot changes nothing. It fails when a chunk is
+/// placed below its horizon, or keeps rows a transaction its snapshot did
+/// not see changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_watermarks_keep_table_events_fresh_and_write_nothing() {
+    require_kafka();
+    let db = TestDb::new("inc_ro_fresh").await;
+    let watch = "inc_ro_fresh_watch";
+    db.client
+        .execute(
+            "SELECT pg_create_logical_replication_slot($1, 'test_decoding')",
+            &[&watch],
+        )
+        .await
+        .expect("create the watching slot");
+    let names = Names::new("inc_ro_fresh");
+    let (config, mut relay, topic, table) =
+        folds_under_updates(&db, &names, "watermarks = \"read_only\"\n", true).await;
+    // No chunk has a watermark of its own to name its rows by: still, no
+    // event id names two rows.
+    let mut named: HashMap<String, i64> = HashMap::new();
+    for r in consume_to_end(&[topic.as_str()]) {
+        let Some(after) = read_event(&r) else {
+            continue;
+        };
+        let id = r.header_str("walrelay.event_id").expect("an event id");
+        let row = after["id"].as_i64().expect("items.id");
+        assert_eq!(
+            *named.entry(id.clone()).or_insert(row),
+            row,
+            "event id {id} names two rows"
+        );
+    }
+    let check = std::process::Command::new(walrelay_bin())
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .expect("run walrelay check");
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        said.contains("incremental snapshots") && said.contains("read-only watermarks"),
+        "{said}"
+    );
+    let watermarks: i64 = db
+        .client
+        .query_one(
+            "SELECT count(*) FROM pg_logical_slot_peek_changes($1, NULL, NULL) \
+             WHERE data LIKE '%walrelay.watermark%'",
+            &[&watch],
+        )
+        .await
+        .expect("peek the watching slot")
+        .get(0);
+    db.client
+        .execute("SELECT pg_drop_replication_slot($1)", &[&watch])
+        .await
+        .expect("drop the watching slot");
+    assert_eq!(watermarks, 0, "read-only watermarks wrote watermarks");
+    assert!(!table.is_empty());
+    assert!(relay.stop().success());
+}
+
+/// 6,000 items read by an incremental snapshot of 200-row chunks (with
+/// `snapshot` settings `extra`) while 4 writers update, delete and insert
+/// random keys; with `kill`, walrelay is killed (-9) once mid-snapshot. Then
+/// the `[[table]]` topic, folded in partition order (read and change events
+/// as upserts, deletes as removals), must be exactly the table. Returns the
+/// config, the running relay, the topic and the table's state.
+async fn folds_under_updates(
+    db: &TestDb,
+    names: &Names,
+    extra: &str,
+    kill: bool,
+) -> (std::path::PathBuf, RelayProcess, String, HashMap<i64, i64>) {
+    create_items(&db.client, 6000).await;
+    let prefix = format!("{}_cdc", names.connector);
+    let config = write_config(&connector_config(
+        db,
+        names,
+        &format!(
+            "[table_defaults]\ntopic_prefix = \"{prefix}\"\n[[table]]\nname = \"public.items\"\n\
+             [snapshot]\nmode = \"no_data\"\nchunk_rows = 200\n{extra}"
+        ),
+    ));
+    let mut relay = RelayProcess::start_with(&config, &[]);
+    relay.wait_log("streaming", START).await;
+
+    // Writers: updates, deletes and inserts on random keys, all along.
+    let writers = ItemsWriters::start(&db.name, 4, 7000, Duration::ZERO);
+    request_snapshot(&config, "public.items", None);
+    let topic = format!("{prefix}.public.items");
+    if kill {
+        // Killed once a chunk is published (its records on their way to
+        // Kafka, its progress not yet stored).
+        relay
+            .wait_log("incremental snapshot chunk published", CATCH_UP)
+            .await;
+        eprintln!("kill -9 mid-snapshot");
+        relay.kill9();
+        relay = RelayProcess::start_with(&config, &[]);
+        relay.wait_log("streaming", START).await;
+    }
+    relay
+        .wait_log("incremental snapshot completed", CATCH_UP)
+        .await;
+    writers.stop().await;
+    let table = items_state(&db.client).await;
+    let folded = wait_for("the topic folds to the table", CATCH_UP, || {
+        let topic = topic.clone();
+        let table = &table;
+        async move {
+            let (state, reads) = fold_versions(&topic);
+            // Keys the snapshot never saw and the stream never touched are
+            // absent from both sides only if deleted before; compare on the
+            // table's keys.
+            (state == *table).then_some(reads)
+        }
+    })
+    .await;
+    eprintln!("folded {} keys; {folded} read events", table.len());
+    assert!(folded > 0);
+    (config, relay, topic, table)
 }
 
 /// Whether `record` is a read (`op: "r"`) event; its `after` then.

@@ -215,7 +215,9 @@ async fn a_slot_on_a_standby_snapshots_streams_and_survives_a_restart_and_a_prom
 /// before changes the stream carries ahead of the watermark, and publish
 /// them after those changes — stale. walrelay reads a chunk only once the
 /// standby replayed the watermark's commit: the topic folds to the table,
-/// under writers updating the rows throughout.
+/// under writers updating the rows throughout. Then the same again with
+/// read-only watermarks (nothing written for the chunks, none waits for
+/// replay: each is placed by its own snapshot on the standby).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_incremental_snapshot_on_a_lagging_standby_publishes_no_stale_row() {
     require_kafka();
@@ -226,19 +228,21 @@ async fn an_incremental_snapshot_on_a_lagging_standby_publishes_no_stale_row() {
     let db = create_database(primary, &database).await;
     create_items(&db, 2_000).await;
     let prefix = format!("{}_cdc", names.connector);
-    let config = pair_config(
-        &names,
-        &database,
-        &format!(
-            "host = \"127.0.0.1:{primary}\"\ncapture_from = \"standby\"\n\
-             standby_host = \"127.0.0.1:{standby}\""
-        ),
-        &format!(
-            "[snapshot]\nmode = \"no_data\"\nchunk_rows = 700\n[table_defaults]\n\
-             topic_prefix = \"{prefix}\"\n[[table]]\nname = \"public.items\"\n"
-        ),
-    );
-    let path = write_config(&config);
+    let config = |watermarks: &str| {
+        pair_config(
+            &names,
+            &database,
+            &format!(
+                "host = \"127.0.0.1:{primary}\"\ncapture_from = \"standby\"\n\
+                 standby_host = \"127.0.0.1:{standby}\""
+            ),
+            &format!(
+                "[snapshot]\nmode = \"no_data\"\nchunk_rows = 700\nwatermarks = \"{watermarks}\"\n\
+                 [table_defaults]\ntopic_prefix = \"{prefix}\"\n[[table]]\nname = \"public.items\"\n"
+            ),
+        )
+    };
+    let path = write_config(&config("messages"));
     wait_for("the standby has the table", CATCH_UP, || async {
         let client = connect_any(standby, &database).await;
         client
@@ -291,14 +295,64 @@ async fn an_incremental_snapshot_on_a_lagging_standby_publishes_no_stale_row() {
     }
     feedback_is("on").await;
 
-    let mut relay = RelayProcess::start_with(&path, &[]);
-    relay.wait_log("streaming", CATCH_UP).await;
+    for watermarks in ["messages", "read_only"] {
+        let path = write_config(&config(watermarks));
+        let mut relay = RelayProcess::start_with(&path, &[]);
+        relay.wait_log("streaming", CATCH_UP).await;
+        let reads = snapshot_on_a_lagging_standby(
+            &db,
+            &database,
+            primary,
+            &standby_url,
+            &path,
+            &prefix,
+            &mut relay,
+        )
+        .await;
+        eprintln!(
+            "lagging standby (PostgreSQL {}), {watermarks} watermarks: the topic folds to the \
+             table, {reads} read events",
+            support::pair::major(),
+        );
+        let waited = relay
+            .log()
+            .contains("waits for the standby to replay the primary's WAL");
+        if watermarks == "messages" {
+            assert!(
+                waited,
+                "the chunks waited for the lagging standby, and said so:\n{}",
+                relay.log()
+            );
+        } else {
+            assert!(
+                !waited,
+                "read-only chunks wait for no replay:\n{}",
+                relay.log()
+            );
+        }
+        relay.stop();
+    }
+}
 
+/// One incremental snapshot of `items`, asked for with `walrelay snapshot`
+/// while the standby applies every commit 6 s late and a writer updates
+/// rows throughout; returns the read events once the topic folds to the
+/// table.
+async fn snapshot_on_a_lagging_standby(
+    db: &tokio_postgres::Client,
+    database: &str,
+    primary: u16,
+    standby_url: &str,
+    path: &std::path::Path,
+    prefix: &str,
+    relay: &mut RelayProcess,
+) -> usize {
     // From now on the standby applies every commit 6 s after the primary.
-    let delay = SystemSetting::set_at(standby_url.clone(), "recovery_min_apply_delay", "6s").await;
+    let delay =
+        SystemSetting::set_at(standby_url.to_owned(), "recovery_min_apply_delay", "6s").await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
-        let db = connect_primary(&database, &[primary]).await;
+        let db = connect_primary(database, &[primary]).await;
         let stop = stop.clone();
         tokio::spawn(async move {
             let mut id = 0i64;
@@ -316,7 +370,7 @@ async fn an_incremental_snapshot_on_a_lagging_standby_publishes_no_stale_row() {
     };
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
         .args(["snapshot", "--config"])
-        .arg(&path)
+        .arg(path)
         .args(["--table", "public.items"])
         .output()
         .expect("run walrelay snapshot");
@@ -331,7 +385,7 @@ async fn an_incremental_snapshot_on_a_lagging_standby_publishes_no_stale_row() {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     writer.await.unwrap();
     drop(delay);
-    let table = items_state(&db).await;
+    let table = items_state(db).await;
     let topic = format!("{prefix}.public.items");
     let reads = wait_for("the topic folds to the table", CATCH_UP, || {
         let topic = topic.clone();
@@ -342,20 +396,8 @@ async fn an_incremental_snapshot_on_a_lagging_standby_publishes_no_stale_row() {
         }
     })
     .await;
-    eprintln!(
-        "lagging standby (PostgreSQL {}): {} rows fold to the table, {reads} read events",
-        support::pair::major(),
-        table.len()
-    );
     assert!(reads > 0, "the snapshot read rows");
-    assert!(
-        relay
-            .log()
-            .contains("waits for the standby to replay the primary's WAL"),
-        "the chunks waited for the lagging standby, and said so:\n{}",
-        relay.log()
-    );
-    relay.stop();
+    reads
 }
 
 /// Moving a running connector from the primary to a standby, as

@@ -1,6 +1,7 @@
 //! Logical messages: `pg_logical_emit_message` (the heartbeat and the
 //! incremental snapshot's watermarks), flushed or not, and whether the role
-//! may call it, with the signature this server declares.
+//! may call it, with the signature this server declares; and an empty
+//! committed transaction, which moves the stream without either.
 
 use tokio_postgres::Client;
 
@@ -83,4 +84,19 @@ pub async fn emit_message_privilege(
             source,
         })?;
     Ok(row.map(|r| (r.get(0), r.get(1))))
+}
+
+/// Commits a transaction that only takes a transaction id: one commit
+/// record in the WAL, flushed, and no row, message or privilege needed.
+/// A logical stream waiting for WAL past a position then moves.
+pub async fn commit_empty_transaction(client: &Client) -> Result<(), CatalogError> {
+    client
+        .batch_execute(
+            "BEGIN; SET LOCAL synchronous_commit = on; SELECT pg_current_xact_id(); COMMIT",
+        )
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "committing an empty transaction to move the stream",
+            source,
+        })
 }

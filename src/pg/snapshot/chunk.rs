@@ -4,6 +4,7 @@
 //! the replica identity, so keyset paging neither skips rows nor loses the
 //! stream's deletes.
 
+use crate::Lsn;
 use crate::pgoutput::{Column, Relation, TupleData};
 
 use super::error::relation_display;
@@ -57,6 +58,15 @@ pub struct Chunk {
     /// Transactions running (so not seen) when the chunk's snapshot was
     /// taken, as pgoutput's 32-bit xids.
     pub invisible: Vec<u32>,
+    /// The snapshot's `xmax` as a 32-bit xid: transactions from it on
+    /// started after the snapshot was taken, so it did not see them either.
+    pub xmax: u32,
+    /// A WAL position read after the snapshot was taken: the commit record
+    /// of every transaction the snapshot sees ends at or before it
+    /// (`pg_current_wal_insert_lsn()`, or on a standby
+    /// `pg_last_wal_replay_lsn()`), so a transaction the stream shows
+    /// committing at or after it is one the snapshot did not see.
+    pub horizon: Lsn,
     /// The key the chunk was read by.
     pub key: Vec<String>,
     /// Why it is not the key asked for, when it is not.

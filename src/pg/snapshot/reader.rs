@@ -11,6 +11,7 @@ use postgres_protocol::escape::{escape_identifier, escape_literal};
 use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
 
+use crate::Lsn;
 use crate::pg::catalog::{self, describe};
 use crate::pg::wire::ConnectParams;
 use crate::pgoutput::{Column, Relation};
@@ -567,6 +568,27 @@ impl SnapshotReader {
                 .iter()
                 .map(|r| r.get::<_, i64>(0) as u32)
                 .collect();
+            // After the snapshot (taken by the query above): every commit
+            // it sees is in the WAL below this position (see `Chunk`).
+            let row = self
+                .client
+                .query_one(
+                    "SELECT (pg_snapshot_xmax(pg_current_snapshot())::text::int8 % 4294967296)::int8, \
+                     (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
+                      ELSE pg_current_wal_insert_lsn() END)::text",
+                    &[],
+                )
+                .await
+                .map_err(query("reading the chunk's snapshot"))?;
+            let xmax = row.get::<_, i64>(0) as u32;
+            let horizon = row
+                .get::<_, Option<String>>(1)
+                .and_then(|text| text.parse::<Lsn>().ok())
+                .ok_or_else(|| SnapshotError::Malformed {
+                    table: table.clone(),
+                    row: 0,
+                    reason: "the server gave no WAL position for the chunk's snapshot".into(),
+                })?;
             let relation = self.table_relation(schema, name, Some(publication)).await?;
             let (used, key_note) = self.chunk_key(&relation, key, inserts_only).await?;
             let after = if used.as_slice() == key { after } else { None };
@@ -584,6 +606,8 @@ impl SnapshotReader {
                 relation,
                 rows,
                 invisible,
+                xmax,
+                horizon,
                 key: used,
                 key_note,
             })

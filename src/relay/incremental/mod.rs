@@ -52,6 +52,11 @@ impl Incremental {
         Incremental { specs }
     }
 
+    /// Whether chunks are placed by read-only watermarks.
+    pub(super) fn read_only(&self) -> bool {
+        self.specs.read_only
+    }
+
     /// A signal in the stream: starts (or extends) an incremental snapshot.
     /// A signal that is not for this connector is ignored; one that is but
     /// cannot be followed is logged, and streaming goes on.
@@ -113,7 +118,7 @@ impl Incremental {
             tables,
             chunk_rows: config.snapshot.chunk_rows,
         };
-        start(publisher, source, plan);
+        start(publisher, source, plan, self.specs.read_only);
         // Stored with the first offset at or past the signal, before any
         // chunk: the offset store passing the signal means it is never
         // replayed, so the snapshot it asked for must be in the stored
@@ -206,7 +211,12 @@ impl Incremental {
 }
 
 /// Starts `plan` beside the stream (see [`Source::start_incremental`]).
-pub(super) fn start(publisher: &Publisher, source: &mut Source, plan: IncrementalPlan) {
+pub(super) fn start(
+    publisher: &Publisher,
+    source: &mut Source,
+    plan: IncrementalPlan,
+    read_only: bool,
+) {
     let config = publisher.config();
     let reads = config
         .postgres
@@ -219,6 +229,7 @@ pub(super) fn start(publisher: &Publisher, source: &mut Source, plan: Incrementa
         &config.postgres.publication,
         &config.connector.name,
         plan,
+        read_only,
     );
     if let Some(plan) = source.incremental_plan() {
         gauges(publisher, plan);

@@ -30,6 +30,9 @@ pub(in crate::relay) struct Spec {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Specs {
     pub(in crate::relay) tables: Vec<(String, Spec)>,
+    /// Chunks are placed in the stream by read-only watermarks
+    /// (`[snapshot] watermarks`, as resolved on the server at start).
+    pub(in crate::relay) read_only: bool,
 }
 
 impl Specs {
@@ -58,7 +61,10 @@ impl Specs {
                 },
             )
         }));
-        Specs { tables }
+        Specs {
+            tables,
+            read_only: false,
+        }
     }
 
     /// The tables' names.
