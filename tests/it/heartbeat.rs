@@ -345,6 +345,8 @@ async fn failing_heartbeat_writes_are_logged_once_and_never_stop_the_connector()
 /// With `pg_logical_emit_message` revoked from PUBLIC (in this database
 /// only: `pg_proc` is per database), `check` fails and `run` refuses with the
 /// GRANT for this server's signature; running that GRANT makes `check` pass.
+/// Without heartbeats, incremental snapshots then take read-only watermarks
+/// (`watermarks = "auto"`), and `"messages"` is refused with the same GRANT.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_execute_grant_is_named_with_the_grant_to_run() {
     require_kafka();
@@ -393,9 +395,37 @@ async fn a_missing_execute_grant_is_named_with_the_grant_to_run() {
     let (code, report) = check(&off);
     assert_eq!(code, Some(0), "{report}");
     assert!(!report.contains("heartbeat"), "{report}");
+    // Incremental snapshots then take read-only watermarks (`auto`)...
+    assert!(
+        report.contains("read-only watermarks: role walrelay may not execute"),
+        "{report}"
+    );
+    // ... unless told to write watermarks, which needs the same GRANT.
+    let messages = write_config(&relay_config(
+        &db,
+        &names,
+        "",
+        "[snapshot]\nmode = \"no_data\"\nwatermarks = \"messages\"\n",
+    ));
+    let (code, report) = check(&messages);
+    assert_eq!(code, Some(1), "{report}");
+    assert!(
+        failures(&report)
+            .iter()
+            .any(|f| f.contains("[snapshot] watermarks = \"messages\"")),
+        "{report}"
+    );
+    assert!(report.contains(&grant), "check names {grant:?}:\n{report}");
+    run_refuses(&messages, &grant);
 
     // The statement check printed is the fix.
     sql(&db, &grant).await;
     let (code, report) = check(&path);
     assert_eq!(code, Some(0), "{report}");
+    let (code, report) = check(&off);
+    assert_eq!(code, Some(0), "{report}");
+    assert!(
+        report.contains("watermarks as logical messages"),
+        "{report}"
+    );
 }
