@@ -1,6 +1,7 @@
-//! `[kafka.schema_registry]` rules, and the outbox formats that need it:
+//! `[kafka.schema_registry]` rules, and the formats that need it:
 //! a usable URL (and a CA file only for https://), basic auth given whole, `use_latest_version` only without
-//! `auto_register`, a registry for every `avro`/`json_schema` outbox, and
+//! `auto_register`, a registry for every `avro`/`json_schema` outbox, table
+//! and message section, and
 //! the combinations this version does not carry yet (an envelope, a
 //! record-name subject strategy for the outbox's non-record schemas).
 //!
@@ -24,6 +25,7 @@ pub(super) fn registry(config: &Config, out: &mut Vec<Problem>) {
         section(r, out);
     }
     tables(config, registry.is_some(), out);
+    messages(config, registry.is_some(), out);
     for (i, outbox) in config.outbox.iter().enumerate() {
         if !outbox.format.uses_registry() {
             continue;
@@ -100,6 +102,30 @@ fn tables(config: &Config, has_registry: bool, out: &mut Vec<Problem>) {
                      table_defaults.provide_transaction_metadata yet: the BEGIN/END records \
                      would be JSON beside {format} change events; set \
                      provide_transaction_metadata = false, or format = \"json\""
+                ),
+            ));
+        }
+    }
+}
+
+/// `[[message]] format = "avro" | "json_schema"`: a registry is needed.
+/// Any subject name strategy will do (the key and value are records);
+/// `provide_transaction_metadata` does not touch message records (their
+/// `transaction` is null, as with `format = "debezium"`).
+fn messages(config: &Config, has_registry: bool, out: &mut Vec<Problem>) {
+    if has_registry {
+        return;
+    }
+    for (i, m) in config.messages.iter().enumerate() {
+        if m.format.uses_registry() {
+            out.push(Problem::new(
+                format!("message[{i}].format"),
+                format!(
+                    "format = \"{}\" needs a schema registry, and there is no \
+                     [kafka.schema_registry] section; add one with url = \
+                     \"http://registry:8081\", or set format = \"debezium\" (the same event \
+                     as JSON)",
+                    m.format.as_str()
                 ),
             ));
         }
