@@ -8,7 +8,10 @@
 //! Debezium's `op: "m"` event (key `{"prefix"}`, `message.content` the
 //! payload's bytes), under Debezium's `MessageKey` / `MessageValue` schemas
 //! as the registry holds them; under each subject name strategy, the
-//! subjects it names; the registry asked once per subject, not per record.
+//! subjects it names; the registry asked once per subject, not per record;
+//! and a schema the registry lacks (`auto_register = false`) stopping the
+//! connector naming the prefix and the subject, nothing sent schema-less,
+//! the slot before the message.
 //!
 //! Needs `WALRELAY_REGISTRY_URL`, `WALRELAY_REGISTRY_LOG` and
 //! `WALRELAY_REGISTRY_PYTHON` (`deploy/dev/registry.sh up` prints them).
@@ -319,4 +322,57 @@ async fn json_schema_message_events_decode_with_confluents_client() {
 #[tokio::test(flavor = "multi_thread")]
 async fn avro_message_events_under_the_record_name_strategy() {
     message_events_decode_with_confluents_client("avro", "record").await;
+}
+
+/// A message whose schema the registry does not have under its subject
+/// (`auto_register = false`, nothing registered): the connector stops
+/// naming the message's prefix, the topic and the subject, sends nothing
+/// schema-less, and the slot does not pass the message.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_schema_the_registry_lacks_stops_the_connector_naming_the_prefix() {
+    require_kafka();
+    let url = registry_url();
+    let db = TestDb::new("sr_msg_refused").await;
+    let names = Names::new("sr_msg_refused");
+    let topic = format!("{}.message", names.connector);
+    let config = connector_config(
+        &db,
+        &names,
+        &format!(
+            "[[message]]\nprefix = \"orders\"\ntopic = \"{topic}\"\nformat = \"avro\"\n\n{}\
+             auto_register = false\n",
+            registry_section(&url)
+        ),
+    );
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    let before = db.current_wal_lsn().await;
+    db.client
+        .batch_execute("SELECT pg_logical_emit_message(true, 'orders', '{\"order_id\":\"1\"}')")
+        .await
+        .unwrap();
+    let log = relay.expect_exit(1, Duration::from_secs(60));
+    let line = log
+        .lines()
+        .find(|l| l.contains("schema registry refused subject"))
+        .unwrap_or_else(|| panic!("no refusal naming the registry in:\n{log}"));
+    for needle in [
+        "logical message prefix \"orders\"",
+        topic.as_str(),
+        &format!("{topic}-key"),
+        "auto_register",
+    ] {
+        assert!(line.contains(needle), "{needle:?} missing from: {line}");
+    }
+    assert_eq!(
+        records_in(&[topic.as_str()]),
+        0,
+        "a record without its schema id"
+    );
+    let confirmed = db.confirmed_flush(&names.slot).await.unwrap_or(0);
+    assert!(
+        confirmed <= before,
+        "the slot passed the refused message: {confirmed} > {before}"
+    );
+    eprintln!("refused: {line}");
 }
