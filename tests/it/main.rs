@@ -49,6 +49,7 @@ mod republish;
 mod schema_registry;
 mod schema_registry_messages;
 mod schema_registry_tables;
+mod schema_registry_transactions;
 mod services;
 mod session_params;
 mod snapshot;
