@@ -5,9 +5,12 @@
 //! A section names a `prefix` (exact, or ending in `*` for every prefix
 //! that starts with the rest), a `topic` template whose placeholders are
 //! `{prefix}` or top-level fields of the JSON payload, an optional
-//! `key_field` (default: the key is the prefix) and `header_fields`.
-//! Validation here needs no I/O; the router ([`crate::router::message`])
-//! applies a section to a message.
+//! `key_field` (default: the key is the prefix), `header_fields` and a
+//! `format`: the payload as is, or Debezium's `op: "m"` message event as
+//! JSON, or in the Confluent wire format as Avro or JSON Schema (those two
+//! need `[kafka.schema_registry]`, checked with the other registry rules in
+//! `validate/registry.rs`). Validation here needs no I/O; the router
+//! ([`crate::router::message`]) applies a section to a message.
 
 use serde::Deserialize;
 
@@ -44,14 +47,15 @@ pub struct MessageConfig {
     #[serde(default)]
     pub header_fields: Vec<String>,
     /// The record's shape: the payload as is (`raw`), or Debezium's
-    /// `op: "m"` message event (`debezium`).
+    /// `op: "m"` message event as JSON (`debezium`), Avro (`avro`) or JSON
+    /// Schema (`json_schema`).
     #[serde(default)]
     pub format: MessageFormat,
 }
 
 /// `message.format`: the shape of a message record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum MessageFormat {
     /// The payload as the value, unchanged.
     #[default]
@@ -61,6 +65,37 @@ pub enum MessageFormat {
     /// `message.content`), as its JSON converter writes it with
     /// `schemas.enable=false`.
     Debezium,
+    /// The same event in Avro, in the Confluent wire format, with the
+    /// schemas Debezium's Avro converter gives message events
+    /// (`io.debezium.connector.postgresql.MessageKey`, `.MessageValue`):
+    /// schema ids from `[kafka.schema_registry]`.
+    Avro,
+    /// The same event as JSON under the JSON Schemas Confluent's
+    /// `JsonSchemaConverter` makes of those schemas, in the wire format.
+    JsonSchema,
+}
+
+impl MessageFormat {
+    /// The name as written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageFormat::Raw => "raw",
+            MessageFormat::Debezium => "debezium",
+            MessageFormat::Avro => "avro",
+            MessageFormat::JsonSchema => "json_schema",
+        }
+    }
+
+    /// Whether the record is Debezium's `op: "m"` event (key
+    /// `{"prefix": …}`), in whichever encoding.
+    pub fn is_debezium_event(self) -> bool {
+        self != MessageFormat::Raw
+    }
+
+    /// Whether records take schema ids from a registry.
+    pub fn uses_registry(self) -> bool {
+        matches!(self, MessageFormat::Avro | MessageFormat::JsonSchema)
+    }
 }
 
 impl MessageConfig {
@@ -86,6 +121,11 @@ impl MessageConfig {
             (_, MessageFormat::Debezium) => {
                 "Debezium's op \"m\" events, key = {\"prefix\": …}".to_owned()
             }
+            (_, f) if f.uses_registry() => format!(
+                "Debezium's op \"m\" events in {} (schema registry, Debezium's MessageKey and \
+                 MessageValue schemas), key = {{\"prefix\": …}}",
+                f.as_str()
+            ),
             (Some(field), _) => format!("key = payload field {field}"),
             (None, _) => "key = the prefix".to_owned(),
         };
@@ -169,11 +209,14 @@ pub(super) fn problems(messages: &[MessageConfig], out: &mut Vec<Problem>) {
         }
         if let Some(field) = &m.key_field {
             field_name(&at("key_field"), field, out);
-            if m.format == MessageFormat::Debezium {
+            if m.format.is_debezium_event() {
                 out.push(Problem::new(
                     at("key_field"),
-                    "with format = \"debezium\" the key is Debezium's {\"prefix\": …}; remove \
-                     key_field, or use format = \"raw\"",
+                    format!(
+                        "with format = \"{}\" the key is Debezium's {{\"prefix\": …}}; remove \
+                         key_field, or use format = \"raw\"",
+                        m.format.as_str()
+                    ),
                 ));
             }
         }

@@ -409,9 +409,22 @@ impl Publisher {
         pos: Position,
         record: &crate::router::Record,
     ) -> Result<crate::router::Record, RelayError> {
+        // A `[[message]]` record has no relation: it names its prefix.
+        let prefix = || {
+            record
+                .headers
+                .iter()
+                .find(|(k, _)| &**k == crate::router::message::PREFIX_HEADER)
+                .map(|(_, v)| {
+                    format!(
+                        "logical message prefix {}",
+                        crate::config::quoted(&String::from_utf8_lossy(v))
+                    )
+                })
+        };
         let error = |error| RelayError::SchemaRegistry {
             table: self.publishing.as_ref().map_or_else(
-                || "an outbox table".to_owned(),
+                || prefix().unwrap_or_else(|| "an outbox table".to_owned()),
                 |r| format!("{}.{}", r.namespace, r.name),
             ),
             topic: self.topic_counters.shown(&record.topic),

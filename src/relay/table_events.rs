@@ -226,7 +226,10 @@ impl TableEvents {
         }
         let mut records = std::mem::take(&mut self.records);
         records.clear();
-        self.router.on_commit(commit_lsn, end_lsn, &mut records);
+        if let Err(e) = self.router.on_commit(commit_lsn, end_lsn, &mut records) {
+            self.records = records;
+            return Err(e.into());
+        }
         let pos = Position {
             commit_lsn,
             index: u64::MAX,

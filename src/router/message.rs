@@ -9,7 +9,11 @@
 //! `walrelay.event_id` = `<commit LSN>:<index>` (the message's position in
 //! its transaction, as table events have), `walrelay.prefix`, the
 //! `header_fields` present (not null) in the payload, and `walrelay.lsn` =
-//! the commit LSN.
+//! the commit LSN. `format = "debezium"`: key `{"prefix": …}` and value
+//! Debezium's `op: "m"` event as JSON; `format = "avro" | "json_schema"`:
+//! the same key and value as bodies under Debezium's message schemas
+//! (`encode.rs`), the record carrying the schemas whose ids
+//! `sink::registry` adds.
 //!
 //! Invariants:
 //! - **Stable identity.** A record depends only on the message, its commit
@@ -30,11 +34,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
+use super::schema::SchemaKind;
 use super::{EventId, Record, RouteError, Unroutable};
 use crate::Lsn;
 use crate::config::{
     Config, MessageConfig, MessageFormat, PREFIX_PLACEHOLDER, Segment, topic_name_problem,
 };
+
+mod encode;
 
 /// Header carrying the message's prefix.
 pub const PREFIX_HEADER: &str = "walrelay.prefix";
@@ -48,6 +55,9 @@ struct Route {
     config: MessageConfig,
     reads_payload: bool,
     header_names: Vec<Arc<str>>,
+    /// `format = "avro" | "json_schema"`: the schemas, shared by the
+    /// sections of one format.
+    encoding: Option<Arc<encode::Encoding>>,
     /// Rendered topic name → shared name.
     topics: RefCell<HashMap<String, Arc<str>>>,
 }
@@ -85,6 +95,20 @@ impl MessageRouter {
             super::debezium::json_str(&mut out, s);
             String::from_utf8_lossy(&out).into_owned()
         };
+        let mut encodings: Vec<(MessageFormat, Arc<encode::Encoding>)> = Vec::new();
+        let mut encoding = |format: MessageFormat| {
+            let kind = match format {
+                MessageFormat::Avro => SchemaKind::Avro,
+                MessageFormat::JsonSchema => SchemaKind::Json,
+                MessageFormat::Raw | MessageFormat::Debezium => return None,
+            };
+            if let Some((_, e)) = encodings.iter().find(|(f, _)| *f == format) {
+                return Some(e.clone());
+            }
+            let e = Arc::new(encode::Encoding::new(kind));
+            encodings.push((format, e.clone()));
+            Some(e)
+        };
         MessageRouter {
             name_json: json(config.topic_prefix()),
             db_json: json(&config.postgres.database),
@@ -94,6 +118,7 @@ impl MessageRouter {
                 .map(|c| Route {
                     reads_payload: c.reads_payload(),
                     header_names: c.header_fields.iter().map(|f| Arc::from(&**f)).collect(),
+                    encoding: encoding(c.format),
                     config: c.clone(),
                     topics: RefCell::default(),
                 })
@@ -223,21 +248,32 @@ impl MessageRouter {
             }
         };
 
-        let debezium = route.config.format == MessageFormat::Debezium;
-        let key = match &route.config.key_field {
-            _ if debezium => {
-                let mut k = b"{\"prefix\":".to_vec();
-                super::debezium::json_str(&mut k, prefix);
-                k.push(b'}');
-                Bytes::from(k)
+        let (key, value) = if route.config.format.is_debezium_event() {
+            let mut key = b"{\"prefix\":".to_vec();
+            super::debezium::json_str(&mut key, prefix);
+            key.push(b'}');
+            let value = self.debezium_value(at, prefix, content);
+            match &route.encoding {
+                None => (Bytes::from(key), Bytes::from(value)),
+                Some(encoding) => encoding.bodies(key, value).map_err(|e| {
+                    err(
+                        "*",
+                        format!(
+                            "the {} event does not fit Debezium's message schema at {}: {}",
+                            route.config.format.as_str(),
+                            e.path,
+                            e.reason
+                        ),
+                        "report it as a bug; format = \"debezium\" writes the same event as JSON",
+                    )
+                })?,
             }
-            Some(k) => Bytes::from(required(k, "key")?.into_owned()),
-            None => Bytes::copy_from_slice(prefix.as_bytes()),
-        };
-        let value = if debezium {
-            Bytes::from(self.debezium_value(at, prefix, content))
         } else {
-            content.clone()
+            let key = match &route.config.key_field {
+                Some(k) => Bytes::from(required(k, "key")?.into_owned()),
+                None => Bytes::copy_from_slice(prefix.as_bytes()),
+            };
+            (key, content.clone())
         };
 
         let lsn_text = Bytes::from(commit_lsn.to_string());
@@ -254,14 +290,18 @@ impl MessageRouter {
             }
         }
         headers.push((self.lsn_header.clone(), lsn_text));
-        Ok(Some(Record::with_event_id(
+        let mut record = Record::with_event_id(
             topic,
             Some(key),
             Some(value),
             headers,
             None,
             Some(EventId::Change(event_id)),
-        )))
+        );
+        if let Some(encoding) = &route.encoding {
+            record.schemas = Some(encoding.schemas().clone());
+        }
+        Ok(Some(record))
     }
 }
 

@@ -251,9 +251,16 @@ impl TableRouter {
             event_id_header: Arc::from(EVENT_ID_HEADER),
             lsn_header: Arc::from(LSN_HEADER),
             lsn_text: (Lsn::ZERO, Bytes::new()),
-            txmeta: d
-                .provide_transaction_metadata
-                .then(|| TxnMetadata::new(config.topic_prefix())),
+            // BEGIN/END records in the connector's format (validation
+            // refuses a [[table]] of another one with them).
+            txmeta: d.provide_transaction_metadata.then(|| {
+                let kind = match d.format {
+                    TableFormat::Json => None,
+                    TableFormat::Avro => Some(super::schema::SchemaKind::Avro),
+                    TableFormat::JsonSchema => Some(super::schema::SchemaKind::Json),
+                };
+                TxnMetadata::new(config.topic_prefix(), kind)
+            }),
         }
     }
 
@@ -274,26 +281,34 @@ impl TableRouter {
 
     /// The transaction committed at `commit_lsn` ends at `end_lsn`: appends
     /// its END record to `out` when it had a table event and
-    /// `provide_transaction_metadata` is on.
-    pub fn on_commit(&mut self, commit_lsn: Lsn, end_lsn: Lsn, out: &mut Vec<Record>) {
+    /// `provide_transaction_metadata` is on. An error only when the record
+    /// does not fit its registry format's schema (a bug).
+    pub fn on_commit(
+        &mut self,
+        commit_lsn: Lsn,
+        end_lsn: Lsn,
+        out: &mut Vec<Record>,
+    ) -> Result<(), TableEventError> {
         if self.txmeta.is_none() {
-            return;
+            return Ok(());
         }
         let lsn_text = self.lsn_text(commit_lsn);
         let Some(meta) = &mut self.txmeta else {
-            return;
+            return Ok(());
         };
         let headers = (&self.event_id_header, &self.lsn_header, lsn_text);
-        if let Some(end) = meta.end_record(
-            commit_lsn,
-            end_lsn,
-            &mut self.buf,
-            &mut self.values,
-            &mut self.ids,
-            headers,
-        ) {
-            out.push(end);
-        }
+        let end = meta
+            .end_record(
+                commit_lsn,
+                end_lsn,
+                &mut self.buf,
+                &mut self.values,
+                &mut self.ids,
+                headers,
+            )
+            .map_err(|e| txmeta_error(e, commit_lsn))?;
+        out.extend(end);
+        Ok(())
     }
 
     /// Whether any `[[table]]` is configured.
@@ -711,6 +726,21 @@ struct Ctx<'a> {
     lsn: Lsn,
     /// `provide_transaction_metadata` (streamed changes only).
     txmeta: Option<&'a mut TxnMetadata>,
+}
+
+/// A BEGIN/END record that does not fit its registry format's schema.
+pub(super) fn txmeta_error(e: schemas::body::BodyError, commit_lsn: Lsn) -> TableEventError {
+    TableEventError {
+        table: "the transaction metadata".into(),
+        column: e.path,
+        lsn: commit_lsn,
+        reason: format!(
+            "a BEGIN/END record does not fit Debezium's transaction metadata schema: {}",
+            e.reason
+        ),
+        fix: "report it as a bug; provide_transaction_metadata = false writes no such records"
+            .into(),
+    }
 }
 
 #[cfg(test)]

@@ -21,6 +21,11 @@
 //! rows have no transaction (`transaction` null, no BEGIN/END), as in
 //! Debezium.
 //!
+//! With `[table_defaults] format = "avro" | "json_schema"` the BEGIN and
+//! END records carry those keys and values as bodies under Debezium's
+//! transaction metadata schemas (`encode.rs`), whose ids `sink::registry`
+//! adds; the events' `transaction` blocks are in their envelope's schema.
+//!
 //! Unlike Debezium, a transaction without a table event writes no BEGIN
 //! and END (Debezium writes both, `event_count` 0, for every transaction
 //! pgoutput sends it: one that touches an outbox table or a published
@@ -44,8 +49,12 @@ use bytes::Bytes;
 
 use super::arena::Arena;
 use super::debezium;
+use super::schema::SchemaKind;
+use super::table::schemas::body::BodyError;
 use super::{EventId, Record};
 use crate::Lsn;
+
+mod encode;
 
 /// The transaction topic's name after the prefix (Debezium's
 /// `topic.transaction` default).
@@ -92,17 +101,21 @@ pub(super) struct TxnMetadata {
     /// Where each table is in `tables`.
     index: HashMap<Arc<str>, usize>,
     total: u64,
+    /// `avro` / `json_schema`: the BEGIN/END records' schemas.
+    encoding: Option<encode::Encoding>,
 }
 
 impl TxnMetadata {
-    /// For table events with topic prefix `prefix`.
-    pub fn new(prefix: &str) -> TxnMetadata {
+    /// For table events with topic prefix `prefix`, BEGIN/END records as
+    /// JSON (`kind` `None`) or under a registry's schemas of `kind`.
+    pub fn new(prefix: &str, kind: Option<SchemaKind>) -> TxnMetadata {
         TxnMetadata {
             topic: Arc::from(format!("{prefix}{TOPIC_SUFFIX}")),
             open: None,
             tables: Vec::new(),
             index: HashMap::new(),
             total: 0,
+            encoding: kind.map(encode::Encoding::new),
         }
     }
 
@@ -180,15 +193,18 @@ impl TxnMetadata {
     }
 
     /// The BEGIN record of the open transaction (`lsn_header`: the commit
-    /// LSN's text, as on its events).
+    /// LSN's text, as on its events); an error only when its JSON does not
+    /// fit the registry format's schema (a bug).
     pub fn begin_record(
         &self,
         buf: &mut Vec<u8>,
         values: &mut Arena,
         ids: &mut Arena,
         headers: (&Arc<str>, &Arc<str>, Bytes),
-    ) -> Option<Record> {
-        let open = self.open?;
+    ) -> Result<Option<Record>, BodyError> {
+        let Some(open) = self.open else {
+            return Ok(None);
+        };
         buf.clear();
         let _ = write!(buf, "{{\"id\":\"{}:{}\"}}", open.xid, open.begin_lsn.0);
         let key = values.copy(buf);
@@ -201,12 +217,13 @@ impl TxnMetadata {
         );
         let value = values.copy(buf);
         let id = ids.format(format_args!("{}:begin", open.commit_lsn));
-        Some(self.record(key, value, id, headers))
+        self.record(key, value, values, id, headers).map(Some)
     }
 
     /// Ends the open transaction, committed at `commit_lsn` and ending at
     /// `end_lsn`: its END record if it had an event (`None` otherwise, or
-    /// when `commit_lsn` is not the open transaction).
+    /// when `commit_lsn` is not the open transaction); an error as for
+    /// [`TxnMetadata::begin_record`].
     pub fn end_record(
         &mut self,
         commit_lsn: Lsn,
@@ -215,10 +232,12 @@ impl TxnMetadata {
         values: &mut Arena,
         ids: &mut Arena,
         headers: (&Arc<str>, &Arc<str>, Bytes),
-    ) -> Option<Record> {
-        let open = self.open.take().filter(|o| o.commit_lsn == commit_lsn)?;
+    ) -> Result<Option<Record>, BodyError> {
+        let Some(open) = self.open.take().filter(|o| o.commit_lsn == commit_lsn) else {
+            return Ok(None);
+        };
         if self.total == 0 {
-            return None;
+            return Ok(None);
         }
         buf.clear();
         let _ = write!(buf, "{{\"id\":\"{}:{}\"}}", open.xid, end_lsn.0);
@@ -242,25 +261,36 @@ impl TxnMetadata {
         let _ = write!(buf, "],\"ts_ms\":{}}}", open.commit_ms);
         let value = values.copy(buf);
         let id = ids.format(format_args!("{}:end", open.commit_lsn));
-        Some(self.record(key, value, id, headers))
+        self.record(key, value, values, id, headers).map(Some)
     }
 
+    /// The record of the JSON `key` and `value`: as they are, or their
+    /// bodies under the registry format's schemas.
     fn record(
         &self,
         key: Bytes,
         value: Bytes,
+        values: &mut Arena,
         id: Bytes,
         (id_header, lsn_header, lsn): (&Arc<str>, &Arc<str>, Bytes),
-    ) -> Record {
+    ) -> Result<Record, BodyError> {
+        let (key, value) = match &self.encoding {
+            Some(encoding) => encoding.bodies(key, value, values)?,
+            None => (key, value),
+        };
         let event_id = Some(EventId::Change(id.clone()));
-        Record::with_event_id(
+        let mut record = Record::with_event_id(
             self.topic.clone(),
             Some(key),
             Some(value),
             vec![(id_header.clone(), id), (lsn_header.clone(), lsn)],
             None,
             event_id,
-        )
+        );
+        if let Some(encoding) = &self.encoding {
+            record.schemas = Some(encoding.schemas().clone());
+        }
+        Ok(record)
     }
 }
 

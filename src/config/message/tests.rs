@@ -137,3 +137,57 @@ topic = "orders"
     let e = Config::from_str(none, "test.toml").unwrap_err().to_string();
     assert!(e.contains("[[message]] section"), "{e}");
 }
+
+#[test]
+fn registry_formats_need_a_registry_and_keep_debeziums_key() {
+    let registry = "[kafka.schema_registry]\nurl = \"http://registry:8081\"\n";
+    for format in ["avro", "json_schema"] {
+        let section =
+            format!("[[message]]\nprefix = \"orders\"\ntopic = \"t\"\nformat = \"{format}\"\n");
+        // No registry: the key, the format and both fixes named.
+        let e = load(&section).unwrap_err();
+        assert!(
+            e.contains("message[0].format")
+                && e.contains(&format!("format = \"{format}\" needs a schema registry"))
+                && e.contains("[kafka.schema_registry]")
+                && e.contains("format = \"debezium\""),
+            "{e}"
+        );
+        // With one: loads, and check says what it writes.
+        let c = load(&format!("{section}{registry}")).unwrap();
+        let m = &c.messages[0];
+        assert!(m.format.uses_registry() && m.format.is_debezium_event());
+        assert_eq!(m.format.as_str(), format);
+        assert_eq!(
+            m.describe(),
+            format!(
+                "transactional messages to topic t, Debezium's op \"m\" events in {format} \
+                 (schema registry, Debezium's MessageKey and MessageValue schemas), key = \
+                 {{\"prefix\": …}}"
+            )
+        );
+        // Debezium's key: no key_field.
+        let e = load(&format!("{section}key_field = \"k\"\n{registry}")).unwrap_err();
+        assert!(
+            e.contains("message[0].key_field")
+                && e.contains(&format!("with format = \"{format}\""))
+                && e.contains("remove key_field"),
+            "{e}"
+        );
+        // Record names: every subject name strategy will do.
+        for strategy in ["record", "topic_record"] {
+            load(&format!(
+                "{section}{registry}subject_name_strategy = \"{strategy}\"\n"
+            ))
+            .unwrap();
+        }
+    }
+    // The other formats need none.
+    for format in ["raw", "debezium"] {
+        let c = load(&format!(
+            "[[message]]\nprefix = \"orders\"\ntopic = \"t\"\nformat = \"{format}\"\n"
+        ))
+        .unwrap();
+        assert!(!c.messages[0].format.uses_registry());
+    }
+}

@@ -1,6 +1,6 @@
 //! `[kafka.schema_registry]`: the Confluent-compatible Schema Registry that
-//! `[[outbox]] format = "avro" | "json_schema"` records take their schema
-//! ids from — its URL, basic auth, TLS trust, and how subjects are named and
+//! `[[outbox]]`, `[[table]]` and `[[message]]` `format = "avro" |
+//! "json_schema"` records take their schema ids from — its URL, basic auth, TLS trust, and how subjects are named and
 //! ids chosen (Confluent's serializer options under walrelay's names).
 //!
 //! Field documentation here is the source for `docs/configuration.md`;

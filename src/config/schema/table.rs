@@ -188,6 +188,9 @@ pub struct TableDefaults {
     /// Debezium's `provide.transaction.metadata`: BEGIN and END records on
     /// `<topic_prefix>.transaction` for every transaction with a table
     /// event, and the `transaction` block of streamed events filled in.
+    /// The records are written in `format` (Debezium's transaction metadata
+    /// schemas for `avro`/`json_schema`); every `[[table]]` must then have
+    /// that format.
     #[serde(default)]
     pub provide_transaction_metadata: bool,
     /// How keys and values are written: `json` (Debezium's JSON, the
@@ -456,7 +459,8 @@ pub struct TableConfig {
     /// Debezium's column masks and truncation (`[[table.column_mask]]`).
     #[serde(default)]
     pub column_mask: Vec<ColumnMask>,
-    /// Overrides `table_defaults.format`.
+    /// Overrides `table_defaults.format` (not to another format when
+    /// `provide_transaction_metadata` is on).
     #[serde(default)]
     pub format: Option<TableFormat>,
 }

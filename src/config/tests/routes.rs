@@ -458,15 +458,43 @@ fn table_registry_formats_need_a_registry_and_no_transaction_metadata() {
         "{TABLES_ONLY}[table_defaults]\nformat = \"avro\"\n[[table]]\nname = \"a\"\nformat = \"json\"\n"
     ))
     .unwrap();
+    // Transaction metadata: BEGIN/END records in table_defaults.format, so
+    // every table in it (and a registry for a registry format).
+    for format in ["json_schema", "avro"] {
+        load(&format!(
+            "{TABLES_ONLY}{registry}[table_defaults]\nformat = \"{format}\"\n\
+             provide_transaction_metadata = true\n[[table]]\nname = \"a\"\n\
+             [[table]]\nname = \"b\"\nformat = \"{format}\"\n"
+        ))
+        .unwrap();
+        let e = load_err(&format!(
+            "{TABLES_ONLY}[table_defaults]\nformat = \"{format}\"\n\
+             provide_transaction_metadata = true\n[[table]]\nname = \"a\"\n"
+        ));
+        assert!(
+            e.contains(&format!(
+                "table_defaults.format: format = \"{format}\" needs a schema registry"
+            )),
+            "{e}"
+        );
+    }
     let e = load_err(&format!(
-        "{TABLES_ONLY}{registry}[table_defaults]\nformat = \"json_schema\"\n\
-         provide_transaction_metadata = true\n[[table]]\nname = \"a\"\n"
+        "{TABLES_ONLY}{registry}[table_defaults]\nformat = \"avro\"\n\
+         provide_transaction_metadata = true\n[[table]]\nname = \"a\"\n\
+         [[table]]\nname = \"b\"\nformat = \"json\"\n"
     ));
     assert!(
         e.contains(
-            "table_defaults.format: format = \"json_schema\" cannot be combined with \
-             table_defaults.provide_transaction_metadata"
-        ),
+            "table[1].format: format = \"json\" differs from table_defaults.format (\"avro\")"
+        ) && e.contains("remove table[1].format"),
+        "{e}"
+    );
+    let e = load_err(&format!(
+        "{TABLES_ONLY}{registry}[table_defaults]\nprovide_transaction_metadata = true\n\
+         [[table]]\nname = \"a\"\nformat = \"avro\"\n"
+    ));
+    assert!(
+        e.contains("table[0].format: format = \"avro\" differs from table_defaults.format"),
         "{e}"
     );
     let e = load_err(&format!(

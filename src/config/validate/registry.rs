@@ -1,6 +1,8 @@
-//! `[kafka.schema_registry]` rules, and the outbox formats that need it:
+//! `[kafka.schema_registry]` rules, and the formats that need it:
 //! a usable URL (and a CA file only for https://), basic auth given whole, `use_latest_version` only without
-//! `auto_register`, a registry for every `avro`/`json_schema` outbox, and
+//! `auto_register`, a registry for every `avro`/`json_schema` outbox, table
+//! and message section, one table format with `provide_transaction_metadata`
+//! (its BEGIN/END records take `table_defaults.format`), and
 //! the combinations this version does not carry yet (an envelope, a
 //! record-name subject strategy for the outbox's non-record schemas).
 //!
@@ -24,6 +26,7 @@ pub(super) fn registry(config: &Config, out: &mut Vec<Problem>) {
         section(r, out);
     }
     tables(config, registry.is_some(), out);
+    messages(config, registry.is_some(), out);
     for (i, outbox) in config.outbox.iter().enumerate() {
         if !outbox.format.uses_registry() {
             continue;
@@ -66,8 +69,10 @@ pub(super) fn registry(config: &Config, out: &mut Vec<Problem>) {
 }
 
 /// `[[table]]` (and `[table_defaults]`) `format = "avro" | "json_schema"`:
-/// a registry is needed, and BEGIN/END records
-/// (`provide_transaction_metadata`) are not written in those formats yet.
+/// a registry is needed. With `provide_transaction_metadata` the BEGIN/END
+/// records are written in `table_defaults.format`, which every table must
+/// then have: a transaction's records and its events in one format, as
+/// Debezium's one converter writes them.
 fn tables(config: &Config, has_registry: bool, out: &mut Vec<Problem>) {
     let d = &config.table_defaults;
     let mut formats: Vec<(String, crate::config::TableFormat)> = Vec::new();
@@ -79,27 +84,54 @@ fn tables(config: &Config, has_registry: bool, out: &mut Vec<Problem>) {
         if format.uses_registry() && !formats.iter().any(|(k, _)| *k == key) {
             formats.push((key, format));
         }
-    }
-    for (key, format) in formats {
-        let format = format.as_str();
-        if !has_registry {
+        if d.provide_transaction_metadata && format != d.format {
             out.push(Problem::new(
-                key.clone(),
+                format!("table[{i}].format"),
                 format!(
-                    "format = \"{format}\" needs a schema registry, and there is no \
-                     [kafka.schema_registry] section; add one with url = \
-                     \"http://registry:8081\", or set format = \"json\""
+                    "format = \"{}\" differs from table_defaults.format (\"{}\"), and with \
+                     table_defaults.provide_transaction_metadata the BEGIN/END records are \
+                     written in table_defaults.format: a transaction's records in one format; \
+                     remove table[{i}].format or set table_defaults.format = \"{}\"",
+                    format.as_str(),
+                    d.format.as_str(),
+                    format.as_str()
                 ),
             ));
         }
-        if d.provide_transaction_metadata {
+    }
+    for (key, format) in formats {
+        if !has_registry {
             out.push(Problem::new(
                 key,
                 format!(
-                    "format = \"{format}\" cannot be combined with \
-                     table_defaults.provide_transaction_metadata yet: the BEGIN/END records \
-                     would be JSON beside {format} change events; set \
-                     provide_transaction_metadata = false, or format = \"json\""
+                    "format = \"{}\" needs a schema registry, and there is no \
+                     [kafka.schema_registry] section; add one with url = \
+                     \"http://registry:8081\", or set format = \"json\"",
+                    format.as_str()
+                ),
+            ));
+        }
+    }
+}
+
+/// `[[message]] format = "avro" | "json_schema"`: a registry is needed.
+/// Any subject name strategy will do (the key and value are records);
+/// `provide_transaction_metadata` does not touch message records (their
+/// `transaction` is null, as with `format = "debezium"`).
+fn messages(config: &Config, has_registry: bool, out: &mut Vec<Problem>) {
+    if has_registry {
+        return;
+    }
+    for (i, m) in config.messages.iter().enumerate() {
+        if m.format.uses_registry() {
+            out.push(Problem::new(
+                format!("message[{i}].format"),
+                format!(
+                    "format = \"{}\" needs a schema registry, and there is no \
+                     [kafka.schema_registry] section; add one with url = \
+                     \"http://registry:8081\", or set format = \"debezium\" (the same event \
+                     as JSON)",
+                    m.format.as_str()
                 ),
             ));
         }

@@ -167,3 +167,47 @@ fn the_debezium_format_writes_debeziums_op_m_event() {
         Some(&b"1/016B3748:3"[..])
     );
 }
+
+#[test]
+fn registry_formats_carry_debeziums_event_under_its_schemas() {
+    let registry = "[kafka.schema_registry]\nurl = \"http://registry:8081\"\n";
+    let section = |format: &str| {
+        format!(
+            "[[message]]\nprefix = \"orders\"\ntopic = \"shop.message\"\nformat = \"{format}\"\n\
+             header_fields = [\"type\"]\n{registry}"
+        )
+    };
+    let payload = r#"{"type":"Paid"}"#;
+    let json = route(&router(&section("debezium")), "orders", payload)
+        .unwrap()
+        .unwrap();
+    assert!(json.schemas.is_none());
+    for format in ["avro", "json_schema"] {
+        let r = router(&section(format));
+        let rec = route(&r, "orders", payload).unwrap().unwrap();
+        let schemas = rec
+            .schemas
+            .clone()
+            .expect("a registry format's record has schemas");
+        assert_eq!(
+            schemas.key.as_ref().and_then(|k| k.name.as_deref()),
+            Some("io.debezium.connector.postgresql.MessageKey")
+        );
+        assert_eq!(
+            schemas.value.name.as_deref(),
+            Some("io.debezium.connector.postgresql.MessageValue")
+        );
+        // Topic and headers as with format = "debezium".
+        assert_eq!(rec.topic, json.topic);
+        assert_eq!(rec.headers, json.headers);
+        if format == "json_schema" {
+            assert_eq!(rec.key, json.key);
+            assert_eq!(rec.value, json.value);
+        } else {
+            assert_eq!(rec.key.as_deref(), Some(&b"\x02\x0corders"[..]));
+            assert_ne!(rec.value, json.value);
+        }
+        // Stable identity: the same message, the same record.
+        assert_eq!(route(&r, "orders", payload).unwrap(), Some(rec));
+    }
+}

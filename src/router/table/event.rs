@@ -209,7 +209,10 @@ impl Ctx<'_> {
                 };
                 if order.total == 1 {
                     let headers = (self.headers.0, self.headers.1, self.headers.2.clone());
-                    out.extend(meta.begin_record(self.buf, self.values, self.ids, headers));
+                    let begin = meta
+                        .begin_record(self.buf, self.values, self.ids, headers)
+                        .map_err(|e| super::txmeta_error(e, txn.commit_lsn))?;
+                    out.extend(begin);
                 }
                 Some((order, lsn))
             }

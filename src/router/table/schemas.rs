@@ -76,7 +76,7 @@ pub(crate) struct Schema {
 }
 
 impl Schema {
-    fn of(ty: Type) -> Schema {
+    pub(crate) fn of(ty: Type) -> Schema {
         Schema {
             ty,
             optional: false,
@@ -89,7 +89,7 @@ impl Schema {
         }
     }
 
-    fn named(ty: Type, name: &str) -> Schema {
+    pub(crate) fn named(ty: Type, name: &str) -> Schema {
         Schema {
             name: Some(name.to_owned()),
             version: Some(1),
@@ -97,14 +97,14 @@ impl Schema {
         }
     }
 
-    fn optional(self) -> Schema {
+    pub(crate) fn optional(self) -> Schema {
         Schema {
             optional: true,
             ..self
         }
     }
 
-    fn field(name: &str, schema: Schema) -> Field {
+    pub(crate) fn field(name: &str, schema: Schema) -> Field {
         Field {
             name: avro_name(name),
             key: name.to_owned(),
@@ -256,8 +256,9 @@ pub(crate) struct ColumnSchema {
 }
 
 /// Debezium's `source` block for PostgreSQL, with the fields walrelay's
-/// JSON writes (docs/compatibility.md: no `ts_us`/`ts_ns`).
-fn source() -> Schema {
+/// JSON writes (docs/compatibility.md: no `ts_us`/`ts_ns`); message
+/// events carry the same block.
+pub(crate) fn source() -> Schema {
     let string = || Schema::of(Type::String);
     let opt_long = || Schema::of(Type::Int64).optional();
     let snapshot = Schema {
@@ -289,7 +290,7 @@ fn source() -> Schema {
 }
 
 /// Debezium's transaction block (`event.block`), optional.
-fn transaction() -> Schema {
+pub(crate) fn transaction() -> Schema {
     Schema::named(
         Type::Struct(vec![
             Schema::field("id", Schema::of(Type::String)),

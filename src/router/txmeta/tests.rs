@@ -120,11 +120,12 @@ fn begin_blocks_and_end_are_debeziums() {
     let lsn_text = Bytes::from_static(b"0/6E73CE00");
     let hdrs = || (&id_h, &lsn_h, lsn_text.clone());
     let (mut buf, mut values, mut ids) = (Vec::new(), Arena::new(1024), Arena::new(1024));
-    let mut meta = TxnMetadata::new("dz");
+    let mut meta = TxnMetadata::new("dz", None);
     let commit = Lsn(0x6E73CE00);
     meta.begin(348865, Lsn(1853051688), commit, 1796294894176);
     let begin = meta
         .begin_record(&mut buf, &mut values, &mut ids, hdrs())
+        .unwrap()
         .unwrap();
     assert_eq!(&*begin.topic, "dz.transaction");
     assert_eq!(text(&begin.key), r#"{"id":"348865:1853051688"}"#);
@@ -178,6 +179,7 @@ fn begin_blocks_and_end_are_debeziums() {
             &mut ids,
             hdrs(),
         )
+        .unwrap()
         .unwrap();
     assert_eq!(text(&end.key), r#"{"id":"348865:1853092736"}"#);
     assert_eq!(
@@ -196,6 +198,7 @@ fn begin_blocks_and_end_are_debeziums() {
             &mut ids,
             hdrs()
         )
+        .unwrap()
         .is_none()
     );
 }
@@ -207,7 +210,7 @@ fn counts_are_per_transaction_and_empty_ones_end_silently() {
     let (id_h, lsn_h) = headers();
     let hdrs = || (&id_h, &lsn_h, Bytes::from_static(b"0/10"));
     let (mut buf, mut values, mut ids) = (Vec::new(), Arena::new(1024), Arena::new(1024));
-    let mut meta = TxnMetadata::new("p");
+    let mut meta = TxnMetadata::new("p", None);
     let a: Arc<str> = "public.a".into();
     meta.begin(1, Lsn(0x10), Lsn(0x20), 5);
     assert!(
@@ -219,6 +222,7 @@ fn counts_are_per_transaction_and_empty_ones_end_silently() {
             &mut ids,
             hdrs()
         )
+        .unwrap()
         .is_none()
     );
     meta.begin(2, Lsn(0x30), Lsn(0x40), 6);
@@ -234,6 +238,7 @@ fn counts_are_per_transaction_and_empty_ones_end_silently() {
     let end = |meta: &mut TxnMetadata, buf: &mut Vec<u8>, v: &mut Arena, i: &mut Arena| {
         meta.end_record(Lsn(0x60), Lsn(0x68), buf, v, i, hdrs())
             .unwrap()
+            .unwrap()
     };
     let first = end(&mut meta, &mut buf, &mut values, &mut ids);
     meta.begin(3, Lsn(0x50), Lsn(0x60), 7);
@@ -246,7 +251,7 @@ fn counts_are_per_transaction_and_empty_ones_end_silently() {
 /// per table.
 #[test]
 fn counters_are_per_table_not_per_row() {
-    let mut meta = TxnMetadata::new("p");
+    let mut meta = TxnMetadata::new("p", None);
     let tables: Vec<Arc<str>> = (0..3).map(|i| Arc::from(format!("s.t{i}"))).collect();
     meta.begin(1, Lsn(1), Lsn(2), 0);
     for n in 0..100_000u64 {

@@ -126,7 +126,7 @@ fn one_transaction(r: &mut TableRouter, a: &Relation, b: &Relation) -> Vec<Recor
     for c in &changes {
         r.on_change(c, TXN, &mut out).unwrap();
     }
-    r.on_commit(COMMIT, END, &mut out);
+    r.on_commit(COMMIT, END, &mut out).unwrap();
     out
 }
 
@@ -261,7 +261,7 @@ fn transactions_without_events_have_no_begin_or_end_and_truncates_count() {
         &mut out,
     )
     .unwrap();
-    r.on_commit(COMMIT, END, &mut out);
+    r.on_commit(COMMIT, END, &mut out).unwrap();
     assert!(out.is_empty(), "{out:?}");
 
     let (mut r, a, _) =
@@ -271,7 +271,7 @@ fn transactions_without_events_have_no_begin_or_end_and_truncates_count() {
         r.on_truncate(rel.oid, TXN, Lsn(0x16B_3700), k as u64, &mut out)
             .unwrap();
     }
-    r.on_commit(COMMIT, END, &mut out);
+    r.on_commit(COMMIT, END, &mut out).unwrap();
     let values: Vec<Value> = out.iter().map(|rec| json_of(&rec.value)).collect();
     assert_eq!(values.len(), 4, "{values:?}");
     assert_eq!(values[0]["status"], "BEGIN");
@@ -305,7 +305,7 @@ fn snapshot_rows_have_no_transaction() {
     .unwrap();
     assert_eq!(out.len(), 1);
     assert_eq!(json_of(&out[0].value)["transaction"], Value::Null);
-    r.on_commit(COMMIT, END, &mut out);
+    r.on_commit(COMMIT, END, &mut out).unwrap();
     assert_eq!(out.len(), 1);
 }
 
@@ -361,7 +361,7 @@ fn a_change_that_fails_is_not_counted_and_leaves_no_records() {
     let len = out.len();
     assert!(r.on_change(&key_change, TXN, &mut out).is_err());
     assert_eq!(out.len(), len);
-    r.on_commit(COMMIT, END, &mut out);
+    r.on_commit(COMMIT, END, &mut out).unwrap();
     let values: Vec<Value> = out.iter().map(|rec| json_of(&rec.value)).collect();
     assert_eq!(values.len(), 3, "{values:?}");
     assert_eq!(values[0]["status"], "BEGIN");

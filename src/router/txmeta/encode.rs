@@ -1,0 +1,139 @@
+//! BEGIN/END records in `avro` / `json_schema` (`provide_transaction_metadata`
+//! with `[table_defaults] format = "avro" | "json_schema"`): the Kafka
+//! Connect schemas Debezium's `SchemaFactory` gives them, as Confluent's
+//! `AvroConverter` / `JsonSchemaConverter` write them; ids and the wire
+//! format's prefix are `sink::registry`'s.
+//!
+//! Invariants:
+//! - **Debezium's schemas.** Key
+//!   `io.debezium.connector.common.TransactionMetadataKey` (version 1: `id`
+//!   string); value `io.debezium.connector.common.TransactionMetadataValue`
+//!   (version 1: `status` string, `id` string, `event_count` optional long,
+//!   `data_collections` an optional array of optional `event.collection`
+//!   records — version 1: `data_collection` string, `event_count` long —,
+//!   `ts_ms` long). They depend on nothing configured: the same texts at
+//!   every start, so a re-sent BEGIN or END finds its id again.
+//! - **The values are the JSON path's.** A body is the BEGIN/END key and
+//!   value `txmeta` writes as JSON, re-encoded under these schemas (Avro),
+//!   or the same bytes (JSON Schema: nothing in them has another JSON form).
+//! - **Never a panic.** JSON that does not fit is a [`BodyError`] naming
+//!   the field.
+//! - Pure: no I/O, no clock.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::router::arena::Arena;
+use crate::router::schema::{self as registry, RecordSchemas, SchemaKind};
+use crate::router::table::schemas::body::{self, BodyError};
+use crate::router::table::schemas::{self, Schema, Type};
+
+/// The key record's full name.
+pub(crate) const KEY_NAME: &str = "io.debezium.connector.common.TransactionMetadataKey";
+/// The value record's full name.
+pub(crate) const VALUE_NAME: &str = "io.debezium.connector.common.TransactionMetadataValue";
+
+/// The key's Connect schema: `{id}`.
+pub(crate) fn key_schema() -> Schema {
+    Schema::named(
+        Type::Struct(vec![Schema::field("id", Schema::of(Type::String))]),
+        KEY_NAME,
+    )
+}
+
+/// The value's Connect schema, fields in Debezium's order (the JSON
+/// path's).
+pub(crate) fn value_schema() -> Schema {
+    let collection = Schema::named(
+        Type::Struct(vec![
+            Schema::field("data_collection", Schema::of(Type::String)),
+            Schema::field("event_count", Schema::of(Type::Int64)),
+        ]),
+        "event.collection",
+    )
+    .optional();
+    Schema::named(
+        Type::Struct(vec![
+            Schema::field("status", Schema::of(Type::String)),
+            Schema::field("id", Schema::of(Type::String)),
+            Schema::field("event_count", Schema::of(Type::Int64).optional()),
+            Schema::field(
+                "data_collections",
+                Schema::of(Type::Array(Box::new(collection))).optional(),
+            ),
+            Schema::field("ts_ms", Schema::of(Type::Int64)),
+        ]),
+        VALUE_NAME,
+    )
+}
+
+/// The schemas of one format, and their registry texts (made once).
+#[derive(Debug)]
+pub(super) struct Encoding {
+    kind: SchemaKind,
+    key: Schema,
+    value: Schema,
+    schemas: Arc<RecordSchemas>,
+}
+
+impl Encoding {
+    pub(super) fn new(kind: SchemaKind) -> Encoding {
+        let (key, value) = (key_schema(), value_schema());
+        let text = |s: &Schema| {
+            registry::Schema::new(
+                kind,
+                schemas::text(kind, s),
+                s.name.as_deref().map(Arc::from),
+            )
+        };
+        Encoding {
+            kind,
+            schemas: Arc::new(RecordSchemas {
+                key: Some(text(&key)),
+                value: text(&value),
+                change: None,
+            }),
+            key,
+            value,
+        }
+    }
+
+    /// The schemas every BEGIN/END record carries.
+    pub(super) fn schemas(&self) -> &Arc<RecordSchemas> {
+        &self.schemas
+    }
+
+    /// The bodies of the JSON path's `key` and `value` (copied into
+    /// `values`); a [`BodyError`]'s path starts with `key` or `value`.
+    pub(super) fn bodies(
+        &self,
+        key: Bytes,
+        value: Bytes,
+        values: &mut Arena,
+    ) -> Result<(Bytes, Bytes), BodyError> {
+        match self.kind {
+            SchemaKind::Json => Ok((key, value)),
+            SchemaKind::Avro => {
+                let mut avro = |schema: &Schema, json: &[u8], part: &str| {
+                    let mut out = Vec::with_capacity(json.len());
+                    body::avro_from_json(schema, json, &mut out).map_err(|e| BodyError {
+                        path: if e.path.is_empty() {
+                            part.to_owned()
+                        } else {
+                            format!("{part}.{}", e.path)
+                        },
+                        reason: e.reason,
+                    })?;
+                    Ok(values.copy(&out))
+                };
+                let key = avro(&self.key, &key, "key")?;
+                let value = avro(&self.value, &value, "value")?;
+                Ok((key, value))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
