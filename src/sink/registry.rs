@@ -77,6 +77,19 @@ pub enum RegistryError {
         id: u32,
         ours: String,
     },
+    /// The subject already holds a schema of another type (Avro under a
+    /// JSON Schema record's subject, or the reverse): definite. Some
+    /// registries (Apicurio) answer that registration with a 500.
+    #[error(
+        "subject {subject:?} holds schemas of type {held}, and walrelay writes type {ours} \
+         there; the registry refuses to register it ({cause})"
+    )]
+    OtherType {
+        subject: String,
+        held: String,
+        ours: String,
+        cause: String,
+    },
     /// The answer made no sense (not JSON, no id).
     #[error("schema registry answered subject {subject:?} with something unexpected: {what}")]
     Unexpected { subject: String, what: String },
@@ -91,6 +104,7 @@ impl RegistryError {
                 *status >= 500 || *status == 408 || *status == 429
             }
             RegistryError::LatestDiffers { .. }
+            | RegistryError::OtherType { .. }
             | RegistryError::Unexpected { .. }
             | RegistryError::Untrusted { .. } => false,
         }
@@ -111,6 +125,11 @@ impl RegistryError {
             RegistryError::Untrusted { .. } => {
                 "set kafka.schema_registry.ssl_ca to the PEM file of the CA that signed the \
                  registry's certificate, and use a URL whose host the certificate names"
+            }
+            RegistryError::OtherType { .. } => {
+                "one subject holds one schema type: write the topic's records in the format its \
+                 subject holds, or name subjects by record (subject_name_strategy = \"record\" \
+                 or \"topic_record\"), or delete the subject if no consumer needs it"
             }
             RegistryError::Refused { status: 404, .. } => {
                 "with auto_register = false the schema must be registered under the subject \
@@ -333,32 +352,11 @@ impl Registry {
     /// One request for the id of `schema` under `subject`, as configured.
     async fn ask(&self, subject: &str, schema: &Schema) -> Result<u32, RegistryError> {
         let path = format!("/subjects/{}", encode_path(subject));
-        let body = || {
-            let mut body = serde_json::json!({ "schema": &*schema.text });
-            if schema.kind == SchemaKind::Json {
-                body["schemaType"] = "JSON".into();
+        let answer = match self.register_or_look_up(&path, subject, schema).await {
+            Err(e @ RegistryError::Refused { status: 500.., .. }) => {
+                return Err(self.explain_server_error(&path, subject, schema, e).await);
             }
-            body.to_string()
-        };
-        let answer = if self.use_latest_version {
-            self.call(
-                Method::GET,
-                &format!("{path}/versions/latest"),
-                None,
-                subject,
-            )
-            .await?
-        } else if self.auto_register {
-            self.call(
-                Method::POST,
-                &format!("{path}/versions"),
-                Some(body()),
-                subject,
-            )
-            .await?
-        } else {
-            self.call(Method::POST, &path, Some(body()), subject)
-                .await?
+            answer => answer?,
         };
         let id = answer
             .get("id")
@@ -380,6 +378,85 @@ impl Registry {
             }
         }
         Ok(id)
+    }
+
+    /// A server error answering for `subject`: [`RegistryError::OtherType`]
+    /// when the subject's latest schema is of another type than `schema`
+    /// (a definite error some registries answer with a 500), else `error`
+    /// (transient) as it was.
+    async fn explain_server_error(
+        &self,
+        path: &str,
+        subject: &str,
+        schema: &Schema,
+        error: RegistryError,
+    ) -> RegistryError {
+        let Ok(latest) = self
+            .call(
+                Method::GET,
+                &format!("{path}/versions/latest"),
+                None,
+                subject,
+            )
+            .await
+        else {
+            return error;
+        };
+        // Confluent's API leaves `schemaType` out for Avro.
+        let held = latest
+            .get("schemaType")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("AVRO")
+            .to_ascii_uppercase();
+        let ours = match schema.kind {
+            SchemaKind::Avro => "AVRO",
+            SchemaKind::Json => "JSON",
+        };
+        if held == ours {
+            return error;
+        }
+        RegistryError::OtherType {
+            subject: subject.to_owned(),
+            held,
+            ours: ours.to_owned(),
+            cause: error.to_string(),
+        }
+    }
+
+    /// The request `ask` makes, as configured: the subject's latest version,
+    /// a registration, or a look-up of `schema` under `subject`.
+    async fn register_or_look_up(
+        &self,
+        path: &str,
+        subject: &str,
+        schema: &Schema,
+    ) -> Result<serde_json::Value, RegistryError> {
+        let body = || {
+            let mut body = serde_json::json!({ "schema": &*schema.text });
+            if schema.kind == SchemaKind::Json {
+                body["schemaType"] = "JSON".into();
+            }
+            body.to_string()
+        };
+        if self.use_latest_version {
+            self.call(
+                Method::GET,
+                &format!("{path}/versions/latest"),
+                None,
+                subject,
+            )
+            .await
+        } else if self.auto_register {
+            self.call(
+                Method::POST,
+                &format!("{path}/versions"),
+                Some(body()),
+                subject,
+            )
+            .await
+        } else {
+            self.call(Method::POST, path, Some(body()), subject).await
+        }
     }
 
     /// Reaches the registry and reads its global compatibility level

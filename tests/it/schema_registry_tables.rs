@@ -446,3 +446,75 @@ async fn ddl_registers_the_next_version_or_stops_before_an_incompatible_one() {
     );
     eprintln!("refused: {line}");
 }
+
+/// A topic whose value subject already holds an Avro schema, written by a
+/// `json_schema` table: the registry cannot register a JSON Schema there
+/// (Apicurio answers a 500, which alone would be retried forever). walrelay
+/// asks the subject's latest schema, sees the other type, and stops naming
+/// the subject, both types and the fix; no record reaches Kafka.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subject_holding_another_schema_type_stops_the_connector_naming_it() {
+    require_kafka();
+    let url = registry_url();
+    let db = TestDb::new("sr_type").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE sr_type (id int4 PRIMARY KEY, note text);
+             ALTER TABLE sr_type OWNER TO walrelay;",
+        )
+        .await
+        .unwrap();
+    let names = Names::new("sr_type");
+    let prefix = names.connector.clone();
+    let topic = format!("{prefix}.public.sr_type");
+    let subject = format!("{topic}-value");
+    let avro = json!({
+        "schema": json!({"type": "record", "name": "Other", "fields": [
+            {"name": "x", "type": "string"}
+        ]})
+        .to_string()
+    });
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sf",
+            "-X",
+            "POST",
+            "-H",
+            "Content-Type: application/vnd.schemaregistry.v1+json",
+            "--data",
+            &avro.to_string(),
+            &format!("{url}/subjects/{subject}/versions"),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "registering the Avro schema: {out:?}");
+    let config = connector_config(
+        &db,
+        &names,
+        &format!(
+            "[table_defaults]\ntopic_prefix = \"{prefix}\"\nformat = \"json_schema\"\n\n\
+             [[table]]\nname = \"public.sr_type\"\n\n{}",
+            registry_section(&url)
+        ),
+    );
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    db.client
+        .batch_execute("INSERT INTO sr_type VALUES (1, 'one')")
+        .await
+        .unwrap();
+    let log = relay.expect_exit(1, Duration::from_secs(60));
+    let line = log
+        .lines()
+        .find(|l| l.contains(&format!("subject {subject:?} holds schemas of type AVRO")))
+        .unwrap_or_else(|| panic!("no error naming the subject's schema type in:\n{log}"));
+    for needle in ["walrelay writes type JSON there", "subject_name_strategy"] {
+        assert!(line.contains(needle), "{needle:?} missing from: {line}");
+    }
+    assert_eq!(
+        records_in(&[topic.as_str()]),
+        0,
+        "a record without its schema"
+    );
+    assert_eq!(versions(&url, &subject), [1], "{subject}");
+}

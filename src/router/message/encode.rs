@@ -29,8 +29,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::router::schema::{self as registry, RecordSchemas, SchemaKind};
-use crate::router::table::schemas::body::{self, BodyError};
+use crate::router::schema::{RecordSchemas, SchemaKind};
+use crate::router::table::schemas::body::BodyError;
+use crate::router::table::schemas::fixed::Fixed;
 use crate::router::table::schemas::{self, Schema, Type};
 
 /// The key record's full name.
@@ -75,63 +76,31 @@ pub(crate) fn value_schema() -> Schema {
 
 /// The schemas of one format, and their registry texts (made once).
 #[derive(Debug)]
-pub(super) struct Encoding {
-    kind: SchemaKind,
-    key: Schema,
-    value: Schema,
-    schemas: Arc<RecordSchemas>,
-}
+pub(super) struct Encoding(Fixed);
 
 impl Encoding {
     pub(super) fn new(kind: SchemaKind) -> Encoding {
-        let (key, value) = (key_schema(), value_schema());
-        let text = |s: &Schema| {
-            registry::Schema::new(
-                kind,
-                schemas::text(kind, s),
-                s.name.as_deref().map(Arc::from),
-            )
-        };
-        Encoding {
-            kind,
-            schemas: Arc::new(RecordSchemas {
-                key: Some(text(&key)),
-                value: text(&value),
-                change: None,
-            }),
-            key,
-            value,
-        }
+        Encoding(Fixed::new(kind, key_schema(), value_schema()))
     }
 
     /// The schemas every record of this format carries.
     pub(super) fn schemas(&self) -> &Arc<RecordSchemas> {
-        &self.schemas
+        self.0.schemas()
     }
 
     /// The bodies of the JSON path's `key` and `value`; a [`BodyError`]'s
     /// path starts with `key` or `value`.
     pub(super) fn bodies(&self, key: Vec<u8>, value: Vec<u8>) -> Result<(Bytes, Bytes), BodyError> {
-        match self.kind {
+        match self.0.kind() {
             // No decimal anywhere: the JSON path's bytes are the bodies.
             SchemaKind::Json => Ok((Bytes::from(key), Bytes::from(value))),
             SchemaKind::Avro => {
-                let avro = |schema: &Schema, json: &[u8], part: &str| {
+                let avro = |value_part: bool, json: &[u8]| {
                     let mut out = Vec::with_capacity(json.len());
-                    body::avro_from_json(schema, json, &mut out).map_err(|e| BodyError {
-                        path: if e.path.is_empty() {
-                            part.to_owned()
-                        } else {
-                            format!("{part}.{}", e.path)
-                        },
-                        reason: e.reason,
-                    })?;
-                    Ok(Bytes::from(out))
+                    self.0.avro(value_part, json, &mut out)?;
+                    Ok::<_, BodyError>(Bytes::from(out))
                 };
-                Ok((
-                    avro(&self.key, &key, "key")?,
-                    avro(&self.value, &value, "value")?,
-                ))
+                Ok((avro(false, &key)?, avro(true, &value)?))
             }
         }
     }

@@ -32,6 +32,7 @@ use crate::router::debezium::{Kind, Mapping, Modes};
 use crate::router::schema::SchemaKind;
 
 pub(crate) mod body;
+pub(crate) mod fixed;
 
 /// A Kafka Connect type.
 #[derive(Debug, Clone, PartialEq)]

@@ -25,9 +25,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::router::arena::Arena;
-use crate::router::schema::{self as registry, RecordSchemas, SchemaKind};
-use crate::router::table::schemas::body::{self, BodyError};
-use crate::router::table::schemas::{self, Schema, Type};
+use crate::router::schema::{RecordSchemas, SchemaKind};
+use crate::router::table::schemas::body::BodyError;
+use crate::router::table::schemas::fixed::Fixed;
+use crate::router::table::schemas::{Schema, Type};
 
 /// The key record's full name.
 pub(crate) const KEY_NAME: &str = "io.debezium.connector.common.TransactionMetadataKey";
@@ -70,38 +71,16 @@ pub(crate) fn value_schema() -> Schema {
 
 /// The schemas of one format, and their registry texts (made once).
 #[derive(Debug)]
-pub(super) struct Encoding {
-    kind: SchemaKind,
-    key: Schema,
-    value: Schema,
-    schemas: Arc<RecordSchemas>,
-}
+pub(super) struct Encoding(Fixed);
 
 impl Encoding {
     pub(super) fn new(kind: SchemaKind) -> Encoding {
-        let (key, value) = (key_schema(), value_schema());
-        let text = |s: &Schema| {
-            registry::Schema::new(
-                kind,
-                schemas::text(kind, s),
-                s.name.as_deref().map(Arc::from),
-            )
-        };
-        Encoding {
-            kind,
-            schemas: Arc::new(RecordSchemas {
-                key: Some(text(&key)),
-                value: text(&value),
-                change: None,
-            }),
-            key,
-            value,
-        }
+        Encoding(Fixed::new(kind, key_schema(), value_schema()))
     }
 
     /// The schemas every BEGIN/END record carries.
     pub(super) fn schemas(&self) -> &Arc<RecordSchemas> {
-        &self.schemas
+        self.0.schemas()
     }
 
     /// The bodies of the JSON path's `key` and `value` (copied into
@@ -112,23 +91,16 @@ impl Encoding {
         value: Bytes,
         values: &mut Arena,
     ) -> Result<(Bytes, Bytes), BodyError> {
-        match self.kind {
+        match self.0.kind() {
             SchemaKind::Json => Ok((key, value)),
             SchemaKind::Avro => {
-                let mut avro = |schema: &Schema, json: &[u8], part: &str| {
+                let mut avro = |value_part: bool, json: &[u8]| {
                     let mut out = Vec::with_capacity(json.len());
-                    body::avro_from_json(schema, json, &mut out).map_err(|e| BodyError {
-                        path: if e.path.is_empty() {
-                            part.to_owned()
-                        } else {
-                            format!("{part}.{}", e.path)
-                        },
-                        reason: e.reason,
-                    })?;
-                    Ok(values.copy(&out))
+                    self.0.avro(value_part, json, &mut out)?;
+                    Ok::<_, BodyError>(values.copy(&out))
                 };
-                let key = avro(&self.key, &key, "key")?;
-                let value = avro(&self.value, &value, "value")?;
+                let key = avro(false, &key)?;
+                let value = avro(true, &value)?;
                 Ok((key, value))
             }
         }
