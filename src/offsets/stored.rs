@@ -190,7 +190,8 @@ pub struct SnapshotProgress {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub taken: Option<String>,
     /// The tables' shapes in that snapshot (oid, name, storage, columns):
-    /// a table rewritten or changed since cannot be resumed.
+    /// after a table was rewritten or changed since, a resumed snapshot
+    /// reads without the `xmin` filter.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shapes: Vec<(u32, String)>,
     /// How many times this snapshot was resumed (0: its first attempt).

@@ -405,7 +405,7 @@ impl Session {
             self.accept_slot_position,
         )?;
         // A resumable snapshot, checked against the server as it is now.
-        let plan = super::snapshot::checked_plan(plan, stored.as_ref(), slots).await;
+        let (plan, unfiltered) = super::snapshot::checked_plan(plan, stored.as_ref(), slots).await;
         let existing_slot = match plan {
             SlotPlan::NothingToDo { why } => {
                 tracing::info!("{why}; stopping");
@@ -454,12 +454,22 @@ impl Session {
                 }
                 let (consistent_point, origin, tables_done) = if let Some(point) = resume {
                     tracing::info!(slot = %pg.slot, lsn = %point, "resuming the initial snapshot: {why}");
+                    if let Some(unfiltered) = &unfiltered {
+                        tracing::warn!(
+                            slot = %pg.slot,
+                            "the resumed snapshot reads the tables not done whole and as they \
+                             are now, on the same slot: {unfiltered}; rows written since its \
+                             consistent point may come twice (as snapshot records and streamed), \
+                             none is lost"
+                        );
+                    }
                     // `resumable` was checked on this progress: it is stored.
                     let progress = stored
                         .as_ref()
                         .and_then(|s| s.snapshot.clone())
                         .ok_or(RelayError::Ended("the stored snapshot progress"))?;
-                    let (origin, progress) = super::snapshot::resumed(progress);
+                    let (origin, progress) =
+                        super::snapshot::resumed(progress, unfiltered.is_none());
                     let done = progress.tables_done.clone();
                     // The marker as stored (`running`, its point, its
                     // readers' snapshot, the tables done), this attempt

@@ -460,62 +460,80 @@ impl InitialSnapshot {
 }
 
 /// A plan to resume an interrupted snapshot, checked against the server
-/// as it is now (`startup::resumable`): kept, or turned into taking the
-/// snapshot again from the start, saying why.
+/// as it is now (`startup::resumable`): kept, with why its reads go without
+/// the `xmin` filter when they must; or, when the server could not be
+/// asked, turned into taking the snapshot again from the start, saying why.
 pub(super) async fn checked_plan(
     plan: SlotPlan,
     stored: Option<&StoredOffset>,
     catalog: &tokio_postgres::Client,
-) -> SlotPlan {
+) -> (SlotPlan, Option<String>) {
     let SlotPlan::Snapshot {
         resume: Some(point),
         why,
         ..
     } = plan
     else {
-        return plan;
+        return (plan, None);
     };
     let checked = match stored.and_then(|s| s.snapshot.as_ref()) {
         Some(progress) => crate::startup::resumable(catalog, progress).await,
         None => Err("its progress is not stored".to_owned()),
     };
     match checked {
-        Ok(()) => SlotPlan::Snapshot {
-            drop_first: false,
-            why,
-            replaces_stream_at: None,
-            resume: Some(point),
-        },
-        Err(why_not) => SlotPlan::Snapshot {
-            drop_first: true,
-            why: format!(
-                "the previous snapshot did not complete (the offset store says it was running) \
-                 and cannot be resumed: {why_not}; it is taken again from the start"
-            ),
-            replaces_stream_at: None,
-            resume: None,
-        },
+        Ok(unfiltered) => (
+            SlotPlan::Snapshot {
+                drop_first: false,
+                why,
+                replaces_stream_at: None,
+                resume: Some(point),
+            },
+            unfiltered,
+        ),
+        Err(why_not) => (
+            SlotPlan::Snapshot {
+                drop_first: true,
+                why: format!(
+                    "the previous snapshot did not complete (the offset store says it was \
+                     running) and cannot be resumed: {why_not}; it is taken again from the start"
+                ),
+                replaces_stream_at: None,
+                resume: None,
+            },
+            None,
+        ),
     }
 }
 
-/// The origin of a resumed snapshot's readers from its stored `progress`,
-/// and the progress with this attempt counted.
-pub(super) fn resumed(mut progress: SnapshotProgress) -> (Origin, SnapshotProgress) {
+/// The origin of a resumed snapshot's readers from its stored `progress`
+/// (read with its `xmin` filter when `filtered`), and the progress with
+/// this attempt counted.
+pub(super) fn resumed(
+    mut progress: SnapshotProgress,
+    filtered: bool,
+) -> (Origin, SnapshotProgress) {
     progress.attempt += 1;
     let origin = Origin::Resumed {
         taken: progress.taken.clone().unwrap_or_default(),
         shapes: progress.shapes.clone(),
         attempt: progress.attempt,
-        parts: progress
-            .parts
-            .iter()
-            .map(|p| PartFrom {
-                table: p.table.clone(),
-                part: p.part,
-                of: p.of,
-                after: p.after.clone(),
-            })
-            .collect(),
+        // Unfiltered, a part's stored key may be in a column that changed:
+        // the tables not done are read whole.
+        parts: if filtered {
+            progress
+                .parts
+                .iter()
+                .map(|p| PartFrom {
+                    table: p.table.clone(),
+                    part: p.part,
+                    of: p.of,
+                    after: p.after.clone(),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
+        filtered,
     };
     (origin, progress)
 }

@@ -19,9 +19,12 @@
 //!   holds only if no table was rewritten (a rewrite gives every row a new
 //!   `xmin`) or changed: the tables' shapes as the readers see them must
 //!   equal those the interrupted snapshot stored
-//!   ([`SnapshotError::ChangedSinceSnapshot`] otherwise), and the caller
-//!   resumes only while the cluster's transaction ids fit in 32 bits
-//!   (`pg::snapshot::full_xids`).
+//!   ([`SnapshotError::ChangedSinceSnapshot`] otherwise), and only while
+//!   the cluster's transaction ids fit in 32 bits
+//!   (`pg::snapshot::full_xids`). When the caller finds either broken, it
+//!   resumes **unfiltered** (`filtered: false`): the tables are read whole,
+//!   as they are now, on the same slot — rows written since the point come
+//!   twice (snapshot and stream), none is lost.
 //! - **Resumable part by part.** When a table's read key pages it exactly
 //!   (unique, not NULL: `SnapshotReader::resumable_key`), each batch
 //!   carries its last row's key ([`crate::source::SnapshotChunk`]); a
@@ -86,6 +89,10 @@ pub enum Origin {
         attempt: u32,
         /// Where each reader's part of a table not done goes on from.
         parts: Vec<PartFrom>,
+        /// Whether reads keep only the rows `taken` saw; `false` when the
+        /// `xmin`s cannot tell (a table rewritten since, or transaction ids
+        /// past 2^32): the tables are then read as they are now.
+        filtered: bool,
     },
 }
 
@@ -238,9 +245,14 @@ impl Snapshot {
         for _ in 0..parallelism {
             readers.push(match origin {
                 Origin::Exported(name) => SnapshotReader::open(params, name).await?,
-                Origin::Resumed { taken, .. } => {
-                    SnapshotReader::open_resumed(params, taken).await?
-                }
+                Origin::Resumed {
+                    taken,
+                    filtered: true,
+                    ..
+                } => SnapshotReader::open_resumed(params, taken).await?,
+                Origin::Resumed {
+                    filtered: false, ..
+                } => SnapshotReader::open_now(params).await?,
             });
         }
         let mut relations = Vec::with_capacity(tables.len());
@@ -290,10 +302,16 @@ impl Snapshot {
         drop(now);
         let (taken, shapes) = match origin {
             Origin::Exported(_) => (readers[0].current_snapshot().await?, in_snapshot),
-            Origin::Resumed { taken, shapes, .. } => {
+            Origin::Resumed {
+                taken,
+                shapes,
+                filtered,
+                ..
+            } => {
                 // A table rewritten since the interrupted snapshot has new
-                // `xmin`s everywhere: its rows would all look too new.
-                if let Some(changes) = changed_since(shapes, &in_snapshot) {
+                // `xmin`s everywhere: its rows would all look too new to the
+                // filter (the caller, told by the catalog, reads unfiltered).
+                if *filtered && let Some(changes) = changed_since(shapes, &in_snapshot) {
                     return Err(SnapshotError::ChangedSinceSnapshot { changes });
                 }
                 (taken.clone(), shapes.clone())

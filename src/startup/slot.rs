@@ -118,36 +118,40 @@ pub fn snapshot_outlived_idle_timeout(
     Ok(())
 }
 
-/// Whether the interrupted snapshot `progress` can be resumed on this
-/// server now, checked on `catalog`: `Err` says why not. A resumed read
-/// keeps the rows whose `xmin` the stored snapshot saw, which is exact only
-/// while the cluster's transaction ids fit in 32 bits
-/// ([`crate::pg::snapshot::full_xids`]); and a table rewritten or changed
-/// since (`VACUUM FULL`, `ALTER TABLE … TYPE`, a dropped column) would show
-/// its old rows as new ([`crate::pg::snapshot::changed_since`]). Checked
-/// again by the readers once they hold their locks.
+/// How the interrupted snapshot `progress` is resumed on this server now,
+/// checked on `catalog`: `Ok(None)` with its `xmin` filter, `Ok(Some(why))`
+/// without it; `Err` when the server could not be asked.
+///
+/// A resumed read keeps the rows whose `xmin` the stored snapshot saw: the
+/// rows as of the consistent point, none the stream also carries. That is
+/// exact only while the cluster's transaction ids fit in 32 bits
+/// ([`crate::pg::snapshot::full_xids`]) and no table was rewritten or
+/// changed since ([`crate::pg::snapshot::changed_since`]: an `ALTER TABLE`
+/// rewrite gives every row a new `xmin`, which would hide them all). Then
+/// the tables not done are read whole and as they are now, still on the
+/// same slot: a row written since the consistent point may come twice (the
+/// snapshot's copy and the stream's), but none is lost — taking the
+/// snapshot again on a new slot would lose every row inserted and deleted
+/// while walrelay was down.
 pub async fn resumable(
     catalog: &tokio_postgres::Client,
     progress: &crate::offsets::SnapshotProgress,
-) -> Result<(), String> {
+) -> Result<Option<String>, String> {
     use crate::pg::snapshot::{changed_since, full_xids, table_shapes};
     match full_xids(catalog).await {
         Ok(true) => {}
         Ok(false) => {
-            return Err(
-                "the cluster has used 2^32 transaction ids or more, so a row's xmin no \
-                        longer tells whether the interrupted snapshot saw it"
+            return Ok(Some(
+                "the cluster has used 2^32 transaction ids or more, so a row's xmin no longer \
+                 tells whether the interrupted snapshot saw it"
                     .to_owned(),
-            );
+            ));
         }
         Err(e) => return Err(e.to_string()),
     }
     let oids: Vec<u32> = progress.shapes.iter().map(|(oid, _)| *oid).collect();
     match table_shapes(catalog, &oids).await {
-        Ok(now) => match changed_since(&progress.shapes, &now) {
-            None => Ok(()),
-            Some(changes) => Err(changes),
-        },
+        Ok(now) => Ok(changed_since(&progress.shapes, &now)),
         Err(e) => Err(e.to_string()),
     }
 }

@@ -315,10 +315,18 @@ async fn slot_line(
                     None => Err("its progress is not stored".to_owned()),
                 };
                 return match checked {
-                    Ok(()) => Outcome::Ok(format!(
+                    Ok(None) => Outcome::Ok(format!(
                         "{} is at the interrupted snapshot's consistent point {point}; run will \
                          resume the snapshot ({} of its tables done) and stream from that point: \
                          {why}",
+                        pg.slot,
+                        progress.map_or(0, |p| p.tables_done.len())
+                    )),
+                    Ok(Some(unfiltered)) => Outcome::Warn(format!(
+                        "{} is at the interrupted snapshot's consistent point {point}; run will \
+                         resume the snapshot on it ({} of its tables done), reading the others \
+                         whole and as they are now ({unfiltered}): rows written since that point \
+                         may come twice, none is lost; {why}",
                         pg.slot,
                         progress.map_or(0, |p| p.tables_done.len())
                     )),
