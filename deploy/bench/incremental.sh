@@ -4,12 +4,15 @@
 # table, the same machine and broker.
 #
 # Usage: deploy/bench/incremental.sh [--rows N] [--chunk N] [--runs N] [--walrelay PATH]
+#                                    [--watermarks auto|messages|read_only]
 #                                    [--dbz-chunks "1024 4096"] [--dbz-poll-ms 500]
 #
 #   --rows N      outbox rows of ~430 bytes (default 200000)
 #   --chunk N     [snapshot] chunk_rows of the incremental snapshot (default 4096)
 #   --runs N      runs of each (default 3; the table prints each and the median)
 #   --walrelay P  the binary (default target/release/walrelay, built if missing)
+#   --watermarks M  [snapshot] watermarks of the incremental snapshot (default
+#                 auto, which is messages for the dev role)
 #   --dbz-chunks L  Debezium incremental.snapshot.chunk.size values, one D
 #                 measurement each per run (default "1024 <--chunk>": Debezium's
 #                 default and walrelay's chunk; "" leaves Debezium out)
@@ -17,7 +20,8 @@
 #                 and deploy/bench/run.sh's)
 #
 # Per run, on the dev services (deploy/dev/postgres.sh, deploy/dev/kafka.sh;
-# PG_MAJOR selects the server, default 18):
+# PG_MAJOR selects the server, default 18; PG_PORT and KAFKA_PORT, as for
+# those scripts, select other instances):
 #   I  initial: a new connector with [snapshot] mode = "initial_only" creates
 #      its slot and publishes the table; time = the `took` walrelay logs for
 #      the snapshot (slot creation to every record acknowledged).
@@ -49,12 +53,14 @@ RUNS=3
 BIN=$ROOT/target/release/walrelay
 DBZ_CHUNKS=
 DBZ_POLL_MS=500
+WATERMARKS=auto
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rows) ROWS=${2:?}; shift 2 ;;
     --chunk) CHUNK=${2:?}; shift 2 ;;
     --runs) RUNS=${2:?}; shift 2 ;;
     --walrelay) BIN=${2:?}; shift 2 ;;
+    --watermarks) WATERMARKS=${2:?}; shift 2 ;;
     --dbz-chunks) DBZ_CHUNKS=${2?}; DBZ_SET=1; shift 2 ;;
     --dbz-poll-ms) DBZ_POLL_MS=${2:?}; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"; exit 0 ;;
@@ -68,7 +74,8 @@ log() { echo "bench: $*" >&2; }
 "$ROOT/deploy/dev/postgres.sh" up >&2
 "$ROOT/deploy/dev/kafka.sh" up >&2
 PG_MAJOR=${PG_MAJOR:-18}
-PORT=$((54300 + PG_MAJOR))
+PORT=${PG_PORT:-$((54300 + PG_MAJOR))}
+BROKER=127.0.0.1:${KAFKA_PORT:-19092}
 export PGPASSWORD=postgres
 psql_() { psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" -U postgres "$@"; }
 # Kafka Connect + Debezium, resolved as deploy/bench/run.sh does it; its jars
@@ -132,21 +139,22 @@ database = "$DB"
 slot = "$1"
 publication = "${1}_pub"
 [kafka]
-brokers = "127.0.0.1:19092"
+brokers = "$BROKER"
 [[outbox]]
 table = "public.outbox"
 topic = "$1.{aggregatetype}"
 [snapshot]
 mode = "$2"
 chunk_rows = $CHUNK
+watermarks = "$WATERMARKS"
 TOML
 }
 
 records() { # <topic>: records in the topic (its partitions' end offsets summed)
   local parts p
-  parts=$(kcat -b 127.0.0.1:19092 -L -t "$1" 2>/dev/null | grep -c "partition " || true)
+  parts=$(kcat -b $BROKER -L -t "$1" 2>/dev/null | grep -c "partition " || true)
   for ((p = 0; p < parts; p++)); do
-    kcat -b 127.0.0.1:19092 -Q -t "$1:$p:-1" 2>/dev/null || true
+    kcat -b $BROKER -Q -t "$1:$p:-1" 2>/dev/null || true
   done | awk '{ n += $NF } END { print n + 0 }'
 }
 
@@ -158,9 +166,9 @@ ts() { # <log> <needle>: the epoch seconds of the first line with it
 
 last_append() { # <topic>: epoch seconds of its newest record's LogAppendTime (latest partition)
   local parts p
-  parts=$(kcat -b 127.0.0.1:19092 -L -t "$1" 2>/dev/null | grep -c "partition " || true)
+  parts=$(kcat -b $BROKER -L -t "$1" 2>/dev/null | grep -c "partition " || true)
   for ((p = 0; p < parts; p++)); do
-    kcat -b 127.0.0.1:19092 -C -q -e -t "$1" -p "$p" -o -1 -c 1 -f '%T\n' 2>/dev/null || true
+    kcat -b $BROKER -C -q -e -t "$1" -p "$p" -o -1 -c 1 -f '%T\n' 2>/dev/null || true
   done | awk 'NF { if ($1 > m) m = $1 } END { printf "%.3f", m / 1000 }'
 }
 
@@ -190,15 +198,15 @@ for run in $(seq 1 "$RUNS"); do
   topics+=("inc_n_${STAMP}_$run.order")
   for c in $DBZ_CHUNKS; do topics+=("inc_d${c}_${STAMP}_$run.order"); done
 done
-java -cp "$WALRELAY_CONNECT_LIBS/*" "$SCRIPT_DIR/BenchAdmin.java" ensure-topics 127.0.0.1:19092 3 "${topics[@]}" >&2
+java -cp "$WALRELAY_CONNECT_LIBS/*" "$SCRIPT_DIR/BenchAdmin.java" ensure-topics $BROKER 3 "${topics[@]}" >&2
 
 debezium() { # <name> <chunk>: D, Debezium's incremental snapshot; prints the table row
   local name=$1 chunk=$2 d=$OUT/$1 pid t0 last took n rate at_signal peak
   mkdir -p "$d"
   psql_ -d "$DB" -c "SET ROLE walrelay; CREATE PUBLICATION ${name}_pub FOR TABLE outbox, debezium_signal"
-  bench_py 'bench.fill_template(sys.argv[2], sys.argv[3], BROKERS="127.0.0.1:19092",
+  bench_py 'bench.fill_template(sys.argv[2], sys.argv[3], BROKERS=sys.argv[5],
                                 OFFSETS_FILE=sys.argv[4], REST_PORT=bench.free_port())' \
-    "$SCRIPT_DIR/connect/worker.properties.in" "$d/worker.properties" "$d/offsets.dat"
+    "$SCRIPT_DIR/connect/worker.properties.in" "$d/worker.properties" "$d/offsets.dat" "$BROKER"
   # The connector of deploy/bench/run.sh (its defaults: max.batch.size 2048,
   # max.queue.size 8192, poll.interval.ms 500 unless --dbz-poll-ms), then what
   # an incremental snapshot needs; properties listed again below are dropped

@@ -41,10 +41,11 @@
 //!
 //!    Everything the snapshot saw is then in the stream before the chunk,
 //!    and whatever follows it the snapshot did not see. On a server with no
-//!    other writes, the stream would not move past the horizon: after half a
-//!    second the task commits one empty transaction (`pg_current_xact_id()`,
-//!    on the primary; a commit record, no row, no privilege) and the source
-//!    asks the server for its position.
+//!    other writes, the stream would not move past the horizon: 100 ms
+//!    after the rows arrived the task commits one empty transaction
+//!    (`pg_current_xact_id()`, on the primary; a commit record, no row, no
+//!    privilege), and the source asks the server for its position (then
+//!    every second while the chunk waits).
 //!
 //! Invariants:
 //! - **Never stale.** A chunk row is dropped when the stream carries a change

@@ -113,7 +113,7 @@ impl Incremental {
             stale: HashSet::new(),
             truncated: false,
             at: tokio::time::Instant::now(),
-            wake: tokio::time::Instant::now() + std::time::Duration::from_millis(500),
+            wake: tokio::time::Instant::now() + std::time::Duration::from_millis(100),
             nudged: false,
             warned: false,
         };
