@@ -145,7 +145,23 @@ async fn writers_decoded_by_confluents_client(format: &str) {
     let mut relay = RelayProcess::start(&config, &[]);
     relay.wait_log("streaming", Duration::from_secs(60)).await;
     let writers = Writers::start(&db);
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Enough rows to show caching, however slow the machine: written
+    // until there are 300 (not for a fixed time: under load 4 s once
+    // wrote 160).
+    wait_for(
+        "300 outbox rows written",
+        Duration::from_secs(180),
+        || async {
+            let n: i64 = db
+                .client
+                .query_one("SELECT count(*) FROM outbox", &[])
+                .await
+                .ok()?
+                .get(0);
+            (n >= 300).then_some(())
+        },
+    )
+    .await;
     writers.stop().await;
     let topics = vec![names.topic("order"), names.topic("invoice")];
     let decoded = wait_all(format, &url, &db, &topics).await;
