@@ -89,7 +89,9 @@ use crate::pg::snapshot::{Chunk, SnapshotError};
 use crate::pg::wire::ConnectParams;
 use crate::pgoutput::{Cell, Relation, TupleData};
 use read_only::Arrived;
-pub(super) use read_only::Waiting;
+#[cfg(test)]
+use read_only::Waiting;
+pub(super) use read_only::Wake;
 use task::{ChunkRead, Request, chunk_task, parse_watermark, rand_u64};
 #[cfg(test)]
 use {read_only::horizon, read_only::unseen, task::watermark};

@@ -453,46 +453,32 @@ impl Source {
             if let Some(event) = self.assembler.next_replayed()? {
                 return self.observe(event);
             }
-            // A read-only chunk waiting for its place: the server is asked
-            // for its position now and then (see `incremental`).
-            let wake = match self.incremental.as_mut() {
-                Some(i) => i.waiting()?,
-                None => incremental::Waiting::No,
-            };
-            let wake = async {
-                match wake {
-                    incremental::Waiting::Until(at) => tokio::time::sleep_until(at).await,
-                    incremental::Waiting::No => std::future::pending().await,
+            // Beside the stream: the chunk task failing (a chunk that
+            // cannot be read ends the session; its progress is stored and
+            // the next session goes on from there), a read-only chunk's rows
+            // arriving, and a waiting chunk's instant, when the server is
+            // asked for its position (see `incremental`).
+            let event = match self.incremental.as_mut() {
+                Some(i) => {
+                    let until = i.waiting()?;
+                    tokio::select! {
+                        woke = i.wake(until) => Err(woke),
+                        event = stream.recv() => Ok(event?),
+                    }
                 }
+                None => Ok(stream.recv().await?),
             };
-            let event = match self.incremental.as_mut().and_then(|i| i.failed.as_mut()) {
-                // A chunk that cannot be read ends the session (its progress
-                // is stored; the next session goes on from there).
-                Some(failed) => tokio::select! {
-                    e = failed => match e {
-                        Ok(e) => return Err(SourceError::Snapshot(e)),
-                        Err(_) => {
-                            // The task ended without an error: nothing to watch.
-                            if let Some(i) = self.incremental.as_mut() {
-                                i.failed = None;
-                            }
-                            continue;
-                        }
-                    },
-                    event = stream.recv() => Some(event?),
-                    () = wake => None,
-                },
-                None => tokio::select! {
-                    event = stream.recv() => Some(event?),
-                    () = wake => None,
-                },
-            };
-            let Some(event) = event else {
-                if let Some(i) = self.incremental.as_mut() {
-                    i.on_wait();
+            let event = match event {
+                Ok(event) => event,
+                Err(incremental::Wake::Failed(e)) => return Err(SourceError::Snapshot(e)),
+                Err(incremental::Wake::Again) => continue,
+                Err(incremental::Wake::Timer) => {
+                    if let Some(i) = self.incremental.as_mut() {
+                        i.on_wait();
+                    }
+                    stream.send_status(stream.last_reported(), true).await?;
+                    continue;
                 }
-                stream.send_status(stream.last_reported(), true).await?;
-                continue;
             };
             if let Some(event) = self.assembler.on_stream_event(event)? {
                 return self.observe(event);

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use super::task::Request;
+use super::task::{ChunkRead, Request};
 use super::{Incremental, Key, Phase, SourceEvent};
 use crate::Lsn;
 use crate::pg::snapshot::{Chunk, SnapshotError};
@@ -59,6 +59,17 @@ pub(super) fn horizon(lsn: Lsn) -> Lsn {
     }
 }
 
+/// Why [`Incremental::wake`] returned.
+#[derive(Debug)]
+pub(in crate::source) enum Wake {
+    /// The chunk task failed: the session ends with this.
+    Failed(SnapshotError),
+    /// Something changed (rows arrived, the task ended cleanly): look again.
+    Again,
+    /// A waiting chunk's instant came: call [`Incremental::on_wait`].
+    Timer,
+}
+
 /// What the source should do for a read-only chunk waiting for its place
 /// ([`Incremental::waiting`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,9 +81,21 @@ pub(in crate::source) enum Waiting {
 }
 
 impl Incremental {
-    /// Read-only watermarks: takes the chunk's rows if they arrived, and
-    /// sorts the changes seen since the request by the rows' snapshot.
+    /// Read-only watermarks: takes the chunk's rows if they arrived (see
+    /// [`Incremental::arrive`]).
     pub(super) fn take_rows(&mut self) -> Result<(), SnapshotError> {
+        if !matches!(self.phase, Phase::Reading { read: None, .. }) {
+            return Ok(());
+        }
+        match self.chunks.try_recv() {
+            Ok(arrived) => self.arrive(arrived),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Read-only watermarks: the chunk's rows arrived; the changes seen
+    /// since the request are sorted by the rows' snapshot.
+    fn arrive(&mut self, arrived: ChunkRead) -> Result<(), SnapshotError> {
         let Phase::Reading {
             chunk,
             seen,
@@ -81,9 +104,6 @@ impl Incremental {
             ..
         } = &mut self.phase
         else {
-            return Ok(());
-        };
-        let Ok(arrived) = self.chunks.try_recv() else {
             return Ok(());
         };
         if arrived.chunk != *chunk {
@@ -183,6 +203,44 @@ impl Incremental {
         })
     }
 
+    /// What the source waits for besides the stream (cancel-safe): the
+    /// chunk task failing, a read-only chunk's rows arriving (taken in), or
+    /// the instant a waiting chunk gave ([`Incremental::waiting`]).
+    pub(in crate::source) async fn wake(&mut self, until: Waiting) -> Wake {
+        let reading = matches!(self.phase, Phase::Reading { read: None, .. });
+        let failed = &mut self.failed;
+        let chunks = &mut self.chunks;
+        let woke = tokio::select! {
+            e = async {
+                match failed.as_mut() {
+                    Some(f) => f.await,
+                    None => std::future::pending().await,
+                }
+            } => match e {
+                Ok(e) => Wake::Failed(e),
+                // The task ended without an error: nothing to watch.
+                Err(_) => {
+                    *failed = None;
+                    Wake::Again
+                }
+            },
+            read = chunks.recv(), if reading => match read {
+                Some(read) => return match self.arrive(read) {
+                    Ok(()) => Wake::Again,
+                    Err(e) => Wake::Failed(e),
+                },
+                None => std::future::pending().await,
+            },
+            () = async {
+                match until {
+                    Waiting::Until(at) => tokio::time::sleep_until(at).await,
+                    Waiting::No => std::future::pending().await,
+                }
+            } => Wake::Timer,
+        };
+        woke
+    }
+
     /// A read-only chunk waited until the instant [`Incremental::waiting`]
     /// gave: nudges the primary once (module doc), and says what it waits
     /// for after 30 s. The caller then asks the server for its position.
@@ -195,12 +253,17 @@ impl Incremental {
         else {
             return;
         };
-        if !rows.nudged {
+        let now = tokio::time::Instant::now();
+        rows.wake = if rows.nudged {
+            now + std::time::Duration::from_secs(1)
+        } else {
+            // The server is asked again once the nudge has likely
+            // committed: its answer to this first ask predates it (and an
+            // idle walsender reports a new position only when asked).
             rows.nudged = true;
             let _ = self.requests.try_send(Request::Nudge);
-        }
-        let now = tokio::time::Instant::now();
-        rows.wake = now + std::time::Duration::from_secs(1);
+            now + std::time::Duration::from_millis(50)
+        };
         if !rows.warned
             && now.duration_since(rows.at) >= std::time::Duration::from_secs(30)
             && let Some(t) = self.plan.tables.get(*table)

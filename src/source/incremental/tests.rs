@@ -301,3 +301,26 @@ fn a_horizon_just_past_a_page_header_is_the_page_start() {
     assert_eq!(horizon(Lsn(8192 * 3 + 48)), Lsn(8192 * 3 + 48));
     assert_eq!(horizon(Lsn(8192 * 3)), Lsn(8192 * 3));
 }
+
+#[tokio::test]
+async fn a_read_only_chunk_wakes_the_source_when_its_rows_arrive() {
+    // The stream may be idle: the rows themselves must wake the source, or
+    // the chunk would wait for the next stream event.
+    let (mut i, _requests, rows_tx) = read_only(Lsn(100));
+    // No chunk task to watch (its failure channel would wake it too).
+    i.failed = None;
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        rows_tx
+            .send(rows(&["a"], &[], 60, 400))
+            .await
+            .expect("send rows");
+        // Keep the channel open: a closed one is not an arrival.
+        tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+    });
+    let woke = tokio::time::timeout(std::time::Duration::from_secs(5), i.wake(Waiting::No))
+        .await
+        .expect("woken by the rows");
+    assert!(matches!(woke, Wake::Again), "{woke:?}");
+    assert!(matches!(i.waiting().expect("waiting"), Waiting::Until(_)));
+}
