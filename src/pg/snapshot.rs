@@ -58,8 +58,8 @@ mod sql;
 
 pub use chunk::{Chunk, chunk_key_problem};
 pub use error::SnapshotError;
-pub use reader::{SnapshotReader, full_xids};
+pub use reader::{ResumeKey, SnapshotReader, full_xids};
 pub use rows::SnapshotRows;
-pub use shapes::{changed_since, shape_changes, table_shapes};
+pub use shapes::{changed_since, same_columns, shape_changes, table_shapes};
 pub use split::HashSplit;
-pub use sql::{EXISTED_IN, chunk_sql, copy_sql};
+pub use sql::{After, EXISTED_IN, chunk_sql, copy_sql};

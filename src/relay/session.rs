@@ -457,10 +457,12 @@ impl Session {
                     if let Some(unfiltered) = &unfiltered {
                         tracing::warn!(
                             slot = %pg.slot,
-                            "the resumed snapshot reads the tables not done whole and as they \
-                             are now, on the same slot: {unfiltered}; rows written since its \
-                             consistent point may come twice (as snapshot records and streamed), \
-                             none is lost"
+                            "the resumed snapshot reads the tables not done unfiltered and as \
+                             they are now, on the same slot: {unfiltered}; each reader's part \
+                             goes on from its stored key where the table's columns are as they \
+                             were (a table whose column types changed is read whole); rows \
+                             written since its consistent point may come twice (as snapshot \
+                             records and streamed), none is lost"
                         );
                     }
                     // `resumable` was checked on this progress: it is stored.

@@ -517,22 +517,18 @@ pub(super) fn resumed(
         taken: progress.taken.clone().unwrap_or_default(),
         shapes: progress.shapes.clone(),
         attempt: progress.attempt,
-        // Unfiltered, a part's stored key may be in a column that changed:
-        // the tables not done are read whole.
-        parts: if filtered {
-            progress
-                .parts
-                .iter()
-                .map(|p| PartFrom {
-                    table: p.table.clone(),
-                    part: p.part,
-                    of: p.of,
-                    after: p.after.clone(),
-                })
-                .collect()
-        } else {
-            Vec::new()
-        },
+        // Unfiltered too: the source reads a table whose columns changed
+        // whole, and goes on from the stored keys in the others.
+        parts: progress
+            .parts
+            .iter()
+            .map(|p| PartFrom {
+                table: p.table.clone(),
+                part: p.part,
+                of: p.of,
+                after: p.after.clone(),
+            })
+            .collect(),
         filtered,
     };
     (origin, progress)

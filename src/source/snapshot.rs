@@ -22,15 +22,20 @@
 //!   ([`SnapshotError::ChangedSinceSnapshot`] otherwise), and only while
 //!   the cluster's transaction ids fit in 32 bits
 //!   (`pg::snapshot::full_xids`). When the caller finds either broken, it
-//!   resumes **unfiltered** (`filtered: false`): the tables are read whole,
-//!   as they are now, on the same slot — rows written since the point come
+//!   resumes **unfiltered** (`filtered: false`): the tables are read as
+//!   they are now, on the same slot — rows written since the point come
 //!   twice (snapshot and stream), none is lost.
-//! - **Resumable part by part.** When a table's read key pages it exactly
-//!   (unique, not NULL: `SnapshotReader::resumable_key`), each batch
-//!   carries its last row's key ([`crate::source::SnapshotChunk`]); a
-//!   resumed reader reads its part (the same hash split: as many readers
-//!   as then) after the key the caller stored ([`PartFrom`]), so only rows
-//!   after the last one Kafka held are read again.
+//! - **Resumable part by part.** When a table's read key is NOT NULL
+//!   (`SnapshotReader::resumable_key`), each batch carries its last row's
+//!   key ([`crate::source::SnapshotChunk`]); a resumed reader reads its
+//!   part (the same hash split: as many readers as then) from the key the
+//!   caller stored ([`PartFrom`]): after it when the key is unique, at it
+//!   when not (the rows sharing that value are read again, none skipped).
+//!   So only the rows after the last one Kafka held (and its ties) are
+//!   read again. Unfiltered, a stored key places a part only in a table
+//!   whose columns — types and collations, which order the key — are as
+//!   they were (`pg::snapshot::same_columns`: a `VACUUM FULL` keeps them,
+//!   an `ALTER … TYPE` may not); such a table is read whole.
 //! - **Per-aggregate order.** Each table is split among the readers by a
 //!   hash of its aggregate-id column ([`HashSplit`]), so one aggregate's rows
 //!   are all read by one reader, in the table's snapshot order (`order_by`,
@@ -60,7 +65,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::pg::catalog;
 use crate::pg::snapshot::{
-    HashSplit, SnapshotError, SnapshotReader, changed_since, shape_changes, table_shapes,
+    After, HashSplit, SnapshotError, SnapshotReader, changed_since, same_columns, shape_changes,
+    table_shapes,
 };
 use crate::pg::wire::ConnectParams;
 use crate::pgoutput::{Relation, TupleData};
@@ -262,16 +268,19 @@ impl Snapshot {
             let relation = readers[0]
                 .table_relation(&t.schema, &t.name, Some(publication))
                 .await?;
-            // The read key's columns, when it pages the table exactly: each
-            // batch's last row is then a place to resume from.
+            // The read key's columns, when it is NOT NULL: each batch's last
+            // row is then a place to resume from (at it, if not unique).
             keys.push(
                 readers[0]
                     .resumable_key(&relation, &t.order_by)
                     .await?
                     .and_then(|key| {
-                        key.iter()
+                        let columns = key
+                            .columns
+                            .iter()
                             .map(|c| relation.column_index(c))
-                            .collect::<Option<Vec<usize>>>()
+                            .collect::<Option<Vec<usize>>>()?;
+                        Some((columns, key.unique))
                     }),
             );
             progress.push(TableProgress {
@@ -300,6 +309,19 @@ impl Snapshot {
             return Err(SnapshotError::ChangedSinceSnapshot { changes });
         }
         drop(now);
+        // Unfiltered, a stored key still places a part only where the
+        // table's columns sort as they did.
+        let goes_on: Vec<bool> = relations
+            .iter()
+            .map(|r| match origin {
+                Origin::Resumed {
+                    filtered: false,
+                    shapes,
+                    ..
+                } => same_columns(shapes, &in_snapshot, r.oid),
+                _ => true,
+            })
+            .collect();
         let (taken, shapes) = match origin {
             Origin::Exported(_) => (readers[0].current_snapshot().await?, in_snapshot),
             Origin::Resumed {
@@ -325,12 +347,13 @@ impl Snapshot {
                 .iter()
                 .zip(&relations)
                 .zip(&keys)
-                .map(|((t, rel), key)| {
+                .zip(&goes_on)
+                .map(|(((t, rel), key), &goes_on)| {
                     let split = (parallelism > 1)
                         .then(|| HashSplit::new(&t.split_by, parallelism, index as u32))
                         .transpose()?;
                     let after = match (origin, key) {
-                        (Origin::Resumed { parts, .. }, Some(_)) => parts
+                        (Origin::Resumed { parts, .. }, Some(_)) if goes_on => parts
                             .iter()
                             .find(|p| {
                                 p.table == t.display()
@@ -344,8 +367,8 @@ impl Snapshot {
                         relation: rel.clone(),
                         order_by: t.order_by.clone(),
                         split,
-                        key: key.clone(),
-                        after,
+                        key: key.as_ref().map(|(columns, _)| columns.clone()),
+                        after: after.map(|key_values| (key_values, !unique(key))),
                     })
                 })
                 .collect::<Result<_, SnapshotError>>()?;
@@ -376,10 +399,15 @@ struct PartPlan {
     relation: Arc<Relation>,
     order_by: Vec<String>,
     split: Option<HashSplit>,
-    /// The read key's column indexes, when it pages the table exactly.
+    /// The read key's column indexes, when it is NOT NULL.
     key: Option<Vec<usize>>,
-    /// Resumed: the part goes on after this key.
-    after: Option<Vec<Option<String>>>,
+    /// Resumed: the part goes on after this key (at it: `true`).
+    after: Option<(Vec<Option<String>>, bool)>,
+}
+
+/// Whether a table's read key (from `resumable_key`) is unique.
+fn unique(key: &Option<(Vec<usize>, bool)>) -> bool {
+    key.as_ref().is_some_and(|(_, unique)| *unique)
 }
 
 /// The read key's values of `row` (text), `None` if one is not text (never
@@ -415,7 +443,15 @@ async fn read_all(
         } = p;
         let result = async {
             let mut rows = reader
-                .read_after(&relation, &order_by, split.as_ref(), after.as_deref())
+                .read_after(
+                    &relation,
+                    &order_by,
+                    split.as_ref(),
+                    after.as_ref().map(|(key, inclusive)| After {
+                        key,
+                        inclusive: *inclusive,
+                    }),
+                )
                 .await?;
             while let Some(batch) = rows.next_batch(batch_rows, BATCH_BYTES).await? {
                 let last_key = key

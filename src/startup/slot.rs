@@ -128,7 +128,8 @@ pub fn snapshot_outlived_idle_timeout(
 /// ([`crate::pg::snapshot::full_xids`]) and no table was rewritten or
 /// changed since ([`crate::pg::snapshot::changed_since`]: an `ALTER TABLE`
 /// rewrite gives every row a new `xmin`, which would hide them all). Then
-/// the tables not done are read whole and as they are now, still on the
+/// the tables not done are read unfiltered and as they are now (each part
+/// from its stored key unless the table's columns changed), still on the
 /// same slot: a row written since the consistent point may come twice (the
 /// snapshot's copy and the stream's), but none is lost — taking the
 /// snapshot again on a new slot would lose every row inserted and deleted

@@ -584,8 +584,8 @@ async fn read_only_watermarks_keep_table_events_fresh_and_write_nothing() {
 }
 
 /// 6,000 items read by an incremental snapshot of 200-row chunks (with
-/// `snapshot` settings `extra`) while 4 writers update, delete and insert
-/// random keys; with `kill`, walrelay is killed (-9) once mid-snapshot. Then
+/// `snapshot` settings `extra`) while 4 paced writers update, delete and
+/// insert random keys; with `kill`, walrelay is killed (-9) once mid-snapshot. Then
 /// the `[[table]]` topic, folded in partition order (read and change events
 /// as upserts, deletes as removals), must be exactly the table. Returns the
 /// config, the running relay, the topic and the table's state.
@@ -608,8 +608,12 @@ async fn folds_under_updates(
     let mut relay = RelayProcess::start_with(&config, &[]);
     relay.wait_log("streaming", START).await;
 
-    // Writers: updates, deletes and inserts on random keys, all along.
-    let writers = ItemsWriters::start(&db.name, 4, 7000, Duration::ZERO);
+    // Writers: updates, deletes and inserts on random keys, all along —
+    // paced (2 ms between statements, up to ~2,000 a second together), so
+    // that a loaded machine's debug build keeps up with them: chunks wait
+    // for the stream to reach their place, and a stream falling ever
+    // further behind unpaced writers would never finish the snapshot.
+    let writers = ItemsWriters::start(&db.name, 4, 7000, Duration::from_millis(2));
     request_snapshot(&config, "public.items", None);
     let topic = format!("{prefix}.public.items");
     if kill {

@@ -77,6 +77,35 @@ async fn all_arrived(db: &TestDb, names: &Names) -> Vec<Consumed> {
     .await
 }
 
+/// `n` outbox rows inserted (payload `{"gone": n}`) and deleted again in a
+/// transaction of their own: what a restarted snapshot that took a new slot
+/// would lose. Their ids.
+async fn inserted_and_deleted(db: &TestDb, n: usize) -> Vec<String> {
+    let ids = db
+        .client
+        .query(
+            &format!(
+                "WITH ins AS (
+                     INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+                     SELECT gen_random_uuid(), 'order', 'agg-' || (g % 5), 'Created',
+                            jsonb_build_object('gone', g)
+                     FROM generate_series(1, {n}) g RETURNING id)
+                 SELECT id::text FROM ins"
+            ),
+            &[],
+        )
+        .await
+        .expect("rows to delete")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    db.client
+        .batch_execute("DELETE FROM outbox WHERE payload ? 'gone'")
+        .await
+        .expect("delete them again");
+    ids
+}
+
 /// The handover guarantees, per aggregate in partition order: every
 /// snapshot record comes before every streamed one; within one snapshot
 /// (one consistent point) records follow `seq`; streamed ones follow commit
@@ -571,6 +600,11 @@ fn status(config: &std::path::Path) -> String {
 async fn a_resumed_snapshot_skips_tables_done_and_survives_a_rewrite() {
     const ROWS: usize = 150_000;
     const SMALL: usize = 300;
+    const IN_FLIGHT: usize = 200;
+    const BATCH: usize = 1_000;
+    // Records the second attempt publishes before its kill: reading the
+    // table again from its first row would re-send at least these.
+    const SECOND: i64 = 10_000;
     require_kafka();
     let db = TestDb::new("snap_resume").await;
     create_outbox(&db).await;
@@ -592,11 +626,14 @@ async fn a_resumed_snapshot_skips_tables_done_and_survives_a_rewrite() {
         &format!(
             "[[outbox]]\ntable = \"public.small\"\ntopic = \"{p}.{{aggregatetype}}\"\n\n\
              [[outbox]]\ntable = \"public.outbox\"\ntopic = \"{p}.{{aggregatetype}}\"\n\
-             snapshot_order_by = [\"seq\"]\n",
+             snapshot_order_by = [\"seq\"]\n\n[snapshot]\nfetch_rows = {BATCH}\n",
             p = names.topic_prefix
         ),
     )
-    .replace("[kafka]\n", "[kafka]\nmax_in_flight_records = 200\n");
+    .replace(
+        "[kafka]\n",
+        &format!("[kafka]\nmax_in_flight_records = {IN_FLIGHT}\n"),
+    );
     let path = write_config(&config);
     let small_topic = names.topic("small");
     let small_records = || consume_to_end(&[small_topic.as_str()]).len();
@@ -629,7 +666,7 @@ async fn a_resumed_snapshot_skips_tables_done_and_survives_a_rewrite() {
     );
     let before = records_in(&topics(&names));
     wait_for("resumed snapshot records in Kafka", CATCH_UP, || async {
-        (records_in(&topics(&names)) - before >= 1_000).then_some(())
+        (records_in(&topics(&names)) - before >= SECOND).then_some(())
     })
     .await;
     assert!(
@@ -640,26 +677,10 @@ async fn a_resumed_snapshot_skips_tables_done_and_survives_a_rewrite() {
     assert_eq!(small_records(), SMALL, "public.small not read again");
     // While walrelay is down: rows inserted, some deleted again in their
     // own transaction, and a rewrite (the stored shapes no longer match).
-    let gone: Vec<String> = db
-        .client
-        .query(
-            "WITH ins AS (
-                 INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-                 SELECT gen_random_uuid(), 'order', 'agg-' || (g % 5), 'Created',
-                        jsonb_build_object('gone', g)
-                 FROM generate_series(1, 40) g RETURNING id)
-             SELECT id::text FROM ins",
-            &[],
-        )
-        .await
-        .expect("rows to delete")
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let gone = inserted_and_deleted(&db, 40).await;
     db.client
         .batch_execute(
-            "DELETE FROM outbox WHERE payload ? 'gone';
-             INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
              SELECT gen_random_uuid(), 'invoice', 'agg-' || (g % 5), 'Created',
                     jsonb_build_object('kept', g)
              FROM generate_series(1, 40) g;",
@@ -676,7 +697,7 @@ async fn a_resumed_snapshot_skips_tables_done_and_survives_a_rewrite() {
     let log = log_since(&relay, from);
     assert!(
         log.contains("resuming the initial snapshot")
-            && log.contains("reads the tables not done whole and as they are now")
+            && log.contains("reads the tables not done unfiltered and as they are now")
             && log.contains("DDL changed the captured tables")
             && !log.contains("dropped the replication slot"),
         "the restart after the rewrite does not say it resumes on the same slot:\n{log}"
@@ -704,7 +725,103 @@ async fn a_resumed_snapshot_skips_tables_done_and_survives_a_rewrite() {
          deleted while down, all streamed",
         gone.len()
     );
+    // The rewrite left the columns as they were, so the unfiltered read
+    // still went on from the stored key: each kill re-sent at most what was
+    // in flight and about two batches, plus the 40 rows kept since (read,
+    // and streamed). Reading the table again whole re-sends >= SECOND.
+    let bound = ROWS + 40 + 2 * (IN_FLIGHT + 2 * BATCH);
+    assert!(
+        snapshot <= bound,
+        "{snapshot} snapshot records of {ROWS} rows (bound {bound}): the resumed read after the \
+         rewrite did not go on from the stored key"
+    );
     assert_eq!(small_records(), SMALL, "public.small not read again");
+    assert!(relay.stop().success());
+}
+
+/// A table read by a `snapshot_order_by` that is NOT NULL but not unique
+/// (`bucket`: 25 rows per value) resumes each part *at* the last value
+/// Kafka held (its ties read again), not from the first row. Killed once
+/// after 20,000 snapshot records, with rows inserted and deleted while
+/// down: every row arrives, per aggregate in order, the deleted ones
+/// streamed, and the restart re-sent at most what was in flight, about two
+/// batches and one value's ties.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_read_by_a_non_unique_key_resumes_at_its_last_value() {
+    const ROWS: usize = 60_000;
+    const TIES: usize = 25;
+    const IN_FLIGHT: usize = 200;
+    const BATCH: usize = 1_000;
+    const FIRST: i64 = 20_000;
+    require_kafka();
+    let db = TestDb::new("snap_ties").await;
+    create_outbox(&db).await;
+    db.client
+        .batch_execute(&format!(
+            "ALTER TABLE outbox ADD COLUMN bucket int NOT NULL DEFAULT 0;
+             INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, bucket)
+             SELECT gen_random_uuid(), CASE WHEN g % 3 = 0 THEN 'invoice' ELSE 'order' END,
+                    'agg-' || (g % 500), 'Created', jsonb_build_object('pre', g), g / {TIES}
+             FROM generate_series(1, {ROWS}) g"
+        ))
+        .await
+        .expect("rows in buckets");
+    let names = Names::new("snap_ties");
+    let path = write_config(
+        &relay_config(
+            &db,
+            &names,
+            "snapshot_order_by = [\"bucket\"]",
+            &format!("[snapshot]\nfetch_rows = {BATCH}\n"),
+        )
+        .replace(
+            "[kafka]\n",
+            &format!("[kafka]\nmax_in_flight_records = {IN_FLIGHT}\n"),
+        ),
+    );
+    let mut relay = RelayProcess::start_with(&path, &[]);
+    wait_for("snapshot records in Kafka", CATCH_UP, || {
+        relay.is_running().then_some(()).expect("walrelay exited");
+        let names = names.clone();
+        async move { (records_in(&topics(&names)) >= FIRST).then_some(()) }
+    })
+    .await;
+    assert!(
+        !relay.log().contains("snapshot completed"),
+        "the snapshot completed before the kill; the test proves nothing"
+    );
+    relay.kill9();
+    let gone = inserted_and_deleted(&db, 20).await;
+    let from = relay.log().len();
+    relay = RelayProcess::start_with(&path, &[]);
+    wait_log_since(&mut relay, from, "snapshot completed", CATCH_UP).await;
+    assert!(
+        log_since(&relay, from).contains("resuming the initial snapshot"),
+        "{}",
+        log_since(&relay, from)
+    );
+    let got = all_arrived(&db, &names).await;
+    let streamed: HashSet<String> = got
+        .iter()
+        .filter(|r| !is_snapshot(r))
+        .filter_map(|r| r.header_str("id"))
+        .collect();
+    assert!(
+        gone.iter().all(|id| streamed.contains(id)),
+        "a row inserted and deleted while walrelay was down never arrived"
+    );
+    let kept: Vec<Consumed> = got
+        .into_iter()
+        .filter(|r| r.header_str("id").is_none_or(|id| !gone.contains(&id)))
+        .collect();
+    let (snapshot, _) = verify_handover(&db, &names, &kept).await;
+    let bound = ROWS + IN_FLIGHT + 2 * BATCH + TIES;
+    eprintln!("{snapshot} snapshot records of {ROWS} rows over two attempts (bound {bound})");
+    assert!(
+        snapshot <= bound,
+        "{snapshot} snapshot records of {ROWS} rows (bound {bound}): the resumed read did not go \
+         on at the last key value"
+    );
     assert!(relay.stop().success());
 }
 

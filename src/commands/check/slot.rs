@@ -325,8 +325,8 @@ async fn slot_line(
                     Ok(Some(unfiltered)) => Outcome::Warn(format!(
                         "{} is at the interrupted snapshot's consistent point {point}; run will \
                          resume the snapshot on it ({} of its tables done), reading the others \
-                         whole and as they are now ({unfiltered}): rows written since that point \
-                         may come twice, none is lost; {why}",
+                         unfiltered and as they are now ({unfiltered}): rows written since that \
+                         point may come twice, none is lost; {why}",
                         pg.slot,
                         progress.map_or(0, |p| p.tables_done.len())
                     )),

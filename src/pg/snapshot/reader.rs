@@ -21,7 +21,17 @@ use super::error::{SnapshotError, qualified_display, query_error, relation_displ
 use super::rows::SnapshotRows;
 use super::shapes::table_shapes;
 use super::split::HashSplit;
-use super::sql::{chunk_sql, copy_sql};
+use super::sql::{After, chunk_sql, copy_sql};
+
+/// A table's read key as a place a resumed read goes on from
+/// ([`SnapshotReader::resumable_key`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumeKey {
+    pub columns: Vec<String>,
+    /// A unique index makes the key unique: go on *after* the last row's
+    /// values. Otherwise go on *at* them ([`After::inclusive`]).
+    pub unique: bool,
+}
 
 /// A connection inside the exported snapshot.
 pub struct SnapshotReader {
@@ -318,38 +328,56 @@ impl SnapshotReader {
             .await
     }
 
-    /// [`SnapshotReader::read`], only the rows after `after` in `order_by`
-    /// (which must then be unique and not NULL: see
-    /// [`SnapshotReader::resumable_key`]): a resumed snapshot's part.
+    /// [`SnapshotReader::read`], only the rows after (or at) `after` in
+    /// `order_by` ([`After`]; the key as [`SnapshotReader::resumable_key`]
+    /// found it): a resumed snapshot's part.
     pub async fn read_after(
         &mut self,
         relation: &Relation,
         order_by: &[String],
         split: Option<&HashSplit>,
-        after: Option<&[Option<String>]>,
+        after: Option<After<'_>>,
     ) -> Result<SnapshotRows<'_>, SnapshotError> {
         self.read_selected(relation, order_by, split, None, after)
             .await
     }
 
     /// The columns `relation` is read in when `order_by` is (its primary
-    /// key when empty), if keyset paging by them neither skips nor repeats
-    /// a row (unique, not NULL: [`chunk_key_problem`] for rows only
-    /// inserted); `None` otherwise, or when it has no key.
+    /// key when empty), if a read can go on from a row's values of them:
+    /// every column published and NOT NULL. [`ResumeKey::unique`] when
+    /// keyset paging by them neither skips nor repeats a row (a unique
+    /// index: [`chunk_key_problem`] for rows only inserted); otherwise a
+    /// resumed read goes on *at* the last value (its ties read again).
+    /// `None` when a column may be NULL, or the table has no key.
     pub async fn resumable_key(
         &self,
         relation: &Relation,
         order_by: &[String],
-    ) -> Result<Option<Vec<String>>, SnapshotError> {
+    ) -> Result<Option<ResumeKey>, SnapshotError> {
         let key = if order_by.is_empty() {
             self.primary_key(relation).await?
         } else {
             order_by.to_vec()
         };
-        Ok(match self.chunk_key(relation, &key, true).await {
-            Ok((used, None)) if used == key => Some(key),
-            _ => None,
-        })
+        if key.is_empty() {
+            return Ok(None);
+        }
+        if let Ok((used, None)) = self.chunk_key(relation, &key, true).await
+            && used == key
+        {
+            return Ok(Some(ResumeKey {
+                columns: key,
+                unique: true,
+            }));
+        }
+        let not_null = self.not_null_columns(relation).await?;
+        Ok(key
+            .iter()
+            .all(|c| relation.column_index(c).is_some() && not_null.contains(c))
+            .then_some(ResumeKey {
+                columns: key,
+                unique: false,
+            }))
     }
 
     async fn read_selected(
@@ -358,7 +386,7 @@ impl SnapshotReader {
         order_by: &[String],
         split: Option<&HashSplit>,
         filter: Option<&str>,
-        after: Option<&[Option<String>]>,
+        after: Option<After<'_>>,
     ) -> Result<SnapshotRows<'_>, SnapshotError> {
         let pk;
         let order_by = if order_by.is_empty() {
@@ -625,6 +653,24 @@ impl SnapshotReader {
         Ok(chunk)
     }
 
+    /// The NOT NULL columns of `relation`.
+    async fn not_null_columns(&self, relation: &Relation) -> Result<Vec<String>, SnapshotError> {
+        Ok(self
+            .client
+            .query(
+                "SELECT attname::text FROM pg_attribute \
+                 WHERE attrelid = $1::oid AND attnum > 0 AND attnotnull AND NOT attisdropped",
+                &[&relation.oid],
+            )
+            .await
+            .map_err(query_error(relation_display(relation))(
+                "reading the NOT NULL columns",
+            ))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect())
+    }
+
     /// The key to read `relation` in chunks by: `wanted` if it is a chunk
     /// key (see [`chunk_key_problem`]), else the primary key, else another
     /// unique index that is one (the replica identity's first, then the
@@ -657,18 +703,7 @@ impl SnapshotReader {
             .iter()
             .map(|r| (r.get(0), r.get(1), r.get(2)))
             .collect();
-        let not_null: Vec<String> = self
-            .client
-            .query(
-                "SELECT attname::text FROM pg_attribute \
-                 WHERE attrelid = $1::oid AND attnum > 0 AND attnotnull AND NOT attisdropped",
-                &[&relation.oid],
-            )
-            .await
-            .map_err(query_error(table.clone())("reading the NOT NULL columns"))?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        let not_null = self.not_null_columns(relation).await?;
         let indexes: Vec<Vec<String>> = unique.iter().map(|(_, _, c)| c.clone()).collect();
         let problem =
             |key: &[String]| chunk_key_problem(relation, key, inserts_only, &indexes, &not_null);

@@ -17,8 +17,8 @@ use super::split::HashSplit;
 /// versions whose inserting transaction that snapshot sees
 /// ([`EXISTED_IN`]): a resumed initial snapshot's rows as of its
 /// consistent point, the later ones being the stream's. With `after`, only
-/// the rows whose `order_by` columns come after it (a resumed snapshot's
-/// part, from where Kafka held it: the key must be unique and not NULL).
+/// the rows whose `order_by` columns come after it, or at it ([`After`]: a
+/// resumed snapshot's part, from where Kafka held it).
 pub fn copy_sql(
     relation: &Relation,
     only: bool,
@@ -26,7 +26,7 @@ pub fn copy_sql(
     split: Option<&HashSplit>,
     filter: Option<&str>,
     existed_in: Option<&str>,
-    after: Option<&[Option<String>]>,
+    after: Option<After<'_>>,
 ) -> Result<String, SnapshotError> {
     select_sql(
         relation,
@@ -40,6 +40,20 @@ pub fn copy_sql(
             limit: None,
         },
     )
+}
+
+/// Where a resumed read goes on in its `order_by` order: the rows whose
+/// key comes after `key` — or, `inclusive`, at or after it. A unique key
+/// (not NULL) is read exclusively: no row is skipped or read twice. A key
+/// that is not unique but not NULL is read inclusively: the rows sharing
+/// the last key value are read again (their order among themselves is not
+/// fixed, so some of them may not have been read), none is skipped. A key
+/// that may be NULL gives no place to go on from (a NULL sorts nowhere in
+/// a row comparison).
+#[derive(Debug, Clone, Copy)]
+pub struct After<'a> {
+    pub key: &'a [Option<String>],
+    pub inclusive: bool,
 }
 
 /// The row version was inserted (or last updated) by a transaction that
@@ -71,7 +85,10 @@ pub fn chunk_sql(
             split,
             filter,
             existed_in: None,
-            after,
+            after: after.map(|key| After {
+                key,
+                inclusive: false,
+            }),
             limit,
         },
     )
@@ -82,7 +99,7 @@ struct Selection<'a> {
     split: Option<&'a HashSplit>,
     filter: Option<&'a str>,
     existed_in: Option<&'a str>,
-    after: Option<&'a [Option<String>]>,
+    after: Option<After<'a>>,
     limit: Option<usize>,
 }
 
@@ -161,6 +178,7 @@ fn select_sql(
     if let Some(after) = after {
         // Untyped literals take the key columns' types; NULL sorts nowhere.
         let values: Vec<String> = after
+            .key
             .iter()
             .map(|v| {
                 v.as_deref()
@@ -168,8 +186,9 @@ fn select_sql(
             })
             .collect();
         conditions.push(format!(
-            "({}) > ({})",
+            "({}) {} ({})",
             list(&mut order_by.iter().map(String::as_str)),
+            if after.inclusive { ">=" } else { ">" },
             values.join(", ")
         ));
     }

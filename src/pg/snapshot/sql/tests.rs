@@ -112,12 +112,34 @@ fn a_resumed_read_selects_only_rows_its_snapshot_saw() {
             Some(&split),
             None,
             Some("7:9:'"),
-            Some(&[Some("k'1".to_owned())])
+            Some(After {
+                key: &[Some("k'1".to_owned())],
+                inclusive: false
+            })
         )
         .unwrap(),
         "COPY (SELECT \"id\", \"agg\" FROM \"app\".\"out\"\"box\" \
          WHERE (coalesce(hashtext(\"agg\"::text), 0) & 2147483647) % 2 = 1 \
          AND pg_visible_in_snapshot(xmin::text::xid8, '7:9:'''::pg_snapshot) \
          AND (\"id\") > ('k''1') ORDER BY \"id\") TO STDOUT"
+    );
+    // A key that is not unique goes on at its last value: the rows sharing
+    // it are read again, none is skipped.
+    assert_eq!(
+        copy_sql(
+            &r,
+            false,
+            &["agg".to_owned(), "id".to_owned()],
+            None,
+            None,
+            None,
+            Some(After {
+                key: &[Some("a".to_owned()), Some("7".to_owned())],
+                inclusive: true
+            })
+        )
+        .unwrap(),
+        "COPY (SELECT \"id\", \"agg\" FROM \"app\".\"out\"\"box\" \
+         WHERE (\"agg\", \"id\") >= ('a', '7') ORDER BY \"agg\", \"id\") TO STDOUT"
     );
 }
