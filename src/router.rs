@@ -44,6 +44,8 @@ use crate::config::{OnUpdate, OutboxConfig, OutboxFormat, Segment, topic_name_pr
 use crate::pgoutput::{Cell, Oid, Relation, TupleData};
 
 pub mod arena;
+#[cfg(test)]
+pub(crate) mod avro_read;
 pub mod cloudevents;
 pub mod connect;
 pub mod debezium;

@@ -3,56 +3,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-
-/// Reads an Avro zigzag varint.
-fn long(b: &mut &[u8]) -> i64 {
-    let (mut n, mut shift) = (0u64, 0);
-    loop {
-        let byte = b[0];
-        *b = &b[1..];
-        n |= u64::from(byte & 0x7f) << shift;
-        shift += 7;
-        if byte & 0x80 == 0 {
-            break;
-        }
-    }
-    (n >> 1) as i64 ^ -((n & 1) as i64)
-}
-
-fn bytes<'a>(b: &mut &'a [u8]) -> &'a [u8] {
-    let n = long(b) as usize;
-    let (head, rest) = b.split_at(n);
-    *b = rest;
-    head
-}
-
-/// A test-only Avro reader over the Connect schema (a second reading of
-/// the encoding, independent of `body.rs`): bytes come back as the JSON
-/// path's base64, so a decoded body compares with the JSON path's value.
-fn read(schema: &Schema, b: &mut &[u8]) -> Value {
-    if schema.optional {
-        let null_branch = i64::from(schema.default.is_some());
-        if long(b) == null_branch {
-            return Value::Null;
-        }
-    }
-    match &schema.ty {
-        Type::Int16 | Type::Int32 | Type::Int64 => json!(long(b)),
-        Type::String => json!(std::str::from_utf8(bytes(b)).unwrap()),
-        Type::Bytes => {
-            let mut out = Vec::new();
-            crate::router::debezium::base64(&mut out, bytes(b));
-            json!(String::from_utf8(out).unwrap())
-        }
-        Type::Struct(fields) => Value::Object(
-            fields
-                .iter()
-                .map(|f| (f.key.clone(), read(&f.schema, b)))
-                .collect(),
-        ),
-        other => panic!("not in a message schema: {other:?}"),
-    }
-}
+use crate::router::avro_read::read;
 
 const KEY: &[u8] = br#"{"prefix":"orders"}"#;
 

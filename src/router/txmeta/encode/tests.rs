@@ -4,58 +4,8 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::Lsn;
+use crate::router::avro_read::read;
 use crate::router::txmeta::TxnMetadata;
-
-fn long(b: &mut &[u8]) -> i64 {
-    let (mut n, mut shift) = (0u64, 0);
-    loop {
-        let byte = b[0];
-        *b = &b[1..];
-        n |= u64::from(byte & 0x7f) << shift;
-        shift += 7;
-        if byte & 0x80 == 0 {
-            break;
-        }
-    }
-    (n >> 1) as i64 ^ -((n & 1) as i64)
-}
-
-/// A test-only Avro reader over the Connect schema, independent of
-/// `body.rs`: a decoded body compares with the JSON path's value.
-fn read(schema: &Schema, b: &mut &[u8]) -> Value {
-    if schema.optional && long(b) == 0 {
-        return Value::Null;
-    }
-    match &schema.ty {
-        Type::Int64 => json!(long(b)),
-        Type::String => {
-            let n = long(b) as usize;
-            let (s, rest) = b.split_at(n);
-            *b = rest;
-            json!(std::str::from_utf8(s).unwrap())
-        }
-        Type::Array(item) => {
-            let mut items = Vec::new();
-            loop {
-                let n = long(b);
-                if n == 0 {
-                    break;
-                }
-                for _ in 0..n {
-                    items.push(read(item, b));
-                }
-            }
-            Value::Array(items)
-        }
-        Type::Struct(fields) => Value::Object(
-            fields
-                .iter()
-                .map(|f| (f.key.clone(), read(&f.schema, b)))
-                .collect(),
-        ),
-        other => panic!("not in a transaction schema: {other:?}"),
-    }
-}
 
 /// BEGIN and END of a transaction of three events over two tables, in
 /// `kind`: (BEGIN, END).
