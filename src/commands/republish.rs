@@ -16,6 +16,13 @@
 //! - **Nothing is reported done until Kafka holds it**: the command exits 0
 //!   only after every record is acknowledged; a refused record stops it with
 //!   the row's id, exit 1, and what was acknowledged before it is said.
+//! - **No record leaves without its schema id.** With `format = "avro" |
+//!   "json_schema"` each record is framed by the same registry client as
+//!   the stream's ([`Registry::frame`]: same subjects, same schemas, so the
+//!   same ids) before it goes to the producer; a registry that cannot give
+//!   an id stops the command (exit 1) with the registry's message and what
+//!   was acknowledged before — never a schema-less record. A dry run prints
+//!   the records unframed and never asks the registry.
 //! - It never touches the slot or the offset store.
 //! - **`--where` is trusted, read-only SQL that stays a condition.** It
 //!   runs in a `READ ONLY` transaction under `statement_timeout`, and
@@ -37,6 +44,7 @@ use crate::pg::snapshot::SnapshotReader;
 use crate::router::{Record, Routed, Router};
 use crate::sink::kafka::{Ack, KafkaSink};
 use crate::sink::properties::producer_properties;
+use crate::sink::registry::Registry;
 use crate::startup;
 use crate::telemetry::outage::OutageLog;
 
@@ -86,6 +94,11 @@ pub enum RepublishError {
          command is safe: consumers de-duplicate by the id header)"
     )]
     Kafka { what: String, acked: u64 },
+    #[error(
+        "schema registry: {what}; {acked} record(s) were acknowledged before it (re-running the \
+         same command is safe: consumers de-duplicate by the id header)"
+    )]
+    Registry { what: String, acked: u64 },
 }
 
 /// The `[[outbox]]` entry `table` names.
@@ -148,17 +161,22 @@ pub async fn republish(
     crate::pg::filter::check(&request.filter)
         .map_err(|why| RepublishError::Usage(format!("--where is refused: {why}")))?;
     let outbox = pick(config, request.table.as_deref())?;
-    if outbox.format.uses_registry() {
-        // Its records would need schema ids (sink::registry): not wired
-        // here yet, and a record without its id must never be sent.
-        return Err(RepublishError::Usage(format!(
-            "walrelay republish does not support format = \"{}\" yet (outbox {}): its records \
-             need the schema registry; re-publish these rows by inserting them into the outbox \
-             again, or with a configuration of format = \"raw\" for consumers that take it",
-            outbox.format.as_str(),
-            outbox.table
-        )));
-    }
+    // Records with schemas get their ids as the stream's do.
+    let registry = match &config.kafka.schema_registry {
+        Some(r) if outbox.format.uses_registry() && !request.dry_run => Some(
+            Registry::new(
+                r,
+                Arc::new(crate::telemetry::Metrics::new(&config.connector.name)),
+            )
+            .map_err(|what| {
+                RepublishError::Usage(format!(
+                    "kafka.schema_registry.url: {what}; use an http:// or https:// URL such as \
+                     \"http://registry:8081\", and a readable kafka.schema_registry.ssl_ca"
+                ))
+            })?,
+        ),
+        _ => None,
+    };
     let params = connect_params(config);
     let client = catalog::connect(&params)
         .await
@@ -224,7 +242,23 @@ pub async fn republish(
                 else {
                     continue;
                 };
-                let record = republished(record, &marker);
+                let mut record = republished(record, &marker);
+                if let Some(registry) = &registry {
+                    match registry.frame(&record).await {
+                        Ok(Some(framed)) => record = framed,
+                        Ok(None) => {}
+                        Err(e) => {
+                            return Err(RepublishError::Registry {
+                                what: format!(
+                                    "no schema id for a record to topic {:?}: {e}; {}",
+                                    record.topic,
+                                    e.fix()
+                                ),
+                                acked,
+                            });
+                        }
+                    }
+                }
                 *summary.topics.entry(record.topic.to_string()).or_default() += 1;
                 match &mut sink {
                     None => print(&record),

@@ -592,3 +592,88 @@ async fn https_with_the_registrys_ca_and_without() {
         "no definite TLS refusal:\n{log}"
     );
 }
+
+/// `walrelay republish` of an Avro outbox frames its records with the ids
+/// the stream registered (same subjects, same schemas): Confluent's client
+/// decodes the republished copies to their rows, under the streamed ones'
+/// schema ids, marked `walrelay.republished`. With the registry
+/// unreachable it exits 1 naming the registry and publishes nothing —
+/// never a schema-less record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn republish_frames_its_records_with_the_streams_schema_ids() {
+    use crate::support::runbook::walrelay;
+    require_kafka();
+    let url = registry_url();
+    let db = TestDb::new("sr_rep").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("sr_rep");
+    let config = relay_config(&db, &names, "format = \"avro\"", &registry_section(&url));
+    let path = write_config(&config);
+    let topics = vec![names.topic("order"), names.topic("invoice")];
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    insert(&db, "order", 4).await;
+    insert(&db, "invoice", 3).await;
+    let streamed = wait_all("avro", &url, &db, &topics).await;
+    assert!(relay.stop().success());
+    let rows = outbox_rows(&db).await;
+    let ids_of = |decoded: &[Value]| -> HashSet<(String, String)> {
+        decoded
+            .iter()
+            .map(|r| (r["topic"].to_string(), r["value_schema_id"].to_string()))
+            .collect()
+    };
+
+    let (code, out, err) = walrelay(&[
+        "republish",
+        "--config",
+        path.to_str().unwrap(),
+        "--where",
+        "true",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("republished 7 record(s) of public.outbox"),
+        "{out}"
+    );
+    let all = decode("avro", &url, &topics);
+    let republished: Vec<Value> = all
+        .iter()
+        .filter(|r| r["headers"]["walrelay.republished"] == "true")
+        .cloned()
+        .collect();
+    assert_eq!(republished.len(), 7, "{all:?}");
+    verify(&rows, &republished, &names);
+    assert_eq!(
+        ids_of(&republished),
+        ids_of(&streamed),
+        "republished records under other schema ids than the streamed ones"
+    );
+
+    // The registry unreachable: exit 1, nothing sent.
+    let gone = format!("http://{}/apis/ccompat/v7", free_local_addr());
+    let path = write_config(&relay_config(
+        &db,
+        &names,
+        "format = \"avro\"",
+        &registry_section(&gone),
+    ));
+    let (code, out, err) = walrelay(&[
+        "republish",
+        "--config",
+        path.to_str().unwrap(),
+        "--where",
+        "true",
+    ]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        err.contains("schema registry: no schema id for a record to topic")
+            && err.contains("0 record(s) were acknowledged"),
+        "{err}"
+    );
+    assert_eq!(
+        decode("avro", &url, &topics).len(),
+        14,
+        "a record reached Kafka without its schema id"
+    );
+}
