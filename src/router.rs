@@ -50,6 +50,7 @@ pub mod cloudevents;
 pub mod connect;
 pub mod debezium;
 pub mod envelope;
+pub mod heartbeat;
 pub mod mask;
 pub mod message;
 pub mod schema;

@@ -198,6 +198,12 @@ pub struct HeartbeatConfig {
     /// default for its `topic.prefix`.
     #[serde(default)]
     pub topic: Option<String>,
+    /// How heartbeat records are written: `json` (Debezium's under
+    /// `JsonConverter`, schemas off), `avro` or `json_schema` (Debezium's
+    /// `ServerNameKey` / `Heartbeat` schemas under Confluent's converters,
+    /// ids from `[kafka.schema_registry]`).
+    #[serde(default)]
+    pub format: super::TableFormat,
 }
 
 impl HeartbeatConfig {

@@ -35,15 +35,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::RelayError;
 use super::publish::{Counted, Publisher};
 use crate::Lsn;
+use crate::config::TableFormat;
 use crate::pg::catalog;
 use crate::pg::wire::ConnectParams;
 use crate::router::Record;
+use crate::router::heartbeat::{HeartbeatError, Heartbeats};
 use crate::source::Position;
 use crate::telemetry::Metrics;
 
@@ -82,20 +83,17 @@ impl Beat {
         Duration::from_millis(u64::try_from(now_ms.saturating_sub(self.ts_ms)).unwrap_or(0))
     }
 
-    /// The Debezium-shaped heartbeat record on `topic`: key
-    /// `{"serverName":"<server_name>"}` (Debezium's `topic.prefix`), value
-    /// `{"ts_ms":<written>}` (JSON, schemas disabled), timestamped when it
+    /// The Debezium-shaped heartbeat record on `topic` in `format`
+    /// ([`Heartbeats`]): key `{"serverName":"<server_name>"}` (Debezium's
+    /// `topic.prefix`), value `{"ts_ms":<written>}`, timestamped when it
     /// was written.
-    pub(crate) fn record(&self, server_name: &str, topic: &str) -> Record {
-        let key = serde_json::json!({ "serverName": server_name }).to_string();
-        let value = serde_json::json!({ "ts_ms": self.ts_ms }).to_string();
-        Record::new(
-            Arc::from(topic),
-            Some(Bytes::from(key)),
-            Some(Bytes::from(value)),
-            Vec::new(),
-            Some(self.ts_ms),
-        )
+    pub(crate) fn record(
+        &self,
+        server_name: &str,
+        topic: &str,
+        format: TableFormat,
+    ) -> Result<Record, HeartbeatError> {
+        Heartbeats::new(format).record(server_name, topic, self.ts_ms)
     }
 }
 
@@ -202,7 +200,12 @@ pub(super) async fn on_message(
         if config.heartbeat.publish {
             let prefix = config.topic_prefix();
             let topic = config.heartbeat.topic_for(prefix);
-            let record = beat.record(prefix, &topic);
+            let record = beat
+                .record(prefix, &topic, config.heartbeat.format)
+                .map_err(|e| RelayError::Stream {
+                    lsn,
+                    what: e.to_string(),
+                })?;
             let pos = Position {
                 commit_lsn: lsn,
                 index: 0,

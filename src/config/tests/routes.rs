@@ -502,3 +502,25 @@ fn table_registry_formats_need_a_registry_and_no_transaction_metadata() {
     ));
     assert!(e.contains("format"), "{e}");
 }
+
+#[test]
+fn heartbeat_registry_formats_need_a_registry() {
+    let heartbeat = "[heartbeat]\ninterval = \"1s\"\npublish = true\nformat = \"avro\"\n";
+    let e = load_err(&format!(
+        "{TABLES_ONLY}[[table]]\nname = \"a\"\n{heartbeat}"
+    ));
+    assert!(
+        e.contains("heartbeat.format: format = \"avro\" needs a schema registry"),
+        "{e}"
+    );
+    let config = load(&format!(
+        "{TABLES_ONLY}[kafka.schema_registry]\nurl = \"http://registry:8081\"\n\
+         [[table]]\nname = \"a\"\n{heartbeat}"
+    ))
+    .unwrap();
+    assert_eq!(config.heartbeat.format, TableFormat::Avro);
+    let e = load_err(&format!(
+        "{TABLES_ONLY}[[table]]\nname = \"a\"\n[heartbeat]\nformat = \"protobuf\"\n"
+    ));
+    assert!(e.contains("heartbeat.format"), "{e}");
+}

@@ -1,7 +1,7 @@
 //! `[kafka.schema_registry]` rules, and the formats that need it:
 //! a usable URL (and a CA file only for https://), basic auth given whole, `use_latest_version` only without
 //! `auto_register`, a registry for every `avro`/`json_schema` outbox, table
-//! and message section, one table format with `provide_transaction_metadata`
+//! message and heartbeat section, one table format with `provide_transaction_metadata`
 //! (its BEGIN/END records take `table_defaults.format`), and
 //! the combinations this version does not carry yet (an envelope, a
 //! record-name subject strategy for the outbox's non-record schemas).
@@ -27,6 +27,17 @@ pub(super) fn registry(config: &Config, out: &mut Vec<Problem>) {
     }
     tables(config, registry.is_some(), out);
     messages(config, registry.is_some(), out);
+    if registry.is_none() && config.heartbeat.format.uses_registry() {
+        out.push(Problem::new(
+            "heartbeat.format",
+            format!(
+                "format = \"{}\" needs a schema registry, and there is no \
+                 [kafka.schema_registry] section; add one with url = \
+                 \"http://registry:8081\", or set format = \"json\"",
+                config.heartbeat.format.as_str()
+            ),
+        ));
+    }
     for (i, outbox) in config.outbox.iter().enumerate() {
         if !outbox.format.uses_registry() {
             continue;

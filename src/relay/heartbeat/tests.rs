@@ -1,3 +1,5 @@
+use bytes::Bytes;
+
 use super::*;
 
 #[test]
@@ -168,7 +170,9 @@ fn record_has_debeziums_shape() {
         seq: 1,
         ts_ms: 1_733_000_000_123,
     };
-    let record = beat.record("orders", "__debezium-heartbeat.orders");
+    let record = beat
+        .record("orders", "__debezium-heartbeat.orders", TableFormat::Json)
+        .unwrap();
     assert_eq!(&*record.topic, "__debezium-heartbeat.orders");
     assert_eq!(
         record.key.as_deref(),
@@ -180,4 +184,5 @@ fn record_has_debeziums_shape() {
     );
     assert_eq!(record.timestamp_ms, Some(1_733_000_000_123));
     assert!(record.headers.is_empty());
+    assert!(record.schemas.is_none());
 }
