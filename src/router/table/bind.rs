@@ -130,6 +130,8 @@ impl TableRouter {
                 included,
                 mask,
                 unchanged: Unchanged::of(c.type_oid, mapping, entry.modes),
+                type_oid: c.type_oid,
+                required: false,
             });
         }
         // The key: `key_columns`, the identity index's columns, or the
@@ -226,10 +228,21 @@ impl TableRouter {
         debezium::json_str(&mut names_json, &rel.namespace);
         names_json.extend_from_slice(b",\"table\":");
         debezium::json_str(&mut names_json, &rel.name);
-        let required = |name: &str| {
-            primary_key.contains(&name)
-                || (rel.replica_identity != b'f' && identity.contains(&name))
-        };
+        // Required: a key column (PostgreSQL keeps them NOT NULL), or one
+        // the catalog calls NOT NULL that every event's rows hold — all of
+        // them unless a delete's old row holds the identity's columns only.
+        let not_null = self
+            .not_null
+            .get(&(rel.namespace.clone(), rel.name.clone()));
+        let whole_rows = matches!(rel.replica_identity, b'f' | b'n') || entry.skipped.skips(b'd');
+        for c in &mut columns {
+            let name = c.name.as_str();
+            let in_identity = identity.contains(&name);
+            c.required = primary_key.contains(&name)
+                || (rel.replica_identity != b'f' && in_identity)
+                || (not_null.is_some_and(|n| n.iter().any(|n| n == name))
+                    && (whole_rows || in_identity));
+        }
         let encoding = super::encode::Encoding::new(
             entry.format,
             entry.modes,
@@ -238,7 +251,7 @@ impl TableRouter {
             &rel.name,
             &columns,
             key.as_deref(),
-            required,
+            super::encode::facts(&self.widened, &self.enum_labels, rel.oid),
         );
         let bound = Bound {
             collection: Arc::from(display.as_str()),
@@ -251,6 +264,7 @@ impl TableRouter {
             placeholder: entry.placeholder.clone(),
             names_json: names_json.into_boxed_slice(),
             encoding,
+            old_rows_whole: rel.replica_identity == b'f',
         };
         Ok((bound, warning))
     }
