@@ -518,3 +518,134 @@ async fn a_subject_holding_another_schema_type_stops_the_connector_naming_it() {
     );
     assert_eq!(versions(&url, &subject), [1], "{subject}");
 }
+
+/// What the catalog knows and pgoutput does not: a `NOT NULL` column
+/// outside the key is required (the table is REPLICA IDENTITY FULL, so
+/// every event holds its value), a nullable one optional, an enum column
+/// Debezium's `io.debezium.data.Enum` with its labels. Then the stream
+/// moves past the catalog read at start: `DROP NOT NULL` and a NULL row
+/// register the next version with the column optional, `ALTER TYPE … ADD
+/// VALUE` and a row with the new label the next one with the label in
+/// `allowed` — every row arrives, each decoded by Confluent's client.
+#[tokio::test(flavor = "multi_thread")]
+async fn not_null_and_enum_columns_follow_the_catalog_and_the_stream_widens_them() {
+    require_kafka();
+    let url = registry_url();
+    let db = TestDb::new("sr_nn").await;
+    db.client
+        .batch_execute(
+            "CREATE TYPE mood AS ENUM ('happy', 'sad');
+             CREATE TABLE sr_nn (id int4 PRIMARY KEY, must text NOT NULL, may text, m mood);
+             ALTER TABLE sr_nn REPLICA IDENTITY FULL;
+             ALTER TABLE sr_nn OWNER TO walrelay;",
+        )
+        .await
+        .unwrap();
+    let names = Names::new("sr_nn");
+    let prefix = names.connector.clone();
+    let config = connector_config(
+        &db,
+        &names,
+        &format!(
+            "[table_defaults]\ntopic_prefix = \"{prefix}\"\nformat = \"avro\"\n\n\
+             [[table]]\nname = \"public.sr_nn\"\n\n{}",
+            registry_section(&url)
+        ),
+    );
+    let topic = format!("{prefix}.public.sr_nn");
+    let subject = format!("{topic}-value");
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    db.client
+        .batch_execute("INSERT INTO sr_nn VALUES (1, 'one', NULL, 'happy')")
+        .await
+        .unwrap();
+    let got = wait_decoded("avro", &url, std::slice::from_ref(&topic), 1).await;
+    let row_schema = |r: &Value| {
+        let envelope: Value = serde_json::from_str(r["value_schema"].as_str().unwrap()).unwrap();
+        field(&envelope, "before").clone()
+    };
+    let fields = |row: &Value| -> Value {
+        row["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| (f["name"].as_str().unwrap().to_owned(), f["type"].clone()))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    let enum_of = |allowed: &str| {
+        json!({"type": "string", "connect.version": 1,
+               "connect.parameters": {"allowed": allowed},
+               "connect.name": "io.debezium.data.Enum"})
+    };
+    let first = fields(&row_schema(&got[0]));
+    assert_eq!(first["id"], json!("int"), "{first}");
+    assert_eq!(
+        first["must"],
+        json!("string"),
+        "NOT NULL: required: {first}"
+    );
+    assert_eq!(first["may"], json!(["null", "string"]), "{first}");
+    assert_eq!(first["m"], json!(["null", enum_of("happy,sad")]), "{first}");
+    assert_eq!(
+        got[0]["value"]["after"],
+        json!({"id": 1, "must": "one", "may": null, "m": "happy"})
+    );
+    assert_eq!(versions(&url, &subject), [1]);
+
+    // The constraint dropped, then a NULL: the next version, optional.
+    db.client
+        .batch_execute("ALTER TABLE sr_nn ALTER COLUMN must DROP NOT NULL")
+        .await
+        .unwrap();
+    db.client
+        .batch_execute("INSERT INTO sr_nn VALUES (2, NULL, 'may', 'sad')")
+        .await
+        .unwrap();
+    // A label added since the start (its own transaction: PostgreSQL
+    // refuses a new label in the transaction that added it).
+    db.client
+        .batch_execute("ALTER TYPE mood ADD VALUE 'ecstatic'")
+        .await
+        .unwrap();
+    db.client
+        .batch_execute(
+            "INSERT INTO sr_nn VALUES (3, 'three', NULL, 'ecstatic');
+             UPDATE sr_nn SET may = 'changed' WHERE id = 2;",
+        )
+        .await
+        .unwrap();
+    let got = wait_decoded("avro", &url, std::slice::from_ref(&topic), 4).await;
+    let after: Vec<&Value> = got.iter().map(|r| &r["value"]["after"]).collect();
+    assert_eq!(
+        after,
+        [
+            &json!({"id": 1, "must": "one", "may": null, "m": "happy"}),
+            &json!({"id": 2, "must": null, "may": "may", "m": "sad"}),
+            &json!({"id": 3, "must": "three", "may": null, "m": "ecstatic"}),
+            &json!({"id": 2, "must": null, "may": "changed", "m": "sad"}),
+        ]
+    );
+    let second = fields(&row_schema(&got[1]));
+    assert_eq!(second["must"], json!(["null", "string"]), "{second}");
+    assert_eq!(
+        second["m"],
+        json!(["null", enum_of("happy,sad")]),
+        "{second}"
+    );
+    let third = fields(&row_schema(&got[2]));
+    assert_eq!(third["must"], json!(["null", "string"]), "{third}");
+    assert_eq!(
+        third["m"],
+        json!(["null", enum_of("happy,sad,ecstatic")]),
+        "{third}"
+    );
+    assert_eq!(got[3]["value_schema_id"], got[2]["value_schema_id"]);
+    assert_eq!(versions(&url, &subject), [1, 2, 3], "{subject}");
+    relay.wait_log("holds NULL", Duration::from_secs(10)).await;
+    relay.wait_log("ecstatic", Duration::from_secs(10)).await;
+    relay.stop();
+    let log = relay.log();
+    assert_eq!(log.matches("holds NULL").count(), 1, "said once:\n{log}");
+}
