@@ -105,10 +105,12 @@ impl Encoding {
             .map(|(i, c)| {
                 let (is_required, labels) = facts(c);
                 let labels = labels.filter(|_| !c.mapping.array);
-                if is_required {
+                // Only what the schemas hold is checked against them.
+                let written = c.included || key.is_some_and(|k| k.contains(&i));
+                if is_required && written {
                     required.push(i);
                 }
-                if let Some(labels) = labels {
+                if let (Some(labels), true) = (labels, written) {
                     enums.push((i, labels.to_vec()));
                 }
                 ColumnSchema {

@@ -293,3 +293,14 @@ fn a_label_added_since_the_start_extends_the_list_and_keeps_the_row() {
     assert!(is_optional(&mood), "{mood}");
     assert_eq!(r.take_notices(), Vec::<String>::new());
 }
+
+#[test]
+fn a_column_left_out_of_the_schemas_is_not_checked_against_them() {
+    let rel = with_moods(b'f');
+    let excluding = format!("{TABLE}\ncolumn_exclude_list = [\"name\", \"mood\"]");
+    let mut r = catalog_router("avro", &excluding, &rel);
+    let first = insert_row(&mut r, &rel, ann(t("Ann"), t("happy")));
+    let out = insert_row(&mut r, &rel, ann(Cell::Null, t("ecstatic")));
+    assert_eq!(out[0].schemas, first[0].schemas);
+    assert_eq!(r.take_notices(), Vec::<String>::new());
+}
