@@ -14,7 +14,8 @@ use std::sync::Arc;
 use super::{Bound, BoundColumn, Entry, TableEventError, TableRouter};
 use crate::Lsn;
 use crate::config::{
-    ColumnFilter, SkippedOperations, TableConfig, sanitized_topic_name, topic_name_problem,
+    ColumnFilter, SkippedOperations, TableConfig, TableFormat, sanitized_topic_name,
+    topic_name_problem,
 };
 use crate::pgoutput::{Oid, Relation};
 use crate::router::debezium::{self, Mapping, Unchanged};
@@ -228,12 +229,16 @@ impl TableRouter {
         debezium::json_str(&mut names_json, &rel.namespace);
         names_json.extend_from_slice(b",\"table\":");
         debezium::json_str(&mut names_json, &rel.name);
-        // Required: a key column (PostgreSQL keeps them NOT NULL), or one
-        // the catalog calls NOT NULL that every event's rows hold — all of
-        // them unless a delete's old row holds the identity's columns only.
+        // Required: a key column (PostgreSQL keeps them NOT NULL), or, in
+        // Avro, one the catalog calls NOT NULL that every event's rows hold
+        // — all of them unless a delete's old row holds the identity's
+        // columns only. Not in JSON Schema: a registry checking BACKWARD
+        // refuses a required property made `oneOf` null later (Apicurio
+        // 3.3.3 does), so a NULL the stream holds could not widen it.
         let not_null = self
             .not_null
-            .get(&(rel.namespace.clone(), rel.name.clone()));
+            .get(&(rel.namespace.clone(), rel.name.clone()))
+            .filter(|_| entry.format == TableFormat::Avro);
         let whole_rows = matches!(rel.replica_identity, b'f' | b'n') || entry.skipped.skips(b'd');
         for c in &mut columns {
             let name = c.name.as_str();

@@ -17,27 +17,30 @@
 //!   send `NOT NULL`; the catalog (`pg_attribute.attnotnull`, read at
 //!   start) does. A column is required when it is in the replica
 //!   identity's key or the catalog's primary key (PostgreSQL keeps those
-//!   `NOT NULL`), or when the catalog says `NOT NULL` *and* every `before`
-//!   and `after` the table's events can hold carries its value: REPLICA
-//!   IDENTITY FULL (or NOTHING: no old rows), or deletes skipped. Under
-//!   DEFAULT / USING INDEX a delete's `before` holds only the identity's
-//!   columns; Debezium writes the type's zero value (`0`, `""`) there,
-//!   walrelay never invents one, so such a column stays optional
-//!   (`["null", T]`, default null). docs/compatibility.md says so.
+//!   `NOT NULL`), or, in Avro, when the catalog says `NOT NULL` *and*
+//!   every `before` and `after` the table's events can hold carries its
+//!   value: REPLICA IDENTITY FULL (or NOTHING: no old rows), or deletes
+//!   skipped. (Not in JSON Schema: a registry checking BACKWARD refuses a
+//!   required property made `oneOf` null, so the widening below could not
+//!   be registered.) Under DEFAULT / USING INDEX a delete's `before` holds
+//!   only the identity's columns; Debezium writes the type's zero value
+//!   (`0`, `""`) there, walrelay never invents one, so such a column stays
+//!   optional (`["null", T]`, default null). docs/compatibility.md says so.
 //! - **The stream wins over the catalog.** The catalog is read now, the
 //!   stream may be behind it: a row holding NULL in a column the catalog
 //!   calls `NOT NULL` (the constraint added since, or dropped while the
 //!   row was written) makes that column optional for that relation until
 //!   the next start — the next schema version, a BACKWARD-compatible
-//!   widening — before its record is encoded: never a failed or dropped
-//!   row (see `encode`).
+//!   widening in Avro — before its record is encoded: never a failed or
+//!   dropped row (see `encode`).
 //! - **Enums carry their labels.** An enum column is a string named
 //!   `io.debezium.data.Enum` with parameter `allowed`, its type's labels
 //!   (`pg_enum`, in `enumsortorder`) joined by commas, as Debezium writes
 //!   it. A value outside them (`ALTER TYPE … ADD VALUE` or `RENAME VALUE`
 //!   since the start) appends it to the list and writes its record under
-//!   the next version, which says it (see `encode`). Enum arrays and
-//!   domains stay what they were (string arrays; the domain's base type).
+//!   the next version, which says it (see `encode`). Enum arrays stay
+//!   arrays of optional strings (Debezium: of required `Enum`s, which
+//!   cannot hold a NULL element); a domain over an enum has no mapping.
 //! - **The same shape gives the same text**, byte for byte, at every start:
 //!   a re-sent record finds the subject version it was first written with.
 //! - Pure: no I/O, no clock.
