@@ -17,8 +17,10 @@
 //!   than its drop) makes the column optional for that relation, and a
 //!   value of an enum column outside its `allowed` labels (added or renamed
 //!   since the start) is appended to them. Either registers the next
-//!   schema version (a BACKWARD-compatible widening: optional reads
-//!   required, a longer `allowed` is only a parameter) before the record,
+//!   schema version (a BACKWARD-compatible widening: an Avro union reads
+//!   the plain type, a longer `allowed` is only a parameter; JSON Schema
+//!   requires only key columns, which PostgreSQL keeps `NOT NULL`) before
+//!   the record,
 //!   which is then written under it; said once per column or label
 //!   ([`TableRouter::take_notices`]). Old rows are checked only under
 //!   REPLICA IDENTITY FULL: a key-only old row's other columns are absent,
