@@ -664,3 +664,83 @@ async fn not_null_and_enum_columns(format: &str) {
         "said once:\n{log}"
     );
 }
+
+/// `ALTER TABLE … SET NOT NULL` on a captured column while walrelay runs:
+/// the column stays optional (the catalog was read at start), and the next
+/// start makes it required — which the registry refuses under BACKWARD
+/// (a required field after an optional one). walrelay stops naming the
+/// table, the column made required by the catalog and the subject, before
+/// the slot passes the row; nothing of the refused version reaches Kafka
+/// (docs/compatibility.md says so and how to go on).
+#[tokio::test(flavor = "multi_thread")]
+async fn set_not_null_while_running_is_refused_at_the_next_start_naming_the_column() {
+    require_kafka();
+    let url = registry_url();
+    let db = TestDb::new("sr_setnn").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE sr_setnn (id int4 PRIMARY KEY, must text);
+             ALTER TABLE sr_setnn REPLICA IDENTITY FULL;
+             ALTER TABLE sr_setnn OWNER TO walrelay;",
+        )
+        .await
+        .unwrap();
+    let names = Names::new("sr_setnn");
+    let prefix = names.connector.clone();
+    let config = connector_config(
+        &db,
+        &names,
+        &format!(
+            "[table_defaults]\ntopic_prefix = \"{prefix}\"\nformat = \"avro\"\n\n\
+             [[table]]\nname = \"public.sr_setnn\"\n\n{}",
+            registry_section(&url)
+        ),
+    );
+    let topic = format!("{prefix}.public.sr_setnn");
+    let subject = format!("{topic}-value");
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    db.client
+        .batch_execute(
+            "INSERT INTO sr_setnn VALUES (1, 'one');
+             ALTER TABLE sr_setnn ALTER COLUMN must SET NOT NULL;
+             INSERT INTO sr_setnn VALUES (2, 'two');",
+        )
+        .await
+        .unwrap();
+    let got = wait_decoded("avro", &url, std::slice::from_ref(&topic), 2).await;
+    assert_eq!(got[1]["value_schema_id"], got[0]["value_schema_id"]);
+    assert_eq!(
+        versions(&url, &subject),
+        [1],
+        "optional until the next start"
+    );
+    relay.stop();
+    let before = db.current_wal_lsn().await;
+    db.client
+        .batch_execute("INSERT INTO sr_setnn VALUES (3, 'three')")
+        .await
+        .unwrap();
+    let mut relay = RelayProcess::start(&config, &[]);
+    let log = relay.expect_exit(1, Duration::from_secs(60));
+    let line = log
+        .lines()
+        .find(|l| l.contains("schema registry") && l.contains("HTTP 409"))
+        .unwrap_or_else(|| panic!("no refusal naming the registry in:\n{log}"));
+    for needle in [
+        "public.sr_setnn",
+        "required because the catalog says NOT NULL: must",
+        subject.as_str(),
+    ] {
+        assert!(line.contains(needle), "{needle:?} missing from: {line}");
+    }
+    assert_eq!(
+        records_in(&[topic.as_str()]),
+        2,
+        "a record of the refused version"
+    );
+    assert_eq!(versions(&url, &subject), [1]);
+    let confirmed = db.confirmed_flush(&names.slot).await.unwrap_or(0);
+    assert!(confirmed <= before, "the slot passed the refused row");
+    eprintln!("refused: {line}");
+}

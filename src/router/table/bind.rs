@@ -240,15 +240,22 @@ impl TableRouter {
             .get(&(rel.namespace.clone(), rel.name.clone()))
             .filter(|_| entry.format == TableFormat::Avro);
         let whole_rows = matches!(rel.replica_identity, b'f' | b'n') || entry.skipped.skips(b'd');
+        // Required by the catalog's word alone: named when a registry
+        // refuses them (a subject holding them optional does under BACKWARD).
+        let mut by_catalog = Vec::new();
         for c in &mut columns {
             let name = c.name.as_str();
             let in_identity = identity.contains(&name);
-            c.required = primary_key.contains(&name)
-                || (rel.replica_identity != b'f' && in_identity)
-                || (not_null.is_some_and(|n| n.iter().any(|n| n == name))
-                    && (whole_rows || in_identity));
+            let keyed =
+                primary_key.contains(&name) || (rel.replica_identity != b'f' && in_identity);
+            let not_null = not_null.is_some_and(|n| n.iter().any(|n| n == name))
+                && (whole_rows || in_identity);
+            c.required = keyed || not_null;
+            if not_null && !keyed && c.included {
+                by_catalog.push(c.name.clone());
+            }
         }
-        let encoding = super::encode::Encoding::new(
+        let mut encoding = super::encode::Encoding::new(
             entry.format,
             entry.modes,
             &self.prefix,
@@ -258,6 +265,9 @@ impl TableRouter {
             key.as_deref(),
             super::encode::facts(&self.widened, &self.enum_labels, rel.oid),
         );
+        if let Some(encoding) = &mut encoding {
+            encoding.note_required(&by_catalog, &self.widened, rel.oid);
+        }
         let bound = Bound {
             collection: Arc::from(display.as_str()),
             display,

@@ -177,6 +177,36 @@ impl Encoding {
         (nulls, labels)
     }
 
+    /// Notes, for the error when a registry refuses these schemas, the
+    /// columns in `by_catalog` they require only because the catalog said
+    /// `NOT NULL` (less those the stream showed NULL in, `widened` for
+    /// relation `rel`): a subject whose latest version has them optional
+    /// (written before `ALTER TABLE … SET NOT NULL`, or by a walrelay that
+    /// did not read the catalog) refuses a required field under BACKWARD.
+    pub(super) fn note_required(
+        &mut self,
+        by_catalog: &[String],
+        widened: &HashMap<Oid, Vec<String>>,
+        rel: Oid,
+    ) {
+        let named: Vec<&str> = by_catalog
+            .iter()
+            .filter(|c| !widened.get(&rel).is_some_and(|w| w.contains(c)))
+            .map(String::as_str)
+            .collect();
+        if named.is_empty() || self.schemas.change.is_some() {
+            return;
+        }
+        let mut schemas = (*self.schemas).clone();
+        schemas.change = Some(Arc::from(format!(
+            "required because the catalog says NOT NULL: {} (a subject whose latest version has \
+             them optional refuses a required field under BACKWARD: docs/compatibility.md, \
+             `ALTER TABLE … SET NOT NULL` while running)",
+            named.join(", ")
+        )));
+        self.schemas = Arc::new(schemas);
+    }
+
     /// Notes `change` (what a DDL changed) on the schemas, when they are
     /// not those of `before`.
     pub(super) fn note_change(&mut self, before: &Encoding, change: String) {

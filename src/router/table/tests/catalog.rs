@@ -89,6 +89,14 @@ fn not_null_columns_are_required_where_every_event_holds_their_value() {
     assert!(is_optional(&avro_field(&value, "note")), "{value}");
     assert!(is_optional(&avro_field(&value, "balance")), "{value}");
     assert_eq!(r.take_notices(), Vec::<String>::new());
+    // A registry's refusal will name what the catalog made required.
+    let change = out[0].schemas.as_ref().unwrap().change.clone();
+    assert!(
+        change
+            .as_deref()
+            .is_some_and(|c| c.contains("NOT NULL: name, mood (")),
+        "{change:?}"
+    );
 
     // DEFAULT with deletes: a delete's `before` holds only the key, so a
     // NOT NULL column outside it stays optional (no value is invented).
