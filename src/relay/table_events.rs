@@ -175,21 +175,34 @@ impl TableEvents {
         Ok(())
     }
 
-    /// Tells the table router the primary keys and user-defined types the
-    /// catalog knows.
+    /// Tells the table router the primary keys, `NOT NULL` columns, enum
+    /// labels and user-defined types the catalog knows.
     pub(super) fn set_primary_keys(&mut self, tables: &[TableEventTable]) {
         for t in tables {
             tracing::debug!(
                 table = %format!("{}.{}", t.table.schema, t.table.name),
                 primary_key = ?t.primary_key,
                 type_aliases = ?t.type_aliases,
+                not_null = ?t.not_null,
                 "captured table"
             );
             self.router
                 .set_primary_key(&t.table.schema, &t.table.name, t.primary_key.clone());
+            self.router
+                .set_not_null(&t.table.schema, &t.table.name, t.not_null.clone());
+            for (oid, labels) in &t.enum_labels {
+                self.router.set_enum_labels(*oid, labels.clone());
+            }
             for &(oid, as_oid, typmod) in &t.type_aliases {
                 self.router.set_type_alias(oid, as_oid, typmod);
             }
+        }
+    }
+
+    /// Logs what the router says once (a schema widened by the stream).
+    fn log_notices(&mut self) {
+        for notice in self.router.take_notices() {
+            tracing::warn!("{notice}");
         }
     }
 
@@ -258,6 +271,7 @@ impl TableEvents {
         let mut records = std::mem::take(&mut self.records);
         records.clear();
         let made = self.router.on_change(change, txn, &mut records);
+        self.log_notices();
         let sent = match made {
             Err(e) if publisher.has_dead_letter() => {
                 let row = change.new.as_ref().or(change.old.as_ref());
@@ -325,6 +339,7 @@ impl TableEvents {
             let made = self
                 .router
                 .on_truncate(relation.oid, txn, lsn, index, &mut records);
+            self.log_notices();
             let sent = match made {
                 Ok(()) => {
                     let pos = Position {
@@ -439,6 +454,7 @@ impl TableEvents {
             marker,
             &mut records,
         );
+        self.log_notices();
         let sent = match made {
             Ok(()) => {
                 let counted = Counted::SnapshotTable(held.chunk);
@@ -490,6 +506,7 @@ impl TableEvents {
             SnapshotMarker::Incremental,
             &mut records,
         );
+        self.log_notices();
         let sent = match made {
             Ok(()) => {
                 publisher

@@ -144,6 +144,11 @@ struct BoundColumn {
     /// column's own type: an enum array is written as `text[]` but its
     /// placeholder is not a text array's).
     unchanged: Unchanged,
+    /// Its declared type (an enum's own oid, for its labels).
+    type_oid: Oid,
+    /// Required in the registry schemas unless the stream shows a NULL
+    /// (see `schemas`' module doc).
+    required: bool,
 }
 
 /// A captured relation's columns, key and topic.
@@ -164,6 +169,9 @@ struct Bound {
     names_json: Box<[u8]>,
     /// `format = "avro" | "json_schema"`: its schemas.
     encoding: Option<encode::Encoding>,
+    /// Its old rows hold every column (REPLICA IDENTITY FULL), so a NULL
+    /// in one is a NULL, not an absent value.
+    old_rows_whole: bool,
 }
 
 /// The table router (see the module doc).
@@ -178,6 +186,17 @@ pub struct TableRouter {
     primary_keys: HashMap<(String, String), Vec<String>>,
     /// User-defined type oid → (type it is written as, type modifier).
     type_aliases: HashMap<Oid, (Oid, i32)>,
+    /// The catalog's `NOT NULL` columns of `(schema, table)`.
+    not_null: HashMap<(String, String), Vec<String>>,
+    /// Columns of a relation the stream showed NULL in although the
+    /// catalog said `NOT NULL`: optional until the next start.
+    widened: HashMap<Oid, Vec<String>>,
+    /// Enum type oid → its labels (the catalog's, in `enumsortorder`, then
+    /// those the stream showed since).
+    enum_labels: HashMap<Oid, Vec<String>>,
+    /// What the operator should read once (a schema widened by the
+    /// stream), until taken.
+    notices: Vec<String>,
     bound: HashMap<Oid, Result<Bound, TableEventError>>,
     buf: Vec<u8>,
     key_buf: Vec<u8>,
@@ -238,6 +257,10 @@ impl TableRouter {
             name_json: json(config.topic_prefix()),
             primary_keys: HashMap::new(),
             type_aliases: HashMap::new(),
+            not_null: HashMap::new(),
+            widened: HashMap::new(),
+            enum_labels: HashMap::new(),
+            notices: Vec::new(),
             bound: HashMap::new(),
             buf: Vec::with_capacity(1024),
             key_buf: Vec::with_capacity(64),
@@ -331,6 +354,27 @@ impl TableRouter {
             .insert((schema.to_owned(), name.to_owned()), columns);
     }
 
+    /// Tells the columns of `schema.name` the catalog calls `NOT NULL`:
+    /// required in the registry schemas where every event holds their
+    /// value (see `schemas`' module doc).
+    pub fn set_not_null(&mut self, schema: &str, name: &str, columns: Vec<String>) {
+        self.not_null
+            .insert((schema.to_owned(), name.to_owned()), columns);
+    }
+
+    /// Tells the labels of enum type `oid` (the catalog's `pg_enum`, in
+    /// `enumsortorder`): its columns' `allowed` parameter.
+    pub fn set_enum_labels(&mut self, oid: Oid, labels: Vec<String>) {
+        self.enum_labels.insert(oid, labels);
+    }
+
+    /// What happened since the last call that the operator should read
+    /// once: a column's or an enum's schema widened by what the stream
+    /// holds (see `encode`'s module doc).
+    pub fn take_notices(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notices)
+    }
+
     /// Tells that values of user-defined type `oid` are written as type
     /// `as_oid` with modifier `typmod` (an enum as `text`, a domain as its
     /// base type; from the catalog).
@@ -379,6 +423,8 @@ impl TableRouter {
         out: &mut Vec<Record>,
     ) -> Result<(), TableEventError> {
         let (mark, len) = (self.txmeta_mark(change.relation.oid), out.len());
+        let (old, new) = (change.old.as_ref(), change.new.as_ref());
+        self.widen_to(change.relation.oid, old, new, txn.commit_lsn);
         let made = self
             .change_records(change, txn, out)
             .and_then(|()| self.encode_tail(change.relation.oid, txn.commit_lsn, out, len));
@@ -510,6 +556,7 @@ impl TableRouter {
         if !self.bound.contains_key(&rel) {
             return Ok(());
         }
+        self.widen_to(rel, None, Some(row), consistent_point);
         let lsn_text = self.lsn_text(consistent_point);
         let bound = match self.bound.get(&rel) {
             None => return Ok(()),

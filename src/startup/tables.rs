@@ -28,6 +28,13 @@ pub struct TableEventTable {
     pub type_aliases: Vec<(u32, u32, i32)>,
     /// Its columns (not dropped, not generated), by name.
     pub columns: Vec<String>,
+    /// Its columns declared `NOT NULL` (`pg_attribute.attnotnull`), as the
+    /// catalog says now (the stream may be behind it: see
+    /// `router::table::schemas`).
+    pub not_null: Vec<String>,
+    /// The labels of its columns' enum types, in `enumsortorder`:
+    /// `(enum type oid, labels)`.
+    pub enum_labels: Vec<(u32, Vec<String>)>,
     /// Its columns of types without a mapping, written as their text form
     /// (`unmapped_types = "text"`): `column (type)`.
     pub as_text: Vec<String>,
@@ -140,8 +147,14 @@ pub async fn table_event_tables(
                 !key_columns.contains(&column)
                     && !t.includes(default_columns.as_ref(), schema, &name, column)
             };
-            let (type_aliases, columns, without_mapping) =
-                column_types(client, &table, left_out).await?;
+            let ColumnTypes {
+                aliases: type_aliases,
+                columns,
+                without_mapping,
+                not_null,
+                enums,
+            } = column_types(client, &table, left_out).await?;
+            let enum_labels = enum_labels(client, &enums).await?;
             let display = format!("{schema}.{name}");
             if unmapped == crate::config::UnmappedTypes::Fail && !without_mapping.is_empty() {
                 unmapped_columns.extend(without_mapping.iter().map(|c| format!("{display}.{c}")));
@@ -158,6 +171,8 @@ pub async fn table_event_tables(
                 identity,
                 type_aliases,
                 columns: columns.into_iter().map(|(name, _)| name).collect(),
+                not_null,
+                enum_labels,
                 as_text,
             });
         }
@@ -190,9 +205,49 @@ const TEXT_ARRAY_OID: u32 = 1009;
 /// Types created after initdb (extensions', users') have oids from here on.
 const FIRST_NORMAL_OID: u32 = 16384;
 
-/// The aliases of a table's user-defined types, its columns with their
-/// declared types, and its columns written as their text form.
-type ColumnTypes = (Vec<(u32, u32, i32)>, Vec<(String, u32)>, Vec<String>);
+/// What the catalog says of a table's columns' types.
+struct ColumnTypes {
+    /// The aliases of its user-defined types.
+    aliases: Vec<(u32, u32, i32)>,
+    /// Its columns with their declared types.
+    columns: Vec<(String, u32)>,
+    /// Its columns written as their text form.
+    without_mapping: Vec<String>,
+    /// Its `NOT NULL` columns.
+    not_null: Vec<String>,
+    /// The enum types of its (non-array) columns.
+    enums: Vec<u32>,
+}
+
+/// The labels of enum types `enums`, each in `enumsortorder`.
+async fn enum_labels(
+    client: &Client,
+    enums: &[u32],
+) -> Result<Vec<(u32, Vec<String>)>, CheckError> {
+    if enums.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = client
+        .query(
+            "SELECT enumtypid, enumlabel::text FROM pg_enum \
+             WHERE enumtypid = ANY($1::oid[]) ORDER BY enumtypid, enumsortorder",
+            &[&enums],
+        )
+        .await
+        .map_err(|source| CatalogError::Query {
+            context: "reading the labels of the table's enum types",
+            source,
+        })?;
+    let mut out: Vec<(u32, Vec<String>)> = Vec::new();
+    for r in &rows {
+        let (oid, label): (u32, String) = (r.get(0), r.get(1));
+        match out.last_mut() {
+            Some((last, labels)) if *last == oid => labels.push(label),
+            _ => out.push((oid, vec![label])),
+        }
+    }
+    Ok(out)
+}
 
 /// The aliases of `table`'s user-defined enum and domain types, its
 /// columns with their declared types, and the columns that are written
@@ -208,7 +263,7 @@ async fn column_types(
         .query(
             "SELECT a.attname::text, a.atttypid, a.atttypmod, \
                     format_type(a.atttypid, a.atttypmod), t.typtype::text, t.typbasetype, \
-                    t.typtypmod, coalesce(e.typtype::text, ''), t.typname::text \
+                    t.typtypmod, coalesce(e.typtype::text, ''), t.typname::text, a.attnotnull \
              FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
              LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A' \
              WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped \
@@ -223,12 +278,20 @@ async fn column_types(
     let mut aliases = Vec::new();
     let mut columns = Vec::with_capacity(rows.len());
     let mut without_mapping = Vec::new();
+    let mut not_null = Vec::new();
+    let mut enums = Vec::new();
     for r in &rows {
         let (name, oid, typmod): (String, u32, i32) = (r.get(0), r.get(1), r.get(2));
         let type_name: String = r.get(3);
         let (typtype, base, base_typmod): (String, u32, i32) = (r.get(4), r.get(5), r.get(6));
         let elem_typtype: String = r.get(7);
         let typname: String = r.get(8);
+        if r.get::<_, bool>(9) {
+            not_null.push(name.clone());
+        }
+        if typtype == "e" && !enums.contains(&oid) {
+            enums.push(oid);
+        }
         let (written_as, written_typmod) = match (typtype.as_str(), elem_typtype.as_str()) {
             ("e", _) => (TEXT_OID, -1),
             (_, "e") => (TEXT_ARRAY_OID, -1),
@@ -254,5 +317,11 @@ async fn column_types(
         }
         columns.push((name, oid));
     }
-    Ok((aliases, columns, without_mapping))
+    Ok(ColumnTypes {
+        aliases,
+        columns,
+        without_mapping,
+        not_null,
+        enums,
+    })
 }

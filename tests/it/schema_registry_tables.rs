@@ -518,3 +518,229 @@ async fn a_subject_holding_another_schema_type_stops_the_connector_naming_it() {
     );
     assert_eq!(versions(&url, &subject), [1], "{subject}");
 }
+
+/// What the catalog knows and pgoutput does not: a `NOT NULL` column
+/// outside the key is required (the table is REPLICA IDENTITY FULL, so
+/// every event holds its value), a nullable one optional, an enum column
+/// Debezium's `io.debezium.data.Enum` with its labels. Then the stream
+/// moves past the catalog read at start: `DROP NOT NULL` and a NULL row
+/// register the next version with the column optional, `ALTER TYPE … ADD
+/// VALUE` and a row with the new label the next one with the label in
+/// `allowed` — every row arrives, each decoded by Confluent's client.
+#[tokio::test(flavor = "multi_thread")]
+async fn not_null_and_enum_columns_follow_the_catalog_and_the_stream_widens_them() {
+    not_null_and_enum_columns("avro").await;
+}
+
+/// The same in JSON Schema, where `NOT NULL` columns outside the key stay
+/// optional (Apicurio refuses, under BACKWARD, a required property made
+/// `oneOf` null later: found by this test), so only the enum widens.
+#[tokio::test(flavor = "multi_thread")]
+async fn json_schema_not_null_and_enum_columns_follow_the_catalog_and_the_stream_widens_them() {
+    not_null_and_enum_columns("json_schema").await;
+}
+
+async fn not_null_and_enum_columns(format: &str) {
+    require_kafka();
+    let url = registry_url();
+    let db = TestDb::new("sr_nn").await;
+    db.client
+        .batch_execute(
+            "CREATE TYPE mood AS ENUM ('happy', 'sad');
+             CREATE TABLE sr_nn (id int4 PRIMARY KEY, must text NOT NULL, may text, m mood);
+             ALTER TABLE sr_nn REPLICA IDENTITY FULL;
+             ALTER TABLE sr_nn OWNER TO walrelay;",
+        )
+        .await
+        .unwrap();
+    let names = Names::new("sr_nn");
+    let prefix = names.connector.clone();
+    let config = connector_config(
+        &db,
+        &names,
+        &format!(
+            "[table_defaults]\ntopic_prefix = \"{prefix}\"\nformat = \"{format}\"\n\n\
+             [[table]]\nname = \"public.sr_nn\"\n\n{}",
+            registry_section(&url)
+        ),
+    );
+    let topic = format!("{prefix}.public.sr_nn");
+    let subject = format!("{topic}-value");
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    db.client
+        .batch_execute("INSERT INTO sr_nn VALUES (1, 'one', NULL, 'happy')")
+        .await
+        .unwrap();
+    let got = wait_decoded(format, &url, std::slice::from_ref(&topic), 1).await;
+    // A column's schema in the record's value schema: (optional, the
+    // schema with the optional union unwrapped).
+    let column = |r: &Value, name: &str| -> (bool, Value) {
+        let envelope: Value = serde_json::from_str(r["value_schema"].as_str().unwrap()).unwrap();
+        let row = field(&envelope, "before");
+        let s = match row.get("fields") {
+            Some(Value::Array(fields)) => {
+                fields.iter().find(|f| f["name"] == name).unwrap()["type"].clone()
+            }
+            _ => row["properties"][name].clone(),
+        };
+        let optional = s.is_array() || s.get("oneOf").is_some();
+        (optional, unwrap_optional(&s).clone())
+    };
+    let is_enum = |s: &Value, allowed: &str| {
+        name_of(s) == "io.debezium.data.Enum"
+            && s["connect.version"] == 1
+            && s["connect.parameters"] == json!({"allowed": allowed})
+    };
+    assert!(!column(&got[0], "id").0);
+    let avro = format == "avro";
+    assert_eq!(
+        column(&got[0], "must").0,
+        !avro,
+        "NOT NULL: required in Avro"
+    );
+    assert!(column(&got[0], "may").0);
+    let (optional, m) = column(&got[0], "m");
+    assert!(optional && is_enum(&m, "happy,sad"), "{m}");
+    assert_eq!(
+        got[0]["value"]["after"],
+        json!({"id": 1, "must": "one", "may": null, "m": "happy"})
+    );
+    assert_eq!(versions(&url, &subject), [1]);
+
+    // The constraint dropped, then a NULL: the next version, optional.
+    db.client
+        .batch_execute("ALTER TABLE sr_nn ALTER COLUMN must DROP NOT NULL")
+        .await
+        .unwrap();
+    db.client
+        .batch_execute("INSERT INTO sr_nn VALUES (2, NULL, 'may', 'sad')")
+        .await
+        .unwrap();
+    // A label added since the start (its own transaction: PostgreSQL
+    // refuses a new label in the transaction that added it).
+    db.client
+        .batch_execute("ALTER TYPE mood ADD VALUE 'ecstatic'")
+        .await
+        .unwrap();
+    db.client
+        .batch_execute(
+            "INSERT INTO sr_nn VALUES (3, 'three', NULL, 'ecstatic');
+             UPDATE sr_nn SET may = 'changed' WHERE id = 2;",
+        )
+        .await
+        .unwrap();
+    let got = wait_decoded(format, &url, std::slice::from_ref(&topic), 4).await;
+    let after: Vec<&Value> = got.iter().map(|r| &r["value"]["after"]).collect();
+    assert_eq!(
+        after,
+        [
+            &json!({"id": 1, "must": "one", "may": null, "m": "happy"}),
+            &json!({"id": 2, "must": null, "may": "may", "m": "sad"}),
+            &json!({"id": 3, "must": "three", "may": null, "m": "ecstatic"}),
+            &json!({"id": 2, "must": null, "may": "changed", "m": "sad"}),
+        ]
+    );
+    assert!(column(&got[1], "must").0, "widened");
+    assert!(is_enum(&column(&got[1], "m").1, "happy,sad"));
+    assert!(column(&got[2], "must").0);
+    let m = column(&got[2], "m").1;
+    assert!(is_enum(&m, "happy,sad,ecstatic"), "{m}");
+    assert_eq!(got[3]["value_schema_id"], got[2]["value_schema_id"]);
+    let want: &[u64] = if avro { &[1, 2, 3] } else { &[1, 2] };
+    assert_eq!(versions(&url, &subject), want, "{subject}");
+    relay.wait_log("ecstatic", Duration::from_secs(10)).await;
+    relay.stop();
+    let log = relay.log();
+    let nulls = usize::from(avro);
+    assert_eq!(
+        log.matches("holds NULL").count(),
+        nulls,
+        "said once:\n{log}"
+    );
+    assert_eq!(
+        log.matches("holds enum label").count(),
+        1,
+        "said once:\n{log}"
+    );
+}
+
+/// `ALTER TABLE … SET NOT NULL` on a captured column while walrelay runs:
+/// the column stays optional (the catalog was read at start), and the next
+/// start makes it required — which the registry refuses under BACKWARD
+/// (a required field after an optional one). walrelay stops naming the
+/// table, the column made required by the catalog and the subject, before
+/// the slot passes the row; nothing of the refused version reaches Kafka
+/// (docs/compatibility.md says so and how to go on).
+#[tokio::test(flavor = "multi_thread")]
+async fn set_not_null_while_running_is_refused_at_the_next_start_naming_the_column() {
+    require_kafka();
+    let url = registry_url();
+    let db = TestDb::new("sr_setnn").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE sr_setnn (id int4 PRIMARY KEY, must text);
+             ALTER TABLE sr_setnn REPLICA IDENTITY FULL;
+             ALTER TABLE sr_setnn OWNER TO walrelay;",
+        )
+        .await
+        .unwrap();
+    let names = Names::new("sr_setnn");
+    let prefix = names.connector.clone();
+    let config = connector_config(
+        &db,
+        &names,
+        &format!(
+            "[table_defaults]\ntopic_prefix = \"{prefix}\"\nformat = \"avro\"\n\n\
+             [[table]]\nname = \"public.sr_setnn\"\n\n{}",
+            registry_section(&url)
+        ),
+    );
+    let topic = format!("{prefix}.public.sr_setnn");
+    let subject = format!("{topic}-value");
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    db.client
+        .batch_execute(
+            "INSERT INTO sr_setnn VALUES (1, 'one');
+             ALTER TABLE sr_setnn ALTER COLUMN must SET NOT NULL;
+             INSERT INTO sr_setnn VALUES (2, 'two');",
+        )
+        .await
+        .unwrap();
+    let got = wait_decoded("avro", &url, std::slice::from_ref(&topic), 2).await;
+    assert_eq!(got[1]["value_schema_id"], got[0]["value_schema_id"]);
+    assert_eq!(
+        versions(&url, &subject),
+        [1],
+        "optional until the next start"
+    );
+    relay.stop();
+    let before = db.current_wal_lsn().await;
+    db.client
+        .batch_execute("INSERT INTO sr_setnn VALUES (3, 'three')")
+        .await
+        .unwrap();
+    let mut relay = RelayProcess::start(&config, &[]);
+    let log = relay.expect_exit(1, Duration::from_secs(60));
+    let line = log
+        .lines()
+        .find(|l| l.contains("schema registry") && l.contains("HTTP 409"))
+        .unwrap_or_else(|| panic!("no refusal naming the registry in:\n{log}"));
+    for needle in [
+        "public.sr_setnn",
+        "required because the catalog says NOT NULL: must",
+        subject.as_str(),
+    ] {
+        assert!(line.contains(needle), "{needle:?} missing from: {line}");
+    }
+    assert_eq!(
+        records_in(&[topic.as_str()]),
+        2,
+        "a record of the refused version"
+    );
+    assert_eq!(versions(&url, &subject), [1]);
+    let confirmed = db.confirmed_flush(&names.slot).await.unwrap_or(0);
+    assert!(confirmed <= before, "the slot passed the refused row");
+    eprintln!("refused: {line}");
+}

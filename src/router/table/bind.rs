@@ -14,7 +14,8 @@ use std::sync::Arc;
 use super::{Bound, BoundColumn, Entry, TableEventError, TableRouter};
 use crate::Lsn;
 use crate::config::{
-    ColumnFilter, SkippedOperations, TableConfig, sanitized_topic_name, topic_name_problem,
+    ColumnFilter, SkippedOperations, TableConfig, TableFormat, sanitized_topic_name,
+    topic_name_problem,
 };
 use crate::pgoutput::{Oid, Relation};
 use crate::router::debezium::{self, Mapping, Unchanged};
@@ -130,6 +131,8 @@ impl TableRouter {
                 included,
                 mask,
                 unchanged: Unchanged::of(c.type_oid, mapping, entry.modes),
+                type_oid: c.type_oid,
+                required: false,
             });
         }
         // The key: `key_columns`, the identity index's columns, or the
@@ -226,11 +229,33 @@ impl TableRouter {
         debezium::json_str(&mut names_json, &rel.namespace);
         names_json.extend_from_slice(b",\"table\":");
         debezium::json_str(&mut names_json, &rel.name);
-        let required = |name: &str| {
-            primary_key.contains(&name)
-                || (rel.replica_identity != b'f' && identity.contains(&name))
-        };
-        let encoding = super::encode::Encoding::new(
+        // Required: a key column (PostgreSQL keeps them NOT NULL), or, in
+        // Avro, one the catalog calls NOT NULL that every event's rows hold
+        // — all of them unless a delete's old row holds the identity's
+        // columns only. Not in JSON Schema: a registry checking BACKWARD
+        // refuses a required property made `oneOf` null later (Apicurio
+        // 3.3.3 does), so a NULL the stream holds could not widen it.
+        let not_null = self
+            .not_null
+            .get(&(rel.namespace.clone(), rel.name.clone()))
+            .filter(|_| entry.format == TableFormat::Avro);
+        let whole_rows = matches!(rel.replica_identity, b'f' | b'n') || entry.skipped.skips(b'd');
+        // Required by the catalog's word alone: named when a registry
+        // refuses them (a subject holding them optional does under BACKWARD).
+        let mut by_catalog = Vec::new();
+        for c in &mut columns {
+            let name = c.name.as_str();
+            let in_identity = identity.contains(&name);
+            let keyed =
+                primary_key.contains(&name) || (rel.replica_identity != b'f' && in_identity);
+            let not_null = not_null.is_some_and(|n| n.iter().any(|n| n == name))
+                && (whole_rows || in_identity);
+            c.required = keyed || not_null;
+            if not_null && !keyed && c.included {
+                by_catalog.push(c.name.clone());
+            }
+        }
+        let mut encoding = super::encode::Encoding::new(
             entry.format,
             entry.modes,
             &self.prefix,
@@ -238,8 +263,11 @@ impl TableRouter {
             &rel.name,
             &columns,
             key.as_deref(),
-            required,
+            super::encode::facts(&self.widened, &self.enum_labels, rel.oid),
         );
+        if let Some(encoding) = &mut encoding {
+            encoding.note_required(&by_catalog, &self.widened, rel.oid);
+        }
         let bound = Bound {
             collection: Arc::from(display.as_str()),
             display,
@@ -251,6 +279,7 @@ impl TableRouter {
             placeholder: entry.placeholder.clone(),
             names_json: names_json.into_boxed_slice(),
             encoding,
+            old_rows_whole: rel.replica_identity == b'f',
         };
         Ok((bound, warning))
     }

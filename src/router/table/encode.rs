@@ -10,6 +10,22 @@
 //!   table to other schemas, the new schemas carry which columns were
 //!   added, dropped or changed type, so a registry that refuses them is
 //!   answered with the table, the column and the subject.
+//! - **The stream overrules the catalog, never fails on it.** Before a
+//!   change's or snapshot row's records are made, its rows are checked
+//!   against the schemas: a NULL in a required column (the catalog said
+//!   `NOT NULL` at start, the row is older than the constraint or newer
+//!   than its drop) makes the column optional for that relation, and a
+//!   value of an enum column outside its `allowed` labels (added or renamed
+//!   since the start) is appended to them. Either registers the next
+//!   schema version (a BACKWARD-compatible widening: an Avro union reads
+//!   the plain type, a longer `allowed` is only a parameter; JSON Schema
+//!   requires only key columns, which PostgreSQL keeps `NOT NULL`) before
+//!   the record,
+//!   which is then written under it; said once per column or label
+//!   ([`TableRouter::take_notices`]). Old rows are checked only under
+//!   REPLICA IDENTITY FULL: a key-only old row's other columns are absent,
+//!   not NULL. The widening holds until the next start, which reads the
+//!   catalog again (labels then in `enumsortorder`).
 //! - **Tombstones stay tombstones** (a key, no value); a null key stays
 //!   null.
 //! - Pure: no I/O.
@@ -17,10 +33,12 @@
 use std::sync::Arc;
 
 use super::schemas::{self, ColumnSchema, EventSchemas, Schema, body};
+use std::collections::HashMap;
+
 use super::{Bound, BoundColumn, TableEventError, TableRouter};
 use crate::Lsn;
 use crate::config::TableFormat;
-use crate::pgoutput::Oid;
+use crate::pgoutput::{Cell, Oid, TupleData};
 use crate::router::Record;
 use crate::router::debezium::{self, Modes};
 use crate::router::schema::{self as registry, RecordSchemas, SchemaKind};
@@ -34,14 +52,27 @@ pub(crate) struct Encoding {
     /// `json_schema` without a decimal anywhere: the JSON path's bytes are
     /// the body as they are.
     verbatim: bool,
+    /// What rebuilding it for a widened column takes.
+    modes: Modes,
+    names: [String; 3],
+    key: Option<Vec<usize>>,
+    /// Positions of its required columns (a NULL there widens them).
+    required: Vec<usize>,
+    /// Its enum columns: position and the labels `allowed` lists.
+    enums: Vec<(usize, Vec<String>)>,
 }
+
+/// What the catalog says of one column: whether its schema is required,
+/// and its enum labels (an enum column, not an array of them).
+pub(super) type Facts<'a> = (bool, Option<&'a [String]>);
 
 impl Encoding {
     /// The encoding of `format` (`None` for `json`) for table
     /// `schema.table` with `columns`; `key` holds the key columns'
-    /// positions, `required` tells which columns are `NOT NULL`.
+    /// positions, `facts` tells which columns are required and which are
+    /// enums with what labels.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn new(
+    pub(super) fn new<'a>(
         format: TableFormat,
         modes: Modes,
         prefix: &str,
@@ -49,22 +80,50 @@ impl Encoding {
         table: &str,
         columns: &[BoundColumn],
         key: Option<&[usize]>,
-        required: impl Fn(&str) -> bool,
+        facts: impl Fn(&BoundColumn) -> Facts<'a>,
     ) -> Option<Encoding> {
         let kind = match format {
             TableFormat::Json => return None,
             TableFormat::Avro => SchemaKind::Avro,
             TableFormat::JsonSchema => SchemaKind::Json,
         };
+        let names = [prefix.to_owned(), schema.to_owned(), table.to_owned()];
+        Some(Encoding::build(kind, modes, names, columns, key, facts))
+    }
+
+    fn build<'a>(
+        kind: SchemaKind,
+        modes: Modes,
+        names: [String; 3],
+        columns: &[BoundColumn],
+        key: Option<&[usize]>,
+        facts: impl Fn(&BoundColumn) -> Facts<'a>,
+    ) -> Encoding {
+        let mut required = Vec::new();
+        let mut enums = Vec::new();
         let columns: Vec<ColumnSchema> = columns
             .iter()
-            .map(|c| ColumnSchema {
-                name: c.name.clone(),
-                schema: schemas::column(c.oid, c.typmod, c.mapping, modes),
-                required: required(&c.name),
-                included: c.included,
+            .enumerate()
+            .map(|(i, c)| {
+                let (is_required, labels) = facts(c);
+                let labels = labels.filter(|_| !c.mapping.array);
+                // Only what the schemas hold is checked against them.
+                let written = c.included || key.is_some_and(|k| k.contains(&i));
+                if is_required && written {
+                    required.push(i);
+                }
+                if let (Some(labels), true) = (labels, written) {
+                    enums.push((i, labels.to_vec()));
+                }
+                ColumnSchema {
+                    name: c.name.clone(),
+                    schema: schemas::column(c.oid, c.typmod, c.mapping, modes, labels),
+                    required: is_required,
+                    included: c.included,
+                }
             })
             .collect();
+        let [prefix, schema, table] = &names;
         let event = schemas::event_schemas(prefix, schema, table, &columns, key);
         let text = |s: &Schema| {
             registry::Schema::new(
@@ -78,12 +137,74 @@ impl Encoding {
             value: text(&event.envelope),
             change: None,
         });
-        Some(Encoding {
+        Encoding {
             kind,
             verbatim: kind == SchemaKind::Json && !event.envelope.has_decimal(),
             event,
             schemas,
-        })
+            modes,
+            names,
+            key: key.map(<[usize]>::to_vec),
+            required,
+            enums,
+        }
+    }
+
+    /// What `rows` hold that its schemas do not allow: the positions of
+    /// required columns holding NULL, and enum values outside their labels
+    /// (position, value), each once.
+    fn misfits(&self, rows: &[&TupleData]) -> (Vec<usize>, Vec<(usize, String)>) {
+        let mut nulls = Vec::new();
+        let mut labels: Vec<(usize, String)> = Vec::new();
+        for row in rows {
+            for &i in &self.required {
+                if matches!(row.get(i), Some(Cell::Null)) && !nulls.contains(&i) {
+                    nulls.push(i);
+                }
+            }
+            for (i, known) in &self.enums {
+                let Some(Cell::Text(value)) = row.get(*i) else {
+                    continue;
+                };
+                let value = String::from_utf8_lossy(value);
+                if !known.iter().any(|k| *k == value)
+                    && !labels.iter().any(|(j, l)| j == i && *l == value)
+                {
+                    labels.push((*i, value.into_owned()));
+                }
+            }
+        }
+        (nulls, labels)
+    }
+
+    /// Notes, for the error when a registry refuses these schemas, the
+    /// columns in `by_catalog` they require only because the catalog said
+    /// `NOT NULL` (less those the stream showed NULL in, `widened` for
+    /// relation `rel`): a subject whose latest version has them optional
+    /// (written before `ALTER TABLE … SET NOT NULL`, or by a walrelay that
+    /// did not read the catalog) refuses a required field under BACKWARD.
+    pub(super) fn note_required(
+        &mut self,
+        by_catalog: &[String],
+        widened: &HashMap<Oid, Vec<String>>,
+        rel: Oid,
+    ) {
+        let named: Vec<&str> = by_catalog
+            .iter()
+            .filter(|c| !widened.get(&rel).is_some_and(|w| w.contains(c)))
+            .map(String::as_str)
+            .collect();
+        if named.is_empty() || self.schemas.change.is_some() {
+            return;
+        }
+        let mut schemas = (*self.schemas).clone();
+        schemas.change = Some(Arc::from(format!(
+            "required because the catalog says NOT NULL: {} (a subject whose latest version has \
+             them optional refuses a required field under BACKWARD: docs/compatibility.md, \
+             `ALTER TABLE … SET NOT NULL` while running)",
+            named.join(", ")
+        )));
+        self.schemas = Arc::new(schemas);
     }
 
     /// Notes `change` (what a DDL changed) on the schemas, when they are
@@ -141,7 +262,96 @@ fn type_text(oid: Oid, typmod: i32) -> String {
     }
 }
 
+/// The schema facts of relation `rel`'s columns: required unless the
+/// stream showed a NULL (`widened`), enum labels by declared type.
+pub(super) fn facts<'a>(
+    widened: &'a HashMap<Oid, Vec<String>>,
+    labels: &'a HashMap<Oid, Vec<String>>,
+    rel: Oid,
+) -> impl Fn(&BoundColumn) -> Facts<'a> {
+    move |c| {
+        let nullable = widened.get(&rel).is_some_and(|w| w.contains(&c.name));
+        (
+            c.required && !nullable,
+            labels.get(&c.type_oid).map(Vec::as_slice),
+        )
+    }
+}
+
 impl TableRouter {
+    /// Widens relation `rel`'s schemas to what a change's rows (`new`,
+    /// and `old` when it is a whole row) hold, before its records are
+    /// made (the module doc's second invariant); `at` names the position.
+    pub(super) fn widen_to(
+        &mut self,
+        rel: Oid,
+        old: Option<&TupleData>,
+        new: Option<&TupleData>,
+        at: Lsn,
+    ) {
+        let Some(Ok(bound)) = self.bound.get(&rel) else {
+            return;
+        };
+        let Some(encoding) = &bound.encoding else {
+            return;
+        };
+        let old = old.filter(|_| bound.old_rows_whole);
+        let rows: Vec<&TupleData> = old.into_iter().chain(new).collect();
+        let (nulls, labels) = encoding.misfits(&rows);
+        if nulls.is_empty() && labels.is_empty() {
+            return;
+        }
+        let mut said = Vec::new();
+        for i in nulls {
+            let Some(c) = bound.columns.get(i) else {
+                continue;
+            };
+            self.widened.entry(rel).or_default().push(c.name.clone());
+            said.push(format!(
+                "column {} holds NULL at {at} although the catalog said NOT NULL at start \
+                 (the row is older than the constraint, or newer than its drop): optional \
+                 from here on",
+                c.name
+            ));
+        }
+        for (i, label) in labels {
+            let Some(c) = bound.columns.get(i) else {
+                continue;
+            };
+            let known = self.enum_labels.entry(c.type_oid).or_default();
+            if !known.contains(&label) {
+                known.push(label.clone());
+            }
+            said.push(format!(
+                "column {} holds enum label {label:?} at {at}, not among its type's labels at \
+                 start (ALTER TYPE … ADD VALUE or RENAME VALUE since): allowed from here on",
+                c.name
+            ));
+        }
+        let Some(Ok(bound)) = self.bound.get_mut(&rel) else {
+            return;
+        };
+        let Some(old) = bound.encoding.take() else {
+            return;
+        };
+        let mut wider = Encoding::build(
+            old.kind,
+            old.modes,
+            old.names.clone(),
+            &bound.columns,
+            old.key.as_deref(),
+            facts(&self.widened, &self.enum_labels, rel),
+        );
+        let change = said.join("; ");
+        wider.note_change(&old, format!("table {}: {change}", bound.display));
+        self.notices.push(format!(
+            "table {}: {change} (the next schema version of its subjects, a BACKWARD-compatible \
+             widening; the rows are kept)",
+            bound.display
+        ));
+        bound.encoding = Some(wider);
+    }
+
     /// Re-encodes the records `out[from..]` of relation `rel` (just made
     /// by the JSON path) under its schemas, when its format has them.
     pub(super) fn encode_tail(

@@ -13,11 +13,34 @@
 //!   mapping [`debezium::Mapping`] chose for its JSON (plus its type oid and
 //!   modifier for the names and parameters Debezium adds): the value and
 //!   its schema cannot disagree on what the column is.
-//! - **Optional unless the stream proves otherwise.** pgoutput does not send
-//!   `NOT NULL`: a column is required only when it is in the replica
-//!   identity's key (primary key or identity index, which PostgreSQL keeps
-//!   `NOT NULL`) or the catalog's primary key; every other one is optional
-//!   (`["null", T]`, default null). docs/compatibility.md says so.
+//! - **Required only where every event holds a value.** pgoutput does not
+//!   send `NOT NULL`; the catalog (`pg_attribute.attnotnull`, read at
+//!   start) does. A column is required when it is in the replica
+//!   identity's key or the catalog's primary key (PostgreSQL keeps those
+//!   `NOT NULL`), or, in Avro, when the catalog says `NOT NULL` *and*
+//!   every `before` and `after` the table's events can hold carries its
+//!   value: REPLICA IDENTITY FULL (or NOTHING: no old rows), or deletes
+//!   skipped. (Not in JSON Schema: a registry checking BACKWARD refuses a
+//!   required property made `oneOf` null, so the widening below could not
+//!   be registered.) Under DEFAULT / USING INDEX a delete's `before` holds
+//!   only the identity's columns; Debezium writes the type's zero value
+//!   (`0`, `""`) there, walrelay never invents one, so such a column stays
+//!   optional (`["null", T]`, default null). docs/compatibility.md says so.
+//! - **The stream wins over the catalog.** The catalog is read now, the
+//!   stream may be behind it: a row holding NULL in a column the catalog
+//!   calls `NOT NULL` (the constraint added since, or dropped while the
+//!   row was written) makes that column optional for that relation until
+//!   the next start — the next schema version, a BACKWARD-compatible
+//!   widening in Avro — before its record is encoded: never a failed or
+//!   dropped row (see `encode`).
+//! - **Enums carry their labels.** An enum column is a string named
+//!   `io.debezium.data.Enum` with parameter `allowed`, its type's labels
+//!   (`pg_enum`, in `enumsortorder`) joined by commas, as Debezium writes
+//!   it. A value outside them (`ALTER TYPE … ADD VALUE` or `RENAME VALUE`
+//!   since the start) appends it to the list and writes its record under
+//!   the next version, which says it (see `encode`). Enum arrays stay
+//!   arrays of optional strings (Debezium: of required `Enum`s, which
+//!   cannot hold a NULL element); a domain over an enum has no mapping.
 //! - **The same shape gives the same text**, byte for byte, at every start:
 //!   a re-sent record finds the subject version it was first written with.
 //! - Pure: no I/O, no clock.
@@ -127,6 +150,9 @@ impl Schema {
 
 const DECIMAL: &str = "org.apache.kafka.connect.data.Decimal";
 
+/// Debezium's enum: a string with the labels in parameter `allowed`.
+const ENUM: &str = "io.debezium.data.Enum";
+
 fn decimal(precision: Option<u32>, scale: u32) -> Schema {
     let mut params = vec![("scale", scale.to_string())];
     if let Some(p) = precision {
@@ -142,8 +168,22 @@ fn decimal(precision: Option<u32>, scale: u32) -> Schema {
 
 /// The Connect schema Debezium gives a value of a column of type `oid`
 /// (user types resolved) with modifier `typmod`, written as `mapping`
-/// under `modes` (required; the caller makes it optional).
-pub(crate) fn column(oid: Oid, typmod: i32, mapping: Mapping, modes: Modes) -> Schema {
+/// under `modes` (required; the caller makes it optional); `labels`: an
+/// enum's, for `io.debezium.data.Enum` (arrays of enums stay arrays of
+/// strings).
+pub(crate) fn column(
+    oid: Oid,
+    typmod: i32,
+    mapping: Mapping,
+    modes: Modes,
+    labels: Option<&[String]>,
+) -> Schema {
+    if let (Some(labels), false) = (labels, mapping.array) {
+        return Schema {
+            params: vec![("allowed", labels.join(","))],
+            ..Schema::named(Type::String, ENUM)
+        };
+    }
     let scalar = scalar(oid, typmod, mapping.kind, modes);
     if mapping.array {
         Schema::of(Type::Array(Box::new(scalar.optional())))
@@ -250,7 +290,7 @@ fn scalar(oid: Oid, typmod: i32, kind: Kind, modes: Modes) -> Schema {
 pub(crate) struct ColumnSchema {
     pub name: String,
     pub schema: Schema,
-    /// In the replica identity's key or the primary key: `NOT NULL`.
+    /// Required (see the module doc's rule); else optional.
     pub required: bool,
     /// In `before`/`after`.
     pub included: bool,
@@ -269,7 +309,7 @@ pub(crate) fn source() -> Schema {
                 .to_owned(),
         )],
         default: Some("false"),
-        ..Schema::named(Type::String, "io.debezium.data.Enum").optional()
+        ..Schema::named(Type::String, ENUM).optional()
     };
     Schema::named(
         Type::Struct(vec![

@@ -3,7 +3,10 @@
 //! converter`, 2.6.13.Final: the 3.x line does not resolve from Maven
 //! Central alone) into the same Apicurio Registry 3.3.3, in Confluent's wire
 //! format: the same changes of one table of many types (a snapshot row, an
-//! insert, an update, a delete with its tombstone, a row of NULLs) are
+//! insert, an update, a delete with its tombstone, a row of NULLs), and of a
+//! REPLICA IDENTITY FULL table with a `NOT NULL` column outside the key, a
+//! nullable one and an enum column (required, optional and
+//! `io.debezium.data.Enum` on both sides), are
 //! decoded on both sides by confluent-kafka's Python client and compared
 //! record by record — keys, values (less [`super::DELIBERATE`]'s fields)
 //! and the registered key and value schemas, field by field. The same for
@@ -65,6 +68,14 @@ const SCHEMA_DIFFERENCES: &[(&str, &str)] = &[
         "`ts_us`, `ts_ns`, `source.origin*`",
     ),
 ];
+
+/// A REPLICA IDENTITY FULL table (its old rows hold every column, so its
+/// `NOT NULL` column is required on both sides) with a `NOT NULL` column
+/// outside the key, a nullable one and an enum column.
+const NN_TABLE: &str = "CREATE TYPE mood AS ENUM ('happy', 'sad');
+  CREATE TABLE sr_nn (id int4 PRIMARY KEY, must text NOT NULL, may text, m mood);
+  ALTER TABLE sr_nn REPLICA IDENTITY FULL;
+  ALTER TABLE sr_nn OWNER TO walrelay;";
 
 /// Where `deploy/dev/connect.sh up` put Apicurio's converter jars
 /// (`WALRELAY_APICURIO_CONVERTER_LIBS`, else what `connect.sh env` says).
@@ -182,8 +193,12 @@ async fn avro_table_events_match_debeziums_through_apicurios_converter() {
     let v2 = registry_env("WALRELAY_REGISTRY_URL").replace("/apis/ccompat/v7", "/apis/registry/v2");
     let db = TestDb::new("dbz_avro").await;
     db.client.batch_execute(TABLE).await.unwrap();
+    db.client.batch_execute(NN_TABLE).await.unwrap();
     db.client
-        .batch_execute("INSERT INTO sr_types (id, c_text) VALUES (1, 'before the start')")
+        .batch_execute(
+            "INSERT INTO sr_types (id, c_text) VALUES (1, 'before the start');
+             INSERT INTO sr_nn VALUES (1, 'one', NULL, 'happy');",
+        )
         .await
         .unwrap();
     let names = Names::new("dbz_avro");
@@ -195,14 +210,22 @@ async fn avro_table_events_match_debeziums_through_apicurios_converter() {
         format!("{w_prefix}.public.sr_types"),
         format!("{d_prefix}.public.sr_types"),
     );
+    let (w_nn, d_nn) = (
+        format!("{w_prefix}.public.sr_nn"),
+        format!("{d_prefix}.public.sr_nn"),
+    );
     // One partition each: the two sides' keys differ in their schema ids,
     // so murmur2 would spread them differently; one partition keeps one
     // order to compare.
-    create_topics(&[w_topic.clone(), d_topic.clone()], 1).await;
+    create_topics(
+        &[w_topic.clone(), d_topic.clone(), w_nn.clone(), d_nn.clone()],
+        1,
+    )
+    .await;
     let d_publication = format!("{}_dpub", names.connector);
     db.client
         .batch_execute(&format!(
-            "CREATE PUBLICATION {d_publication} FOR TABLE sr_types"
+            "CREATE PUBLICATION {d_publication} FOR TABLE sr_types, sr_nn"
         ))
         .await
         .unwrap();
@@ -216,7 +239,7 @@ async fn avro_table_events_match_debeziums_through_apicurios_converter() {
             topic_prefix: &d_prefix,
             slot: &d_slot,
             snapshot_mode: "initial",
-            tables: "public\\\\.sr_types",
+            tables: "public\\\\.sr_types,public\\\\.sr_nn",
             more: "",
         }
         .properties(&db, &d_publication)],
@@ -226,7 +249,8 @@ async fn avro_table_events_match_debeziums_through_apicurios_converter() {
         &names,
         &format!(
             "[table_defaults]\ntopic_prefix = \"{w_prefix}\"\nformat = \"avro\"\n\n\
-             [[table]]\nname = \"public.sr_types\"\n\n{}",
+             [[table]]\nname = \"public.sr_types\"\n\n\
+             [[table]]\nname = \"public.sr_nn\"\n\n{}",
             registry_section(&url)
         ),
     );
@@ -234,11 +258,11 @@ async fn avro_table_events_match_debeziums_through_apicurios_converter() {
     relay.wait_log("streaming", DEBEZIUM_READY).await;
     wait_for("Debezium's snapshot", DEBEZIUM_READY, || {
         connect.assert_alive();
-        let n = records_in(&[d_topic.as_str()]);
+        let n = records_in(&[d_topic.as_str()]) + records_in(&[d_nn.as_str()]);
         let (db, slot) = (&db, &d_slot);
         async move {
             db.confirmed_flush(slot).await?;
-            (n >= 1).then_some(())
+            (n >= 2).then_some(())
         }
     })
     .await;
@@ -247,23 +271,45 @@ async fn avro_table_events_match_debeziums_through_apicurios_converter() {
         "UPDATE sr_types SET c_text = 'changed' WHERE id = 2",
         "DELETE FROM sr_types WHERE id = 2",
         "INSERT INTO sr_types (id) VALUES (3)",
+        "INSERT INTO sr_nn VALUES (2, 'two', 'may', 'sad')",
+        "UPDATE sr_nn SET must = 'changed', m = 'happy' WHERE id = 2",
+        "DELETE FROM sr_nn WHERE id = 1",
     ] {
         db.client.batch_execute(sql).await.unwrap();
     }
-    let both = wait_for("6 records on each side", DEBEZIUM_READY, || {
+    let both = wait_for("6 + 5 records on each side", DEBEZIUM_READY, || {
         connect.assert_alive();
         let (url, w, d) = (url.clone(), w_topic.clone(), d_topic.clone());
+        let (w_nn, d_nn) = (w_nn.clone(), d_nn.clone());
         async move {
             let w = decode("avro:schemas", &url, &[w]);
             let d = decode("avro:schemas", &url, &[d]);
-            (w.len() >= 6 && d.len() >= 6).then_some((w, d))
+            let w_nn = decode("avro:schemas", &url, &[w_nn]);
+            let d_nn = decode("avro:schemas", &url, &[d_nn]);
+            (w.len() >= 6 && d.len() >= 6 && w_nn.len() >= 5 && d_nn.len() >= 5)
+                .then_some((w, d, w_nn, d_nn))
         }
     })
     .await;
     relay.stop();
     drop(connect);
-    let (w, d) = both;
+    let (w, d, w_nn, d_nn) = both;
     compare(&w, &d, &w_prefix, &d_prefix, "table events");
+    // The NOT NULL column is required on both sides, the enum Debezium's
+    // Enum with its labels: not just equal, present.
+    let value = w_nn[1]["value_schema"].as_str().unwrap();
+    assert!(
+        value.contains(r#"{"name":"must","type":"string"}"#),
+        "{value}"
+    );
+    assert!(value.contains(r#""allowed":"happy,sad""#), "{value}");
+    compare(
+        &w_nn,
+        &d_nn,
+        &w_prefix,
+        &d_prefix,
+        "NOT NULL and enum table events",
+    );
 }
 
 /// Worker properties: key and value through Apicurio's `AvroConverter`

@@ -53,6 +53,7 @@ fn col(oid: u32, typmod: i32) -> Schema {
         typmod,
         Mapping::of(oid, typmod, Modes::default()).unwrap(),
         Modes::default(),
+        None,
     )
 }
 
@@ -97,7 +98,13 @@ fn columns_get_debeziums_connect_types_and_names() {
         time: TimePrecisionMode::Connect,
         ..Modes::default()
     };
-    let ts = column(1114, -1, Mapping::of(1114, -1, connect).unwrap(), connect);
+    let ts = column(
+        1114,
+        -1,
+        Mapping::of(1114, -1, connect).unwrap(),
+        connect,
+        None,
+    );
     let ts = avro_of(&ts);
     assert_eq!(ts["logicalType"], "timestamp-millis", "{ts}");
 }

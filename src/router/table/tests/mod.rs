@@ -12,6 +12,7 @@ use super::*;
 use crate::pgoutput::{Cell, Column, Relation};
 use crate::source::Position;
 
+mod catalog;
 mod registry;
 mod txmeta;
 
