@@ -23,6 +23,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::schema_registry::{decode, registry_requests, registry_section, registry_url};
+use crate::schema_registry_tables::{field, name_of};
 use crate::support::*;
 
 /// The messages the first transactions emit: (prefix, payload bytes).
@@ -43,37 +44,6 @@ fn b64(data: &[u8]) -> String {
     let mut out = Vec::new();
     walrelay::router::debezium::base64(&mut out, data);
     String::from_utf8(out).unwrap()
-}
-
-/// The field `name` of a record schema (Avro `fields`, JSON Schema
-/// `properties`), the optional union unwrapped.
-fn field<'a>(schema: &'a Value, name: &str) -> &'a Value {
-    let found = match schema.get("fields") {
-        Some(Value::Array(fields)) => fields
-            .iter()
-            .find(|f| f["name"] == name)
-            .map(|f| &f["type"]),
-        _ => schema["properties"].get(name),
-    }
-    .unwrap_or_else(|| panic!("no field {name} in {schema}"));
-    match found {
-        Value::Array(branches) => branches.iter().find(|b| *b != "null").unwrap(),
-        Value::Object(o) if o.contains_key("oneOf") => o["oneOf"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|b| b["type"] != "null")
-            .unwrap(),
-        other => other,
-    }
-}
-
-/// The name a schema gives itself: Avro `connect.name`, JSON Schema `title`.
-fn name_of(s: &Value) -> &str {
-    s.get("connect.name")
-        .or_else(|| s.get("title"))
-        .and_then(Value::as_str)
-        .unwrap_or("")
 }
 
 /// The id of the latest schema under `subject`, if the registry has it.

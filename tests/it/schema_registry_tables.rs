@@ -99,7 +99,7 @@ async fn wait_decoded(format: &str, url: &str, topics: &[String], n: usize) -> V
 
 /// The field `name` of a record schema (Avro `fields` or JSON Schema
 /// `properties`), with the optional union unwrapped.
-fn field<'a>(schema: &'a Value, name: &str) -> &'a Value {
+pub(crate) fn field<'a>(schema: &'a Value, name: &str) -> &'a Value {
     let found = match schema.get("fields") {
         Some(Value::Array(fields)) => fields
             .iter()
@@ -125,7 +125,7 @@ fn unwrap_optional(s: &Value) -> &Value {
 }
 
 /// The name a schema gives itself: Avro `connect.name`, JSON Schema `title`.
-fn name_of(s: &Value) -> &str {
+pub(crate) fn name_of(s: &Value) -> &str {
     s.get("connect.name")
         .or_else(|| s.get("title"))
         .and_then(Value::as_str)

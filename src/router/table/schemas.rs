@@ -554,6 +554,15 @@ fn add_connect_props(out: &mut Map<String, Value>, schema: &Schema) {
     if let Some(d) = schema.default {
         out.insert("connect.default".into(), d.into());
     }
+    add_parameters(out, schema);
+    if let Some(name) = &schema.name {
+        out.insert("connect.name".into(), name.as_str().into());
+    }
+}
+
+/// `connect.parameters`, when `schema` has any (both forms write them
+/// alike).
+fn add_parameters(out: &mut Map<String, Value>, schema: &Schema) {
     if !schema.params.is_empty() {
         let params: Map<String, Value> = schema
             .params
@@ -561,9 +570,6 @@ fn add_connect_props(out: &mut Map<String, Value>, schema: &Schema) {
             .map(|(k, v)| ((*k).to_owned(), Value::from(v.as_str())))
             .collect();
         out.insert("connect.parameters".into(), Value::Object(params));
-    }
-    if let Some(name) = &schema.name {
-        out.insert("connect.name".into(), name.as_str().into());
     }
 }
 
@@ -634,14 +640,7 @@ fn json_schema(schema: &Schema, index: Option<usize>, ignore_optional: bool) -> 
     if let Some(doc) = schema.doc {
         out.insert("description".into(), doc.into());
     }
-    if !schema.params.is_empty() {
-        let params: Map<String, Value> = schema
-            .params
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), Value::from(v.as_str())))
-            .collect();
-        out.insert("connect.parameters".into(), Value::Object(params));
-    }
+    add_parameters(&mut out, schema);
     if let Some(d) = schema.default {
         out.insert("default".into(), d.into());
     }

@@ -184,13 +184,53 @@ fn schema_diff(path: &str, w: &Value, d: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// Debezium 3.6.1 under Kafka Connect (group `connect_name`) with
+/// Apicurio's Avro converters, capturing `tables` (of schema `public`) of
+/// `db` into topics prefixed `d_prefix`, through a publication and a slot
+/// of its own (its name returned); `more` adds connector properties.
+async fn debezium_with_avro(
+    db: &TestDb,
+    names: &Names,
+    connect_name: &str,
+    d_prefix: &str,
+    tables: &[&str],
+    snapshot_mode: &str,
+    more: &str,
+) -> (Connect, String) {
+    let (libs, _) = connect_libs();
+    let converter = converter_libs();
+    let v2 = registry_env("WALRELAY_REGISTRY_URL").replace("/apis/ccompat/v7", "/apis/registry/v2");
+    let d_publication = format!("{}_dpub", names.connector);
+    db.client
+        .batch_execute(&format!(
+            "CREATE PUBLICATION {d_publication} FOR TABLE {}",
+            tables.join(", ")
+        ))
+        .await
+        .unwrap();
+    let d_slot = format!("{}_dslot", names.connector);
+    let pattern: Vec<String> = tables.iter().map(|t| format!("public\\\\.{t}")).collect();
+    let connect = Connect::start_with_classpath(
+        connect_name,
+        &format!("{}/*:{converter}/*", libs.display()),
+        &avro_converters(&v2),
+        &[Debezium {
+            name: d_prefix,
+            topic_prefix: d_prefix,
+            slot: &d_slot,
+            snapshot_mode,
+            tables: &pattern.join(","),
+            more,
+        }
+        .properties(db, &d_publication)],
+    );
+    (connect, d_slot)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn avro_table_events_match_debeziums_through_apicurios_converter() {
     require_kafka();
-    let (libs, _) = connect_libs();
-    let converter = converter_libs();
     let url = registry_url();
-    let v2 = registry_env("WALRELAY_REGISTRY_URL").replace("/apis/ccompat/v7", "/apis/registry/v2");
     let db = TestDb::new("dbz_avro").await;
     db.client.batch_execute(TABLE).await.unwrap();
     db.client.batch_execute(NN_TABLE).await.unwrap();
@@ -222,28 +262,16 @@ async fn avro_table_events_match_debeziums_through_apicurios_converter() {
         1,
     )
     .await;
-    let d_publication = format!("{}_dpub", names.connector);
-    db.client
-        .batch_execute(&format!(
-            "CREATE PUBLICATION {d_publication} FOR TABLE sr_types, sr_nn"
-        ))
-        .await
-        .unwrap();
-    let d_slot = format!("{}_dslot", names.connector);
-    let mut connect = Connect::start_with_classpath(
+    let (mut connect, d_slot) = debezium_with_avro(
+        &db,
+        &names,
         "walrelay_dbz_avro",
-        &format!("{}/*:{converter}/*", libs.display()),
-        &avro_converters(&v2),
-        &[Debezium {
-            name: &d_prefix,
-            topic_prefix: &d_prefix,
-            slot: &d_slot,
-            snapshot_mode: "initial",
-            tables: "public\\\\.sr_types,public\\\\.sr_nn",
-            more: "",
-        }
-        .properties(&db, &d_publication)],
-    );
+        &d_prefix,
+        &["sr_types", "sr_nn"],
+        "initial",
+        "",
+    )
+    .await;
     let config = connector_config(
         &db,
         &names,
@@ -416,10 +444,7 @@ fn compare(w: &[Value], d: &[Value], w_prefix: &str, d_prefix: &str, what: &str)
 async fn avro_message_events_match_debeziums_through_apicurios_converter() {
     let _one = super::ONE_AT_A_TIME.lock().await;
     require_kafka();
-    let (libs, _) = connect_libs();
-    let converter = converter_libs();
     let url = registry_url();
-    let v2 = registry_env("WALRELAY_REGISTRY_URL").replace("/apis/ccompat/v7", "/apis/registry/v2");
     let db = TestDb::new("dbz_avro_msg").await;
     let names = Names::new("dbz_am");
     let (w_prefix, d_prefix) = (
@@ -429,29 +454,20 @@ async fn avro_message_events_match_debeziums_through_apicurios_converter() {
     let (w_topic, d_topic) = (format!("{w_prefix}.message"), format!("{d_prefix}.message"));
     // One partition each: the two prefixes' keys would hash apart.
     create_topics(&[w_topic.clone(), d_topic.clone()], 1).await;
-    let d_publication = format!("{}_dpub", names.connector);
     db.client
-        .batch_execute(&format!(
-            "CREATE TABLE t (id int PRIMARY KEY); ALTER TABLE t OWNER TO walrelay;
-             CREATE PUBLICATION {d_publication} FOR TABLE t;"
-        ))
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY); ALTER TABLE t OWNER TO walrelay;")
         .await
         .unwrap();
-    let d_slot = format!("{}_dslot", names.connector);
-    let mut connect = Connect::start_with_classpath(
+    let (mut connect, d_slot) = debezium_with_avro(
+        &db,
+        &names,
         "walrelay_dbz_avro_messages",
-        &format!("{}/*:{converter}/*", libs.display()),
-        &avro_converters(&v2),
-        &[Debezium {
-            name: &d_prefix,
-            topic_prefix: &d_prefix,
-            slot: &d_slot,
-            snapshot_mode: "no_data",
-            tables: "public\\\\.t",
-            more: "",
-        }
-        .properties(&db, &d_publication)],
-    );
+        &d_prefix,
+        &["t"],
+        "no_data",
+        "",
+    )
+    .await;
     // walrelay: message-only (its publication created empty).
     let config = connector_config(
         &db,
@@ -536,10 +552,7 @@ async fn avro_message_events_match_debeziums_through_apicurios_converter() {
 async fn avro_transaction_metadata_matches_debeziums_through_apicurios_converter() {
     let _one = super::ONE_AT_A_TIME.lock().await;
     require_kafka();
-    let (libs, _) = connect_libs();
-    let converter = converter_libs();
     let url = registry_url();
-    let v2 = registry_env("WALRELAY_REGISTRY_URL").replace("/apis/ccompat/v7", "/apis/registry/v2");
     let db = TestDb::new("dbz_avro_txm").await;
     db.client
         .batch_execute(
@@ -561,28 +574,16 @@ async fn avro_transaction_metadata_matches_debeziums_through_apicurios_converter
     };
     // One partition each: one order to compare.
     create_topics(&[topics(&w_prefix), topics(&d_prefix)].concat(), 1).await;
-    let d_publication = format!("{}_dpub", names.connector);
-    db.client
-        .batch_execute(&format!(
-            "CREATE PUBLICATION {d_publication} FOR TABLE txa, txb"
-        ))
-        .await
-        .unwrap();
-    let d_slot = format!("{}_dslot", names.connector);
-    let mut connect = Connect::start_with_classpath(
+    let (mut connect, d_slot) = debezium_with_avro(
+        &db,
+        &names,
         "walrelay_dbz_avro_txm",
-        &format!("{}/*:{converter}/*", libs.display()),
-        &avro_converters(&v2),
-        &[Debezium {
-            name: &d_prefix,
-            topic_prefix: &d_prefix,
-            slot: &d_slot,
-            snapshot_mode: "no_data",
-            tables: "public\\\\.txa,public\\\\.txb",
-            more: "provide.transaction.metadata=true\n",
-        }
-        .properties(&db, &d_publication)],
-    );
+        &d_prefix,
+        &["txa", "txb"],
+        "no_data",
+        "provide.transaction.metadata=true\n",
+    )
+    .await;
     let config = connector_config(
         &db,
         &names,
