@@ -216,6 +216,10 @@ pub struct SnapshotPart {
     /// The part's read key's values (text) of its last row Kafka holds,
     /// with every row before it.
     pub after: Vec<Option<String>>,
+    /// The read key's columns `after` is in. Empty (stored by an older
+    /// version): never used, the table is read again whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key: Vec<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -60,6 +60,8 @@ pub(super) enum SnapshotEnd {
 #[derive(Debug, Clone, Default)]
 struct TableCount {
     table: String,
+    /// The columns its parts resume by (`TableProgress::key`).
+    key: Vec<String>,
     sent: u64,
     acked: u64,
     read: bool,
@@ -117,6 +119,7 @@ impl InitialSnapshot {
             .iter()
             .map(|p| TableCount {
                 table: p.table.clone(),
+                key: p.key.clone(),
                 ..TableCount::default()
             })
             .collect();
@@ -128,12 +131,15 @@ impl InitialSnapshot {
             .map(|s| (s.tables_done.clone(), s.rows, s.parts.clone()))
             .unwrap_or_default();
         let readers = source.snapshot_readers();
-        // A resumed snapshot's parts stay where they were until they move.
+        // A resumed snapshot's parts stay where they were until they move
+        // — those the source went on from: as many readers, the same key.
         let resumed = stored_parts
             .into_iter()
             .filter(|p| p.of == readers)
             .filter_map(|p| {
-                let table = tables.iter().position(|t| t.table == p.table)?;
+                let table = tables
+                    .iter()
+                    .position(|t| t.table == p.table && !t.key.is_empty() && t.key == p.key)?;
                 Some(((table, p.part), p.after))
             })
             .collect();
@@ -442,6 +448,7 @@ impl InitialSnapshot {
                         part,
                         of: self.readers,
                         after: after.clone(),
+                        key: t.key.clone(),
                     })
                 })
                 .collect()
@@ -526,6 +533,7 @@ pub(super) fn resumed(
                 table: p.table.clone(),
                 part: p.part,
                 of: p.of,
+                key: p.key.clone(),
                 after: p.after.clone(),
             })
             .collect(),

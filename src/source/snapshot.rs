@@ -105,13 +105,16 @@ pub enum Origin {
 /// Where a resumed snapshot's reader `part` (of `of`) reads `table` from:
 /// after `after`, the values of the table's read key at the last row up to
 /// which Kafka held every row of that part. Used only with as many readers
-/// as then and a key that still pages the table.
+/// as then and the same key columns, still NOT NULL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartFrom {
     /// `schema.table`.
     pub table: String,
     pub part: u32,
     pub of: u32,
+    /// The read key's columns the part was stored under: it is used only
+    /// while the table resumes by the same columns.
+    pub key: Vec<String>,
     pub after: Vec<Option<String>>,
 }
 
@@ -201,6 +204,12 @@ pub(super) enum Feed {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableProgress {
     pub table: String,
+    /// The columns a part of it resumes by (its read key, resolved: the
+    /// primary key when `snapshot_order_by` is empty); empty when it does
+    /// not resume by key. A stored part names the key it was stored under
+    /// ([`PartFrom::key`]): another key (`snapshot_order_by` changed, the
+    /// primary key replaced) never places a part.
+    pub key: Vec<String>,
     /// `pg_class.reltuples` at the start, when known.
     pub estimated_rows: Option<u64>,
     pub rows_read: u64,
@@ -270,21 +279,22 @@ impl Snapshot {
                 .await?;
             // The read key's columns, when it is NOT NULL: each batch's last
             // row is then a place to resume from (at it, if not unique).
-            keys.push(
-                readers[0]
-                    .resumable_key(&relation, &t.order_by)
-                    .await?
-                    .and_then(|key| {
-                        let columns = key
-                            .columns
-                            .iter()
-                            .map(|c| relation.column_index(c))
-                            .collect::<Option<Vec<usize>>>()?;
-                        Some((columns, key.unique))
-                    }),
-            );
+            let resumable = readers[0].resumable_key(&relation, &t.order_by).await?;
+            let key_names = resumable
+                .as_ref()
+                .map(|k| k.columns.clone())
+                .unwrap_or_default();
+            keys.push(resumable.and_then(|key| {
+                let columns = key
+                    .columns
+                    .iter()
+                    .map(|c| relation.column_index(c))
+                    .collect::<Option<Vec<usize>>>()?;
+                Some((columns, key.unique))
+            }));
             progress.push(TableProgress {
                 table: t.display(),
+                key: key_names,
                 estimated_rows: readers[0].estimate_rows(&relation).await?,
                 rows_read: 0,
                 done: false,
@@ -348,7 +358,9 @@ impl Snapshot {
                 .zip(&relations)
                 .zip(&keys)
                 .zip(&goes_on)
-                .map(|(((t, rel), key), &goes_on)| {
+                .zip(&progress)
+                .map(|((((t, rel), key), &goes_on), p)| {
+                    let key_names = &p.key;
                     let split = (parallelism > 1)
                         .then(|| HashSplit::new(&t.split_by, parallelism, index as u32))
                         .transpose()?;
@@ -359,6 +371,7 @@ impl Snapshot {
                                 p.table == t.display()
                                     && p.part == index as u32
                                     && p.of == parallelism
+                                    && p.key == *key_names
                             })
                             .map(|p| p.after.clone()),
                         _ => None,
