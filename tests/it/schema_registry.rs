@@ -677,3 +677,81 @@ async fn republish_frames_its_records_with_the_streams_schema_ids() {
         "a record reached Kafka without its schema id"
     );
 }
+
+/// `[heartbeat] format = "avro" | "json_schema"`: heartbeat records
+/// decoded by Confluent's client (not ours) to Debezium's key
+/// `{"serverName": …}` and value `{"ts_ms": …}`, under the
+/// `io.debezium.connector.common.ServerNameKey` / `.Heartbeat` schemas the
+/// registry holds; one schema id per part for every record.
+async fn heartbeats_through_the_registry(format: &str) {
+    require_kafka();
+    let url = registry_url();
+    let db = TestDb::new("hbsr").await;
+    db.create_outbox("outbox").await;
+    let names = Names::new("hbsr");
+    let topic = format!("{}.heartbeats", names.connector);
+    let config = relay_config(
+        &db,
+        &names,
+        "",
+        &format!(
+            "{}[heartbeat]\ninterval = \"200ms\"\npublish = true\ntopic = \"{topic}\"\n\
+             format = \"{format}\"\n",
+            registry_section(&url)
+        ),
+    );
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    let started = now_ms();
+    wait_for("3 heartbeat records", Duration::from_secs(60), || {
+        let topic = topic.clone();
+        async move { (consume_to_end(&[topic.as_str()]).len() >= 3).then_some(()) }
+    })
+    .await;
+    // Stopped first: the decoder reads to the end of the topic, which a
+    // record every 200 ms may never let it reach.
+    assert!(relay.stop().success());
+    let decoded = decode(
+        &format!("{format}:schemas"),
+        &url,
+        std::slice::from_ref(&topic),
+    );
+    assert!(decoded.len() >= 3, "{decoded:?}");
+    let mut ids = HashSet::new();
+    for r in &decoded {
+        assert_eq!(
+            r["key"],
+            serde_json::json!({ "serverName": names.connector }),
+            "{r}"
+        );
+        let ts = r["value"]["ts_ms"].as_i64().expect("ts_ms");
+        assert!(ts >= started - 60_000 && ts <= now_ms(), "{r}");
+        let key_schema = r["key_schema"].as_str().expect("key schema");
+        let value_schema = r["value_schema"].as_str().expect("value schema");
+        assert!(
+            key_schema.contains("io.debezium.connector.common.ServerNameKey")
+                && value_schema.contains("io.debezium.connector.common.Heartbeat"),
+            "{key_schema} / {value_schema}"
+        );
+        ids.insert((r["key_schema_id"].clone(), r["value_schema_id"].clone()));
+    }
+    assert_eq!(ids.len(), 1, "one key and one value schema id: {ids:?}");
+    eprintln!("{format}: {} heartbeat records decoded", decoded.len());
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as i64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avro_heartbeats_decode_with_confluents_client() {
+    heartbeats_through_the_registry("avro").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_schema_heartbeats_decode_with_confluents_client() {
+    heartbeats_through_the_registry("json_schema").await;
+}
