@@ -182,6 +182,7 @@ pub struct TableRouter {
     prefix: String,
     /// `,"snapshot":` prefix pieces, with `db` escaped once.
     db_json: Box<[u8]>,
+    database: String,
     name_json: Box<[u8]>,
     primary_keys: HashMap<(String, String), Vec<String>>,
     /// User-defined type oid → (type it is written as, type modifier).
@@ -254,6 +255,7 @@ impl TableRouter {
             entries,
             prefix: config.topic_prefix().to_owned(),
             db_json: json(&config.postgres.database),
+            database: config.postgres.database.clone(),
             name_json: json(config.topic_prefix()),
             primary_keys: HashMap::new(),
             type_aliases: HashMap::new(),

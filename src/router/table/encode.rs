@@ -1,9 +1,17 @@
 //! `[[table]] format = "avro" | "json_schema"` in the table router: a
 //! bound table's schemas ([`Encoding`], made when its Relation message
 //! binds it, so a DDL's new shape has new schemas before its first row),
-//! and its records' keys and values re-encoded under them
-//! ([`TableRouter::encode_tail`]) — the records then carry the schemas,
-//! whose ids `sink::registry` adds.
+//! and its records' keys and values under them — the records then carry
+//! the schemas, whose ids `sink::registry` adds. How the bodies are made:
+//! - `avro` change events and tombstones are written from the row's cells
+//!   ([`avro`]);
+//! - `json_schema` ones are the JSON path's bytes, each `Decimal` value
+//!   re-encoded as a number where it is written ([`Encoding::renumber`]);
+//! - anything else the table router makes (a truncate's event) is the
+//!   JSON path's record re-encoded whole ([`TableRouter::encode_tail`]).
+//!
+//! All three give the same bytes as re-encoding the JSON path's record
+//! whole under the schemas (`tests/direct.rs` compares them on every type).
 //!
 //! Invariants:
 //! - **A new shape says what changed.** When a Relation message re-binds a
@@ -33,6 +41,10 @@
 use std::sync::Arc;
 
 use super::schemas::{self, ColumnSchema, EventSchemas, Schema, body};
+
+mod avro;
+
+use avro::{Direct, Plan};
 use std::collections::HashMap;
 
 use super::{Bound, BoundColumn, TableEventError, TableRouter};
@@ -54,7 +66,13 @@ pub(crate) struct Encoding {
     verbatim: bool,
     /// What rebuilding it for a widened column takes.
     modes: Modes,
-    names: [String; 3],
+    /// Topic prefix, schema, table, database.
+    names: [String; 4],
+    /// `avro`: its events are written from the cells ([`avro`]).
+    avro: Option<Plan>,
+    /// `json_schema`: per column, its schema when its JSON path value
+    /// holds a `Decimal` (base64 there, a number here).
+    decimals: Vec<Option<Schema>>,
     key: Option<Vec<usize>>,
     /// Positions of its required columns (a NULL there widens them).
     required: Vec<usize>,
@@ -68,16 +86,15 @@ pub(super) type Facts<'a> = (bool, Option<&'a [String]>);
 
 impl Encoding {
     /// The encoding of `format` (`None` for `json`) for table
-    /// `schema.table` with `columns`; `key` holds the key columns'
-    /// positions, `facts` tells which columns are required and which are
-    /// enums with what labels.
+    /// `schema.table` of database `db` with `columns`; `key` holds the key
+    /// columns' positions, `facts` tells which columns are required and
+    /// which are enums with what labels.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new<'a>(
         format: TableFormat,
         modes: Modes,
         prefix: &str,
-        schema: &str,
-        table: &str,
+        [schema, table, db]: [&str; 3],
         columns: &[BoundColumn],
         key: Option<&[usize]>,
         facts: impl Fn(&BoundColumn) -> Facts<'a>,
@@ -87,20 +104,22 @@ impl Encoding {
             TableFormat::Avro => SchemaKind::Avro,
             TableFormat::JsonSchema => SchemaKind::Json,
         };
-        let names = [prefix.to_owned(), schema.to_owned(), table.to_owned()];
+        let names = [prefix, schema, table, db].map(str::to_owned);
         Some(Encoding::build(kind, modes, names, columns, key, facts))
     }
 
     fn build<'a>(
         kind: SchemaKind,
         modes: Modes,
-        names: [String; 3],
+        names: [String; 4],
         columns: &[BoundColumn],
         key: Option<&[usize]>,
         facts: impl Fn(&BoundColumn) -> Facts<'a>,
     ) -> Encoding {
         let mut required = Vec::new();
         let mut enums = Vec::new();
+        let mut direct = Vec::new();
+        let mut decimals = Vec::new();
         let columns: Vec<ColumnSchema> = columns
             .iter()
             .enumerate()
@@ -115,15 +134,19 @@ impl Encoding {
                 if let (Some(labels), true) = (labels, written) {
                     enums.push((i, labels.to_vec()));
                 }
+                let schema = schemas::column(c.oid, c.typmod, c.mapping, modes, labels);
+                direct.push(Direct::of(c, &schema));
+                let json = kind == SchemaKind::Json && schema.has_decimal();
+                decimals.push(json.then(|| schema.clone()));
                 ColumnSchema {
                     name: c.name.clone(),
-                    schema: schemas::column(c.oid, c.typmod, c.mapping, modes, labels),
+                    schema,
                     required: is_required,
                     included: c.included,
                 }
             })
             .collect();
-        let [prefix, schema, table] = &names;
+        let [prefix, schema, table, _] = &names;
         let event = schemas::event_schemas(prefix, schema, table, &columns, key);
         let text = |s: &Schema| {
             registry::Schema::new(
@@ -143,11 +166,67 @@ impl Encoding {
             event,
             schemas,
             modes,
+            avro: (kind == SchemaKind::Avro).then(|| Plan::new(direct, &names)),
+            decimals,
             names,
             key: key.map(<[usize]>::to_vec),
             required,
             enums,
         }
+    }
+
+    /// Whether its events are written from the cells (`avro`).
+    pub(super) fn is_avro(&self) -> bool {
+        self.avro.is_some()
+    }
+
+    /// `json_schema`: re-encodes `out[start..]`, the JSON path's value of
+    /// column `i`, when it holds a `Decimal` (a number under JSON Schema);
+    /// `scratch` is free to use.
+    pub(super) fn renumber(
+        &self,
+        i: usize,
+        out: &mut Vec<u8>,
+        start: usize,
+        scratch: &mut Vec<u8>,
+    ) -> Result<(), body::BodyError> {
+        let Some(Some(schema)) = self.decimals.get(i) else {
+            return Ok(());
+        };
+        scratch.clear();
+        body::json_from_json(schema, out.get(start..).unwrap_or_default(), scratch)?;
+        out.truncate(start);
+        out.extend_from_slice(scratch);
+        Ok(())
+    }
+
+    /// The error of [`renumber`](Self::renumber) for column `i` of a
+    /// record's `part` (`key`, `before`, `after`).
+    pub(super) fn renumber_error(
+        &self,
+        bound: &Bound,
+        lsn: Lsn,
+        part: &str,
+        i: usize,
+        e: body::BodyError,
+    ) -> TableEventError {
+        let column = bound.columns.get(i).map_or("", |c| c.name.as_str());
+        let path = match e.path.as_str() {
+            "" => format!("{part}.{column}"),
+            inner => format!("{part}.{column}.{inner}"),
+        };
+        misfit(self, bound, lsn, path, e.reason, part)
+    }
+
+    /// Its key and envelope schemas.
+    #[cfg(test)]
+    pub(super) fn event_schemas(&self) -> &EventSchemas {
+        &self.event
+    }
+
+    /// Its records' schemas.
+    pub(super) fn schemas(&self) -> Arc<RecordSchemas> {
+        self.schemas.clone()
     }
 
     /// What `rows` hold that its schemas do not allow: the positions of
@@ -399,23 +478,6 @@ fn encode<'b>(
     lsn: Lsn,
     part: &str,
 ) -> Result<&'b [u8], TableEventError> {
-    let fail = |path: String, reason: &str| TableEventError {
-        table: bound.display.clone(),
-        column: path,
-        lsn,
-        reason: format!(
-            "the {} value does not fit its {} schema: {reason}",
-            if part.is_empty() { "event's" } else { part },
-            match encoding.kind {
-                SchemaKind::Avro => "Avro",
-                SchemaKind::Json => "JSON",
-            }
-        ),
-        fix: "a value written as its text form (unmapped_types = \"text\") where the type has \
-              a schema of its own cannot be carried: leave the column out with a column list, \
-              or use format = \"json\" for this table; otherwise report it as a bug"
-            .into(),
-    };
     buf.clear();
     let written = match encoding.kind {
         SchemaKind::Avro => body::avro_from_json(schema, json, buf),
@@ -426,7 +488,36 @@ fn encode<'b>(
             "" => e.path,
             p => format!("{p}.{}", e.path),
         };
-        fail(path, e.reason)
+        misfit(encoding, bound, lsn, path, e.reason, part)
     })?;
     Ok(buf)
+}
+
+/// A value at `path` of a record's `part` (`key`, or `""` for the value)
+/// that does not fit its schema.
+fn misfit(
+    encoding: &Encoding,
+    bound: &Bound,
+    lsn: Lsn,
+    path: String,
+    reason: &str,
+    part: &str,
+) -> TableEventError {
+    TableEventError {
+        table: bound.display.clone(),
+        column: path,
+        lsn,
+        reason: format!(
+            "the {} value does not fit its {} schema: {reason}",
+            if part == "key" { part } else { "event's" },
+            match encoding.kind {
+                SchemaKind::Avro => "Avro",
+                SchemaKind::Json => "JSON",
+            }
+        ),
+        fix: "a value written as its text form (unmapped_types = \"text\") where the type has \
+              a schema of its own cannot be carried: leave the column out with a column list, \
+              or use format = \"json\" for this table; otherwise report it as a bug"
+            .into(),
+    }
 }

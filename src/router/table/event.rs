@@ -122,23 +122,39 @@ impl Ctx<'_> {
             }
             let column = &self.bound.columns[i];
             self.key_buf.extend_from_slice(&column.name_json);
+            let start = self.key_buf.len();
             Self::cell(self.bound, self.key_buf, self.scratch, i, row.get(i))
                 .map_err(|(i, why)| self.err(i, why))?;
+            self.renumber(i, start, "key")?;
         }
         self.key_buf.push(b'}');
         Ok(Some(self.values.copy(self.key_buf)))
     }
 
-    pub(super) fn row(&mut self, row: Option<&TupleData>) -> Result<(), TableEventError> {
-        self.row_with(row, None)
+    /// `json_schema`: column `i`'s value, written from `start` of the key
+    /// (`part` "key") or the event, with its `Decimal`s as numbers.
+    fn renumber(&mut self, i: usize, start: usize, part: &str) -> Result<(), TableEventError> {
+        let Some(encoding) = &self.bound.encoding else {
+            return Ok(());
+        };
+        let out = if part == "key" {
+            &mut *self.key_buf
+        } else {
+            &mut *self.buf
+        };
+        encoding
+            .renumber(i, out, start, self.scratch)
+            .map_err(|e| encoding.renumber_error(self.bound, self.lsn, part, i, e))
     }
 
-    /// [`row`](Self::row), taking a column's value from `fallback` where
-    /// `row` has it as unchanged TOAST and `fallback` has it.
+    /// Writes `row`, the event's `part` (`before`, `after`), taking a
+    /// column's value from `fallback` where `row` has it as unchanged TOAST
+    /// and `fallback` has it.
     pub(super) fn row_with(
         &mut self,
         row: Option<&TupleData>,
         fallback: Option<&TupleData>,
+        part: &str,
     ) -> Result<(), TableEventError> {
         let Some(row) = row else {
             self.buf.extend_from_slice(b"null");
@@ -161,11 +177,13 @@ impl Ctx<'_> {
             {
                 cell = fallback.and_then(|f| f.get(i));
             }
+            let start = self.buf.len();
             match &column.mask {
                 None => Self::cell(self.bound, self.buf, self.scratch, i, cell),
                 Some(mask) => Self::masked_cell(self.bound, mask, self.buf, self.scratch, i, cell),
             }
             .map_err(|(i, why)| self.err(i, why))?;
+            self.renumber(i, start, part)?;
         }
         self.buf.push(b'}');
         Ok(())
@@ -218,17 +236,20 @@ impl Ctx<'_> {
             }
             _ => None,
         };
+        if let Some(encoding) = self.bound.encoding.as_ref().filter(|e| e.is_avro()) {
+            return self.avro_event(encoding, op, before, after, key_row, source, block, id, out);
+        }
         let key = match key_row {
             Some(row) => self.key_of(row)?,
             None => None,
         };
         self.buf.clear();
         self.buf.extend_from_slice(b"{\"before\":");
-        self.row(before)?;
+        self.row_with(before, None, "before")?;
         self.buf.extend_from_slice(b",\"after\":");
         // An unchanged TOASTed value is not in the new row; under REPLICA
         // IDENTITY FULL the old row carries it (Debezium writes it so).
-        self.row_with(after, before)?;
+        self.row_with(after, before, "after")?;
         let (ts_ms, snapshot, txid, lsn) = match source {
             Source::Stream { txn, lsn } => (txn.commit_ms, "false", Some(txn.xid), lsn),
             Source::Snapshot { lsn, ts_ms, marker } => (ts_ms, marker.as_str(), None, lsn),
@@ -267,14 +288,17 @@ impl Ctx<'_> {
             None => buf.extend_from_slice(b"null"),
         }
         buf.push(b'}');
-        out.push(Record::with_event_id(
+        let mut record = Record::with_event_id(
             self.bound.topic.clone(),
             key,
             Some(self.values.copy(buf)),
             self.headers(id),
             None,
             Some(EventId::Change(id.clone())),
-        ));
+        );
+        // `json_schema`: the bytes are the body already.
+        record.schemas = self.bound.encoding.as_ref().map(|e| e.schemas());
+        out.push(record);
         Ok(())
     }
 
@@ -289,15 +313,20 @@ impl Ctx<'_> {
         if self.bound.skipped.skips(b'd') {
             return Ok(());
         }
-        let key = self.key_of(key_row)?;
-        out.push(Record::with_event_id(
+        let key = match self.avro_tombstone_key(key_row) {
+            Some(key) => key?,
+            None => self.key_of(key_row)?,
+        };
+        let mut record = Record::with_event_id(
             self.bound.topic.clone(),
             key,
             None,
             self.headers(id),
             None,
             Some(EventId::Change(id.clone())),
-        ));
+        );
+        record.schemas = self.bound.encoding.as_ref().map(|e| e.schemas());
+        out.push(record);
         Ok(())
     }
 }

@@ -1,8 +1,11 @@
-//! The bodies of `avro` / `json_schema` table events: the JSON path's key
-//! and envelope (what `debezium.rs` wrote, parsed once) re-encoded under
-//! their Connect schema — Avro's binary encoding, or the same JSON with
-//! `Decimal`s as numbers (Confluent's `JsonSchemaConverter` with
-//! `decimal.format=NUMERIC`: a JSON Schema number cannot hold base64).
+//! The bodies of `avro` / `json_schema` records: JSON the JSON path wrote
+//! (`debezium.rs`: a key, an envelope, or one value of it, parsed once)
+//! re-encoded under its Connect schema — Avro's binary encoding, or the
+//! same JSON with `Decimal`s as numbers (Confluent's `JsonSchemaConverter`
+//! with `decimal.format=NUMERIC`: a JSON Schema number cannot hold base64).
+//! This is the definition of those bodies: the table router writes the
+//! common Avro values straight from the cells (`table/encode/avro.rs`), and
+//! its tests hold it to these bytes.
 //!
 //! Invariants: the values are the JSON path's, never re-derived from the
 //! row; a value that does not fit its schema is a [`BodyError`] naming its
@@ -37,7 +40,7 @@ impl BodyError {
 }
 
 /// Avro's `long` (and `int`): zigzag, then base-128 groups, low first.
-fn put_long(out: &mut Vec<u8>, n: i64) {
+pub(crate) fn put_long(out: &mut Vec<u8>, n: i64) {
     let mut z = ((n << 1) ^ (n >> 63)) as u64;
     while z >= 0x80 {
         out.push((z as u8 & 0x7f) | 0x80);
@@ -136,12 +139,9 @@ impl<'a> Parser<'a> {
         if escaped {
             let s = serde_json::from_slice::<String>(span)
                 .map_err(|_| BodyError::new("not a valid string"))?;
-            put_long(out, s.len() as i64);
-            out.extend_from_slice(s.as_bytes());
+            put_str(out, s.as_bytes());
         } else {
-            let bytes = &span[1..span.len() - 1];
-            put_long(out, bytes.len() as i64);
-            out.extend_from_slice(bytes);
+            put_str(out, &span[1..span.len() - 1]);
         }
         Ok(())
     }
@@ -233,21 +233,36 @@ pub(crate) fn avro_from_json(
     }
 }
 
-fn avro_value(schema: &Schema, p: &mut Parser<'_>, out: &mut Vec<u8>) -> Result<(), BodyError> {
-    let is_null = p.null();
+/// Avro's `string`: its length, then its bytes.
+pub(crate) fn put_str(out: &mut Vec<u8>, s: &[u8]) {
+    put_long(out, s.len() as i64);
+    out.extend_from_slice(s);
+}
+
+/// Writes the union branch of a value of `schema` that is (`null`) or is
+/// not null, where `schema` is optional; `Ok(false)`: the value is null and
+/// nothing follows. A null where `schema` is required is an error.
+pub(crate) fn avro_union(
+    schema: &Schema,
+    null: bool,
+    out: &mut Vec<u8>,
+) -> Result<bool, BodyError> {
     if schema.optional {
         // The null branch is first, unless a default value put its own
         // branch first (`source.snapshot`).
         let null_branch = i64::from(schema.default.is_some());
-        if is_null {
-            put_long(out, null_branch);
-            return Ok(());
-        }
-        put_long(out, 1 - null_branch);
-    } else if is_null {
+        put_long(out, if null { null_branch } else { 1 - null_branch });
+    } else if null {
         return Err(BodyError::new(
             "null in a field that is not optional (a key or replica identity column)",
         ));
+    }
+    Ok(!null)
+}
+
+fn avro_value(schema: &Schema, p: &mut Parser<'_>, out: &mut Vec<u8>) -> Result<(), BodyError> {
+    if !avro_union(schema, p.null(), out)? {
+        return Ok(());
     }
     match &schema.ty {
         Type::Int16 | Type::Int32 | Type::Int64 => {

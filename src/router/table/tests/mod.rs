@@ -13,6 +13,7 @@ use crate::pgoutput::{Cell, Column, Relation};
 use crate::source::Position;
 
 mod catalog;
+mod direct;
 mod registry;
 mod txmeta;
 
