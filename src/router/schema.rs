@@ -41,6 +41,20 @@ pub enum SchemaKind {
     Avro,
     /// `JSON` (JSON Schema).
     Json,
+    /// `PROTOBUF`: a proto3 file, the record's message first in it.
+    Protobuf,
+}
+
+impl SchemaKind {
+    /// The registry's `schemaType` (`AVRO` is the default, left out of
+    /// registrations).
+    pub fn schema_type(self) -> &'static str {
+        match self {
+            SchemaKind::Avro => "AVRO",
+            SchemaKind::Json => "JSON",
+            SchemaKind::Protobuf => "PROTOBUF",
+        }
+    }
 }
 
 /// One schema as registered: its kind, its text and, for a record, its
@@ -154,6 +168,7 @@ impl Encoding {
         let kind = match format {
             OutboxFormat::Avro => SchemaKind::Avro,
             OutboxFormat::JsonSchema => SchemaKind::Json,
+            OutboxFormat::Protobuf => SchemaKind::Protobuf,
             OutboxFormat::Raw | OutboxFormat::CloudEvents => return None,
         };
         let column_type = |idx: usize| rel.columns.get(idx).map_or(0, |col| col.type_oid);
@@ -184,6 +199,25 @@ impl Encoding {
                 parse_integer(text).ok_or(BadKey)?;
                 Ok(Bytes::copy_from_slice(text))
             }
+            // Field 1 of message `Key`, left out at its default ("", 0)
+            // as proto3 writes it.
+            (SchemaKind::Protobuf, KeyBody::Text) => {
+                std::str::from_utf8(text).map_err(|_| BadKey)?;
+                Ok(if text.is_empty() {
+                    Bytes::new()
+                } else {
+                    protobuf_field(text)
+                })
+            }
+            (SchemaKind::Protobuf, KeyBody::Integer) => {
+                let n = parse_integer(text).ok_or(BadKey)?;
+                let mut out = BytesMut::with_capacity(11);
+                if n != 0 {
+                    out.put_u8(0x08);
+                    put_varint(&mut out, n as u64);
+                }
+                Ok(out.freeze())
+            }
         }
     }
 
@@ -198,6 +232,13 @@ impl Encoding {
             }
             (SchemaKind::Avro, ValueBody::Bytes) => Some(avro_bytes(Some(1), payload)),
             (SchemaKind::Json, ValueBody::Text) => json_string(payload),
+            // Field 1 of message `Value` (`optional`: written even when
+            // empty).
+            (SchemaKind::Protobuf, ValueBody::Text) => {
+                std::str::from_utf8(payload).ok()?;
+                Some(protobuf_field(payload))
+            }
+            (SchemaKind::Protobuf, ValueBody::Bytes) => Some(protobuf_field(payload)),
             (SchemaKind::Json, ValueBody::Bytes) => {
                 let mut out = Vec::with_capacity(payload.len().div_ceil(3) * 4 + 2);
                 out.push(b'"');
@@ -242,6 +283,11 @@ fn key_schema(kind: SchemaKind, oid: Oid) -> (&'static str, KeyBody) {
             r#"{"$schema":"http://json-schema.org/draft-07/schema#","type":"string"}"#,
             KeyBody::Text,
         ),
+        (SchemaKind::Protobuf, oid::INT2) => (PROTO_KEY_INT16, KeyBody::Integer),
+        (SchemaKind::Protobuf, oid::INT4) => (PROTO_KEY_INT32, KeyBody::Integer),
+        (SchemaKind::Protobuf, oid::INT8) => (PROTO_KEY_INT64, KeyBody::Integer),
+        (SchemaKind::Protobuf, oid::UUID) => (PROTO_KEY_UUID, KeyBody::Text),
+        (SchemaKind::Protobuf, _) => (PROTO_KEY_STRING, KeyBody::Text),
     }
 }
 
@@ -266,7 +312,44 @@ fn value_schema(kind: SchemaKind, oid: Oid) -> (&'static str, ValueBody) {
             r#"{"$schema":"http://json-schema.org/draft-07/schema#","oneOf":[{"type":"null"},{"type":"string"}]}"#,
             ValueBody::Text,
         ),
+        (SchemaKind::Protobuf, oid::JSON | oid::JSONB) => (PROTO_VALUE_JSON, ValueBody::Text),
+        (SchemaKind::Protobuf, oid::BYTEA) => (PROTO_VALUE_BYTES, ValueBody::Bytes),
+        (SchemaKind::Protobuf, _) => (PROTO_VALUE_STRING, ValueBody::Text),
     }
+}
+
+// The outbox's Protobuf schemas: a message of one field `value` (a
+// Protobuf schema's root is a message), in package `walrelay.outbox`;
+// the same texts `table::schemas::protobuf` makes of these Connect schemas
+// (a test there checks).
+const PROTO_KEY_STRING: &str =
+    "syntax = \"proto3\";\npackage walrelay.outbox;\n\nmessage Key {\n  string value = 1;\n}\n";
+const PROTO_KEY_INT16: &str = "syntax = \"proto3\";\npackage walrelay.outbox;\n\nimport \"confluent/meta.proto\";\n\nmessage Key {\n  int32 value = 1 [(confluent.field_meta) = { params: [{ key: \"connect.type\", value: \"int16\" }] }];\n}\n";
+const PROTO_KEY_INT32: &str =
+    "syntax = \"proto3\";\npackage walrelay.outbox;\n\nmessage Key {\n  int32 value = 1;\n}\n";
+const PROTO_KEY_INT64: &str =
+    "syntax = \"proto3\";\npackage walrelay.outbox;\n\nmessage Key {\n  int64 value = 1;\n}\n";
+const PROTO_KEY_UUID: &str = "syntax = \"proto3\";\npackage walrelay.outbox;\n\nimport \"confluent/meta.proto\";\n\nmessage Key {\n  string value = 1 [(confluent.field_meta) = { params: [{ key: \"connect.name\", value: \"io.debezium.data.Uuid\" }, { key: \"connect.version\", value: \"1\" }] }];\n}\n";
+const PROTO_VALUE_STRING: &str = "syntax = \"proto3\";\npackage walrelay.outbox;\n\nmessage Value {\n  optional string value = 1;\n}\n";
+const PROTO_VALUE_BYTES: &str = "syntax = \"proto3\";\npackage walrelay.outbox;\n\nmessage Value {\n  optional bytes value = 1;\n}\n";
+const PROTO_VALUE_JSON: &str = "syntax = \"proto3\";\npackage walrelay.outbox;\n\nimport \"confluent/meta.proto\";\n\nmessage Value {\n  optional string value = 1 [(confluent.field_meta) = { params: [{ key: \"connect.name\", value: \"io.debezium.data.Json\" }, { key: \"connect.version\", value: \"1\" }] }];\n}\n";
+
+/// Protobuf field 1 (length-delimited) holding `data`.
+fn protobuf_field(data: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(data.len() + 6);
+    out.put_u8(0x0A);
+    put_varint(&mut out, data.len() as u64);
+    out.put_slice(data);
+    out.freeze()
+}
+
+/// A base-128 varint, low group first (Protobuf's).
+fn put_varint(out: &mut BytesMut, mut v: u64) {
+    while v >= 0x80 {
+        out.put_u8((v as u8 & 0x7f) | 0x80);
+        v >>= 7;
+    }
+    out.put_u8(v as u8);
 }
 
 /// Avro's `long` (and `int`): zigzag, then a base-128 varint, low group first.

@@ -94,13 +94,13 @@ impl Encoding {
         match self.0.kind() {
             // No decimal anywhere: the JSON path's bytes are the bodies.
             SchemaKind::Json => Ok((Bytes::from(key), Bytes::from(value))),
-            SchemaKind::Avro => {
-                let avro = |value_part: bool, json: &[u8]| {
+            SchemaKind::Avro | SchemaKind::Protobuf => {
+                let binary = |value_part: bool, json: &[u8]| {
                     let mut out = Vec::with_capacity(json.len());
-                    self.0.avro(value_part, json, &mut out)?;
+                    self.0.body(value_part, json, &mut out)?;
                     Ok::<_, BodyError>(Bytes::from(out))
                 };
-                Ok((avro(false, &key)?, avro(true, &value)?))
+                Ok((binary(false, &key)?, binary(true, &value)?))
             }
         }
     }

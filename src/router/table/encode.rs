@@ -86,6 +86,7 @@ impl Encoding {
             TableFormat::Json => return None,
             TableFormat::Avro => SchemaKind::Avro,
             TableFormat::JsonSchema => SchemaKind::Json,
+            TableFormat::Protobuf => SchemaKind::Protobuf,
         };
         let names = [prefix.to_owned(), schema.to_owned(), table.to_owned()];
         Some(Encoding::build(kind, modes, names, columns, key, facts))
@@ -409,6 +410,7 @@ fn encode<'b>(
             match encoding.kind {
                 SchemaKind::Avro => "Avro",
                 SchemaKind::Json => "JSON",
+                SchemaKind::Protobuf => "Protobuf",
             }
         ),
         fix: "a value written as its text form (unmapped_types = \"text\") where the type has \
@@ -420,6 +422,7 @@ fn encode<'b>(
     let written = match encoding.kind {
         SchemaKind::Avro => body::avro_from_json(schema, json, buf),
         SchemaKind::Json => body::json_from_json(schema, json, buf),
+        SchemaKind::Protobuf => schemas::protobuf::protobuf_from_json(schema, json, buf),
     };
     written.map_err(|e| {
         let path = match part {

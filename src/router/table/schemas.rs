@@ -56,6 +56,7 @@ use crate::router::schema::SchemaKind;
 
 pub(crate) mod body;
 pub(crate) mod fixed;
+pub(crate) mod protobuf;
 
 /// A Kafka Connect type.
 #[derive(Debug, Clone, PartialEq)]
@@ -435,6 +436,7 @@ fn avro_namespace(s: &str) -> String {
 /// The schema's text for a registry of `kind`.
 pub(crate) fn text(kind: SchemaKind, schema: &Schema) -> Arc<str> {
     let value = match kind {
+        SchemaKind::Protobuf => return Arc::from(protobuf::text(schema)),
         SchemaKind::Avro => avro(schema, &mut Vec::new()),
         SchemaKind::Json => {
             let mut v = json_schema(schema, None, false);

@@ -93,14 +93,14 @@ impl Encoding {
     ) -> Result<(Bytes, Bytes), BodyError> {
         match self.0.kind() {
             SchemaKind::Json => Ok((key, value)),
-            SchemaKind::Avro => {
-                let mut avro = |value_part: bool, json: &[u8]| {
+            SchemaKind::Avro | SchemaKind::Protobuf => {
+                let mut binary = |value_part: bool, json: &[u8]| {
                     let mut out = Vec::with_capacity(json.len());
-                    self.0.avro(value_part, json, &mut out)?;
+                    self.0.body(value_part, json, &mut out)?;
                     Ok::<_, BodyError>(values.copy(&out))
                 };
-                let key = avro(false, &key)?;
-                let value = avro(true, &value)?;
+                let key = binary(false, &key)?;
+                let value = binary(true, &value)?;
                 Ok((key, value))
             }
         }
