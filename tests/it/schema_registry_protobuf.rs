@@ -6,7 +6,8 @@
 //! registry holds (`tests/support/sr_decode.py`). A table of many types
 //! (NULLs, arrays with a NULL element, a decimal, timestamps) through a
 //! snapshot row, an insert, an update, a delete with its tombstone and a
-//! row of NULLs; an outbox; heartbeats; and a DDL: a column added
+//! row of NULLs; an outbox; a `[[message]]` event, BEGIN/END records and
+//! heartbeats in one connector; and a DDL: a column added
 //! registers the subject's next version before its first record, a type
 //! change the registry refuses (Apicurio checks Protobuf fields' types
 //! strictly: `int32` → `int64` too) stops the connector before the record,
@@ -378,4 +379,108 @@ async fn outbox_records_decode_with_confluents_protobuf_deserializer() {
     }
     assert_eq!(seen.len(), 25, "every row, once decoded");
     eprintln!("protobuf: {} outbox records decoded", got.len());
+}
+
+/// The fixed-schema records in Protobuf, in one connector: a `[[message]]`
+/// event (Debezium's `MessageKey` / `MessageValue`), the BEGIN/END records
+/// of `provide_transaction_metadata` (with the table event's `transaction`
+/// block) and heartbeats (`ServerNameKey` / `Heartbeat`), each decoded.
+#[tokio::test(flavor = "multi_thread")]
+async fn message_transaction_and_heartbeat_records_decode() {
+    require_kafka();
+    let url = registry_url();
+    let db = TestDb::new("srpb_fix").await;
+    db.client
+        .batch_execute("CREATE TABLE t (id int4 PRIMARY KEY); ALTER TABLE t OWNER TO walrelay;")
+        .await
+        .unwrap();
+    let names = Names::new("srpb_fix");
+    let prefix = names.connector.clone();
+    let message_topic = format!("{prefix}.message");
+    let heartbeat_topic = format!("{prefix}.heartbeats");
+    let config = connector_config(
+        &db,
+        &names,
+        &format!(
+            "[table_defaults]\ntopic_prefix = \"{prefix}\"\nformat = \"protobuf\"\n\
+             provide_transaction_metadata = true\n\n\
+             [[table]]\nname = \"public.t\"\n\n\
+             [[message]]\nprefix = \"orders\"\ntopic = \"{message_topic}\"\nformat = \"protobuf\"\n\n\
+             [heartbeat]\ninterval = \"300ms\"\npublish = true\ntopic = \"{heartbeat_topic}\"\n\
+             format = \"protobuf\"\n\n{}",
+            registry_section(&url)
+        ),
+    );
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    db.client
+        .batch_execute(
+            "BEGIN; INSERT INTO t VALUES (7);
+             SELECT pg_logical_emit_message(true, 'orders', '\\x00ff7b7d'::bytea); COMMIT;",
+        )
+        .await
+        .unwrap();
+    let txn_topic = format!("{prefix}.transaction");
+    let table_topic = format!("{prefix}.public.t");
+    wait_decoded(&url, std::slice::from_ref(&txn_topic), 2).await;
+    wait_for("2 heartbeat records", Duration::from_secs(60), || {
+        let topic = heartbeat_topic.clone();
+        async move { (consume_to_end(&[topic.as_str()]).len() >= 2).then_some(()) }
+    })
+    .await;
+    // Stopped first: the decoder reads to the end of a topic, which a
+    // heartbeat every 300 ms may never let it reach.
+    assert!(relay.stop().success());
+
+    let messages = wait_decoded(&url, std::slice::from_ref(&message_topic), 1).await;
+    let m = &messages[0];
+    assert_eq!(m["key"], json!({"prefix": "orders"}), "{m}");
+    assert_eq!(m["value"]["op"], "m", "{m}");
+    // 00 ff 7b 7d: the payload's bytes, whatever they are.
+    assert_eq!(
+        m["value"]["message"],
+        json!({"prefix": "orders", "content": "AP97fQ=="}),
+        "{m}"
+    );
+    assert!(
+        m["value_schema"]
+            .as_str()
+            .unwrap()
+            .contains("package io.debezium.connector.postgresql;"),
+        "{m}"
+    );
+
+    let txn = wait_decoded(&url, std::slice::from_ref(&txn_topic), 2).await;
+    let (begin, end) = (&txn[0]["value"], &txn[1]["value"]);
+    assert_eq!(begin["status"], "BEGIN", "{begin}");
+    assert_eq!(begin["event_count"], Value::Null, "{begin}");
+    assert_eq!(begin["data_collections"], json!([]), "{begin}");
+    assert_eq!(end["status"], "END", "{end}");
+    assert_eq!(end["event_count"], 1, "{end}");
+    assert_eq!(
+        end["data_collections"],
+        json!([{"data_collection": "public.t", "event_count": 1}]),
+        "{end}"
+    );
+    assert_eq!(txn[0]["key"], json!({"id": begin["id"]}));
+    let events = wait_decoded(&url, std::slice::from_ref(&table_topic), 1).await;
+    let block = &events[0]["value"]["transaction"];
+    assert_eq!(block["total_order"], 1, "{block}");
+    assert_eq!(block["data_collection_order"], 1, "{block}");
+    assert_eq!(events[0]["value"]["after"], json!({"id": 7}));
+
+    let beats = wait_decoded(&url, std::slice::from_ref(&heartbeat_topic), 2).await;
+    for b in &beats {
+        assert_eq!(b["key"], json!({"serverName": prefix}), "{b}");
+        assert!(
+            b["value"]["ts_ms"].as_i64().unwrap() > 1_700_000_000_000,
+            "{b}"
+        );
+    }
+    eprintln!(
+        "protobuf: {} message, {} transaction, {} heartbeat records decoded",
+        messages.len(),
+        txn.len(),
+        beats.len()
+    );
 }
