@@ -1,5 +1,5 @@
 //! Outbox records for a schema registry (`[[outbox]] format = "avro" |
-//! "json_schema"`): the key and value schemas Debezium's outbox event router
+//! "json_schema" | "protobuf"`): the key and value schemas Debezium's outbox event router
 //! gets under Confluent's `AvroConverter` / `JsonSchemaConverter`, and the
 //! bodies of a row's key and value under them. Pure: the schema ids, and so
 //! the Confluent wire format's 5-byte prefix, are added by
@@ -18,6 +18,11 @@
 //!   `title`/`connect.version` (JSON Schema). A JSON Schema names its draft
 //!   (`"$schema"`, draft 7, which Confluent's converter writes by default):
 //!   Apicurio refuses a JSON schema without it.
+//! - **Protobuf wraps them**: a Protobuf schema's root is a message, so the
+//!   key is `walrelay.outbox.Key { <type> value = 1; }` and the value
+//!   `walrelay.outbox.Value { optional <type> value = 1; }`, the field's type
+//!   and Connect parameters as above (the texts `table::schemas::protobuf`
+//!   makes of those Connect schemas; a test there checks).
 //! - **The same row gives the same bytes.** A schema's text is built once
 //!   and is byte-for-byte the same at every start, so a re-sent record
 //!   finds the same subject version and id.

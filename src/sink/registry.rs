@@ -1,6 +1,8 @@
-//! The schema registry client: frames `format = "avro" | "json_schema"`
-//! records in the Confluent wire format (magic byte 0, the schema id as 4
-//! big-endian bytes, then the body the router made) with ids it gets from a
+//! The schema registry client: frames `format = "avro" | "json_schema" |
+//! "protobuf"` records in the Confluent wire format (magic byte 0, the schema
+//! id as 4 big-endian bytes, for Protobuf the message indexes of the
+//! record's message — always `[0]`, the byte 0 —, then the body the router
+//! made) with ids it gets from a
 //! Confluent-compatible registry (Confluent Schema Registry, Apicurio's
 //! `/apis/ccompat/v7`), over HTTP/1.1 or HTTPS (OpenSSL, the certificate
 //! checked against `ssl_ca` or the system's trust store, and the URL's host).

@@ -1,4 +1,4 @@
-//! `[[message]] format = "avro" | "json_schema"`: Debezium's logical
+//! `[[message]] format = "avro" | "json_schema" | "protobuf"`: Debezium's logical
 //! decoding message event (`op: "m"`) under the Kafka Connect schemas
 //! Debezium's PostgreSQL connector gives it (`PostgresSchemaFactory`), as
 //! Confluent's `AvroConverter` / `JsonSchemaConverter` write them; the

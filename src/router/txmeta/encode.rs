@@ -1,5 +1,6 @@
-//! BEGIN/END records in `avro` / `json_schema` (`provide_transaction_metadata`
-//! with `[table_defaults] format = "avro" | "json_schema"`): the Kafka
+//! BEGIN/END records in `avro` / `json_schema` / `protobuf`
+//! (`provide_transaction_metadata` with `[table_defaults] format = "avro" |
+//! "json_schema" | "protobuf"`): the Kafka
 //! Connect schemas Debezium's `SchemaFactory` gives them, as Confluent's
 //! `AvroConverter` / `JsonSchemaConverter` write them; ids and the wire
 //! format's prefix are `sink::registry`'s.

@@ -1,4 +1,5 @@
-//! The bodies of `avro` / `json_schema` table events: the JSON path's key
+//! The bodies of `avro` / `json_schema` table events (`protobuf`'s are in
+//! the sibling `protobuf`, on this parser): the JSON path's key
 //! and envelope (what `debezium.rs` wrote, parsed once) re-encoded under
 //! their Connect schema — Avro's binary encoding, or the same JSON with
 //! `Decimal`s as numbers (Confluent's `JsonSchemaConverter` with
