@@ -59,8 +59,23 @@ fn sparse(id: i64, set: &[(&str, Value)]) -> Value {
     row
 }
 
-/// Records of `topics` decoded (with their schemas' texts), in offset
-/// order, once there are at least `n`.
+/// A record's place in the stream: its commit LSN (`walrelay.lsn`), then
+/// its event id (`<lsn>:<index>`, `…:tombstone` after its delete,
+/// `…:begin` before `…:end`): records of one topic may sit on several
+/// partitions.
+fn order(r: &Value) -> (u64, String) {
+    let header = |name: &str| r["headers"][name].as_str().unwrap_or("").to_owned();
+    let lsn = header("walrelay.lsn")
+        .split_once('/')
+        .map(|(hi, lo)| {
+            u64::from_str_radix(hi, 16).unwrap() << 32 | u64::from_str_radix(lo, 16).unwrap()
+        })
+        .unwrap_or(0);
+    (lsn, header("walrelay.event_id"))
+}
+
+/// Records of `topics` decoded (with their schemas' texts), in stream
+/// order ([`order`]), once there are at least `n`.
 async fn wait_decoded(url: &str, topics: &[String], n: usize) -> Vec<Value> {
     wait_for(
         &format!("{n} records decoded from {topics:?}"),
@@ -69,13 +84,7 @@ async fn wait_decoded(url: &str, topics: &[String], n: usize) -> Vec<Value> {
             let (url, topics) = (url.to_owned(), topics.to_vec());
             async move {
                 let mut got = decode("protobuf:schemas", &url, &topics);
-                got.sort_by_key(|r| {
-                    (
-                        r["topic"].as_str().unwrap_or("").to_owned(),
-                        r["partition"].as_u64(),
-                        r["offset"].as_u64(),
-                    )
-                });
+                got.sort_by_key(order);
                 (got.len() >= n).then_some(got)
             }
         },
@@ -115,7 +124,6 @@ async fn table_events_decode_with_confluents_protobuf_deserializer() {
         db.client.batch_execute(sql).await.unwrap();
     }
     let topic = format!("{prefix}.public.sr_types");
-    // One partition (auto-created): offsets are the stream's order.
     let got = wait_decoded(&url, std::slice::from_ref(&topic), 6).await;
     relay.stop();
     let mut changed = all_types();

@@ -33,6 +33,7 @@
 //!   fields without presence are left out at their default (`0`, `""`,
 //!   `false`), as Protobuf's own serializers do, so bytes are canonical.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use super::body::{BodyError, Parser, base64_decode, decimal_text, float};
@@ -315,15 +316,16 @@ fn message(
     Ok(())
 }
 
-/// One value, encoded without its tag.
-enum Wire {
+/// One value, encoded without its tag (a string without escapes borrowed
+/// from the JSON).
+enum Wire<'a> {
     Varint(u64),
     Fixed32(u32),
     Fixed64(u64),
-    Len(Vec<u8>),
+    Len(Cow<'a, [u8]>),
 }
 
-impl Wire {
+impl Wire<'_> {
     /// A proto3 default value (left out of a field without presence).
     fn is_default(&self) -> bool {
         match self {
@@ -435,13 +437,13 @@ fn field(
 }
 
 /// A non-null singular value of `schema`.
-fn value(schema: &Schema, p: &mut Parser<'_>) -> Result<Wire, BodyError> {
+fn value<'a>(schema: &Schema, p: &mut Parser<'a>) -> Result<Wire<'a>, BodyError> {
     if let Some((_, scale)) = schema.decimal {
         let b64 = p.string()?;
         let mut unscaled = Vec::with_capacity(b64.len());
         base64_decode(b64.as_bytes(), &mut unscaled)
             .ok_or_else(|| BodyError::new("a decimal that is not base64"))?;
-        return Ok(Wire::Len(decimal_message(&unscaled, scale)));
+        return Ok(Wire::Len(Cow::Owned(decimal_message(&unscaled, scale))));
     }
     Ok(match &schema.ty {
         Type::Int16 | Type::Int32 => {
@@ -470,18 +472,21 @@ fn value(schema: &Schema, p: &mut Parser<'_>) -> Result<Wire, BodyError> {
                 return Err(BodyError::new("not a boolean"));
             }
         }
-        Type::String => Wire::Len(p.string()?.as_bytes().to_vec()),
+        Type::String => Wire::Len(match p.string()? {
+            Cow::Borrowed(s) => Cow::Borrowed(s.as_bytes()),
+            Cow::Owned(s) => Cow::Owned(s.into_bytes()),
+        }),
         Type::Bytes => {
             let (span, _) = p.string_span()?;
             let mut bytes = Vec::with_capacity(span.len());
             base64_decode(&span[1..span.len() - 1], &mut bytes)
                 .ok_or_else(|| BodyError::new("not base64"))?;
-            Wire::Len(bytes)
+            Wire::Len(Cow::Owned(bytes))
         }
         Type::Struct(fields) => {
             let mut inner = Vec::new();
             message(fields, p, &mut inner)?;
-            Wire::Len(inner)
+            Wire::Len(Cow::Owned(inner))
         }
         Type::Array(_) => {
             return Err(BodyError::new(
