@@ -296,3 +296,78 @@ fn names_and_parameters_ride_as_field_meta_and_strings_are_escaped() {
     let s = record(vec![("Point", Schema::of(Type::Int32)), ("p", p)]);
     assert!(text(&s).contains("  .t.R.Point_ p = 2"), "{}", text(&s));
 }
+
+/// Walks Protobuf wire data: every field's tag, then a varint, 8 or 4
+/// bytes, or a length and that many bytes; `false` on anything else.
+fn well_formed(mut b: &[u8]) -> bool {
+    fn varint(b: &mut &[u8]) -> Option<u64> {
+        let mut v = 0u64;
+        for i in 0..10 {
+            let (&byte, rest) = b.split_first()?;
+            *b = rest;
+            v |= u64::from(byte & 0x7f) << (7 * i);
+            if byte & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+    while !b.is_empty() {
+        let Some(tag) = varint(&mut b) else {
+            return false;
+        };
+        let n = match tag & 7 {
+            0 => {
+                if varint(&mut b).is_none() {
+                    return false;
+                }
+                0
+            }
+            1 => 8,
+            5 => 4,
+            2 => match varint(&mut b) {
+                Some(n) => n as usize,
+                None => return false,
+            },
+            _ => return false,
+        };
+        if tag >> 3 == 0 || b.len() < n {
+            return false;
+        }
+        b = &b[n..];
+    }
+    true
+}
+
+/// A JSON envelope of [`cols`] as the JSON path writes it.
+const ENVELOPE: &str = r#"{"before":null,"after":{"id":1,"price":"+x4=","small":-3,"tags":["a",null,"b\"c"],"born":19723,"amount":{"scale":5,"value":"BMsv"}},"source":{"version":"3.6.1","connector":"postgresql","name":"shop","ts_ms":1,"snapshot":"false","db":"app","sequence":"[\"1\",\"2\"]","schema":"public","table":"orders","txId":7,"lsn":8,"xmin":null},"op":"c","ts_ms":2,"transaction":{"id":"7:8","total_order":1,"data_collection_order":1}}"#;
+
+#[test]
+fn a_whole_envelope_is_well_formed_wire_data() {
+    let s = event_schemas("shop", "public", "orders", &cols(), Some(&[0]));
+    let out = encode(&s.envelope, ENVELOPE).unwrap();
+    assert!(well_formed(&out));
+    // `before` (1) absent, `after` (2) first.
+    assert_eq!(out[0], 0x12);
+}
+
+proptest::proptest! {
+    /// Cut or altered anywhere, the JSON gives an error or well-formed
+    /// wire data: never a panic.
+    #[test]
+    fn any_damage_is_an_error_or_well_formed(
+        cut in 0usize..ENVELOPE.len(),
+        at in 0usize..ENVELOPE.len(),
+        byte in proptest::prelude::any::<u8>(),
+    ) {
+        let s = event_schemas("shop", "public", "orders", &cols(), Some(&[0]));
+        let mut damaged = ENVELOPE.as_bytes().to_vec();
+        damaged[at] = byte;
+        for json in [&ENVELOPE.as_bytes()[..cut], &damaged[..]] {
+            let mut out = Vec::new();
+            if protobuf_from_json(&s.envelope, json, &mut out).is_ok() {
+                proptest::prop_assert!(well_formed(&out));
+            }
+        }
+    }
+}
