@@ -6,7 +6,9 @@
 //! registry holds (`tests/support/sr_decode.py`). A table of many types
 //! (NULLs, arrays with a NULL element, a decimal, timestamps) through a
 //! snapshot row, an insert, an update, a delete with its tombstone and a
-//! row of NULLs; an outbox; a `[[message]]` event, BEGIN/END records and
+//! row of NULLs; the types whose schemas are more than a scalar (enum,
+//! point, bits, interval, times, money, arrays of decimals); an outbox; a
+//! `[[message]]` event, BEGIN/END records and
 //! heartbeats in one connector; and a DDL: a column added
 //! registers the subject's next version before its first record, a type
 //! change the registry refuses (Apicurio checks Protobuf fields' types
@@ -20,7 +22,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::schema_registry::{decode, registry_section, registry_url};
+use crate::schema_registry::{decode, registry_requests, registry_section, registry_url};
 use crate::schema_registry_tables::{ALL_TYPES_ROW, TABLE};
 use crate::support::*;
 
@@ -386,6 +388,8 @@ async fn outbox_records_decode_with_confluents_protobuf_deserializer() {
         seen.insert(id.to_owned());
     }
     assert_eq!(seen.len(), 25, "every row, once decoded");
+    // Ids cached: one request per subject (key and value), not per record.
+    assert_eq!(registry_requests(&names.topic_prefix), 2);
     eprintln!("protobuf: {} outbox records decoded", got.len());
 }
 
@@ -491,4 +495,81 @@ async fn message_transaction_and_heartbeat_records_decode() {
         txn.len(),
         beats.len()
     );
+}
+
+/// The types whose schemas are more than a scalar: an enum (its labels in
+/// `allowed`), a point (a nested message), bits, intervals, times, money
+/// (a `Decimal` without precision), and arrays of decimals — fixed scale
+/// (`confluent.type.Decimal` elements) and variable (`VariableScaleDecimal`
+/// elements) — each with a NULL element, through element wrappers that
+/// hold messages.
+#[tokio::test(flavor = "multi_thread")]
+async fn structured_types_decode() {
+    require_kafka();
+    let url = registry_url();
+    let db = TestDb::new("srpb_st").await;
+    db.client
+        .batch_execute(
+            "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+             CREATE TABLE st (id int4 PRIMARY KEY, m mood, p point, b bit(3), vb varbit,
+               iv interval, t time, tz timetz, mo money, na numeric(5,2)[], nv numeric[]);
+             ALTER TABLE st OWNER TO walrelay;",
+        )
+        .await
+        .unwrap();
+    let names = Names::new("srpb_st");
+    let prefix = names.connector.clone();
+    let config = connector_config(
+        &db,
+        &names,
+        &format!(
+            "[table_defaults]\ntopic_prefix = \"{prefix}\"\nformat = \"protobuf\"\n\n\
+             [[table]]\nname = \"public.st\"\n\n{}",
+            registry_section(&url)
+        ),
+    );
+    let mut relay = RelayProcess::start(&config, &[]);
+    relay.wait_log("streaming", Duration::from_secs(60)).await;
+    db.client
+        .batch_execute(
+            "INSERT INTO st VALUES (1, 'happy', '(1.5,-2)', B'101', B'1', '1 day 2 hours',
+               '12:34:56.789', '12:34:56+02', 12.34, '{1.5,NULL,-2.25}', '{3.14159,NULL}')",
+        )
+        .await
+        .unwrap();
+    let topic = format!("{prefix}.public.st");
+    let got = wait_decoded(&url, std::slice::from_ref(&topic), 1).await;
+    relay.stop();
+    let after = &got[0]["value"]["after"];
+    assert_eq!(after["m"], "happy", "{after}");
+    assert_eq!(
+        (&after["b"], &after["vb"]),
+        (&json!("BQ=="), &json!("AQ==")),
+        "{after}"
+    );
+    assert_eq!(after["t"], 45_296_789_000_i64, "{after}");
+    assert_eq!(after["tz"], "10:34:56Z", "{after}");
+    assert_eq!(after["p"]["srid"], Value::Null, "{after}");
+    assert_eq!(after["p"]["x"], 1.5, "{after}");
+    assert_eq!(after["p"]["y"], -2.0, "{after}");
+    assert_eq!(after["iv"], 93_600_000_000_i64, "{after}");
+    assert_eq!(after["mo"], "12.34", "{after}");
+    assert_eq!(after["na"], json!(["1.50", null, "-2.25"]), "{after}");
+    assert_eq!(after["nv"][1], Value::Null, "{after}");
+    assert_eq!(after["nv"][0]["scale"], 5, "{after}");
+    let schema = got[0]["value_schema"].as_str().unwrap();
+    for needle in [
+        "{ key: \"allowed\", value: \"sad,ok,happy\" }",
+        "message Point {",
+        "repeated .",
+        "message Item_na {\n      confluent.type.Decimal value = 1",
+        "message Item_nv {\n      .",
+        "{ key: \"connect.name\", value: \"io.debezium.data.Bits\" }, { key: \"connect.version\", \
+         value: \"1\" }, { key: \"length\", value: \"3\" }",
+    ] {
+        assert!(
+            schema.contains(needle),
+            "{needle:?} missing from:\n{schema}"
+        );
+    }
 }
