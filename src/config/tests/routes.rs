@@ -521,10 +521,18 @@ fn heartbeat_registry_formats_need_a_registry() {
     ))
     .unwrap();
     assert_eq!(config.heartbeat.format, TableFormat::Avro);
+    // A format walrelay does not know: refused naming the key.
+    let e = load_err(&format!(
+        "{TABLES_ONLY}[[table]]\nname = \"a\"\n[heartbeat]\nformat = \"thrift\"\n"
+    ));
+    assert!(e.contains("heartbeat.format"), "{e}");
     let e = load_err(&format!(
         "{TABLES_ONLY}[[table]]\nname = \"a\"\n[heartbeat]\nformat = \"protobuf\"\n"
     ));
-    assert!(e.contains("heartbeat.format"), "{e}");
+    assert!(
+        e.contains("heartbeat.format: format = \"protobuf\" needs a schema registry"),
+        "{e}"
+    );
     let config = load(&format!(
         "{TABLES_ONLY}[kafka.schema_registry]\nurl = \"http://registry:8081\"\n\
          [[table]]\nname = \"a\"\n[heartbeat]\nformat = \"protobuf\"\n"
