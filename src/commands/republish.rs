@@ -17,7 +17,7 @@
 //!   only after every record is acknowledged; a refused record stops it with
 //!   the row's id, exit 1, and what was acknowledged before it is said.
 //! - **No record leaves without its schema id.** With `format = "avro" |
-//!   "json_schema"` each record is framed by the same registry client as
+//!   "json_schema" | "protobuf"` each record is framed by the same registry client as
 //!   the stream's ([`Registry::frame`]: same subjects, same schemas, so the
 //!   same ids) before it goes to the producer; a registry that cannot give
 //!   an id stops the command (exit 1) with the registry's message and what

@@ -117,7 +117,7 @@ fn converters(outbox: &OutboxConfig, at: &dyn Fn(&str) -> String, out: &mut Vec<
     // Formats that write the record themselves take no converter form.
     let own_form = match outbox.format {
         OutboxFormat::CloudEvents => Some("the CloudEvents Kafka binding"),
-        OutboxFormat::Avro | OutboxFormat::JsonSchema => {
+        OutboxFormat::Avro | OutboxFormat::JsonSchema | OutboxFormat::Protobuf => {
             Some("the schema registry's wire format, as Confluent's converters do")
         }
         _ => None,

@@ -73,6 +73,8 @@ pub enum MessageFormat {
     /// The same event as JSON under the JSON Schemas Confluent's
     /// `JsonSchemaConverter` makes of those schemas, in the wire format.
     JsonSchema,
+    /// The same event as Protobuf (proto3) messages in the wire format.
+    Protobuf,
 }
 
 impl MessageFormat {
@@ -83,6 +85,7 @@ impl MessageFormat {
             MessageFormat::Debezium => "debezium",
             MessageFormat::Avro => "avro",
             MessageFormat::JsonSchema => "json_schema",
+            MessageFormat::Protobuf => "protobuf",
         }
     }
 
@@ -94,7 +97,10 @@ impl MessageFormat {
 
     /// Whether records take schema ids from a registry.
     pub fn uses_registry(self) -> bool {
-        matches!(self, MessageFormat::Avro | MessageFormat::JsonSchema)
+        matches!(
+            self,
+            MessageFormat::Avro | MessageFormat::JsonSchema | MessageFormat::Protobuf
+        )
     }
 }
 

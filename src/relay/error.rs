@@ -74,7 +74,8 @@ pub enum RelayError {
     #[error("Kafka: {0}")]
     Sink(SinkError),
     /// A record's schema id could not be had from the schema registry
-    /// (`format = "avro" | "json_schema"`): nothing of it was sent.
+    /// (`format = "avro" | "json_schema" | "protobuf"`): nothing of it was
+    /// sent.
     #[error(
         "schema registry: no schema id for a record of {table} to topic {topic:?} (transaction \
          committed at {lsn}{}): {error}{}",

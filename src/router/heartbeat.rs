@@ -60,6 +60,7 @@ impl Heartbeats {
             TableFormat::Json => None,
             TableFormat::Avro => Some(SchemaKind::Avro),
             TableFormat::JsonSchema => Some(SchemaKind::Json),
+            TableFormat::Protobuf => Some(SchemaKind::Protobuf),
         };
         Heartbeats {
             encoding: kind.map(|k| Fixed::new(k, key_schema(), value_schema())),
@@ -83,11 +84,11 @@ impl Heartbeats {
             .to_string()
             .into_bytes();
         let (key, value) = match &self.encoding {
-            Some(e) if e.kind() == SchemaKind::Avro => {
+            Some(e) if e.kind() != SchemaKind::Json => {
                 let mut k = Vec::with_capacity(key.len());
-                e.avro(false, &key, &mut k).map_err(HeartbeatError)?;
+                e.body(false, &key, &mut k).map_err(HeartbeatError)?;
                 let mut v = Vec::with_capacity(8);
-                e.avro(true, &value, &mut v).map_err(HeartbeatError)?;
+                e.body(true, &value, &mut v).map_err(HeartbeatError)?;
                 (k, v)
             }
             _ => (key, value),

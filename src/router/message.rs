@@ -100,6 +100,7 @@ impl MessageRouter {
             let kind = match format {
                 MessageFormat::Avro => SchemaKind::Avro,
                 MessageFormat::JsonSchema => SchemaKind::Json,
+                MessageFormat::Protobuf => SchemaKind::Protobuf,
                 MessageFormat::Raw | MessageFormat::Debezium => return None,
             };
             if let Some((_, e)) = encodings.iter().find(|(f, _)| *f == format) {

@@ -1,5 +1,5 @@
 //! Outbox records for a schema registry (`[[outbox]] format = "avro" |
-//! "json_schema"`): the key and value schemas Debezium's outbox event router
+//! "json_schema" | "protobuf"`): the key and value schemas Debezium's outbox event router
 //! gets under Confluent's `AvroConverter` / `JsonSchemaConverter`, and the
 //! bodies of a row's key and value under them. Pure: the schema ids, and so
 //! the Confluent wire format's 5-byte prefix, are added by
@@ -18,6 +18,11 @@
 //!   `title`/`connect.version` (JSON Schema). A JSON Schema names its draft
 //!   (`"$schema"`, draft 7, which Confluent's converter writes by default):
 //!   Apicurio refuses a JSON schema without it.
+//! - **Protobuf wraps them**: a Protobuf schema's root is a message, so the
+//!   key is `walrelay.outbox.Key { <type> value = 1; }` and the value
+//!   `walrelay.outbox.Value { optional <type> value = 1; }`, the field's type
+//!   and Connect parameters as above (the texts `table::schemas::protobuf`
+//!   makes of those Connect schemas; a test there checks).
 //! - **The same row gives the same bytes.** A schema's text is built once
 //!   and is byte-for-byte the same at every start, so a re-sent record
 //!   finds the same subject version and id.
@@ -41,6 +46,20 @@ pub enum SchemaKind {
     Avro,
     /// `JSON` (JSON Schema).
     Json,
+    /// `PROTOBUF`: a proto3 file, the record's message first in it.
+    Protobuf,
+}
+
+impl SchemaKind {
+    /// The registry's `schemaType` (`AVRO` is the default, left out of
+    /// registrations).
+    pub fn schema_type(self) -> &'static str {
+        match self {
+            SchemaKind::Avro => "AVRO",
+            SchemaKind::Json => "JSON",
+            SchemaKind::Protobuf => "PROTOBUF",
+        }
+    }
 }
 
 /// One schema as registered: its kind, its text and, for a record, its
@@ -154,6 +173,7 @@ impl Encoding {
         let kind = match format {
             OutboxFormat::Avro => SchemaKind::Avro,
             OutboxFormat::JsonSchema => SchemaKind::Json,
+            OutboxFormat::Protobuf => SchemaKind::Protobuf,
             OutboxFormat::Raw | OutboxFormat::CloudEvents => return None,
         };
         let column_type = |idx: usize| rel.columns.get(idx).map_or(0, |col| col.type_oid);
@@ -184,6 +204,25 @@ impl Encoding {
                 parse_integer(text).ok_or(BadKey)?;
                 Ok(Bytes::copy_from_slice(text))
             }
+            // Field 1 of message `Key`, left out at its default ("", 0)
+            // as proto3 writes it.
+            (SchemaKind::Protobuf, KeyBody::Text) => {
+                std::str::from_utf8(text).map_err(|_| BadKey)?;
+                Ok(if text.is_empty() {
+                    Bytes::new()
+                } else {
+                    protobuf_field(text)
+                })
+            }
+            (SchemaKind::Protobuf, KeyBody::Integer) => {
+                let n = parse_integer(text).ok_or(BadKey)?;
+                let mut out = BytesMut::with_capacity(11);
+                if n != 0 {
+                    out.put_u8(0x08);
+                    put_varint(&mut out, n as u64);
+                }
+                Ok(out.freeze())
+            }
         }
     }
 
@@ -198,6 +237,13 @@ impl Encoding {
             }
             (SchemaKind::Avro, ValueBody::Bytes) => Some(avro_bytes(Some(1), payload)),
             (SchemaKind::Json, ValueBody::Text) => json_string(payload),
+            // Field 1 of message `Value` (`optional`: written even when
+            // empty).
+            (SchemaKind::Protobuf, ValueBody::Text) => {
+                std::str::from_utf8(payload).ok()?;
+                Some(protobuf_field(payload))
+            }
+            (SchemaKind::Protobuf, ValueBody::Bytes) => Some(protobuf_field(payload)),
             (SchemaKind::Json, ValueBody::Bytes) => {
                 let mut out = Vec::with_capacity(payload.len().div_ceil(3) * 4 + 2);
                 out.push(b'"');
@@ -242,6 +288,11 @@ fn key_schema(kind: SchemaKind, oid: Oid) -> (&'static str, KeyBody) {
             r#"{"$schema":"http://json-schema.org/draft-07/schema#","type":"string"}"#,
             KeyBody::Text,
         ),
+        (SchemaKind::Protobuf, oid::INT2) => (PROTO_KEY_INT16, KeyBody::Integer),
+        (SchemaKind::Protobuf, oid::INT4) => (PROTO_KEY_INT32, KeyBody::Integer),
+        (SchemaKind::Protobuf, oid::INT8) => (PROTO_KEY_INT64, KeyBody::Integer),
+        (SchemaKind::Protobuf, oid::UUID) => (PROTO_KEY_UUID, KeyBody::Text),
+        (SchemaKind::Protobuf, _) => (PROTO_KEY_STRING, KeyBody::Text),
     }
 }
 
@@ -266,7 +317,44 @@ fn value_schema(kind: SchemaKind, oid: Oid) -> (&'static str, ValueBody) {
             r#"{"$schema":"http://json-schema.org/draft-07/schema#","oneOf":[{"type":"null"},{"type":"string"}]}"#,
             ValueBody::Text,
         ),
+        (SchemaKind::Protobuf, oid::JSON | oid::JSONB) => (PROTO_VALUE_JSON, ValueBody::Text),
+        (SchemaKind::Protobuf, oid::BYTEA) => (PROTO_VALUE_BYTES, ValueBody::Bytes),
+        (SchemaKind::Protobuf, _) => (PROTO_VALUE_STRING, ValueBody::Text),
     }
+}
+
+// The outbox's Protobuf schemas: a message of one field `value` (a
+// Protobuf schema's root is a message), in package `walrelay.outbox`;
+// the same texts `table::schemas::protobuf` makes of these Connect schemas
+// (a test there checks).
+const PROTO_KEY_STRING: &str =
+    "syntax = \"proto3\";\npackage walrelay.outbox;\n\nmessage Key {\n  string value = 1;\n}\n";
+const PROTO_KEY_INT16: &str = "syntax = \"proto3\";\npackage walrelay.outbox;\n\nimport \"confluent/meta.proto\";\n\nmessage Key {\n  int32 value = 1 [(confluent.field_meta) = { params: [{ key: \"connect.type\", value: \"int16\" }] }];\n}\n";
+const PROTO_KEY_INT32: &str =
+    "syntax = \"proto3\";\npackage walrelay.outbox;\n\nmessage Key {\n  int32 value = 1;\n}\n";
+const PROTO_KEY_INT64: &str =
+    "syntax = \"proto3\";\npackage walrelay.outbox;\n\nmessage Key {\n  int64 value = 1;\n}\n";
+const PROTO_KEY_UUID: &str = "syntax = \"proto3\";\npackage walrelay.outbox;\n\nimport \"confluent/meta.proto\";\n\nmessage Key {\n  string value = 1 [(confluent.field_meta) = { params: [{ key: \"connect.name\", value: \"io.debezium.data.Uuid\" }, { key: \"connect.version\", value: \"1\" }] }];\n}\n";
+const PROTO_VALUE_STRING: &str = "syntax = \"proto3\";\npackage walrelay.outbox;\n\nmessage Value {\n  optional string value = 1;\n}\n";
+const PROTO_VALUE_BYTES: &str = "syntax = \"proto3\";\npackage walrelay.outbox;\n\nmessage Value {\n  optional bytes value = 1;\n}\n";
+const PROTO_VALUE_JSON: &str = "syntax = \"proto3\";\npackage walrelay.outbox;\n\nimport \"confluent/meta.proto\";\n\nmessage Value {\n  optional string value = 1 [(confluent.field_meta) = { params: [{ key: \"connect.name\", value: \"io.debezium.data.Json\" }, { key: \"connect.version\", value: \"1\" }] }];\n}\n";
+
+/// Protobuf field 1 (length-delimited) holding `data`.
+fn protobuf_field(data: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(data.len() + 6);
+    out.put_u8(0x0A);
+    put_varint(&mut out, data.len() as u64);
+    out.put_slice(data);
+    out.freeze()
+}
+
+/// A base-128 varint, low group first (Protobuf's).
+fn put_varint(out: &mut BytesMut, mut v: u64) {
+    while v >= 0x80 {
+        out.put_u8((v as u8 & 0x7f) | 0x80);
+        v >>= 7;
+    }
+    out.put_u8(v as u8);
 }
 
 /// Avro's `long` (and `int`): zigzag, then a base-128 varint, low group first.

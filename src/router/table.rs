@@ -283,6 +283,7 @@ impl TableRouter {
                     TableFormat::Json => None,
                     TableFormat::Avro => Some(super::schema::SchemaKind::Avro),
                     TableFormat::JsonSchema => Some(super::schema::SchemaKind::Json),
+                    TableFormat::Protobuf => Some(super::schema::SchemaKind::Protobuf),
                 };
                 TxnMetadata::new(config.topic_prefix(), kind)
             }),

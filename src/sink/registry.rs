@@ -1,6 +1,8 @@
-//! The schema registry client: frames `format = "avro" | "json_schema"`
-//! records in the Confluent wire format (magic byte 0, the schema id as 4
-//! big-endian bytes, then the body the router made) with ids it gets from a
+//! The schema registry client: frames `format = "avro" | "json_schema" |
+//! "protobuf"` records in the Confluent wire format (magic byte 0, the schema
+//! id as 4 big-endian bytes, for Protobuf the message indexes of the
+//! record's message — always `[0]`, the byte 0 —, then the body the router
+//! made) with ids it gets from a
 //! Confluent-compatible registry (Confluent Schema Registry, Apicurio's
 //! `/apis/ccompat/v7`), over HTTP/1.1 or HTTPS (OpenSSL, the certificate
 //! checked against `ssl_ca` or the system's trust store, and the URL's host).
@@ -157,19 +159,60 @@ pub fn subject(
     }
 }
 
-/// The Confluent wire format: magic byte 0, the id big-endian, the body.
-pub fn framed(id: u32, body: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(5 + body.len());
-    out.put_u8(0);
-    out.put_u32(id);
+/// The Confluent wire format: magic byte 0, the id big-endian, then (for
+/// `kind` Protobuf) the message indexes of the record's message, then the
+/// body.
+pub fn framed(id: u32, kind: SchemaKind, body: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(6 + body.len());
+    out.put_slice(&prefix(id, kind));
     out.put_slice(body);
     out.freeze()
 }
 
+/// The message index array of Confluent's Protobuf wire format for the
+/// message at `indexes` (a path through nested messages, the first
+/// top-level message `[0]`): a zigzag varint count, then each index as a
+/// zigzag varint — except `[0]`, the common case, written as the single
+/// byte 0 (a count of zero).
+pub fn message_indexes(indexes: &[i32], out: &mut Vec<u8>) {
+    if indexes == [0] {
+        out.push(0);
+        return;
+    }
+    let zigzag = |out: &mut Vec<u8>, n: i64| {
+        let mut z = ((n << 1) ^ (n >> 63)) as u64;
+        while z >= 0x80 {
+            out.push((z as u8 & 0x7f) | 0x80);
+            z >>= 7;
+        }
+        out.push(z as u8);
+    };
+    zigzag(out, indexes.len() as i64);
+    for &i in indexes {
+        zigzag(out, i64::from(i));
+    }
+}
+
+/// What goes before a body of `kind` with schema `id`: magic byte, id,
+/// and for Protobuf the record's message index (`[0]`: walrelay writes the
+/// record's message first in its file).
+fn prefix(id: u32, kind: SchemaKind) -> Vec<u8> {
+    let mut out = Vec::with_capacity(6);
+    out.push(0);
+    out.extend_from_slice(&id.to_be_bytes());
+    if kind == SchemaKind::Protobuf {
+        message_indexes(&[0], &mut out);
+    }
+    out
+}
+
 /// [`framed`], into `arena` (no allocation per record).
-fn framed_in(arena: &mut Arena, id: u32, body: &[u8]) -> Bytes {
+fn framed_in(arena: &mut Arena, id: u32, kind: SchemaKind, body: &[u8]) -> Bytes {
     let [a, b, c, d] = id.to_be_bytes();
-    arena.copy2(&[0, a, b, c, d], body)
+    match kind {
+        SchemaKind::Protobuf => arena.copy2(&[0, a, b, c, d, 0], body),
+        SchemaKind::Avro | SchemaKind::Json => arena.copy2(&[0, a, b, c, d], body),
+    }
 }
 
 /// Where the registry is: scheme, host, port and the base path of its API.
@@ -292,11 +335,16 @@ impl Registry {
             return Ok(None);
         };
         let key_id = match (&record.key, &schemas.key) {
-            (Some(_), Some(schema)) => Some(self.id(&record.topic, true, schema).await?),
+            (Some(_), Some(schema)) => {
+                Some((self.id(&record.topic, true, schema).await?, schema.kind))
+            }
             _ => None,
         };
         let value_id = match &record.value {
-            Some(_) => Some(self.id(&record.topic, false, &schemas.value).await?),
+            Some(_) => Some((
+                self.id(&record.topic, false, &schemas.value).await?,
+                schemas.value.kind,
+            )),
             None => None,
         };
         let mut out = record.clone();
@@ -305,11 +353,11 @@ impl Registry {
                 .frames
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let (Some(key), Some(id)) = (&record.key, key_id) {
-                out.key = Some(framed_in(&mut frames, id, key));
+            if let (Some(key), Some((id, kind))) = (&record.key, key_id) {
+                out.key = Some(framed_in(&mut frames, id, kind, key));
             }
-            if let (Some(value), Some(id)) = (&record.value, value_id) {
-                out.value = Some(framed_in(&mut frames, id, value));
+            if let (Some(value), Some((id, kind))) = (&record.value, value_id) {
+                out.value = Some(framed_in(&mut frames, id, kind, value));
             }
         }
         out.schemas = None;
@@ -408,10 +456,7 @@ impl Registry {
             .and_then(serde_json::Value::as_str)
             .unwrap_or("AVRO")
             .to_ascii_uppercase();
-        let ours = match schema.kind {
-            SchemaKind::Avro => "AVRO",
-            SchemaKind::Json => "JSON",
-        };
+        let ours = schema.kind.schema_type();
         if held == ours {
             return error;
         }
@@ -433,8 +478,8 @@ impl Registry {
     ) -> Result<serde_json::Value, RegistryError> {
         let body = || {
             let mut body = serde_json::json!({ "schema": &*schema.text });
-            if schema.kind == SchemaKind::Json {
-                body["schemaType"] = "JSON".into();
+            if schema.kind != SchemaKind::Avro {
+                body["schemaType"] = schema.kind.schema_type().into();
             }
             body.to_string()
         };

@@ -114,6 +114,7 @@ pub async fn outbox_table(
         crate::config::OutboxFormat::Raw => String::new(),
         crate::config::OutboxFormat::Avro => ", Avro (schema registry)".to_owned(),
         crate::config::OutboxFormat::JsonSchema => ", JSON Schema (schema registry)".to_owned(),
+        crate::config::OutboxFormat::Protobuf => ", Protobuf (schema registry)".to_owned(),
         crate::config::OutboxFormat::CloudEvents => format!(
             ", CloudEvents ({})",
             match outbox.cloudevents.mode {

@@ -48,6 +48,7 @@ mod relay_matrix;
 mod republish;
 mod schema_registry;
 mod schema_registry_messages;
+mod schema_registry_protobuf;
 mod schema_registry_tables;
 mod schema_registry_transactions;
 mod services;

@@ -2,7 +2,7 @@
 every record's key and value through the schema registry: a client that is
 not walrelay's (tests/it/schema_registry.rs runs it).
 
-    sr_decode.py BROKERS REGISTRY_URL avro|json_schema[:schemas] TOPIC...
+    sr_decode.py BROKERS REGISTRY_URL avro|json_schema|protobuf[:schemas] TOPIC...
 
 Prints one JSON object per record: topic, partition, offset, the `id`
 header, every header as text (`headers`), the key and value schema ids
@@ -11,6 +11,16 @@ header, every header as text (`headers`), the key and value schema ids
 them (`key_schema`, `value_schema`). Decoded values that JSON has no form
 for: bytes as standard base64, decimals as their text, dates and times in
 ISO 8601. Exits non-zero on any record it cannot decode.
+
+Protobuf: each schema id's text, as the registry holds it, is compiled by
+protoc (grpcio-tools; Confluent's `confluent/meta.proto` and
+`confluent/type/decimal.proto` given as the descriptors confluent-kafka
+ships) into a message class, the file's first message — the one the
+message index `[0]` names (the deserializer reads and checks the framing,
+then parses the body with that class). Decoded messages print as objects of
+their fields: a field without presence at its value (also the default), one
+with presence and unset as null, repeated fields as lists, an `Item_*`
+element wrapper as its `value`, a `confluent.type.Decimal` as its text.
 """
 
 import base64
@@ -38,6 +48,85 @@ def plain(value):
     raise TypeError(f"no JSON form for {type(value)}")
 
 
+def protobuf_deserializer(schema_text):
+    """A callable (raw, ctx) -> plain value decoding Confluent-framed
+    Protobuf with confluent-kafka's ProtobufDeserializer, the message class
+    compiled from the writer schema's text."""
+    import os
+    import tempfile
+
+    from google.protobuf import descriptor_pb2, descriptor_pool
+    from google.protobuf.message_factory import GetMessageClass
+    from grpc_tools import protoc
+    from confluent_kafka.schema_registry.confluent import meta_pb2
+    from confluent_kafka.schema_registry.confluent.type import decimal_pb2
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+
+    deserializers = {}
+
+    def compile_schema(schema_id):
+        text = schema_text(schema_id)
+        work = tempfile.mkdtemp(prefix="sr-proto-")
+        name = f"schema_{schema_id}.proto"
+        with open(os.path.join(work, name), "w", encoding="utf-8") as f:
+            f.write(text)
+        deps = descriptor_pb2.FileDescriptorSet()
+        for module in (descriptor_pb2, meta_pb2, decimal_pb2):
+            module.DESCRIPTOR.CopyToProto(deps.file.add())
+        with open(os.path.join(work, "deps.pb"), "wb") as f:
+            f.write(deps.SerializeToString())
+        out = os.path.join(work, "out.pb")
+        rc = protoc.main([
+            "protoc", f"--proto_path={work}", f"--descriptor_set_in={work}/deps.pb",
+            f"--descriptor_set_out={out}", os.path.join(work, name),
+        ])
+        if rc != 0:
+            raise SystemExit(f"protoc refused schema {schema_id}:\n{text}")
+        compiled = descriptor_pb2.FileDescriptorSet()
+        with open(out, "rb") as f:
+            compiled.ParseFromString(f.read())
+        pool = descriptor_pool.DescriptorPool()
+        for dep in deps.file:
+            pool.Add(dep)
+        fdp = compiled.file[0]
+        pool.Add(fdp)
+        first = fdp.message_type[0].name
+        full = f"{fdp.package}.{first}" if fdp.package else first
+        cls = GetMessageClass(pool.FindMessageTypeByName(full))
+        return ProtobufDeserializer(cls, {"use.deprecated.format": False})
+
+    def decode(raw, _ctx):
+        schema_id = struct.unpack(">bI", raw[:5])[1]
+        if schema_id not in deserializers:
+            deserializers[schema_id] = compile_schema(schema_id)
+        return protobuf_plain(deserializers[schema_id](raw, None))
+
+    return decode
+
+
+def protobuf_plain(msg):
+    """A decoded message as JSON-like values (module doc)."""
+    desc = msg.DESCRIPTOR
+    if desc.full_name == "confluent.type.Decimal":
+        unscaled = int.from_bytes(msg.value, "big", signed=True)
+        return decimal.Decimal(unscaled).scaleb(-msg.scale)
+    out = {}
+    for f in desc.fields:
+        repeated = getattr(f, "is_repeated", None)
+        if repeated is None:
+            repeated = f.label == f.LABEL_REPEATED
+        value = getattr(msg, f.name)
+        if repeated:
+            out[f.name] = [protobuf_plain(v) if f.message_type else v for v in value]
+        elif f.has_presence and not msg.HasField(f.name):
+            out[f.name] = None
+        else:
+            out[f.name] = protobuf_plain(value) if f.message_type else value
+    if desc.name.startswith("Item_") and list(out) == ["value"]:
+        return out["value"]
+    return out
+
+
 def main():
     brokers, url, fmt, topics = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
     fmt, _, extra = fmt.partition(":")
@@ -54,6 +143,8 @@ def main():
 
     if fmt == "avro":
         deserializer = AvroDeserializer(registry)
+    elif fmt == "protobuf":
+        deserializer = protobuf_deserializer(schema_text)
     elif fmt == "json_schema":
         deserializer = JSONDeserializer(None, schema_registry_client=registry)
     else:

@@ -141,7 +141,7 @@ topic = "orders"
 #[test]
 fn registry_formats_need_a_registry_and_keep_debeziums_key() {
     let registry = "[kafka.schema_registry]\nurl = \"http://registry:8081\"\n";
-    for format in ["avro", "json_schema"] {
+    for format in ["avro", "json_schema", "protobuf"] {
         let section =
             format!("[[message]]\nprefix = \"orders\"\ntopic = \"t\"\nformat = \"{format}\"\n");
         // No registry: the key, the format and both fixes named.

@@ -219,6 +219,9 @@ pub enum OutboxFormat {
     /// format (`JsonSchemaConverter`); needs `[kafka.schema_registry]`.
     #[serde(rename = "json_schema")]
     JsonSchema,
+    /// Key and value as Protobuf (proto3) messages in the Confluent wire
+    /// format; needs `[kafka.schema_registry]`.
+    Protobuf,
 }
 
 impl OutboxFormat {
@@ -229,12 +232,16 @@ impl OutboxFormat {
             OutboxFormat::CloudEvents => "cloudevents",
             OutboxFormat::Avro => "avro",
             OutboxFormat::JsonSchema => "json_schema",
+            OutboxFormat::Protobuf => "protobuf",
         }
     }
 
     /// Whether records of this format take schema ids from the registry.
     pub fn uses_registry(self) -> bool {
-        matches!(self, OutboxFormat::Avro | OutboxFormat::JsonSchema)
+        matches!(
+            self,
+            OutboxFormat::Avro | OutboxFormat::JsonSchema | OutboxFormat::Protobuf
+        )
     }
 }
 

@@ -97,6 +97,9 @@ pub enum TableFormat {
     /// JSON under a JSON Schema in the Confluent wire format (Debezium's
     /// under Confluent's `JsonSchemaConverter`).
     JsonSchema,
+    /// Protobuf (proto3) in the Confluent wire format (Debezium's schemas
+    /// as Confluent's `ProtobufConverter` maps Connect schemas).
+    Protobuf,
 }
 
 impl TableFormat {
@@ -106,6 +109,7 @@ impl TableFormat {
             TableFormat::Json => "json",
             TableFormat::Avro => "avro",
             TableFormat::JsonSchema => "json_schema",
+            TableFormat::Protobuf => "protobuf",
         }
     }
 

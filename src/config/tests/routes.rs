@@ -430,7 +430,8 @@ fn table_registry_formats_need_a_registry_and_no_transaction_metadata() {
     let registry = "[kafka.schema_registry]\nurl = \"http://registry:8081\"\n";
     let config = load(&format!(
         "{TABLES_ONLY}{registry}[table_defaults]\nformat = \"avro\"\n[[table]]\nname = \"a\"\n\
-         [[table]]\nname = \"b\"\nformat = \"json_schema\"\n[[table]]\nname = \"c\"\nformat = \"json\"\n"
+         [[table]]\nname = \"b\"\nformat = \"json_schema\"\n[[table]]\nname = \"c\"\nformat = \"json\"\n\
+         [[table]]\nname = \"d\"\nformat = \"protobuf\"\n"
     ))
     .unwrap();
     let formats: Vec<_> = config
@@ -443,7 +444,8 @@ fn table_registry_formats_need_a_registry_and_no_transaction_metadata() {
         [
             TableFormat::Avro,
             TableFormat::JsonSchema,
-            TableFormat::Json
+            TableFormat::Json,
+            TableFormat::Protobuf
         ]
     );
     let e = load_err(&format!(
@@ -460,7 +462,7 @@ fn table_registry_formats_need_a_registry_and_no_transaction_metadata() {
     .unwrap();
     // Transaction metadata: BEGIN/END records in table_defaults.format, so
     // every table in it (and a registry for a registry format).
-    for format in ["json_schema", "avro"] {
+    for format in ["json_schema", "avro", "protobuf"] {
         load(&format!(
             "{TABLES_ONLY}{registry}[table_defaults]\nformat = \"{format}\"\n\
              provide_transaction_metadata = true\n[[table]]\nname = \"a\"\n\
@@ -519,8 +521,47 @@ fn heartbeat_registry_formats_need_a_registry() {
     ))
     .unwrap();
     assert_eq!(config.heartbeat.format, TableFormat::Avro);
+    // A format walrelay does not know: refused naming the key.
+    let e = load_err(&format!(
+        "{TABLES_ONLY}[[table]]\nname = \"a\"\n[heartbeat]\nformat = \"thrift\"\n"
+    ));
+    assert!(e.contains("heartbeat.format"), "{e}");
     let e = load_err(&format!(
         "{TABLES_ONLY}[[table]]\nname = \"a\"\n[heartbeat]\nformat = \"protobuf\"\n"
     ));
-    assert!(e.contains("heartbeat.format"), "{e}");
+    assert!(
+        e.contains("heartbeat.format: format = \"protobuf\" needs a schema registry"),
+        "{e}"
+    );
+    let config = load(&format!(
+        "{TABLES_ONLY}[kafka.schema_registry]\nurl = \"http://registry:8081\"\n\
+         [[table]]\nname = \"a\"\n[heartbeat]\nformat = \"protobuf\"\n"
+    ))
+    .unwrap();
+    assert_eq!(config.heartbeat.format, TableFormat::Protobuf);
+}
+
+#[test]
+fn a_protobuf_outbox_needs_a_registry_and_takes_no_converter() {
+    let e = load_err(&minimal_with("format = \"protobuf\""));
+    assert!(
+        e.contains("format = \"protobuf\" needs a schema registry"),
+        "{e}"
+    );
+    let registry = "[kafka.schema_registry]\nurl = \"http://registry:8081\"\n";
+    let c = load(&format!("{MINIMAL}format = \"protobuf\"\n{registry}")).unwrap();
+    assert_eq!(c.outbox[0].format, OutboxFormat::Protobuf);
+    assert!(c.outbox[0].format.uses_registry());
+    let e = load_err(&format!(
+        "{MINIMAL}format = \"protobuf\"\nkey_converter = \"json\"\n{registry}"
+    ));
+    assert!(
+        e.contains("key_converter") && e.contains("format = \"protobuf\" writes the record itself"),
+        "{e}"
+    );
+    // Not records: the record-name strategies are refused, as for avro.
+    let e = load_err(&format!(
+        "{MINIMAL}format = \"protobuf\"\n{registry}subject_name_strategy = \"record\"\n"
+    ));
+    assert!(e.contains("subject_name_strategy"), "{e}");
 }

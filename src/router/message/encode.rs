@@ -1,4 +1,4 @@
-//! `[[message]] format = "avro" | "json_schema"`: Debezium's logical
+//! `[[message]] format = "avro" | "json_schema" | "protobuf"`: Debezium's logical
 //! decoding message event (`op: "m"`) under the Kafka Connect schemas
 //! Debezium's PostgreSQL connector gives it (`PostgresSchemaFactory`), as
 //! Confluent's `AvroConverter` / `JsonSchemaConverter` write them; the
@@ -94,13 +94,13 @@ impl Encoding {
         match self.0.kind() {
             // No decimal anywhere: the JSON path's bytes are the bodies.
             SchemaKind::Json => Ok((Bytes::from(key), Bytes::from(value))),
-            SchemaKind::Avro => {
-                let avro = |value_part: bool, json: &[u8]| {
+            SchemaKind::Avro | SchemaKind::Protobuf => {
+                let binary = |value_part: bool, json: &[u8]| {
                     let mut out = Vec::with_capacity(json.len());
-                    self.0.avro(value_part, json, &mut out)?;
+                    self.0.body(value_part, json, &mut out)?;
                     Ok::<_, BodyError>(Bytes::from(out))
                 };
-                Ok((avro(false, &key)?, avro(true, &value)?))
+                Ok((binary(false, &key)?, binary(true, &value)?))
             }
         }
     }

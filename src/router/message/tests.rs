@@ -182,7 +182,7 @@ fn registry_formats_carry_debeziums_event_under_its_schemas() {
         .unwrap()
         .unwrap();
     assert!(json.schemas.is_none());
-    for format in ["avro", "json_schema"] {
+    for format in ["avro", "json_schema", "protobuf"] {
         let r = router(&section(format));
         let rec = route(&r, "orders", payload).unwrap().unwrap();
         let schemas = rec
@@ -203,6 +203,10 @@ fn registry_formats_carry_debeziums_event_under_its_schemas() {
         if format == "json_schema" {
             assert_eq!(rec.key, json.key);
             assert_eq!(rec.value, json.value);
+        } else if format == "protobuf" {
+            // MessageKey's field 1 (`optional string prefix`).
+            assert_eq!(rec.key.as_deref(), Some(&b"\x0a\x06orders"[..]));
+            assert_ne!(rec.value, json.value);
         } else {
             assert_eq!(rec.key.as_deref(), Some(&b"\x02\x0corders"[..]));
             assert_ne!(rec.value, json.value);

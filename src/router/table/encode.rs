@@ -7,8 +7,9 @@
 //!   ([`avro`]);
 //! - `json_schema` ones are the JSON path's bytes, each `Decimal` value
 //!   re-encoded as a number where it is written ([`Encoding::renumber`]);
-//! - anything else the table router makes (a truncate's event) is the
-//!   JSON path's record re-encoded whole ([`TableRouter::encode_tail`]).
+//! - `protobuf` records, and anything else the table router makes (a
+//!   truncate's event), are the JSON path's records re-encoded whole
+//!   ([`TableRouter::encode_tail`]).
 //!
 //! All three give the same bytes as re-encoding the JSON path's record
 //! whole under the schemas (`tests/direct.rs` compares them on every type).
@@ -103,6 +104,7 @@ impl Encoding {
             TableFormat::Json => return None,
             TableFormat::Avro => SchemaKind::Avro,
             TableFormat::JsonSchema => SchemaKind::Json,
+            TableFormat::Protobuf => SchemaKind::Protobuf,
         };
         let names = [prefix, schema, table, db].map(str::to_owned);
         Some(Encoding::build(kind, modes, names, columns, key, facts))
@@ -224,9 +226,11 @@ impl Encoding {
         &self.event
     }
 
-    /// Its records' schemas.
-    pub(super) fn schemas(&self) -> Arc<RecordSchemas> {
-        self.schemas.clone()
+    /// Its records' schemas when the router writes their bodies as it
+    /// makes them (`avro`, `json_schema`); `None`: the JSON path's records
+    /// are re-encoded whole by [`TableRouter::encode_tail`] (`protobuf`).
+    pub(super) fn written_schemas(&self) -> Option<Arc<RecordSchemas>> {
+        (self.kind != SchemaKind::Protobuf).then(|| self.schemas.clone())
     }
 
     /// What `rows` hold that its schemas do not allow: the positions of
@@ -482,6 +486,7 @@ fn encode<'b>(
     let written = match encoding.kind {
         SchemaKind::Avro => body::avro_from_json(schema, json, buf),
         SchemaKind::Json => body::json_from_json(schema, json, buf),
+        SchemaKind::Protobuf => schemas::protobuf::protobuf_from_json(schema, json, buf),
     };
     written.map_err(|e| {
         let path = match part {
@@ -513,6 +518,7 @@ fn misfit(
             match encoding.kind {
                 SchemaKind::Avro => "Avro",
                 SchemaKind::Json => "JSON",
+                SchemaKind::Protobuf => "Protobuf",
             }
         ),
         fix: "a value written as its text form (unmapped_types = \"text\") where the type has \

@@ -296,8 +296,13 @@ impl Ctx<'_> {
             None,
             Some(EventId::Change(id.clone())),
         );
-        // `json_schema`: the bytes are the body already.
-        record.schemas = self.bound.encoding.as_ref().map(|e| e.schemas());
+        // `json_schema`: the bytes are the body already (`protobuf`:
+        // `encode_tail` re-encodes them).
+        record.schemas = self
+            .bound
+            .encoding
+            .as_ref()
+            .and_then(|e| e.written_schemas());
         out.push(record);
         Ok(())
     }
@@ -325,7 +330,11 @@ impl Ctx<'_> {
             None,
             Some(EventId::Change(id.clone())),
         );
-        record.schemas = self.bound.encoding.as_ref().map(|e| e.schemas());
+        record.schemas = self
+            .bound
+            .encoding
+            .as_ref()
+            .and_then(|e| e.written_schemas());
         out.push(record);
         Ok(())
     }

@@ -1,10 +1,11 @@
-//! `[[table]] format = "avro" | "json_schema"`: the Kafka Connect schemas
+//! `[[table]] format = "avro" | "json_schema" | "protobuf"`: the Kafka Connect schemas
 //! Debezium's PostgreSQL connector gives a table's change events (key
 //! `<prefix>.<schema>.<table>.Key`, value `<…>.Envelope` with `before` and
 //! `after` of `<…>.Value`, `source` `io.debezium.connector.postgresql.Source`,
 //! `op`, `ts_ms`, `transaction` `event.block`), and their Avro and JSON
 //! Schema texts as Confluent's `AvroConverter` (`AvroData`) and
-//! `JsonSchemaConverter` (`JsonSchemaData`) write them. The bodies are made
+//! `JsonSchemaConverter` (`JsonSchemaData`) write them, or as proto3 files
+//! ([`protobuf`], after Confluent's `ProtobufData`). The bodies are made
 //! from the JSON path's own output ([`body`]): the values are the ones
 //! `debezium.rs` writes, only their encoding changes.
 //!
@@ -56,6 +57,7 @@ use crate::router::schema::SchemaKind;
 
 pub(crate) mod body;
 pub(crate) mod fixed;
+pub(crate) mod protobuf;
 
 /// A Kafka Connect type.
 #[derive(Debug, Clone, PartialEq)]
@@ -435,6 +437,7 @@ fn avro_namespace(s: &str) -> String {
 /// The schema's text for a registry of `kind`.
 pub(crate) fn text(kind: SchemaKind, schema: &Schema) -> Arc<str> {
     let value = match kind {
+        SchemaKind::Protobuf => return Arc::from(protobuf::text(schema)),
         SchemaKind::Avro => avro(schema, &mut Vec::new()),
         SchemaKind::Json => {
             let mut v = json_schema(schema, None, false);

@@ -1,5 +1,6 @@
-//! BEGIN/END records in `avro` / `json_schema` (`provide_transaction_metadata`
-//! with `[table_defaults] format = "avro" | "json_schema"`): the Kafka
+//! BEGIN/END records in `avro` / `json_schema` / `protobuf`
+//! (`provide_transaction_metadata` with `[table_defaults] format = "avro" |
+//! "json_schema" | "protobuf"`): the Kafka
 //! Connect schemas Debezium's `SchemaFactory` gives them, as Confluent's
 //! `AvroConverter` / `JsonSchemaConverter` write them; ids and the wire
 //! format's prefix are `sink::registry`'s.
@@ -93,14 +94,14 @@ impl Encoding {
     ) -> Result<(Bytes, Bytes), BodyError> {
         match self.0.kind() {
             SchemaKind::Json => Ok((key, value)),
-            SchemaKind::Avro => {
-                let mut avro = |value_part: bool, json: &[u8]| {
+            SchemaKind::Avro | SchemaKind::Protobuf => {
+                let mut binary = |value_part: bool, json: &[u8]| {
                     let mut out = Vec::with_capacity(json.len());
-                    self.0.avro(value_part, json, &mut out)?;
+                    self.0.body(value_part, json, &mut out)?;
                     Ok::<_, BodyError>(values.copy(&out))
                 };
-                let key = avro(false, &key)?;
-                let value = avro(true, &value)?;
+                let key = binary(false, &key)?;
+                let value = binary(true, &value)?;
                 Ok((key, value))
             }
         }

@@ -24,8 +24,46 @@ fn subjects_follow_confluents_strategies() {
 
 #[test]
 fn the_wire_format_is_magic_zero_then_the_id_big_endian() {
-    assert_eq!(&framed(0x0102_0304, b"xy")[..], [0, 1, 2, 3, 4, b'x', b'y']);
-    assert_eq!(&framed(7, b"")[..], [0, 0, 0, 0, 7]);
+    assert_eq!(
+        &framed(0x0102_0304, SchemaKind::Avro, b"xy")[..],
+        [0, 1, 2, 3, 4, b'x', b'y']
+    );
+    assert_eq!(&framed(7, SchemaKind::Json, b"")[..], [0, 0, 0, 0, 7]);
+}
+
+#[test]
+fn protobuf_frames_carry_the_message_index_after_the_id() {
+    // The first message: `[0]` as the single byte 0.
+    assert_eq!(
+        &framed(0x0102_0304, SchemaKind::Protobuf, b"\x08\x01")[..],
+        [0, 1, 2, 3, 4, 0, 8, 1]
+    );
+    let mut arena = Arena::new(1024);
+    assert_eq!(
+        &framed_in(&mut arena, 9, SchemaKind::Protobuf, b"xy")[..],
+        &framed(9, SchemaKind::Protobuf, b"xy")[..]
+    );
+    assert_eq!(
+        &framed_in(&mut arena, 9, SchemaKind::Avro, b"xy")[..],
+        &framed(9, SchemaKind::Avro, b"xy")[..]
+    );
+}
+
+#[test]
+fn message_indexes_are_a_zigzag_count_then_zigzag_indexes() {
+    let idx = |path: &[i32]| {
+        let mut out = Vec::new();
+        message_indexes(path, &mut out);
+        out
+    };
+    assert_eq!(idx(&[0]), [0]);
+    // Count 1 (zigzag 2), index 1 (zigzag 2).
+    assert_eq!(idx(&[1]), [2, 2]);
+    // The second message's third nested one: count 2, then 1 and 2.
+    assert_eq!(idx(&[1, 2]), [4, 2, 4]);
+    // Index 64: zigzag 128, two varint bytes.
+    assert_eq!(idx(&[64]), [2, 0x80, 0x01]);
+    assert_eq!(idx(&[]), [0]);
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! The bodies of `avro` / `json_schema` records: JSON the JSON path wrote
+//! The bodies of `avro` / `json_schema` records (`protobuf`'s are in the
+//! sibling `protobuf`, on this parser): JSON the JSON path wrote
 //! (`debezium.rs`: a key, an envelope, or one value of it, parsed once)
 //! re-encoded under its Connect schema — Avro's binary encoding, or the
 //! same JSON with `Decimal`s as numbers (Confluent's `JsonSchemaConverter`
@@ -22,14 +23,14 @@ pub(crate) struct BodyError {
 }
 
 impl BodyError {
-    fn new(reason: &'static str) -> BodyError {
+    pub(super) fn new(reason: &'static str) -> BodyError {
         BodyError {
             path: String::new(),
             reason,
         }
     }
 
-    fn at(mut self, field: &str) -> BodyError {
+    pub(super) fn at(mut self, field: &str) -> BodyError {
         self.path = if self.path.is_empty() {
             field.to_owned()
         } else {
@@ -53,13 +54,13 @@ pub(crate) fn put_long(out: &mut Vec<u8>, n: i64) {
 /// `event.rs`): values are read in the order the schema lists them, which is
 /// the order that writer puts them in; anything else is a [`BodyError`].
 /// No allocation but for strings with escapes.
-struct Parser<'a> {
-    b: &'a [u8],
-    at: usize,
+pub(super) struct Parser<'a> {
+    pub(super) b: &'a [u8],
+    pub(super) at: usize,
 }
 
 impl<'a> Parser<'a> {
-    fn peek(&mut self) -> Option<u8> {
+    pub(super) fn peek(&mut self) -> Option<u8> {
         while let Some(c) = self.b.get(self.at).copied() {
             if !c.is_ascii_whitespace() {
                 return Some(c);
@@ -69,7 +70,7 @@ impl<'a> Parser<'a> {
         None
     }
 
-    fn expect(&mut self, c: u8) -> Result<(), BodyError> {
+    pub(super) fn expect(&mut self, c: u8) -> Result<(), BodyError> {
         if self.peek() == Some(c) {
             self.at += 1;
             Ok(())
@@ -79,7 +80,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Consumes `word` if it is next.
-    fn word(&mut self, word: &[u8]) -> bool {
+    pub(super) fn word(&mut self, word: &[u8]) -> bool {
         self.peek();
         if self.b[self.at.min(self.b.len())..].starts_with(word) {
             self.at += word.len();
@@ -89,12 +90,12 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn null(&mut self) -> bool {
+    pub(super) fn null(&mut self) -> bool {
         self.word(b"null")
     }
 
     /// A string's span, quotes included, and whether it has escapes.
-    fn string_span(&mut self) -> Result<(&'a [u8], bool), BodyError> {
+    pub(super) fn string_span(&mut self) -> Result<(&'a [u8], bool), BodyError> {
         if self.peek() != Some(b'"') {
             return Err(BodyError::new("not a string"));
         }
@@ -118,7 +119,7 @@ impl<'a> Parser<'a> {
     }
 
     /// A string's content: borrowed, or unescaped when it has escapes.
-    fn string(&mut self) -> Result<std::borrow::Cow<'a, str>, BodyError> {
+    pub(super) fn string(&mut self) -> Result<std::borrow::Cow<'a, str>, BodyError> {
         let (span, escaped) = self.string_span()?;
         if escaped {
             serde_json::from_slice::<String>(span)
@@ -146,7 +147,7 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
-    fn number(&mut self) -> Result<&'a str, BodyError> {
+    pub(super) fn number(&mut self) -> Result<&'a str, BodyError> {
         self.peek();
         let start = self.at;
         while let Some(c) = self.b.get(self.at)
@@ -161,7 +162,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Skips one value, returning its span.
-    fn skip(&mut self) -> Result<&'a [u8], BodyError> {
+    pub(super) fn skip(&mut self) -> Result<&'a [u8], BodyError> {
         let start = {
             self.peek();
             self.at
@@ -202,7 +203,10 @@ impl<'a> Parser<'a> {
 
     /// The next field of an object: its key (after `{` or `,`), or `None`
     /// at the object's end.
-    fn next_key(&mut self, first: bool) -> Result<Option<std::borrow::Cow<'a, str>>, BodyError> {
+    pub(super) fn next_key(
+        &mut self,
+        first: bool,
+    ) -> Result<Option<std::borrow::Cow<'a, str>>, BodyError> {
         match self.peek() {
             Some(b'}') => {
                 self.at += 1;
@@ -352,7 +356,7 @@ fn avro_value(schema: &Schema, p: &mut Parser<'_>, out: &mut Vec<u8>) -> Result<
 
 /// A float as the JSON path writes it: a number, or Jackson's `"NaN"`,
 /// `"Infinity"`, `"-Infinity"`.
-fn float(p: &mut Parser<'_>) -> Result<f64, BodyError> {
+pub(super) fn float(p: &mut Parser<'_>) -> Result<f64, BodyError> {
     if p.peek() == Some(b'"') {
         return match &*p.string()? {
             "NaN" => Ok(f64::NAN),
@@ -503,7 +507,7 @@ pub(crate) fn decimal_text(unscaled: &[u8], scale: u32, out: &mut Vec<u8>) {
 }
 
 /// The length standard padded base64 `text` decodes to.
-fn decoded_len(text: &[u8]) -> Option<usize> {
+pub(super) fn decoded_len(text: &[u8]) -> Option<usize> {
     if text.len() % 4 != 0 {
         return None;
     }

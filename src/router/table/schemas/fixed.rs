@@ -1,7 +1,7 @@
 //! Records whose schemas depend on nothing configured (Debezium's message
 //! events, BEGIN/END records): the key and value [`Schema`]s, their
-//! registry texts made once, and Avro bodies re-encoded from the JSON
-//! path's key and value.
+//! registry texts made once, and Avro or Protobuf bodies re-encoded from
+//! the JSON path's key and value.
 //!
 //! Invariants:
 //! - **The same texts at every start.** The registry texts are made from
@@ -52,9 +52,10 @@ impl Fixed {
         &self.schemas
     }
 
-    /// Appends to `out` the Avro body of the JSON path's key (`value`:
-    /// false) or value (true), `json`.
-    pub(crate) fn avro(
+    /// Appends to `out` the body of the JSON path's key (`value`: false)
+    /// or value (true), `json`, in this format (Avro's or Protobuf's
+    /// binary; under a JSON Schema the JSON itself, decimals as numbers).
+    pub(crate) fn body(
         &self,
         value: bool,
         json: &[u8],
@@ -65,7 +66,12 @@ impl Fixed {
         } else {
             (&self.key, "key")
         };
-        body::avro_from_json(schema, json, out).map_err(|e| BodyError {
+        let written = match self.kind {
+            SchemaKind::Avro => body::avro_from_json(schema, json, out),
+            SchemaKind::Json => body::json_from_json(schema, json, out),
+            SchemaKind::Protobuf => super::protobuf::protobuf_from_json(schema, json, out),
+        };
+        written.map_err(|e| BodyError {
             path: if e.path.is_empty() {
                 part.to_owned()
             } else {

@@ -1,6 +1,7 @@
 //! `format = "avro"` events are written from the cells
 //! (`encode/avro.rs`), `json_schema` ones by the JSON path with their
-//! decimals re-encoded alone: every record must be byte for byte what the
+//! decimals re-encoded alone, `protobuf` ones re-encoded whole after the
+//! JSON path (`encode_tail`): every record must be byte for byte what the
 //! transcoder (`schemas::body`) makes of the JSON path's record under the
 //! same schemas, and every error the same error — on every type the router
 //! maps, NULLs, masks, unchanged TOAST, key changes, tombstones, snapshot
@@ -9,15 +10,17 @@
 use super::*;
 use crate::router::table::schemas::Schema;
 use crate::router::table::schemas::body::{BodyError, avro_from_json, json_from_json};
+use crate::router::table::schemas::protobuf::protobuf_from_json;
 
-const FORMATS: [&str; 2] = ["avro", "json_schema"];
+const FORMATS: [&str; 3] = ["avro", "json_schema", "protobuf"];
 
 /// The transcoder of `format`.
 fn transcode(format: &str, schema: &Schema, json: &[u8]) -> Result<Vec<u8>, BodyError> {
     let mut out = Vec::new();
     match format {
         "avro" => avro_from_json(schema, json, &mut out),
-        _ => json_from_json(schema, json, &mut out),
+        "json_schema" => json_from_json(schema, json, &mut out),
+        _ => protobuf_from_json(schema, json, &mut out),
     }
     .map(|()| out)
 }
