@@ -3,10 +3,11 @@
 //! ours — confluent-kafka's Python `ProtobufDeserializer` reading the
 //! Confluent framing (magic byte, schema id, message indexes), the body
 //! parsed by a message class protoc compiled from the schema text the
-//! registry holds (`tests/support/sr_decode.py`). A table of many types
+//! registry holds (`tests/support/sr_decode.py`). The table of many types
 //! (NULLs, arrays with a NULL element, a decimal, timestamps) through a
 //! snapshot row, an insert, an update, a delete with its tombstone and a
-//! row of NULLs; the types whose schemas are more than a scalar (enum,
+//! row of NULLs is `schema_registry_tables`' (its `protobuf_…` test); here
+//! the types whose schemas are more than a scalar (enum,
 //! point, bits, interval, times, money, arrays of decimals); an outbox; a
 //! `[[message]]` event, BEGIN/END records and
 //! heartbeats in one connector; and a DDL: a column added
@@ -22,204 +23,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::schema_registry::{decode, registry_requests, registry_section, registry_url};
-use crate::schema_registry_tables::{ALL_TYPES_ROW, TABLE};
+use crate::schema_registry::{registry_requests, registry_section, registry_url};
+use crate::schema_registry_tables::{versions, wait_decoded};
 use crate::support::*;
-
-/// [`ALL_TYPES_ROW`] as the Protobuf decoder gives it: Debezium's JSON
-/// values, the `numeric(10,2)` a `confluent.type.Decimal` (printed as its
-/// text), bytes as base64, the array's NULL element an absent `value`.
-fn all_types() -> Value {
-    json!({
-        "id": 2, "c_int2": -5, "c_int8": 9007199254740993_i64, "c_bool": true,
-        "c_f4": 1.5, "c_f8": -2.25, "c_num": "12.50",
-        "c_numv": {"scale": 5, "value": "BMsv"},
-        "c_text": "héllo \"q\"", "c_varchar": "v",
-        "c_uuid": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
-        "c_json": "{\"a\": 1}", "c_jsonb": "{\"b\": [1, 2]}", "c_bytea": "AQL/",
-        "c_date": 19723, "c_ts": 1_704_067_200_123_456_i64, "c_ts3": 1_704_067_200_123_i64,
-        "c_tstz": "2024-01-01T00:00:00.500000Z",
-        "c_int_arr": [1, 2, null], "c_text_arr": ["a", "b c"],
-    })
-}
-
-/// A row with only `id` (and `set`) not NULL: NULL scalars and structs are
-/// absent (null), NULL arrays no elements.
-fn sparse(id: i64, set: &[(&str, Value)]) -> Value {
-    let mut row = all_types();
-    for (k, v) in row.as_object_mut().unwrap().iter_mut() {
-        *v = if k.ends_with("_arr") {
-            json!([])
-        } else {
-            Value::Null
-        };
-    }
-    row["id"] = json!(id);
-    for (k, v) in set {
-        row[*k] = v.clone();
-    }
-    row
-}
-
-/// A record's place in the stream: its commit LSN (`walrelay.lsn`), then
-/// its event id (`<lsn>:<index>`, `…:tombstone` after its delete,
-/// `…:begin` before `…:end`): records of one topic may sit on several
-/// partitions.
-fn order(r: &Value) -> (u64, String) {
-    let header = |name: &str| r["headers"][name].as_str().unwrap_or("").to_owned();
-    let lsn = header("walrelay.lsn")
-        .split_once('/')
-        .map(|(hi, lo)| {
-            u64::from_str_radix(hi, 16).unwrap() << 32 | u64::from_str_radix(lo, 16).unwrap()
-        })
-        .unwrap_or(0);
-    (lsn, header("walrelay.event_id"))
-}
-
-/// Records of `topics` decoded (with their schemas' texts), in stream
-/// order ([`order`]), once there are at least `n`.
-async fn wait_decoded(url: &str, topics: &[String], n: usize) -> Vec<Value> {
-    wait_for(
-        &format!("{n} records decoded from {topics:?}"),
-        Duration::from_secs(120),
-        || {
-            let (url, topics) = (url.to_owned(), topics.to_vec());
-            async move {
-                let mut got = decode("protobuf:schemas", &url, &topics);
-                got.sort_by_key(order);
-                (got.len() >= n).then_some(got)
-            }
-        },
-    )
-    .await
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn table_events_decode_with_confluents_protobuf_deserializer() {
-    require_kafka();
-    let url = registry_url();
-    let db = TestDb::new("srpb_tab").await;
-    db.client.batch_execute(TABLE).await.unwrap();
-    db.client
-        .batch_execute("INSERT INTO sr_types (id, c_text) VALUES (1, 'before the start')")
-        .await
-        .unwrap();
-    let names = Names::new("srpb_tab");
-    let prefix = names.connector.clone();
-    let config = connector_config(
-        &db,
-        &names,
-        &format!(
-            "[table_defaults]\ntopic_prefix = \"{prefix}\"\nformat = \"protobuf\"\n\n\
-             [[table]]\nname = \"public.sr_types\"\n\n{}",
-            registry_section(&url)
-        ),
-    );
-    let mut relay = RelayProcess::start(&config, &[]);
-    relay.wait_log("streaming", Duration::from_secs(60)).await;
-    for sql in [
-        ALL_TYPES_ROW,
-        "UPDATE sr_types SET c_text = 'changed' WHERE id = 2",
-        "DELETE FROM sr_types WHERE id = 2",
-        "INSERT INTO sr_types (id) VALUES (3)",
-    ] {
-        db.client.batch_execute(sql).await.unwrap();
-    }
-    let topic = format!("{prefix}.public.sr_types");
-    let got = wait_decoded(&url, std::slice::from_ref(&topic), 6).await;
-    relay.stop();
-    let mut changed = all_types();
-    changed["c_text"] = json!("changed");
-    let want: Vec<(Option<&str>, i64, Value, Value)> = vec![
-        (
-            Some("r"),
-            1,
-            Value::Null,
-            sparse(1, &[("c_text", json!("before the start"))]),
-        ),
-        (Some("c"), 2, Value::Null, all_types()),
-        (Some("u"), 2, Value::Null, changed),
-        (Some("d"), 2, sparse(2, &[]), Value::Null),
-        (None, 2, Value::Null, Value::Null),
-        (Some("c"), 3, Value::Null, sparse(3, &[])),
-    ];
-    assert_eq!(got.len(), want.len(), "{got:#?}");
-    for (r, (op, id, before, after)) in got.iter().zip(&want) {
-        assert_eq!(r["key"], json!({"id": id}), "{r}");
-        let key_schema = r["key_schema"].as_str().unwrap();
-        assert!(
-            key_schema.contains(&format!("package {prefix}.public.sr_types;"))
-                && key_schema.contains("message Key {\n  int32 id = 1;\n}"),
-            "{key_schema}"
-        );
-        let Some(op) = op else {
-            assert_eq!(r["value"], Value::Null, "a tombstone: {r}");
-            assert_eq!(r["value_schema_id"], Value::Null, "{r}");
-            continue;
-        };
-        let v = &r["value"];
-        assert_eq!(v["op"], *op, "{r}");
-        assert_eq!(v["before"], *before, "before of {op}: {r}");
-        assert_eq!(v["after"], *after, "after of {op}: {r}");
-        let s = &v["source"];
-        assert_eq!(s["name"], prefix.as_str());
-        assert_eq!(s["db"], db.name.as_str());
-        assert_eq!(
-            (&s["schema"], &s["table"]),
-            (&json!("public"), &json!("sr_types"))
-        );
-        assert_eq!(s["connector"], "postgresql");
-        assert!(s["lsn"].as_i64().unwrap() > 0, "{s}");
-        assert_eq!(
-            s["snapshot"],
-            if *op == "r" { "last" } else { "false" },
-            "{s}"
-        );
-        assert!(v["ts_ms"].as_i64().unwrap() > 1_700_000_000_000, "{v}");
-        assert_eq!(v["transaction"], Value::Null);
-        if *op == "r" {
-            assert_eq!(s["txId"], Value::Null);
-        } else {
-            assert!(s["txId"].as_i64().unwrap() > 0, "{s}");
-        }
-        let schema = r["value_schema"].as_str().unwrap();
-        for needle in [
-            "message Envelope {",
-            "import \"confluent/type/decimal.proto\";",
-            "confluent.type.Decimal c_num = 7 [(confluent.field_meta) = { params: [{ key: \
-             \"precision\", value: \"10\" }, { key: \"scale\", value: \"2\" }] }];",
-            "optional int32 c_int2 = 2 [(confluent.field_meta) = { params: [{ key: \
-             \"connect.type\", value: \"int16\" }] }];",
-            "{ key: \"connect.name\", value: \"io.debezium.time.MicroTimestamp\" }",
-            "repeated .",
-            "message Item_c_int_arr {\n      optional int32 value = 1;\n    }",
-        ] {
-            assert!(
-                schema.contains(needle),
-                "{needle:?} missing from:\n{schema}"
-            );
-        }
-    }
-    let ids: HashSet<_> = got
-        .iter()
-        .filter_map(|r| r["value_schema_id"].as_u64())
-        .collect();
-    assert_eq!(ids.len(), 1, "one value schema for one shape: {ids:?}");
-    eprintln!(
-        "protobuf: {} table records decoded by confluent-kafka's ProtobufDeserializer, every \
-         value as expected",
-        got.len()
-    );
-}
-
-/// The versions the registry holds under `subject`.
-fn versions(url: &str, subject: &str) -> Vec<u64> {
-    let out = std::process::Command::new("curl")
-        .args(["-sf", &format!("{url}/subjects/{subject}/versions")])
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout).unwrap_or_default()
-}
 
 /// A column added registers version 2 before the first record holding it
 /// (the record before keeps version 1's id); `int4` → `int8`, which
@@ -261,7 +67,7 @@ async fn ddl_registers_the_next_version_before_its_first_record() {
         )
         .await
         .unwrap();
-    let got = wait_decoded(&url, std::slice::from_ref(&topic), 2).await;
+    let got = wait_decoded("protobuf", &url, std::slice::from_ref(&topic), 2).await;
     let after: Vec<&Value> = got.iter().map(|r| &r["value"]["after"]).collect();
     // amount 0 is 0, not NULL: optional fields have presence.
     assert_eq!(
@@ -355,7 +161,7 @@ async fn outbox_records_decode_with_confluents_protobuf_deserializer() {
     relay.wait_log("streaming", Duration::from_secs(60)).await;
     insert(20, "live").await;
     let topics = vec![names.topic("order")];
-    let got = wait_decoded(&url, &topics, 25).await;
+    let got = wait_decoded("protobuf", &url, &topics, 25).await;
     relay.stop();
     let rows = outbox_rows(&db).await;
     let mut seen = HashSet::new();
@@ -434,7 +240,7 @@ async fn message_transaction_and_heartbeat_records_decode() {
         .unwrap();
     let txn_topic = format!("{prefix}.transaction");
     let table_topic = format!("{prefix}.public.t");
-    wait_decoded(&url, std::slice::from_ref(&txn_topic), 2).await;
+    wait_decoded("protobuf", &url, std::slice::from_ref(&txn_topic), 2).await;
     wait_for("2 heartbeat records", Duration::from_secs(60), || {
         let topic = heartbeat_topic.clone();
         async move { (consume_to_end(&[topic.as_str()]).len() >= 2).then_some(()) }
@@ -444,7 +250,7 @@ async fn message_transaction_and_heartbeat_records_decode() {
     // heartbeat every 300 ms may never let it reach.
     assert!(relay.stop().success());
 
-    let messages = wait_decoded(&url, std::slice::from_ref(&message_topic), 1).await;
+    let messages = wait_decoded("protobuf", &url, std::slice::from_ref(&message_topic), 1).await;
     let m = &messages[0];
     assert_eq!(m["key"], json!({"prefix": "orders"}), "{m}");
     assert_eq!(m["value"]["op"], "m", "{m}");
@@ -462,7 +268,7 @@ async fn message_transaction_and_heartbeat_records_decode() {
         "{m}"
     );
 
-    let txn = wait_decoded(&url, std::slice::from_ref(&txn_topic), 2).await;
+    let txn = wait_decoded("protobuf", &url, std::slice::from_ref(&txn_topic), 2).await;
     let (begin, end) = (&txn[0]["value"], &txn[1]["value"]);
     assert_eq!(begin["status"], "BEGIN", "{begin}");
     assert_eq!(begin["event_count"], Value::Null, "{begin}");
@@ -475,13 +281,13 @@ async fn message_transaction_and_heartbeat_records_decode() {
         "{end}"
     );
     assert_eq!(txn[0]["key"], json!({"id": begin["id"]}));
-    let events = wait_decoded(&url, std::slice::from_ref(&table_topic), 1).await;
+    let events = wait_decoded("protobuf", &url, std::slice::from_ref(&table_topic), 1).await;
     let block = &events[0]["value"]["transaction"];
     assert_eq!(block["total_order"], 1, "{block}");
     assert_eq!(block["data_collection_order"], 1, "{block}");
     assert_eq!(events[0]["value"]["after"], json!({"id": 7}));
 
-    let beats = wait_decoded(&url, std::slice::from_ref(&heartbeat_topic), 2).await;
+    let beats = wait_decoded("protobuf", &url, std::slice::from_ref(&heartbeat_topic), 2).await;
     for b in &beats {
         assert_eq!(b["key"], json!({"serverName": prefix}), "{b}");
         assert!(
@@ -538,7 +344,7 @@ async fn structured_types_decode() {
         .await
         .unwrap();
     let topic = format!("{prefix}.public.st");
-    let got = wait_decoded(&url, std::slice::from_ref(&topic), 1).await;
+    let got = wait_decoded("protobuf", &url, std::slice::from_ref(&topic), 1).await;
     relay.stop();
     let after = &got[0]["value"]["after"];
     assert_eq!(after["m"], "happy", "{after}");

@@ -36,13 +36,15 @@ pub(crate) const ALL_TYPES_ROW: &str =
 
 /// The row of [`ALL_TYPES_ROW`] as Confluent's client decodes it: the
 /// values of Debezium's JSON (tests/it/table_events.rs), but the
-/// `numeric(10,2)` as a decimal (Avro: `Decimal('12.50')`, printed as its
-/// text; JSON Schema: a JSON number) where the JSON path writes base64.
+/// `numeric(10,2)` as a decimal (Avro: `Decimal('12.50')`, Protobuf: a
+/// `confluent.type.Decimal`, both printed as its text; JSON Schema: a JSON
+/// number) where the JSON path writes base64; Protobuf's NULL array
+/// element is an absent `value`, printed as null.
 fn all_types(format: &str) -> Value {
     json!({
         "id": 2, "c_int2": -5, "c_int8": 9007199254740993_i64, "c_bool": true,
         "c_f4": 1.5, "c_f8": -2.25,
-        "c_num": if format == "avro" { json!("12.50") } else { json!(12.5) },
+        "c_num": if format == "json_schema" { json!(12.5) } else { json!("12.50") },
         "c_numv": {"scale": 5, "value": "BMsv"},
         "c_text": "héllo \"q\"", "c_varchar": "v",
         "c_uuid": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
@@ -53,11 +55,16 @@ fn all_types(format: &str) -> Value {
     })
 }
 
-/// A row with only `id` (and `set`) not NULL.
+/// A row with only `id` (and `set`) not NULL (Protobuf: a NULL array is
+/// no elements, as in every Protobuf mapping).
 fn sparse(format: &str, id: i64, set: &[(&str, Value)]) -> Value {
     let mut row = all_types(format);
-    for (_, v) in row.as_object_mut().unwrap().iter_mut() {
-        *v = Value::Null;
+    for (k, v) in row.as_object_mut().unwrap().iter_mut() {
+        *v = if format == "protobuf" && k.ends_with("_arr") {
+            json!([])
+        } else {
+            Value::Null
+        };
     }
     row["id"] = json!(id);
     for (k, v) in set {
@@ -67,7 +74,9 @@ fn sparse(format: &str, id: i64, set: &[(&str, Value)]) -> Value {
 }
 
 /// A record's place in the stream: its commit LSN (`walrelay.lsn`), then
-/// its event id (`<lsn>:<index>`, `…:tombstone` after its delete).
+/// its event id (`<lsn>:<index>`, `…:tombstone` after its delete,
+/// `…:begin` before `…:end`): records of one topic may sit on several
+/// partitions.
 fn order(r: &Value) -> (u64, String) {
     let header = |name: &str| r["headers"][name].as_str().unwrap_or("").to_owned();
     let lsn = header("walrelay.lsn")
@@ -81,7 +90,12 @@ fn order(r: &Value) -> (u64, String) {
 
 /// Every record of `topics`, decoded with their schemas, in stream order
 /// ([`order`]), once there are at least `n`.
-async fn wait_decoded(format: &str, url: &str, topics: &[String], n: usize) -> Vec<Value> {
+pub(crate) async fn wait_decoded(
+    format: &str,
+    url: &str,
+    topics: &[String],
+    n: usize,
+) -> Vec<Value> {
     wait_for(
         &format!("{n} records decoded from {topics:?}"),
         Duration::from_secs(120),
@@ -135,6 +149,9 @@ pub(crate) fn name_of(s: &Value) -> &str {
 /// Checks the registry's key and value schemas of a record: record names
 /// as Debezium's converter writes them, the columns' logical types.
 fn check_schemas(format: &str, r: &Value, base: &str) {
+    if format == "protobuf" {
+        return check_proto_schemas(r, base);
+    }
     let key: Value = serde_json::from_str(r["key_schema"].as_str().unwrap()).unwrap();
     assert_eq!(name_of(&key), format!("{base}.Key"), "{key}");
     // The key column is required (a primary key column is NOT NULL).
@@ -214,6 +231,35 @@ fn check_schemas(format: &str, r: &Value, base: &str) {
         assert_eq!(field(row, "c_int2")["connect.type"], "int16");
         assert_eq!(field(row, "c_bytea")["connect.type"], "bytes");
         assert_eq!(num["type"], "number");
+    }
+}
+
+/// [`check_schemas`] for Protobuf: the registry's texts are proto3 files.
+fn check_proto_schemas(r: &Value, base: &str) {
+    let key = r["key_schema"].as_str().unwrap();
+    assert!(
+        key.contains(&format!("package {base};"))
+            && key.contains("message Key {\n  int32 id = 1;\n}"),
+        "{key}"
+    );
+    let Some(schema) = r["value_schema"].as_str() else {
+        return; // a tombstone
+    };
+    for needle in [
+        "message Envelope {",
+        "import \"confluent/type/decimal.proto\";",
+        "confluent.type.Decimal c_num = 7 [(confluent.field_meta) = { params: [{ key: \
+         \"precision\", value: \"10\" }, { key: \"scale\", value: \"2\" }] }];",
+        "optional int32 c_int2 = 2 [(confluent.field_meta) = { params: [{ key: \
+         \"connect.type\", value: \"int16\" }] }];",
+        "{ key: \"connect.name\", value: \"io.debezium.time.MicroTimestamp\" }",
+        "repeated .",
+        "message Item_c_int_arr {\n      optional int32 value = 1;\n    }",
+    ] {
+        assert!(
+            schema.contains(needle),
+            "{needle:?} missing from:\n{schema}"
+        );
     }
 }
 
@@ -330,8 +376,14 @@ async fn json_schema_table_events_decode_with_confluents_client() {
     table_events_decode_with_confluents_client("json_schema").await;
 }
 
+/// Decoded by confluent-kafka's `ProtobufDeserializer`.
+#[tokio::test(flavor = "multi_thread")]
+async fn protobuf_table_events_decode_with_confluents_client() {
+    table_events_decode_with_confluents_client("protobuf").await;
+}
+
 /// The versions the registry holds under `subject`.
-fn versions(url: &str, subject: &str) -> Vec<u64> {
+pub(crate) fn versions(url: &str, subject: &str) -> Vec<u64> {
     let out = std::process::Command::new("curl")
         .args(["-sf", &format!("{url}/subjects/{subject}/versions")])
         .output()
