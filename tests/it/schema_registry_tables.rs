@@ -81,7 +81,12 @@ fn order(r: &Value) -> (u64, String) {
 
 /// Every record of `topics`, decoded with their schemas, in stream order
 /// ([`order`]), once there are at least `n`.
-async fn wait_decoded(format: &str, url: &str, topics: &[String], n: usize) -> Vec<Value> {
+pub(crate) async fn wait_decoded(
+    format: &str,
+    url: &str,
+    topics: &[String],
+    n: usize,
+) -> Vec<Value> {
     wait_for(
         &format!("{n} records decoded from {topics:?}"),
         Duration::from_secs(120),
@@ -111,7 +116,7 @@ pub(crate) fn field<'a>(schema: &'a Value, name: &str) -> &'a Value {
     unwrap_optional(found)
 }
 
-fn unwrap_optional(s: &Value) -> &Value {
+pub(crate) fn unwrap_optional(s: &Value) -> &Value {
     match s {
         Value::Array(branches) => branches.iter().find(|b| *b != "null").unwrap(),
         Value::Object(o) if o.contains_key("oneOf") => o["oneOf"]
@@ -331,7 +336,7 @@ async fn json_schema_table_events_decode_with_confluents_client() {
 }
 
 /// The versions the registry holds under `subject`.
-fn versions(url: &str, subject: &str) -> Vec<u64> {
+pub(crate) fn versions(url: &str, subject: &str) -> Vec<u64> {
     let out = std::process::Command::new("curl")
         .args(["-sf", &format!("{url}/subjects/{subject}/versions")])
         .output()
