@@ -23,15 +23,16 @@
 //!   change's or snapshot row's records are made, its rows are checked
 //!   against the schemas: a NULL in a required column (the catalog said
 //!   `NOT NULL` at start, the row is older than the constraint or newer
-//!   than its drop) makes the column optional for that relation, and a
-//!   value of an enum column outside its `allowed` labels (added or renamed
-//!   since the start) is appended to them. Either registers the next
-//!   schema version (a BACKWARD-compatible widening: an Avro union reads
-//!   the plain type, a longer `allowed` is only a parameter; JSON Schema
-//!   requires only key columns, which PostgreSQL keeps `NOT NULL`) before
-//!   the record,
-//!   which is then written under it; said once per column or label
-//!   ([`TableRouter::take_notices`]). Old rows are checked only under
+//!   than its drop) makes the column optional for that relation, a NULL
+//!   element of an enum array whose items are required (Avro) makes its
+//!   items optional, and a value of an enum column or an enum array's
+//!   element outside its `allowed` labels (added or renamed since the
+//!   start) is appended to them. Each registers the next schema version (a
+//!   BACKWARD-compatible widening: an Avro union reads the plain type, a
+//!   longer `allowed` is only a parameter; JSON Schema requires only key
+//!   columns, which PostgreSQL keeps `NOT NULL`, and no items) before the
+//!   record, which is then written under it; said once per column or
+//!   label ([`TableRouter::take_notices`]). Old rows are checked only under
 //!   REPLICA IDENTITY FULL: a key-only old row's other columns are absent,
 //!   not NULL. The widening holds until the next start, which reads the
 //!   catalog again (labels then in `enumsortorder`).
