@@ -46,6 +46,7 @@ mod numeric;
 mod scalars;
 mod temporal;
 
+pub(crate) use array::text_elements;
 use array::write_array;
 use hstore::jackson_str;
 pub(super) use hstore::java_hash;

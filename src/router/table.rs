@@ -192,8 +192,12 @@ pub struct TableRouter {
     /// Columns of a relation the stream showed NULL in although the
     /// catalog said `NOT NULL`: optional until the next start.
     widened: HashMap<Oid, Vec<String>>,
-    /// Enum type oid → its labels (the catalog's, in `enumsortorder`, then
-    /// those the stream showed since).
+    /// Enum array columns of a relation the stream showed a NULL element
+    /// in: their items optional until the next start.
+    widened_items: HashMap<Oid, Vec<String>>,
+    /// Type oid (an enum, an array of one, a domain over one) → its enum's
+    /// labels (the catalog's, in `enumsortorder`, then those the stream
+    /// showed in its columns since).
     enum_labels: HashMap<Oid, Vec<String>>,
     /// What the operator should read once (a schema widened by the
     /// stream), until taken.
@@ -261,6 +265,7 @@ impl TableRouter {
             type_aliases: HashMap::new(),
             not_null: HashMap::new(),
             widened: HashMap::new(),
+            widened_items: HashMap::new(),
             enum_labels: HashMap::new(),
             notices: Vec::new(),
             bound: HashMap::new(),
@@ -365,8 +370,9 @@ impl TableRouter {
             .insert((schema.to_owned(), name.to_owned()), columns);
     }
 
-    /// Tells the labels of enum type `oid` (the catalog's `pg_enum`, in
-    /// `enumsortorder`): its columns' `allowed` parameter.
+    /// Tells the labels of type `oid` — an enum, an array of one (its
+    /// element type's), a domain over one (its base type's): the catalog's
+    /// `pg_enum`, in `enumsortorder` — its columns' `allowed` parameter.
     pub fn set_enum_labels(&mut self, oid: Oid, labels: Vec<String>) {
         self.enum_labels.insert(oid, labels);
     }

@@ -23,17 +23,20 @@ pub struct TableEventTable {
     pub replica_identity: u8,
     pub identity: Vec<String>,
     /// User-defined types of its columns and what they are written as:
-    /// `(type oid, written as type oid, type modifier)` — an enum as
-    /// `text`, an array of enums as `text[]`, a domain as its base type.
+    /// `(type oid, written as type oid, type modifier)` — an enum and a
+    /// domain over one as `text`, an array of enums as `text[]`, another
+    /// domain as its base type.
     pub type_aliases: Vec<(u32, u32, i32)>,
     /// Its columns (not dropped, not generated), by name.
     pub columns: Vec<String>,
-    /// Its columns declared `NOT NULL` (`pg_attribute.attnotnull`), as the
-    /// catalog says now (the stream may be behind it: see
+    /// Its columns declared `NOT NULL` (`pg_attribute.attnotnull`, or of a
+    /// domain declared `NOT NULL`, as the JDBC driver's `getColumns` says
+    /// `IS_NULLABLE`), as the catalog says now (the stream may be behind it: see
     /// `router::table::schemas`).
     pub not_null: Vec<String>,
     /// The labels of its columns' enum types, in `enumsortorder`:
-    /// `(enum type oid, labels)`.
+    /// `(type oid, labels)`, the type an enum, an array of one or a domain
+    /// over one (its enum's labels).
     pub enum_labels: Vec<(u32, Vec<String>)>,
     /// Its columns of types without a mapping, written as their text form
     /// (`unmapped_types = "text"`): `column (type)`.
@@ -215,23 +218,26 @@ struct ColumnTypes {
     without_mapping: Vec<String>,
     /// Its `NOT NULL` columns.
     not_null: Vec<String>,
-    /// The enum types of its (non-array) columns.
-    enums: Vec<u32>,
+    /// Its columns' types that take an enum's labels (an enum, an array
+    /// of one, a domain over one): `(type oid, enum type oid)`.
+    enums: Vec<(u32, u32)>,
 }
 
-/// The labels of enum types `enums`, each in `enumsortorder`.
+/// The labels of the enum types of `enums` (`(type oid, enum type oid)`),
+/// each in `enumsortorder`, by type oid.
 async fn enum_labels(
     client: &Client,
-    enums: &[u32],
+    enums: &[(u32, u32)],
 ) -> Result<Vec<(u32, Vec<String>)>, CheckError> {
     if enums.is_empty() {
         return Ok(Vec::new());
     }
+    let types: Vec<u32> = enums.iter().map(|&(_, e)| e).collect();
     let rows = client
         .query(
             "SELECT enumtypid, enumlabel::text FROM pg_enum \
              WHERE enumtypid = ANY($1::oid[]) ORDER BY enumtypid, enumsortorder",
-            &[&enums],
+            &[&types],
         )
         .await
         .map_err(|source| CatalogError::Query {
@@ -246,7 +252,13 @@ async fn enum_labels(
             _ => out.push((oid, vec![label])),
         }
     }
-    Ok(out)
+    Ok(enums
+        .iter()
+        .filter_map(|&(ty, e)| {
+            let labels = out.iter().find(|(oid, _)| *oid == e)?;
+            Some((ty, labels.1.clone()))
+        })
+        .collect())
 }
 
 /// The aliases of `table`'s user-defined enum and domain types, its
@@ -263,9 +275,12 @@ async fn column_types(
         .query(
             "SELECT a.attname::text, a.atttypid, a.atttypmod, \
                     format_type(a.atttypid, a.atttypmod), t.typtype::text, t.typbasetype, \
-                    t.typtypmod, coalesce(e.typtype::text, ''), t.typname::text, a.attnotnull \
+                    t.typtypmod, coalesce(e.typtype::text, ''), t.typname::text, \
+                    a.attnotnull OR (t.typtype = 'd' AND t.typnotnull), t.typelem, \
+                    coalesce(b.typtype::text, '') \
              FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
              LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A' \
+             LEFT JOIN pg_type b ON b.oid = t.typbasetype AND t.typtype = 'd' \
              WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped \
                AND a.attgenerated = '' ORDER BY a.attnum",
             &[&table.oid],
@@ -289,12 +304,24 @@ async fn column_types(
         if r.get::<_, bool>(9) {
             not_null.push(name.clone());
         }
-        if typtype == "e" && !enums.contains(&oid) {
-            enums.push(oid);
+        let (elem, base_typtype): (u32, String) = (r.get(10), r.get(11));
+        let labels_of = match (
+            typtype.as_str(),
+            elem_typtype.as_str(),
+            base_typtype.as_str(),
+        ) {
+            ("e", _, _) => Some(oid),
+            (_, "e", _) => Some(elem),
+            ("d", _, "e") => Some(base),
+            _ => None,
+        };
+        if let Some(e) = labels_of.filter(|_| !enums.iter().any(|&(t, _)| t == oid)) {
+            enums.push((oid, e));
         }
         let (written_as, written_typmod) = match (typtype.as_str(), elem_typtype.as_str()) {
             ("e", _) => (TEXT_OID, -1),
             (_, "e") => (TEXT_ARRAY_OID, -1),
+            ("d", _) if base_typtype == "e" => (TEXT_OID, -1),
             // Extension types, found by name (their oids differ per
             // database): `citext` and `ltree` are strings, `hstore` is
             // Debezium's JSON form, as Debezium writes them.

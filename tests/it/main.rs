@@ -47,6 +47,7 @@ mod relay;
 mod relay_matrix;
 mod republish;
 mod schema_registry;
+mod schema_registry_enums;
 mod schema_registry_messages;
 mod schema_registry_protobuf;
 mod schema_registry_tables;

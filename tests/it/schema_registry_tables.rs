@@ -125,7 +125,7 @@ pub(crate) fn field<'a>(schema: &'a Value, name: &str) -> &'a Value {
     unwrap_optional(found)
 }
 
-fn unwrap_optional(s: &Value) -> &Value {
+pub(crate) fn unwrap_optional(s: &Value) -> &Value {
     match s {
         Value::Array(branches) => branches.iter().find(|b| *b != "null").unwrap(),
         Value::Object(o) if o.contains_key("oneOf") => o["oneOf"]

@@ -62,6 +62,24 @@ pub(super) fn write_array(
     Ok(())
 }
 
+/// The elements of a text-like array (an enum array's labels) as the JSON
+/// path reads them, every dimension flattened, NULL as `None`; `None` when
+/// the text is no array the JSON path would write.
+pub(crate) fn text_elements(text: &[u8]) -> Option<Vec<Option<String>>> {
+    let (mut json, mut scratch) = (Vec::new(), Vec::new());
+    write_array(&mut json, Kind::Text, text, &mut scratch, false).ok()?;
+    fn flatten(v: serde_json::Value, out: &mut Vec<Option<String>>) {
+        match v {
+            serde_json::Value::Array(items) => items.into_iter().for_each(|i| flatten(i, out)),
+            serde_json::Value::String(s) => out.push(Some(s)),
+            _ => out.push(None),
+        }
+    }
+    let mut out = Vec::new();
+    flatten(serde_json::from_slice(&json).ok()?, &mut out);
+    Some(out)
+}
+
 /// A `numeric` array element as Debezium 3.6.1 writes it in a
 /// `VariableScaleDecimal`: without the fraction's trailing zeros (`1.50`
 /// has scale 1, `100.00` scale 0; never a negative scale). Its `string`

@@ -262,7 +262,11 @@ impl TableRouter {
             [&rel.namespace, &rel.name, &self.database],
             &columns,
             key.as_deref(),
-            super::encode::facts(&self.widened, &self.enum_labels, rel.oid),
+            super::encode::facts(
+                [&self.widened, &self.widened_items],
+                &self.enum_labels,
+                rel.oid,
+            ),
         );
         if let Some(encoding) = &mut encoding {
             encoding.note_required(&by_catalog, &self.widened, rel.oid);

@@ -23,15 +23,16 @@
 //!   change's or snapshot row's records are made, its rows are checked
 //!   against the schemas: a NULL in a required column (the catalog said
 //!   `NOT NULL` at start, the row is older than the constraint or newer
-//!   than its drop) makes the column optional for that relation, and a
-//!   value of an enum column outside its `allowed` labels (added or renamed
-//!   since the start) is appended to them. Either registers the next
-//!   schema version (a BACKWARD-compatible widening: an Avro union reads
-//!   the plain type, a longer `allowed` is only a parameter; JSON Schema
-//!   requires only key columns, which PostgreSQL keeps `NOT NULL`) before
-//!   the record,
-//!   which is then written under it; said once per column or label
-//!   ([`TableRouter::take_notices`]). Old rows are checked only under
+//!   than its drop) makes the column optional for that relation, a NULL
+//!   element of an enum array whose items are required (Avro) makes its
+//!   items optional, and a value of an enum column or an enum array's
+//!   element outside its `allowed` labels (added or renamed since the
+//!   start) is appended to them. Each registers the next schema version (a
+//!   BACKWARD-compatible widening: an Avro union reads the plain type, a
+//!   longer `allowed` is only a parameter; JSON Schema requires only key
+//!   columns, which PostgreSQL keeps `NOT NULL`, and no items) before the
+//!   record, which is then written under it; said once per column or
+//!   label ([`TableRouter::take_notices`]). Old rows are checked only under
 //!   REPLICA IDENTITY FULL: a key-only old row's other columns are absent,
 //!   not NULL. The widening holds until the next start, which reads the
 //!   catalog again (labels then in `enumsortorder`).
@@ -79,11 +80,21 @@ pub(crate) struct Encoding {
     required: Vec<usize>,
     /// Its enum columns: position and the labels `allowed` lists.
     enums: Vec<(usize, Vec<String>)>,
+    /// Its enum array columns: position, labels, whether its items are
+    /// required (a NULL element widens them).
+    enum_arrays: Vec<(usize, Vec<String>, bool)>,
 }
 
 /// What the catalog says of one column: whether its schema is required,
-/// and its enum labels (an enum column, not an array of them).
-pub(super) type Facts<'a> = (bool, Option<&'a [String]>);
+/// its enum labels (an enum's, or an enum array's element type's), and
+/// whether an enum array's items are (no NULL element seen yet).
+pub(super) type Facts<'a> = (bool, Option<&'a [String]>, bool);
+
+/// What rows hold that a table's schemas do not allow
+/// ([`Encoding::misfits`]): required columns holding NULL, enum arrays
+/// with required items holding a NULL element (positions), enum values
+/// outside their labels (position, value).
+type Misfits = (Vec<usize>, Vec<usize>, Vec<(usize, String)>);
 
 impl Encoding {
     /// The encoding of `format` (`None` for `json`) for table
@@ -120,23 +131,30 @@ impl Encoding {
     ) -> Encoding {
         let mut required = Vec::new();
         let mut enums = Vec::new();
+        let mut enum_arrays = Vec::new();
         let mut direct = Vec::new();
         let mut decimals = Vec::new();
         let columns: Vec<ColumnSchema> = columns
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                let (is_required, labels) = facts(c);
-                let labels = labels.filter(|_| !c.mapping.array);
+                let (is_required, labels, items) = facts(c);
+                // Required items only in Avro, where making them optional
+                // is a compatible widening (see `schemas`' module doc).
+                let items = items && kind == SchemaKind::Avro;
                 // Only what the schemas hold is checked against them.
                 let written = c.included || key.is_some_and(|k| k.contains(&i));
                 if is_required && written {
                     required.push(i);
                 }
-                if let (Some(labels), true) = (labels, written) {
-                    enums.push((i, labels.to_vec()));
+                match (labels, written) {
+                    (Some(labels), true) if c.mapping.array => {
+                        enum_arrays.push((i, labels.to_vec(), items));
+                    }
+                    (Some(labels), true) => enums.push((i, labels.to_vec())),
+                    _ => {}
                 }
-                let schema = schemas::column(c.oid, c.typmod, c.mapping, modes, labels);
+                let schema = schemas::column(c.oid, c.typmod, c.mapping, modes, labels, items);
                 direct.push(Direct::of(c, &schema));
                 let json = kind == SchemaKind::Json && schema.has_decimal();
                 decimals.push(json.then(|| schema.clone()));
@@ -174,6 +192,7 @@ impl Encoding {
             key: key.map(<[usize]>::to_vec),
             required,
             enums,
+            enum_arrays,
         }
     }
 
@@ -234,11 +253,21 @@ impl Encoding {
     }
 
     /// What `rows` hold that its schemas do not allow: the positions of
-    /// required columns holding NULL, and enum values outside their labels
-    /// (position, value), each once.
-    fn misfits(&self, rows: &[&TupleData]) -> (Vec<usize>, Vec<(usize, String)>) {
+    /// required columns holding NULL and of enum arrays with required
+    /// items holding a NULL element, and enum values (of enum columns and
+    /// enum arrays' elements) outside their labels (position, value), each
+    /// once.
+    fn misfits(&self, rows: &[&TupleData]) -> Misfits {
         let mut nulls = Vec::new();
+        let mut item_nulls = Vec::new();
         let mut labels: Vec<(usize, String)> = Vec::new();
+        let mut unknown = |i: usize, known: &[String], value: &str| {
+            if !known.iter().any(|k| k == value)
+                && !labels.iter().any(|(j, l)| *j == i && l == value)
+            {
+                labels.push((i, value.to_owned()));
+            }
+        };
         for row in rows {
             for &i in &self.required {
                 if matches!(row.get(i), Some(Cell::Null)) && !nulls.contains(&i) {
@@ -246,18 +275,25 @@ impl Encoding {
                 }
             }
             for (i, known) in &self.enums {
-                let Some(Cell::Text(value)) = row.get(*i) else {
+                if let Some(Cell::Text(value)) = row.get(*i) {
+                    unknown(*i, known, &String::from_utf8_lossy(value));
+                }
+            }
+            for (i, known, items_required) in &self.enum_arrays {
+                let Some(Cell::Text(text)) = row.get(*i) else {
                     continue;
                 };
-                let value = String::from_utf8_lossy(value);
-                if !known.iter().any(|k| *k == value)
-                    && !labels.iter().any(|(j, l)| j == i && *l == value)
-                {
-                    labels.push((*i, value.into_owned()));
+                // Text that is no array fails where the JSON path writes it.
+                for element in debezium::text_elements(text).unwrap_or_default() {
+                    match element {
+                        Some(label) => unknown(*i, known, &label),
+                        None if *items_required && !item_nulls.contains(i) => item_nulls.push(*i),
+                        None => {}
+                    }
                 }
             }
         }
-        (nulls, labels)
+        (nulls, item_nulls, labels)
     }
 
     /// Notes, for the error when a registry refuses these schemas, the
@@ -346,17 +382,21 @@ fn type_text(oid: Oid, typmod: i32) -> String {
 }
 
 /// The schema facts of relation `rel`'s columns: required unless the
-/// stream showed a NULL (`widened`), enum labels by declared type.
+/// stream showed a NULL (`widened[0]`), enum labels by declared type (an
+/// enum, an array of one, a domain over one), an enum array's items
+/// required unless the stream showed a NULL element (`widened[1]`).
 pub(super) fn facts<'a>(
-    widened: &'a HashMap<Oid, Vec<String>>,
+    widened: [&'a HashMap<Oid, Vec<String>>; 2],
     labels: &'a HashMap<Oid, Vec<String>>,
     rel: Oid,
 ) -> impl Fn(&BoundColumn) -> Facts<'a> {
     move |c| {
-        let nullable = widened.get(&rel).is_some_and(|w| w.contains(&c.name));
+        let shown =
+            |w: &HashMap<Oid, Vec<String>>| w.get(&rel).is_some_and(|w| w.contains(&c.name));
         (
-            c.required && !nullable,
+            c.required && !shown(widened[0]),
             labels.get(&c.type_oid).map(Vec::as_slice),
+            !shown(widened[1]),
         )
     }
 }
@@ -380,8 +420,8 @@ impl TableRouter {
         };
         let old = old.filter(|_| bound.old_rows_whole);
         let rows: Vec<&TupleData> = old.into_iter().chain(new).collect();
-        let (nulls, labels) = encoding.misfits(&rows);
-        if nulls.is_empty() && labels.is_empty() {
+        let (nulls, item_nulls, labels) = encoding.misfits(&rows);
+        if nulls.is_empty() && item_nulls.is_empty() && labels.is_empty() {
             return;
         }
         let mut said = Vec::new();
@@ -394,6 +434,20 @@ impl TableRouter {
                 "column {} holds NULL at {at} although the catalog said NOT NULL at start \
                  (the row is older than the constraint, or newer than its drop): optional \
                  from here on",
+                c.name
+            ));
+        }
+        for i in item_nulls {
+            let Some(c) = bound.columns.get(i) else {
+                continue;
+            };
+            self.widened_items
+                .entry(rel)
+                .or_default()
+                .push(c.name.clone());
+            said.push(format!(
+                "column {} holds an array with a NULL element at {at}: its items optional from \
+                 here on",
                 c.name
             ));
         }
@@ -423,7 +477,7 @@ impl TableRouter {
             old.names.clone(),
             &bound.columns,
             old.key.as_deref(),
-            facts(&self.widened, &self.enum_labels, rel),
+            facts([&self.widened, &self.widened_items], &self.enum_labels, rel),
         );
         let change = said.join("; ");
         wider.note_change(&old, format!("table {}: {change}", bound.display));

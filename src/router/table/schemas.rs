@@ -18,7 +18,9 @@
 //!   send `NOT NULL`; the catalog (`pg_attribute.attnotnull`, read at
 //!   start) does. A column is required when it is in the replica
 //!   identity's key or the catalog's primary key (PostgreSQL keeps those
-//!   `NOT NULL`), or, in Avro, when the catalog says `NOT NULL` *and*
+//!   `NOT NULL`), or, in Avro, when the catalog says `NOT NULL` (the
+//!   column's `attnotnull`, or its type a domain declared `NOT NULL`, as
+//!   the JDBC driver Debezium asks reads it) *and*
 //!   every `before` and `after` the table's events can hold carries its
 //!   value: REPLICA IDENTITY FULL (or NOTHING: no old rows), or deletes
 //!   skipped. (Not in JSON Schema: a registry checking BACKWARD refuses a
@@ -39,9 +41,14 @@
 //!   (`pg_enum`, in `enumsortorder`) joined by commas, as Debezium writes
 //!   it. A value outside them (`ALTER TYPE … ADD VALUE` or `RENAME VALUE`
 //!   since the start) appends it to the list and writes its record under
-//!   the next version, which says it (see `encode`). Enum arrays stay
-//!   arrays of optional strings (Debezium: of required `Enum`s, which
-//!   cannot hold a NULL element); a domain over an enum has no mapping.
+//!   the next version, which says it (see `encode`). An enum array is an
+//!   array of those `Enum`s (its element type's labels), required in Avro
+//!   as Debezium's are; a NULL element makes them optional the way a NULL
+//!   makes a `NOT NULL` column optional (the next version, before the
+//!   record). Under JSON Schema and Protobuf the items stay optional: a
+//!   required item made optional is no compatible change there. A domain
+//!   over an enum is written as the enum (Debezium 3.6.1 does not start on
+//!   a database holding one: docs/compatibility.md).
 //! - **The same shape gives the same text**, byte for byte, at every start:
 //!   a re-sent record finds the subject version it was first written with.
 //! - Pure: no I/O, no clock.
@@ -171,26 +178,28 @@ fn decimal(precision: Option<u32>, scale: u32) -> Schema {
 /// The Connect schema Debezium gives a value of a column of type `oid`
 /// (user types resolved) with modifier `typmod`, written as `mapping`
 /// under `modes` (required; the caller makes it optional); `labels`: an
-/// enum's, for `io.debezium.data.Enum` (arrays of enums stay arrays of
-/// strings).
+/// enum's (or an enum array's element type's), for `io.debezium.data.Enum`;
+/// `items_required`: an enum array's items are required, as Debezium's
+/// (other arrays' items are optional).
 pub(crate) fn column(
     oid: Oid,
     typmod: i32,
     mapping: Mapping,
     modes: Modes,
     labels: Option<&[String]>,
+    items_required: bool,
 ) -> Schema {
-    if let (Some(labels), false) = (labels, mapping.array) {
-        return Schema {
+    let scalar = match labels {
+        Some(labels) => Schema {
             params: vec![("allowed", labels.join(","))],
             ..Schema::named(Type::String, ENUM)
-        };
-    }
-    let scalar = scalar(oid, typmod, mapping.kind, modes);
-    if mapping.array {
-        Schema::of(Type::Array(Box::new(scalar.optional())))
-    } else {
-        scalar
+        },
+        None => scalar(oid, typmod, mapping.kind, modes),
+    };
+    match mapping.array {
+        true if labels.is_some() && items_required => Schema::of(Type::Array(Box::new(scalar))),
+        true => Schema::of(Type::Array(Box::new(scalar.optional()))),
+        false => scalar,
     }
 }
 

@@ -54,6 +54,7 @@ fn col(oid: u32, typmod: i32) -> Schema {
         Mapping::of(oid, typmod, Modes::default()).unwrap(),
         Modes::default(),
         None,
+        false,
     )
 }
 
@@ -104,6 +105,7 @@ fn columns_get_debeziums_connect_types_and_names() {
         Mapping::of(1114, -1, connect).unwrap(),
         connect,
         None,
+        false,
     );
     let ts = avro_of(&ts);
     assert_eq!(ts["logicalType"], "timestamp-millis", "{ts}");

@@ -24,7 +24,8 @@ fn with_moods(identity: u8) -> Relation {
 }
 
 /// A router for `rel` told by the catalog: `name` and `mood` NOT NULL,
-/// `mood` of enum `MOOD` with labels happy, sad.
+/// `mood` of enum `MOOD` with labels happy, sad, and `moods` of its array
+/// type (the element's labels, as the start-up reads them).
 fn catalog_router(format: &str, table: &str, rel: &Relation) -> TableRouter {
     let mut r = TableRouter::new(&registry_config(format, table));
     r.set_primary_key("public", "customers", vec!["id".into()]);
@@ -36,6 +37,7 @@ fn catalog_router(format: &str, table: &str, rel: &Relation) -> TableRouter {
     r.set_type_alias(MOOD, 25, -1);
     r.set_type_alias(MOOD_ARRAY, 1009, -1);
     r.set_enum_labels(MOOD, vec!["happy".into(), "sad".into()]);
+    r.set_enum_labels(MOOD_ARRAY, vec!["happy".into(), "sad".into()]);
     r.on_relation(rel, Lsn(1)).unwrap();
     r
 }
@@ -52,7 +54,21 @@ fn insert_row(r: &mut TableRouter, rel: &Relation, cells: Vec<Cell>) -> Vec<Reco
 }
 
 fn ann(name: Cell, mood: Cell) -> Vec<Cell> {
-    vec![t("1"), name, t("1.00"), Cell::Null, mood, t("{happy,sad}")]
+    ann_moods(name, mood, t("{happy,sad}"))
+}
+
+fn ann_moods(name: Cell, mood: Cell, moods: Cell) -> Vec<Cell> {
+    vec![t("1"), name, t("1.00"), Cell::Null, mood, moods]
+}
+
+/// Debezium's `io.debezium.data.Enum` of labels happy, sad (Avro).
+fn happy_sad() -> serde_json::Value {
+    serde_json::json!({
+        "type": "string",
+        "connect.version": 1,
+        "connect.parameters": {"allowed": "happy,sad"},
+        "connect.name": "io.debezium.data.Enum"
+    })
 }
 
 /// The Avro value schema's `Value` record.
@@ -241,11 +257,12 @@ fn enum_columns_are_debeziums_enum_with_their_labels() {
         }),
         "{value}"
     );
-    // Arrays of enums stay arrays of strings (as before).
+    // Arrays of enums: of required Enums, as Debezium 3.6.1 writes them
+    // (tests/it/debezium_compat/avro.rs compares).
     let moods = avro_field(&value, "moods");
     assert_eq!(
         moods,
-        serde_json::json!(["null", {"type": "array", "items": ["null", "string"]}])
+        serde_json::json!(["null", {"type": "array", "items": happy_sad()}])
     );
     // JSON Schema: the same name and parameter; NOT NULL columns outside
     // the key stay optional there (a registry checking BACKWARD refuses
@@ -265,7 +282,69 @@ fn enum_columns_are_debeziums_enum_with_their_labels() {
         text.contains(r#""name":{"connect.index":1,"oneOf":[{"type":"null"},{"type":"string"}]}"#),
         "{text}"
     );
+    // An enum array's items: Enums, optional (a required item made
+    // optional would not register there).
+    assert!(
+        text.contains(
+            r#""items":{"oneOf":[{"type":"null"},{"connect.parameters":{"allowed":"happy,sad"},"connect.version":1,"title":"io.debezium.data.Enum","type":"string"}]}"#
+        ),
+        "{text}"
+    );
     assert_eq!(r.take_notices(), Vec::<String>::new());
+}
+
+#[test]
+fn a_null_element_in_an_enum_array_widens_its_items_once_and_keeps_the_row() {
+    let rel = with_moods(b'f');
+    let mut r = catalog_router("avro", TABLE, &rel);
+    let before = insert_row(&mut r, &rel, ann(t("Ann"), t("sad")));
+    // A NULL array is no NULL element; an empty one neither.
+    for moods in [Cell::Null, t("{}")] {
+        let out = insert_row(&mut r, &rel, ann_moods(t("Ann"), t("sad"), moods));
+        assert_eq!(out[0].schemas, before[0].schemas);
+    }
+    assert_eq!(r.take_notices(), Vec::<String>::new());
+    let out = insert_row(
+        &mut r,
+        &rel,
+        ann_moods(t("Bo"), t("sad"), t("{happy,NULL}")),
+    );
+    assert_eq!(out.len(), 1);
+    let schemas = out[0].schemas.clone().unwrap();
+    assert_ne!(schemas.value, before[0].schemas.as_ref().unwrap().value);
+    let moods = avro_field(&value_record(&out[0]), "moods");
+    assert_eq!(
+        moods,
+        serde_json::json!(["null", {"type": "array", "items": ["null", happy_sad()]}])
+    );
+    assert!(
+        schemas
+            .change
+            .as_deref()
+            .is_some_and(|c| c.contains("column moods holds an array with a NULL element")),
+        "{:?}",
+        schemas.change
+    );
+    // The row is written under the wider schema (the direct writer's
+    // bytes are the transcoder's: tests/direct.rs).
+    assert!(out[0].value.is_some());
+    let notices = r.take_notices();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    // Said once: the next NULL element changes nothing.
+    let again = insert_row(&mut r, &rel, ann_moods(t("Cy"), t("sad"), t("{NULL}")));
+    assert_eq!(again[0].schemas.as_ref().unwrap().value, schemas.value);
+    assert_eq!(r.take_notices(), Vec::<String>::new());
+    // A label the catalog did not list, in an array: appended, as for an
+    // enum column.
+    let out = insert_row(&mut r, &rel, ann_moods(t("Di"), t("sad"), t("{ecstatic}")));
+    let moods = avro_field(&value_record(&out[0]), "moods");
+    assert_eq!(
+        moods[1]["items"][1]["connect.parameters"]["allowed"], "happy,sad,ecstatic",
+        "{moods}"
+    );
+    let notices = r.take_notices();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert!(notices[0].contains("ecstatic"), "{notices:?}");
 }
 
 #[test]

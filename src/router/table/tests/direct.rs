@@ -8,9 +8,9 @@
 //! rows and transaction blocks.
 
 use super::*;
-use crate::router::table::schemas::Schema;
 use crate::router::table::schemas::body::{BodyError, avro_from_json, json_from_json};
 use crate::router::table::schemas::protobuf::protobuf_from_json;
+use crate::router::table::schemas::{Schema, Type};
 
 const FORMATS: [&str; 3] = ["avro", "json_schema", "protobuf"];
 
@@ -60,6 +60,9 @@ fn kinds(identity: u8) -> Relation {
         ("texts", 1009, -1),
         ("nums", 1231, -1),
         ("mood", 16_941, -1),
+        ("moods", 16_940, -1),
+        ("hmood", 16_942, -1),
+        ("pos", 16_943, -1),
         ("masked", 25, -1),
         ("hashed", 25, -1),
     ];
@@ -110,6 +113,9 @@ fn values(id: &str, name: &str, other: bool) -> TupleData {
             "{}",
             "{NaN,1.5}",
             "sad",
+            "{}",
+            "sad",
+            "1",
             "secret",
             "other",
         ]
@@ -143,6 +149,9 @@ fn values(id: &str, name: &str, other: bool) -> TupleData {
             r#"{a,"b c",NULL,"q\"t"}"#,
             "{1.10,NULL,-2}",
             "happy",
+            r#"{happy,"sad"}"#,
+            "happy",
+            "2147483647",
             "secret",
             "hash me",
         ]
@@ -169,6 +178,13 @@ fn kinds_router(format: &str, identity: u8, txmeta: bool) -> (TableRouter, Relat
     let mut r = TableRouter::new(&config(&extra));
     r.set_type_alias(16_941, 25, -1);
     r.set_enum_labels(16_941, vec!["happy".into(), "sad".into()]);
+    // `mood[]`, a domain over `mood`, a `NOT NULL` domain over int4: as
+    // the start-up tells them.
+    r.set_type_alias(16_940, 1009, -1);
+    r.set_enum_labels(16_940, vec!["happy".into(), "sad".into()]);
+    r.set_type_alias(16_942, 25, -1);
+    r.set_enum_labels(16_942, vec!["happy".into(), "sad".into()]);
+    r.set_type_alias(16_943, 23, -1);
     r.on_relation(&rel, Lsn(1)).unwrap();
     (r, rel)
 }
@@ -275,6 +291,7 @@ fn records_written_directly_are_the_transcoded_json_on_every_type() {
                         let mut new = values("1", "a", true);
                         new.0[14] = Cell::UnchangedToast;
                         new.0[30] = Cell::UnchangedToast;
+                        new.0[33] = Cell::UnchangedToast;
                         Some(new)
                     }),
                     // A key change: delete, tombstone, create.
@@ -320,6 +337,59 @@ fn records_written_directly_are_the_transcoded_json_on_every_type() {
             assert!(direct.iter().any(|r| r.value.is_none()), "a tombstone");
             assert_transcoded(format, &avro, &json, &direct);
         }
+    }
+}
+
+/// An enum array holding a NULL element: its items widened to optional
+/// before the first record (see `encode`), written as the transcoder
+/// writes it under the wider schema — the change, an update and a delete
+/// of its old row, and a row of NULLs.
+#[test]
+fn an_enum_array_widened_by_a_null_element_is_the_transcoded_json() {
+    let with_null = |id: &str| {
+        let mut r = values(id, "a", false);
+        r.0[30] = t("{sad,NULL}");
+        r
+    };
+    for (format, identity) in FORMATS.into_iter().flat_map(|f| [(f, b'd'), (f, b'f')]) {
+        let (avro, json, direct, made) = both(format, identity, false, |r, rel, out| {
+            let changes = [
+                txn_change(Op::Insert, rel, 0, None, Some(with_null("1"))),
+                txn_change(
+                    Op::Update,
+                    rel,
+                    1,
+                    Some(with_null("1")),
+                    Some(values("1", "a", true)),
+                ),
+                txn_change(Op::Insert, rel, 2, None, Some(nulls("2", "b"))),
+                txn_change(Op::Delete, rel, 3, Some(with_null("1")), None),
+            ];
+            for c in &changes {
+                r.on_change(c, TXN, out)?;
+            }
+            Ok(())
+        });
+        assert!(made[0].is_ok() && made[1].is_ok(), "{format}: {made:?}");
+        assert_transcoded(format, &avro, &json, &direct);
+        let Some(Ok(bound)) = avro.bound.get(&9) else {
+            panic!("kinds is not bound");
+        };
+        let envelope = &bound.encoding.as_ref().unwrap().event_schemas().envelope;
+        let Type::Struct(fields) = &envelope.ty else {
+            panic!("{envelope:?}")
+        };
+        let Type::Struct(columns) = &fields[0].schema.ty else {
+            panic!("{envelope:?}")
+        };
+        let moods = columns.iter().find(|c| c.name == "moods").unwrap();
+        let Type::Array(item) = &moods.schema.ty else {
+            panic!("{moods:?}")
+        };
+        // Optional in every format now (Avro widened, the others never
+        // required).
+        assert!(item.optional, "{format}: {moods:?}");
+        assert_eq!(item.name.as_deref(), Some("io.debezium.data.Enum"));
     }
 }
 

@@ -11,6 +11,7 @@ fn col(oid: u32, typmod: i32) -> Schema {
         Mapping::of(oid, typmod, Modes::default()).unwrap(),
         Modes::default(),
         None,
+        false,
     )
 }
 
