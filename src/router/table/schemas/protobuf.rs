@@ -99,6 +99,7 @@ impl File {
         out: &mut String,
     ) {
         let ind = "  ".repeat(depth);
+        let field_ind = "  ".repeat(depth + 1);
         let _ = writeln!(out, "{ind}message {name} {{");
         let mut taken: Vec<String> = fields.iter().map(|f| f.name.clone()).collect();
         let mut nested = String::new();
@@ -132,7 +133,11 @@ impl File {
                     (label, ty, self.options(&f.schema))
                 }
             };
-            let _ = writeln!(out, "{ind}  {label}{ty} {} = {number}{options};", f.name);
+            let _ = writeln!(
+                out,
+                "{field_ind}{label}{ty} {} = {number}{options};",
+                f.name
+            );
         }
         out.push_str(&nested);
         let _ = writeln!(out, "{ind}}}");
