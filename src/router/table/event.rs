@@ -189,6 +189,27 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// The record of a change event or tombstone (`value` `None`) with
+    /// event id `id`; under a registry format whose bodies the router
+    /// writes as it makes them (`avro`, `json_schema`), with its schemas
+    /// (`protobuf`'s are added by `encode_tail`, which re-encodes them).
+    pub(super) fn record(&self, key: Option<Bytes>, value: Option<Bytes>, id: &Bytes) -> Record {
+        let mut record = Record::with_event_id(
+            self.bound.topic.clone(),
+            key,
+            value,
+            self.headers(id),
+            None,
+            Some(EventId::Change(id.clone())),
+        );
+        record.schemas = self
+            .bound
+            .encoding
+            .as_ref()
+            .and_then(|e| e.written_schemas());
+        record
+    }
+
     pub(super) fn headers(&self, id: &Bytes) -> Vec<(Arc<str>, Bytes)> {
         vec![
             (self.headers.0.clone(), id.clone()),
@@ -288,22 +309,8 @@ impl Ctx<'_> {
             None => buf.extend_from_slice(b"null"),
         }
         buf.push(b'}');
-        let mut record = Record::with_event_id(
-            self.bound.topic.clone(),
-            key,
-            Some(self.values.copy(buf)),
-            self.headers(id),
-            None,
-            Some(EventId::Change(id.clone())),
-        );
-        // `json_schema`: the bytes are the body already (`protobuf`:
-        // `encode_tail` re-encodes them).
-        record.schemas = self
-            .bound
-            .encoding
-            .as_ref()
-            .and_then(|e| e.written_schemas());
-        out.push(record);
+        let value = self.values.copy(buf);
+        out.push(self.record(key, Some(value), id));
         Ok(())
     }
 
@@ -322,20 +329,7 @@ impl Ctx<'_> {
             Some(key) => key?,
             None => self.key_of(key_row)?,
         };
-        let mut record = Record::with_event_id(
-            self.bound.topic.clone(),
-            key,
-            None,
-            self.headers(id),
-            None,
-            Some(EventId::Change(id.clone())),
-        );
-        record.schemas = self
-            .bound
-            .encoding
-            .as_ref()
-            .and_then(|e| e.written_schemas());
-        out.push(record);
+        out.push(self.record(key, None, id));
         Ok(())
     }
 }

@@ -27,9 +27,9 @@ use super::super::{BoundColumn, Ctx, Source, TableEventError};
 use super::{Encoding, misfit};
 use crate::Lsn;
 use crate::pgoutput::{Cell, TupleData};
+use crate::router::Record;
 use crate::router::debezium::Kind;
 use crate::router::txmeta::Order;
-use crate::router::{EventId, Record};
 
 /// How a column's (unmasked) value is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -315,16 +315,7 @@ impl Ctx<'_> {
         let value = rows.map(|()| self.values.copy(&buf));
         *self.buf = buf;
         *self.key_buf = json;
-        let mut record = Record::with_event_id(
-            self.bound.topic.clone(),
-            key,
-            Some(value?),
-            self.headers(id),
-            None,
-            Some(EventId::Change(id.clone())),
-        );
-        record.schemas = Some(encoding.schemas.clone());
-        out.push(record);
+        out.push(self.record(key, Some(value?), id));
         Ok(())
     }
 
